@@ -1,0 +1,5 @@
+import sys
+
+from jaxconv.cli import main
+
+sys.exit(main())

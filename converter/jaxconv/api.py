@@ -1,0 +1,154 @@
+"""Python API, mirroring the CLI: one function per target, plus check and load."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+from jaxconv.errors import UsageError
+from jaxconv.program import Program, require_specs, trace
+from jaxconv.verify import CheckReport, check_runner, raise_on_mismatch
+
+
+def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constraints: Sequence[str] = (),
+                platforms: Sequence[str] = ("cpu",)) -> Program:
+    if isinstance(fn, Program):
+        return fn
+    require_specs(specs)
+    return trace(fn, specs, constraints=constraints, platforms=platforms)
+
+
+def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: float | None, atol: float | None,
+             report_to: list[CheckReport] | None) -> None:
+    if not check:
+        return
+    report = check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, rtol=rtol, atol=atol)
+    if report_to is not None:
+        report_to.append(report)
+    raise_on_mismatch(report)
+
+
+def to_stablehlo(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None,
+                 platforms: Sequence[str] = ("cpu",), constraints: Sequence[str] = (), check: bool = True,
+                 rtol: float | None = None, atol: float | None = None, report_to: list[CheckReport] | None = None):
+    """Export with jax.export; with ``path``, write PATH.mlir, PATH.mlirbc and PATH.jaxexport.
+
+    Returns:
+        The ``jax.export.Exported``.
+    """
+    from jaxconv.stablehlo import export as shlo_export
+
+    program = _as_program(fn, specs, constraints, platforms)
+    if path is not None:
+        written = shlo_export.write(program, path)
+        if check and "cpu" in program.platforms:
+            from jaxconv.runtimes.jaxexport import JaxExportRunner
+
+            _checked(program, JaxExportRunner(written.exported), written.exported, check, rtol, atol, report_to)
+    elif check and "cpu" in program.platforms:
+        from jax import export
+
+        from jaxconv.runtimes.jaxexport import JaxExportRunner
+
+        round_trip = export.deserialize(program.exported.serialize())
+        _checked(program, JaxExportRunner(round_trip), "jax.export", check, rtol, atol, report_to)
+    return program.exported
+
+
+def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None, opset: int | None = None,
+            constraints: Sequence[str] = (), check: bool = True, rtol: float | None = None, atol: float | None = None,
+            report_to: list[CheckReport] | None = None):
+    """Lower to ONNX through jaxconv's StableHLO -> ONNX lowering.
+
+    Returns:
+        The ``onnx.ModelProto``.
+    """
+    from jaxconv.onnx import convert
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    program = _as_program(fn, specs, constraints)
+    model = convert.program_to_onnx(program, opset)
+    convert.validate(model)
+    if path is not None:
+        convert.save(model, path)
+        runner = OnnxRunner(path) if check else None
+        name = path
+    else:
+        runner = OnnxRunner(model.SerializeToString()) if check else None
+        name = "model.onnx"
+    _checked(program, runner, name, check, rtol, atol, report_to)
+    return model
+
+
+def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),
+                   check: bool = True, rtol: float | None = None, atol: float | None = None,
+                   report_to: list[CheckReport] | None = None) -> str:
+    """Write a TF SavedModel (via jax2tf) with one ``serving_default`` signature; returns ``path``."""
+    from jaxconv.tf import saved_model
+
+    program = _as_program(fn, specs, constraints)
+    saved_model.write(program, path)
+    if check:
+        from jaxconv.runtimes.tf import SavedModelRunner
+
+        _checked(program, SavedModelRunner(path), path, check, rtol, atol, report_to)
+    return path
+
+
+def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None, allow_flex: bool = False,
+              quantize: str | None = None, constraints: Sequence[str] = (), check: bool = True,
+              rtol: float | None = None, atol: float | None = None, report_to: list[CheckReport] | None = None) -> bytes:
+    """Convert to TFLite (builtins; ``allow_flex`` adds TF select ops); returns the flatbuffer bytes."""
+    from jaxconv.artifacts import write_bytes
+    from jaxconv.tf import tflite
+
+    program = _as_program(fn, specs, constraints)
+    data = tflite.convert(program, allow_flex=allow_flex, quantize=quantize)
+    if path is not None:
+        write_bytes(path, data)
+    if check:
+        from jaxconv.runtimes.tflite import TFLiteRunner
+
+        if quantize is not None and rtol is None and atol is None:
+            rtol, atol = 5e-2, 5e-2
+        _checked(program, TFLiteRunner(path if path is not None else data), path or "model.tflite", check, rtol, atol, report_to)
+    return data
+
+
+def check(artifact: str, fn: Callable[..., Any] | Program, *specs: Any, inputs: str | Sequence[Any] | None = None,
+          constraints: Sequence[str] = (), seed: int = 0, rtol: float | None = None, atol: float | None = None) -> CheckReport:
+    """Run ``artifact`` and jax.jit(fn) on the same inputs; returns the report (does not raise on mismatch)."""
+    from jaxconv.runtimes import open_artifact
+    from jaxconv.verify import load_inputs
+
+    program = _as_program(fn, specs, constraints)
+    runner = open_artifact(artifact)
+    flat = load_inputs(inputs, program.signature) if isinstance(inputs, str) else inputs
+    return check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, inputs=flat, seed=seed,
+                        rtol=rtol, atol=atol)
+
+
+def load(path: str) -> Callable[..., Any]:
+    """Load a ``.jaxexport`` as a callable taking the original arguments; no Python tracing of the function."""
+    from jaxconv.stablehlo.export import load_exported
+
+    if not path.endswith(".jaxexport"):
+        raise UsageError(f"load() takes a .jaxexport file, got {os.path.basename(path)}")
+    exported = load_exported(path)
+    _maybe_enable_x64(exported)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return exported.call(*args, **kwargs)
+
+    call.exported = exported  # type: ignore[attr-defined]
+    call.__name__ = exported.fun_name
+    return call
+
+
+def _maybe_enable_x64(exported: Any) -> None:
+    import numpy as np
+
+    if any(np.dtype(a.dtype).itemsize == 8 and np.dtype(a.dtype).kind in "fiu" for a in exported.in_avals):
+        import jax
+
+        jax.config.update("jax_enable_x64", True)

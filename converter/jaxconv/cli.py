@@ -1,0 +1,242 @@
+"""The ``jaxconv`` command: to-stablehlo | to-saved-model | to-tflite | to-onnx | check | inspect | list-ops."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+from jaxconv.errors import JaxconvError, UsageError
+
+EXIT_INTERRUPTED = 130
+
+
+def _add_function_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE[:NAME]", help="Python file defining the function (FILE:NAME picks one)")
+    p.add_argument("--fn", dest="fn_name", metavar="NAME", help="function to convert (any callable in the file)")
+    p.add_argument("--specs", nargs="+", metavar="SPEC", default=[],
+                   help="one spec per positional argument: f32[b,784], i32[], or JSON of specs for a pytree")
+    p.add_argument("--constraint", dest="constraints", action="append", default=[], metavar="EXPR",
+                   help="symbolic dimension constraint for jax.export, e.g. 'b >= 2' (repeatable)")
+
+
+def _add_check_args(p: argparse.ArgumentParser, *, optional: bool = True) -> None:
+    if optional:
+        p.add_argument("--no-check", action="store_true", help="skip running the artifact against jax.jit")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default depends on dtype)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default depends on dtype)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxconv",
+        description="Convert jitted JAX functions to StableHLO, TF SavedModel, TFLite and ONNX; every artifact is checked against jax.jit.")
+    parser.add_argument("--debug", action="store_true", default=bool(os.environ.get("JAXCONV_DEBUG")),
+                        help="show tracebacks (also JAXCONV_DEBUG=1)")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("to-stablehlo", help="write OUT.mlir, OUT.mlirbc and OUT.jaxexport")
+    _add_function_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="base path of the three files")
+    p.add_argument("--platforms", default="cpu", help="comma-separated jax.export platforms, e.g. cpu,cuda")
+    _add_check_args(p)
+
+    p = sub.add_parser("to-saved-model", help="TF SavedModel via jax2tf (serving_default signature)")
+    _add_function_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    _add_check_args(p)
+
+    p = sub.add_parser("to-tflite", help="TFLite flatbuffer")
+    _add_function_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.tflite")
+    p.add_argument("--allow-flex", action="store_true", help="allow TF select (flex) ops")
+    p.add_argument("--quantize", choices=["float16", "dynamic-range"], help="post-training quantization")
+    _add_check_args(p)
+
+    p = sub.add_parser("to-onnx", help="ONNX via jaxconv's StableHLO lowering (FILE may be .py, .mlir or .mlirbc)")
+    p.add_argument("file", metavar="FILE[:NAME]", help="Python file, or a StableHLO module (.mlir/.mlirbc)")
+    p.add_argument("--fn", dest="fn_name", metavar="NAME", help="function to convert")
+    p.add_argument("--specs", nargs="+", metavar="SPEC", default=[], help="one spec per positional argument")
+    p.add_argument("--constraint", dest="constraints", action="append", default=[], metavar="EXPR")
+    p.add_argument("--entry", metavar="FUNC", help="for a StableHLO module: the function that becomes the graph")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21; 18..28)")
+    _add_check_args(p)
+
+    p = sub.add_parser("check", help="run an artifact against jax.jit and print per-output errors")
+    p.add_argument("artifact", help=".onnx, .tflite, .jaxexport or SavedModel folder")
+    _add_function_args(p)
+    p.add_argument("--inputs", metavar="X.npz", help="inputs by name (default: seeded random)")
+    p.add_argument("--seed", type=int, default=0)
+    _add_check_args(p, optional=False)
+
+    p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
+    p.add_argument("artifact")
+
+    sub.add_parser("list-ops", help="StableHLO ops the ONNX lowering supports")
+    return parser
+
+
+def _load_program(args: argparse.Namespace):
+    from jaxconv.loading import load_function
+    from jaxconv.program import require_specs, trace
+
+    loaded = load_function(args.file, args.fn_name)
+    require_specs(args.specs)
+    platforms = tuple(p.strip() for p in getattr(args, "platforms", "cpu").split(",") if p.strip())
+    return trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
+                 constraints=args.constraints, platforms=platforms, source_path=loaded.path)
+
+
+def _print_reports(reports: list) -> None:
+    for r in reports:
+        print(r.table())
+
+
+def cmd_to_stablehlo(args: argparse.Namespace) -> int:
+    from jaxconv import api
+    from jaxconv.stablehlo.export import SUFFIXES, base_path
+
+    platforms = [p.strip() for p in args.platforms.split(",") if p.strip()]
+    known = {"cpu", "cuda", "rocm", "tpu"}
+    bad = [p for p in platforms if p not in known]
+    if bad or not platforms:
+        raise UsageError(f"unknown platform(s) {', '.join(bad) or '(none)'} in --platforms; use cpu, cuda, rocm or tpu")
+    program = _load_program(args)
+    reports: list = []
+    try:
+        api.to_stablehlo(program, path=args.output, check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+    finally:
+        _print_reports(reports)
+    base = base_path(args.output)
+    print("wrote " + ", ".join(base + s for s in SUFFIXES))
+    return 0
+
+
+def cmd_to_onnx(args: argparse.Namespace) -> int:
+    from jaxconv import api
+
+    ext = os.path.splitext(args.file)[1].lower()
+    if ext in (".mlir", ".mlirbc"):
+        return _stablehlo_file_to_onnx(args)
+    if args.entry:
+        raise UsageError("--entry applies to StableHLO modules (.mlir/.mlirbc); for a Python file use --fn or FILE:NAME")
+    program = _load_program(args)
+    reports: list = []
+    try:
+        model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
+                            rtol=args.rtol, atol=args.atol, report_to=reports)
+    finally:
+        _print_reports(reports)
+    print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes)")
+    return 0
+
+
+def _stablehlo_file_to_onnx(args: argparse.Namespace) -> int:
+    from jaxconv.onnx import convert
+
+    if not os.path.exists(args.file):
+        raise UsageError(f"file not found: {args.file}")
+    model = convert.stablehlo_file_to_onnx(args.file, args.entry, args.opset)
+    convert.validate(model)
+    convert.save(model, args.output)
+    print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes; "
+          "no JAX function to check against)")
+    return 0
+
+
+def cmd_to_saved_model(args: argparse.Namespace) -> int:
+    from jaxconv import api
+
+    program = _load_program(args)
+    reports: list = []
+    try:
+        api.to_saved_model(program, path=args.output, check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+    finally:
+        _print_reports(reports)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_to_tflite(args: argparse.Namespace) -> int:
+    from jaxconv import api
+
+    program = _load_program(args)
+    reports: list = []
+    try:
+        api.to_tflite(program, path=args.output, allow_flex=args.allow_flex, quantize=args.quantize,
+                      check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+    finally:
+        _print_reports(reports)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from jaxconv import api
+    from jaxconv.runtimes import artifact_kind
+
+    artifact_kind(args.artifact)
+    program = _load_program(args)
+    report = api.check(args.artifact, program, inputs=args.inputs, seed=args.seed, rtol=args.rtol, atol=args.atol)
+    print(report.table())
+    from jaxconv.verify import raise_on_mismatch
+
+    raise_on_mismatch(report)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from jaxconv.inspection import inspect_artifact
+
+    print(inspect_artifact(args.artifact))
+    return 0
+
+
+def cmd_list_ops(args: argparse.Namespace) -> int:
+    from jaxconv.onnx.registry import all_lowerings
+
+    for name, entry in all_lowerings().items():
+        print(f"{name:<40} {entry.family:<12} {', '.join(entry.onnx_ops)}")
+    return 0
+
+
+COMMANDS = {
+    "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
+    "to-tflite": cmd_to_tflite, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from jaxconv import __version__
+
+        print(f"jaxconv {__version__}")
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except JaxconvError as e:
+        if args.debug:
+            raise
+        print(f"jaxconv: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("jaxconv: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # an internal bug: say so on one line
+        if args.debug:
+            raise
+        print(f"jaxconv: internal error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""One exception hierarchy for jaxconv; every class carries the CLI exit code it maps to."""
+
+from __future__ import annotations
+
+
+class JaxconvError(Exception):
+    """Base class of every error jaxconv reports to a user.
+
+    Attributes:
+        exit_code: process exit status the CLI uses for this error.
+    """
+
+    exit_code = 1
+
+
+class UsageError(JaxconvError):
+    """Wrong command-line use: missing argument, bad flag value, wrong number of specs."""
+
+    exit_code = 2
+
+
+class SpecError(UsageError):
+    """A shape/dtype spec that does not parse; the message points at the bad character."""
+
+    exit_code = 3
+
+
+class FileLoadError(JaxconvError):
+    """The user's file is missing, does not import, or has no such function."""
+
+    exit_code = 4
+
+
+class TraceError(JaxconvError):
+    """The function failed to trace or export with the given specs."""
+
+    exit_code = 5
+
+
+class UnsupportedError(JaxconvError):
+    """The program uses ops, dtypes or attributes a target cannot represent."""
+
+    exit_code = 6
+
+
+class ConversionError(JaxconvError):
+    """A converter (ours, TFLite's, tf2onnx) failed for another reason."""
+
+    exit_code = 7
+
+
+class ArtifactError(JaxconvError):
+    """An artifact cannot be read, loaded, or run."""
+
+    exit_code = 8
+
+
+class MismatchError(JaxconvError):
+    """An artifact ran but its outputs differ from jax.jit beyond tolerance."""
+
+    exit_code = 9
+
+
+class MissingDependencyError(JaxconvError):
+    """An optional package (TensorFlow, LiteRT, ...) is not installed."""
+
+    exit_code = 10

@@ -1,0 +1,1 @@
+"""StableHLO -> ONNX lowering (registry, context, driver, ops/<family>.py, passes)."""

@@ -1,0 +1,98 @@
+"""Entry points of the ONNX target: a traced Program or a StableHLO file to an ONNX model."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import onnx
+
+from jaxconv.errors import ArtifactError, UsageError
+from jaxconv.onnx.driver import DEFAULT_OPSET, MIN_OPSET, GraphIO, lower_module
+from jaxconv.program import Program
+
+MAX_OPSET = 28
+
+
+def check_opset(opset: int | None) -> int:
+    """Validate --opset; None means the default."""
+    if opset is None:
+        return DEFAULT_OPSET
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UsageError(f"--opset {opset} is out of range: jaxconv emits opsets {MIN_OPSET}..{MAX_OPSET}")
+    return opset
+
+
+def program_to_onnx(program: Program, opset: int | None = None) -> onnx.ModelProto:
+    """Lower a traced program; graph inputs/outputs follow the program's signature."""
+    from jaxconv.stablehlo.reader import read_module
+
+    opset = check_opset(opset)
+    module = read_module(program.exported.mlir_module_serialized)
+    kept = program.kept_inputs
+    position = {flat: k for k, flat in enumerate(kept)}
+    inputs = [GraphIO(t.name, t.dtype, t.shape, position.get(i)) for i, t in enumerate(program.signature.inputs)]
+    outputs = [GraphIO(t.name, t.dtype, t.shape) for t in program.signature.outputs]
+    meta = {"jaxconv.signature": json.dumps(program.signature.to_json()), "jaxconv.function": program.name}
+    return lower_module(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name, metadata=meta)
+
+
+def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | None = None) -> onnx.ModelProto:
+    """Lower a ``.mlir``/``.mlirbc`` module from any frontend; ``entry``'s arguments become inputs."""
+    from jaxconv.stablehlo.reader import read_module
+
+    opset = check_opset(opset)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path}: {e.strerror}") from None
+    module = read_module(data if data[:4] in (b"ML\xefR",) else data.decode("utf-8", "replace"))
+    try:
+        fn = module.entry(entry)
+    except KeyError:
+        names = ", ".join(module.functions) or "none"
+        raise UsageError(f"{path} has no function {entry or 'main'!r} (functions: {names}); pick one with --entry") from None
+    inputs = []
+    for i, arg in enumerate(fn.body.args):
+        name = _arg_name(fn, i)
+        dims = tuple(d if d is not None else f"d{i}_{k}" for k, d in enumerate(arg.type.shape))
+        inputs.append(GraphIO(name, arg.type.dtype, dims, i))
+    outputs = [GraphIO(f"output_{i}", v.type.dtype, tuple(d if d is not None else f"r{i}_{k}" for k, d in enumerate(v.type.shape)))
+               for i, v in enumerate(fn.body.returns)]
+    graph_name = os.path.splitext(os.path.basename(path))[0]
+    return lower_module(module, inputs=inputs, outputs=outputs, entry=fn.name, opset=opset, graph_name=graph_name)
+
+
+def _arg_name(fn, i: int) -> str:
+    import re
+
+    from jaxconv.signature import sanitize
+
+    loc = fn.arg_locations[i] if i < len(fn.arg_locations) else ""
+    m = re.fullmatch(r'loc\("([^"]+)"\)', loc)
+    return sanitize(m.group(1)) if m else f"arg{i}"
+
+
+def save(model: onnx.ModelProto, path: str) -> None:
+    """Save atomically; models over 2 GB get external data beside the file."""
+    from jaxconv.artifacts import atomic_file
+
+    size = model.ByteSize()
+    with atomic_file(path) as tmp:
+        if size > 2_000_000_000:
+            data_name = os.path.basename(path) + ".data"
+            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=data_name)
+            os.replace(os.path.join(os.path.dirname(tmp), data_name), os.path.join(os.path.dirname(path) or ".", data_name))
+        else:
+            onnx.save_model(model, tmp)
+
+
+def validate(model: onnx.ModelProto) -> None:
+    """onnx.checker (full check, with shape inference)."""
+    from jaxconv.errors import ConversionError
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:
+        raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from None

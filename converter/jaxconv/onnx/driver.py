@@ -1,0 +1,134 @@
+"""Lower a StableHLO module to an ONNX ModelProto."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import onnx
+from onnx import helper
+
+from jaxconv.errors import ConversionError, JaxconvError, UnsupportedError
+from jaxconv.onnx import dtypes as dt
+from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.preflight import preflight
+from jaxconv.onnx.registry import lookup
+from jaxconv.stablehlo import ir as hir
+
+DEFAULT_OPSET = 21
+MIN_OPSET = 18
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    """One graph input or output.
+
+    Attributes:
+        name: ONNX name.
+        dtype: dtype name.
+        dims: ints and dim_param strings (symbolic dims).
+        arg_index: for inputs, the index of the entry function argument it feeds, or None
+            when the function does not use it (it stays a graph input all the same).
+    """
+
+    name: str
+    dtype: str
+    dims: tuple[Any, ...]
+    arg_index: int | None = None
+
+
+def lower_ops(ctx: LoweringContext, ops: Sequence[hir.Op]) -> None:
+    """Lower ops in order, binding their results in the current scope."""
+    for op in ops:
+        ctx.current_op = op
+        if op.name == "func.call":
+            outs = lower_call(ctx, op)
+        else:
+            lowering = lookup(op.name)
+            if lowering is None:
+                raise UnsupportedError(f"no ONNX lowering for {op.name} at {hir.short_location(op.location) or 'unknown location'}")
+            inputs = [ctx.name_of(v) for v in op.operands]
+            try:
+                outs = lowering.fn(ctx, op, inputs)
+            except JaxconvError:
+                raise
+            except Exception as e:
+                loc = hir.short_location(op.location)
+                raise ConversionError(f"lowering {op.name}{' at ' + loc if loc else ''} failed: {type(e).__name__}: {e}") from e
+        if outs is None:
+            outs = []
+        elif isinstance(outs, str):
+            outs = [outs]
+        if len(outs) != len(op.results):
+            raise ConversionError(f"internal: lowering of {op.name} gave {len(outs)} results, expected {len(op.results)}")
+        for value, name in zip(op.results, outs):
+            ctx.bind(value, name)
+
+
+def lower_call(ctx: LoweringContext, op: hir.Op) -> list[str]:
+    """Inline a func.call."""
+    callee = ctx.module.functions.get(op.attrs["callee"])
+    if callee is None:
+        raise ConversionError(f"call to unknown function @{op.attrs['callee']}")
+    if ctx.call_depth > 64:
+        raise UnsupportedError(f"recursive call to @{callee.name}")
+    ctx.call_depth += 1
+    try:
+        return ctx.lower_block(callee.body, [ctx.name_of(v) for v in op.operands])
+    finally:
+        ctx.call_depth -= 1
+
+
+def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
+                 entry: str | None = None, opset: int = DEFAULT_OPSET,
+                 graph_name: str = "jaxconv", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
+    """Lower ``module``'s entry function to an ONNX model.
+
+    Raises:
+        UnsupportedError: listing every unsupported op/dtype, before anything is lowered.
+    """
+    fn = module.entry(entry)
+    preflight(module, fn)
+    ctx = LoweringContext(module, opset)
+    graph_inputs = []
+    bound: list[str | None] = [None] * len(fn.body.args)
+    for io in inputs:
+        graph_inputs.append(helper.make_tensor_value_info(io.name, dt.onnx_type(io.dtype), list(io.dims)))
+        if io.arg_index is not None:
+            bound[io.arg_index] = io.name
+    missing = [i for i, b in enumerate(bound) if b is None]
+    if missing:
+        raise ConversionError(f"internal: entry arguments {missing} have no graph input")
+    results = ctx.lower_block(fn.body, bound)  # type: ignore[arg-type]
+    if len(results) != len(outputs):
+        raise ConversionError(f"internal: function returns {len(results)} values, signature has {len(outputs)}")
+    graph_outputs = []
+    used_names = {io.name for io in inputs}
+    for io, name in zip(outputs, results):
+        if name != io.name:
+            src = name
+            ctx.scope.nodes.append(helper.make_node("Identity", [src], [io.name], name=ctx.fresh("n_output")))
+        used_names.add(io.name)
+        graph_outputs.append(helper.make_tensor_value_info(io.name, dt.onnx_type(io.dtype), list(io.dims)))
+    graph = helper.make_graph(ctx.scope.nodes, graph_name, graph_inputs, graph_outputs, initializer=ctx.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="jaxconv", producer_version=_version())
+    model.ir_version = min(model.ir_version, _max_ir_version(opset))
+    for k, v in (metadata or {}).items():
+        entry_ = model.metadata_props.add()
+        entry_.key, entry_.value = k, v
+    from jaxconv.onnx.passes import optimize
+
+    return optimize(model)
+
+
+def _version() -> str:
+    from jaxconv import __version__
+
+    return __version__
+
+
+def _max_ir_version(opset: int) -> int:
+    """Highest IR version onnxruntime accepts alongside ``opset`` (ORT lags onnx by a version)."""
+    table = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11, 25: 12, 26: 12, 27: 13, 28: 13}
+    return table.get(opset, 10)

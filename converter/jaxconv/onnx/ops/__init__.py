@@ -1,0 +1,14 @@
+"""Lowering families. Importing this package registers every lowering."""
+
+from jaxconv.onnx.ops import (  # noqa: F401
+    composites,
+    control,
+    convolution,
+    elementwise,
+    indexing,
+    linalg,
+    reduce,
+    shape,
+    sort,
+    special,
+)

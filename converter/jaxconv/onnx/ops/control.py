@@ -1,0 +1,3 @@
+"""control lowerings."""
+
+from __future__ import annotations

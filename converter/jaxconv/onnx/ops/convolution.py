@@ -1,0 +1,3 @@
+"""convolution lowerings."""
+
+from __future__ import annotations

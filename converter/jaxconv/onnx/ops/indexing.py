@@ -1,0 +1,3 @@
+"""indexing lowerings."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""sort lowerings."""
+
+from __future__ import annotations

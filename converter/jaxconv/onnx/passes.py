@@ -1,0 +1,127 @@
+"""Graph clean-up after lowering: dead-code removal, constant folding, identity removal."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from jaxconv.onnx.context import make_tensor
+
+FOLD_MAX_ELEMENTS = 1 << 16
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Loop", "If", "Scan"}
+
+
+def subgraph_inputs(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs read from the outer scope (and their own names)."""
+    names: set[str] = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            for n in g.node:
+                names.update(n.input)
+                names.update(subgraph_inputs(n))
+            names.update(o.name for o in g.output)
+    return names
+
+
+def _consumers(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    used: set[str] = set()
+    for n in nodes:
+        used.update(i for i in n.input if i)
+        used.update(subgraph_inputs(n))
+    return used
+
+
+def remove_dead_nodes(graph: onnx.GraphProto) -> None:
+    """Drop nodes whose outputs nobody reads, and unused initializers."""
+    outputs = {o.name for o in graph.output}
+    nodes = list(graph.node)
+    while True:
+        used = _consumers(nodes) | outputs
+        keep = [n for n in nodes if any(o in used for o in n.output if o)]
+        if len(keep) == len(nodes):
+            break
+        nodes = keep
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = _consumers(nodes) | outputs
+    inits = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+
+
+def fold_constants(model: onnx.ModelProto) -> None:
+    """Evaluate nodes whose inputs are all initializers (small results only)."""
+    graph = model.graph
+    consts = {t.name: t for t in graph.initializer}
+    if not any(all(i in consts for i in n.input if i) for n in graph.node if n.op_type not in _NO_FOLD):
+        return
+    from onnx.reference import ReferenceEvaluator
+
+    opset = model.opset_import
+    new_nodes = []
+    for node in graph.node:
+        ins = [i for i in node.input if i]
+        if node.op_type in _NO_FOLD or node.domain not in ("", "ai.onnx") or not all(i in consts for i in ins) or not ins:
+            new_nodes.append(node)
+            continue
+        try:
+            values = _evaluate(node, consts, opset)
+        except Exception:
+            new_nodes.append(node)
+            continue
+        if values is None or any(v.size > FOLD_MAX_ELEMENTS for v in values):
+            new_nodes.append(node)
+            continue
+        for name, value in zip(node.output, values):
+            t = make_tensor(value, name)
+            consts[name] = t
+            graph.initializer.append(t)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+
+def _evaluate(node: onnx.NodeProto, consts: dict[str, onnx.TensorProto], opset) -> list[np.ndarray] | None:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    if any(consts[i].data_type == onnx.TensorProto.BFLOAT16 for i in node.input if i):
+        return None
+    inputs = [i for i in node.input if i]
+    g = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o],
+                          initializer=[consts[i] for i in set(inputs)])
+    m = helper.make_model(g, opset_imports=list(opset))
+    outs = ReferenceEvaluator(m).run(None, {})
+    return [np.asarray(o) for o in outs]
+
+
+def remove_output_identities(graph: onnx.GraphProto) -> None:
+    """Rename a producer's output to the graph output name instead of keeping an Identity."""
+    graph_inputs = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    outputs = [o.name for o in graph.output]
+    producers = {o: n for n in graph.node for o in n.output}
+    for node in list(graph.node):
+        if node.op_type != "Identity" or node.output[0] not in outputs:
+            continue
+        src = node.input[0]
+        if src in graph_inputs or src in outputs or src not in producers:
+            continue
+        others = [n for n in graph.node if n is not node and (src in n.input or src in subgraph_inputs(n))]
+        if others:
+            continue
+        producer = producers[src]
+        for k, o in enumerate(producer.output):
+            if o == src:
+                producer.output[k] = node.output[0]
+        graph.node.remove(node)
+
+
+def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Run the clean-up passes in place and return the model."""
+    fold_constants(model)
+    remove_dead_nodes(model.graph)
+    remove_output_identities(model.graph)
+    return model

@@ -1,0 +1,113 @@
+"""Program: a user function traced once with jax.export, shared by every target."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from jaxconv.errors import TraceError, UsageError
+from jaxconv.signature import Signature, input_infos, output_infos
+
+
+@dataclass
+class Program:
+    """A traced function.
+
+    Attributes:
+        fn: the user's callable.
+        name: function name (used for artifact names).
+        arg_specs: one ShapeDtypeStruct pytree per positional argument.
+        exported: the ``jax.export.Exported`` (CPU unless other platforms were asked for).
+        signature: flat input/output names shared by every target.
+        source_path: the user's file, for error messages.
+        constraints: symbolic-dimension constraints used.
+    """
+
+    fn: Callable[..., Any]
+    name: str
+    arg_specs: list[Any]
+    exported: Any
+    signature: Signature
+    source_path: str | None = None
+    constraints: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ("cpu",)
+    _jitted: Any = field(default=None, repr=False)
+
+    @property
+    def jitted(self) -> Any:
+        import jax
+
+        if self._jitted is None:
+            self._jitted = jax.jit(self.fn)
+        return self._jitted
+
+    @property
+    def kept_inputs(self) -> tuple[int, ...]:
+        """Indices of flat inputs the exported module still takes (jax.export drops unused ones)."""
+        return tuple(sorted(self.exported.module_kept_var_idx))
+
+
+def _enable_x64_if_needed(specs: Sequence[Any]) -> None:
+    from jaxconv.specs import needs_x64
+
+    if needs_x64(specs):
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+
+
+def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = None,
+          param_names: Sequence[str] | None = None, constraints: Sequence[str] = (),
+          platforms: Sequence[str] = ("cpu",), source_path: str | None = None) -> Program:
+    """Export ``fn`` with jax.export for the given specs.
+
+    Args:
+        specs: spec strings, parsed specs, or ShapeDtypeStruct pytrees; one per positional argument.
+
+    Raises:
+        SpecError: a spec does not parse.
+        UsageError: the number of specs does not match the function.
+        TraceError: tracing or exporting fails; the message names the user's file:line.
+    """
+    import jax
+    from jax import export
+
+    from jaxconv.loading import positional_params
+    from jaxconv.specs import check_spec_count, parse_spec, to_shape_dtype_structs
+
+    parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    _enable_x64_if_needed(parsed)
+    arg_specs = to_shape_dtype_structs(parsed, constraints)
+    fn_name = name or getattr(fn, "__name__", None) or "fn"
+    if param_names is None:
+        param_names = positional_params(fn)
+    if param_names is not None:
+        check_spec_count(len(arg_specs), len(param_names), fn_name, param_names)
+    jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
+    try:
+        exported = export.export(jitted, platforms=tuple(platforms))(*arg_specs)
+    except Exception as e:
+        raise TraceError(_trace_message(fn_name, e, source_path)) from e
+    signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
+    return Program(fn=fn, name=fn_name, arg_specs=list(arg_specs), exported=exported, signature=signature,
+                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), _jitted=jitted)
+
+
+def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> str:
+    import traceback
+
+    where = ""
+    frames = traceback.extract_tb(e.__traceback__)
+    if source_path is not None:
+        mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(source_path)]
+        if mine:
+            where = f" at {mine[-1].filename}:{mine[-1].lineno}"
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}"
+
+
+def require_specs(specs: Sequence[Any]) -> None:
+    if not specs:
+        raise UsageError("no --specs given: pass one spec per positional argument, e.g. --specs f32[b,784]")

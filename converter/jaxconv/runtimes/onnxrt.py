@@ -1,0 +1,70 @@
+"""Run an ONNX model with ONNX Runtime (CPU), bfloat16 inputs and outputs included."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from jaxconv.errors import ArtifactError
+
+_BF16 = 16  # TensorProto.BFLOAT16
+
+
+class OnnxRunner:
+    kind = "onnx"
+
+    def __init__(self, path_or_bytes: str | bytes) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
+            raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self._bf16_out = [o.type == "tensor(bfloat16)" for o in self.session.get_outputs()]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        if len(inputs) != len(self.input_names):
+            raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
+        try:
+            if any(np.asarray(a).dtype.name == "bfloat16" for a in inputs) or any(self._bf16_out):
+                return self._run_bound(inputs)
+            feed = {n: np.asarray(a) for n, a in zip(self.input_names, inputs)}
+            return [np.asarray(o) for o in self.session.run(self.output_names, feed)]
+        except ort.capi.onnxruntime_pybind11_state.Fail as e:  # type: ignore[attr-defined]
+            raise ArtifactError(f"ONNX Runtime failed while running: {str(e).strip()[:300]}") from None
+        except Exception as e:
+            if isinstance(e, ArtifactError):
+                raise
+            raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {str(e).strip()[:300]}") from None
+
+    def _run_bound(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import ml_dtypes
+        import onnxruntime as ort
+
+        binding = self.session.io_binding()
+        for name, a in zip(self.input_names, inputs):
+            a = np.ascontiguousarray(a)
+            if a.dtype.name == "bfloat16":
+                value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), onnx_element_type=_BF16)
+            else:
+                value = ort.OrtValue.ortvalue_from_numpy(a)
+            binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name)
+        self.session.run_with_iobinding(binding)
+        outs = []
+        for value, is_bf16 in zip(binding.get_outputs(), self._bf16_out):
+            if is_bf16:
+                raw = np.frombuffer(bytes(value.as_bytes()) if hasattr(value, "as_bytes") else value.numpy().tobytes(), np.uint16)
+                outs.append(raw.reshape(value.shape()).view(ml_dtypes.bfloat16))
+            else:
+                outs.append(value.numpy())
+        return outs

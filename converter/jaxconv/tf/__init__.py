@@ -1,0 +1,1 @@
+"""TensorFlow targets: SavedModel via jax2tf, TFLite conversion."""

@@ -1,0 +1,189 @@
+"""Check an artifact against jax.jit, output by output, on seeded random inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from jaxconv.errors import ArtifactError, MismatchError, UsageError
+from jaxconv.signature import Signature, TensorInfo
+
+# (rtol, atol) per dtype; integers and bools must match exactly.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2),
+}
+SYMBOLIC_SIZES = (2, 5)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class CheckReport:
+    """Result of comparing one artifact with jax.jit (possibly at several symbolic sizes)."""
+
+    artifact: str
+    runtime: str
+    rows: list[OutputCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+    def table(self) -> str:
+        head = f"{'output':<14} {'dtype':<9} {'shape':<16} {'max abs err':>12} {'max rel err':>12}  result"
+        lines = [f"check {self.artifact} ({self.runtime}) against jax.jit", head]
+        for r in self.rows:
+            lines.append(f"{r.name:<14} {r.dtype:<9} {str(list(r.shape)):<16} {r.max_abs:>12.3g} {r.max_rel:>12.3g}  "
+                         f"{'ok' if r.ok else 'MISMATCH'}{' ' + r.note if r.note else ''}")
+        return "\n".join(lines)
+
+
+def _dim_sizes(signature: Signature, size: int) -> dict[str, int]:
+    """A value for each symbolic name; expressions (2*b) are evaluated from their names."""
+    names: dict[str, int] = {}
+    for t in signature.inputs:
+        for d in t.shape:
+            if isinstance(d, str) and d.isidentifier():
+                names.setdefault(d, size)
+    return names
+
+
+def concrete_shape(shape: Sequence[int | str], sizes: dict[str, int]) -> tuple[int, ...]:
+    out = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif d in sizes:
+            out.append(sizes[d])
+        else:
+            out.append(int(eval(d.replace("floordiv", "_fd").replace("mod", "_md"), {"__builtins__": {}},  # noqa: S307
+                                {**sizes, "_fd": lambda a, b: a // b, "_md": lambda a, b: a % b, "max": max, "min": min})))
+    return tuple(out)
+
+
+def random_array(info: TensorInfo, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Seeded values suited to the dtype (normal floats, small ints, random bools)."""
+    from jaxconv.onnx.dtypes import numpy_dtype
+
+    dtype = numpy_dtype(info.dtype)
+    if info.dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo = 0 if dtype.kind == "u" else -8
+        return rng.integers(lo, 9, size=shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def make_inputs(signature: Signature, seed: int = 0, size: int = SYMBOLIC_SIZES[0]) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = _dim_sizes(signature, size)
+    return [random_array(t, concrete_shape(t.shape, sizes), rng) for t in signature.inputs]
+
+
+def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
+    """Inputs from an .npz keyed by input name (or arr_0.. in order)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as e:
+        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+    out = []
+    for i, t in enumerate(signature.inputs):
+        key = t.name if t.name in data else f"arr_{i}"
+        if key not in data:
+            raise UsageError(f"{path} has no array named {t.name!r} (has: {', '.join(data.files)})")
+        out.append(np.asarray(data[key]))
+    return out
+
+
+def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """jax.jit(fn) on flat inputs rebuilt into the argument pytrees."""
+    import jax
+
+    treedef = jax.tree_util.tree_structure(list(arg_specs))
+    args = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in flat_inputs])
+    out = jax.jit(fn)(*args)
+    return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
+
+
+def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | None = None,
+            atol: float | None = None) -> OutputCheck:
+    """Compare one output; NaNs must sit in the same places, dtypes and shapes must agree."""
+    dtype = expected.dtype.name
+    if actual.shape != expected.shape:
+        return OutputCheck(name, dtype, expected.shape, float("inf"), float("inf"), False,
+                           f"shape {list(actual.shape)} != {list(expected.shape)}")
+    note = ""
+    if actual.dtype != expected.dtype:
+        note = f"(dtype {actual.dtype.name})"
+    default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    if expected.size == 0:
+        return OutputCheck(name, dtype, expected.shape, 0.0, 0.0, actual.dtype == expected.dtype or not note, note)
+    if expected.dtype.kind in "fcV" or dtype == "bfloat16":
+        e = expected.astype(np.float64) if expected.dtype.kind != "c" else expected.astype(np.complex128)
+        a = actual.astype(e.dtype)
+        nan_e, nan_a = np.isnan(e), np.isnan(a)
+        same_nan = bool(np.array_equal(nan_e, nan_a))
+        finite = ~nan_e & ~nan_a
+        with np.errstate(invalid="ignore", over="ignore"):
+            both_inf_equal = (e == a)
+            diff = np.where(both_inf_equal, 0.0, np.abs(e - a))
+        diff = np.where(finite, diff, 0.0)
+        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float(np.where(diff > 0, rel, 0).max()) if diff.size else 0.0
+        ok = same_nan and bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, e, 0))))
+        if not same_nan:
+            note = (note + " NaN positions differ").strip()
+    else:
+        diff = np.abs(expected.astype(np.float64) - actual.astype(np.float64))
+        max_abs = float(diff.max())
+        max_rel = float((diff / np.maximum(np.abs(expected.astype(np.float64)), 1)).max())
+        ok = bool(np.all(diff <= atol + rtol * np.abs(expected.astype(np.float64))))
+    return OutputCheck(name, dtype, expected.shape, max_abs, max_rel, ok and not note.startswith("(dtype"), note)
+
+
+def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Signature,
+                 *, inputs: Sequence[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
+                 atol: float | None = None) -> CheckReport:
+    """Run ``runner`` and jax.jit on the same inputs and compare every output.
+
+    Symbolic dimensions are tried at each size in SYMBOLIC_SIZES.
+    """
+    report = CheckReport(artifact=artifact, runtime=runner.kind)
+    symbolic = any(t.symbolic for t in signature.inputs)
+    trials = [list(inputs)] if inputs is not None else [
+        make_inputs(signature, seed + k, size) for k, size in enumerate(SYMBOLIC_SIZES if symbolic else SYMBOLIC_SIZES[:1])]
+    for flat in trials:
+        expected = reference_outputs(fn, arg_specs, flat)
+        actual = runner.run(flat)
+        if len(actual) != len(expected):
+            raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
+        for info, e, a in zip(signature.outputs, expected, actual):
+            report.rows.append(compare(info.name, e, np.asarray(a), rtol, atol))
+    return report
+
+
+def raise_on_mismatch(report: CheckReport) -> None:
+    if report.ok:
+        return
+    bad = [r for r in report.rows if not r.ok]
+    first = bad[0]
+    raise MismatchError(
+        f"{report.artifact} was written but is WRONG: output {first.name} differs from jax.jit "
+        f"(max abs err {first.max_abs:.3g}, max rel err {first.max_rel:.3g}{', ' + first.note if first.note else ''}); "
+        f"{len(bad)} of {len(report.rows)} output checks failed")
