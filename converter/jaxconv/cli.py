@@ -72,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     _add_check_args(p, optional=False)
 
+    p = sub.add_parser("to-cpp", help="model.onnx + model.h/.cc + CMakeLists.txt: a C++ library on ONNX Runtime")
+    _add_function_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--name", help="class and library name (default: the function name)")
+    p.add_argument("--embed", action="store_true", help="embed the model bytes in the library")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
+    _add_check_args(p)
+
     p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
     p.add_argument("artifact")
 
@@ -188,6 +196,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_to_cpp(args: argparse.Namespace) -> int:
+    from jaxconv.cpp.project import write_project
+
+    program = _load_program(args)
+    written = write_project(program, args.output, name=args.name, embed=args.embed, opset=args.opset,
+                            check=not args.no_check, rtol=args.rtol, atol=args.atol)
+    print(f"wrote {', '.join(written)}")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from jaxconv.inspection import inspect_artifact
 
@@ -205,7 +223,7 @@ def cmd_list_ops(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
-    "to-tflite": cmd_to_tflite, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
+    "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
 }
 
 

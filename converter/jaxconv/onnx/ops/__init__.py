@@ -1,6 +1,7 @@
 """Lowering families. Importing this package registers every lowering."""
 
 from jaxconv.onnx.ops import (  # noqa: F401
+    bitwise,
     composites,
     control,
     convolution,

@@ -1,0 +1,1 @@
+"""C++ deployment: generated header/source/CMake project on ONNX Runtime."""

@@ -1,0 +1,72 @@
+"""Test helper: lower a JAX function to ONNX and compare ONNX Runtime with jax.jit on given inputs.
+
+Every call records the StableHLO ops it lowered, so the coverage check in conftest.py can tell
+which registered lowerings the tests exercise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+OPS_SEEN_ENV = "JAXCONV_TEST_OPS_SEEN_DIR"
+
+
+def _spec_of(a: Any) -> Any:
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), a)
+
+
+def record_ops(program: Any) -> set[str]:
+    """Names of every StableHLO op the program's ONNX lowering walks (written for the coverage check)."""
+    from jaxconv.onnx.preflight import reachable_ops
+    from jaxconv.stablehlo.reader import read_module
+
+    module = read_module(program.exported.mlir_module_serialized)
+    names = {op.name for op in reachable_ops(module, module.entry())}
+    folder = os.environ.get(OPS_SEEN_ENV)
+    if folder:
+        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
+            f.write("\n".join(sorted(names)) + "\n")
+    return names
+
+
+def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None,
+                            opset: int | None = None, rtol: float | None = None, atol: float | None = None,
+                            inputs_for_run: Sequence[Sequence[Any]] | None = None):
+    """Export ``fn`` (specs default to the args' shapes), lower to ONNX, check with onnx.checker,
+    run in ONNX Runtime on ``args`` (and on each extra flat input list in ``inputs_for_run``),
+    and assert every output equals jax.jit(fn) within tolerance. Returns the ONNX model.
+    """
+    import jax
+
+    from jaxconv.onnx.convert import program_to_onnx, validate
+    from jaxconv.program import trace
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+    from jaxconv.verify import compare, reference_outputs
+
+    arg_specs = list(specs) if specs is not None else [_spec_of(a) for a in args]
+    program = trace(fn, arg_specs)
+    record_ops(program)
+    model = program_to_onnx(program, opset)
+    validate(model)
+    runner = OnnxRunner(model.SerializeToString())
+    runs = [jax.tree_util.tree_leaves(list(args))] + [list(r) for r in (inputs_for_run or [])]
+    for flat in runs:
+        flat = [np.asarray(a) for a in flat]
+        expected = reference_outputs(fn, program.arg_specs, flat)
+        actual = runner.run(flat)
+        assert len(actual) == len(expected)
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            result = compare(f"output_{i}", e, np.asarray(a), rtol, atol)
+            assert result.ok, (f"output_{i} differs from jax.jit: max abs {result.max_abs:.3g}, max rel "
+                               f"{result.max_rel:.3g} {result.note}\nexpected={e!r}\nactual={np.asarray(a)!r}")
+    return model
+
+
+def onnx_op_types(model: Any) -> list[str]:
+    """Op types of the model's top-level nodes (for structural assertions)."""
+    return [n.op_type for n in model.graph.node]
