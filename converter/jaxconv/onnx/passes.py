@@ -119,8 +119,82 @@ def remove_output_identities(graph: onnx.GraphProto) -> None:
         graph.node.remove(node)
 
 
+def _rename_inputs(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in renames:
+                node.input[k] = renames[name]
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _rename_inputs(g, renames)
+                for o in g.output:
+                    if o.name in renames:
+                        # a subgraph output that is an outer value: route through Identity
+                        g.node.append(onnx.helper.make_node("Identity", [renames[o.name]], [o.name]))
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def eliminate_common_subexpressions(graph: onnx.GraphProto) -> None:
+    """Merge nodes with the same op, inputs and attributes (repeated shape arithmetic, casts)."""
+    outputs = {o.name for o in graph.output}
+    seen: dict[tuple, list[str]] = {}
+    renames: dict[str, str] = {}
+    keep = []
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in renames:
+                node.input[k] = renames[name]
+        if _has_subgraph(node) or node.op_type in _NO_FOLD:
+            keep.append(node)
+            continue
+        key = (node.domain, node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
+        prev = seen.get(key)
+        if prev is not None and len(prev) == len(node.output) and not any(o in outputs for o in node.output):
+            renames.update({o: p for o, p in zip(node.output, prev) if o})
+            continue
+        seen.setdefault(key, list(node.output))
+        keep.append(node)
+    if renames:
+        del graph.node[:]
+        graph.node.extend(keep)
+        _rename_inputs(graph, renames)
+
+
+def remove_noop_casts(model: onnx.ModelProto) -> None:
+    """Drop Cast nodes whose input already has the target type."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        return
+    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    types.update({t.name: t.data_type for t in model.graph.initializer})
+    outputs = {o.name for o in model.graph.output}
+    renames: dict[str, str] = {}
+    keep = []
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in renames:
+                node.input[k] = renames[name]
+        if node.op_type == "Cast" and node.output[0] not in outputs:
+            to = next(a.i for a in node.attribute if a.name == "to")
+            if types.get(node.input[0]) == to:
+                renames[node.output[0]] = node.input[0]
+                continue
+        keep.append(node)
+    if renames:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        _rename_inputs(model.graph, renames)
+
+
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """Run the clean-up passes in place and return the model."""
+    fold_constants(model)
+    eliminate_common_subexpressions(model.graph)
+    remove_noop_casts(model)
     fold_constants(model)
     remove_dead_nodes(model.graph)
     remove_output_identities(model.graph)
