@@ -91,7 +91,7 @@ def public_functions(module: Any) -> list[str]:
         if name.startswith("_") or inspect.isclass(value) or inspect.ismodule(value) or not callable(value):
             continue
         inner = inspect.unwrap(value) if hasattr(value, "__wrapped__") else value
-        if getattr(inner, "__module__", None) == module.__name__:
+        if inspect.isfunction(inner) and getattr(inner, "__module__", None) == module.__name__:
             names.append(name)
     return names
 
