@@ -1,0 +1,209 @@
+"""TF SavedModel via jax2tf: one ``serving_default`` signature with the program's flat names.
+
+Also home of the TensorFlow set-up shared by the TF targets and runtimes: a quiet import and a
+file-descriptor level capture of what TF's C++ code writes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from typing import Any, Iterator
+
+from jaxconv.errors import ConversionError, MissingDependencyError, UnsupportedError
+from jaxconv.program import Program
+
+SIGNATURE_FILE = "jaxconv_signature.json"
+SIGNATURE_KEY = "serving_default"
+
+_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "3",
+              "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow without its log output.
+
+    Raises:
+        MissingDependencyError: TensorFlow is not installed.
+    """
+    for key, value in _QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        with quiet_stderr():
+            import tensorflow as tf
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"TensorFlow is needed for this target ({e}); install it with: pip install 'jaxconv[tf]'") from None
+    tf.get_logger().setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:
+        pass
+    return tf
+
+
+class CapturedText:
+    """What was written to a file descriptor inside a ``quiet_stderr`` block (filled on exit)."""
+
+    text: str = ""
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[CapturedText]:
+    """Send everything written to fd 2 (C++ logging included) to a buffer for the block's duration."""
+    captured = CapturedText()
+    try:
+        fd = os.dup(2)
+    except OSError:  # no usable stderr: nothing to silence
+        yield captured
+        return
+    with tempfile.TemporaryFile(mode="w+b") as buf:
+        try:
+            os.dup2(buf.fileno(), 2)
+            yield captured
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            buf.seek(0)
+            captured.text = buf.read().decode("utf-8", "replace")
+
+
+def polymorphic_shapes(program: Program) -> list[str]:
+    """One jax2tf shape string per flat input, e.g. ``(b, 784)``."""
+    out = []
+    for t in program.signature.inputs:
+        dims = ", ".join(str(d) for d in t.shape)
+        out.append(f"({dims},)" if len(t.shape) == 1 else f"({dims})")
+    return out
+
+
+def tensor_specs(program: Program) -> list[Any]:
+    """``tf.TensorSpec`` per flat input, named after the input, ``None`` for symbolic dims.
+
+    Raises:
+        UnsupportedError: an input dtype has no TensorFlow type.
+    """
+    tf = import_tensorflow()
+    specs = []
+    for t in program.signature.inputs:
+        try:
+            dtype = tf.as_dtype(_numpy_dtype(t.dtype))
+        except TypeError:
+            raise UnsupportedError(f"TensorFlow has no {t.dtype} type (input {t.name})") from None
+        specs.append(tf.TensorSpec([d if isinstance(d, int) else None for d in t.shape], dtype, name=t.name))
+    return specs
+
+
+def _numpy_dtype(name: str) -> Any:
+    import numpy as np
+
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def flat_function(program: Program) -> Any:
+    """The user's function taking flat inputs and returning its flat outputs as a list."""
+    import jax
+
+    treedef = jax.tree_util.tree_structure(list(program.arg_specs))
+    fn = program.fn
+
+    def flat(*inputs: Any) -> list[Any]:
+        args = jax.tree_util.tree_unflatten(treedef, list(inputs))
+        return jax.tree_util.tree_leaves(fn(*args))
+
+    flat.__name__ = program.name
+    return flat
+
+
+def tf_function(program: Program) -> tuple[Any, Any]:
+    """A ``tf.function`` serving the program (jax2tf, native serialization) and its concrete function.
+
+    The function takes the flat inputs by name and returns ``{"output_0": ..., ...}``.
+
+    Raises:
+        UnsupportedError: an input dtype has no TensorFlow type.
+        ConversionError: jax2tf fails.
+    """
+    tf = import_tensorflow()
+    from jax.experimental import jax2tf
+
+    specs = tensor_specs(program)
+    converted = jax2tf.convert(flat_function(program), polymorphic_shapes=polymorphic_shapes(program),
+                               polymorphic_constraints=tuple(program.constraints), with_gradient=False)
+    n_out = len(program.signature.outputs)
+
+    def serve(*inputs: Any) -> dict[str, Any]:
+        outs = converted(*inputs)
+        if len(outs) != n_out:
+            raise ConversionError(f"jax2tf returned {len(outs)} outputs, the program has {n_out}")
+        return {f"output_{i}": tf.identity(o) for i, o in enumerate(outs)}
+
+    function = tf.function(serve, input_signature=specs, autograph=False)
+    try:
+        with quiet_stderr():
+            concrete = function.get_concrete_function()
+    except ConversionError:
+        raise
+    except Exception as e:
+        raise ConversionError(f"jax2tf failed on {program.name}: {type(e).__name__}: {_first_line(e)}") from None
+    return function, concrete
+
+
+def module_for(program: Program) -> tuple[Any, Any]:
+    """A ``tf.Module`` holding the serving function, and the concrete function."""
+    tf = import_tensorflow()
+    function, concrete = tf_function(program)
+    module = tf.Module()
+    module.serve = function
+    return module, concrete
+
+
+def write(program: Program, out_dir: str) -> None:
+    """Write a SavedModel folder with one ``serving_default`` signature and ``jaxconv_signature.json``.
+
+    Raises:
+        UnsupportedError: a dtype TensorFlow cannot hold.
+        ConversionError: jax2tf or the SavedModel writer fails.
+        UsageError: the output folder cannot be written.
+    """
+    from jaxconv.artifacts import atomic_dir
+
+    tf = import_tensorflow()
+    module, concrete = module_for(program)
+    with atomic_dir(out_dir) as tmp:
+        try:
+            with quiet_stderr():
+                tf.saved_model.save(module, tmp, signatures={SIGNATURE_KEY: concrete})
+        except Exception as e:
+            raise ConversionError(f"writing the SavedModel failed: {type(e).__name__}: {_first_line(e)}") from None
+        with open(os.path.join(tmp, SIGNATURE_FILE), "w") as f:
+            json.dump(program.signature.to_json(), f, indent=1)
+
+
+def read_signature(saved_model_dir: str) -> Any:
+    """The jaxconv Signature stored beside a SavedModel, or None when there is none."""
+    from jaxconv.signature import Signature
+
+    path = os.path.join(saved_model_dir, SIGNATURE_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return Signature.from_json(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
