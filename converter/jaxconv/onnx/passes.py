@@ -190,11 +190,67 @@ def remove_noop_casts(model: onnx.ModelProto) -> None:
         _rename_inputs(model.graph, renames)
 
 
+_LOSSLESS_WIDENING = {
+    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT), (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE), (onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE),
+    (onnx.TensorProto.INT8, onnx.TensorProto.INT32), (onnx.TensorProto.INT16, onnx.TensorProto.INT32),
+    (onnx.TensorProto.UINT8, onnx.TensorProto.INT32), (onnx.TensorProto.UINT16, onnx.TensorProto.INT32),
+    (onnx.TensorProto.INT32, onnx.TensorProto.INT64), (onnx.TensorProto.UINT32, onnx.TensorProto.INT64),
+    (onnx.TensorProto.INT8, onnx.TensorProto.INT64), (onnx.TensorProto.UINT8, onnx.TensorProto.INT64),
+}
+
+
+def fold_cancelling_chains(model: onnx.ModelProto) -> None:
+    """Transpose∘Transpose, Reshape∘Reshape (constant shape), and lossless Cast round trips."""
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    consts = {t.name: t for t in graph.initializer}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(graph.input)}
+    except Exception:
+        types = {}
+    types.update({t.name: t.data_type for t in graph.initializer})
+    outputs = {o.name for o in graph.output}
+    renames: dict[str, str] = {}
+    for node in graph.node:
+        inner = producers.get(node.input[0]) if node.input else None
+        if inner is None or inner.op_type != node.op_type:
+            continue
+        if node.op_type == "Transpose":
+            p1 = next((list(a.ints) for a in inner.attribute if a.name == "perm"), None)
+            p2 = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+            if p1 is None or p2 is None:
+                continue
+            combined = [p1[i] for i in p2]
+            node.input[0] = inner.input[0]
+            del node.attribute[:]
+            node.attribute.extend([onnx.helper.make_attribute("perm", combined)])
+            if combined == sorted(combined) and node.output[0] not in outputs:
+                renames[node.output[0]] = inner.input[0]
+        elif node.op_type == "Reshape":
+            shape = consts.get(node.input[1])
+            if shape is not None and not (numpy_helper.to_array(shape) <= 0).any():
+                node.input[0] = inner.input[0]
+        elif node.op_type == "Cast":
+            to = next(a.i for a in node.attribute if a.name == "to")
+            mid = next(a.i for a in inner.attribute if a.name == "to")
+            src = types.get(inner.input[0])
+            if src == to and (src, mid) in _LOSSLESS_WIDENING and node.output[0] not in outputs:
+                renames[node.output[0]] = inner.input[0]
+    if renames:
+        keep = [n for n in graph.node if not (n.output and n.output[0] in renames)]
+        del graph.node[:]
+        graph.node.extend(keep)
+        _rename_inputs(graph, renames)
+
+
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """Run the clean-up passes in place and return the model."""
     fold_constants(model)
     eliminate_common_subexpressions(model.graph)
     remove_noop_casts(model)
+    fold_cancelling_chains(model)
     fold_constants(model)
     remove_dead_nodes(model.graph)
     remove_output_identities(model.graph)
