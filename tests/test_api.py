@@ -91,3 +91,16 @@ def test_load_runs_in_a_fresh_process_without_the_source(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     expected = np.tanh(x @ w) + b
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_artifact_loads_with_x64_in_a_fresh_process(tmp_path):
+    jaxconv.to_stablehlo(lambda x: x * 2.0 + 1e-12, "f64[3]", path=str(tmp_path / "wide"))
+    script = textwrap.dedent(f"""
+        import numpy as np, jaxconv
+        fn = jaxconv.load({str(tmp_path / 'wide.jaxexport')!r})
+        out = np.asarray(fn(np.array([1.0, 2.0, 3.0])))
+        assert out.dtype == np.float64, out.dtype
+        np.testing.assert_array_equal(out, np.array([1.0, 2.0, 3.0]) * 2.0 + 1e-12)  # 1e-12 survives only in f64
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -134,8 +134,10 @@ def load(path: str) -> Callable[..., Any]:
 
     if not path.endswith(".jaxexport"):
         raise UsageError(f"load() takes a .jaxexport file, got {os.path.basename(path)}")
+    from jaxconv.runtimes.jaxexport import enable_x64_for
+
     exported = load_exported(path)
-    _maybe_enable_x64(exported)
+    enable_x64_for(exported)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return exported.call(*args, **kwargs)
@@ -143,12 +145,3 @@ def load(path: str) -> Callable[..., Any]:
     call.exported = exported  # type: ignore[attr-defined]
     call.__name__ = exported.fun_name
     return call
-
-
-def _maybe_enable_x64(exported: Any) -> None:
-    import numpy as np
-
-    if any(np.dtype(a.dtype).itemsize == 8 and np.dtype(a.dtype).kind in "fiu" for a in exported.in_avals):
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
