@@ -21,7 +21,38 @@ NATIVE_UNARY: dict[str, tuple[str, frozenset[str]]] = {
     "chlo.atanh": ("Atanh", dt.F32_F16),
 }
 
-SPECIAL: dict[str, Callable[[LoweringContext, hir.Op, list[str]], list[str]]] = {}
+
+def lower_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """chlo.top_k: the k largest along the last axis in IEEE total order, ties to the lower index.
+
+    One stable TopK (plus a -0.0 tie pass, see ops/sort.py) and the indices cast to the
+    result dtype; values are gathered from the original operand so every dtype stays exact.
+    """
+    from jaxconv.onnx.ops.sort import SortKey, gather_sorted, sort_permutation
+
+    attrs = op.attrs.get("composite_attributes") or {}
+    t = op.operands[0].type
+    axis = t.rank - 1
+    k = int(attrs["k"])
+    descending = bool(attrs.get("largest", True))
+    total = t.dtype in dt.FLOATS
+    key = SortKey(0, descending, signed_zero=total, signed_nan=total)
+    perm, values = sort_permutation(ctx, inputs[:1], [t], [key], axis, k)
+    if values is None:
+        values = gather_sorted(ctx, inputs[0], t.dtype, perm, axis)
+    return [values, ctx.cast_if(perm, "int64", op.results[1].type.dtype)]
+
+
+def _top_k_problem(op: hir.Op) -> str | None:
+    attrs = op.attrs.get("composite_attributes") or {}
+    t = op.operands[0].type
+    if len(op.operands) != 1 or len(op.results) != 2 or t.rank == 0 or not isinstance(attrs.get("k"), int):
+        return "chlo.top_k composite with an unexpected signature"
+    return None
+
+
+SPECIAL: dict[str, Callable[[LoweringContext, hir.Op, list[str]], list[str]]] = {"chlo.top_k": lower_top_k}
+SPECIAL_CHECKS: dict[str, Callable[[hir.Op], str | None]] = {"chlo.top_k": _top_k_problem}
 
 
 def composite_is_native(op: hir.Op) -> bool:
@@ -30,7 +61,7 @@ def composite_is_native(op: hir.Op) -> bool:
     if name in NATIVE_UNARY:
         onnx_op, native = NATIVE_UNARY[name]
         return op.operands[0].type.dtype in native or op.operands[0].type.dtype == "bfloat16"
-    return name in SPECIAL
+    return name in SPECIAL and SPECIAL_CHECKS[name](op) is None
 
 
 def _check(op: hir.Op) -> str | None:

@@ -1,3 +1,394 @@
-"""sort lowerings."""
+"""stablehlo.sort and the ApproxTopK custom call as stable TopK passes.
+
+ONNX Runtime's TopK is stable (ties keep the lower index first), puts NaN last when ascending
+and first when descending, and treats -0 and +0 as equal. That is exactly the order JAX asks for
+with its NaN/-0 canonicalizing comparators, so one TopK (K = n) per sort key gives the
+permutation; several keys are sorted in successive stable passes from the least significant
+key, and every operand is then gathered with the permutation.
+
+The comparator region is read symbolically: it must be a lexicographic strict LT/GT over some
+of the operands (optionally after JAX's canonicalization of -0.0 and NaN). Anything else is an
+arbitrary comparator and is reported as unsupported.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from jaxconv.errors import UnsupportedError
+from jaxconv.onnx import dtypes as dt
+from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops.custom_calls import custom_call_target
+from jaxconv.onnx.registry import lowering
+from jaxconv.stablehlo import ir as hir
+
+# Dtypes ONNX Runtime's TopK has a kernel for.
+TOPK_NATIVE = frozenset({"float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64"})
+# Below this opset there is no BitCast: the sign of a NaN cannot be read.
+BITCAST_OPSET = 26
+
+_SWAP = {"LT": "GT", "GT": "LT", "EQ": "EQ", "NE": "NE", "LE": "GE", "GE": "LE"}
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One key of a lexicographic sort.
+
+    Attributes:
+        operand: index of the sorted operand holding the key.
+        descending: the comparator is GT on this key.
+        signed_zero: -0.0 sorts before +0.0 (IEEE total order on raw floats).
+        signed_nan: NaNs with the sign bit set sort before everything else (total order).
+        checks: outer values the comparator assumes are constants, with the value each must hold
+            ("zero" or "nan"); verified when lowering.
+    """
+
+    operand: int
+    descending: bool
+    signed_zero: bool = False
+    signed_nan: bool = False
+    checks: tuple[tuple[hir.Value, str], ...] = ()
+
+
+class ComparatorError(Exception):
+    """The comparator is not one the TopK lowering reproduces."""
+
+
+# ---- symbolic reading of a comparator ---------------------------------------------------------
+@dataclass(frozen=True)
+class _Arg:
+    index: int
+
+
+@dataclass(frozen=True)
+class _Opaque:
+    """A value defined outside the comparator (or a constant in it)."""
+
+    value: hir.Value
+
+
+@dataclass(frozen=True)
+class _Canon:
+    """An argument after ``x == 0 ? 0 : x`` and/or ``x != x ? NaN : x``."""
+
+    index: int
+    zero: bool
+    nan: bool
+    checks: tuple[tuple[hir.Value, str], ...]
+
+
+@dataclass(frozen=True)
+class _RawCompare:
+    direction: str
+    lhs: Any
+    rhs: Any
+    compare_type: str | None
+
+
+@dataclass(frozen=True)
+class _Order:
+    """Strict lexicographic order over keys, most significant first."""
+
+    keys: tuple[SortKey, ...]
+
+
+@dataclass(frozen=True)
+class _Eq:
+    key: SortKey
+
+
+@dataclass(frozen=True)
+class _EqThen:
+    """``key_a == key_b and <rest>``."""
+
+    key: SortKey
+    rest: _Order
+
+
+def _as_canon(sym: Any) -> _Canon | None:
+    if isinstance(sym, _Arg):
+        return _Canon(sym.index, False, False, ())
+    if isinstance(sym, _Canon):
+        return sym
+    return None
+
+
+def _key_compare(cmp: _RawCompare, arg_types: Sequence[hir.TensorType]) -> Any:
+    """A compare between the two sides of one operand, as _Order or _Eq; else the raw compare."""
+    lhs, rhs = _as_canon(cmp.lhs), _as_canon(cmp.rhs)
+    if lhs is None or rhs is None or (lhs.zero, lhs.nan) != (rhs.zero, rhs.nan):
+        return cmp
+    if lhs.index // 2 != rhs.index // 2 or lhs.index == rhs.index:
+        return cmp
+    direction = cmp.direction if lhs.index % 2 == 0 else _SWAP[cmp.direction]
+    operand = lhs.index // 2
+    dtype = arg_types[lhs.index].dtype
+    total = dtype in dt.FLOATS and cmp.compare_type == "TOTALORDER"
+    key = SortKey(operand, direction == "GT", signed_zero=total and not lhs.zero,
+                  signed_nan=total and not lhs.nan, checks=lhs.checks + rhs.checks)
+    if direction in ("LT", "GT"):
+        return _Order((key,))
+    if direction == "EQ":
+        return _Eq(key)
+    return cmp
+
+
+def _same_key(a: SortKey, b: SortKey) -> bool:
+    return (a.operand, a.signed_zero, a.signed_nan) == (b.operand, b.signed_zero, b.signed_nan)
+
+
+def _select(cond: Any, on_true: Any, on_false: Any) -> Any:
+    """Recognize JAX's canonicalizing selects; anything else is opaque to the reader."""
+    base = _as_canon(on_false)
+    if not isinstance(cond, _RawCompare) or base is None:
+        raise ComparatorError("select that is not a -0.0/NaN canonicalization")
+    # x == 0 ? 0 : x
+    if (cond.direction == "EQ" and not base.zero and isinstance(on_true, _Opaque)
+            and isinstance(cond.rhs, _Opaque) and cond.rhs.value is on_true.value
+            and _as_canon(cond.lhs) == base):
+        return _Canon(base.index, True, base.nan, base.checks + ((on_true.value, "zero"),))
+    # x != x ? NaN : x   (x is the raw argument)
+    if (cond.direction == "NE" and not base.nan and isinstance(on_true, _Opaque)
+            and isinstance(cond.lhs, _Arg) and cond.lhs == cond.rhs and cond.lhs.index == base.index):
+        return _Canon(base.index, base.zero, True, base.checks + ((on_true.value, "nan"),))
+    raise ComparatorError("select that is not a -0.0/NaN canonicalization")
+
+
+def _combine_or(a: Any, b: Any) -> _Order:
+    for first, second in ((a, b), (b, a)):
+        if (isinstance(first, _Order) and len(first.keys) == 1 and isinstance(second, _EqThen)
+                and _same_key(first.keys[0], second.key)):
+            return _Order(first.keys + second.rest.keys)
+    raise ComparatorError("'or' that does not continue a lexicographic order")
+
+
+def _combine_and(a: Any, b: Any) -> _EqThen:
+    for first, second in ((a, b), (b, a)):
+        if isinstance(first, _Eq) and isinstance(second, _Order):
+            return _EqThen(first.key, second)
+    raise ComparatorError("'and' that is not 'keys equal and <next key>'")
+
+
+def read_comparator(block: hir.Block) -> list[SortKey]:
+    """The keys of a lexicographic comparator, most significant first.
+
+    Raises:
+        ComparatorError: the comparator is something else.
+    """
+    types = [a.type for a in block.args]
+    syms: dict[int, Any] = {a.id: _Arg(i) for i, a in enumerate(block.args)}
+
+    def sym(v: hir.Value) -> Any:
+        return syms.get(v.id, _Opaque(v))
+
+    for op in block.ops:
+        if op.name == "stablehlo.constant":
+            continue  # stays opaque; its value is checked when lowering
+        ins = [sym(v) for v in op.operands]
+        if op.name == "stablehlo.compare":
+            raw = _RawCompare(op.attrs.get("comparison_direction", ""), ins[0], ins[1], op.attrs.get("compare_type"))
+            out: Any = _key_compare(raw, types)
+        elif op.name == "stablehlo.select":
+            out = _select(*ins)
+        elif op.name == "stablehlo.or":
+            out = _combine_or(*ins)
+        elif op.name == "stablehlo.and":
+            out = _combine_and(*ins)
+        else:
+            raise ComparatorError(f"{op.name} in the comparator")
+        syms[op.results[0].id] = out
+    if len(block.returns) != 1:
+        raise ComparatorError("comparator does not return one predicate")
+    result = sym(block.returns[0])
+    if not isinstance(result, _Order):
+        raise ComparatorError("comparator is not a strict LT/GT ordering of operands")
+    return list(result.keys)
+
+
+def comparator_problem(block: hir.Block) -> str | None:
+    """Why the comparator cannot be lowered, or None."""
+    try:
+        read_comparator(block)
+    except ComparatorError as e:
+        return (f"sort comparator is not a lexicographic LT/GT comparison of its operands ({e}); "
+                "arbitrary comparators have no ONNX lowering")
+    return None
+
+
+def _verify_constants(ctx: LoweringContext, keys: Sequence[SortKey]) -> None:
+    for key in keys:
+        for value, expected in key.checks:
+            arr = ctx.constant_value(ctx.name_of(value))
+            if arr is not None and arr.size == 1:
+                x = np.asarray(arr, dtype=np.float64).reshape(())
+                if (expected == "zero" and x == 0) or (expected == "nan" and np.isnan(x)):
+                    continue
+            raise UnsupportedError("sort comparator canonicalizes with a value that is not a known 0.0/NaN constant")
+
+
+# ---- emitting ----------------------------------------------------------------------------------
+def _axis_size(ctx: LoweringContext, x: str, t: hir.TensorType, axis: int) -> str:
+    """K for TopK: the length of ``axis`` as a 1-D int64 tensor."""
+    if t.shape[axis] is not None:
+        return ctx.i64([t.shape[axis]])
+    return ctx.op("Shape", [x], start=axis, end=axis + 1)
+
+
+def _orderable(ctx: LoweringContext, x: str, dtype: str) -> tuple[str, str]:
+    """``x`` in a dtype TopK has a kernel for, with the same order; returns (name, dtype)."""
+    if dtype in TOPK_NATIVE:
+        return x, dtype
+    if dtype == "bfloat16":
+        return ctx.cast(x, "float32"), "float32"
+    if dtype == "bool":
+        return ctx.cast(x, "uint8"), "uint8"
+    if dtype == "uint16":
+        return ctx.cast(x, "int32"), "int32"
+    if dtype == "uint32":
+        return ctx.cast(x, "int64"), "int64"
+    if dtype == "uint64":
+        # Wrap to int64 and flip the sign bit: an order-preserving map onto int64.
+        wrapped = ctx.cast(x, "int64")
+        return ctx.op("BitwiseXor", [wrapped, ctx.scalar(np.iinfo(np.int64).min, "int64")]), "int64"
+    raise UnsupportedError(f"cannot sort {dtype} values")
+
+
+_INT_OF_WIDTH = {32: "int32", 64: "int64"}
+
+
+def _total_order_int(ctx: LoweringContext, x: str, dtype: str, key: SortKey) -> str:
+    """An integer whose signed order is the IEEE total order of float ``x`` (needs BitCast)."""
+    if dtype in ("bfloat16", "float16"):
+        # Exact widening; Where has no 16-bit kernels.
+        x, dtype = ctx.cast(x, "float32"), "float32"
+    if not key.signed_zero:
+        x = ctx.op("Where", [ctx.op("Equal", [x, ctx.scalar(0, dtype)]), ctx.scalar(0, dtype), x])
+    if not key.signed_nan:
+        x = ctx.op("Where", [ctx.op("IsNaN", [x]), ctx.scalar(np.nan, dtype), x])
+    itype = _INT_OF_WIDTH[dt.bit_width(dtype)]
+    bits = ctx.op("BitCast", [x], to=dt.onnx_type(itype))
+    info = np.iinfo(itype)
+    negative = ctx.op("Less", [bits, ctx.scalar(0, itype)])
+    flipped = ctx.op("BitwiseXor", [bits, ctx.scalar(info.max, itype)])
+    return ctx.op("Where", [negative, flipped, bits])
+
+
+def _passes(ctx: LoweringContext, x: str, dtype: str, key: SortKey) -> list[tuple[str, bool]]:
+    """TopK inputs for one key, least significant first: (tensor, largest)."""
+    is_float = dtype in dt.FLOATS
+    if is_float and (key.signed_zero or key.signed_nan) and ctx.opset >= BITCAST_OPSET:
+        return [(_total_order_int(ctx, x, dtype, key), key.descending)]
+    keyed, kdtype = _orderable(ctx, x, dtype)
+    passes: list[tuple[str, bool]] = []
+    if is_float and key.signed_zero:
+        # Ties of the value pass are only -0.0 vs +0.0 (and NaNs): order those by the sign of zero.
+        negative_zero = ctx.op("IsInf", [ctx.op("Reciprocal", [keyed])], detect_positive=0)
+        passes.append((ctx.cast(negative_zero, "uint8"), not key.descending))
+    passes.append((keyed, key.descending))
+    return passes
+
+
+def sort_permutation(ctx: LoweringContext, operands: Sequence[str], types: Sequence[hir.TensorType],
+                     keys: Sequence[SortKey], axis: int, k: int | None = None) -> tuple[str, str | None]:
+    """Indices (int64) that stably sort ``operands`` by ``keys`` along ``axis``.
+
+    Args:
+        k: keep only the first ``k`` positions (top-k); None keeps all.
+
+    Returns:
+        (permutation, values): ``values`` is the sorted first key operand when the last TopK
+        already produced it, else None.
+    """
+    full = _axis_size(ctx, operands[0], types[0], axis)
+    steps: list[tuple[str, bool, bool]] = []  # (tensor, largest, is the raw key operand)
+    for key in reversed(list(keys)):
+        src = operands[key.operand]
+        for tensor, largest in _passes(ctx, src, types[key.operand].dtype, key):
+            steps.append((tensor, largest, tensor == src))
+    perm: str | None = None
+    values: str | None = None
+    for n, (tensor, largest, raw) in enumerate(steps):
+        last = n == len(steps) - 1
+        count = ctx.i64([k]) if last and k is not None else full
+        if perm is not None:
+            tensor = ctx.op("GatherElements", [tensor, perm], axis=axis)
+        vals, idx = ctx.op("TopK", [tensor, count], outputs=2, axis=axis, largest=int(largest), sorted=1)
+        perm = idx if perm is None else ctx.op("GatherElements", [perm, idx], axis=axis)
+        if last and raw and keys[0].operand == keys[-1].operand and len(steps) == 1:
+            values = vals
+    assert perm is not None
+    return perm, values
+
+
+def _is_iota_along(arr: np.ndarray | None, axis: int) -> bool:
+    if arr is None or arr.ndim == 0 or arr.dtype.kind not in "iu":
+        return False
+    n = arr.shape[axis]
+    shape = [1] * arr.ndim
+    shape[axis] = n
+    return bool(np.array_equal(arr, np.broadcast_to(np.arange(n).reshape(shape), arr.shape)))
+
+
+def gather_sorted(ctx: LoweringContext, x: str, dtype: str, perm: str, axis: int) -> str:
+    """``x`` rearranged by ``perm`` along ``axis`` (an iota becomes the permutation itself)."""
+    if _is_iota_along(ctx.constant_value(x), axis):
+        return ctx.cast_if(perm, "int64", dtype)
+    return ctx.op("GatherElements", [x, perm], axis=axis)
+
+
+def _check_sort(op: hir.Op) -> str | None:
+    return comparator_problem(op.regions[0])
+
+
+@lowering("stablehlo.sort", check=_check_sort, onnx_ops=("TopK", "GatherElements"))
+def lower_sort(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Stable TopK passes (K = n) per key, then GatherElements for every operand."""
+    try:
+        keys = read_comparator(op.regions[0])
+    except ComparatorError as e:
+        raise UnsupportedError(comparator_problem(op.regions[0]) or str(e)) from None
+    _verify_constants(ctx, keys)
+    axis = op.attrs.get("dimension", 0) % max(op.operands[0].type.rank, 1)
+    types = [v.type for v in op.operands]
+    perm, values = sort_permutation(ctx, inputs, types, keys, axis)
+    outs = []
+    for i, (x, t) in enumerate(zip(inputs, types)):
+        if i == keys[0].operand and values is not None:
+            outs.append(values)
+        else:
+            outs.append(gather_sorted(ctx, x, t.dtype, perm, axis))
+    return outs
+
+
+@custom_call_target("ApproxTopK")
+def lower_approx_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """jax.lax.approx_max_k / approx_min_k: the exact top k (what XLA's CPU fallback computes)."""
+    config = op.attrs.get("mhlo.backend_config")
+    if not isinstance(config, dict) or "top_k" not in config:
+        raise UnsupportedError("ApproxTopK without a readable backend_config")
+    if not config.get("aggregate_to_topk", True):
+        raise UnsupportedError("ApproxTopK with aggregate_to_topk=false (partial reduction) has no ONNX lowering")
+    called = op.attrs.get("called_computations") or []
+    comparator = ctx.module.functions.get(called[0]) if called else None
+    if comparator is None:
+        raise UnsupportedError("ApproxTopK without its comparator function")
+    try:
+        keys = read_comparator(comparator.body)
+    except ComparatorError:
+        raise UnsupportedError(comparator_problem(comparator.body) or "ApproxTopK comparator") from None
+    _verify_constants(ctx, keys)
+    n = len(op.results)
+    operands, types = inputs[:n], [v.type for v in op.operands[:n]]
+    axis = int(config.get("reduction_dim", types[0].rank - 1)) % types[0].rank
+    k = int(config["top_k"])
+    perm, values = sort_permutation(ctx, operands, types, keys, axis, k)
+    outs = []
+    for i, (x, t) in enumerate(zip(operands, types)):
+        if i == keys[0].operand and values is not None:
+            outs.append(values)
+        else:
+            outs.append(gather_sorted(ctx, x, t.dtype, perm, axis))
+    return outs
