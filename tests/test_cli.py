@@ -211,3 +211,10 @@ def test_to_onnx_and_help_never_import_tensorflow(tmp_path):
 def test_module_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "jaxconv", "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.startswith("jaxconv ")
+
+
+def test_ops_doc_is_generated_from_the_registry():
+    from jaxconv.onnx.registry import ops_markdown
+
+    with open(os.path.join(ROOT, "docs", "ops.md")) as f:
+        assert f.read() == ops_markdown(), "docs/ops.md is stale: run `jaxconv list-ops --markdown > docs/ops.md`"

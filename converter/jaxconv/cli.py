@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
     p.add_argument("artifact")
 
-    sub.add_parser("list-ops", help="StableHLO ops the ONNX lowering supports")
+    p = sub.add_parser("list-ops", help="StableHLO ops the ONNX lowering supports")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/ops.md)")
     return parser
 
 
@@ -214,8 +215,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_list_ops(args: argparse.Namespace) -> int:
-    from jaxconv.onnx.registry import all_lowerings
+    from jaxconv.onnx.registry import all_lowerings, ops_markdown
 
+    if args.markdown:
+        print(ops_markdown(), end="")
+        return 0
     for name, entry in all_lowerings().items():
         print(f"{name:<40} {entry.family:<12} {', '.join(entry.onnx_ops)}")
     return 0
