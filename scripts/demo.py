@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.join(ROOT, "converter"))
 # example file -> specs (one per argument)
 EXAMPLES = {
     "mlp.py": ['{"w1": "f32[784,64]", "b1": "f32[64]", "w2": "f32[64,10]", "b2": "f32[10]"}', "f32[b,784]"],
-    "cnn.py": None,  # the file declares SPECS itself
+    "cnn.py": ['{"conv1": "f32[3,3,1,8]", "conv2": "f32[3,3,8,16]", "dense": "f32[784,10]", "bias": "f32[10]"}',
+               "f32[b,28,28,1]"],
 }
 TARGETS = ("stablehlo", "saved-model", "tflite", "onnx")
 
@@ -54,8 +55,7 @@ def main() -> int:
         if not os.path.exists(path):
             continue
         loaded = load_function(path)
-        module_specs = specs or getattr(sys.modules[loaded.fn.__module__], "SPECS")
-        program = trace(loaded.fn, module_specs, name=loaded.name, param_names=loaded.param_names, source_path=path)
+        program = trace(loaded.fn, specs, name=loaded.name, param_names=loaded.param_names, source_path=path)
         for target in args.targets.split(","):
             start = time.perf_counter()
             base = os.path.join(args.out, os.path.splitext(file)[0])
