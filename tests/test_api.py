@@ -104,3 +104,18 @@ def test_float64_artifact_loads_with_x64_in_a_fresh_process(tmp_path):
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_symbolic_sizes_respect_constraints(tmp_path):
+    def last_two(x):
+        return x * 2
+
+    reports = []
+    jaxconv.to_onnx(last_two, "f32[b,3]", constraints=["b >= 4"], report_to=reports)
+    assert {r.shape for r in reports[0].rows} == {(4, 3), (7, 3)}
+    from jaxconv.program import trace
+    from jaxconv.verify import make_inputs
+
+    program = trace(last_two, ["f32[b,3]"], constraints=["b >= 4"])
+    assert make_inputs(program.signature, size=2, constraints=program.constraints)[0].shape == (4, 3)
+    assert make_inputs(program.signature, size=5, constraints=program.constraints)[0].shape == (7, 3)

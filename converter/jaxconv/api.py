@@ -22,7 +22,8 @@ def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: fl
              report_to: list[CheckReport] | None) -> None:
     if not check:
         return
-    report = check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, rtol=rtol, atol=atol)
+    report = check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, rtol=rtol, atol=atol,
+                          constraints=program.constraints)
     if report_to is not None:
         report_to.append(report)
     raise_on_mismatch(report)
@@ -125,7 +126,7 @@ def check(artifact: str, fn: Callable[..., Any] | Program, *specs: Any, inputs: 
     runner = open_artifact(artifact)
     flat = load_inputs(inputs, program.signature) if isinstance(inputs, str) else inputs
     return check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, inputs=flat, seed=seed,
-                        rtol=rtol, atol=atol)
+                        rtol=rtol, atol=atol, constraints=program.constraints)
 
 
 def load(path: str) -> Callable[..., Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -49,13 +51,26 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _dim_sizes(signature: Signature, size: int) -> dict[str, int]:
-    """A value for each symbolic name; expressions (2*b) are evaluated from their names."""
+_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>)\s*(\d+)\s*$")
+
+
+def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
+    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints.
+
+    Expressions (2*b) are evaluated from their names by concrete_shape.
+    """
+    bounds: dict[str, int] = {}
+    for c in constraints:
+        m = _LOWER_BOUND.match(c)
+        if m:
+            low = int(m.group(3)) + (1 if m.group(2) == ">" else 0)
+            bounds[m.group(1)] = max(bounds.get(m.group(1), 0), low)
     names: dict[str, int] = {}
     for t in signature.inputs:
         for d in t.shape:
-            if isinstance(d, str) and d.isidentifier():
-                names.setdefault(d, size)
+            for name in re.findall(r"[A-Za-z_]\w*", d) if isinstance(d, str) else ():
+                if name not in ("floordiv", "mod", "max", "min"):
+                    names.setdefault(name, max(size, bounds.get(name, 0) + size - SYMBOLIC_SIZES[0]))
     return names
 
 
@@ -87,9 +102,11 @@ def random_array(info: TensorInfo, shape: tuple[int, ...], rng: np.random.Genera
     return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
-def make_inputs(signature: Signature, seed: int = 0, size: int = SYMBOLIC_SIZES[0]) -> list[np.ndarray]:
+def make_inputs(signature: Signature, seed: int = 0, size: int = SYMBOLIC_SIZES[0],
+                constraints: Sequence[str] = ()) -> list[np.ndarray]:
+    """Seeded random inputs; symbolic dimensions take ``size`` (or more, to satisfy constraints)."""
     rng = np.random.default_rng(seed)
-    sizes = _dim_sizes(signature, size)
+    sizes = _dim_sizes(signature, size, constraints)
     return [random_array(t, concrete_shape(t.shape, sizes), rng) for t in signature.inputs]
 
 
@@ -159,7 +176,7 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | N
 
 def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Signature,
                  *, inputs: Sequence[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
-                 atol: float | None = None) -> CheckReport:
+                 atol: float | None = None, constraints: Sequence[str] = ()) -> CheckReport:
     """Run ``runner`` and jax.jit on the same inputs and compare every output.
 
     Symbolic dimensions are tried at each size in SYMBOLIC_SIZES.
@@ -167,7 +184,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     report = CheckReport(artifact=artifact, runtime=runner.kind)
     symbolic = any(t.symbolic for t in signature.inputs)
     trials = [list(inputs)] if inputs is not None else [
-        make_inputs(signature, seed + k, size) for k, size in enumerate(SYMBOLIC_SIZES if symbolic else SYMBOLIC_SIZES[:1])]
+        make_inputs(signature, seed + k, size, constraints) for k, size in enumerate(SYMBOLIC_SIZES if symbolic else SYMBOLIC_SIZES[:1])]
     for flat in trials:
         expected = reference_outputs(fn, arg_specs, flat)
         actual = runner.run(flat)
