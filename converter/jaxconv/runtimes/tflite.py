@@ -45,7 +45,7 @@ def read_signature(model: str | bytes) -> Any:
             if (entry.Name() or b"").decode("utf-8", "replace") == METADATA_NAME:
                 raw = root.Buffers(entry.Buffer()).DataAsNumpy()
                 return Signature.from_json(json.loads(bytes(raw).decode("utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except Exception:  # not a flatbuffer, or metadata from another tool: no stored signature
         return None
     return None
 

@@ -86,7 +86,7 @@ def op_label(message: str, operation: str = "") -> str:
     """
     m = _QUOTED_OP.search(message)
     if m is None:
-        return message.rstrip(".")
+        return message.split(". ", 1)[0].rstrip(".")[:120]
     name = m.group(1)
     dialect, _, rest = name.partition(".")
     if dialect in ("vhlo", "mhlo", "stablehlo"):
@@ -150,6 +150,33 @@ def failures_from_text(text: str, source_path: str | None) -> tuple[list[Failure
     return failures, unreadable
 
 
+_COMMON_DTYPES = frozenset({"float32", "int32", "bool"})
+
+
+def with_dtypes(program: Program, failures: list[Failure]) -> list[Failure]:
+    """Name the unusual element types (``tfl.mul on float16``) of ops TFLite had already legalized."""
+    pending = [f for f in failures if f.op.startswith("tfl.") and " on " not in f.op and f.where]
+    if not pending:
+        return failures
+    from jaxconv.stablehlo import ir as hir
+    from jaxconv.stablehlo.reader import read_module
+
+    try:
+        module = read_module(program.exported.mlir_module_serialized)
+    except Exception:
+        return failures
+    found: dict[str, set[str]] = defaultdict(set)
+    for fn in module.functions.values():
+        for op in hir.walk_ops(fn.body):
+            where = _short(op.location, program.source_path)
+            found[where].update(v.type.dtype for v in list(op.operands) + list(op.results))
+    out = []
+    for f in failures:
+        unusual = sorted(found.get(f.where, set()) - _COMMON_DTYPES - {"token"}) if f in pending else []
+        out.append(Failure(f"{f.op} on {'/'.join(unusual)}", f.where, f.needs_flex) if unusual else f)
+    return out
+
+
 def failures_in_module(program: Program) -> list[Failure]:
     """Ops in the program's StableHLO that TFLite's converter cannot read from an XlaCallModule."""
     from jaxconv.stablehlo import ir as hir
@@ -163,11 +190,23 @@ def failures_in_module(program: Program) -> list[Failure]:
                 label = f"stablehlo.composite {op.attrs.get('name')}"
             elif op.name == "stablehlo.custom_call" and op.attrs.get("call_target_name") != "shape_assertion":
                 label = f"stablehlo.custom_call @{op.attrs.get('call_target_name')}"
-            elif any(v.type.dtype.startswith("complex") for v in list(op.operands) + list(op.results)):
-                label = f"{op.name} on {next(v.type.dtype for v in list(op.operands) + list(op.results) if v.type.dtype.startswith('complex'))}"
             else:
                 continue
             out.append(Failure(label, _short(op.location, program.source_path)))
+    return out
+
+
+_TEXT_BLOCKERS = re.compile(r'stablehlo\.composite\s+"([^"]+)"|stablehlo\.custom_call\s+@([\w.$-]+)')
+
+
+def failures_in_text(program: Program) -> list[Failure]:
+    """Like failures_in_module from the module's text (no source lines)."""
+    out = []
+    for composite, target in _TEXT_BLOCKERS.findall(program.exported.mlir_module()):
+        if composite:
+            out.append(Failure(f"stablehlo.composite {composite}"))
+        elif target != "shape_assertion":
+            out.append(Failure(f"stablehlo.custom_call @{target}"))
     return out
 
 
@@ -181,7 +220,7 @@ def failures_from_stderr(text: str, source_path: str | None) -> list[Failure]:
     out: list[Failure] = []
     for line in text.splitlines():
         m = _MLIR_LOC_DIAG.match(line.strip())
-        if m is None or m.group("msg").startswith(_GENERIC):
+        if m is None or m.group("msg").startswith(_GENERIC + (UNREADABLE_MODULE,)):
             continue
         failure = Failure(op_label(m.group("msg")), _short(m.group("loc"), source_path))
         if failure not in out:
@@ -217,8 +256,13 @@ def converter_error(program: Program, message: str, stderr: str, *, allow_flex: 
         UnsupportedError naming the ops and source lines, or ConversionError when no op is to blame.
     """
     failures, unreadable = failures_from_text(message, program.source_path)
+    failures = with_dtypes(program, failures)
     if unreadable:
-        failures = failures + (failures_in_module(program) or failures_from_stderr(stderr, program.source_path))
+        try:
+            found = failures_in_module(program)
+        except Exception:  # the scan is a diagnosis aid: fall back to the module text
+            found = failures_in_text(program)
+        failures = failures + (found or failures_from_stderr(stderr, program.source_path))
     if not failures:
         if unreadable:
             return UnsupportedError("TFLite cannot convert: its converter cannot read the StableHLO jax2tf produced "
@@ -228,4 +272,6 @@ def converter_error(program: Program, message: str, stderr: str, *, allow_flex: 
     hint = "convert to SavedModel or ONNX instead"
     if not allow_flex and all(f.needs_flex for f in failures):
         hint = "these are TF ops: retry with --allow-flex (allow_flex=True), or convert to SavedModel or ONNX"
+    if unreadable:
+        hint += " (the converter stops at these; other ops may fail once they are gone)"
     return UnsupportedError(f"TFLite cannot convert: {summarize(failures)}; {hint}")

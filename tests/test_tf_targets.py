@@ -1,0 +1,346 @@
+"""TF SavedModel and TFLite targets, end to end: convert, run, compare with jax.jit, names, errors, CLI."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from jaxconv import api
+from jaxconv.cli import main
+from jaxconv.errors import ArtifactError, ConversionError, UnsupportedError
+from jaxconv.program import trace
+
+pytestmark = pytest.mark.tf
+pytest.importorskip("tensorflow")
+pytest.importorskip("ai_edge_litert")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.py")
+CNN = os.path.join(ROOT, "examples", "cnn.py")
+MLP_SPECS = ['{"w1": "f32[784,32]", "b1": "f32[32]", "w2": "f32[32,10]", "b2": "f32[10]"}', "f32[b,784]"]
+CNN_SPECS = ['{"conv1": "f32[3,3,1,8]", "conv2": "f32[3,3,8,16]", "dense": "f32[784,10]", "bias": "f32[10]"}',
+             "f32[b,28,28,1]"]
+
+
+def _load_example(path: str, name: str):
+    from jaxconv.loading import load_function
+
+    loaded = load_function(path, name)
+    return loaded
+
+
+def _program(path: str, name: str, specs):
+    loaded = _load_example(path, name)
+    return trace(loaded.fn, specs, name=loaded.name, param_names=loaded.param_names, source_path=loaded.path)
+
+
+def _both(program, tmp_path, **tflite_kwargs):
+    """Convert to both targets with the built-in check; return the two reports."""
+    reports: list = []
+    api.to_saved_model(program, path=str(tmp_path / "sm"), report_to=reports)
+    api.to_tflite(program, path=str(tmp_path / "m.tflite"), report_to=reports, **tflite_kwargs)
+    assert [r.runtime for r in reports] == ["saved-model", "tflite"]
+    for r in reports:
+        assert r.ok, r.table()
+    return reports
+
+
+def _tf_signature(path: str):
+    import tensorflow as tf
+
+    sig = tf.saved_model.load(path).signatures["serving_default"]
+    return sig, sorted(sig.structured_input_signature[1]), sorted(sig.structured_outputs)
+
+
+def _litert_signature(path: str):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=path)
+    sigs = interp.get_signature_list()
+    assert list(sigs) == ["serving_default"]
+    return interp, sorted(sigs["serving_default"]["inputs"]), sorted(sigs["serving_default"]["outputs"])
+
+
+# ------------------------------------------------------------------ end to end on several functions
+
+
+def test_mlp_symbolic_batch(tmp_path):
+    program = _program(MLP, "mlp", MLP_SPECS)
+    reports = _both(program, tmp_path)
+    for r in reports:  # checked at two batch sizes
+        assert [row.shape for row in r.rows] == [(2, 10), (5, 10)]
+    names = sorted(t.name for t in program.signature.inputs)
+    _, tf_in, tf_out = _tf_signature(str(tmp_path / "sm"))
+    assert (tf_in, tf_out) == (names, ["output_0"])
+    _, lite_in, lite_out = _litert_signature(str(tmp_path / "m.tflite"))
+    assert (lite_in, lite_out) == (names, ["output_0"])
+
+
+def test_cnn_symbolic_batch(tmp_path):
+    program = _program(CNN, "cnn", CNN_SPECS)
+    reports = _both(program, tmp_path)
+    assert [row.shape for row in reports[1].rows] == [(2, 10), (5, 10)]
+
+
+def test_cnn_uses_tflite_builtins_only(tmp_path):
+    program = _program(CNN, "cnn", CNN_SPECS)
+    from ai_edge_litert.interpreter import Interpreter
+
+    from jaxconv.tf import tflite
+
+    interp = Interpreter(model_content=tflite.convert(program))
+    ops = {op["op_name"] for op in interp._get_ops_details()}
+    assert "MAX_POOL_2D" in ops and ops & {"CONV_2D", "DEPTHWISE_CONV_2D"}
+    assert not any(name.startswith(("STABLEHLO_", "FlexDelegate", "Flex")) for name in ops), ops
+
+
+def unused_arg(x, unused, scale):
+    return x * scale
+
+
+def test_unused_argument_stays_an_input(tmp_path):
+    program = trace(unused_arg, ["f32[3,4]", "i32[7]", "f32[]"])
+    assert program.kept_inputs == (0, 2)
+    _both(program, tmp_path)
+    _, tf_in, _ = _tf_signature(str(tmp_path / "sm"))
+    _, lite_in, _ = _litert_signature(str(tmp_path / "m.tflite"))
+    assert tf_in == lite_in == ["scale", "unused", "x"]
+
+
+def f16_io(x, y):
+    return (x.astype(jnp.float32) * y.astype(jnp.float32) + 1).astype(jnp.float16), jnp.tanh(x.astype(jnp.float32))
+
+
+def test_float16_inputs(tmp_path):
+    reports = _both(trace(f16_io, ["f16[2,5]", "f16[5]"]), tmp_path)
+    assert [row.dtype for row in reports[1].rows] == ["float16", "float32"]
+
+
+def f16_math(x, y):
+    return x * y + x  # f16 arithmetic
+
+
+def test_float16_arithmetic_saved_model_ok_tflite_names_op_and_dtype(tmp_path):
+    program = trace(f16_math, ["f16[4]", "f16[4]"])
+    reports: list = []
+    api.to_saved_model(program, path=str(tmp_path / "sm"), report_to=reports)
+    assert reports[0].ok
+    with pytest.raises(UnsupportedError) as err:
+        api.to_tflite(program, path=str(tmp_path / "m.tflite"))
+    line = inspect.getsourcelines(f16_math)[1] + 1
+    assert "float16" in str(err.value) and f"test_tf_targets.py:{line}" in str(err.value)
+    assert not os.path.exists(tmp_path / "m.tflite")
+
+
+def int_fn(a, b):
+    return a * b + 3, jnp.max(a, axis=0), jnp.where(a > b, a - b, b)
+
+
+def test_int32_inputs(tmp_path):
+    reports = _both(trace(int_fn, ["i32[b,3]", "i32[b,3]"]), tmp_path)
+    assert all(row.dtype == "int32" and row.max_abs == 0 for r in reports for row in r.rows)
+
+
+def dict_result(x, w):
+    h = x @ w
+    return {"logits": h, "stats": {"mean": h.mean(axis=0), "max": h.max()}, "relu": jax.nn.relu(h)}
+
+
+def test_several_outputs_from_a_dict(tmp_path):
+    program = trace(dict_result, ["f32[b,6]", "f32[6,4]"])
+    assert [t.path for t in program.signature.outputs] == [
+        "result['logits']", "result['relu']", "result['stats']['max']", "result['stats']['mean']"]
+    reports = _both(program, tmp_path)
+    assert len(reports[0].rows) == len(reports[1].rows) == 8  # 4 outputs x 2 batch sizes
+    outs = ["output_0", "output_1", "output_2", "output_3"]
+    assert _tf_signature(str(tmp_path / "sm"))[2] == outs
+    assert _litert_signature(str(tmp_path / "m.tflite"))[2] == outs
+
+
+def two_args(zeta, alpha):
+    return zeta * alpha, alpha.sum(axis=1)
+
+
+def test_input_order_survives_converter_reordering(tmp_path):
+    """The TFLite converter reorders subgraph inputs; runs must still feed each input by name."""
+    program = trace(two_args, ["f32[3]", "f32[2,3]"])
+    _both(program, tmp_path)
+    from jaxconv.runtimes.tflite import TFLiteRunner, read_signature
+
+    stored = read_signature(str(tmp_path / "m.tflite"))
+    assert stored == program.signature
+    assert TFLiteRunner(str(tmp_path / "m.tflite")).input_names == ["zeta", "alpha"]
+
+
+def test_run_directly_with_tf_and_litert_by_name(tmp_path):
+    """The artifacts work without jaxconv: TF and LiteRT calls by input name give jax.jit's numbers."""
+    program = trace(dict_result, ["f32[b,6]", "f32[6,4]"])
+    _both(program, tmp_path)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    expected = jax.tree_util.tree_leaves(jax.jit(dict_result)(x, w))
+    sig, _, _ = _tf_signature(str(tmp_path / "sm"))
+    got_tf = sig(x=x, w=w)
+    interp, _, _ = _litert_signature(str(tmp_path / "m.tflite"))
+    got_lite = interp.get_signature_runner("serving_default")(x=x, w=w)
+    for i, e in enumerate(expected):
+        np.testing.assert_allclose(got_tf[f"output_{i}"].numpy(), e, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_lite[f"output_{i}"], e, rtol=1e-4, atol=1e-4)
+
+
+def test_signature_json_beside_saved_model(tmp_path):
+    program = trace(dict_result, ["f32[b,6]", "f32[6,4]"])
+    api.to_saved_model(program, path=str(tmp_path / "sm"), check=False)
+    with open(tmp_path / "sm" / "jaxconv_signature.json") as f:
+        assert json.load(f) == program.signature.to_json()
+
+
+# ------------------------------------------------------------------ quantization
+
+_W = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32) / 8
+
+
+def const_weights(x):
+    return jnp.tanh(x @ _W) @ _W
+
+
+@pytest.mark.parametrize("mode", ["float16", "dynamic-range"])
+def test_quantized_models_run_and_are_close(mode, tmp_path):
+    program = trace(const_weights, ["f32[4,64]"])
+    plain = api.to_tflite(program)
+    reports: list = []
+    quantized = api.to_tflite(program, quantize=mode, report_to=reports)  # checked at rtol=atol=5e-2
+    assert reports[0].ok and reports[0].rows[0].max_abs > 0
+    assert len(quantized) < 0.7 * len(plain)  # weights stored in 16 or 8 bits
+
+
+# ------------------------------------------------------------------ failures
+
+
+def sorts(x):
+    y = x * 2
+    return jnp.sort(y, axis=1)
+
+
+def hyperbolic(x):
+    return jnp.sinh(x) + 1
+
+
+@pytest.mark.parametrize("fn, op, offset", [(sorts, "stablehlo.sort x1", 2), (hyperbolic, "chlo.sinh x1", 1)])
+def test_legalization_failure_names_op_and_source_line(fn, op, offset, tmp_path):
+    line = inspect.getsourcelines(fn)[1] + offset
+    out = tmp_path / "m.tflite"
+    with pytest.raises(UnsupportedError) as err:
+        api.to_tflite(fn, "f32[3,5]", path=str(out))
+    msg = str(err.value)
+    assert msg.startswith("TFLite cannot convert: ") and "\n" not in msg
+    assert op in msg and f"test_tf_targets.py:{line}" in msg, msg
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def shifts(x):
+    return x << 2
+
+
+def test_tf_op_suggests_flex_and_flex_model_needs_delegate():
+    with pytest.raises(UnsupportedError, match=r"tf\.LeftShift x1 at .*--allow-flex"):
+        api.to_tflite(shifts, "i32[4]")
+    data = api.to_tflite(shifts, "i32[4]", allow_flex=True, check=False)
+    from jaxconv.runtimes.tflite import TFLiteRunner
+
+    with pytest.raises(ArtifactError, match="Flex delegate"):
+        TFLiteRunner(data).run([np.arange(4, dtype=np.int32)])
+
+
+def complex_out(x):
+    return lax.complex(x, x), x * 2
+
+
+def test_complex_dtype_names_output_for_tflite_but_saved_model_works(tmp_path):
+    with pytest.raises(UnsupportedError, match=r"TFLite cannot hold output output_0 \(complex64\)"):
+        api.to_tflite(complex_out, "f32[3]")
+    assert api.to_saved_model(complex_out, "f32[3]", path=str(tmp_path / "sm"))
+
+
+def test_quantize_mode_is_checked():
+    from jaxconv.errors import UsageError
+
+    with pytest.raises(UsageError, match="quantize"):
+        api.to_tflite(unused_arg, "f32[2]", "i32[1]", "f32[]", quantize="int4")
+
+
+def test_saved_model_failure_leaves_nothing(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(tf.saved_model, "save", broken)
+    with pytest.raises(ConversionError, match="disk on fire"):
+        api.to_saved_model(unused_arg, "f32[2]", "i32[1]", "f32[]", path=str(tmp_path / "sm"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_runners_reject_bad_artifacts(tmp_path):
+    from jaxconv.runtimes.tf import SavedModelRunner
+    from jaxconv.runtimes.tflite import TFLiteRunner
+
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"not a flatbuffer at all")
+    with pytest.raises(ArtifactError, match="LiteRT cannot load"):
+        TFLiteRunner(str(bad))
+    with pytest.raises(ArtifactError, match="not a SavedModel"):
+        SavedModelRunner(str(tmp_path))
+
+
+# ------------------------------------------------------------------ CLI
+
+USER_FILE = textwrap.dedent("""\
+    import jax.numpy as jnp
+
+
+    def f(x):
+        y = jnp.tanh(x)
+        return jnp.sort(y, axis=0)
+""")
+
+
+def test_cli_to_saved_model_and_to_tflite_then_check(tmp_path, capsys):
+    sm, lite = str(tmp_path / "mlp_sm"), str(tmp_path / "mlp.tflite")
+    assert main(["to-saved-model", MLP, "-o", sm, "--specs", *MLP_SPECS]) == 0
+    out = capsys.readouterr().out
+    assert "(saved-model) against jax.jit" in out and f"wrote {sm}" in out and "MISMATCH" not in out
+    assert main(["to-tflite", MLP, "-o", lite, "--specs", *MLP_SPECS]) == 0
+    out = capsys.readouterr().out
+    assert "(tflite) against jax.jit" in out and out.count(" ok") == 2 and f"wrote {lite}" in out
+    for artifact, runtime in ((lite, "tflite"), (sm, "saved-model")):
+        assert main(["check", artifact, MLP, "--specs", *MLP_SPECS]) == 0
+        out = capsys.readouterr().out
+        assert f"check {artifact} ({runtime}) against jax.jit" in out and "output_0" in out and " ok" in out
+
+
+def test_cli_quantized_tflite(tmp_path, capsys):
+    lite = str(tmp_path / "cnn.tflite")
+    assert main(["to-tflite", CNN, "-o", lite, "--quantize", "float16", "--specs", *CNN_SPECS]) == 0
+    assert "(tflite) against jax.jit" in capsys.readouterr().out and os.path.getsize(lite) > 0
+
+
+def test_cli_tflite_failure_one_line_and_no_file(tmp_path, capsys):
+    user = tmp_path / "model.py"
+    user.write_text(USER_FILE)
+    out = tmp_path / "out" / "model.tflite"
+    code = main(["to-tflite", str(user), "-o", str(out), "--specs", "f32[4,3]"])
+    err = capsys.readouterr().err
+    assert code == UnsupportedError.exit_code
+    assert err.count("\n") == 1 and err.startswith("jaxconv: error: TFLite cannot convert: stablehlo.sort x1 at ")
+    assert "model.py:6" in err
+    assert not out.exists() and (not out.parent.exists() or os.listdir(out.parent) == [])
