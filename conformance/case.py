@@ -1,0 +1,212 @@
+"""How a conformance case is declared: a function, argument generators, tolerances, tags.
+
+A case is declared once and expands over targets x devices. Arguments are seeded numpy
+generators (``Arg``) whose shapes may use symbolic names (``("b", 4)``): the exported
+artifact is then shape-polymorphic and every target runs at each size in ``Case.sizes``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+SHORT = {
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "bool",
+    "complex64": "c64", "complex128": "c128",
+}
+LONG = {v: k for k, v in SHORT.items()}
+WIDE = frozenset({"float64", "int64", "uint64", "complex128"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def np_dtype(name: str) -> np.dtype:
+    """numpy dtype for a long or short dtype name (bfloat16 via ml_dtypes)."""
+    name = LONG.get(name, name)
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A seeded generator of one array argument.
+
+    Attributes:
+        dtype: dtype name (``float32`` or ``f32``).
+        shape: ints and symbolic names.
+        kind: ``normal`` (floats), ``uniform`` in [low, high), ``int`` in [low, high],
+            ``positive`` (|normal| + 0.1), ``bool``, ``values`` (cycle ``values`` over the shape),
+            ``perm`` (a permutation of range(last dim) along the last axis).
+        low, high: bounds for ``uniform``/``int``.
+        values: for ``values``.
+    """
+
+    dtype: str
+    shape: tuple[int | str, ...]
+    kind: str = "default"
+    low: float = -8
+    high: float = 8
+    values: tuple[Any, ...] = ()
+
+    @property
+    def long_dtype(self) -> str:
+        return LONG.get(self.dtype, self.dtype)
+
+    def spec(self) -> str:
+        return f"{SHORT[self.long_dtype]}[{','.join(str(d) for d in self.shape)}]"
+
+    def symbols(self) -> set[str]:
+        out: set[str] = set()
+        for d in self.shape:
+            if isinstance(d, str):
+                out.update(_NAME.findall(d))
+        return out
+
+    def concrete(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else int(eval(d, {"__builtins__": {}}, dict(sizes)))  # noqa: S307
+                     for d in self.shape)
+
+    def generate(self, rng: np.random.Generator, sizes: Mapping[str, int]) -> np.ndarray:
+        shape = self.concrete(sizes)
+        dt = np_dtype(self.long_dtype)
+        kind = self.kind
+        if kind == "default":
+            kind = "bool" if dt == np.bool_ else ("int" if dt.kind in "iu" else "normal")
+        if kind == "bool":
+            return rng.random(shape) < 0.5
+        if kind == "values":
+            n = int(np.prod(shape))
+            flat = np.resize(np.array(self.values, dtype=np.float64 if dt.kind == "f" or dt.name == "bfloat16" else None), n)
+            return flat.reshape(shape).astype(dt)
+        if kind == "perm":
+            base = np.broadcast_to(np.arange(shape[-1]), shape).copy()
+            return rng.permuted(base, axis=-1).astype(dt)
+        if kind == "int":
+            lo = max(self.low, 0) if dt.kind == "u" else self.low
+            return rng.integers(int(lo), int(self.high) + 1, size=shape).astype(dt)
+        if kind == "uniform":
+            return rng.uniform(self.low, self.high, size=shape).astype(np.float32).astype(dt)
+        if kind == "positive":
+            return (np.abs(rng.standard_normal(shape)) + 0.1).astype(np.float32).astype(dt)
+        return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A pytree argument (model parameters): ``make(rng)`` returns numpy leaves, static shapes."""
+
+    make: Callable[[np.random.Generator], Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case.
+
+    Attributes:
+        name: unique, dotted (``op.add.f32``, ``model.mlp``).
+        fn: the function under test (jitted by the runner).
+        args: one ``Arg``/``Tree`` per positional parameter.
+        family: the StableHLO op family (or ``model``) it exercises.
+        tags: free-form labels (``dtype``, ``symbolic``, ``edge``, ``model``, ``slow``).
+        tol: per-dtype ``(rtol, atol)`` overrides of the default tolerances.
+        sizes: values of the symbolic dimensions; each dict is one run.
+        constraints: jax.export symbolic constraints.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Arg | Tree, ...]
+    family: str
+    tags: frozenset[str] = frozenset()
+    tol: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    sizes: tuple[Mapping[str, int], ...] = ()
+    constraints: tuple[str, ...] = ()
+
+    @property
+    def symbolic(self) -> bool:
+        return any(isinstance(a, Arg) and a.symbols() for a in self.args)
+
+    @property
+    def x64(self) -> bool:
+        return any(isinstance(a, Arg) and a.long_dtype in WIDE for a in self.args) or "x64" in self.tags
+
+    @property
+    def slow(self) -> bool:
+        return "slow" in self.tags
+
+    def size_sets(self) -> tuple[Mapping[str, int], ...]:
+        if not self.symbolic:
+            return ({},)
+        if self.sizes:
+            return self.sizes
+        names = sorted(set().union(*(a.symbols() for a in self.args if isinstance(a, Arg))))
+        return ({n: 3 for n in names}, {n: 5 for n in names})
+
+    def seed(self) -> int:
+        return int.from_bytes(hashlib.sha256(self.name.encode()).digest()[:4], "little")
+
+    def inputs(self, sizes: Mapping[str, int]) -> list[Any]:
+        """Argument values (numpy arrays or pytrees of them) for one size set; deterministic."""
+        rng = np.random.default_rng(self.seed())
+        return [a.make(rng) if isinstance(a, Tree) else a.generate(rng, sizes) for a in self.args]
+
+    def specs(self) -> list[Any]:
+        """Specs for jaxconv.program.trace: strings for ``Arg``, ShapeDtypeStruct pytrees for ``Tree``."""
+        import jax
+
+        out: list[Any] = []
+        rng = np.random.default_rng(self.seed())
+        for a in self.args:
+            if isinstance(a, Tree):
+                out.append(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), a.make(rng)))
+            else:
+                out.append(a.spec())
+        return out
+
+
+CASES: dict[str, Case] = {}
+
+
+def register(case: Case) -> Case:
+    """Add ``case`` to the suite; a duplicate name is a declaration error."""
+    if case.name in CASES:
+        raise ValueError(f"conformance case {case.name!r} declared twice")
+    CASES[case.name] = case
+    return case
+
+
+def case(name: str, fn: Callable[..., Any], *args: Arg | Tree, family: str, tags: Iterable[str] = (),
+         tol: Mapping[str, tuple[float, float]] | None = None, sizes: Sequence[Mapping[str, int]] = (),
+         constraints: Sequence[str] = ()) -> Case:
+    """Declare and register one case (see ``Case``)."""
+    tagset = set(tags)
+    if any(isinstance(a, Arg) and a.symbols() for a in args):
+        tagset.add("symbolic")
+    return register(Case(name=name, fn=fn, args=tuple(args), family=family, tags=frozenset(tagset),
+                         tol=dict(tol or {}), sizes=tuple(sizes), constraints=tuple(constraints)))
+
+
+def arg(spec: str, kind: str = "default", **kw: Any) -> Arg:
+    """``arg("f32[3,4]")`` / ``arg("i32[b]", "int", low=0, high=5)``: an ``Arg`` from a spec string."""
+    m = re.fullmatch(r"\s*([a-z0-9]+)\[(.*)\]\s*", spec)
+    if not m:
+        raise ValueError(f"bad case spec {spec!r}")
+    dims: list[int | str] = []
+    for d in filter(None, (p.strip() for p in m.group(2).split(","))):
+        dims.append(int(d) if d.isdigit() else d)
+    return Arg(LONG.get(m.group(1), m.group(1)), tuple(dims), kind, **kw)
+
+
+def load_all() -> dict[str, Case]:
+    """Import every case module (idempotent) and return the suite by name."""
+    import conformance.cases  # noqa: F401
+
+    return CASES

@@ -1,0 +1,283 @@
+"""The conformance report: report.json (the record), REPORT.md (the matrix) and report.html (a heatmap).
+
+``compare_reports`` backs ``--check``: CI re-runs the suite and fails when a cell's status
+differs from the committed report.json.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from conformance.results import BAD, CellResult
+from conformance.testdata import FileResult, summarize
+from conformance.targets import TARGETS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JSON_PATH = os.path.join(HERE, "report.json")
+MD_PATH = os.path.join(HERE, "REPORT.md")
+HTML_PATH = os.path.join(HERE, "report.html")
+STATUSES = ("pass", "fail", "xfail", "xpass", "skip")
+
+
+def today() -> str:
+    return _dt.date.today().isoformat()
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries the results depend on (absent ones are left out)."""
+    from importlib import metadata
+
+    out = {}
+    for dist in ("jax", "jaxlib", "tensorflow-cpu", "tensorflow", "onnx", "onnxruntime", "ai-edge-litert", "flax", "equinox"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def summary(cells: Iterable[CellResult]) -> dict[str, dict[str, dict[str, int]]]:
+    """Counts of each status per target and device."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for c in cells:
+        row = out.setdefault(c.target, {}).setdefault(c.device, {s: 0 for s in STATUSES})
+        row[c.status] = row.get(c.status, 0) + 1
+    return out
+
+
+def coverage(cells: Iterable[CellResult]) -> dict[str, list[str]]:
+    """Registered lowerings no case exercises, and ops the cases meet that have no lowering."""
+    from jaxconv.onnx.registry import all_lowerings
+
+    seen: set[str] = set()
+    for c in cells:
+        seen.update(c.ops)
+    registered = set(all_lowerings())
+    return {"registered_not_exercised": sorted(registered - seen),
+            "seen_not_registered": sorted(seen - registered - {"func.call", "func.return", "stablehlo.return"})}
+
+
+def gpu_note(cells: Sequence[CellResult], date: str, gpu_file: Mapping[str, Any] | None) -> str:
+    if gpu_file is not None:
+        return f"run on {gpu_file.get('device', 'a GPU')} ({gpu_file.get('date', date)})"
+    if any(c.device == "gpu" and c.status not in ("skip",) for c in cells):
+        return f"run ({date})"
+    return f"not run: no GPU lent ({date})"
+
+
+def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Sequence[FileResult] | None, *,
+          targets: Sequence[str], devices: Sequence[str], gpu_file: Mapping[str, Any] | None = None,
+          seconds: float = 0.0) -> dict[str, Any]:
+    """The report as a JSON-ready dict."""
+    date = today()
+    cells = list(cells)
+    if gpu_file is not None:
+        gpu_cells = {(c["case"], c["target"]): CellResult.from_json(c) for c in gpu_file.get("cells", [])}
+        cells = [gpu_cells.get((c.case, c.target), c) if c.device == "gpu" else c for c in cells]
+    return {
+        "date": date,
+        "versions": versions(),
+        "targets": list(targets),
+        "devices": list(devices),
+        "gpu": gpu_note(cells, date, gpu_file),
+        "seconds": round(seconds, 1),
+        "summary": summary(cells),
+        "coverage": coverage(cells),
+        "cases": {name: {"family": c.family, "tags": sorted(c.tags)} for name, c in sorted(cases.items())},
+        "cells": [c.to_json() for c in cells],
+        "testdata": None if testdata is None else {
+            "root": "../shared/stablehlo-testdata",
+            "summary": summarize(testdata),
+            "files": [r.to_json() for r in testdata],
+        },
+    }
+
+
+def write_json(report: Mapping[str, Any], path: str = JSON_PATH) -> None:
+    from jaxconv.artifacts import atomic_file
+
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+def _write_text(path: str, text: str) -> None:
+    from jaxconv.artifacts import atomic_file
+
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _cells(report: Mapping[str, Any]) -> list[CellResult]:
+    return [CellResult.from_json(c) for c in report["cells"]]
+
+
+def _symbol(c: CellResult | None) -> str:
+    if c is None:
+        return ""
+    return {"pass": "✓", "fail": "✗", "xfail": "xfail", "xpass": "XPASS", "skip": "skip"}.get(c.status, c.status)
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """REPORT.md: summary per target, the case x target x device matrix, failures, limitations, test data."""
+    cells = _cells(report)
+    targets, devices = report["targets"], report["devices"]
+    gpu_ran = any(c.device == "gpu" and c.status != "skip" for c in cells)
+    lines = ["# jaxconv conformance report", "",
+             f"Generated {report['date']} by `python -m conformance` "
+             f"({', '.join(f'{k} {v}' for k, v in report['versions'].items())}).", "",
+             "Each case is declared once (`conformance/cases/`) and run on every target; the reference is `jax.jit` on the "
+             "same device. ✓ matches, ✗ differs or fails (the stage and error are listed below), xfail is a declared "
+             "limitation (`conformance/limitations.py`), XPASS is a limitation that now passes (it fails the run).", "",
+             f"GPU: {report['gpu']}.", "", "## Summary per target", "",
+             "| target | device | ✓ pass | ✗ fail | xfail | XPASS | skip | pass rate |", "|---|---|---|---|---|---|---|---|"]
+    for t in targets:
+        for d in devices:
+            row = report["summary"].get(t, {}).get(d)
+            if not row:
+                continue
+            run = row["pass"] + row["fail"] + row["xfail"] + row["xpass"]
+            rate = f"{100.0 * (row['pass'] + row['xpass']) / run:.1f}%" if run else "–"
+            lines.append(f"| {t} | {d} | {row['pass']} | {row['fail']} | {row['xfail']} | {row['xpass']} | {row['skip']} | {rate} |")
+    cov = report.get("coverage", {})
+    if cov:
+        lines += ["", f"Registered ONNX lowerings no case exercises: {', '.join(cov['registered_not_exercised']) or 'none'}.", "",
+                  f"StableHLO ops the cases use that have no ONNX lowering: {', '.join(cov['seen_not_registered']) or 'none'}."]
+    lines += ["", "## Matrix", ""]
+    cpu_cols = [(t, "cpu") for t in targets if "cpu" in devices]
+    gpu_cols = [(t, "gpu") for t in targets if "gpu" in devices] if gpu_ran else []
+    head = ["case", "family"] + [f"{t}" for t, _ in cpu_cols] + [f"{t} (gpu)" for t, _ in gpu_cols]
+    if "gpu" in devices and not gpu_ran:
+        head.append(f"gpu: {report['gpu']}")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    index = {(c.case, c.target, c.device): c for c in cells}
+    case_names = list(dict.fromkeys(c.case for c in cells))
+    for name in sorted(case_names):
+        family = report["cases"].get(name, {}).get("family", "")
+        row = [f"`{name}`", family] + [_symbol(index.get((name, t, d))) for t, d in cpu_cols + gpu_cols]
+        if "gpu" in devices and not gpu_ran:
+            row.append("skip")
+        lines.append("| " + " | ".join(row) + " |")
+    bad = [c for c in cells if c.status in BAD]
+    lines += ["", f"## Failures ({len(bad)})", ""]
+    if bad:
+        lines += ["| case | target | device | stage | error |", "|---|---|---|---|---|"]
+        for c in sorted(bad, key=lambda c: (c.target, c.case)):
+            err = "limitation passes: delete its row in limitations.py" if c.status == "xpass" else c.error
+            lines.append(f"| `{c.case}` | {c.target} | {c.device} | {c.stage} | {_md(err)} |")
+    xf = [c for c in cells if c.status == "xfail"]
+    lines += ["", f"## Expected failures ({len(xf)})", ""]
+    if xf:
+        lines += ["| case | target | device | reason | stage: error |", "|---|---|---|---|---|"]
+        for c in sorted(xf, key=lambda c: (c.target, c.case)):
+            lines.append(f"| `{c.case}` | {c.target} | {c.device} | {_md(c.reason)} | {c.stage}: {_md(c.error)} |")
+    lines += testdata_markdown(report.get("testdata"))
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def testdata_markdown(td: Mapping[str, Any] | None) -> list[str]:
+    if not td:
+        return ["", "## StableHLO test data", "", "Not run (`--no-testdata`)."]
+    s = td["summary"]
+    t = s["total"]
+    n = sum(t.values())
+    lines = ["", "## StableHLO test data", "",
+             f"{n} modules from `{td['root']}` lowered to ONNX and run in ONNX Runtime on their own `@inputs`, each checked "
+             f"result compared with `@expected`: **{t['pass']} pass, {t['fail']} fail, {t['unsupported']} unsupported**. "
+             "dynamic/ files pass when they convert and run (no numbers to compare); quantized/ files are unsupported.", "",
+             "| kind | pass | fail | unsupported |", "|---|---|---|---|"]
+    for kind, row in s["by_kind"].items():
+        lines.append(f"| {kind} | {row['pass']} | {row['fail']} | {row['unsupported']} |")
+    lines += ["", "Most common reasons:", "", "| files | stage: reason |", "|---|---|"]
+    for reason, count in s["top_reasons"]:
+        lines.append(f"| {count} | {_md(reason)} |")
+    lines += ["", "Per op family:", "", "| family | pass | fail | unsupported |", "|---|---|---|---|"]
+    for fam, row in s["by_family"].items():
+        lines.append(f"| {fam} | {row['pass']} | {row['fail']} | {row['unsupported']} |")
+    return lines
+
+
+_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "xfail": "#f9a825", "xpass": "#6a1b9a", "skip": "#bdbdbd", "": "#eeeeee"}
+
+
+def html_page(report: Mapping[str, Any]) -> str:
+    """report.html: a heatmap of the matrix and of the test data families (no extra packages)."""
+    cells = _cells(report)
+    index = {(c.case, c.target, c.device): c for c in cells}
+    cols = [(t, d) for d in report["devices"] for t in report["targets"]]
+    out = ["<!doctype html><meta charset='utf-8'><title>jaxconv conformance</title><style>",
+           "body{font:13px sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:1px 4px}"
+           "td.c{width:34px;height:12px}th.r{text-align:left;font-weight:normal;font-family:monospace}"
+           ".k span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}</style>",
+           f"<h1>jaxconv conformance</h1><p>{html.escape(report['date'])} · GPU: {html.escape(report['gpu'])}</p><p class='k'>",
+           "".join(f"<span style='background:{_COLORS[s]}'></span>{s}" for s in STATUSES), "</p><table><tr><th></th>",
+           "".join(f"<th>{html.escape(t)}<br>{d}</th>" for t, d in cols), "</tr>"]
+    for name in sorted(dict.fromkeys(c.case for c in cells)):
+        out.append(f"<tr><th class='r'>{html.escape(name)}</th>")
+        for t, d in cols:
+            c = index.get((name, t, d))
+            status = c.status if c else ""
+            tip = f"{name} / {t} / {d}: {status}" + (f" at {c.stage}: {c.error}" if c and c.error else "") + \
+                (f" ({c.reason})" if c and c.reason else "")
+            out.append(f"<td class='c' style='background:{_COLORS.get(status, '#eee')}' title='{html.escape(tip, quote=True)}'></td>")
+        out.append("</tr>")
+    out.append("</table>")
+    td = report.get("testdata")
+    if td:
+        out.append("<h2>StableHLO test data per family</h2><table>")
+        for fam, row in td["summary"]["by_family"].items():
+            n = max(1, row["pass"] + row["fail"] + row["unsupported"])
+            bar = "".join(f"<span style='display:inline-block;height:10px;width:{200 * row[k] / n:.0f}px;background:{col}'></span>"
+                          for k, col in (("pass", _COLORS["pass"]), ("fail", _COLORS["fail"]), ("unsupported", _COLORS["skip"])))
+            out.append(f"<tr><th class='r'>{html.escape(fam)}</th><td>{bar}</td><td>{row['pass']}/{n}</td></tr>")
+        out.append("</table>")
+    return "".join(out) + "\n"
+
+
+def write_all(report: Mapping[str, Any], folder: str = HERE) -> list[str]:
+    """Write report.json, REPORT.md and report.html into ``folder``; returns their paths."""
+    paths = [os.path.join(folder, "report.json"), os.path.join(folder, "REPORT.md"), os.path.join(folder, "report.html")]
+    write_json(report, paths[0])
+    _write_text(paths[1], markdown(report))
+    _write_text(paths[2], html_page(report))
+    return paths
+
+
+def load(path: str = JSON_PATH) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def compare_reports(run: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
+    """Differences in status between a run and the committed report (only what the run covered)."""
+    diffs: list[str] = []
+    old = {(c["case"], c["target"], c["device"]): c for c in committed.get("cells", [])}
+    for c in run.get("cells", []):
+        key = (c["case"], c["target"], c["device"])
+        before = old.get(key)
+        if before is None:
+            diffs.append(f"{'/'.join(key)}: {c['status']} (not in the committed report)")
+        elif before["status"] != c["status"]:
+            detail = f" at {c['stage']}: {c['error']}" if c.get("error") else ""
+            diffs.append(f"{'/'.join(key)}: committed {before['status']}, now {c['status']}{detail}")
+    if run.get("testdata") and committed.get("testdata"):
+        old_files = {f["file"]: f for f in committed["testdata"]["files"]}
+        for f in run["testdata"]["files"]:
+            before = old_files.get(f["file"])
+            if before is None:
+                diffs.append(f"testdata {f['file']}: {f['status']} (not in the committed report)")
+            elif before["status"] != f["status"]:
+                diffs.append(f"testdata {f['file']}: committed {before['status']}, now {f['status']}"
+                             f"{' at ' + f['stage'] + ': ' + f['error'] if f.get('error') else ''}")
+    return diffs
+
+
+__all__ = ["TARGETS", "build", "compare_reports", "html_page", "load", "markdown", "write_all"]

@@ -1,0 +1,239 @@
+"""Run one case on one target and device, recording where it stopped.
+
+Targets go through jaxconv's public entry points with ``check=False`` and are compared here
+on the case's own seeded inputs, so every result carries its stage, a one-line error and
+the worst absolute/relative error:
+
+- ``stablehlo``: ``api.to_stablehlo(path=...)`` then ``JaxExportRunner`` on the ``.jaxexport``
+- ``saved-model``: ``api.to_saved_model`` then TensorFlow (``SavedModelRunner``)
+- ``tflite``: ``api.to_tflite`` then ``TFLiteRunner``
+- ``onnx``: ``program_to_onnx`` + ``validate`` then ONNX Runtime (``OnnxRunner``)
+
+The reference is ``jax.jit`` of the case's function on the same device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from conformance.case import Case
+from conformance.results import CellResult, failure
+
+TARGETS = ("stablehlo", "saved-model", "tflite", "onnx")
+DEVICES = ("cpu", "gpu")
+TF_TARGETS = frozenset({"saved-model", "tflite"})
+
+
+class StageError(Exception):
+    """Carries the stage a cell stopped at and the underlying error."""
+
+    def __init__(self, stage: str, error: BaseException | str) -> None:
+        super().__init__(str(error))
+        self.stage = stage
+        self.error = error
+
+
+def _stage(stage: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except StageError:
+        raise
+    except BaseException as e:  # noqa: BLE001  (any failure is a result)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise StageError(stage, e) from e
+
+
+def missing_runtime(target: str) -> str | None:
+    """Why ``target`` cannot run in this environment (a skip), or None."""
+    if target in TF_TARGETS and importlib.util.find_spec("tensorflow") is None:
+        return "TensorFlow not installed"
+    if target == "onnx" and importlib.util.find_spec("onnxruntime") is None:
+        return "onnxruntime not installed"
+    return None
+
+
+def gpu_device() -> Any | None:
+    """JAX's first GPU device, or None."""
+    import jax
+
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return None
+    return devices[0] if devices else None
+
+
+def _jax_device(device: str) -> Any:
+    import jax
+
+    if device == "cpu":
+        return jax.devices("cpu")[0]
+    dev = gpu_device()
+    if dev is None:
+        raise StageError("export", "no GPU visible to JAX")
+    return dev
+
+
+def _export_platform(device: str) -> str:
+    if device == "cpu":
+        return "cpu"
+    import jax
+
+    return "rocm" if "rocm" in str(getattr(jax.devices("gpu")[0].client, "platform_version", "")).lower() else "cuda"
+
+
+def reference(case: Case, args: list[Any], device: str) -> list[np.ndarray]:
+    """jax.jit(case.fn) on ``device``; flat numpy outputs."""
+    import jax
+
+    dev = _jax_device(device)
+    with jax.default_device(dev):
+        placed = jax.device_put(args, dev)
+        out = jax.jit(case.fn)(*placed)
+    return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
+
+
+def _flat(args: list[Any]) -> list[np.ndarray]:
+    import jax
+
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(args)]
+
+
+def _trace(case: Case, platform: str):
+    from jaxconv.program import trace
+
+    return trace(case.fn, case.specs(), name=case.name.replace(".", "_").replace("-", "_"),
+                 param_names=[f"a{i}" for i in range(len(case.args))], constraints=case.constraints,
+                 platforms=(platform,))
+
+
+def _make_runner(case: Case, target: str, device: str, program: Any, tmp: str) -> Any:
+    """Convert (and validate) then load; returns a Runner."""
+    from jaxconv import api
+
+    if target == "stablehlo":
+        base = os.path.join(tmp, "model")
+        _stage("convert", lambda: api.to_stablehlo(program, path=base, check=False))
+        from jaxconv.runtimes.jaxexport import JaxExportRunner
+
+        return _stage("load", lambda: JaxExportRunner(base + ".jaxexport"))
+    if target == "saved-model":
+        path = os.path.join(tmp, "saved_model")
+        _stage("convert", lambda: api.to_saved_model(program, path=path, check=False))
+
+        def load() -> Any:
+            from jaxconv.runtimes.tf import SavedModelRunner
+
+            return SavedModelRunner(path)
+
+        return _stage("load", load)
+    if target == "tflite":
+        path = os.path.join(tmp, "model.tflite")
+        _stage("convert", lambda: api.to_tflite(program, path=path, check=False))
+
+        def load_tfl() -> Any:
+            from jaxconv.runtimes.tflite import TFLiteRunner
+
+            return TFLiteRunner(path)
+
+        return _stage("load", load_tfl)
+    if target == "onnx":
+        from jaxconv.onnx import convert
+
+        model = _stage("convert", lambda: convert.program_to_onnx(program))
+        _stage("validate", lambda: convert.validate(model))
+        from jaxconv.runtimes.onnxrt import OnnxRunner
+
+        return _stage("load", lambda: OnnxRunner(model.SerializeToString()))
+    raise StageError("export", f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+
+
+def ops_of(program: Any) -> list[str]:
+    """StableHLO op names in the exported module (all functions, nested regions)."""
+    from jaxconv.stablehlo import ir as hir
+    from jaxconv.stablehlo.reader import read_module
+
+    module = read_module(program.exported.mlir_module_serialized)
+    names: set[str] = set()
+    for fn in module.functions.values():
+        names.update(op.name for op in hir.walk_ops(fn.body))
+    return sorted(names)
+
+
+def tolerance(case: Case, dtype: str) -> tuple[float | None, float | None]:
+    if dtype in case.tol:
+        return case.tol[dtype]
+    return None, None
+
+
+def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) -> CellResult:
+    """Export, convert, load, run and compare one cell; never raises for a failing cell."""
+    import jax
+
+    result = CellResult(case=case.name, target=target, device=device)
+    start = time.perf_counter()
+    skip = missing_runtime(target)
+    if skip is None and device == "gpu" and gpu_device() is None:
+        skip = "no GPU"
+    if skip is not None:
+        result.status, result.reason = "skip", skip
+        return result
+    jax.config.update("jax_enable_x64", case.x64)
+    try:
+        platform = "cpu" if target == "onnx" else _stage("export", lambda: _export_platform(device))
+        program = _stage("export", lambda: _trace(case, platform))
+        if with_ops:
+            try:
+                result.ops = ops_of(program)
+            except Exception:  # noqa: BLE001  (the op list is informative only)
+                result.ops = []
+        with tempfile.TemporaryDirectory(prefix="jaxconv-conf-") as tmp:
+            runner = _make_runner(case, target, device, program, tmp)
+            worst_abs, worst_rel, ok = 0.0, 0.0, True
+            notes: list[str] = []
+            for sizes in case.size_sets():
+                args = case.inputs(sizes)
+                expected = _stage("run", lambda: reference(case, args, device))
+                if device == "gpu" and target == "stablehlo":
+                    dev = _jax_device(device)
+
+                    def run_on_gpu() -> list[np.ndarray]:
+                        with jax.default_device(dev):
+                            return runner.run(_flat(args))
+
+                    actual = _stage("run", run_on_gpu)
+                else:
+                    actual = _stage("run", lambda: runner.run(_flat(args)))
+                if len(actual) != len(expected):
+                    raise StageError("compare", f"{len(actual)} outputs, jax.jit gives {len(expected)}")
+                from jaxconv.verify import compare
+
+                for i, (e, a) in enumerate(zip(expected, actual)):
+                    rtol, atol = tolerance(case, e.dtype.name)
+                    check = compare(f"output_{i}", e, np.asarray(a), rtol, atol)
+                    if not math.isnan(check.max_abs):
+                        worst_abs = max(worst_abs, check.max_abs)
+                    if not math.isnan(check.max_rel):
+                        worst_rel = max(worst_rel, check.max_rel)
+                    if not check.ok:
+                        ok = False
+                        where = f" at {dict(sizes)}" if sizes else ""
+                        notes.append(f"output_{i} {check.dtype}{list(check.shape)}{where}: max abs err {check.max_abs:.3g}, "
+                                     f"max rel err {check.max_rel:.3g}{' ' + check.note if check.note else ''}")
+            result.max_abs, result.max_rel = worst_abs, worst_rel
+            if ok:
+                result.ok = True
+            else:
+                failure(result, "compare", f"{len(notes)} output check(s) differ; {notes[0]}")
+    except StageError as e:
+        failure(result, e.stage, e.error)
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
