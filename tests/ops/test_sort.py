@@ -23,6 +23,14 @@ SPECIALS = np.array([1.0, -0.0, 0.0, np.nan, -np.nan, 2.0, -np.inf, np.inf, 0.0,
 TIES = np.array([3, 1, 2, 3, 1, 0, 2, 3, 1, 0, 0, 1])
 
 
+@pytest.fixture(autouse=True)
+def _restore_x64():
+    """64-bit specs switch x64 on (jaxconv.program.trace does); switch it back after each test."""
+    old = jax.config.read("jax_enable_x64")
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
 def assert_bit_exact(fn, *args, opset=None):
     """assert_onnx_matches_jax, then the same outputs compared byte for byte."""
     from jaxconv.runtimes.onnxrt import OnnxRunner
