@@ -71,9 +71,23 @@ def broadcast_to(ctx: LoweringContext, x: str, operand: hir.TensorType, result: 
     return expand(ctx, x, shape, result.dtype)
 
 
+def empty_result(ctx: LoweringContext, t: hir.TensorType) -> str | None:
+    """A constant for a statically empty result, else None.
+
+    ONNX Runtime's graph optimizer drops an Expand that broadcasts a size-1 dim to 0, so
+    statically empty results never go through Expand.
+    """
+    if t.is_static and 0 in t.shape:
+        return ctx.const(np.zeros(t.shape, dt.numpy_dtype(t.dtype)), t.dtype)
+    return None
+
+
 @lowering("stablehlo.broadcast_in_dim", onnx_ops=("Unsqueeze", "Expand"))
 def lower_broadcast_in_dim(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Transpose/Unsqueeze the operand into place, then Expand."""
+    empty = empty_result(ctx, op.results[0].type)
+    if empty is not None:
+        return empty
     return broadcast_to(ctx, inputs[0], op.operands[0].type, op.results[0].type, op.attrs["broadcast_dimensions"])
 
 
@@ -91,7 +105,9 @@ def lower_reshape(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     if result.shape == op.operands[0].type.shape:
         return inputs[0]
     shape = [(-1 if d is None else d) for d in result.shape]
-    return ctx.op("Reshape", [inputs[0], ctx.i64(shape)])
+    # ONNX reads a 0 in the shape as "copy this input dimension" unless allowzero is set.
+    allowzero = 1 if 0 in shape and -1 not in shape else None
+    return ctx.op("Reshape", [inputs[0], ctx.i64(shape)], allowzero=allowzero)
 
 
 @lowering("stablehlo.dynamic_reshape", onnx_ops=("Reshape",))
@@ -161,3 +177,218 @@ def lower_get_dimension_size(ctx: LoweringContext, op: hir.Op, inputs: list[str]
     d = op.attrs["dimension"]
     size = ctx.op("Shape", inputs, start=d, end=d + 1)
     return ctx.cast(ctx.op("Squeeze", [size, ctx.i64([0])]), op.results[0].type.dtype)
+
+
+# ---- helpers shared with indexing.py ------------------------------------------------------------
+# A dimension is either a static int or the name of a 1-D int64 tensor of length 1.
+# Where has no kernel for these; move the data through a dtype that holds every value exactly.
+_WHERE_DETOUR = {"bfloat16": "float32", "bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64"}
+# Pad has no int16/uint16 kernel.
+_PAD_DETOUR = {"int16": "int32", "uint16": "int32"}
+
+
+def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
+    """Where(cond, a, b) for any dtype (a cast detour where ONNX Runtime has no kernel)."""
+    work = _WHERE_DETOUR.get(dtype)
+    if work is None:
+        return ctx.op("Where", [cond, a, b])
+    return ctx.cast(ctx.op("Where", [cond, ctx.cast(a, work), ctx.cast(b, work)]), dtype)
+
+
+def pad(ctx: LoweringContext, x: str, pads: str, value: str, dtype: str) -> str:
+    """Constant-mode Pad (negative pads crop) for any dtype."""
+    work = _PAD_DETOUR.get(dtype)
+    if work is None:
+        return ctx.op("Pad", [x, pads, value])
+    out = ctx.op("Pad", [ctx.cast(x, work), pads, ctx.cast(value, work)])
+    return ctx.cast(out, dtype)
+
+
+def dim(ctx: LoweringContext, x: str, t: hir.TensorType, axis: int) -> int | str:
+    """Size of ``axis`` of ``x``: an int when static, else a 1-D int64 tensor of length 1."""
+    d = t.shape[axis]
+    return d if d is not None else ctx.op("Shape", [x], start=axis, end=axis + 1)
+
+
+def dim_tensor(ctx: LoweringContext, d: int | str) -> str:
+    """A dimension as a 1-D int64 tensor of length 1."""
+    return ctx.i64([d]) if isinstance(d, int) else d
+
+
+def dim_scalar(ctx: LoweringContext, d: int | str) -> str:
+    """A dimension as an int64 scalar tensor."""
+    if isinstance(d, int):
+        return ctx.scalar(d, "int64")
+    return ctx.op("Squeeze", [d, ctx.i64([0])])
+
+
+def dim_arith(ctx: LoweringContext, op_type: str, a: int | str, b: int | str) -> int | str:
+    """``a (op) b`` for dimensions (Add, Sub, Mul); static when both are."""
+    if isinstance(a, int) and isinstance(b, int):
+        return {"Add": a + b, "Sub": a - b, "Mul": a * b}[op_type]
+    return ctx.op(op_type, [dim_tensor(ctx, a), dim_tensor(ctx, b)])
+
+
+def shape_tensor(ctx: LoweringContext, dims: Sequence[int | str]) -> str:
+    """A 1-D int64 shape tensor from dimensions."""
+    if all(isinstance(d, int) for d in dims):
+        return ctx.i64(list(dims))  # type: ignore[arg-type]
+    return ctx.op("Concat", [dim_tensor(ctx, d) for d in dims], axis=0)
+
+
+def dims_of(ctx: LoweringContext, x: str, t: hir.TensorType) -> list[int | str]:
+    """Every dimension of ``x``."""
+    return [dim(ctx, x, t, a) for a in range(t.rank)]
+
+
+def index_scalar(ctx: LoweringContext, name: str, dtype: str) -> str:
+    """An index value of any integer dtype as int64 (same shape)."""
+    return ctx.cast_if(name, dtype, "int64")
+
+
+def clamp(ctx: LoweringContext, idx: str, hi: int | str) -> str:
+    """Clamp an int64 index tensor to [0, hi] (``hi`` may be negative: then 0 wins, as in XLA)."""
+    bounded = ctx.op("Min", [idx, dim_scalar(ctx, hi)])
+    return ctx.op("Max", [bounded, ctx.scalar(0, "int64")])
+
+
+def iota_along(ctx: LoweringContext, n: int | str, axis: int, rank: int) -> str:
+    """An int64 tensor 0..n-1 along ``axis`` with size-1 dimensions elsewhere (``rank`` dims)."""
+    shape = [1] * rank
+    if isinstance(n, int):
+        shape[axis] = n
+        return ctx.const(np.arange(n, dtype=np.int64).reshape(shape))
+    rng = ctx.op("Range", [ctx.scalar(0, "int64"), dim_scalar(ctx, n), ctx.scalar(1, "int64")])
+    others = [a for a in range(rank) if a != axis]
+    return ctx.op("Unsqueeze", [rng, ctx.i64(others)]) if others else rng
+
+
+# ---- pad, reverse, dynamic slices ----------------------------------------------------------------
+@lowering("stablehlo.pad", onnx_ops=("Pad", "Reshape", "Slice"))
+def lower_pad(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Interior padding by zero-insertion (Unsqueeze, Pad, Reshape, Slice), then one edge Pad."""
+    x, value = inputs
+    empty = empty_result(ctx, op.results[0].type)
+    if empty is not None:
+        return empty
+    t = op.operands[0].type
+    low = list(op.attrs["edge_padding_low"])
+    high = list(op.attrs["edge_padding_high"])
+    interior = list(op.attrs["interior_padding"])
+    dims = dims_of(ctx, x, t)
+    for axis, k in enumerate(interior):
+        if k > 0:
+            x, dims[axis] = _interior_pad(ctx, x, dims, axis, k, value, t.dtype)
+    if any(low) or any(high):
+        x = pad(ctx, x, ctx.i64(low + high), value, t.dtype)
+    return x
+
+
+def _interior_pad(ctx: LoweringContext, x: str, dims: list[int | str], axis: int, k: int, value: str,
+                  dtype: str) -> tuple[str, int | str]:
+    """Insert ``k`` copies of ``value`` between neighbours along ``axis``; returns (tensor, new size)."""
+    rank = len(dims)
+    y = ctx.op("Unsqueeze", [x, ctx.i64([axis + 1])])
+    pads = [0] * (2 * (rank + 1))
+    pads[rank + 1 + axis + 1] = k
+    y = pad(ctx, y, ctx.i64(pads), value, dtype)
+    spread = dim_arith(ctx, "Mul", dims[axis], k + 1)
+    y = ctx.op("Reshape", [y, shape_tensor(ctx, dims[:axis] + [spread] + dims[axis + 1:])], allowzero=1)
+    if isinstance(spread, int):
+        size: int | str = max(spread - k, 0)
+        end = ctx.i64([size])
+    else:
+        size = ctx.op("Max", [dim_arith(ctx, "Sub", spread, k), ctx.i64([0])])  # type: ignore[list-item]
+        end = size  # type: ignore[assignment]
+    return ctx.op("Slice", [y, ctx.i64([0]), end, ctx.i64([axis])]), size
+
+
+@lowering("stablehlo.reverse", onnx_ops=("Slice",))
+def lower_reverse(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Slice with step -1 on each reversed dimension."""
+    axes = list(op.attrs["dimensions"])
+    if not axes:
+        return inputs[0]
+    n = len(axes)
+    lowest = np.iinfo(np.int64).min
+    return ctx.op("Slice", [inputs[0], ctx.i64([-1] * n), ctx.i64([lowest] * n), ctx.i64(axes), ctx.i64([-1] * n)])
+
+
+def clamped_starts(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[str],
+                   start_types: Sequence[hir.TensorType], sizes: Sequence[int | str]) -> list[str]:
+    """Start indices (scalars of any int dtype) as int64 scalars clamped to [0, dim - size], like StableHLO."""
+    out = []
+    for axis, (s, st, size) in enumerate(zip(starts, start_types, sizes)):
+        d = dim(ctx, x, t, axis)
+        if isinstance(d, int) and isinstance(size, int) and d == size:
+            out.append(ctx.scalar(0, "int64"))
+            continue
+        out.append(clamp(ctx, index_scalar(ctx, s, st.dtype), dim_arith(ctx, "Sub", d, size)))
+    return out
+
+
+def _stack_scalars(ctx: LoweringContext, scalars: Sequence[str]) -> str:
+    values = [ctx.constant_value(s) for s in scalars]
+    if all(v is not None for v in values):
+        return ctx.i64([int(v) for v in values])  # type: ignore[arg-type]
+    return ctx.op("Concat", [ctx.op("Unsqueeze", [s, ctx.i64([0])]) for s in scalars], axis=0)
+
+
+@lowering("stablehlo.dynamic_slice", onnx_ops=("Slice",))
+def lower_dynamic_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Slice at start indices clamped so the whole slice is in range."""
+    x, starts = inputs[0], inputs[1:]
+    t = op.operands[0].type
+    sizes = list(op.attrs["slice_sizes"])
+    return slice_at(ctx, x, t, clamped_starts(ctx, x, t, starts, [v.type for v in op.operands[1:]], sizes), sizes)
+
+
+def slice_at(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[str], sizes: Sequence[int | str]) -> str:
+    """Slice ``sizes`` elements from int64 scalar ``starts`` (already in range) on every axis."""
+    axes = [a for a in range(t.rank) if not (t.shape[a] is not None and sizes[a] == t.shape[a])]
+    if not axes:
+        return x
+    begin = _stack_scalars(ctx, [starts[a] for a in axes])
+    length = shape_tensor(ctx, [sizes[a] for a in axes])
+    end = ctx.op("Add", [begin, length])
+    return ctx.op("Slice", [x, begin, end, ctx.i64(axes)])
+
+
+@lowering("stablehlo.dynamic_update_slice", onnx_ops=("ScatterND",))
+def lower_dynamic_update_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """ScatterND of the update at clamped starts (index grid over the leading partial axes only)."""
+    x, update, starts = inputs[0], inputs[1], inputs[2:]
+    t, ut = op.operands[0].type, op.operands[1].type
+    if ut.is_static and 0 in ut.shape:
+        return x
+    usizes = dims_of(ctx, update, ut)
+    begin = clamped_starts(ctx, x, t, starts, [v.type for v in op.operands[2:]], usizes)
+    # Trailing axes the update covers fully need no index coordinates.
+    k = t.rank
+    while k > 0 and t.shape[k - 1] is not None and ut.shape[k - 1] == t.shape[k - 1]:
+        k -= 1
+    if k == 0:
+        return update
+    grid = index_grid(ctx, begin[:k], usizes[:k])
+    return ctx.op("ScatterND", [x, grid, update])
+
+
+def index_grid(ctx: LoweringContext, starts: Sequence[str], sizes: Sequence[int | str]) -> str:
+    """int64 indices of shape [*sizes, n]: element (i_0..i_{n-1}) holds (starts[a] + i_a)."""
+    n = len(starts)
+    full = shape_tensor(ctx, list(sizes) + [1])
+    coords = []
+    for a in range(n):
+        iota = iota_along(ctx, sizes[a], a, n + 1)
+        coord = ctx.op("Add", [iota, starts[a]])
+        coords.append(ctx.op("Expand", [coord, full]))
+    return coords[0] if n == 1 else ctx.op("Concat", coords, axis=-1)
+
+
+@lowering("stablehlo.real_dynamic_slice", onnx_ops=("Slice",))
+def lower_real_dynamic_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Slice with start/limit/stride tensors."""
+    x, start, limit, stride = inputs
+    cast = [ctx.cast_if(n, v.type.dtype, "int64") for n, v in zip((start, limit, stride), op.operands[1:])]
+    axes = ctx.i64(list(range(op.operands[0].type.rank)))
+    return ctx.op("Slice", [x, cast[0], cast[1], axes, cast[2]])
