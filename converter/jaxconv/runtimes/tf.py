@@ -23,7 +23,7 @@ class SavedModelRunner:
     """Loads a SavedModel folder and runs its ``serving_default`` signature.
 
     Inputs are taken in the order of the ``jaxconv_signature.json`` stored beside the model (the
-    converted program's order), else in the signature function's argument order.
+    converted program's order), else sorted by name: a SavedModel signature keeps no argument order.
     """
 
     kind = "saved-model"
@@ -52,8 +52,7 @@ class SavedModelRunner:
         if stored is not None and {t.name for t in stored.inputs} == set(specs):
             self.input_names = [t.name for t in stored.inputs]
         else:
-            keywords = list(getattr(self._fn, "_arg_keywords", None) or [])
-            self.input_names = keywords if set(keywords) == set(specs) else sorted(specs)
+            self.input_names = sorted(specs)
         self.input_dtypes = [specs[n].dtype for n in self.input_names]
         self.output_names = output_order(list(self._fn.structured_outputs))
 

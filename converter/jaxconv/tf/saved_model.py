@@ -128,7 +128,9 @@ def flat_function(program: Program) -> Any:
 def tf_function(program: Program) -> tuple[Any, Any]:
     """A ``tf.function`` serving the program (jax2tf, native serialization) and its concrete function.
 
-    The function takes the flat inputs by name and returns ``{"output_0": ..., ...}``.
+    The function takes the flat inputs by name and returns ``{"output_0": ..., ...}``. The StableHLO
+    inside is serialized for CPU whatever JAX's default backend is: TensorFlow's CPU build and the
+    TFLite converter run it.
 
     Raises:
         UnsupportedError: an input dtype has no TensorFlow type.
@@ -139,7 +141,8 @@ def tf_function(program: Program) -> tuple[Any, Any]:
 
     specs = tensor_specs(program)
     converted = jax2tf.convert(flat_function(program), polymorphic_shapes=polymorphic_shapes(program),
-                               polymorphic_constraints=tuple(program.constraints), with_gradient=False)
+                               polymorphic_constraints=tuple(program.constraints), with_gradient=False,
+                               native_serialization_platforms=("cpu",))
     n_out = len(program.signature.outputs)
 
     def serve(*inputs: Any) -> dict[str, Any]:
