@@ -227,3 +227,13 @@ def test_grad_of_1d_max_pool_nchw():
         return jnp.sum(lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3), (1, 1, 2), "SAME") ** 2)
 
     assert_onnx_matches_jax(jax.grad(loss), _f((2, 3, 9)))
+
+
+def test_pools_on_symbolic_spatial_dims():
+    b, h, w = jax.export.symbolic_shape("b, h, w")
+    spec = [jax.ShapeDtypeStruct((b, h, w, 3), np.float32)]
+    x = _f((2, 8, 7, 3))
+    x[0, 1, 1, 0] = np.nan
+    assert_onnx_matches_jax(lambda x: (max_pool(x, (2, 2), (2, 2), "SAME"), avg_pool(x, (3, 3), (2, 2), "SAME"),
+                                       max_pool(x, (3, 3), (1, 1), "VALID")),
+                            x, specs=spec, inputs_for_run=[[_f((1, 5, 9, 3))]])

@@ -76,7 +76,7 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     x, shape = win.dilate(ctx, x, work, shape, lhs_dil, range(2, 2 + nsp), None)
 
     if op.name == "stablehlo.dynamic_conv":
-        x = _pad_with_tensor(ctx, x, inputs[2])
+        x = win.pad_with_tensor(ctx, x, work, inputs[2], None, leading=2)
         shape[2:] = [None] * nsp
         pads = [0] * (2 * nsp)
     else:
@@ -100,13 +100,6 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
                                           + list(dn["output_spatial_dimensions"])))
     return ctx.cast_if(out, work, result.dtype)
-
-
-def _pad_with_tensor(ctx: LoweringContext, x: str, padding: str) -> str:
-    """Pad the spatial dims of [N, C, spatial...] by a [spatial, 2] padding tensor (negative crops)."""
-    pt = ctx.op("Transpose", [ctx.cast(padding, "int64")], perm=[1, 0])
-    both = ctx.op("Concat", [ctx.const(np.zeros((2, 2), np.int64)), pt], axis=1)
-    return ctx.op("Pad", [x, ctx.op("Reshape", [both, ctx.i64([-1])])], mode="constant")
 
 
 def _batch_groups_to_channels(ctx: LoweringContext, x: str, shape: list[int | None], bgc: int

@@ -230,11 +230,19 @@ def lower_dynamic_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[s
         raise UnsupportedError("stablehlo.dynamic_reduce_window with this reducer is not lowered yet")
     xt = op.operands[0].type
     x, init, *attr_names = inputs
-    values = [ctx.constant_value(n) for n in attr_names]
-    if all(v is not None for v in values):
+    values = [win.constant_fold(ctx, n) for n in attr_names]
+    if all(v is not None for v in values[:4]):
         attrs = dict(zip(("window_dimensions", "window_strides", "base_dilations", "window_dilations"),
                          (tuple(int(i) for i in v) for v in values[:4])))
         attrs["padding"] = values[4]
+        if values[4] is None:
+            # Padding computed from symbolic sizes (SAME pooling): pad with the identity first.
+            if any(b != 1 for b in attrs["base_dilations"]):
+                raise UnsupportedError("stablehlo.dynamic_reduce_window with base dilation and computed padding "
+                                       "is not lowered yet")
+            x = win.pad_with_tensor(ctx, x, xt.dtype, attr_names[4], ctx.const(identity_value(kind, xt.dtype), xt.dtype))
+            xt = hir.TensorType(xt.dtype, tuple(None for _ in xt.shape))
+            attrs["padding"] = np.zeros((xt.rank, 2), np.int64)
         w = win.Window.from_attrs(attrs, xt.rank)
         problem = _check_window(kind, xt, w)
         if problem:
