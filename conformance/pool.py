@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
+NOT_STARTED = "not started: time budget spent"
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR", "ABSL_MIN_LOG_LEVEL": "3",
              "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
@@ -57,7 +58,7 @@ class _Slot:
 
 def run_tasks(func_path: str, tasks: Sequence[Any], *, jobs: int, timeout: Callable[[Any], float],
               on_result: Callable[[Any, Any], None], on_lost: Callable[[Any, str], Any],
-              env: dict[str, str] | None = None) -> None:
+              env: dict[str, str] | None = None, deadline: float | None = None) -> None:
     """Run ``func(task)`` for every task in ``jobs`` worker processes.
 
     Args:
@@ -67,6 +68,8 @@ def run_tasks(func_path: str, tasks: Sequence[Any], *, jobs: int, timeout: Calla
         on_result: called in this process as ``on_result(task, value)``.
         on_lost: ``on_lost(task, why)`` returns the value for a task that timed out, crashed its
             worker or raised; it is then passed to ``on_result``.
+        deadline: a ``time.monotonic()`` instant after which no new task starts; the tasks left
+            are given to ``on_lost`` with why = ``NOT_STARTED``.
     """
     ctx = mp.get_context("spawn")
     environment = {**QUIET_ENV, **(env or {})}
@@ -94,6 +97,10 @@ def run_tasks(func_path: str, tasks: Sequence[Any], *, jobs: int, timeout: Calla
         slots.append(spawn())
     try:
         while pending or any(s.task is not None for s in slots):
+            if deadline is not None and time.monotonic() > deadline:
+                while pending:
+                    task = pending.pop()
+                    on_result(task, on_lost(task, NOT_STARTED))
             for s in slots:
                 if s.task is None and pending:
                     s.task = pending.pop()

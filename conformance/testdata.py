@@ -352,7 +352,7 @@ def summarize(results: Sequence[FileResult]) -> dict[str, Any]:
             row = table.setdefault(key, {"pass": 0, "fail": 0, "unsupported": 0})
             row[r.status] += 1
         if r.status != "pass":
-            key = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", f"{r.stage}: {r.error}")[:160]
+            key = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", f"{r.stage}: {r.error}")[:110]
             reasons[key] = reasons.get(key, 0) + 1
     top = sorted(reasons.items(), key=lambda kv: -kv[1])[:25]
     return {"by_kind": by_kind, "by_family": dict(sorted(by_family.items())), "top_reasons": top,

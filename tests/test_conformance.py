@@ -1,0 +1,228 @@
+"""Fast checks of the conformance suite: result records, strict limitations, test data loader, report."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from conformance import limitations, report, runner, testdata  # noqa: E402
+from conformance.case import Case, arg, load_all  # noqa: E402
+from conformance.results import CellResult  # noqa: E402
+from conformance.targets import run_cell  # noqa: E402
+
+TESTDATA = testdata.default_root()
+needs_testdata = pytest.mark.skipif(not os.path.isdir(TESTDATA), reason=f"no StableHLO test data at {TESTDATA}")
+
+
+def _fake(name: str, fn, *args) -> Case:
+    return Case(name=name, fn=fn, args=tuple(args), family="add")
+
+
+ADD = _fake("fake.add", lambda x, y: x * 2.0 + y, arg("f32[3,4]"), arg("f32[3,4]"))
+
+
+def test_suite_is_large_and_covers_dtypes_symbolic_edges_models():
+    cases = load_all()
+    assert len(cases) >= 200
+    assert sum(1 for c in cases.values() if "model" in c.tags and not c.symbolic) >= 10
+    assert sum(1 for c in cases.values() if c.symbolic) >= 10
+    assert sum(1 for c in cases.values() if "edge" in c.tags) >= 10
+    dtypes = {a.long_dtype for c in cases.values() for a in c.args if hasattr(a, "long_dtype")}
+    for dt in ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint32", "bool"):
+        assert dt in dtypes
+
+
+def test_inputs_are_seeded_and_symbolic_cases_run_at_several_sizes():
+    case = load_all()["sym.matmul"]
+    a, b = case.inputs(case.size_sets()[0]), case.inputs(case.size_sets()[0])
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    shapes = {case.inputs(s)[0].shape for s in case.size_sets()}
+    assert len(shapes) == len(case.size_sets()) >= 2
+
+
+@pytest.mark.parametrize("target", ["stablehlo", "onnx"])
+def test_passing_cell_records_errors(target):
+    r = run_cell(ADD, target, "cpu", with_ops=target == "onnx")
+    assert r.ok, r.error
+    assert (r.stage, r.error) == ("", "")
+    assert r.max_abs is not None and r.max_abs <= 1e-5 and r.seconds > 0
+    if target == "onnx":
+        assert "stablehlo.multiply" in r.ops and "stablehlo.add" in r.ops
+
+
+@pytest.mark.parametrize("target", ["saved-model", "tflite"])
+def test_tf_targets_record_a_result(target):
+    pytest.importorskip("tensorflow")
+    r = run_cell(ADD, target, "cpu")
+    assert r.ok or (r.stage and r.error and "\n" not in r.error)
+
+
+def test_failing_cell_has_stage_and_one_line_error():
+    bad = _fake("fake.complex", lambda x: jnp.abs(x.astype(jnp.complex64) * 1j), arg("f32[3]"))
+    r = run_cell(bad, "onnx", "cpu")
+    assert not r.ok
+    assert r.stage in ("convert", "validate", "load", "run")
+    assert r.error and "\n" not in r.error and len(r.error) <= 240
+
+
+def test_wrong_numbers_stop_at_compare(monkeypatch):
+    import conformance.targets as targets
+
+    real = targets.reference
+    monkeypatch.setattr(targets, "reference", lambda case, args, device: [o + 1.0 for o in real(case, args, device)])
+    r = run_cell(ADD, "stablehlo", "cpu")
+    assert (r.ok, r.stage) == (False, "compare")
+    assert r.max_abs == pytest.approx(1.0)
+    assert "max abs err 1" in r.error
+
+
+def test_strict_limitations():
+    cases = {ADD.name: ADD}
+    cells = runner.expand([ADD], ["stablehlo"], ["cpu", "gpu"])
+    table = {("fake.add", "stablehlo"): "declared broken to test strictness"}
+    results = runner.run_cells(cells, jobs=0, limitations=table, cases=cases, gpu=False)
+    by_device = {r.device: r for r in results}
+    assert by_device["cpu"].status == "xpass"
+    assert by_device["cpu"].reason == "declared broken to test strictness"
+    assert runner.unexpected(results) == [by_device["cpu"]]
+    assert (by_device["gpu"].status, by_device["gpu"].reason) == ("skip", "no GPU")
+
+    broken = _fake("fake.broken", lambda x: x.astype(jnp.complex64).real * 2, arg("f32[3]"))
+    table = {("fake.*", "onnx", "cpu"): "complex values"}
+    res = runner.run_cells(runner.expand([broken], ["onnx"], ["cpu"]), jobs=0, limitations=table, cases={broken.name: broken})
+    if not res[0].ok:
+        assert (res[0].status, res[0].reason) == ("xfail", "complex values")
+        assert runner.unexpected(res) == []
+
+
+def test_limitation_rows_need_a_reason():
+    with pytest.raises(ValueError, match="no reason"):
+        limitations.validate({("x", "onnx"): " "})
+    with pytest.raises(ValueError, match="must be"):
+        limitations.validate({("x",): "why"})
+    assert limitations.lookup("op.fft.rfft", "onnx", "gpu") is not None
+    assert limitations.lookup("op.fft.rfft", "stablehlo", "cpu") is None
+
+
+def test_pool_survives_a_dying_worker():
+    from conformance.pool import run_tasks
+
+    got = {}
+    run_tasks("test_conformance:_task", [1, -1, 2], jobs=1, timeout=lambda t: 60,
+              on_result=lambda t, v: got.__setitem__(t, v), on_lost=lambda t, why: f"lost: {why}")
+    assert got[1] == 2 and got[2] == 4
+    assert got[-1].startswith("lost: worker process died")
+
+
+def _task(x: int) -> int:
+    if x < 0:
+        os._exit(3)
+    return 2 * x
+
+
+def test_family_names():
+    assert testdata.family_of("add_any_float32_2_float32_2.mlir") == "add_any"
+    assert testdata.family_of("cumsum_float32_8_9.mlir") == "cumsum"
+    assert testdata.family_of("iota_.mlir") == "iota"
+    assert testdata.family_of("dynamic/argmax_0_dynamic.mlir") == "argmax"
+    assert testdata.family_of("quantized/add_qi8.mlir") == "add"
+
+
+@needs_testdata
+def test_testdata_entry_takes_inputs_as_graph_inputs():
+    from jaxconv.stablehlo.reader import read_module
+
+    with open(os.path.join(TESTDATA, "add_any_float32_2_float32_2.mlir")) as f:
+        module = read_module(f.read())
+    entry = testdata.build_checked_entry(module)
+    fn = module.functions[testdata.ENTRY]
+    assert len(fn.body.args) == len(entry.inputs) == 2
+    assert [a.type.shape for a in fn.body.args] == [x.shape for x in entry.inputs]
+    model = testdata._lower(module, testdata.ENTRY)
+    assert [i.name for i in model.graph.input] == ["input_0", "input_1"]
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    out = OnnxRunner(model.SerializeToString()).run(entry.inputs)
+    check, index, expected = entry.checks[0]
+    np.testing.assert_allclose(out[index], entry.inputs[0] + entry.inputs[1])
+    np.testing.assert_allclose(out[index], expected)
+
+
+@needs_testdata
+@pytest.mark.parametrize("name,status,family", [
+    ("abs_float32_20_20.mlir", "pass", "abs"), ("add_any_int32_2_int32_2.mlir", "pass", "add_any"),
+    ("dynamic/add_dynamic.mlir", "pass", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
+def test_testdata_files(name, status, family):
+    r = testdata.run_file(name)
+    assert (r.status, r.family) == (status, family), f"{r.stage}: {r.error}"
+    if status == "pass" and r.kind == "checked":
+        assert r.checks == 1 and r.max_abs == 0.0
+
+
+@needs_testdata
+def test_testdata_wrong_expected_value_fails_compare(tmp_path):
+    src = os.path.join(TESTDATA, "add_any_int32_2_int32_2.mlir")
+    text = open(src).read()
+    head, _, tail = text.partition("func.func private @expected()")
+    tail = re.sub(r"dense<(\[?)(-?\d+)", lambda m: f"dense<{m.group(1)}{int(m.group(2)) + 1}", tail, count=1)
+    (tmp_path / "x.mlir").write_text(head + "func.func private @expected()" + tail)
+    r = testdata.run_file("x.mlir", root=str(tmp_path))
+    assert (r.status, r.stage) == ("fail", "compare")
+    assert "check.expect_eq" in r.error
+
+
+def test_report_gpu_column_and_check():
+    cells = [CellResult("a", "onnx", "cpu", ok=True, status="pass"),
+             CellResult("a", "onnx", "gpu", status="skip", reason="no GPU")]
+    data = report.build(cells, {}, None, targets=["onnx"], devices=["cpu", "gpu"])
+    assert data["gpu"] == f"not run: no GPU lent ({report.today()})"
+    md = report.markdown(data)
+    assert "not run: no GPU lent" in md and "| `a` |" in md
+    assert report.compare_reports(data, data) == []
+    changed = report.build([CellResult("a", "onnx", "cpu", stage="run", error="boom", status="fail"), cells[1]], {}, None,
+                           targets=["onnx"], devices=["cpu", "gpu"])
+    diffs = report.compare_reports(changed, data)
+    assert len(diffs) == 1 and "committed pass, now fail" in diffs[0]
+    assert "<table>" in report.html_page(data)
+
+
+def test_cli_check_fails_on_disagreement(tmp_path, capsys):
+    from conformance.cli import main
+
+    out = tmp_path / "rep"
+    assert main(["-k", "op.add.f32", "--targets", "stablehlo", "--devices", "cpu", "--no-testdata", "-j", "0", "-q",
+                 "--output", str(out)]) == 0
+    assert (out / "REPORT.md").exists() and (out / "report.html").exists()
+    assert main(["-k", "op.add.f32", "--targets", "stablehlo", "--devices", "cpu", "--no-testdata", "-j", "0", "-q",
+                 "--check", "--output", str(out)]) == 0
+    data = report.load(str(out / "report.json"))
+    data["cells"][0]["status"] = "fail"
+    report.write_json(data, str(out / "report.json"))
+    assert main(["-k", "op.add.f32", "--targets", "stablehlo", "--devices", "cpu", "--no-testdata", "-j", "0", "-q",
+                 "--check", "--output", str(out)]) == 1
+    assert "committed fail, now pass" in capsys.readouterr().err
+
+
+def test_converter_never_imports_conformance():
+    pkg = os.path.join(ROOT, "converter", "jaxconv")
+    for folder, _, files in os.walk(pkg):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            tree = ast.parse(open(path).read(), path)
+            for node in ast.walk(tree):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                assert not any(m == "conformance" or m.startswith("conformance.") for m in mods), path
+
