@@ -30,15 +30,10 @@ CNN_SPECS = ['{"conv1": "f32[3,3,1,8]", "conv2": "f32[3,3,8,16]", "dense": "f32[
              "f32[b,28,28,1]"]
 
 
-def _load_example(path: str, name: str):
+def _program(path: str, name: str, specs):
     from jaxconv.loading import load_function
 
     loaded = load_function(path, name)
-    return loaded
-
-
-def _program(path: str, name: str, specs):
-    loaded = _load_example(path, name)
     return trace(loaded.fn, specs, name=loaded.name, param_names=loaded.param_names, source_path=loaded.path)
 
 
@@ -161,8 +156,22 @@ def test_several_outputs_from_a_dict(tmp_path):
     reports = _both(program, tmp_path)
     assert len(reports[0].rows) == len(reports[1].rows) == 8  # 4 outputs x 2 batch sizes
     outs = ["output_0", "output_1", "output_2", "output_3"]
-    assert _tf_signature(str(tmp_path / "sm"))[2] == outs
-    assert _litert_signature(str(tmp_path / "m.tflite"))[2] == outs
+    sig, tf_in, tf_out = _tf_signature(str(tmp_path / "sm"))
+    interp, lite_in, lite_out = _litert_signature(str(tmp_path / "m.tflite"))
+    assert tf_in == lite_in == ["w", "x"] and tf_out == lite_out == outs
+    with open(tmp_path / "sm" / "jaxconv_signature.json") as f:
+        assert json.load(f) == program.signature.to_json()
+
+    # The artifacts work without jaxconv: TF and LiteRT called by input name give jax.jit's numbers.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    expected = jax.tree_util.tree_leaves(jax.jit(dict_result)(x, w))
+    got_tf = sig(x=x, w=w)
+    got_lite = interp.get_signature_runner("serving_default")(x=x, w=w)
+    for i, e in enumerate(expected):
+        np.testing.assert_allclose(got_tf[f"output_{i}"].numpy(), e, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_lite[f"output_{i}"], e, rtol=1e-4, atol=1e-4)
 
 
 def two_args(zeta, alpha):
@@ -178,30 +187,6 @@ def test_input_order_survives_converter_reordering(tmp_path):
     stored = read_signature(str(tmp_path / "m.tflite"))
     assert stored == program.signature
     assert TFLiteRunner(str(tmp_path / "m.tflite")).input_names == ["zeta", "alpha"]
-
-
-def test_run_directly_with_tf_and_litert_by_name(tmp_path):
-    """The artifacts work without jaxconv: TF and LiteRT calls by input name give jax.jit's numbers."""
-    program = trace(dict_result, ["f32[b,6]", "f32[6,4]"])
-    _both(program, tmp_path)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((3, 6)).astype(np.float32)
-    w = rng.standard_normal((6, 4)).astype(np.float32)
-    expected = jax.tree_util.tree_leaves(jax.jit(dict_result)(x, w))
-    sig, _, _ = _tf_signature(str(tmp_path / "sm"))
-    got_tf = sig(x=x, w=w)
-    interp, _, _ = _litert_signature(str(tmp_path / "m.tflite"))
-    got_lite = interp.get_signature_runner("serving_default")(x=x, w=w)
-    for i, e in enumerate(expected):
-        np.testing.assert_allclose(got_tf[f"output_{i}"].numpy(), e, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(got_lite[f"output_{i}"], e, rtol=1e-4, atol=1e-4)
-
-
-def test_signature_json_beside_saved_model(tmp_path):
-    program = trace(dict_result, ["f32[b,6]", "f32[6,4]"])
-    api.to_saved_model(program, path=str(tmp_path / "sm"), check=False)
-    with open(tmp_path / "sm" / "jaxconv_signature.json") as f:
-        assert json.load(f) == program.signature.to_json()
 
 
 # ------------------------------------------------------------------ quantization
