@@ -62,7 +62,9 @@ def test_float32_uses_the_onnx_op(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_float16(name):
     fn, values, _ = CASES[name]
-    assert_onnx_matches_jax(fn, values.astype(np.float16))
+    with np.errstate(over="ignore"):  # 1e20 becomes inf
+        x = values.astype(np.float16)
+    assert_onnx_matches_jax(fn, x)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -72,7 +72,8 @@ def _check(op: hir.Op) -> str | None:
     return None
 
 
-@lowering("stablehlo.composite", check=_check, onnx_ops=("Erf", "Asin", "TopK"))
+@lowering("stablehlo.composite", check=_check,
+          onnx_ops=("Erf", "Asin", "Acos", "Asinh", "Acosh", "Atanh", "Sinh", "Cosh", "TopK"))
 def lower_composite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Known composites by name; otherwise the decomposition function inlined."""
     name = op.attrs.get("name")
@@ -82,7 +83,7 @@ def lower_composite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list
         work = src if src in native else "float32"
         out = ctx.op(onnx_op, [ctx.cast_if(inputs[0], src, work)])
         return [ctx.cast_if(out, work, op.results[0].type.dtype)]
-    if name in SPECIAL:
+    if name in SPECIAL and composite_is_native(op):
         return SPECIAL[name](ctx, op, inputs)
     callee = ctx.module.functions[op.attrs["decomposition"]]
     return ctx.lower_block(callee.body, inputs)

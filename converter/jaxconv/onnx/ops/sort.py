@@ -317,7 +317,7 @@ def sort_permutation(ctx: LoweringContext, operands: Sequence[str], types: Seque
             tensor = ctx.op("GatherElements", [tensor, perm], axis=axis)
         vals, idx = ctx.op("TopK", [tensor, count], outputs=2, axis=axis, largest=int(largest), sorted=1)
         perm = idx if perm is None else ctx.op("GatherElements", [perm, idx], axis=axis)
-        if last and raw and keys[0].operand == keys[-1].operand and len(steps) == 1:
+        if last and raw and len(steps) == 1:
             values = vals
     assert perm is not None
     return perm, values
