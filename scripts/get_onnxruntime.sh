@@ -51,14 +51,21 @@ print(libs[-1] if libs else "")
 PY
 }
 
+complete() {  # DEST holds a finished preparation for library version $1 (any version when empty)
+  [[ -f "$dest/VERSION" && -f "$dest/include/onnxruntime_cxx_api.h" && -e "$dest/lib/libonnxruntime.so.1" ]] \
+    && [[ -z "$1" || "$(head -n1 "$dest/VERSION")" == "$1" ]]
+}
+
 lib=$(wheel_lib)
 if [[ -n "$lib" ]]; then
   version=${lib##*/libonnxruntime.so.}
-  if [[ -f "$dest/VERSION" && -f "$dest/include/onnxruntime_cxx_api.h" && -e "$dest/lib/libonnxruntime.so.1" ]] \
-     && [[ "$(head -n1 "$dest/VERSION")" == "$version" ]]; then
-    echo "$dest"
-    exit 0
-  fi
+  wanted=$version
+else
+  wanted=${ORT_VERSION:-}
+fi
+if complete "$wanted"; then
+  echo "$dest"
+  exit 0
 fi
 
 work=$(mktemp -d "$dest.tmp.XXXXXX")
@@ -73,6 +80,9 @@ if [[ -z "$lib" ]]; then
   lib=$(ls "$work"/wheel/x/onnxruntime/capi/libonnxruntime.so.1.* 2>/dev/null | sort | tail -n1)
   [[ -n "$lib" ]] || die "the onnxruntime wheel has no libonnxruntime.so.1.*"
   version=${lib##*/libonnxruntime.so.}
+  lib_from="onnxruntime $version wheel (downloaded)"
+else
+  lib_from=$lib
 fi
 
 out=$work/out
@@ -131,7 +141,7 @@ fi
 cp "$lib" "$out/lib/libonnxruntime.so.$version"
 ln -s "libonnxruntime.so.$version" "$out/lib/libonnxruntime.so.1"
 ln -s "libonnxruntime.so.1" "$out/lib/libonnxruntime.so"
-printf '%s\nlibrary: %s\nheaders: %s (ORT_API_VERSION %s)\n' "$version" "$lib" "$header_from" "$api" > "$out/VERSION"
+printf '%s\nlibrary: %s\nheaders: %s (ORT_API_VERSION %s)\n' "$version" "$lib_from" "$header_from" "$api" > "$out/VERSION"
 
 rm -rf "$dest.old"
 if [[ -e "$dest" ]]; then mv "$dest" "$dest.old"; fi

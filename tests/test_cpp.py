@@ -280,6 +280,7 @@ def _convolution_lowered() -> bool:
     return "stablehlo.convolution" in all_lowerings()
 
 
+@pytest.mark.slow
 def test_cnn_example_matches_jax(ort_root, tmp_path):
     if not _convolution_lowered():
         pytest.skip("the ONNX lowering has no stablehlo.convolution yet")
