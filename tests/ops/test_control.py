@@ -208,7 +208,36 @@ def _runner_for(mlir_text: str, ops: set[str]):
         with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
             f.write("\n".join(sorted(ops)) + "\n")
     runner = OnnxRunner(model.SerializeToString())
-    return lambda *args: runner.run([np.asarray(a) for a in args])
+    run = lambda *args: runner.run([np.asarray(a) for a in args])  # noqa: E731
+    run.model = model
+    return run
+
+
+def test_constant_case_index_inlines_the_branch():
+    mlir = """
+    func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+      %i = stablehlo.constant dense<5> : tensor<i32>
+      %0 = "stablehlo.case"(%i) ({
+        %a = stablehlo.add %x, %x : tensor<3xf32>
+        stablehlo.return %a : tensor<3xf32>
+      }, {
+        %m = stablehlo.multiply %x, %x : tensor<3xf32>
+        stablehlo.return %m : tensor<3xf32>
+      }) : (tensor<i32>) -> tensor<3xf32>
+      %p = stablehlo.constant dense<true> : tensor<i1>
+      %1 = "stablehlo.if"(%p) ({
+        %n = stablehlo.negate %0 : tensor<3xf32>
+        stablehlo.return %n : tensor<3xf32>
+      }, {
+        stablehlo.return %0 : tensor<3xf32>
+      }) : (tensor<i1>) -> tensor<3xf32>
+      return %1 : tensor<3xf32>
+    }
+    """
+    x = _f32(3)
+    run = _runner_for(mlir, {"stablehlo.case", "stablehlo.if"})
+    assert "If" not in onnx_op_types(run.model)
+    np.testing.assert_array_equal(run(x)[0], -(x * x))
 
 
 @pytest.mark.parametrize("opset", [18, 21])

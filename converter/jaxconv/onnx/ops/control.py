@@ -88,9 +88,12 @@ def _if(ctx: LoweringContext, op: hir.Op, cond: str, then_graph: onnx.GraphProto
 
 @lowering("stablehlo.if", check=_check_tokens, onnx_ops=("If",))
 def lower_if(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """If with the two regions as branches."""
+    """If with the two regions as branches; a constant predicate inlines the branch it picks."""
     if not op.results:
         return []
+    known = ctx.constant_value(inputs[0])
+    if known is not None:
+        return ctx.lower_block(op.regions[0 if bool(known) else 1], [])
     then_graph = _branch_graph(ctx, op.regions[0], op.results, "then")
     else_graph = _branch_graph(ctx, op.regions[1], op.results, "else")
     return _if(ctx, op, inputs[0], then_graph, else_graph)
@@ -98,12 +101,19 @@ def lower_if(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
 
 @lowering("stablehlo.case", check=_check_tokens, onnx_ops=("If",))
 def lower_case(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """A chain of If on ``index == k``; an index outside ``[0, N)`` takes the last branch."""
+    """A chain of If on ``index == k``; an index outside ``[0, N)`` takes the last branch.
+
+    A constant index inlines the branch it picks.
+    """
     branches = op.regions
     if not op.results:
         return []
     if len(branches) == 1:
         return ctx.lower_block(branches[0], [])
+    known = ctx.constant_value(inputs[0])
+    if known is not None:
+        k = int(known)
+        return ctx.lower_block(branches[k if 0 <= k < len(branches) else -1], [])
     index = ctx.cast_if(inputs[0], op.operands[0].type.dtype, "int64")
     conds = [ctx.op("Equal", [index, ctx.const(k, "int64")]) for k in range(len(branches) - 1)]
     return _case_chain(ctx, op, conds, 0)
