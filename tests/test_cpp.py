@@ -339,7 +339,7 @@ def test_unsupported_dtype_writes_nothing_and_keeps_old_folder(tmp_path, capsys)
     rc = _cli("to-cpp", str(src), "--specs", "c64[4]", "-o", str(out))
     err = capsys.readouterr().err.strip()
     assert rc == 6, err
-    assert "input z has dtype complex64, which the C++ API does not support" in err
+    assert f"{out} not written: input z has dtype complex64, which the C++ API does not support" in err
     assert len(err.splitlines()) == 1
     assert sorted(os.listdir(out)) == ["keep.txt"]
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".jaxconv-")]

@@ -67,7 +67,10 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
     from jaxconv.cpp.model import build_model
     from jaxconv.cpp.npy import NPY_H
 
-    model = build_model(program, name=name, embed=embed)
+    try:
+        model = build_model(program, name=name, embed=embed)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{out_dir} not written: {e}") from None
     texts = {
         "model.h": header.render(model),
         "model.cc": source.render(model),

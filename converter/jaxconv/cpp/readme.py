@@ -48,7 +48,7 @@ Outputs, members of `{c}::Outputs` (each a `Tensor<T>` with `data` and `shape`):
 
 ```cpp
 #include "model.h"
-{c} model({'' if model.embed else '"model.onnx"'});   // throws std::runtime_error if it cannot load
+{c} model{'' if model.embed else '("model.onnx")'};   // throws std::runtime_error if it cannot load
 {c}::Outputs out = model.run(/* one std::vector (or pointer) per input, then the dimensions */);
 ```
 
