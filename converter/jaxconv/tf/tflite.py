@@ -20,13 +20,13 @@ UNSUPPORTED_IO_DTYPES = {"complex64": "TFLite kernels have no complex arithmetic
 
 def check_dtypes(program: Program) -> None:
     """Raise UnsupportedError naming every input and output whose dtype TFLite cannot hold."""
-    bad = [f"{kind} {t.name} ({t.dtype})" for kind, infos in (("input", program.signature.inputs),
-                                                                ("output", program.signature.outputs))
+    sig = program.signature
+    bad = [(kind, t) for kind, infos in (("input", sig.inputs), ("output", sig.outputs))
            for t in infos if t.dtype in UNSUPPORTED_IO_DTYPES]
     if bad:
-        reason = UNSUPPORTED_IO_DTYPES[next(t.dtype for t in program.signature.inputs + program.signature.outputs
-                                             if t.dtype in UNSUPPORTED_IO_DTYPES)]
-        raise UnsupportedError(f"TFLite cannot hold {', '.join(bad)}: {reason}; convert to SavedModel instead")
+        names = ", ".join(f"{kind} {t.name} ({t.dtype})" for kind, t in bad)
+        raise UnsupportedError(f"TFLite cannot hold {names}: {UNSUPPORTED_IO_DTYPES[bad[0][1].dtype]}; "
+                               "convert to SavedModel instead")
 
 
 def _converter(program: Program, allow_flex: bool, quantize: str | None) -> Any:
