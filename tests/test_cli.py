@@ -218,3 +218,11 @@ def test_ops_doc_is_generated_from_the_registry():
 
     with open(os.path.join(ROOT, "docs", "ops.md")) as f:
         assert f.read() == ops_markdown(), "docs/ops.md is stale: run `jaxconv list-ops --markdown > docs/ops.md`"
+
+
+def test_artifacts_get_ordinary_permissions(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["to-onnx", MLP, "--specs", *MLP_SPECS, "-o", str(out), "--no-check"]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask

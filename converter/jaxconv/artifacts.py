@@ -11,6 +11,17 @@ from typing import Iterator
 from jaxconv.errors import UsageError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish_mode(path: str, folder: bool) -> None:
+    """mkstemp/mkdtemp create owner-only paths; give the artifact the permissions a plain open() would."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
+
+
 def _prepare_parent(path: str) -> str:
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(parent):
@@ -33,6 +44,7 @@ def atomic_file(path: str) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        _publish_mode(tmp, folder=False)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -56,6 +68,7 @@ def atomic_dir(path: str) -> Iterator[str]:
     tmp = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
     try:
         yield tmp
+        _publish_mode(tmp, folder=True)
         if os.path.isdir(path):
             shutil.rmtree(path)
         os.replace(tmp, path)
