@@ -269,7 +269,8 @@ def _grid_shape(ctx: LoweringContext, idx_last: str, nb: int, window_sizes: Sequ
 _COMBINER = {"stablehlo.add": "add", "stablehlo.multiply": "mul", "stablehlo.maximum": "max",
              "stablehlo.minimum": "min"}
 # On booleans StableHLO add is OR and multiply is AND; they become max/min on uint8.
-_BOOL_COMBINER = {"stablehlo.add": "max", "stablehlo.or": "max", "stablehlo.multiply": "min", "stablehlo.and": "min"}
+_BOOL_COMBINER = {"stablehlo.add": "max", "stablehlo.or": "max", "stablehlo.maximum": "max",
+                  "stablehlo.multiply": "min", "stablehlo.and": "min", "stablehlo.minimum": "min"}
 # ScatterND with a reduction has no float16/bfloat16/bool kernel in ONNX Runtime.
 _REDUCTION_DETOUR = {"float16": "float32", "bfloat16": "float32", "bool": "uint8"}
 
@@ -508,7 +509,11 @@ def _body_agrees(block: hir.Block, values: list, kind: str) -> bool:
 
 
 def _isnan(v) -> bool:
-    return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
+    """NaN test for any numpy scalar (bfloat16 scalars are not np.floating)."""
+    try:
+        return bool(np.isnan(float(v)))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 # ReduceMax/ReduceMin kernels in ONNX Runtime (others are moved to an order-preserving dtype).
@@ -548,7 +553,8 @@ def lower_argminmax(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list
         any_nan = ctx.cast(ctx.op("ReduceMax", [ctx.cast(nan_x, "uint8"), axes_t], keepdims=1), "bool")
         best = ctx.op("Where", [any_nan, ctx.scalar(float("nan"), work), best])
         best = ctx.op(pick, [best, iv])
-        is_best = ctx.op("Where", [any_nan, nan_x, ctx.op("Equal", [xw, best])])
+        is_best = ctx.op("Or", [ctx.op("And", [any_nan, nan_x]),
+                                ctx.op("And", [ctx.op("Not", [any_nan]), ctx.op("Equal", [xw, best])])])
     else:
         best = ctx.op(pick, [best, iv])
         is_best = ctx.op("Equal", [xw, best])
