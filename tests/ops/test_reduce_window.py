@@ -37,14 +37,14 @@ def avg_pool(x, window, strides, padding):
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
-@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((3, 3), (2, 2)), ((2, 3), (1, 2))])
+@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (2, 2)), ((2, 3), (1, 2))])
 def test_max_pool_nhwc(padding, window, strides):
     model = assert_onnx_matches_jax(lambda x: max_pool(x, window, strides, padding), _f((2, 7, 8, 3)))
     assert "MaxPool" in onnx_op_types(model)
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
-@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (1, 1)), ((3, 3), (2, 2))])
+@pytest.mark.parametrize("window,strides", [((2, 2), (2, 2)), ((3, 3), (1, 1))])
 def test_avg_pool_nhwc(padding, window, strides):
     assert_onnx_matches_jax(lambda x: avg_pool(x, window, strides, padding), _f((2, 7, 8, 3)))
 
@@ -203,7 +203,7 @@ def test_max_pool_dynamic_batch():
 
 
 @pytest.mark.parametrize("window,strides,padding", [((2, 2), (2, 2), "VALID"), ((3, 3), (2, 2), "SAME"),
-                                                    ((3, 3), (1, 1), "SAME"), ((2, 2), (1, 1), "VALID")])
+                                                    ((3, 3), (1, 1), "SAME")])
 def test_grad_of_max_pool(window, strides, padding):
     def loss(x):
         return jnp.sum(max_pool(x, window, strides, padding) ** 2)
