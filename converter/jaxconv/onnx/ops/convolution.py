@@ -46,7 +46,8 @@ def _check(op: hir.Op) -> str | None:
     lt, kt = op.operands[0].type, op.operands[1].type
     if op.name == "stablehlo.dynamic_conv" or any(lt.shape[d] is None for d in dn["input_spatial_dimensions"]) \
             or not kt.is_static or lt.shape[dn["input_feature_dimension"]] is None:
-        return f"{lt.dtype} convolution with dynamic spatial dims is not lowered yet (ONNX Conv has no {lt.dtype} kernel)"
+        return (f"{lt.dtype} convolution with dynamic spatial dims is not lowered yet "
+                f"(ONNX Conv has no {lt.dtype} kernel)")
     if int(np.prod([kt.shape[d] for d in dn["kernel_spatial_dimensions"]])) > MAX_KERNEL_OFFSETS:
         return f"{lt.dtype} convolution with more than {MAX_KERNEL_OFFSETS} kernel positions is not lowered"
     return None
@@ -68,11 +69,12 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     rhs_dil = list(op.attrs.get("rhs_dilation") or ones)
     fgc, bgc = op.attrs.get("feature_group_count", 1), op.attrs.get("batch_group_count", 1)
 
-    x = transpose(ctx, ctx.cast_if(inputs[0], lt.dtype, work), [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp)
-    shape: list[int | None] = [lt.shape[d] for d in [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp]
-    k = transpose(ctx, ctx.cast_if(inputs[1], kt.dtype, work),
-                  [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + ksp)
-    kshape = [kt.shape[d] for d in [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + ksp]
+    lhs_perm = [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp
+    rhs_perm = [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + ksp
+    x = transpose(ctx, ctx.cast_if(inputs[0], lt.dtype, work), lhs_perm)
+    shape: list[int | None] = [lt.shape[d] for d in lhs_perm]
+    k = transpose(ctx, ctx.cast_if(inputs[1], kt.dtype, work), rhs_perm)
+    kshape = [kt.shape[d] for d in rhs_perm]
     x, shape = win.dilate(ctx, x, work, shape, lhs_dil, range(2, 2 + nsp), None)
 
     if op.name == "stablehlo.dynamic_conv":

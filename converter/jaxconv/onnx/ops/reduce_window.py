@@ -240,7 +240,8 @@ def lower_dynamic_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[s
             if any(b != 1 for b in attrs["base_dilations"]):
                 raise UnsupportedError("stablehlo.dynamic_reduce_window with base dilation and computed padding "
                                        "is not lowered yet")
-            x = win.pad_with_tensor(ctx, x, xt.dtype, attr_names[4], ctx.const(identity_value(kind, xt.dtype), xt.dtype))
+            fill = ctx.const(identity_value(kind, xt.dtype), xt.dtype)
+            x = win.pad_with_tensor(ctx, x, xt.dtype, attr_names[4], fill)
             xt = hir.TensorType(xt.dtype, tuple(None for _ in xt.shape))
             attrs["padding"] = np.zeros((xt.rank, 2), np.int64)
         w = win.Window.from_attrs(attrs, xt.rank)
