@@ -63,8 +63,17 @@ class OnnxRunner:
         outs = []
         for value, is_bf16 in zip(binding.get_outputs(), self._bf16_out):
             if is_bf16:
-                raw = np.frombuffer(bytes(value.as_bytes()) if hasattr(value, "as_bytes") else value.numpy().tobytes(), np.uint16)
-                outs.append(raw.reshape(value.shape()).view(ml_dtypes.bfloat16))
+                outs.append(_bf16_from_ortvalue(value, ml_dtypes.bfloat16))
             else:
                 outs.append(value.numpy())
         return outs
+
+
+def _bf16_from_ortvalue(value, bf16) -> np.ndarray:
+    """Copy a CPU bfloat16 OrtValue out (numpy() has no bfloat16 type)."""
+    import ctypes
+
+    shape = tuple(value.shape())
+    count = int(np.prod(shape)) if shape else 1
+    raw = ctypes.string_at(value.data_ptr(), count * 2) if count else b""
+    return np.frombuffer(raw, np.uint16).reshape(shape).copy().view(bf16)
