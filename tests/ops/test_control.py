@@ -58,13 +58,40 @@ def test_scan_rnn_with_tanh_cell():
                             rtol=1e-5, atol=1e-5)
 
 
-def test_scan_reverse_with_several_outputs():
-    def f(xs):
-        def step(c, x):
-            return c + x, (c * x, x > 0)
-        return lax.scan(step, jnp.zeros(3, xs.dtype), xs, reverse=True)
+def _loop_bodies(model):
+    return [a.g for n in model.graph.node if n.op_type == "Loop" for a in n.attribute if a.name == "body"]
 
-    assert_onnx_matches_jax(f, _f32(5, 3))
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_stacked_outputs_become_loop_scan_outputs(reverse):
+    def f(xs, c0):
+        def step(c, x):
+            return c + x, (c * x, x > 0, (c * 2).astype(jnp.bfloat16))
+        c, (a, b, h) = lax.scan(step, c0, xs, reverse=reverse)
+        return c, a, b, h.astype(jnp.float32)
+
+    model = assert_onnx_matches_jax(f, _f32(5, 3), _f32(3))
+    body, = _loop_bodies(model)
+    # Rows are Loop scan outputs: no iteration rewrites (copies) a whole stacked buffer, and xs
+    # is read from the outer scope rather than carried.
+    assert not any(n.op_type in ("ScatterND", "ScatterElements") for n in body.node)
+    assert len(body.input) == 2 + 2  # iteration, cond, counter, carry c
+    assert len(body.output) == 1 + 2 + 3
+
+
+def test_stacked_buffer_that_is_also_read_stays_carried():
+    def f(x):
+        return lax.fori_loop(0, 4, lambda i, buf: buf.at[i].set(jnp.sum(buf) + x[i]), jnp.ones(4, x.dtype))
+
+    assert_onnx_matches_jax(f, _f32(4))
+
+
+def test_loop_with_dynamic_trip_count_writes_rows():
+    def f(x, n):
+        return lax.fori_loop(0, n, lambda i, buf: buf.at[i].set(x[i] * 2.0), jnp.zeros_like(x))
+
+    x = _f32(5)
+    assert_onnx_matches_jax(f, x, np.int32(3), inputs_for_run=[[x, np.int32(0)], [x, np.int32(5)]])
 
 
 def test_nested_loops_reading_outer_values():

@@ -7,11 +7,14 @@ the loop-carried state except what StableHLO carries itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import onnx
 
 from jaxconv.onnx.context import GraphScope, LoweringContext
+from jaxconv.onnx.passes import subgraph_inputs
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -55,28 +58,239 @@ def _branch_graph(ctx: LoweringContext, block: hir.Block, results: Sequence[hir.
 
 @lowering("stablehlo.while", check=_check_tokens, onnx_ops=("Loop",))
 def lower_while(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Loop with M omitted: cond runs once on the initial carry, then at the end of every body."""
-    cond_block, body_block = op.regions
+    """Loop with M omitted: cond runs once on the initial carry, then at the end of every body.
+
+    Carries the body returns unchanged are read from the outer scope instead of carried, and the
+    stacked outputs of a scan (a buffer written one row per iteration at the loop counter) become
+    Loop scan outputs, so no iteration copies the whole buffer.
+    """
+    cond_block = op.regions[0]
     if not op.results:
         return []
     first_cond = ctx.lower_block(cond_block, inputs)[0]
+    stacked = find_stacked_carries(ctx, op, inputs)
+    result = _loop(ctx, op, inputs, first_cond, stacked)
+    if result is None:  # a stacked buffer turned out to be read: carry it after all
+        result = _loop(ctx, op, inputs, first_cond, {})
+    assert result is not None
+    return result
+
+
+def _loop(ctx: LoweringContext, op: hir.Op, inputs: list[str], first_cond: str,
+          stacked: dict[int, "StackedCarry"]) -> list[str] | None:
+    cond_block, body_block = op.regions
+    n = len(inputs)
+    invariant = {k for k in range(n) if body_block.returns[k] is body_block.args[k] and k not in stacked}
+    carried = [k for k in range(n) if k not in invariant and k not in stacked]
     with ctx.subgraph() as scope:
         iter_name, cond_in = ctx.fresh("iter"), ctx.fresh("cond_in")
-        carried = [ctx.fresh("carry") for _ in inputs]
-        new_carry = ctx.lower_block(body_block, carried)
+        names = {k: inputs[k] if k in invariant else ctx.fresh("buffer" if k in stacked else "carry") for k in range(n)}
+        new_carry = ctx.lower_block(body_block, [names[k] for k in range(n)])
         next_cond = ctx.lower_block(cond_block, new_carry)[0]
-        outs = _own_outputs(ctx, scope, [next_cond] + new_carry)
+        rows = []
+        for k, s in stacked.items():
+            row = ctx.name_of(s.row)
+            rows.append(ctx.op("Squeeze", [row, ctx.i64([0])]) if s.squeeze else row)
+        outs = _own_outputs(ctx, scope, [next_cond] + [new_carry[k] for k in carried] + rows)
+        live = _prune(scope, outs)
+        if any(names[k] in live for k in stacked):
+            return None
         bool_scalar = hir.TensorType("bool", ())
-        graph_inputs = [ctx.value_info(iter_name, hir.TensorType("int64", ())),
-                        ctx.value_info(cond_in, bool_scalar)]
-        graph_inputs += [ctx.value_info(n, hir.TensorType(v.type.dtype, tuple(None for _ in v.type.shape)))
-                         for n, v in zip(carried, op.operands)]
+        graph_inputs = [ctx.value_info(iter_name, hir.TensorType("int64", ())), ctx.value_info(cond_in, bool_scalar)]
+        graph_inputs += [ctx.value_info(names[k], _rank_only(op.operands[k].type)) for k in carried]
         graph_outputs = [ctx.value_info(outs[0], bool_scalar)]
-        graph_outputs += _outputs_info(ctx, outs[1:], op.results)
+        graph_outputs += _outputs_info(ctx, outs[1:1 + len(carried)], [op.results[k] for k in carried])
+        graph_outputs += [ctx.value_info(name, _rank_only(hir.TensorType(op.results[k].type.dtype, op.results[k].type.shape[1:])))
+                          for name, k in zip(outs[1 + len(carried):], stacked)]
         body = ctx.make_graph(scope, ctx.fresh("while_body"), graph_inputs, graph_outputs)
     ctx.current_op = op
-    res = ctx.op("Loop", [None, first_cond, *inputs], outputs=len(op.results), body=body)
-    return [res] if len(op.results) == 1 else res
+    count = len(carried) + len(stacked)
+    res = ctx.op("Loop", [None, first_cond, *[inputs[k] for k in carried]], outputs=count, body=body) if count else []
+    res = [res] if count == 1 else res
+    results: dict[int, str] = {k: inputs[k] for k in invariant}
+    results.update(zip(carried, res[:len(carried)]))
+    for (k, s), name in zip(stacked.items(), res[len(carried):]):
+        if s.reverse:
+            name = ctx.op("Slice", [name, ctx.i64([-1]), ctx.i64([np.iinfo(np.int64).min]), ctx.i64([0]), ctx.i64([-1])])
+        results[k] = name
+    return [results[k] for k in range(n)]
+
+
+def _rank_only(t: hir.TensorType) -> hir.TensorType:
+    return hir.TensorType(t.dtype, tuple(None for _ in t.shape))
+
+
+def _prune(scope: GraphScope, outputs: Sequence[str]) -> set[str]:
+    """Drop nodes of ``scope`` nothing needs; returns every name the kept nodes read."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(scope.nodes):
+        if not any(o in needed for o in node.output if o):
+            continue
+        kept.append(node)
+        needed.update(i for i in node.input if i)
+        needed.update(subgraph_inputs(node))
+    scope.nodes[:] = kept[::-1]
+    return needed
+
+
+# ---- scan outputs --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StackedCarry:
+    """A loop-carried buffer that iteration i only writes at row i (or N-1-i), nothing reads.
+
+    Attributes:
+        row: the body-level value written as the row.
+        squeeze: ``row`` still has the unit leading dimension of the update.
+        reverse: rows are written from the last one down (``lax.scan(reverse=True)``).
+    """
+
+    row: hir.Value
+    squeeze: bool
+    reverse: bool
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where a callee's arguments come from while looking through func.call."""
+
+    args: dict[int, tuple[hir.Value, "_Frame | None"]]
+
+
+class _Tracer:
+    """Finds the op defining a value, looking through func.call (JAX wraps scan helpers in calls)."""
+
+    def __init__(self, ctx: LoweringContext, body: hir.Block) -> None:
+        self.ctx = ctx
+        self.defs: dict[int, hir.Op] = {}
+        blocks = [body] + [fn.body for fn in ctx.module.functions.values()]
+        for block in blocks:
+            for o in block.ops:
+                for r in o.results:
+                    self.defs[r.id] = o
+
+    def producer(self, v: hir.Value, frame: _Frame | None) -> tuple[hir.Op | None, hir.Value, _Frame | None]:
+        for _ in range(64):
+            if frame is not None and v.id in frame.args:
+                v, frame = frame.args[v.id]
+                continue
+            o = self.defs.get(v.id)
+            if o is not None and o.name == "func.call" and o.attrs.get("callee") in self.ctx.module.functions:
+                callee = self.ctx.module.functions[o.attrs["callee"]]
+                j = next(i for i, r in enumerate(o.results) if r is v)
+                frame = _Frame({a.id: (x, frame) for a, x in zip(callee.body.args, o.operands)})
+                v = callee.body.returns[j]
+                continue
+            return o, v, frame
+        return None, v, frame
+
+    def constant(self, v: hir.Value, frame: _Frame | None) -> np.ndarray | None:
+        o, v, frame = self.producer(v, frame)
+        if o is not None and o.name == "stablehlo.constant":
+            return np.asarray(o.attrs["value"])
+        if o is None and frame is None:
+            name = self.ctx.scope.lookup(v)
+            return self.ctx.constant_value(name) if name is not None else None
+        return None
+
+    def is_value(self, v: hir.Value, frame: _Frame | None, target: hir.Value) -> bool:
+        o, v, frame = self.producer(v, frame)
+        return o is None and frame is None and v is target
+
+    def body_level(self, v: hir.Value, frame: _Frame | None) -> hir.Value | None:
+        """``v`` as a value of the loop body itself (not one inside a callee), if it is one."""
+        while frame is not None and v.id in frame.args:
+            v, frame = frame.args[v.id]
+        return v if frame is None else None
+
+
+def _scalar_is(arr: np.ndarray | None, value: int) -> bool:
+    return arr is not None and arr.size == 1 and arr.dtype.kind in "iu" and int(arr.reshape(())) == value
+
+
+def _counter(tr: _Tracer, op: hir.Op, inputs: list[str]) -> tuple[int, int] | None:
+    """(carry index, trip count) when cond is ``i < N`` with i from 0 in steps of 1, N constant."""
+    cond_block, body_block = op.regions
+    ops = [o for o in cond_block.ops if o.name != "stablehlo.constant"]
+    if len(ops) != 1 or ops[0].name != "stablehlo.compare" or ops[0].attrs.get("comparison_direction") != "LT":
+        return None
+    cmp = ops[0]
+    if cond_block.returns[0] is not cmp.results[0] or cmp.operands[0] not in cond_block.args:
+        return None
+    c = next(i for i, a in enumerate(cond_block.args) if a is cmp.operands[0])
+    bound = tr.constant(cmp.operands[1], None)
+    if bound is None or bound.size != 1 or bound.dtype.kind not in "iu":
+        return None
+    if not _scalar_is(tr.ctx.constant_value(inputs[c]), 0):
+        return None
+    step, _, frame = tr.producer(body_block.returns[c], None)
+    if step is None or step.name != "stablehlo.add" or frame is not None:
+        return None
+    a, b = step.operands
+    if not ((a is body_block.args[c] and _scalar_is(tr.constant(b, None), 1))
+            or (b is body_block.args[c] and _scalar_is(tr.constant(a, None), 1))):
+        return None
+    return c, int(bound.reshape(()))
+
+
+def _index_kind(tr: _Tracer, v: hir.Value, frame: _Frame | None, counter: hir.Value, n: int) -> str | None:
+    """'forward' for the counter, 'reverse' for ``(N - counter) - 1``, else None."""
+    if tr.is_value(v, frame, counter):
+        return "forward"
+    outer, _, f1 = tr.producer(v, frame)
+    if outer is None or outer.name != "stablehlo.subtract" or not _scalar_is(tr.constant(outer.operands[1], f1), 1):
+        return None
+    inner, _, f2 = tr.producer(outer.operands[0], f1)
+    if (inner is not None and inner.name == "stablehlo.subtract" and _scalar_is(tr.constant(inner.operands[0], f2), n)
+            and tr.is_value(inner.operands[1], f2, counter)):
+        return "reverse"
+    return None
+
+
+def find_stacked_carries(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> dict[int, StackedCarry]:
+    """Carries that are scan outputs: row ``counter`` written by a full-row dynamic_update_slice."""
+    cond_block, body_block = op.regions
+    tr = _Tracer(ctx, body_block)
+    found = _counter(tr, op, inputs)
+    if found is None:
+        return {}
+    c, n = found
+    if n < 1:
+        return {}
+    counter = body_block.args[c]
+    read_by_cond = {v.id for o in hir.walk_ops(cond_block) for v in o.operands}
+    out: dict[int, StackedCarry] = {}
+    for k, (arg, t) in enumerate(zip(body_block.args, (v.type for v in op.operands))):
+        if k == c or arg.id in read_by_cond or cond_block.args[k].id in read_by_cond or t.rank == 0 or t.shape[0] != n:
+            continue
+        dus, _, frame = tr.producer(body_block.returns[k], None)
+        if dus is None or dus.name != "stablehlo.dynamic_update_slice" or not tr.is_value(dus.operands[0], frame, arg):
+            continue
+        update = dus.operands[1]
+        if update.type.shape != (1,) + t.shape[1:]:
+            continue
+        kind = _index_kind(tr, dus.operands[2], frame, counter, n)
+        if kind is None or not all(_scalar_is(tr.constant(s, frame), 0) for s in dus.operands[3:]):
+            continue
+        stacked = _row_value(tr, update, frame, t)
+        if stacked is not None:
+            out[k] = StackedCarry(stacked[0], stacked[1], kind == "reverse")
+    return out
+
+
+def _row_value(tr: _Tracer, update: hir.Value, frame: _Frame | None,
+               buffer: hir.TensorType) -> tuple[hir.Value, bool] | None:
+    """The body-level value holding the row: before its leading unit dim was added, or with it."""
+    o, _, f = tr.producer(update, frame)
+    if o is not None and o.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+        src = o.operands[0]
+        plain = o.name == "stablehlo.reshape" or tuple(o.attrs.get("broadcast_dimensions", ())) == tuple(range(1, buffer.rank))
+        if plain and src.type.shape == buffer.shape[1:]:
+            row = tr.body_level(src, f)
+            if row is not None:
+                return row, False
+    row = tr.body_level(update, frame)
+    return (row, True) if row is not None else None
 
 
 def _if(ctx: LoweringContext, op: hir.Op, cond: str, then_graph: onnx.GraphProto,
