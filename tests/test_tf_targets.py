@@ -311,6 +311,9 @@ def test_cli_to_saved_model_and_to_tflite_then_check(tmp_path, capsys):
         assert main(["check", artifact, MLP, "--specs", *MLP_SPECS]) == 0
         out = capsys.readouterr().out
         assert f"check {artifact} ({runtime}) against jax.jit" in out and "output_0" in out and " ok" in out
+    assert main(["inspect", sm]) == 0
+    out = capsys.readouterr().out
+    assert "params['w1']" in out and "XlaCallModule                    1" in out and "stablehlo.dot_general" in out
 
 
 def test_cli_quantized_tflite(tmp_path, capsys):

@@ -163,12 +163,14 @@ def tf_function(program: Program) -> tuple[Any, Any]:
 
 
 def module_for(program: Program) -> tuple[Any, Any]:
-    """A ``tf.Module`` holding the serving function, and the concrete function."""
+    """A ``tf.Module`` to save or convert, and the serving concrete function.
+
+    The module holds no attribute for the function: saving it as one would trace jax2tf a second
+    time and store the StableHLO twice; the function travels as the ``serving_default`` signature.
+    """
     tf = import_tensorflow()
-    function, concrete = tf_function(program)
-    module = tf.Module()
-    module.serve = function
-    return module, concrete
+    _, concrete = tf_function(program)
+    return tf.Module(), concrete
 
 
 def write(program: Program, out_dir: str) -> None:
@@ -205,6 +207,64 @@ def read_signature(saved_model_dir: str) -> Any:
             return Signature.from_json(json.load(f))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+# Graph plumbing every SavedModel has; left out of op histograms.
+_PLUMBING = frozenset({"Placeholder", "Identity", "IdentityN", "NoOp", "Const", "StatefulPartitionedCall",
+                       "PartitionedCall", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
+                       "StringJoin", "StaticRegexFullMatch", "Select", "Pack", "VarHandleOp", "PreventGradient",
+                       "ReadVariableOp", "AssignVariableOp"})
+
+
+def describe_ops(saved_model_dir: str) -> dict[str, int]:
+    """Op histogram of a SavedModel: its TF ops, and the StableHLO ops inside each ``XlaCallModule``.
+
+    Raises:
+        ArtifactError: ``saved_model.pb`` is missing or unreadable.
+    """
+    from collections import Counter
+
+    from jaxconv.errors import ArtifactError
+
+    import_tensorflow()
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    try:
+        with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+            proto.ParseFromString(f.read())
+    except Exception as e:
+        raise ArtifactError(f"cannot read {saved_model_dir}/saved_model.pb: {_first_line(e)}") from None
+    ops: Counter[str] = Counter()
+    modules: set[bytes] = set()
+    for meta in proto.meta_graphs:
+        nodes = list(meta.graph_def.node)
+        for fn in meta.graph_def.library.function:
+            nodes.extend(fn.node_def)
+        for node in nodes:
+            if node.op == "XlaCallModule":
+                module = node.attr["module"].s
+                if module not in modules:
+                    modules.add(module)
+                    ops["XlaCallModule"] += 1
+                    ops.update(_stablehlo_ops(module))
+            elif node.op not in _PLUMBING:
+                ops[node.op] += 1
+    return dict(ops)
+
+
+def _stablehlo_ops(module: bytes) -> dict[str, int]:
+    from collections import Counter
+
+    from jaxconv.stablehlo import ir as hir
+    from jaxconv.stablehlo.reader import read_module
+
+    try:
+        parsed = read_module(module)
+    except Exception:  # a module this jaxlib cannot read: count the call only
+        return {}
+    return dict(Counter(op.name for fn in parsed.functions.values() for op in hir.walk_ops(fn.body)
+                        if op.name not in ("func.return", "stablehlo.return")))
 
 
 def _first_line(e: BaseException) -> str:
