@@ -150,7 +150,7 @@ class StackedCarry:
     reverse: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Frame:
     """Where a callee's arguments come from while looking through func.call."""
 
