@@ -226,3 +226,13 @@ def test_artifacts_get_ordinary_permissions(tmp_path, capsys):
     mask = os.umask(0)
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@pytest.mark.tf
+def test_inspect_tflite_shows_program_names(tmp_path, capsys):
+    out = tmp_path / "mlp.tflite"
+    assert main(["to-tflite", MLP, "--specs", *MLP_SPECS, "-o", str(out), "--no-check"]) == 0
+    capsys.readouterr()
+    code, text, _ = run_cli(["inspect", str(out)], capsys)
+    assert code == 0
+    assert "params['w1']" in text and "[b,784]" in text and "FULLY_CONNECTED" in text or "BATCH_MATMUL" in text

@@ -170,6 +170,12 @@ def _describe_tflite(path: str) -> dict[str, Any]:
     else:
         info["inputs"] = info["outputs"] = []
     del details
+    from jaxconv.runtimes.tflite import read_signature
+
+    signature = read_signature(path)
+    if signature is not None:
+        data = signature.to_json()
+        info["inputs"], info["outputs"] = data["inputs"], data["outputs"]
     ops: Counter = Counter()
     try:
         for op in interp._get_ops_details():  # noqa: SLF001  (the only op listing LiteRT offers)

@@ -19,7 +19,7 @@ _ELEMENT_TYPES = {
     "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
     "complex<f32>": "complex64", "complex<f64>": "complex128",
     "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2",
-    "i4": "int4", "ui4": "uint4",
+    "i4": "int4", "ui4": "uint4", "index": "int64",
 }
 
 _TERMINATORS = {"stablehlo.return", "func.return"}
