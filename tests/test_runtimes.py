@@ -42,3 +42,19 @@ def test_corrupt_jaxexport_is_an_artifact_error(tmp_path):
     path.write_bytes(b"\x00garbage")
     with pytest.raises(ArtifactError, match="not a serialized jax.export artifact"):
         open_artifact(str(path))
+
+
+def test_scalar_inputs_stay_scalars_next_to_bfloat16():
+    assert_onnx_matches_jax(lambda s, x: x * s.astype(x.dtype), np.float32(3.0), np.array([1, 2], ml_dtypes.bfloat16))
+
+
+def test_locations_skip_frames_inside_jaxconv():
+    import os
+
+    import jaxconv
+    from jaxconv.stablehlo.ir import short_location
+
+    own = os.path.join(os.path.dirname(jaxconv.__file__), "program.py")
+    loc = f'loc(callsite("f"("{own}":89:1) at "model.py":12:3))'
+    assert short_location(loc) == "model.py:12"
+    assert short_location(f'loc("{own}":3:1)') == ""

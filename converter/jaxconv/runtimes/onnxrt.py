@@ -51,7 +51,7 @@ class OnnxRunner:
 
         binding = self.session.io_binding()
         for name, a in zip(self.input_names, inputs):
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a, order="C")  # keeps 0-d arrays 0-d
             if a.dtype.name == "bfloat16":
                 value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), onnx_element_type=_BF16)
             else:

@@ -7,6 +7,7 @@ jaxconv (the ONNX lowering above all) works on these classes and never touches M
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -131,10 +132,12 @@ def walk_ops(block: Block) -> Iterator[Op]:
 _FILE_LINE = re.compile(r'"([^"]+?)":(\d+)')
 
 
+_OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def short_location(loc: str) -> str:
-    """Reduce an MLIR location to ``file.py:LINE`` (the innermost user frame) when it has one."""
-    hits = _FILE_LINE.findall(loc)
-    if hits:
-        path, line = hits[0]
-        return f"{path}:{line}"
+    """Reduce an MLIR location to ``file.py:LINE`` of the innermost frame outside jaxconv itself."""
+    for path, line in _FILE_LINE.findall(loc):
+        if not os.path.abspath(path).startswith(_OWN_PACKAGE):
+            return f"{path}:{line}"
     return ""
