@@ -56,15 +56,21 @@ def x64_for(dtype: str):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_pad_interior_negative_and_value(dtype):
+def test_data_movement_every_dtype(dtype):
+    """pad (interior, negative, any value), reverse, dynamic slices and the plain movement ops, per dtype."""
+    def f(x, v, ij, u):
+        y = jnp.broadcast_to(x[:, None, :], (4, 2, 5))
+        return (jax.lax.pad(x, v[0], [(1, -1, 2), (-2, 3, 1)]),
+                jnp.flip(x), x[::-2, 1:4],
+                jax.lax.dynamic_slice(x, (ij[0], ij[1]), (2, 3)),
+                jax.lax.dynamic_update_slice(x, u, (ij[1], ij[0])),
+                y.reshape(8, 5).T, jnp.concatenate([x, x[::-1]], 0), jnp.transpose(y, (2, 0, 1)),
+                jnp.tile(x, (2, 1)))
+
+    # Indices travel as one vector: ONNX Runtime runs with bf16 inputs through a path that needs arrays.
     x = data((4, 5), dtype)
-    value = data((1,), dtype, seed=3)
-
-    def f(x, v):
-        return jax.lax.pad(x, v[0], [(1, -1, 2), (-2, 3, 1)])
-
     with x64_for(dtype):
-        assert_onnx_matches_jax(f, x, value)
+        assert_onnx_matches_jax(f, x, data((1,), dtype, 3), np.array([1, 3], np.int32), data((2, 3), dtype, 1))
 
 
 @pytest.mark.parametrize("config", [
@@ -90,25 +96,8 @@ def test_jnp_pad_modes():
     assert_onnx_matches_jax(lambda x: jnp.pad(x, ((1, 2), (3, 0)), mode="edge"), x)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_reverse(dtype):
-    with x64_for(dtype):
-        assert_onnx_matches_jax(lambda x: (jnp.flip(x), jnp.flip(x, 1), x[::-2]), data((3, 4, 2), dtype))
-
-
 def test_reverse_empty():
     assert_onnx_matches_jax(lambda x: jnp.flip(x, 0), data((0, 3), "float32"))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_dynamic_slice_dtypes(dtype):
-    def f(x, ij):
-        return jax.lax.dynamic_slice(x, (ij[0], ij[1]), (2, 3))
-
-    # Indices travel as one vector: ONNX Runtime runs with bf16 inputs through a path that needs arrays.
-    x = data((5, 7), dtype)
-    with x64_for(dtype):
-        assert_onnx_matches_jax(f, x, np.array([1, 2], np.int32))
 
 
 @pytest.mark.parametrize("i,j", [(0, 0), (4, 6), (-1, 2), (-100, 100), (3, 5), (2**31 - 1, -2**31)])
@@ -135,15 +124,6 @@ def test_dynamic_index_in_dim_and_full_slice():
     x = data((4, 6), "int32")
     assert_onnx_matches_jax(lambda x, i: x[i], x, np.int32(-1), inputs_for_run=[[x, np.int32(2)]])
     assert_onnx_matches_jax(lambda x, i: jax.lax.dynamic_slice(x, (i, 0), (4, 6)), x, np.int32(3))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_dynamic_update_slice_dtypes(dtype):
-    def f(x, u, ij):
-        return jax.lax.dynamic_update_slice(x, u, (ij[0], ij[1]))
-
-    with x64_for(dtype):
-        assert_onnx_matches_jax(f, data((5, 7), dtype), data((2, 3), dtype, 1), np.array([1, 3], np.int32))
 
 
 @pytest.mark.parametrize("i,j", [(0, 0), (4, 6), (-3, 2), (100, -100)])
@@ -180,17 +160,6 @@ def test_at_set_with_scalar_index_uses_update_slice():
 
     x = data((4, 4), "float32")
     assert_onnx_matches_jax(f, x, np.int32(2), np.float32(9.0), inputs_for_run=[[x, np.int32(-1), np.float32(1.0)]])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_movement_ops_dtypes(dtype):
-    def f(x):
-        y = jnp.broadcast_to(x[:, None, :], (3, 2, 4))
-        return (y.reshape(6, 4).T, jnp.concatenate([x, x[::-1]], 0), x[1:, ::2],
-                jnp.transpose(y, (2, 0, 1)), jnp.tile(x, (2, 1)))
-
-    with x64_for(dtype):
-        assert_onnx_matches_jax(f, data((3, 4), dtype))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint32", "float16"])
