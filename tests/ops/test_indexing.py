@@ -10,24 +10,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lowering_check import assert_onnx_matches_jax as _assert_onnx_matches_jax
+from lowering_check import assert_onnx_matches_jax
 from lowering_check import onnx_op_types
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]
 WIDE = {"float64", "int64", "uint64"}
 NUMERIC = [d for d in DTYPES if d != "bool"]
-
-
-def bf16_outputs_as_f32(fn):
-    """Return bfloat16 outputs as float32 (exact), so the test does not depend on fetching bf16 from ONNX Runtime."""
-    def wrapped(*args):
-        return jax.tree_util.tree_map(lambda y: y.astype(jnp.float32) if y.dtype == jnp.bfloat16 else y, fn(*args))
-    return wrapped
-
-
-def assert_onnx_matches_jax(fn, *args, **kwargs):
-    return _assert_onnx_matches_jax(bf16_outputs_as_f32(fn), *args, **kwargs)
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -260,7 +249,7 @@ def test_scatter_apply_is_reported_unsupported():
     from jaxconv.errors import UnsupportedError
 
     with pytest.raises(UnsupportedError, match="scatter combiner"):
-        _assert_onnx_matches_jax(lambda x, i: x.at[i].apply(jnp.sin), data((4,), "float32"), np.array([1], np.int32))
+        assert_onnx_matches_jax(lambda x, i: x.at[i].apply(jnp.sin), data((4,), "float32"), np.array([1], np.int32))
 
 
 # ---- argmax / argmin -----------------------------------------------------------------------------
