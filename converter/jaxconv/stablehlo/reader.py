@@ -69,7 +69,42 @@ def read_module(data: bytes | str) -> hir.Module:
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ArtifactError(f"not a readable StableHLO module: {first}") from None
-        return _Reader().module(module)
+        legalize_chlo(module)
+        try:
+            return _Reader().module(module)
+        except TypeError as e:
+            if "complex" in str(e) or "unknown element type" in str(e):
+                from jaxconv.errors import UnsupportedError
+
+                raise UnsupportedError("the module holds complex constants: ONNX Runtime has no complex tensor type") from None
+            raise
+
+
+def legalize_chlo(module) -> None:
+    """Expand CHLO ops (chlo.erf, chlo.top_k, chlo.lgamma, ...) into plain StableHLO, as XLA does.
+
+    jax.export already does this (keeping a few as named stablehlo.composite ops); modules from
+    ``jax.jit(...).lower()`` or other frontends may still hold raw CHLO.
+    """
+    from jaxlib.mlir import passmanager
+
+    _, shlo, *_ = _mlir()
+    has_chlo = False
+
+    def find(op):
+        nonlocal has_chlo
+        if op.name.startswith("chlo."):
+            has_chlo = True
+        return _mlir()[0].WalkResult.ADVANCE
+
+    module.operation.walk(find)
+    if not has_chlo:
+        return
+    shlo.register_stablehlo_passes()
+    try:
+        passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))").run(module.operation)
+    except Exception as e:
+        raise ArtifactError(f"cannot expand CHLO ops into StableHLO: {str(e).strip().splitlines()[0][:200]}") from None
 
 
 class _Reader:
