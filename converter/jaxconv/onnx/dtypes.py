@@ -20,11 +20,24 @@ SIGNED = frozenset({"int8", "int16", "int32", "int64"})
 UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
 INTS = SIGNED | UNSIGNED
 
-# ONNX Runtime CPU kernels commonly present for arithmetic (measured with ort_probe).
-ARITH = frozenset({"float16", "float32", "float64", "int32", "int64", "uint32", "uint64",
-                   "int8", "int16", "uint8", "uint16"})
-FLOAT_MATH = frozenset({"float16", "float32", "float64"})
-F32_F16 = frozenset({"float16", "float32"})
+# ONNX Runtime 1.32 CPU kernel dtypes, measured per op (one single-node model per dtype).
+# bfloat16 has almost no arithmetic kernels: it is computed in float32 and cast back.
+ARITH = frozenset({"float16", "float32", "float64"}) | INTS  # Add Sub Mul Div Abs Mod(fmod=1)
+FLOAT_MATH = frozenset({"float16", "float32", "float64"})  # Floor Ceil Round Exp Log Sqrt Tanh Sin Cos Sigmoid
+F32_F16 = frozenset({"float16", "float32"})  # Tan Atan (no float64 kernel)
+F32_F64 = frozenset({"float32", "float64"})  # where float16 transcendental results are rounded from float32
+MAX_MIN = frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "uint64"})
+NEG = frozenset({"float16", "float32", "float64"}) | SIGNED
+SIGN = ARITH | {"bfloat16"}
+POW = frozenset({"float16", "float32", "float64", "int32", "int64"})
+COMPARE = ARITH  # Equal Less Greater LessOrEqual GreaterOrEqual (Equal also takes bool)
+IS_NAN_INF = frozenset({"float16", "float32", "float64", "bfloat16"})
+BITWISE = INTS  # BitwiseAnd/Or/Xor/Not (opset 18)
+WHERE = frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32"})
+SHIFT_BEFORE_28 = UNSIGNED  # BitShift; all integer types from opset 28
+# A same-width (or exactly widening) stand-in for Where's missing kernels: cast there and back.
+WHERE_DETOUR: dict[str, str] = {"bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64",
+                                "bfloat16": "float32"}
 
 # Where a dtype has no kernel, compute in this wider type and cast back.
 WIDER: dict[str, str] = {
@@ -43,6 +56,7 @@ def onnx_type(dtype: str) -> int:
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
+    """numpy dtype for a dtype name (bfloat16 through ml_dtypes)."""
     if dtype == "bfloat16":
         import ml_dtypes
 
@@ -62,6 +76,32 @@ def compute_dtype(dtype: str, native: frozenset[str]) -> str:
 
 
 def bit_width(dtype: str) -> int:
+    """Bits per element (1 for bool)."""
     if dtype == "bool":
         return 1
     return numpy_dtype(dtype).itemsize * 8
+
+
+def same_width_unsigned(dtype: str) -> str:
+    """The unsigned integer type with ``dtype``'s bit width (Cast between them keeps the bits)."""
+    return f"uint{bit_width(dtype)}"
+
+
+def same_width_signed(dtype: str) -> str:
+    """The signed integer type with ``dtype``'s bit width."""
+    return f"int{bit_width(dtype)}"
+
+
+def float_work(dtype: str) -> str:
+    """The float type ONNX Runtime computes a float ``dtype`` in exactly: float64 for float64, else float32."""
+    return "float64" if dtype == "float64" else "float32"
+
+
+def mantissa_bits(dtype: str) -> int:
+    """Explicit mantissa bits of a float dtype."""
+    return {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}[dtype]
+
+
+def exponent_bits(dtype: str) -> int:
+    """Exponent bits of a float dtype."""
+    return {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}[dtype]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
+
+import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
@@ -16,6 +18,53 @@ def compute_in(ctx: LoweringContext, inputs: Sequence[str], types: Sequence[hir.
     src = types[0].dtype
     work = dt.compute_dtype(src, native)
     return [ctx.cast_if(n, t.dtype, work) for n, t in zip(inputs, types)], work
+
+
+def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str, exact_zeros: bool = False) -> str:
+    """``Where(cond, a, b)`` for values of ``dtype``, detouring through a type with a kernel when needed.
+
+    The detour types (dtypes.WHERE_DETOUR) hold every value of the original type, so the
+    round trip is exact. ONNX Runtime's float Where can return +0 where it picks a -0; with
+    ``exact_zeros`` and opset >= 26 floats are selected as their integer bits instead (BitCast).
+    """
+    if exact_zeros and dtype in dt.FLOATS and ctx.opset >= 26:
+        bits = f"int{dt.bit_width(dtype)}"
+        picked = where(ctx, cond, *(ctx.op("BitCast", [n], to=dt.onnx_type(bits)) for n in (a, b)), bits)
+        return ctx.op("BitCast", [picked], to=dt.onnx_type(dtype))
+    if dtype in dt.WHERE:
+        return ctx.op("Where", [cond, a, b])
+    work = dt.WHERE_DETOUR.get(dtype)
+    if work is None:
+        raise ValueError(f"no Where detour for {dtype}")
+    return ctx.cast(ctx.op("Where", [cond, ctx.cast(a, work), ctx.cast(b, work)]), dtype)
+
+
+def unary_in(ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], native: frozenset[str]) -> tuple[str, str]:
+    """The single operand of ``op`` cast to a dtype in ``native`` (or a wider one); returns (name, dtype)."""
+    names, work = compute_in(ctx, inputs[:1], [op.operands[0].type], native)
+    return names[0], work
+
+
+def result(ctx: LoweringContext, op: hir.Op, name: str, work: str) -> str:
+    """Cast ``name`` (of dtype ``work``) to ``op``'s result dtype."""
+    return ctx.cast_if(name, work, op.results[0].type.dtype)
+
+
+_VALUE_PRESERVING = {"Expand", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Flatten"}
+
+
+def known_values(ctx: LoweringContext, name: str, lookback: int = 64) -> np.ndarray | None:
+    """The element values of ``name`` when it is a constant, or a constant reshaped/broadcast by a
+    recent node (so ``broadcast_in_dim`` of a scalar constant still counts); else None."""
+    value = ctx.constant_value(name)
+    if value is not None:
+        return value
+    for node in reversed(ctx.scope.nodes[-lookback:]):
+        if name in node.output:
+            if node.op_type in _VALUE_PRESERVING and node.input:
+                return ctx.constant_value(node.input[0])
+            return None
+    return None
 
 
 def direct(op_name: str, onnx_op: str, native: frozenset[str] = dt.ARITH, **attrs) -> None:
@@ -46,6 +95,7 @@ def _caller_module() -> str:
 
 
 def static_shape(t: hir.TensorType) -> bool:
+    """True when every dimension of ``t`` is known."""
     return t.is_static
 
 

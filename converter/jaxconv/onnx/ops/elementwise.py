@@ -1,148 +1,532 @@
-"""Elementwise arithmetic, math, logic, comparison and conversion ops."""
+"""Elementwise arithmetic, math, comparison and selection ops.
+
+Each lowering reproduces what XLA computes on CPU for every dtype JAX uses:
+- bfloat16 has no ONNX Runtime arithmetic kernels; it is computed in float32 and rounded back
+  after every op, which is what XLA does too.
+- float16 transcendental functions are computed in float32 and rounded once.
+- integer division and remainder guard the cases where ONNX Runtime errors or traps
+  (x / 0, INT_MIN / -1) and give XLA's answers instead.
+- maximum/minimum order -0 below +0, sign keeps -0 and NaN, integer power follows XLA.
+- float-to-integer conversion saturates and maps NaN to 0.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Callable
 
 import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import compute_in, direct
+from jaxconv.onnx.ops._common import compute_in, direct, known_values, result, unary_in, where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
 # ---- 1:1 table rows -----------------------------------------------------------------------
-direct("stablehlo.add", "Add")
-direct("stablehlo.subtract", "Sub")
-direct("stablehlo.multiply", "Mul")
-direct("stablehlo.maximum", "Max")
-direct("stablehlo.minimum", "Min")
-direct("stablehlo.exponential", "Exp", dt.FLOAT_MATH)
-direct("stablehlo.log", "Log", dt.FLOAT_MATH)
-direct("stablehlo.sqrt", "Sqrt", dt.FLOAT_MATH)
-direct("stablehlo.tanh", "Tanh", dt.FLOAT_MATH)
-direct("stablehlo.sine", "Sin", dt.FLOAT_MATH)
-direct("stablehlo.cosine", "Cos", dt.FLOAT_MATH)
 direct("stablehlo.floor", "Floor", dt.FLOAT_MATH)
 direct("stablehlo.ceil", "Ceil", dt.FLOAT_MATH)
-direct("stablehlo.logistic", "Sigmoid", dt.FLOAT_MATH)
 direct("stablehlo.round_nearest_even", "Round", dt.FLOAT_MATH)
+direct("stablehlo.exponential", "Exp", dt.F32_F64)
+direct("stablehlo.log", "Log", dt.F32_F64)
+direct("stablehlo.sqrt", "Sqrt", dt.F32_F64)
+direct("stablehlo.tanh", "Tanh", dt.F32_F64)
+direct("stablehlo.sine", "Sin", dt.F32_F64)
+direct("stablehlo.cosine", "Cos", dt.F32_F64)
+direct("stablehlo.abs", "Abs", dt.ARITH)
+
+
+def _to(ctx: LoweringContext, names: list[str], dtype: str, native: frozenset[str]) -> tuple[list[str], str]:
+    """Cast names of one dtype to the dtype ``native`` computes them in."""
+    work = dt.compute_dtype(dtype, native)
+    return [ctx.cast_if(n, dtype, work) for n in names], work
+
+
+# ---- add, subtract, multiply ----------------------------------------------------------------
+def _binary(onnx_op: str, bool_op: str) -> Callable[[LoweringContext, hir.Op, list[str]], str]:
+    def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+        dtype = op.results[0].type.dtype
+        if dtype == "bool":
+            return ctx.op(bool_op, inputs)
+        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        return result(ctx, op, ctx.op(onnx_op, names), work)
+
+    lower.__doc__ = f"{onnx_op}; integers wrap; booleans use {bool_op}."
+    return lower
+
+
+lowering("stablehlo.add", onnx_ops=("Add",))(_binary("Add", "Or"))
+lowering("stablehlo.subtract", onnx_ops=("Sub",))(_binary("Sub", "Xor"))
+lowering("stablehlo.multiply", onnx_ops=("Mul",))(_binary("Mul", "And"))
+
+
+# ---- maximum, minimum, clamp ----------------------------------------------------------------
+def extremum(ctx: LoweringContext, a: str, b: str, work: str, is_max: bool) -> str:
+    """XLA's maximum/minimum of two values already in a Max/Min kernel dtype: NaN propagates and
+    -0 < +0 (ONNX Runtime's Max/Min return either zero of a tie)."""
+    out = ctx.op("Max" if is_max else "Min", [a, b])
+    if work not in dt.FLOATS:
+        return out
+    values = [known_values(ctx, n) for n in (a, b)]
+    if any(v is not None and not np.any(v == 0) for v in values):
+        return out  # a zero never meets a zero
+    if is_max and any(v is not None and np.all((v == 0) & ~np.signbit(v)) for v in values):
+        return ctx.op("Add", [out, ctx.scalar(0.0, work)])  # max(x, +0): -0 + +0 = +0
+    if ctx.opset < 26:
+        return out  # a zero tie may keep either sign (ONNX Runtime's Where cannot place -0 reliably)
+    # A zero result takes its sign from 1/a and 1/b (+inf for +0, -inf for -0).
+    zero = ctx.scalar(0.0, work)
+    is_zero = ctx.op("Equal", [out, zero])
+    recips = [ctx.op("Reciprocal", [n]) for n in (a, b)]
+    if is_max:
+        fix = ctx.op("And", [is_zero, ctx.op("Greater", [ctx.op("Max", recips), zero])])
+        return where(ctx, fix, zero, out, work, exact_zeros=True)
+    fix = ctx.op("And", [is_zero, ctx.op("Less", [ctx.op("Min", recips), zero])])
+    return where(ctx, fix, ctx.scalar(-0.0, work), out, work, exact_zeros=True)
+
+
+def _extremum_lowering(is_max: bool) -> Callable[[LoweringContext, hir.Op, list[str]], str]:
+    def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+        dtype = op.results[0].type.dtype
+        if dtype == "bool":
+            return ctx.op("Or" if is_max else "And", inputs)
+        names, work = _to(ctx, inputs, dtype, dt.MAX_MIN)
+        return result(ctx, op, extremum(ctx, names[0], names[1], work, is_max), work)
+
+    lower.__doc__ = f"{'Max' if is_max else 'Min'}, NaN-propagating, with -0 < +0 like XLA."
+    return lower
+
+
+lowering("stablehlo.maximum", onnx_ops=("Max",))(_extremum_lowering(True))
+lowering("stablehlo.minimum", onnx_ops=("Min",))(_extremum_lowering(False))
+
+
+@lowering("stablehlo.clamp", onnx_ops=("Max", "Min"))
+def lower_clamp(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """min(max(x, lo), hi) with scalar or full-shape bounds, NaN-propagating (any dtype)."""
+    lo, x, hi = inputs
+    dtype = op.results[0].type.dtype
+    if dtype == "bool":
+        return ctx.op("And", [ctx.op("Or", [x, lo]), hi])
+    (lo, x, hi), work = _to(ctx, [lo, x, hi], dtype, dt.MAX_MIN)
+    return result(ctx, op, extremum(ctx, extremum(ctx, x, lo, work, True), hi, work, False), work)
+
+
+# ---- divide, remainder, power -----------------------------------------------------------------
+def _int_guards(ctx: LoweringContext, lhs: str, rhs: str, dtype: str) -> tuple[str, str]:
+    """(rhs == 0, a divisor with 0 and -1 replaced by 1) so Div/Mod never trap."""
+    is_zero = ctx.op("Equal", [rhs, ctx.scalar(0, dtype)])
+    bad = is_zero
+    if dtype in dt.SIGNED:
+        bad = ctx.op("Or", [is_zero, ctx.op("Equal", [rhs, ctx.scalar(-1, dtype)])])
+    return is_zero, where(ctx, bad, ctx.scalar(1, dtype), rhs, dtype)
 
 
 @lowering("stablehlo.divide", onnx_ops=("Div",))
 def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Div; integer division guards division by zero and INT_MIN/-1 like XLA."""
+    """Div; integers truncate, x / 0 is -1 (all ones unsigned) and INT_MIN / -1 is INT_MIN, like XLA."""
     dtype = op.results[0].type.dtype
     if dtype in dt.FLOATS:
-        names, work = compute_in(ctx, inputs, [v.type for v in op.operands], dt.FLOAT_MATH)
-        return ctx.cast_if(ctx.op("Div", names), work, dtype)
+        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        return result(ctx, op, ctx.op("Div", names), work)
     lhs, rhs = inputs
-    zero = ctx.scalar(0, dtype)
-    one = ctx.scalar(1, dtype)
-    is_zero = ctx.op("Equal", [rhs, zero])
-    bad = is_zero
+    is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
+    # x / -1 is computed as -(x / 1), which wraps INT_MIN to itself.
+    q = ctx.op("Div", [lhs, safe])
     if dtype in dt.SIGNED:
-        info = np.iinfo(dtype)
-        overflow = ctx.op("And", [ctx.op("Equal", [lhs, ctx.scalar(info.min, dtype)]),
-                                  ctx.op("Equal", [rhs, ctx.scalar(-1, dtype)])])
-        bad = ctx.op("Or", [is_zero, overflow])
-    safe_rhs = _where(ctx, bad, one, rhs, dtype)
-    names, work = compute_in(ctx, [lhs, safe_rhs], [v.type for v in op.operands], dt.ARITH)
-    q = ctx.cast_if(ctx.op("Div", names), work, dtype)
-    # x / 0 = -1 (all ones for unsigned); INT_MIN / -1 = INT_MIN (= lhs)
+        minus_one = ctx.op("Equal", [rhs, ctx.scalar(-1, dtype)])
+        negated = ctx.op("Sub", [ctx.scalar(0, dtype), lhs])
+        q = where(ctx, minus_one, negated, q, dtype)
     by_zero = ctx.scalar(-1 if dtype in dt.SIGNED else np.iinfo(dtype).max, dtype)
-    q = _where(ctx, is_zero, by_zero, q, dtype)
+    return where(ctx, is_zero, by_zero, q, dtype)
+
+
+@lowering("stablehlo.remainder", onnx_ops=("Mod",))
+def lower_remainder(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Mod(fmod=1): truncated remainder with the dividend's sign; integer x % 0 = x, INT_MIN % -1 = 0."""
+    dtype = op.results[0].type.dtype
+    if dtype in dt.FLOATS:
+        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        return result(ctx, op, ctx.op("Mod", names, fmod=1), work)
+    lhs, rhs = inputs
+    is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
+    r = ctx.op("Mod", [lhs, safe], fmod=1)  # x % 1 == x % -1 == 0
+    return where(ctx, is_zero, lhs, r, dtype)
+
+
+# XLA raises integers to a power by squaring over the exponent's low 6 bits only.
+_XLA_POW_BITS = 6
+
+
+@lowering("stablehlo.power", onnx_ops=("Pow",))
+def lower_power(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Pow for floats; integers by repeated squaring like XLA (wrapping; negative exponents give 0
+    except for bases 1 and -1)."""
+    dtype = op.results[0].type.dtype
+    if dtype in dt.FLOATS:
+        names, work = _to(ctx, inputs, dtype, dt.F32_F64)
+        return result(ctx, op, ctx.op("Pow", names), work)
+    work = "int64" if dt.bit_width(dtype) == 64 else "int32"
+    x, e = (ctx.cast_if(n, dtype, work) for n in inputs)
+    zero, one = ctx.scalar(0, work), ctx.scalar(1, work)
+
+    def bit_clear(k: int) -> str:
+        return ctx.op("Equal", [ctx.op("BitwiseAnd", [e, ctx.scalar(1 << k, work)]), zero])
+
+    acc = ctx.op("Where", [bit_clear(0), one, x])
+    base = x
+    for k in range(1, _XLA_POW_BITS):
+        base = ctx.op("Mul", [base, base])
+        acc = ctx.op("Where", [bit_clear(k), acc, ctx.op("Mul", [acc, base])])
     if dtype in dt.SIGNED:
-        q = _where(ctx, overflow, lhs, q, dtype)
-    return q
+        minus_one = ctx.scalar(-1, work)
+        parity = ctx.op("Where", [bit_clear(0), one, minus_one])
+        small = ctx.op("Where", [ctx.op("Equal", [x, one]), one,
+                                 ctx.op("Where", [ctx.op("Equal", [x, minus_one]), parity, zero])])
+        acc = ctx.op("Where", [ctx.op("Less", [e, zero]), small, acc])
+    return result(ctx, op, acc, work)
 
 
-def _where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
-    """Where with a cast detour for dtypes ONNX Runtime's Where has no kernel for."""
-    work = dt.compute_dtype(dtype, frozenset({"float16", "float32", "float64", "int32", "int64", "uint8", "int8", "uint32", "string"}))
-    if work == dtype:
-        return ctx.op("Where", [cond, a, b])
-    return ctx.cast(ctx.op("Where", [cond, ctx.cast(a, work), ctx.cast(b, work)]), dtype)
-
-
+# ---- unary arithmetic --------------------------------------------------------------------------
 @lowering("stablehlo.negate", onnx_ops=("Neg",))
 def lower_negate(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Neg; unsigned negation is 0 - x (wrapping)."""
     dtype = op.results[0].type.dtype
     if dtype in dt.UNSIGNED:
         return ctx.op("Sub", [ctx.scalar(0, dtype), inputs[0]])
-    names, work = compute_in(ctx, inputs, [op.operands[0].type], frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64"}))
-    return ctx.cast_if(ctx.op("Neg", names), work, dtype)
+    x, work = unary_in(ctx, op, inputs, dt.NEG)
+    return result(ctx, op, ctx.op("Neg", [x]), work)
 
 
-@lowering("stablehlo.abs", onnx_ops=("Abs",))
-def lower_abs(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Abs."""
-    names, work = compute_in(ctx, inputs, [op.operands[0].type], dt.ARITH)
-    return ctx.cast_if(ctx.op("Abs", names), work, op.results[0].type.dtype)
+@lowering("stablehlo.sign", onnx_ops=("Sign",))
+def lower_sign(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Sign; for floats -0 stays -0 and NaN stays NaN."""
+    dtype = op.results[0].type.dtype
+    if dtype not in dt.FLOATS:
+        return ctx.op("Sign", inputs)
+    x, work = unary_in(ctx, op, inputs, dt.FLOAT_MATH)
+    return result(ctx, op, float_sign(ctx, x, work), work)
+
+
+def float_sign(ctx: LoweringContext, x: str, work: str) -> str:
+    """sign(x) keeping ±0 and NaN, without Where (ONNX Runtime's Where and Sign lose -0):
+    c / max(|c|, smallest subnormal) with c = clip(x, -1, 1)."""
+    c = ctx.op("Clip", [x, ctx.scalar(-1.0, work), ctx.scalar(1.0, work)])
+    denominator = ctx.op("Max", [ctx.op("Abs", [c]), ctx.scalar(np.finfo(dt.numpy_dtype(work)).smallest_subnormal, work)])
+    return ctx.op("Div", [c, denominator])
+
+
+def _with_sign_of(ctx: LoweringContext, magnitude: str, x: str, work: str) -> str:
+    """|magnitude| carrying x's sign (also for ±0), for results known to share x's sign."""
+    return ctx.op("Mul", [ctx.op("Abs", [magnitude]), float_sign(ctx, x, work)])
+
+
+@lowering("stablehlo.round_nearest_afz", onnx_ops=("Floor", "Where"))
+def lower_round_afz(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Round half away from zero, exact for every float (signed zeros, halves, ±inf, NaN)."""
+    x, work = unary_in(ctx, op, inputs, dt.FLOAT_MATH)
+    a = ctx.op("Abs", [x])
+    t = ctx.op("Floor", [a])
+    up = ctx.cast(ctx.op("GreaterOrEqual", [ctx.op("Sub", [a, t]), ctx.scalar(0.5, work)]), work)
+    r = ctx.op("Add", [t, up])
+    return result(ctx, op, ctx.op("Mul", [r, float_sign(ctx, x, work)]), work)
 
 
 @lowering("stablehlo.rsqrt", onnx_ops=("Sqrt", "Reciprocal"))
 def lower_rsqrt(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """1 / sqrt(x)."""
-    names, work = compute_in(ctx, inputs, [op.operands[0].type], dt.FLOAT_MATH)
-    return ctx.cast_if(ctx.op("Reciprocal", [ctx.op("Sqrt", names)]), work, op.results[0].type.dtype)
+    x, work = unary_in(ctx, op, inputs, dt.F32_F64)
+    return result(ctx, op, ctx.op("Reciprocal", [ctx.op("Sqrt", [x])]), work)
+
+
+@lowering("stablehlo.logistic", onnx_ops=("Exp", "Reciprocal"))
+def lower_logistic(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """1 / (1 + exp(-x)); ONNX Runtime's Sigmoid is off by up to 2e-4 relative for x < -7."""
+    x, work = unary_in(ctx, op, inputs, dt.F32_F64)
+    denominator = ctx.op("Add", [ctx.scalar(1.0, work), ctx.op("Exp", [ctx.op("Neg", [x])])])
+    return result(ctx, op, ctx.op("Reciprocal", [denominator]), work)
+
+
+@lowering("stablehlo.cbrt", onnx_ops=("Pow",))
+def lower_cbrt(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Real cube root: Pow(|x|, 1/3) in float64 (plus one Newton step for float64 inputs), sign restored."""
+    dtype = op.results[0].type.dtype
+    x = ctx.cast_if(inputs[0], dtype, "float64")
+    a = ctx.op("Abs", [x])
+    y = ctx.op("Pow", [a, ctx.scalar(1.0 / 3.0, "float64")])
+    if dtype == "float64":
+        # y <- y - (y - a / y^2) / 3; only where y is finite and nonzero.
+        step = ctx.op("Div", [ctx.op("Sub", [y, ctx.op("Div", [a, ctx.op("Mul", [y, y])])]), ctx.scalar(3.0, "float64")])
+        regular = ctx.op("And", [ctx.op("Greater", [y, ctx.scalar(0.0, "float64")]),
+                                 ctx.op("Not", [ctx.op("IsInf", [y])])])
+        y = ctx.op("Where", [regular, ctx.op("Sub", [y, step]), y])
+    return ctx.cast_if(ctx.op("Mul", [y, float_sign(ctx, x, "float64")]), "float64", dtype)
+
+
+@lowering("stablehlo.tan", onnx_ops=("Tan",))
+def lower_tan(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Tan; float64 (no kernel) as Sin / Cos."""
+    x, work = unary_in(ctx, op, inputs, dt.F32_F64)
+    if work == "float64":
+        return ctx.op("Div", [ctx.op("Sin", [x]), ctx.op("Cos", [x])])
+    return result(ctx, op, ctx.op("Tan", [x]), work)
+
+
+@lowering("stablehlo.exponential_minus_one", onnx_ops=("Exp", "Log"))
+def lower_expm1(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """exp(x) - 1 accurate near 0: (u - 1) * x / log(u) with u = exp(x) for |x| < 1."""
+    x, work = unary_in(ctx, op, inputs, dt.F32_F64)
+    one = ctx.scalar(1.0, work)
+    u = ctx.op("Exp", [x])
+    um1 = ctx.op("Sub", [u, one])
+    ratio = ctx.op("Div", [ctx.op("Mul", [um1, x]), ctx.op("Log", [u])])
+    small = ctx.op("Where", [ctx.op("Equal", [um1, ctx.scalar(-1.0, work)]), ctx.scalar(-1.0, work), ratio])
+    other = ctx.op("Where", [ctx.op("Less", [ctx.op("Abs", [x]), one]), small, um1])
+    out = ctx.op("Where", [ctx.op("Equal", [u, one]), x, other])
+    return result(ctx, op, _with_sign_of(ctx, out, x, work), work)
+
+
+@lowering("stablehlo.log_plus_one", onnx_ops=("Log",))
+def lower_log1p(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """log(1 + x) accurate near 0: log(v) * x / (v - 1) with v = 1 + x for |x| < 1."""
+    x, work = unary_in(ctx, op, inputs, dt.F32_F64)
+    one = ctx.scalar(1.0, work)
+    v = ctx.op("Add", [one, x])
+    log_v = ctx.op("Log", [v])
+    ratio = ctx.op("Div", [ctx.op("Mul", [log_v, x]), ctx.op("Sub", [v, one])])
+    other = ctx.op("Where", [ctx.op("Less", [ctx.op("Abs", [x]), one]), ratio, log_v])
+    out = ctx.op("Where", [ctx.op("Equal", [v, one]), x, other])
+    return result(ctx, op, _with_sign_of(ctx, out, x, work), work)
+
+
+def sign_bit(ctx: LoweringContext, x: str, work: str) -> str:
+    """True where a float has its sign bit set (-0 included, NaN excluded), without BitCast."""
+    zero = ctx.scalar(0.0, work)
+    key = ctx.op("Min", [x, ctx.op("Reciprocal", [x])])  # negative exactly when the sign bit is set
+    return ctx.op("Less", [key, zero])
+
+
+@lowering("stablehlo.atan2", onnx_ops=("Atan",))
+def lower_atan2(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """atan2(y, x) in all quadrants with IEEE signed zeros and infinities; float64 refines a
+    float32 Atan with one rotation step (float64 has no Atan kernel)."""
+    dtype = op.results[0].type.dtype
+    work = dt.float_work(dtype)
+    y, x = (ctx.cast_if(n, dtype, work) for n in inputs)
+    ax, ay = ctx.op("Abs", [x]), ctx.op("Abs", [y])
+    q = ctx.op("Div", [ctx.op("Min", [ax, ay]), ctx.op("Max", [ax, ay])])  # in [0, 1]
+    if work == "float64":
+        a0 = ctx.cast(ctx.op("Atan", [ctx.cast(q, "float32")]), "float64")
+        cos, sin = ctx.op("Cos", [a0]), ctx.op("Sin", [a0])
+        # (1 + iq) e^{-i a0} = r e^{i d}: d ~ imag/real, error O(d^3).
+        real = ctx.op("Add", [cos, ctx.op("Mul", [q, sin])])
+        imag = ctx.op("Sub", [ctx.op("Mul", [q, cos]), sin])
+        a0 = ctx.op("Add", [a0, ctx.op("Div", [imag, real])])
+    else:
+        a0 = ctx.op("Atan", [q])
+    a = ctx.op("Where", [ctx.op("Greater", [ay, ax]), ctx.op("Sub", [ctx.scalar(math.pi / 2, work), a0]), a0])
+    zero, inf = ctx.scalar(0.0, work), ctx.scalar(math.inf, work)
+    both_zero = ctx.op("And", [ctx.op("Equal", [ax, zero]), ctx.op("Equal", [ay, zero])])
+    both_inf = ctx.op("And", [ctx.op("Equal", [ax, inf]), ctx.op("Equal", [ay, inf])])
+    a = ctx.op("Where", [both_zero, zero, ctx.op("Where", [both_inf, ctx.scalar(math.pi / 4, work), a])])
+    a = ctx.op("Where", [sign_bit(ctx, x, work), ctx.op("Sub", [ctx.scalar(math.pi, work), a]), a])
+    y_sign = ctx.op("Where", [sign_bit(ctx, y, work), ctx.scalar(-1.0, work), ctx.scalar(1.0, work)])
+    out = ctx.op("Mul", [a, y_sign])
+    return ctx.cast_if(out, work, dtype)
+
+
+@lowering("stablehlo.is_finite", onnx_ops=("IsNaN", "IsInf"))
+def lower_is_finite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Not(IsNaN(x) or IsInf(x))."""
+    x, _ = unary_in(ctx, op, inputs, dt.IS_NAN_INF)
+    return ctx.op("Not", [ctx.op("Or", [ctx.op("IsNaN", [x]), ctx.op("IsInf", [x])])])
+
+
+# ---- select, compare ---------------------------------------------------------------------------
+@lowering("stablehlo.select", onnx_ops=("Where",))
+def lower_select(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Where (scalar or full-shape predicate), any dtype."""
+    cond, a, b = inputs
+    return where(ctx, cond, a, b, op.results[0].type.dtype, exact_zeros=True)
 
 
 _COMPARE = {"EQ": ("Equal", False), "NE": ("Equal", True), "LT": ("Less", False),
             "LE": ("LessOrEqual", False), "GT": ("Greater", False), "GE": ("GreaterOrEqual", False)}
 
 
-@lowering("stablehlo.compare", onnx_ops=("Equal", "Less", "Greater"))
+def total_order_key(ctx: LoweringContext, x: str, dtype: str) -> str:
+    """An integer whose signed order is IEEE totalOrder of the float ``x`` (needs BitCast, opset 26).
+
+    Negative floats have their magnitude bits flipped so larger magnitudes sort lower;
+    -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN.
+    """
+    bits = dt.bit_width(dtype)
+    key_type = "int64" if bits == 64 else "int32"
+    i = ctx.cast_if(ctx.op("BitCast", [x], to=dt.onnx_type(f"int{bits}")), f"int{bits}", key_type)
+    flipped = ctx.op("BitwiseXor", [i, ctx.scalar((1 << (bits - 1)) - 1, key_type)])
+    return ctx.op("Where", [ctx.op("Less", [i, ctx.scalar(0, key_type)]), flipped, i])
+
+
+@lowering("stablehlo.compare", onnx_ops=("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"))
 def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Comparisons (FLOAT, SIGNED, UNSIGNED; TOTALORDER by integer view)."""
+    """Every direction for FLOAT, SIGNED, UNSIGNED and TOTALORDER (BitCast, opset >= 26) compares."""
     onnx_op, negate = _COMPARE[op.attrs["comparison_direction"]]
+    kind = op.attrs.get("compare_type", "")
     src = op.operands[0].type.dtype
-    native = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
-    if onnx_op == "Equal":
-        native = native | {"bool"}
-    names, _ = compute_in(ctx, inputs, [v.type for v in op.operands], native)
-    if src == "bool" and onnx_op != "Equal":
-        names = [ctx.cast(n, "int32") for n in names]
+    names = list(inputs)
+    if kind == "TOTALORDER" and src in dt.FLOATS:
+        ctx.require_opset(26, "stablehlo.compare with TOTALORDER (it reads float bits with BitCast)")
+        names = [total_order_key(ctx, n, src) for n in names]
+    elif src == "bool":
+        if onnx_op != "Equal":
+            names = [ctx.cast(n, "uint8") for n in names]
+    elif kind == "UNSIGNED" and src in dt.SIGNED:
+        names = [ctx.cast(n, dt.same_width_unsigned(src)) for n in names]
+    elif kind == "SIGNED" and src in dt.UNSIGNED:
+        names = [ctx.cast(n, dt.same_width_signed(src)) for n in names]
+    else:
+        names, _ = _to(ctx, names, src, dt.COMPARE)
     out = ctx.op(onnx_op, names)
     return ctx.op("Not", [out]) if negate else out
 
 
-@lowering("stablehlo.select", onnx_ops=("Where",))
-def lower_select(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Where."""
-    cond, a, b = inputs
-    return _where(ctx, cond, a, b, op.results[0].type.dtype)
 
-
+# ---- convert, bitcast_convert, reduce_precision --------------------------------------------------
 @lowering("stablehlo.convert", onnx_ops=("Cast",))
 def lower_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Cast; float to int saturates and maps NaN to 0 like XLA on CPU; x -> bool is x != 0."""
+    """Cast; float -> int saturates with NaN -> 0 (XLA on CPU), x -> bool is x != 0, bfloat16 via float32."""
     src = op.operands[0].type.dtype
     dst = op.results[0].type.dtype
     x = inputs[0]
     if src == dst:
         return x
     if dst == "bool":
-        return ctx.op("Not", [ctx.op("Equal", [x, ctx.scalar(0, src)])]) if src != "bfloat16" else \
-            ctx.op("Not", [ctx.op("Equal", [ctx.cast(x, "float32"), ctx.scalar(0, "float32")])])
+        (x,), work = _to(ctx, [x], src, dt.COMPARE)
+        return ctx.op("Not", [ctx.op("Equal", [x, ctx.scalar(0, work)])])
     if src in dt.FLOATS and dst in dt.INTS:
-        return _float_to_int(ctx, x, src, dst)
+        return float_to_int(ctx, x, src, dst)
+    if src in dt.FLOATS and dst in dt.FLOATS and "bfloat16" in (src, dst) and "float32" not in (src, dst):
+        x = ctx.cast(x, "float32")  # XLA rounds float64 -> bfloat16 through float32 too
     return ctx.cast(x, dst)
 
 
-def _float_to_int(ctx: LoweringContext, x: str, src: str, dst: str) -> str:
-    work = "float64" if dst in ("int64", "uint64", "int32", "uint32") else "float32"
+def float_to_int(ctx: LoweringContext, x: str, src: str, dst: str) -> str:
+    """Truncate toward zero, saturating at dst's range, NaN -> 0 (ONNX Runtime's Cast gives INT_MIN)."""
+    work = dt.float_work(src)
     xf = ctx.cast_if(x, src, work)
     info = np.iinfo(dst)
-    lo = ctx.scalar(float(info.min), work)
-    # Largest float below or equal to the int max that rounds safely when cast.
-    hi_value = float(info.max) if work == "float64" and info.bits <= 32 else float(np.nextafter(np.float64(info.max), 0)) if info.bits == 64 else float(info.max)
-    hi = ctx.scalar(hi_value, work)
-    is_nan = ctx.op("IsNaN", [xf])
-    clamped = ctx.op("Min", [ctx.op("Max", [xf, lo]), hi])
-    zeroed = ctx.op("Where", [is_nan, ctx.scalar(0, work), clamped])
-    out = ctx.cast(zeroed, dst)
-    if info.bits == 64:
-        big = ctx.op("GreaterOrEqual", [xf, ctx.scalar(float(info.max), work)])
-        out = ctx.op("Where", [big, ctx.scalar(info.max, dst), out])
+    wtype = dt.numpy_dtype(work).type
+    upper = wtype(2.0 ** (info.bits if dst in dt.UNSIGNED else info.bits - 1))  # exact power of two
+    below = np.nextafter(upper, wtype(0))  # largest float under the first out-of-range integer
+    lowest = ctx.scalar(float(info.min), work)
+    clean = ctx.op("Where", [ctx.op("IsNaN", [xf]), ctx.scalar(0.0, work), ctx.op("Max", [xf, lowest])])
+    out = ctx.cast(ctx.op("Min", [clean, ctx.const(below, work)]), dst)
+    if int(below) < info.max:  # the float type cannot reach dst's maximum: patch x >= upper
+        too_big = ctx.op("GreaterOrEqual", [xf, ctx.const(upper, work)])
+        out = where(ctx, too_big, ctx.scalar(info.max, dst), out, dst)
+    return out
+
+
+def _to_bits(ctx: LoweringContext, x: str, dtype: str) -> str:
+    """The same-width unsigned integer holding ``x``'s bits."""
+    u = dt.same_width_unsigned(dtype)
+    if dtype in dt.FLOATS:
+        return ctx.op("BitCast", [x], to=dt.onnx_type(u))
+    return ctx.cast_if(x, dtype, u)
+
+
+def _from_bits(ctx: LoweringContext, u: str, dtype: str) -> str:
+    """Reinterpret same-width unsigned bits as ``dtype``."""
+    if dtype in dt.FLOATS:
+        return ctx.op("BitCast", [u], to=dt.onnx_type(dtype))
+    return ctx.cast_if(u, dt.same_width_unsigned(dtype), dtype)
+
+
+def _check_bitcast(op: hir.Op) -> str | None:
+    src, dst = op.operands[0].type.dtype, op.results[0].type.dtype
+    if "bool" in (src, dst) and src != dst:
+        return "bitcast_convert to or from bool has no ONNX equivalent"
+    return None
+
+
+@lowering("stablehlo.bitcast_convert", check=_check_bitcast, onnx_ops=("BitCast", "Cast", "BitShift"))
+def lower_bitcast_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Reinterpret bits: integer <-> integer by Cast at any opset; floats need BitCast (opset 26).
+
+    Width changes split or join little-endian pieces along a trailing dimension.
+    """
+    src, dst = op.operands[0].type.dtype, op.results[0].type.dtype
+    x = inputs[0]
+    if src == dst:
+        return x
+    if src in dt.FLOATS or dst in dt.FLOATS:
+        ctx.require_opset(26, f"stablehlo.bitcast_convert {src} -> {dst} (ONNX BitCast)")
+    sw, dw = dt.bit_width(src), dt.bit_width(dst)
+    bits = _to_bits(ctx, x, src)
+    if sw == dw:
+        return _from_bits(ctx, bits, dst)
+    su, du = dt.same_width_unsigned(src), dt.same_width_unsigned(dst)
+    axis = ctx.i64([-1])
+    if sw > dw:  # one element -> sw/dw trailing pieces, least significant first
+        pieces = []
+        for k in range(sw // dw):
+            part = bits if k == 0 else shift(ctx, bits, ctx.scalar(k * dw, su), su, "RIGHT")
+            pieces.append(ctx.op("Unsqueeze", [ctx.cast(part, du), axis]))
+        return _from_bits(ctx, ctx.op("Concat", pieces, axis=-1), dst)
+    wide = ctx.cast(bits, du)  # zero-extend each piece
+    total = None
+    for k in range(dw // sw):
+        part = ctx.op("Gather", [wide, ctx.const(np.array(k, np.int64))], axis=-1)
+        if k:
+            part = shift(ctx, part, ctx.scalar(k * sw, du), du, "LEFT")
+        total = part if total is None else ctx.op("BitwiseOr", [total, part])
+    return _from_bits(ctx, total, dst)
+
+
+def shift(ctx: LoweringContext, x: str, amount: str, dtype: str, direction: str) -> str:
+    """BitShift of unsigned ``x`` (u8/u16/u32/u64 kernels at every opset; >= width gives 0)."""
+    return ctx.op("BitShift", [x, amount], direction=direction)
+
+
+@lowering("stablehlo.reduce_precision", onnx_ops=("BitCast", "Cast"))
+def lower_reduce_precision(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Round to a float format with fewer exponent/mantissa bits, like XLA (round to nearest even,
+    overflow to inf, values under the normal range flushed to signed zero, NaN kept).
+
+    Formats equal to a Cast round trip (float32 -> bfloat16 -> float32, or the identity) work at
+    any opset; the general case works on the bits (BitCast, opset 26).
+    """
+    dtype = op.results[0].type.dtype
+    ebits, mbits = int(op.attrs["exponent_bits"]), int(op.attrs["mantissa_bits"])
+    src_e, src_m = dt.exponent_bits(dtype), dt.mantissa_bits(dtype)
+    x = inputs[0]
+    if ebits >= src_e and mbits >= src_m:
+        return x
+    if dtype == "float32" and ebits >= src_e and mbits == 7:
+        return ctx.cast(ctx.cast(x, "bfloat16"), "float32")
+    ctx.require_opset(26, f"stablehlo.reduce_precision to (exponent {ebits}, mantissa {mbits}) bits")
+    width = dt.bit_width(dtype)
+    u = dt.same_width_unsigned(dtype)
+    bits = _to_bits(ctx, x, dtype)
+    one = ctx.scalar(1, u)
+    if mbits < src_m:
+        drop = src_m - mbits
+        last = ctx.op("BitwiseAnd", [shift(ctx, bits, ctx.scalar(drop, u), u, "RIGHT"), one])
+        bias = ctx.op("Add", [last, ctx.scalar((1 << (drop - 1)) - 1, u)])
+        keep = ctx.scalar(((1 << width) - 1) ^ ((1 << drop) - 1), u)
+        bits = ctx.op("BitwiseAnd", [ctx.op("Add", [bits, bias]), keep])
+    if ebits < src_e:
+        exp_mask = ((1 << src_e) - 1) << src_m
+        src_bias = (1 << (src_e - 1)) - 1
+        new_bias = (1 << (ebits - 1)) - 1
+        exponent = ctx.op("BitwiseAnd", [bits, ctx.scalar(exp_mask, u)])
+        overflow = ctx.op("Greater", [exponent, ctx.scalar((src_bias + new_bias) << src_m, u)])
+        underflow = ctx.op("LessOrEqual", [exponent, ctx.scalar((src_bias - new_bias) << src_m, u)])
+        signed_zero = ctx.op("BitwiseAnd", [bits, ctx.scalar(1 << (width - 1), u)])
+        signed_inf = ctx.op("BitwiseOr", [signed_zero, ctx.scalar(exp_mask, u)])
+        bits = where(ctx, overflow, signed_inf, where(ctx, underflow, signed_zero, bits, u), u)
+    out = _from_bits(ctx, bits, dtype)
+    if mbits > 0:
+        nan = ctx.op("IsNaN", [x])
+        out = where(ctx, nan, x, out, dtype)
     return out
