@@ -66,17 +66,16 @@ def lower_shift_right_logical(ctx: LoweringContext, op: hir.Op, inputs: list[str
 
 @lowering("stablehlo.shift_right_arithmetic", onnx_ops=("BitShift",))
 def lower_shift_right_arithmetic(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Sign-filling right shift; amounts >= bit width give 0 or -1 by sign."""
+    """Sign-filling right shift (unsigned types fill with their top bit); amounts >= bit width give 0 or all ones."""
     dtype = op.results[0].type.dtype
-    x, s = inputs
-    if dtype in dt.UNSIGNED:
-        return lower_shift_right_logical(ctx, op, inputs)
+    signed = dt.same_width_signed(dtype)  # unsigned values fill with their top bit too
+    x, s = (ctx.cast_if(n, dtype, signed) for n in inputs)
     if ctx.opset >= SIGNED_SHIFT_OPSET:
-        return _bitshift_28(ctx, x, s, "RIGHT")
+        return ctx.cast_if(_bitshift_28(ctx, x, s, "RIGHT"), signed, dtype)
     # m = -1 for negative x, else 0;  x >>a s == ((x ^ m) >>u s) ^ m, also for s >= width.
-    m = ctx.op("Sub", [ctx.scalar(0, dtype), ctx.cast(ctx.op("Less", [x, ctx.scalar(0, dtype)]), dtype)])
-    shifted = unsigned_shift(ctx, ctx.op("BitwiseXor", [x, m]), s, dtype, "RIGHT")
-    return ctx.op("BitwiseXor", [shifted, m])
+    m = ctx.op("Sub", [ctx.scalar(0, signed), ctx.cast(ctx.op("Less", [x, ctx.scalar(0, signed)]), signed)])
+    shifted = unsigned_shift(ctx, ctx.op("BitwiseXor", [x, m]), s, signed, "RIGHT")
+    return ctx.cast_if(ctx.op("BitwiseXor", [shifted, m]), signed, dtype)
 
 
 def _container(dtype: str) -> str:
