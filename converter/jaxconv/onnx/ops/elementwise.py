@@ -525,8 +525,4 @@ def lower_reduce_precision(ctx: LoweringContext, op: hir.Op, inputs: list[str]) 
         signed_zero = ctx.op("BitwiseAnd", [bits, ctx.scalar(1 << (width - 1), u)])
         signed_inf = ctx.op("BitwiseOr", [signed_zero, ctx.scalar(exp_mask, u)])
         bits = where(ctx, overflow, signed_inf, where(ctx, underflow, signed_zero, bits, u), u)
-    out = _from_bits(ctx, bits, dtype)
-    if mbits > 0:
-        nan = ctx.op("IsNaN", [x])
-        out = where(ctx, nan, x, out, dtype)
-    return out
+    return where(ctx, ctx.op("IsNaN", [x]), x, _from_bits(ctx, bits, dtype), dtype, exact_zeros=True)

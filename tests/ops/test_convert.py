@@ -1,0 +1,140 @@
+"""convert, bitcast_convert and reduce_precision lowerings against jax.jit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from test_elementwise import (BF16, F16, F32, F64, FLOATS, INTS, X64_INTS, Spec, _restore_x64, check,  # noqa: F401
+                              float_values, int_values, patched, replace_op, x64)
+
+SATURATION = [3e9, -3e9, 2147483520.0, -2147483648.0, 4294967040.0, 1e19, -1e19, 1.9e19, 9.2e18, 300.0, -300.0,
+              255.9, -128.9, 32767.5, 65535.9, -0.9, 0.9, 127.5, -129.0]
+
+
+def _float_inputs(dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        extra = np.array(SATURATION).astype(dtype)
+    return np.concatenate([float_values(dtype), extra])
+
+
+def _casts(x, targets):
+    return tuple(x.astype(t) for t in targets)
+
+
+@pytest.mark.parametrize("src", FLOATS, ids=str)
+def test_float_to_int_saturates(src):
+    """XLA on CPU: truncate, saturate at the type's range, NaN -> 0 (ONNX Runtime's Cast gives INT_MIN)."""
+    check(lambda x: _casts(x, INTS + [jnp.bool_]), _float_inputs(src))
+
+
+def test_float_to_int_x64(x64):
+    targets = INTS + X64_INTS
+    check(lambda a, b: _casts(a, targets) + _casts(b, X64_INTS), _float_inputs(F64), _float_inputs(F32))
+
+
+def test_int_to_int_and_bool():
+    """Narrowing wraps, widening sign- or zero-extends, x -> bool is x != 0, bool -> x is 0/1."""
+    args = [int_values(d) for d in INTS] + [np.array([True, False])]
+    check(lambda *a: tuple(t for x in a for t in _casts(x, INTS + [jnp.bool_]) if t.dtype != x.dtype), *args)
+
+
+def test_int_to_float_and_float_to_float():
+    ints = [int_values(d) for d in INTS]
+    big = np.array([2**24 + 1, 2**24 + 3, -(2**24 + 2**16 + 1), 65519, 65520, 2**31 - 1], np.int32)
+    floats = [_float_inputs(d) for d in FLOATS]
+    check(lambda *a: tuple(t for x in a for t in _casts(x, FLOATS) if t.dtype != x.dtype)
+          + tuple(jnp.asarray(b, jnp.bool_).astype(t) for b in (a[0] > 0,) for t in FLOATS), *ints, big, *floats)
+
+
+def test_float64_conversions(x64):
+    """float64 -> bfloat16/float16 round through float32 in XLA as in ONNX Runtime."""
+    halfway = np.array([1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1 + 2**-11 + 2**-40, 1e300, -1e-300, 65520.0], np.float64)
+    x = np.concatenate([_float_inputs(F64), halfway])
+    i64 = np.concatenate([int_values(np.dtype(np.int64)), np.array([2**53 + 1, 2**62 + 2**38 + 1], np.int64)])
+    u64 = int_values(np.dtype(np.uint64))
+    check(lambda a, b, c, f: _casts(a, FLOATS) + _casts(b, FLOATS + [F64]) + _casts(c, FLOATS + [F64])
+          + _casts(f, [F64]) + _casts(b, INTS + [jnp.uint64, jnp.bool_]) + _casts(c, INTS + [jnp.int64]),
+          x, i64, u64, _float_inputs(F32))
+
+
+def test_empty_convert():
+    check(lambda x: (x.astype(jnp.int8), x.astype(jnp.bfloat16)), np.zeros((0, 3), np.float32))
+
+
+# ---- bitcast_convert -----------------------------------------------------------------------------
+def test_bitcast_same_width_integers_any_opset():
+    a, b = int_values(np.dtype(np.int32)), int_values(np.dtype(np.uint8))
+    check(lambda x, y: (lax.bitcast_convert_type(x, jnp.uint32), lax.bitcast_convert_type(y, jnp.int8)), a, b)
+
+
+@pytest.mark.parametrize("opset", [26, 28])
+def test_bitcast_floats(opset):
+    f32, f16, bf16 = (float_values(d) for d in (F32, F16, BF16))
+    i32 = int_values(np.dtype(np.int32))
+    check(lambda a, b, c, i: (lax.bitcast_convert_type(a, jnp.int32), lax.bitcast_convert_type(a, jnp.uint32),
+                              lax.bitcast_convert_type(b, jnp.uint16), lax.bitcast_convert_type(c, jnp.int16),
+                              lax.bitcast_convert_type(b, jnp.bfloat16), lax.bitcast_convert_type(i, jnp.float32)),
+          f32, f16, bf16, i32, opset=opset)
+
+
+def test_bitcast_width_changes():
+    """f32 -> u8[..., 4] and back, little-endian like XLA; integers work below opset 26 too."""
+    f32 = float_values(F32).reshape(2, 13)
+    u8 = np.arange(2 * 13 * 4, dtype=np.uint8).reshape(2, 13, 4) * 7
+    check(lambda a, b: (lax.bitcast_convert_type(a, jnp.uint8), lax.bitcast_convert_type(b, jnp.float32),
+                        lax.bitcast_convert_type(a, jnp.bfloat16), lax.bitcast_convert_type(b, jnp.int32)),
+          f32, u8, opset=26)
+    i32 = int_values(np.dtype(np.int32))
+    check(lambda a, b: (lax.bitcast_convert_type(a, jnp.uint8), lax.bitcast_convert_type(a, jnp.int16),
+                        lax.bitcast_convert_type(b, jnp.uint32)), i32, u8[0])
+
+
+def test_bitcast_float_needs_opset_26():
+    from jaxconv.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"bitcast_convert float32 -> int32.*opset >= 26.*--opset 26"):
+        check(lambda a: lax.bitcast_convert_type(a, jnp.int32), float_values(F32))
+
+
+def test_bitcast_x64(x64):
+    f64 = float_values(F64)
+    check(lambda a: (lax.bitcast_convert_type(a, jnp.int64), lax.bitcast_convert_type(a, jnp.uint32),
+                     lax.bitcast_convert_type(lax.bitcast_convert_type(a, jnp.uint16), jnp.float64)), f64, opset=26)
+
+
+# ---- reduce_precision ---------------------------------------------------------------------------------
+def _precision_inputs() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    edges = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-11, 65504.0, 65520.0, 65536.0, 6.1e-5, 6.0e-5, 3e-8,
+                      -2.5e-5, 1e-30, 3.4e38, -1e38, 1.0000001], np.float32)
+    return np.concatenate([float_values(F32), edges, (rng.standard_normal(200) * 10.0 ** rng.integers(-8, 8, 200)).astype(np.float32)])
+
+
+def test_reduce_precision_bfloat16_format_any_opset():
+    check(lambda x: lax.reduce_precision(x, 8, 7), _precision_inputs())
+
+
+@pytest.mark.parametrize("opset", [26, 28])
+def test_reduce_precision_general(opset):
+    formats = [(5, 10), (8, 7), (4, 3), (5, 2), (3, 1), (8, 23), (6, 0)]
+    x = _precision_inputs()
+    check(lambda v, h, b: tuple(lax.reduce_precision(v, e, m) for e, m in formats)
+          + (lax.reduce_precision(h, 4, 3), lax.reduce_precision(b, 5, 2)), x, x.astype(F16), x.astype(BF16), opset=opset)
+
+
+def test_reduce_precision_needs_opset_26():
+    from jaxconv.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"reduce_precision .*exponent 5, mantissa 10.*opset >= 26"):
+        check(lambda x: lax.reduce_precision(x, 5, 10), _precision_inputs())
+
+
+def test_reduce_precision_x64(x64):
+    x = _precision_inputs().astype(F64) * np.float64(1.0 + 2**-30)
+    check(lambda v: (lax.reduce_precision(v, 8, 23), lax.reduce_precision(v, 11, 20), lax.reduce_precision(v, 5, 10)),
+          x, opset=26)
