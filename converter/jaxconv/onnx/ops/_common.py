@@ -53,16 +53,16 @@ def result(ctx: LoweringContext, op: hir.Op, name: str, work: str) -> str:
 _VALUE_PRESERVING = {"Expand", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Flatten"}
 
 
-def known_values(ctx: LoweringContext, name: str, lookback: int = 64) -> np.ndarray | None:
-    """The element values of ``name`` when it is a constant, or a constant reshaped/broadcast by a
-    recent node (so ``broadcast_in_dim`` of a scalar constant still counts); else None."""
+def known_values(ctx: LoweringContext, name: str, lookback: int = 64, depth: int = 4) -> np.ndarray | None:
+    """The element values of ``name`` when it is a constant, or a constant reshaped/broadcast by
+    recent nodes (so ``broadcast_in_dim`` of a scalar constant still counts); else None."""
     value = ctx.constant_value(name)
-    if value is not None:
+    if value is not None or depth == 0:
         return value
     for node in reversed(ctx.scope.nodes[-lookback:]):
         if name in node.output:
             if node.op_type in _VALUE_PRESERVING and node.input:
-                return ctx.constant_value(node.input[0])
+                return known_values(ctx, node.input[0], lookback, depth - 1)
             return None
     return None
 
