@@ -8,10 +8,13 @@ _quiet = False
 
 
 def _quiet_runtimes() -> None:
-    """ONNX Runtime logs kernel errors to stderr by default; the results already carry them."""
+    """ONNX Runtime logs kernel errors and libraries warn on stderr; the results already carry them."""
     global _quiet
     if not _quiet:
         _quiet = True
+        import warnings
+
+        warnings.simplefilter("ignore")
         try:
             import onnxruntime
 

@@ -44,7 +44,7 @@ case("edge.shift_out_of_range", lambda x, s: (lax.shift_left(x, s), lax.shift_ri
      arg("i32[4]", "values", values=(-8, 8, 1, -1)), arg("i32[4]", "values", values=(33, 32, -1, 31)), family="shift_left",
      tags={"edge"})
 case("edge.empty_elementwise", lambda x: jnp.exp(x) + 1.0, arg("f32[0,3]"), family="exponential", tags={"edge", "empty"})
-case("edge.empty_reduce", lambda x: (jnp.sum(x, axis=0), jnp.max(x, axis=0)), arg("f32[0,3]"), family="reduce",
+case("edge.empty_reduce", lambda x: (jnp.sum(x, axis=0), jnp.max(x, axis=0, initial=-jnp.inf)), arg("f32[0,3]"), family="reduce",
      tags={"edge", "empty"})
 case("edge.empty_concat", lambda x, y: jnp.concatenate([x, y], axis=0), arg("f32[0,3]"), arg("f32[2,3]"), family="concatenate",
      tags={"edge", "empty"})

@@ -32,3 +32,8 @@ case("sym.pad", lambda x: jnp.pad(x, ((1, 1), (0, 2))), arg("f32[b,3]"), family=
 case("sym.two_dims_expr", lambda x: x.reshape(x.shape[0] * 2, x.shape[1] // 2), arg("f32[b,2*n]"), family="reshape")
 case("sym.mlp", lambda x, w1, w2: jax.nn.relu(x @ w1) @ w2, arg("f32[b,8]"), arg("f32[8,16]"), arg("f32[16,2]"),
      family="model", tags={"model"}, tol=T)
+case("sym.slice_symbolic_size", lambda x: lax.dynamic_slice_in_dim(x, 1, x.shape[0] - 1, 0), arg("f32[b,3]"),
+     family="real_dynamic_slice", constraints=("b >= 2",))
+case("sym.slice_drop_last", lambda x: x[:-1] * 2.0, arg("f32[b,3]"), family="slice", constraints=("b >= 2",))
+case("sym.slice_strided", lambda x: x[::2], arg("f32[b,3]"), family="slice")
+case("sym.slice_half", lambda x: x[: x.shape[0] // 2], arg("f32[b,3]"), family="slice")
