@@ -155,15 +155,16 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | N
         a = actual.astype(e.dtype)
         nan_e, nan_a = np.isnan(e), np.isnan(a)
         same_nan = bool(np.array_equal(nan_e, nan_a))
-        finite = ~nan_e & ~nan_a
+        numbers = ~nan_e & ~nan_a
         with np.errstate(invalid="ignore", over="ignore"):
-            both_inf_equal = (e == a)
-            diff = np.where(both_inf_equal, 0.0, np.abs(e - a))
-        diff = np.where(finite, diff, 0.0)
+            diff = np.where(e == a, 0.0, np.abs(e - a))  # equal infinities differ by 0, not NaN
+        diff = np.where(numbers, diff, 0.0)
         rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
         max_abs = float(diff.max()) if diff.size else 0.0
         max_rel = float(np.where(diff > 0, rel, 0).max()) if diff.size else 0.0
-        ok = same_nan and bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, e, 0))))
+        # An infinite expected value must be matched exactly; tolerance scales with finite values only.
+        tol = atol + rtol * np.abs(np.where(np.isfinite(e), e, 0))
+        ok = same_nan and bool(np.all(diff <= tol))
         if not same_nan:
             note = (note + " NaN positions differ").strip()
     else:
