@@ -78,6 +78,10 @@ def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Seque
     if gpu_file is not None:
         gpu_cells = {(c["case"], c["target"]): CellResult.from_json(c) for c in gpu_file.get("cells", [])}
         cells = [gpu_cells.get((c.case, c.target), c) if c.device == "gpu" else c for c in cells]
+    ops: dict[str, list[str]] = {}
+    for c in cells:
+        if c.ops:
+            ops[c.case] = c.ops
     return {
         "date": date,
         "versions": versions(),
@@ -87,8 +91,9 @@ def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Seque
         "seconds": round(seconds, 1),
         "summary": summary(cells),
         "coverage": coverage(cells),
-        "cases": {name: {"family": c.family, "tags": sorted(c.tags)} for name, c in sorted(cases.items())},
-        "cells": [c.to_json() for c in cells],
+        "cases": {name: {"family": c.family, "tags": sorted(c.tags), "ops": ops.get(name, [])}
+                  for name, c in sorted(cases.items())},
+        "cells": [{k: v for k, v in c.to_json().items() if k != "ops"} for c in cells],
         "testdata": None if testdata is None else {
             "root": "../shared/stablehlo-testdata",
             "summary": summarize(testdata),

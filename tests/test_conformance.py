@@ -226,3 +226,36 @@ def test_converter_never_imports_conformance():
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
                 assert not any(m == "conformance" or m.startswith("conformance.") for m in mods), path
 
+
+
+def _pretend_cpu_is_gpu(monkeypatch):
+    import jax
+
+    import conformance.targets as targets
+
+    monkeypatch.setattr(targets, "gpu_device", lambda: jax.devices("cpu")[0])
+    monkeypatch.setattr(targets, "_export_platform", lambda device: "cpu")
+
+
+@pytest.mark.parametrize("target", ["stablehlo", "onnx"])
+def test_gpu_cells_use_the_gpu_path(monkeypatch, target):
+    _pretend_cpu_is_gpu(monkeypatch)
+    r = run_cell(ADD, target, "gpu")
+    assert (r.ok, r.device, r.status) == (True, "gpu", ""), r.error
+
+
+def test_gpu_check_writes_results_the_report_merges(monkeypatch, tmp_path):
+    import json
+
+    from conformance import gpu_check
+
+    _pretend_cpu_is_gpu(monkeypatch)
+    out = tmp_path / "gpu.json"
+    assert gpu_check.main(["--out", str(out), "-k", "op.add.f32", "-j", "0"]) == 0
+    data = json.loads(out.read_text())
+    assert {(c["case"], c["target"], c["status"]) for c in data["cells"]} == {
+        ("op.add.f32", "stablehlo", "pass"), ("op.add.f32", "onnx", "pass")}
+    cells = [CellResult("op.add.f32", "onnx", "gpu", status="skip", reason="no GPU")]
+    merged = report.build(cells, {}, None, targets=["onnx"], devices=["gpu"], gpu_file=data)
+    assert merged["gpu"].startswith("run on ")
+    assert [c["status"] for c in merged["cells"]] == ["pass"]
