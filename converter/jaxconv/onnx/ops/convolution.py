@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops.linalg import MATMUL_NATIVE, matmul_dtype, transpose
@@ -31,7 +32,26 @@ def _work(op: hir.Op) -> tuple[str, bool]:
     return matmul_dtype(result), False
 
 
+def _window_attr(op: hir.Op, name: str, nsp: int) -> list[int] | None:
+    """``name`` (window_strides, lhs_dilation, rhs_dilation) with one entry per spatial dim (default 1s).
+
+    Some exported dynamic_conv ops carry more entries than spatial dims; when the extra entries
+    repeat the same value the first ``nsp`` are unambiguous. Returns None when they are not.
+    """
+    values = [int(v) for v in (op.attrs.get(name) or [1] * nsp)]
+    if len(values) == nsp:
+        return values
+    if len(values) > nsp and len(set(values)) == 1:
+        return values[:nsp]
+    return None
+
+
 def _check(op: hir.Op) -> str | None:
+    nsp = len(op.attrs["dimension_numbers"]["input_spatial_dimensions"])
+    for name in ("window_strides", "lhs_dilation", "rhs_dilation"):
+        if _window_attr(op, name, nsp) is None:
+            return (f"convolution {name} {list(op.attrs.get(name))} does not have one entry per spatial "
+                    f"dimension ({nsp})")
     if any(op.attrs.get("window_reversal") or ()):
         return "convolution with window_reversal is not lowered yet"
     fgc, bgc = op.attrs.get("feature_group_count", 1), op.attrs.get("batch_group_count", 1)
@@ -63,10 +83,12 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     isp = list(dn["input_spatial_dimensions"])
     ksp = list(dn["kernel_spatial_dimensions"])
     nsp = len(isp)
-    ones = [1] * nsp
-    strides = list(op.attrs.get("window_strides") or ones)
-    lhs_dil = list(op.attrs.get("lhs_dilation") or ones)
-    rhs_dil = list(op.attrs.get("rhs_dilation") or ones)
+    strides = _window_attr(op, "window_strides", nsp)
+    lhs_dil = _window_attr(op, "lhs_dilation", nsp)
+    rhs_dil = _window_attr(op, "rhs_dilation", nsp)
+    assert strides is not None and lhs_dil is not None and rhs_dil is not None
+    if result.is_static and 0 in result.shape:
+        return _zeros(ctx, result)
     fgc, bgc = op.attrs.get("feature_group_count", 1), op.attrs.get("batch_group_count", 1)
 
     lhs_perm = [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp
@@ -102,6 +124,11 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
                                           + list(dn["output_spatial_dimensions"])))
     return ctx.cast_if(out, work, result.dtype)
+
+
+def _zeros(ctx: LoweringContext, result: hir.TensorType) -> str:
+    """An empty result (a window longer than the input, or a zero-size dim): a constant, no Conv."""
+    return ctx.const(np.zeros(result.shape, dtype=dt.numpy_dtype(result.dtype)))
 
 
 def _batch_groups_to_channels(ctx: LoweringContext, x: str, shape: list[int | None], bgc: int

@@ -1,4 +1,9 @@
-"""Reductions: reduce with add/mul/max/min/and/or/xor bodies, every dtype, NaN-propagating max/min."""
+"""Reductions: reduce with add/mul/max/min/and/or/xor bodies, every dtype, NaN-propagating max/min.
+
+Variadic reduces whose body pairs each accumulator with its own operand through one of those
+ops are split into independent reductions; any other body (several results, several ops) is
+applied to whole tensors over a halving tree of static extents.
+"""
 
 from __future__ import annotations
 
@@ -102,20 +107,39 @@ def combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str) -> str:
 
 
 def _check_reduce(op: hir.Op) -> str | None:
-    if len(op.results) != 1:
-        if _is_argminmax(op):
-            return None
-        return f"variadic reduce with {len(op.results)} results and this body is not lowered yet"
-    kind = reducer_kind(op.regions[0])
-    if kind is None:
-        name = body_kind(op.regions[0])
-        return f"reduce body {name or 'with several ops'} is not lowered yet"
-    dtype = op.operands[0].type.dtype
-    if needs_static_extent(kind, dtype):
+    n = len(op.results)
+    if n != 1 and _is_argminmax(op):
+        return None
+    kinds = separable_kinds(op.regions[0], n)
+    dims = op.attrs["dimensions"]
+    if kinds is None:
         shape = op.operands[0].type.shape
-        if any(shape[d] is None for d in op.attrs["dimensions"]):
-            return f"{dtype} {kind} reduction over a dynamic dimension is not lowered yet (it must wrap exactly)"
+        if any(shape[d] is None for d in dims):
+            what = f"variadic reduce with {n} results" if n > 1 else "reduce"
+            return f"{what} with a general body over a dynamic dimension is not lowered yet"
+        return None
+    for kind, v in zip(kinds, op.operands[:n]):
+        dtype = v.type.dtype
+        if needs_static_extent(kind, dtype) and not (kind == "add" and dtype in ("int64", "uint64")):
+            if any(v.type.shape[d] is None for d in dims):
+                return f"{dtype} {kind} reduction over a dynamic dimension is not lowered yet (it must wrap exactly)"
     return None
+
+
+def separable_kinds(block: hir.Block, n: int) -> list[str] | None:
+    """For a body whose result i is ``kind_i(acc_i, x_i)`` (one op each), the kinds; else None."""
+    if n == 1:
+        kind = reducer_kind(block)
+        return None if kind is None else [kind]
+    if len(block.args) != 2 * n or len(block.returns) != n or len(block.ops) != n:
+        return None
+    kinds = []
+    for i, ret in enumerate(block.returns):
+        op = next((o for o in block.ops if o.results and o.results[0] is ret), None)
+        if op is None or op.name not in KINDS or {v.id for v in op.operands} != {block.args[i].id, block.args[n + i].id}:
+            return None
+        kinds.append(KINDS[op.name])
+    return kinds
 
 
 def _is_argminmax(op: hir.Op) -> bool:
@@ -128,21 +152,28 @@ def _is_argminmax(op: hir.Op) -> bool:
           onnx_ops=("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "BitwiseXor", "ArgMax"))
 def lower_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str] | str:
     """Reduce* with the init value folded in; max/min propagate NaN; bitwise bodies as a halving tree."""
-    if len(op.results) != 1:
+    n = len(op.results)
+    if n != 1 and _is_argminmax(op):
         from jaxconv.onnx.ops import indexing
 
         return indexing.lower_argminmax(ctx, op, inputs)
-    kind = reducer_kind(op.regions[0])
-    assert kind is not None
-    x, init = inputs
-    xt = op.operands[0].type
+    kinds = separable_kinds(op.regions[0], n)
     dims = sorted(op.attrs["dimensions"])
+    if kinds is None:
+        return _general_reduce(ctx, op, inputs, dims)
+    return [reduce_one(ctx, kind, inputs[i], op.operands[i].type, inputs[n + i], dims, op.results[i].type)
+            for i, kind in enumerate(kinds)]
+
+
+def reduce_one(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, dims: list[int],
+               result: hir.TensorType) -> str:
+    """One reduction of ``kind`` over ``dims`` with its init value."""
     dtype = xt.dtype
     identity = is_identity(ctx.constant_value(init), kind, dtype)
     if not dims:
         return x  # XLA folds a reduce over no dimensions to its operand, init value unused.
     if any(xt.shape[d] == 0 for d in dims):
-        return _broadcast_init(ctx, init, x, xt, op.results[0].type, dims)
+        return _broadcast_init(ctx, init, x, xt, result, dims)
     out = reduce_axes(ctx, kind, x, dtype, dims, xt.shape)
     return out if identity else combine(ctx, kind, out, init, dtype)
 
@@ -160,6 +191,8 @@ def reduce_axes(ctx: LoweringContext, kind: str, x: str, dtype: str, axes: list[
         return ctx.cast(ctx.op(onnx_op, [xi, axes_t], keepdims=int(keepdims)), "bool")
     if kind in _BITWISE:
         return tree_reduce(ctx, x, axes, shape, lambda a, b: ctx.op(_BITWISE[kind], [a, b]), keepdims)
+    if kind == "add" and dtype in ("int64", "uint64") and any(shape[a] is None for a in axes):
+        return _wrapping_sum_64(ctx, x, dtype, axes, shape, keepdims)
     if dtype in dt.INTS and kind in ("add", "mul"):
         return _integer_sum_or_product(ctx, kind, x, dtype, axes, shape, keepdims)
     work = work_dtype(kind, dtype)
@@ -192,6 +225,65 @@ def _integer_sum_or_product(ctx: LoweringContext, kind: str, x: str, dtype: str,
     onnx_op = _ELEMENTWISE[kind]
     out = tree_reduce(ctx, ctx.cast_if(x, dtype, work), axes, shape, lambda a, b: ctx.op(onnx_op, [a, b]), keepdims)
     return ctx.cast_if(out, work, dtype)
+
+
+def _wrapping_sum_64(ctx: LoweringContext, x: str, dtype: str, axes: list[int], shape: tuple[int | None, ...],
+                     keepdims: bool) -> str:
+    """A wrapping 64-bit sum over axes of any extent: the last element of a CumSum (which wraps) over
+    the reduced axes flattened, with a zero in front so that empty extents give 0."""
+    rank = len(shape)
+    kept = [a for a in range(rank) if a not in axes]
+    work = "int64"
+    xw = ctx.cast_if(x, dtype, work)
+    moved = ctx.op("Transpose", [xw], perm=kept + list(axes)) if kept + list(axes) != list(range(rank)) else xw
+    lead = ctx.op("Shape", [moved], start=0, end=len(kept)) if kept else None
+    target = ctx.i64([-1]) if lead is None else ctx.op("Concat", [lead, ctx.i64([-1])], axis=0)
+    flat = ctx.op("Reshape", [moved, target])
+    lo = [0] * (len(kept) + 1)
+    lo[-1] = 1
+    flat = ctx.op("Pad", [flat, ctx.i64(lo + [0] * len(lo)), ctx.scalar(0, work)], mode="constant")
+    total = ctx.op("CumSum", [flat, ctx.const(np.array(len(kept), np.int64))])
+    last = ctx.op("Slice", [total, ctx.i64([-1]), ctx.i64([np.iinfo(np.int64).max]), ctx.i64([len(kept)])])
+    out = ctx.op("Squeeze", [last, ctx.i64([len(kept)])])
+    if keepdims:
+        out = ctx.op("Unsqueeze", [out, ctx.i64(sorted(axes))])
+    return ctx.cast_if(out, work, dtype)
+
+
+def _general_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str], dims: list[int]) -> list[str]:
+    """Any body over static extents: halve each reduced axis, applying the body to whole tensors
+    (lower half as accumulators, upper half as values), then fold the init values in first."""
+    n = len(op.results)
+    xts = [v.type for v in op.operands[:n]]
+    xs, inits = list(inputs[:n]), [ctx.op("Reshape", [i, ctx.i64([])]) for i in inputs[n:]]
+    block = op.regions[0]
+    results = [r.type for r in op.results]
+    if not dims:
+        return xs  # XLA folds a reduce over no dimensions to its operands.
+    if any(xts[0].shape[d] == 0 for d in dims):
+        return [_broadcast_init(ctx, init, x, xt, rt, dims) for init, x, xt, rt in zip(inits, xs, xts, results)]
+
+    def body(accs: list[str], values: list[str]) -> list[str]:
+        return ctx.lower_block(block, list(accs) + list(values))
+
+    for axis in dims:
+        size = xts[0].shape[axis]
+        assert size is not None
+        while size > 1:
+            h = size // 2
+
+            def part(x: str, start: int, stop: int, axis: int = axis) -> str:
+                return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
+
+            ys = body([part(x, 0, h) for x in xs], [part(x, h, 2 * h) for x in xs])
+            if size % 2:
+                ys = [ctx.op("Concat", [y, part(x, 2 * h, size)], axis=axis) for y, x in zip(ys, xs)]
+            xs, size = ys, h + size % 2
+    xs = [ctx.op("Squeeze", [x, ctx.i64(dims)]) if dims else x for x in xs]
+    from jaxconv.onnx.ops.reduce_window import expand
+
+    accs = [expand(ctx, init, ctx.op("Shape", [x]), xt.dtype) for init, x, xt in zip(inits, xs, xts)]
+    return body(accs, xs)
 
 
 def needs_static_extent(kind: str, dtype: str) -> bool:

@@ -3,11 +3,18 @@
 Every path gives XLA's result: padding and base-dilation holes are skipped (they hold the
 reduction's identity here), max/min propagate NaN, and the init value is combined once into
 every window.
+
+Where the order of evaluation shows in the result (sums and products of float16/bfloat16,
+which round at every step, and general or multi-operand bodies) the lowering follows XLA
+CPU's order exactly: each window is folded in row-major order starting from the init value,
+and a cumulative window longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's
+ReduceWindowRewriter does (scan each tile, exclusive scan of the tile totals, combine).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import itertools
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -24,20 +31,34 @@ _POOL_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _CONV_SUM_FLOATS = frozenset({"float16", "bfloat16", "float32"})
 _CUMPROD_NATIVE = frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"})
 MAX_SLICES = 4096
+# Window positions folded one by one when the order of evaluation matters.
+MAX_ORDERED_WINDOW = 1024
+# XLA CPU's ReduceWindowRewriter base length: longer cumulative windows are tiled.
+XLA_SCAN_BASE = 16
+_ROUNDING = frozenset({"float16", "bfloat16"})
+
+# combine(accumulators, values) -> new accumulators: one tensor per reduce_window operand.
+Combiner = Callable[[list[str], list[str]], list[str]]
+
+
+def ordered(kind: str | None, dtype: str) -> bool:
+    """True when ``kind`` over ``dtype`` must follow XLA's evaluation order to match it bit for bit."""
+    return kind is None or (kind in ("add", "mul") and dtype in _ROUNDING)
 
 
 def _check_reduce_window(op: hir.Op) -> str | None:
-    if len(op.results) != 1:
-        return f"reduce_window with {len(op.results)} operands is not lowered yet"
-    kind = reducer_kind(op.regions[0])
-    if kind is None:
-        return "reduce_window body is not a single add/mul/max/min/and/or/xor"
+    n = len(op.results)
     xt = op.operands[0].type
     w = win.Window.from_attrs(op.attrs, xt.rank)
-    return _check_window(kind, xt, w)
+    kind = reducer_kind(op.regions[0]) if n == 1 else None
+    if kind is not None:
+        return _check_window(kind, xt, w)
+    return check_ordered([v.type for v in op.operands[:n]], w)
 
 
 def _check_window(kind: str, xt: hir.TensorType, w: win.Window) -> str | None:
+    if ordered(kind, xt.dtype):
+        return check_ordered([xt], w)
     if _plan(kind, xt, w) != "slices":
         return None
     if any(xt.shape[a] is None for a in w.active_axes()):
@@ -45,20 +66,46 @@ def _check_window(kind: str, xt: hir.TensorType, w: win.Window) -> str | None:
     return None
 
 
+def check_ordered(xts: Sequence[hir.TensorType], w: win.Window) -> str | None:
+    """Why a window folded in XLA's order cannot be lowered, or None."""
+    if _scan_axis(xts[0], w) is not None:
+        return None
+    active = w.active_axes()
+    if any(t.shape[a] is None for t in xts for a in active):
+        return "reduce_window with this body over a dynamic windowed dimension is not lowered yet"
+    positions = int(np.prod([w.dims[a] for a in active])) if active else 1
+    if positions > MAX_ORDERED_WINDOW:
+        return (f"reduce_window with this body and {positions} window positions is not lowered "
+                f"(at most {MAX_ORDERED_WINDOW})")
+    return None
+
+
 @lowering("stablehlo.reduce_window", check=_check_reduce_window,
           onnx_ops=("MaxPool", "Conv", "CumSum", "CumProd", "Slice", "Max", "Add"))
-def lower_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Pooling, cumulative scan or strided-slice reduction, whichever is exact for the window."""
-    kind = reducer_kind(op.regions[0])
-    assert kind is not None
+def lower_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Pooling, cumulative scan or strided-slice reduction; general and multi-operand bodies in XLA's order."""
+    n = len(op.results)
     xt = op.operands[0].type
     w = win.Window.from_attrs(op.attrs, xt.rank)
-    return reduce_window(ctx, kind, inputs[0], xt, inputs[1], w, op.results[0].type)
+    kind = reducer_kind(op.regions[0]) if n == 1 else None
+    if kind is not None:
+        return [reduce_window(ctx, kind, inputs[0], xt, inputs[1], w, op.results[0].type)]
+    block = op.regions[0]
+
+    def body(accs: list[str], values: list[str]) -> list[str]:
+        return ctx.lower_block(block, list(accs) + list(values))
+
+    return ordered_reduce_window(ctx, body, inputs[:n], [v.type for v in op.operands[:n]], inputs[n:], w)
 
 
 def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, w: win.Window,
                   result: hir.TensorType) -> str:
     """Lower one reduce_window of ``kind`` (see module docstring)."""
+    if ordered(kind, xt.dtype):
+        def fold(accs: list[str], values: list[str]) -> list[str]:
+            return [combine(ctx, kind, accs[0], values[0], xt.dtype)]
+
+        return ordered_reduce_window(ctx, fold, [x], [xt], [init], w)[0]
     identity = is_identity(ctx.constant_value(init), kind, xt.dtype)
     plan = _plan(kind, xt, w)
     if plan == "identity":
@@ -215,6 +262,160 @@ def _slices(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, w: win.
         x = acc  # type: ignore[assignment]
         shape[a] = m
     return x
+
+
+# ---- XLA's order: row-major windows and tiled scans ------------------------------------------------
+
+def ordered_reduce_window(ctx: LoweringContext, fold: Combiner, xs: Sequence[str], xts: Sequence[hir.TensorType],
+                          inits: Sequence[str], w: win.Window) -> list[str]:
+    """reduce_window evaluated in XLA CPU's order, with ``fold`` applied to whole tensors.
+
+    A cumulative window longer than ``XLA_SCAN_BASE`` becomes XLA's tiled scan; any other
+    window pads (and dilates) each operand with its init value and folds one strided Slice
+    per window position, in row-major order, into accumulators that start at the init values.
+    """
+    inits = [ctx.op("Reshape", [i, ctx.i64([])]) for i in inits]
+    scan = _scan_axis(xts[0], w)
+    if scan is not None:
+        axis, reverse, exclusive = scan
+        return xla_scan(ctx, fold, list(xs), inits, [t.dtype for t in xts], xts[0].rank, xts[0].shape[axis],  # type: ignore[arg-type]
+                        axis, reverse, exclusive)
+    active = w.active_axes()
+    padded = []
+    shape: list[int | None] = list(xts[0].shape)
+    for x, xt, init in zip(xs, xts, inits):
+        y, shape = win.dilate(ctx, x, xt.dtype, xt.shape, [w.base_dilations[a] for a in active], active, init)
+        lo = [w.padding[a][0] if a in active else 0 for a in range(xt.rank)]
+        hi = [w.padding[a][1] if a in active else 0 for a in range(xt.rank)]
+        padded.append(win.pad(ctx, y, xt.dtype, lo, hi, init))
+    lengths = {a: shape[a] + w.padding[a][0] + w.padding[a][1] for a in active}  # type: ignore[operator]
+    counts = {a: win.output_length(lengths[a], w.dims[a], w.strides[a], w.window_dilations[a]) for a in active}
+    accs: list[str] | None = None
+    for offset in itertools.product(*[range(w.dims[a]) for a in active]):
+        starts = [j * w.window_dilations[a] for j, a in zip(offset, active)]
+        ends = [st + (counts[a] - 1) * w.strides[a] + 1 if counts[a] else st for st, a in zip(starts, active)]
+        parts = [ctx.op("Slice", [y, ctx.i64(starts), ctx.i64(ends), ctx.i64(active),
+                                  ctx.i64([w.strides[a] for a in active])]) for y in padded]
+        if accs is None:
+            accs = [expand(ctx, init, ctx.op("Shape", [parts[0]]), t.dtype) for init, t in zip(inits, xts)]
+        accs = fold(accs, parts)
+    if accs is None:  # no active axis: every window holds one element
+        accs = fold([expand(ctx, init, ctx.op("Shape", [x]), t.dtype) for init, x, t in zip(inits, xs, xts)], list(xs))
+    return accs
+
+
+def _scan_axis(xt: hir.TensorType, w: win.Window) -> tuple[int, bool, bool] | None:
+    """(axis, reverse, exclusive) when XLA CPU rewrites this window into a tiled scan, else None."""
+    active = w.active_axes()
+    if len(active) != 1:
+        return None
+    a = active[0]
+    n = xt.shape[a]
+    if n is None or n <= XLA_SCAN_BASE or w.dims[a] != n or w.strides[a] != 1 or w.base_dilations[a] != 1 \
+            or w.window_dilations[a] != 1:
+        return None
+    lo, hi = w.padding[a]
+    if hi == 0 and lo in (n - 1, n):
+        return a, False, lo == n
+    if lo == 0 and hi in (n - 1, n):
+        return a, True, hi == n
+    return None
+
+
+def xla_scan(ctx: LoweringContext, fold: Combiner, xs: list[str], inits: list[str], dtypes: Sequence[str], rank: int,
+             n: int, axis: int, reverse: bool, exclusive: bool) -> list[str]:
+    """Cumulative fold along a static ``axis`` of length ``n``, in XLA CPU's order.
+
+    Up to ``XLA_SCAN_BASE`` elements, output i folds init, x[0], ..., x[i] (forward) or
+    init, x[i], ..., x[n-1] (reverse) one by one. Longer axes are padded with the init
+    value to a multiple of the base, split into rows of the base length, scanned per row;
+    the row totals get an exclusive scan (recursively) that is folded into every row.
+    ``exclusive`` adds the init value in front (behind for reverse) of the n results.
+    """
+    base = XLA_SCAN_BASE
+    if n <= base:
+        out = _sequential_scan(ctx, fold, xs, inits, dtypes, n, axis, reverse)
+    else:
+        padded_n = -(-n // base) * base
+        rows = padded_n // base
+        tiles = []
+        for x, init, dtype in zip(xs, inits, dtypes):
+            lo, hi = [0] * rank, [0] * rank
+            hi[axis] = padded_n - n
+            x = win.pad(ctx, x, dtype, lo, hi, init) if padded_n != n else x
+            tiles.append(ctx.op("Reshape", [x, _split_shape(ctx, x, rank, axis, [rows, base])]))
+        outer = _sequential_scan(ctx, fold, tiles, inits, dtypes, base, axis + 1, reverse)
+        edge = [base - 1, base] if not reverse else [0, 1]
+        totals = [ctx.op("Squeeze", [ctx.op("Slice", [o, ctx.i64([edge[0]]), ctx.i64([edge[1]]),
+                                                        ctx.i64([axis + 1])]), ctx.i64([axis + 1])]) for o in outer]
+        carry = xla_scan(ctx, fold, totals, inits, dtypes, rank, rows, axis, reverse, exclusive=True)
+        keep = [0, rows] if not reverse else [1, rows + 1]
+        carry = [expand(ctx, ctx.op("Unsqueeze", [ctx.op("Slice", [c, ctx.i64([keep[0]]), ctx.i64([keep[1]]),
+                                                                   ctx.i64([axis])]), ctx.i64([axis + 1])]),
+                        ctx.op("Shape", [o]), dtype) for c, o, dtype in zip(carry, outer, dtypes)]
+        joined = fold(outer, carry)
+        out = []
+        for y in joined:
+            flat = ctx.op("Reshape", [y, _merge_shape(ctx, y, rank, axis, padded_n)])
+            out.append(ctx.op("Slice", [flat, ctx.i64([0]), ctx.i64([n]), ctx.i64([axis])]) if padded_n != n else flat)
+    if exclusive:
+        padded = []
+        for y, init, dtype in zip(out, inits, dtypes):
+            lo, hi = [0] * rank, [0] * rank
+            (hi if reverse else lo)[axis] = 1
+            padded.append(win.pad(ctx, y, dtype, lo, hi, init))
+        out = padded
+    return out
+
+
+def _sequential_scan(ctx: LoweringContext, fold: Combiner, xs: list[str], inits: list[str], dtypes: Sequence[str],
+                     m: int, axis: int, reverse: bool) -> list[str]:
+    """Inclusive scan of ``m`` (static) elements along ``axis``, folding one element at a time."""
+    def take(x: str, start: int, stop: int) -> str:
+        return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
+
+    if not reverse:
+        cols = [[take(x, t, t + 1) for x in xs] for t in range(m)]
+        accs = [expand(ctx, init, ctx.op("Shape", [c]), d) for init, c, d in zip(inits, cols[0], dtypes)]
+        steps = []
+        for t in range(m):
+            accs = fold(accs, cols[t])
+            steps.append(accs)
+        return [steps[0][i] if m == 1 else ctx.op("Concat", [s[i] for s in steps], axis=axis) for i in range(len(xs))]
+    # Output i folds x[i], x[i+1], ... in increasing order: step t adds x[i + t] to outputs i < m - t.
+    accs = [expand(ctx, init, ctx.op("Shape", [x]), d) for init, x, d in zip(inits, xs, dtypes)]
+    for t in range(m):
+        heads = [take(a, 0, m - t) if t else a for a in accs]
+        new = fold(heads, [take(x, t, m) if t else x for x in xs])
+        accs = [ctx.op("Concat", [h, take(a, m - t, m)], axis=axis) if t else h for h, a in zip(new, accs)]
+    return accs
+
+
+def expand(ctx: LoweringContext, x: str, shape: str, dtype: str) -> str:
+    """``Expand`` for any dtype (ONNX Runtime's Expand has no bfloat16 kernel: detour through float32)."""
+    if dtype == "bfloat16":
+        return ctx.cast(ctx.op("Expand", [ctx.cast(x, "float32"), shape]), "bfloat16")
+    return ctx.op("Expand", [x, shape])
+
+
+def _split_shape(ctx: LoweringContext, x: str, rank: int, axis: int, sizes: list[int]) -> str:
+    pieces = []
+    if axis:
+        pieces.append(ctx.op("Shape", [x], start=0, end=axis))
+    pieces.append(ctx.i64(sizes))
+    if axis + 1 < rank:
+        pieces.append(ctx.op("Shape", [x], start=axis + 1, end=rank))
+    return pieces[0] if len(pieces) == 1 else ctx.op("Concat", pieces, axis=0)
+
+
+def _merge_shape(ctx: LoweringContext, y: str, rank: int, axis: int, size: int) -> str:
+    pieces = []
+    if axis:
+        pieces.append(ctx.op("Shape", [y], start=0, end=axis))
+    pieces.append(ctx.i64([size]))
+    if axis + 1 < rank:
+        pieces.append(ctx.op("Shape", [y], start=axis + 2, end=rank + 1))
+    return pieces[0] if len(pieces) == 1 else ctx.op("Concat", pieces, axis=0)
 
 
 # ---- dynamic_reduce_window ---------------------------------------------------------------------------
