@@ -105,3 +105,126 @@ def _group(ctx: LoweringContext, x: str, dims: list[int | None], nb: int, n1: in
             part = ctx.op("Shape", [x], start=start, end=start + len(group))
             pieces.append(ctx.op("ReduceProd", [part, ctx.i64([0])], keepdims=1))
     return ctx.op("Reshape", [x, ctx.op("Concat", pieces, axis=0)])
+
+
+# ---- triangular_solve and cholesky ------------------------------------------------------------------
+
+MAX_SOLVE_SIZE = 256
+_SOLVE_WORK = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+
+
+def _check_square(op: hir.Op, what: str) -> str | None:
+    a = op.operands[0].type
+    if a.dtype not in _SOLVE_WORK:
+        if a.dtype.startswith("complex"):
+            return f"{what} on {a.dtype}: ONNX Runtime has no complex tensors"
+        return f"{what} on {a.dtype} is not valid StableHLO (floats only)"
+    m = a.shape[-1]
+    if m is None or a.shape[-2] is None:
+        return f"{what} with a dynamic matrix size is not lowered yet (it is unrolled over the rows)"
+    if m > MAX_SOLVE_SIZE:
+        return f"{what} of {m}x{m} matrices is not lowered (unrolled up to {MAX_SOLVE_SIZE} rows)"
+    return None
+
+
+def _check_triangular_solve(op: hir.Op) -> str | None:
+    return _check_square(op, "triangular_solve")
+
+
+@lowering("stablehlo.triangular_solve", check=_check_triangular_solve, onnx_ops=("MatMul", "Div", "Concat"))
+def lower_triangular_solve(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Row-by-row substitution (unrolled), in float32 (float64 for float64); only a's triangle is read."""
+    at, bt = op.operands[0].type, op.operands[1].type
+    work = _SOLVE_WORK[at.dtype]
+    a = ctx.cast_if(inputs[0], at.dtype, work)
+    b = ctx.cast_if(inputs[1], bt.dtype, work)
+    out = triangular_solve(ctx, a, b, at.rank, at.shape[-1], left_side=bool(op.attrs.get("left_side")),
+                           lower=bool(op.attrs.get("lower")), unit_diagonal=bool(op.attrs.get("unit_diagonal")),
+                           transpose_a=str(op.attrs.get("transpose_a", "NO_TRANSPOSE")) != "NO_TRANSPOSE")
+    return ctx.cast_if(out, work, op.results[0].type.dtype)
+
+
+def _swap_last(ctx: LoweringContext, x: str, rank: int) -> str:
+    return ctx.op("Transpose", [x], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+
+
+def _rows(ctx: LoweringContext, x: str, start: int, stop: int, axis: int) -> str:
+    return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
+
+
+def triangular_solve(ctx: LoweringContext, a: str, b: str, rank: int, m: int, *, left_side: bool, lower: bool,
+                     unit_diagonal: bool, transpose_a: bool) -> str:
+    """Solve op(a) x = b (``left_side``) or x op(a) = b for x; ``a`` is [..., m, m], float.
+
+    Every case becomes t y = c with t lower or upper triangular: op(a) = a^T flips the triangle,
+    and x op(a) = b is op(a)^T x^T = b^T. Row i of y is (c_i - t[i, done] @ y[done]) / t[i, i].
+    """
+    t, low = a, lower
+    if transpose_a:
+        t, low = _swap_last(ctx, t, rank), not low
+    c = b
+    if not left_side:
+        t, low = _swap_last(ctx, t, rank), not low
+        c = _swap_last(ctx, c, rank)
+    order = range(m) if low else range(m - 1, -1, -1)
+    rows: dict[int, str] = {}
+    for i in order:
+        row = _rows(ctx, c, i, i + 1, rank - 2)
+        done = sorted(rows)
+        if done:
+            ys = rows[done[0]] if len(done) == 1 else ctx.op("Concat", [rows[j] for j in done], axis=rank - 2)
+            lo, hi = (0, i) if low else (i + 1, m)
+            coeffs = _rows(ctx, _rows(ctx, t, i, i + 1, rank - 2), lo, hi, rank - 1)
+            row = ctx.op("Sub", [row, ctx.op("MatMul", [coeffs, ys])])
+        if not unit_diagonal:
+            diag = _rows(ctx, _rows(ctx, t, i, i + 1, rank - 2), i, i + 1, rank - 1)
+            row = ctx.op("Div", [row, diag])
+        rows[i] = row
+    y = rows[0] if m == 1 else ctx.op("Concat", [rows[j] for j in range(m)], axis=rank - 2)
+    return y if left_side else _swap_last(ctx, y, rank)
+
+
+def _check_cholesky(op: hir.Op) -> str | None:
+    return _check_square(op, "cholesky")
+
+
+@lowering("stablehlo.cholesky", check=_check_cholesky, onnx_ops=("MatMul", "Sqrt", "Div", "Concat"))
+def lower_cholesky(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Column-by-column Cholesky (unrolled), zeros in the other triangle; NaN where a is not positive definite."""
+    at = op.operands[0].type
+    work = _SOLVE_WORK[at.dtype]
+    a = ctx.cast_if(inputs[0], at.dtype, work)
+    rank, m = at.rank, at.shape[-1]
+    lower = bool(op.attrs.get("lower", False))
+    if not lower:
+        a = _swap_last(ctx, a, rank)  # the upper triangle of a is the lower one of a^T; U = L^T
+    out = cholesky_lower(ctx, a, rank, m, work)
+    if not lower:
+        out = _swap_last(ctx, out, rank)
+    return ctx.cast_if(out, work, op.results[0].type.dtype)
+
+
+def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str) -> str:
+    """L with a = L L^T from the lower triangle of ``a`` ([..., m, m]); zeros above the diagonal.
+
+    Column j: v = a[:, j] - L[:, :j] @ L[j, :j]^T, L[j, j] = sqrt(v[j]), L[i, j] = v[i] / L[j, j] below.
+    """
+    import numpy as np
+
+    cols: list[str] = []
+    for j in range(m):
+        v = _rows(ctx, a, j, j + 1, rank - 1)  # [..., m, 1]
+        if cols:
+            done = cols[0] if len(cols) == 1 else ctx.op("Concat", cols, axis=rank - 1)  # [..., m, j]
+            row_j = _rows(ctx, done, j, j + 1, rank - 2)  # [..., 1, j]
+            v = ctx.op("Sub", [v, ctx.op("MatMul", [done, _swap_last(ctx, row_j, rank)])])
+        d = ctx.op("Sqrt", [_rows(ctx, v, j, j + 1, rank - 2)])  # [..., 1, 1]
+        col = ctx.op("Div", [v, d])
+        below = np.arange(m) > j
+        at_j = np.arange(m) == j
+        shape = [m, 1]
+        col = ctx.op("Where", [ctx.const(at_j.reshape(shape)), d,
+                               ctx.op("Where", [ctx.const(below.reshape(shape)), col,
+                                                ctx.const(np.zeros((), dtype=np.dtype(dtype)))])])
+        cols.append(col)
+    return cols[0] if m == 1 else ctx.op("Concat", cols, axis=rank - 1)

@@ -14,7 +14,8 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
-from jaxconv.onnx.ops.reduce import body_kind
+from jaxconv.onnx.ops.reduce import KINDS, body_kind, combine, identity_value
+from jaxconv.onnx.ops.reduce_window import expand
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -25,14 +26,15 @@ MAX_WINDOW = 1024
 
 
 def _check(op: hir.Op) -> str | None:
-    xt = op.operands[0].type
-    if not (xt.is_static and op.operands[1].type.is_static):
-        return "select_and_scatter on dynamic shapes is not lowered yet"
-    if body_kind(op.regions[1]) != "stablehlo.add":
-        return "select_and_scatter with a scatter body other than add is not lowered yet"
+    xt, st = op.operands[0].type, op.operands[1].type
     w = win.Window.from_attrs(op.attrs, xt.rank)
-    if any(p != (0, 0) for p in w.padding):
-        return "select_and_scatter with padding is not lowered yet"
+    active = w.active_axes()
+    if any(xt.shape[a] is None or st.shape[a] is None for a in active):
+        return "select_and_scatter over a dynamic windowed dimension is not lowered yet"
+    if KINDS.get(body_kind(op.regions[1]) or "") is None:
+        return "select_and_scatter with a scatter body other than one add/mul/max/min/and/or/xor is not lowered yet"
+    if any(b != 1 for b in w.base_dilations) or any(d != 1 for d in w.window_dilations):
+        return "select_and_scatter with dilations is not valid StableHLO"
     if int(np.prod(w.dims)) > MAX_WINDOW:
         return f"select_and_scatter windows larger than {MAX_WINDOW} elements are not lowered"
     return None
@@ -40,44 +42,80 @@ def _check(op: hir.Op) -> str | None:
 
 @lowering("stablehlo.select_and_scatter", check=_check, onnx_ops=("Slice", "Where", "Pad", "Add"))
 def lower_select_and_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """One strided Slice per window offset, a Where chain for the pick, a Pad per offset for the scatter."""
+    """One strided Slice per window offset, a Where chain for the pick, a Pad per offset for the scatter.
+
+    Padding positions are never picked (a window's first in-bounds element starts the pick) and
+    what lands on them is dropped, as in XLA.
+    """
     operand, source, init = inputs
     xt, st = op.operands[0].type, op.operands[1].type
     w = win.Window.from_attrs(op.attrs, xt.rank)
     active = w.active_axes()
+    lo_pad = [w.padding[a][0] for a in range(xt.rank)]
+    hi_pad = [w.padding[a][1] for a in range(xt.rank)]
+    padded = any(lo_pad) or any(hi_pad)
     src_shape = list(st.shape)
+    ext = {a: xt.shape[a] + lo_pad[a] + hi_pad[a] for a in active}  # type: ignore[operator]
+    x = win.pad(ctx, operand, xt.dtype, lo_pad, hi_pad, None) if padded else operand
     offsets = list(itertools.product(*[range(w.dims[a]) for a in active]))
     pick_val: str | None = None
+    pick_ok: str | None = None
     pick_idx: str = ctx.scalar(0, "int32")
     select = _selector(ctx, op)
     for k, off in enumerate(offsets):
         starts = [o for o in off]
         ends = [o + (src_shape[a] - 1) * w.strides[a] + 1 for o, a in zip(off, active)]
-        part = ctx.op("Slice", [operand, ctx.i64(starts), ctx.i64(ends), ctx.i64(active),
+        part = ctx.op("Slice", [x, ctx.i64(starts), ctx.i64(ends), ctx.i64(active),
                                 ctx.i64([w.strides[a] for a in active])])
+        ok = _in_bounds(ctx, off, active, w, src_shape, xt) if padded else None
         if pick_val is None:
-            pick_val = part
+            pick_val, pick_ok = part, ok
             continue
-        keep = select(pick_val, part)
-        pick_val = _where(ctx, keep, pick_val, part, xt.dtype)
-        pick_idx = ctx.op("Where", [keep, pick_idx, ctx.scalar(k, "int32")])
+        take = ctx.op("Not", [select(pick_val, part)])
+        if ok is not None:
+            # Take the candidate when it is in bounds and either beats the pick or no pick exists yet.
+            take = ctx.op("And", [ok, ctx.op("Or", [take, ctx.op("Not", [pick_ok])])])
+            pick_ok = ctx.op("Or", [pick_ok, ok])
+        pick_val = _where(ctx, take, part, pick_val, xt.dtype)
+        pick_idx = ctx.op("Where", [take, ctx.scalar(k, "int32"), pick_idx])
+    kind = KINDS[body_kind(op.regions[1])]  # type: ignore[index]
     dtype = st.dtype
-    work = dt.compute_dtype(dtype, dt.ARITH)
+    exact_add = kind == "add" and dtype != "bool"
+    work = dt.compute_dtype(dtype, dt.ARITH) if exact_add else dtype
     src = ctx.cast_if(source, dtype, work)
-    zero = ctx.scalar(0, work)
-    total = ctx.op("Expand", [ctx.cast_if(ctx.op("Reshape", [init, ctx.i64([])]), dtype, work), ctx.i64(xt.shape)])
+    fill = ctx.scalar(0, work) if exact_add else ctx.const(identity_value(kind, dtype), dtype)
+    target = ctx.op("Shape", [x])
+    init0 = ctx.cast_if(ctx.op("Reshape", [init, ctx.i64([])]), dtype, work)
+    total = expand(ctx, init0, target, work)
     for k, off in enumerate(offsets):
         chosen = ctx.op("Equal", [pick_idx, ctx.scalar(k, "int32")]) if len(offsets) > 1 else None
-        contrib = _where(ctx, chosen, src, zero, work) if chosen is not None else src
-        placed, shape = win.dilate(ctx, contrib, work, src_shape, [w.strides[a] for a in active], active, None)
+        if pick_ok is not None:
+            chosen = pick_ok if chosen is None else ctx.op("And", [chosen, pick_ok])
+        contrib = _where(ctx, chosen, src, fill, work) if chosen is not None else src
+        placed, shape = win.dilate(ctx, contrib, work, src_shape, [w.strides[a] for a in active], active, fill)
         lo = [0] * xt.rank
         hi = [0] * xt.rank
         for o, a in zip(off, active):
             lo[a] = o
-            hi[a] = xt.shape[a] - o - shape[a]  # type: ignore[operator]
-        placed = win.pad(ctx, placed, work, lo, hi, None)
-        total = ctx.op("Add", [total, placed])
+            hi[a] = ext[a] - o - shape[a]  # type: ignore[operator]
+        placed = win.pad(ctx, placed, work, lo, hi, fill)
+        total = ctx.op("Add", [total, placed]) if exact_add else combine(ctx, kind, total, placed, work)
+    if padded:
+        total = win.pad(ctx, total, work, [-p for p in lo_pad], [-p for p in hi_pad], None)
     return ctx.cast_if(total, work, dtype)
+
+
+def _in_bounds(ctx: LoweringContext, off: tuple[int, ...], active: list[int], w: win.Window,
+               src_shape: list[int | None], xt: hir.TensorType) -> str:
+    """Bool mask over the source grid (1 on passive axes): window element ``off`` is not padding."""
+    mask = np.ones([src_shape[a] if a in active else 1 for a in range(xt.rank)], dtype=bool)
+    for o, a in zip(off, active):
+        pos = o + np.arange(src_shape[a]) * w.strides[a] - w.padding[a][0]  # type: ignore[operator]
+        valid = (pos >= 0) & (pos < xt.shape[a])  # type: ignore[operator]
+        shape = [1] * xt.rank
+        shape[a] = src_shape[a]  # type: ignore[call-overload]
+        mask = mask & valid.reshape(shape)
+    return ctx.const(mask)
 
 
 def _where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
@@ -97,7 +135,7 @@ def _selector(ctx: LoweringContext, op: hir.Op):
     if cmp is not None and direction in _COMPARE and cmp.attrs.get("compare_type", "FLOAT") != "TOTALORDER":
         swapped = cmp.operands[0] is block.args[1]
         dtype = op.operands[0].type.dtype
-        work = dt.compute_dtype(dtype, _SELECT_NATIVE)
+        work = "uint8" if dtype == "bool" else dt.compute_dtype(dtype, _SELECT_NATIVE)
 
         def direct(pick: str, cand: str) -> str:
             a, b = (cand, pick) if swapped else (pick, cand)
