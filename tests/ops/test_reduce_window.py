@@ -237,3 +237,103 @@ def test_pools_on_symbolic_spatial_dims():
     assert_onnx_matches_jax(lambda x: (max_pool(x, (2, 2), (2, 2), "SAME"), avg_pool(x, (3, 3), (2, 2), "SAME"),
                                        max_pool(x, (3, 3), (1, 1), "VALID")),
                             x, specs=spec, inputs_for_run=[[_f((1, 5, 9, 3))]])
+
+
+# ---- XLA CPU's evaluation order: f16/bf16 sums and products, general and multi-operand bodies --------
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+@pytest.mark.parametrize("n,reverse", [(9, False), (9, True), (100, False), (300, True)])
+def test_narrow_float_cumsum_cumprod_bit_exact(dtype, n, reverse):
+    # Each step rounds to the narrow type; past 16 elements XLA tiles the scan. Both orders are matched exactly.
+    x = _f((n, 3)).astype(dtype)
+    p = (1 + 0.05 * _f((n, 3))).astype(dtype)
+    assert_onnx_matches_jax(lambda x, p: (lax.cumsum(x, 0, reverse=reverse), lax.cumprod(p, 0, reverse=reverse)),
+                            x, p, rtol=0, atol=0)
+
+
+def test_bfloat16_cumsum_along_inner_axis_dynamic_batch():
+    b, = jax.export.symbolic_shape("b")
+    x = _f((2, 40)).astype(ml_dtypes.bfloat16)
+    assert_onnx_matches_jax(lambda x: jnp.cumsum(x, axis=1), x, rtol=0, atol=0,
+                            specs=[jax.ShapeDtypeStruct((b, 40), ml_dtypes.bfloat16)],
+                            inputs_for_run=[[_f((5, 40)).astype(ml_dtypes.bfloat16)]])
+
+
+@pytest.mark.parametrize("n", [8, 40])
+def test_cumlogsumexp(n):
+    assert_onnx_matches_jax(lambda x: lax.cumlogsumexp(x, axis=0), _f((n, 5)))
+    assert_onnx_matches_jax(lambda x: lax.cumlogsumexp(x, axis=1, reverse=True), _f((3, n)))
+
+
+def _min_with_payload(a, b):
+    """Pairs (key, payload): keep the pair with the smaller key (the select_and_gather_add body)."""
+    take = a[0] <= b[0]
+    return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
+
+
+@pytest.mark.parametrize("window,strides,padding", [((2, 2), (2, 3), "VALID"), ((3, 2), (1, 1), "SAME")])
+def test_two_operand_reduce_window(window, strides, padding):
+    keys, payload = _f((5, 6)), _f((5, 6))
+    assert_onnx_matches_jax(lambda k, p: lax.reduce_window((k, p), (np.float32(np.inf), np.float32(0)),
+                                                           _min_with_payload, window, strides, padding), keys, payload)
+
+
+def test_two_operand_cumulative_window_is_tiled_like_xla():
+    keys, payload = _f((3, 37)), _f((3, 37))
+    f = lambda k, p: lax.reduce_window((k, p), (np.float32(np.inf), np.float32(0)), _min_with_payload,
+                                       (1, 37), (1, 1), ((0, 0), (36, 0)))
+    assert_onnx_matches_jax(f, keys, payload)
+
+
+def test_general_body_window_with_dilations_dynamic_batch():
+    b, = jax.export.symbolic_shape("b")
+    keys, payload = _f((2, 4, 6)), _f((2, 4, 6))
+    f = lambda k, p: lax.reduce_window((k, p), (np.float32(np.inf), np.float32(0)), _min_with_payload,
+                                       (1, 2, 2), (1, 1, 1), "VALID", window_dilation=(1, 2, 3))[1]
+    spec = jax.ShapeDtypeStruct((b, 4, 6), np.float32)
+    assert_onnx_matches_jax(f, keys, payload, specs=[spec, spec], inputs_for_run=[[_f((3, 4, 6)), _f((3, 4, 6))]])
+
+
+def test_general_body_over_dynamic_window_reports_clearly():
+    from jaxconv.errors import UnsupportedError
+
+    b, = jax.export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 6), np.float32)
+    f = lambda k, p: lax.reduce_window((k, p), (np.float32(np.inf), np.float32(0)), _min_with_payload,
+                                       (2, 1), (1, 1), "VALID")
+    with pytest.raises(UnsupportedError, match="reduce_window with this body over a dynamic windowed dimension"):
+        assert_onnx_matches_jax(f, _f((3, 6)), _f((3, 6)), specs=[spec, spec])
+
+
+# ---- select_and_scatter: padding, other scatter bodies, bool, dynamic batch --------------------------
+
+def _select_and_scatter(operand, source, init, select, scatter, window, strides, padding):
+    from jax._src.lax.windowed_reductions import _select_and_scatter as sas
+
+    return sas(operand, select, window, strides, padding, source, init, scatter)
+
+
+@pytest.mark.parametrize("padding", [((0, 0), (1, 1)), ((1, 0), (0, 2))])
+def test_select_and_scatter_with_padding(padding):
+    x = _f((5, 6))
+    n = [(5 + padding[0][0] + padding[0][1] - 2) // 2 + 1, (6 + padding[1][0] + padding[1][1] - 3) // 2 + 1]
+    src = _f(tuple(n))
+    assert_onnx_matches_jax(lambda x, s: _select_and_scatter(x, s, np.float32(0), lax.ge, lax.add, (2, 3), (2, 2),
+                                                             padding), x, src)
+
+
+def test_select_and_scatter_max_body_and_bool():
+    x = _f((4, 6))
+    src = _f((2, 3))
+    assert_onnx_matches_jax(lambda x, s: _select_and_scatter(x, s, np.float32(-1), lax.ge, lax.max, (2, 2), (2, 2),
+                                                             ((0, 0), (0, 0))), x, src)
+    xb, sb = RNG.random((2, 4, 6)) > 0.5, RNG.random((1, 3, 5)) > 0.5
+    assert_onnx_matches_jax(lambda x, s: _select_and_scatter(x, s, np.bool_(False), lax.ge, lax.bitwise_or,
+                                                             (2, 2, 2), (1, 1, 1), ((0, 0),) * 3), xb, sb)
+
+
+def test_max_pool_gradient_dynamic_batch():
+    b, = jax.export.symbolic_shape("b")
+    f = jax.grad(lambda x: max_pool(x, (2, 2), (2, 2), "VALID").sum())
+    assert_onnx_matches_jax(f, _f((2, 4, 6, 3)), specs=[jax.ShapeDtypeStruct((b, 4, 6, 3), np.float32)],
+                            inputs_for_run=[[_f((3, 4, 6, 3))]])

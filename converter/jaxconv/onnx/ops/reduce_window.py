@@ -4,11 +4,12 @@ Every path gives XLA's result: padding and base-dilation holes are skipped (they
 reduction's identity here), max/min propagate NaN, and the init value is combined once into
 every window.
 
-Where the order of evaluation shows in the result (sums and products of float16/bfloat16,
-which round at every step, and general or multi-operand bodies) the lowering follows XLA
-CPU's order exactly: each window is folded in row-major order starting from the init value,
-and a cumulative window longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's
-ReduceWindowRewriter does (scan each tile, exclusive scan of the tile totals, combine).
+Cumulative float16/bfloat16 sums and products (cumsum, cumprod: every step rounds, so the
+order shows in the result) and general or multi-operand bodies follow XLA CPU's order: each
+window is folded in row-major order starting from the init value, and a cumulative window
+longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's ReduceWindowRewriter does
+(scan each tile, exclusive scan of the tile totals, combine); the scans match XLA bit for bit.
+Other float16/bfloat16 sum windows accumulate in float32 and round once.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ _ROUNDING = frozenset({"float16", "bfloat16"})
 Combiner = Callable[[list[str], list[str]], list[str]]
 
 
-def ordered(kind: str | None, dtype: str) -> bool:
-    """True when ``kind`` over ``dtype`` must follow XLA's evaluation order to match it bit for bit."""
-    return kind is None or (kind in ("add", "mul") and dtype in _ROUNDING)
+def ordered(kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
+    """True when the window is folded in XLA's order: general bodies, and cumulative float16/bfloat16
+    sums and products (every step rounds, so the order shows in the result)."""
+    if kind is None:
+        return True
+    return kind in ("add", "mul") and xt.dtype in _ROUNDING and _cumulative_axis(xt, w) is not None
 
 
 def _check_reduce_window(op: hir.Op) -> str | None:
@@ -57,7 +61,7 @@ def _check_reduce_window(op: hir.Op) -> str | None:
 
 
 def _check_window(kind: str, xt: hir.TensorType, w: win.Window) -> str | None:
-    if ordered(kind, xt.dtype):
+    if ordered(kind, xt, w):
         return check_ordered([xt], w)
     if _plan(kind, xt, w) != "slices":
         return None
@@ -101,9 +105,9 @@ def lower_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> 
 def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, w: win.Window,
                   result: hir.TensorType) -> str:
     """Lower one reduce_window of ``kind`` (see module docstring)."""
-    if ordered(kind, xt.dtype):
+    if ordered(kind, xt, w):
         def fold(accs: list[str], values: list[str]) -> list[str]:
-            return [combine(ctx, kind, accs[0], values[0], xt.dtype)]
+            return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]
 
         return ordered_reduce_window(ctx, fold, [x], [xt], [init], w)[0]
     identity = is_identity(ctx.constant_value(init), kind, xt.dtype)
@@ -306,12 +310,20 @@ def ordered_reduce_window(ctx: LoweringContext, fold: Combiner, xs: Sequence[str
 
 def _scan_axis(xt: hir.TensorType, w: win.Window) -> tuple[int, bool, bool] | None:
     """(axis, reverse, exclusive) when XLA CPU rewrites this window into a tiled scan, else None."""
+    scan = _cumulative_axis(xt, w)
+    if scan is None or xt.shape[scan[0]] <= XLA_SCAN_BASE:  # type: ignore[operator]
+        return None
+    return scan
+
+
+def _cumulative_axis(xt: hir.TensorType, w: win.Window) -> tuple[int, bool, bool] | None:
+    """(axis, reverse, exclusive) for a cumulative window (inclusive or exclusive scan), else None."""
     active = w.active_axes()
     if len(active) != 1:
         return None
     a = active[0]
     n = xt.shape[a]
-    if n is None or n <= XLA_SCAN_BASE or w.dims[a] != n or w.strides[a] != 1 or w.base_dilations[a] != 1 \
+    if n is None or w.dims[a] != n or w.strides[a] != 1 or w.base_dilations[a] != 1 \
             or w.window_dilations[a] != 1:
         return None
     lo, hi = w.padding[a]
@@ -389,6 +401,18 @@ def _sequential_scan(ctx: LoweringContext, fold: Combiner, xs: list[str], inits:
         new = fold(heads, [take(x, t, m) if t else x for x in xs])
         accs = [ctx.op("Concat", [h, take(a, m - t, m)], axis=axis) if t else h for h, a in zip(new, accs)]
     return accs
+
+
+def rounded_combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str) -> str:
+    """``combine`` rounding to ``dtype`` after every step.
+
+    float16 goes through explicit float32 arithmetic: ONNX Runtime runs float16 Add/Mul in
+    float32 and drops the roundings between consecutive float16 nodes.
+    """
+    if dtype == "float16" and kind in ("add", "mul"):
+        out = combine(ctx, kind, ctx.cast(a, "float32"), ctx.cast(b, "float32"), "float32")
+        return ctx.cast(out, "float16")
+    return combine(ctx, kind, a, b, dtype)
 
 
 def expand(ctx: LoweringContext, x: str, shape: str, dtype: str) -> str:
