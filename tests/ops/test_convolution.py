@@ -167,3 +167,12 @@ def test_float64_dynamic_spatial_reports_clearly():
         with pytest.raises(UnsupportedError, match="float64 convolution with dynamic spatial dims"):
             assert_onnx_matches_jax(lambda x, k: conv(x, k, (2, 2), "SAME"), _f((1, 8, 8, 3), np.float64),
                                     _f((3, 3, 3, 4), np.float64), specs=specs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_window_longer_than_input_gives_empty_result(dtype):
+    # 9 rows, a 10-row kernel: zero output rows (ONNX Conv rejects this shape, so it is a constant).
+    x = _f((2, 3, 9, 10)).astype(dtype)
+    k = _f((3, 3, 10, 5)).astype(dtype)
+    model = assert_onnx_matches_jax(lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "VALID"), x, k)
+    assert "Conv" not in onnx_op_types(model)

@@ -117,3 +117,77 @@ def test_bool_dot():
 
 def test_zero_size_contraction():
     assert_onnx_matches_jax(lambda a, b: a @ b, _f((3, 0)), _f((0, 2)))
+
+
+# ---- triangular_solve and cholesky -------------------------------------------------------------------
+# On CPU, JAX calls LAPACK through custom calls; the fixture below makes it emit the StableHLO ops
+# (as it does for other platforms), which XLA CPU also runs, so jax.jit stays the reference.
+
+@pytest.fixture
+def stablehlo_linalg():
+    from jax._src.interpreters import mlir
+
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    prims = (lax.linalg.triangular_solve_p, lax.linalg.cholesky_p)
+    saved = {p: cpu.pop(p) for p in prims if p in cpu}
+    try:
+        yield
+    finally:
+        cpu.update(saved)
+
+
+def _well_conditioned(shape, dtype=np.float32):
+    return (_f(shape) + 4 * np.eye(shape[-1], dtype=np.float32)).astype(dtype)
+
+
+@pytest.mark.parametrize("left_side", [True, False])
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("transpose_a,unit_diagonal", [(False, False), (True, True)])
+def test_triangular_solve(stablehlo_linalg, left_side, lower, transpose_a, unit_diagonal):
+    a = _well_conditioned((2, 5, 5))
+    b = _f((2, 5, 3) if left_side else (2, 3, 5))
+    f = lambda a, b: lax.linalg.triangular_solve(a, b, left_side=left_side, lower=lower, transpose_a=transpose_a,
+                                                 unit_diagonal=unit_diagonal)
+    assert_onnx_matches_jax(f, a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, ml_dtypes.bfloat16])
+def test_triangular_solve_dtypes(stablehlo_linalg, dtype):
+    a, b = _well_conditioned((4, 4), dtype), _f((4, 1)).astype(dtype)
+    f = lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=False, unit_diagonal=True)
+    assert_onnx_matches_jax(f, a, b, rtol=2e-2 if dtype == ml_dtypes.bfloat16 else None)
+
+
+def test_cholesky(stablehlo_linalg):
+    a = _f((3, 6, 6))
+    spd = a @ np.swapaxes(a, -1, -2) + 0.5 * np.eye(6, dtype=np.float32)
+    assert_onnx_matches_jax(lambda x: lax.linalg.cholesky(x, symmetrize_input=False), spd.astype(np.float32),
+                            rtol=1e-4, atol=1e-5)
+
+
+def _upper_cholesky():
+    """A primitive lowered to stablehlo.cholesky with lower = false (JAX itself always asks for lower)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    prim = Primitive("upper_cholesky_for_test")
+    prim.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(prim, lambda ctx, x: [hlo.cholesky(x, lower=ir.BoolAttr.get(False))])
+    return prim.bind
+
+
+def test_upper_cholesky():
+    upper = _upper_cholesky()
+    a = _f((5, 5))
+    spd = (a @ a.T + 0.5 * np.eye(5)).astype(np.float32)
+    assert_onnx_matches_jax(lambda x: jnp.triu(upper(x)), spd, rtol=1e-4, atol=1e-5)
+
+
+def test_complex_triangular_solve_reports_clearly(stablehlo_linalg):
+    from jaxconv.errors import UnsupportedError
+
+    a = (_well_conditioned((3, 3)) + 1j * _f((3, 3))).astype(np.complex64)
+    with pytest.raises(UnsupportedError, match="complex"):
+        assert_onnx_matches_jax(lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True), a, a)

@@ -146,3 +146,68 @@ def test_integer_bitwise_over_dynamic_dim_reports_clearly():
     with pytest.raises(UnsupportedError, match="int32 xor reduction over a dynamic dimension"):
         assert_onnx_matches_jax(lambda x: lax.reduce(x, np.int32(0), lax.bitwise_xor, (0,)), _i((3, 6), np.int32),
                                 specs=spec)
+
+
+# ---- variadic and general bodies ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.bool_])
+def test_variadic_reduce_with_independent_bodies(dtype):
+    # Result i combines only accumulator i with operand i (max over one, min over the other).
+    x = _f((4, 6)).astype(dtype) if dtype is not np.bool_ else RNG.random((4, 6)) > 0.5
+    y = RNG.integers(-9, 9, size=(4, 6)).astype(np.int32)
+    init = np.array(3 if dtype is not np.bool_ else False, dtype)
+    f = lambda x, y: lax.reduce((x, y), (init, np.int32(0)), lambda a, b: (lax.max(a[0], b[0]), lax.min(a[1], b[1])),
+                                (0,))
+    assert_onnx_matches_jax(f, x, y)
+
+
+def test_variadic_reduce_over_dynamic_batch():
+    b, = jax.export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 4, 6), np.int32)
+    x, y = (RNG.integers(-9, 9, size=(2, 4, 6)).astype(np.int32) for _ in range(2))
+    f = lambda x, y: lax.reduce((x, y), (np.int32(3), np.int32(0)),
+                                lambda a, b: (lax.max(a[0], b[0]), lax.min(a[1], b[1])), (1, 2))
+    assert_onnx_matches_jax(f, x, y, specs=[spec, spec],
+                            inputs_for_run=[[RNG.integers(-9, 9, size=(3, 4, 6)).astype(np.int32)] * 2])
+
+
+def _min_with_payload(a, b):
+    take = a[0] <= b[0]
+    return lax.select(take, a[0], b[0]), lax.select(take, a[1], b[1])
+
+
+@pytest.mark.parametrize("axes", [(0,), (1,), (0, 1), ()])
+def test_general_variadic_body_halving_tree(axes):
+    keys, payload = _f((5, 7)), _f((5, 7))
+    f = lambda k, p: lax.reduce((k, p), (np.float32(np.inf), np.float32(0)), _min_with_payload, axes)
+    assert_onnx_matches_jax(f, keys, payload)
+
+
+def test_general_single_body_logaddexp():
+    f = lambda x: lax.reduce(x, np.float32(-np.inf), jnp.logaddexp, (1,))
+    assert_onnx_matches_jax(f, _f((3, 9)))
+
+
+def test_general_body_zero_size_gives_init():
+    f = lambda k, p: lax.reduce((k, p), (np.float32(np.inf), np.float32(5)), _min_with_payload, (0,))
+    assert_onnx_matches_jax(f, np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32))
+
+
+def test_general_body_over_dynamic_dim_reports_clearly():
+    from jaxconv.errors import UnsupportedError
+
+    b, = jax.export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b, 6), np.float32)
+    f = lambda k, p: lax.reduce((k, p), (np.float32(np.inf), np.float32(0)), _min_with_payload, (0,))
+    with pytest.raises(UnsupportedError, match="variadic reduce with 2 results with a general body over a dynamic"):
+        assert_onnx_matches_jax(f, _f((3, 6)), _f((3, 6)), specs=[spec, spec])
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_64_bit_sum_over_dynamic_dims_wraps(dtype):
+    b, = jax.export.symbolic_shape("b")
+    info = np.iinfo(dtype)
+    x = np.array([[info.max, 7, info.max // 2 + 3], [info.max, info.max, 1]], dtype)
+    assert_onnx_matches_jax(lambda x: (jnp.sum(x, axis=0), jnp.sum(x)), x,
+                            specs=[jax.ShapeDtypeStruct((b, 3), dtype)],
+                            inputs_for_run=[[np.zeros((0, 3), dtype)], [np.tile(x, (3, 1))]])
