@@ -33,6 +33,9 @@ class GraphScope:
         return None
 
 
+SAME_SHAPE_KEY = "jaxconv.same_shape_inputs"
+
+
 class LoweringContext:
     """State shared while lowering one module.
 
@@ -71,10 +74,12 @@ class LoweringContext:
 
     # ---- emitting ------------------------------------------------------------------------
     def op(self, op_type: str, inputs: Sequence[str | None], *, outputs: int = 1, domain: str = "",
-           name_hint: str | None = None, **attrs: Any) -> Any:
+           name_hint: str | None = None, same_shape_inputs: bool = False, **attrs: Any) -> Any:
         """Emit one node; returns its output name, or a list when ``outputs`` > 1.
 
-        ``None`` in ``inputs`` becomes an omitted optional input ("").
+        ``None`` in ``inputs`` becomes an omitted optional input (""). ``same_shape_inputs`` marks
+        a node whose inputs all have the output's shape (the operands of an elementwise StableHLO
+        op), which lets the clean-up passes drop Expands that ONNX broadcasting makes redundant.
         """
         hint = (name_hint or op_type).lower()
         outs = [self.fresh(hint) for _ in range(outputs)]
@@ -88,6 +93,9 @@ class LoweringContext:
             if loc:
                 entry = node.metadata_props.add()
                 entry.key, entry.value = "source", loc
+        if same_shape_inputs:
+            entry = node.metadata_props.add()
+            entry.key, entry.value = SAME_SHAPE_KEY, "1"
         self.scope.nodes.append(node)
         return outs[0] if outputs == 1 else outs
 

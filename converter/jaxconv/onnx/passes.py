@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from jaxconv.onnx.context import make_tensor
+from jaxconv.onnx.context import SAME_SHAPE_KEY, make_tensor
 
 FOLD_MAX_ELEMENTS = 1 << 16
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Loop", "If", "Scan"}
@@ -245,12 +245,37 @@ def fold_cancelling_chains(model: onnx.ModelProto) -> None:
         _rename_inputs(graph, renames)
 
 
+def drop_redundant_expands(graph: onnx.GraphProto) -> None:
+    """Let ONNX broadcasting replace an Expand feeding an elementwise op whose other input has the full shape.
+
+    Only nodes marked ``same_shape_inputs`` (the operands of an elementwise StableHLO op all have the
+    result's shape) qualify, and one input that is not an Expand must remain.
+    """
+    expands = {n.output[0]: n for n in graph.node if n.op_type == "Expand"}
+    changed = False
+    for node in graph.node:
+        if expands and any(p.key == SAME_SHAPE_KEY for p in node.metadata_props):
+            full = [i for i in node.input if i and i not in expands]
+            if full:
+                for k, name in enumerate(node.input):
+                    if name in expands:
+                        node.input[k] = expands[name].input[0]
+                        changed = True
+        kept = [p for p in node.metadata_props if p.key != SAME_SHAPE_KEY]
+        if len(kept) != len(node.metadata_props):
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+    if changed:
+        remove_dead_nodes(graph)
+
+
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """Run the clean-up passes in place and return the model."""
     fold_constants(model)
     eliminate_common_subexpressions(model.graph)
     remove_noop_casts(model)
     fold_cancelling_chains(model)
+    drop_redundant_expands(model.graph)
     fold_constants(model)
     remove_dead_nodes(model.graph)
     remove_output_identities(model.graph)

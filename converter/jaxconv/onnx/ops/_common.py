@@ -72,7 +72,7 @@ def direct(op_name: str, onnx_op: str, native: frozenset[str] = dt.ARITH, **attr
 
     def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         names, work = compute_in(ctx, inputs, [v.type for v in op.operands], native)
-        out = ctx.op(onnx_op, names, **attrs)
+        out = ctx.op(onnx_op, names, same_shape_inputs=True, **attrs)
         return ctx.cast_if(out, _result_work_dtype(onnx_op, work), op.results[0].type.dtype)
 
     lower.__module__ = _caller_module()

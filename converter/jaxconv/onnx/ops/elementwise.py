@@ -47,9 +47,9 @@ def _binary(onnx_op: str, bool_op: str) -> Callable[[LoweringContext, hir.Op, li
     def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         dtype = op.results[0].type.dtype
         if dtype == "bool":
-            return ctx.op(bool_op, inputs)
+            return ctx.op(bool_op, inputs, same_shape_inputs=True)
         names, work = _to(ctx, inputs, dtype, dt.ARITH)
-        return result(ctx, op, ctx.op(onnx_op, names), work)
+        return result(ctx, op, ctx.op(onnx_op, names, same_shape_inputs=True), work)
 
     lower.__doc__ = f"{onnx_op}; integers wrap; booleans use {bool_op}."
     return lower
@@ -386,7 +386,7 @@ def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         names = [ctx.cast(n, dt.same_width_signed(src)) for n in names]
     else:
         names, _ = _to(ctx, names, src, dt.COMPARE)
-    out = ctx.op(onnx_op, names)
+    out = ctx.op(onnx_op, names, same_shape_inputs=True)
     return ctx.op("Not", [out]) if negate else out
 
 
