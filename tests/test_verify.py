@@ -39,3 +39,39 @@ def test_integers_must_be_exact_and_shapes_and_dtypes_must_agree():
     assert not compare("o", e, np.array([1, 2, 4], np.int32)).ok
     assert not compare("o", e, np.array([1, 2], np.int32)).ok
     assert not compare("o", e, e.astype(np.int64)).ok
+
+
+class _Runner:
+    kind = "fake"
+
+    def __init__(self, fn, shift=0.0):
+        self.fn, self.shift = fn, shift
+
+    def run(self, inputs):
+        return [np.asarray(o) + self.shift for o in self.fn(*inputs)]
+
+
+def _cancelling_sum(x):
+    import jax.numpy as jnp
+
+    return (jnp.sum(x + 1000.0) - 1000.0 * x.shape[0],)
+
+
+def test_float64_arbitration_accepts_an_ill_conditioned_but_accurate_artifact():
+    import jax
+
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner, compare, reference_outputs
+
+    program = trace(lambda x: _cancelling_sum(x)[0], ["f32[20000]"])
+
+    def float64_twin(x):  # computes in float64 and rounds once: more accurate than jax.jit in float32
+        with jax.enable_x64(True):
+            return [np.asarray(_cancelling_sum(x.astype(np.float64))[0]).astype(np.float32)]
+
+    report = check_runner(_Runner(float64_twin), "twin", program.fn, program.arg_specs, program.signature)
+    assert report.ok
+    (row,) = report.rows
+    assert "jax.jit is off by" in row.note  # the plain comparison failed and float64 settled it
+    wrong = check_runner(_Runner(float64_twin, shift=50.0), "wrong", program.fn, program.arg_specs, program.signature)
+    assert not wrong.ok

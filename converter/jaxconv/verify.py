@@ -191,9 +191,52 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         actual = runner.run(flat)
         if len(actual) != len(expected):
             raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
-        for info, e, a in zip(signature.outputs, expected, actual):
-            report.rows.append(compare(info.name, e, np.asarray(a), rtol, atol))
+        rows = [compare(info.name, e, np.asarray(a), rtol, atol) for info, e, a in zip(signature.outputs, expected, actual)]
+        if rtol is None and atol is None and any(not r.ok and _is_narrow_float(e) for r, e in zip(rows, expected)):
+            rows = _arbitrate_with_float64(fn, arg_specs, flat, expected, actual, rows)
+        report.rows.extend(rows)
     return report
+
+
+def _is_narrow_float(a: np.ndarray) -> bool:
+    return a.dtype.name in ("float32", "float16", "bfloat16")
+
+
+def _arbitrate_with_float64(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                            expected: Sequence[np.ndarray], actual: Sequence[Any], rows: list[OutputCheck]) -> list[OutputCheck]:
+    """For float outputs outside tolerance, ask a float64 run which side is off.
+
+    Ill-conditioned programs (attention with large logits, long reductions) make jax.jit and any
+    other runtime differ by more than the default tolerance while both are as accurate as float32
+    allows. When the artifact is no further from the float64 result than twice jax.jit's own error,
+    the output counts as matching, with a note giving both errors.
+    """
+    import jax
+
+    try:
+        with jax.enable_x64(True):
+            wide = [np.asarray(a).astype(np.float64) if np.asarray(a).dtype.kind == "f" or np.asarray(a).dtype.name == "bfloat16"
+                    else np.asarray(a) for a in flat]
+            truth = reference_outputs(fn, arg_specs, wide)
+    except Exception:
+        return rows
+    out = []
+    for row, e, a, t in zip(rows, expected, actual, truth):
+        if row.ok or not _is_narrow_float(e) or t.shape != e.shape or np.asarray(a).shape != e.shape:
+            out.append(row)
+            continue
+        t = t.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            err_jax = np.nan_to_num(np.abs(e.astype(np.float64) - t), nan=0.0)
+            err_art = np.nan_to_num(np.abs(np.asarray(a).astype(np.float64) - t), nan=0.0)
+        _, default_atol = TOLERANCES[e.dtype.name]
+        same_nan = np.array_equal(np.isnan(e.astype(np.float64)), np.isnan(np.asarray(a).astype(np.float64)))
+        if same_nan and float(err_art.max()) <= 2 * float(err_jax.max()) + default_atol:
+            note = f"within float32 accuracy: vs float64, jax.jit is off by {float(err_jax.max()):.2g}, this artifact by {float(err_art.max()):.2g}"
+            out.append(OutputCheck(row.name, row.dtype, row.shape, row.max_abs, row.max_rel, True, note))
+        else:
+            out.append(row)
+    return out
 
 
 def raise_on_mismatch(report: CheckReport) -> None:
