@@ -7,6 +7,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     convolution,
     elementwise,
     indexing,
+    lapack,
     linalg,
     reduce,
     shape,
