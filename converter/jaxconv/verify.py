@@ -159,7 +159,8 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | N
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.where(e == a, 0.0, np.abs(e - a))  # equal infinities differ by 0, not NaN
         diff = np.where(numbers, diff, 0.0)
-        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+        with np.errstate(invalid="ignore"):
+            rel = np.nan_to_num(diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny), nan=np.inf)
         max_abs = float(diff.max()) if diff.size else 0.0
         max_rel = float(np.where(diff > 0, rel, 0).max()) if diff.size else 0.0
         # An infinite expected value must be matched exactly; tolerance scales with finite values only.
