@@ -93,21 +93,41 @@ def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Seque
         "coverage": coverage(cells),
         "cases": {name: {"family": c.family, "tags": sorted(c.tags), "ops": ops.get(name, [])}
                   for name, c in sorted(cases.items())},
-        "cells": [{k: v for k, v in c.to_json().items() if k != "ops"} for c in cells],
+        "cells": [_record(c.to_json(), drop=("ops",)) for c in cells],
         "testdata": None if testdata is None else {
             "root": "../shared/stablehlo-testdata",
             "summary": summarize(testdata),
-            "files": [r.to_json() for r in testdata],
+            "files": [_record(r.to_json()) for r in testdata],
         },
     }
+
+
+def dumps(value: Any, indent: int = 0, width: int = 160) -> str:
+    """JSON with one short container per line (records stay on one line: small, readable diffs)."""
+    flat = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if not isinstance(value, (dict, list)) or len(flat) + indent <= width:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {dumps(v, indent + 1, width)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + dumps(v, indent + 1, width) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+_DEFAULTS = {"ok": False, "stage": "", "error": "", "reason": "", "max_abs": None, "max_rel": None, "checks": 0}
+
+
+def _record(d: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
+    """A result without timing and default-valued fields (smaller, stable diffs between runs)."""
+    return {k: v for k, v in d.items() if k not in drop and k != "seconds" and not (k in _DEFAULTS and v == _DEFAULTS[k])}
 
 
 def write_json(report: Mapping[str, Any], path: str = JSON_PATH) -> None:
     from jaxconv.artifacts import atomic_file
 
     with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1, sort_keys=False)
-        f.write("\n")
+        f.write(dumps(report) + "\n")
 
 
 def _write_text(path: str, text: str) -> None:
@@ -143,11 +163,13 @@ def markdown(report: Mapping[str, Any]) -> str:
     for t in targets:
         for d in devices:
             row = report["summary"].get(t, {}).get(d)
-            if not row:
+            if not row or (d == "gpu" and not gpu_ran):
                 continue
             run = row["pass"] + row["fail"] + row["xfail"] + row["xpass"]
             rate = f"{100.0 * (row['pass'] + row['xpass']) / run:.1f}%" if run else "–"
             lines.append(f"| {t} | {d} | {row['pass']} | {row['fail']} | {row['xfail']} | {row['xpass']} | {row['skip']} | {rate} |")
+    if "gpu" in devices and not gpu_ran:
+        lines.append(f"| all | gpu | {report['gpu']} | | | | | |")
     cov = report.get("coverage", {})
     if cov:
         lines += ["", f"Registered ONNX lowerings no case exercises: {', '.join(cov['registered_not_exercised']) or 'none'}.", "",
@@ -217,7 +239,8 @@ def html_page(report: Mapping[str, Any]) -> str:
     """report.html: a heatmap of the matrix and of the test data families (no extra packages)."""
     cells = _cells(report)
     index = {(c.case, c.target, c.device): c for c in cells}
-    cols = [(t, d) for d in report["devices"] for t in report["targets"]]
+    gpu_ran = any(c.device == "gpu" and c.status != "skip" for c in cells)
+    cols = [(t, d) for d in report["devices"] for t in report["targets"] if d != "gpu" or gpu_ran]
     out = ["<!doctype html><meta charset='utf-8'><title>jaxconv conformance</title><style>",
            "body{font:13px sans-serif;margin:20px}table{border-collapse:collapse}td,th{padding:1px 4px}"
            "td.c{width:34px;height:12px}th.r{text-align:left;font-weight:normal;font-family:monospace}"
@@ -230,9 +253,10 @@ def html_page(report: Mapping[str, Any]) -> str:
         for t, d in cols:
             c = index.get((name, t, d))
             status = c.status if c else ""
-            tip = f"{name} / {t} / {d}: {status}" + (f" at {c.stage}: {c.error}" if c and c.error else "") + \
+            tip = "" if status == "pass" else f"{status}" + (f" at {c.stage}: {c.error}" if c and c.error else "") + \
                 (f" ({c.reason})" if c and c.reason else "")
-            out.append(f"<td class='c' style='background:{_COLORS.get(status, '#eee')}' title='{html.escape(tip, quote=True)}'></td>")
+            title = f" title='{html.escape(tip, quote=True)}'" if tip else ""
+            out.append(f"<td class='c' style='background:{_COLORS.get(status, '#eee')}'{title}></td>")
         out.append("</tr>")
     out.append("</table>")
     td = report.get("testdata")
