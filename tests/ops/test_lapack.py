@@ -270,3 +270,13 @@ def test_check_reports_size_option_and_dtype_problems():
     assert "expects float64" in check_lapack_call(call("lapack_dgetrf_ffi", ("float32", (3, 3))))
     assert "takes 2 matrix operand(s), got 1" in check_lapack_call(call("lapack_strsm_ffi", ("float32", (3, 3))))
     assert "jnp.linalg.qr" in check_lapack_call(call("lapack_sgeqrf_ffi", ("float32", (3, 3))))
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (jnp.linalg.cholesky, [(2, 0, 0)]),
+    (jsl.lu_factor, [(0, 0)]),
+    (jsl.lu, [(0, 3)]),
+    (lambda a, b: jsl.solve_triangular(a, b), [(0, 0), (0, 2)]),
+])
+def test_empty_matrices(fn, shapes):
+    assert_onnx_matches_jax(fn, *[np.zeros(s, np.float32) for s in shapes])

@@ -17,8 +17,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from onnx import helper
 
 from jaxconv.errors import UnsupportedError
+from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.ops.linalg import MAX_SOLVE_SIZE, cholesky_lower, triangular_solve
@@ -30,10 +32,25 @@ MAX_LAPACK_SIZE = MAX_SOLVE_SIZE
 _PRECISIONS = {"s": "float32", "d": "float64"}
 _SUPPORTED = ("potrf", "trsm", "getrf")
 _ARITY = {"potrf": 1, "trsm": 2, "getrf": 1}
-_NAMES = {
-    "potrf": "potrf (Cholesky: jnp.linalg.cholesky, cho_factor)",
-    "trsm": "trsm (triangular solve: jax.scipy.linalg.solve_triangular, cho_solve, lu_solve)",
-    "getrf": "getrf (LU: jnp.linalg.inv / det / slogdet / solve, jax.scipy.linalg.lu / lu_factor)",
+# What each routine computes and the JAX functions that call it, for messages.
+_ROUTINE_SOURCES: dict[str, tuple[str, str]] = {
+    "potrf": ("Cholesky", "jnp.linalg.cholesky / jax.scipy.linalg.cho_factor"),
+    "trsm": ("triangular solve", "jax.scipy.linalg.solve_triangular / cho_solve / lu_solve"),
+    "getrf": ("LU", "jnp.linalg.inv / det / slogdet / solve, jax.scipy.linalg.lu / lu_factor"),
+    "geqrf": ("Householder QR", "jnp.linalg.qr / jax.scipy.linalg.qr"),
+    "geqp3": ("pivoted QR", "jax.scipy.linalg.qr(pivoting=True)"),
+    "orgqr": ("forming Q of a QR", "jnp.linalg.qr / jax.scipy.linalg.qr"),
+    "ungqr": ("forming Q of a QR", "jnp.linalg.qr / jax.scipy.linalg.qr"),
+    "syevd": ("symmetric eigendecomposition", "jnp.linalg.eigh / eigvalsh / jax.scipy.linalg.eigh"),
+    "heevd": ("Hermitian eigendecomposition", "jnp.linalg.eigh / eigvalsh / jax.scipy.linalg.eigh"),
+    "gesdd": ("singular value decomposition", "jnp.linalg.svd / pinv / lstsq / matrix_rank / norm(ord=2) / cond"),
+    "gesvd": ("singular value decomposition", "jnp.linalg.svd"),
+    "geev": ("general eigendecomposition", "jnp.linalg.eig / eigvals"),
+    "gees": ("Schur decomposition", "jax.scipy.linalg.schur"),
+    "gehrd": ("Hessenberg reduction", "jax.scipy.linalg.hessenberg"),
+    "sytrd": ("tridiagonal reduction", "jax.lax.linalg.tridiagonal"),
+    "hetrd": ("tridiagonal reduction", "jax.lax.linalg.tridiagonal"),
+    "gtsv": ("tridiagonal solve", "jax.lax.linalg.tridiagonal_solve"),
 }
 _TARGET = re.compile(r"^lapack_([sdcz])([a-z]+)_ffi$")
 
@@ -42,24 +59,6 @@ _OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "potrf": {"uplo": ("L", "LU")},
     "trsm": {"side": ("L", "LR"), "uplo": ("L", "LU"), "trans_x": ("N", "NTC"), "diag": ("N", "NU")},
     "getrf": {},
-}
-
-# The JAX functions that lower to each LAPACK routine without an ONNX lowering.
-_UNSUPPORTED_ROUTINES: dict[str, str] = {
-    "geqrf": "jnp.linalg.qr / jax.scipy.linalg.qr (Householder QR)",
-    "geqp3": "jax.scipy.linalg.qr with pivoting=True (pivoted QR)",
-    "orgqr": "jnp.linalg.qr / jax.scipy.linalg.qr (forming Q)",
-    "ungqr": "jnp.linalg.qr / jax.scipy.linalg.qr (forming Q)",
-    "syevd": "jnp.linalg.eigh / eigvalsh / jax.scipy.linalg.eigh (symmetric eigendecomposition)",
-    "heevd": "jnp.linalg.eigh / eigvalsh / jax.scipy.linalg.eigh (Hermitian eigendecomposition)",
-    "gesdd": "jnp.linalg.svd / pinv / lstsq / matrix_rank / norm(ord=2) / cond (singular value decomposition)",
-    "gesvd": "jnp.linalg.svd (singular value decomposition)",
-    "geev": "jnp.linalg.eig / eigvals (general eigendecomposition)",
-    "gees": "jax.scipy.linalg.schur (Schur decomposition)",
-    "gehrd": "jax.scipy.linalg.hessenberg (Hessenberg reduction)",
-    "sytrd": "jax.lax.linalg.tridiagonal (tridiagonal reduction)",
-    "hetrd": "jax.lax.linalg.tridiagonal (tridiagonal reduction)",
-    "gtsv": "jax.lax.linalg.tridiagonal_solve (tridiagonal solve)",
 }
 
 
@@ -93,21 +92,25 @@ def _data_inputs(op: hir.Op, inputs: list[str]) -> list[str]:
     return [inputs[i] for i in _data_indices(op)]
 
 
+def _describe(routine: str) -> str:
+    """E.g. "LU (LAPACK getrf, from jnp.linalg.inv / ...)"."""
+    if routine not in _ROUTINE_SOURCES:
+        return f"LAPACK {routine}"
+    what, functions = _ROUTINE_SOURCES[routine]
+    return f"{what} (LAPACK {routine}, from {functions})"
+
+
 def unsupported_reason(target: str) -> str | None:
     """Why a LAPACK target JAX emits has no lowering, naming the JAX function behind it; None otherwise."""
     parsed = _parse(target)
     if parsed is None:
         return None
     precision, routine = parsed
-    source = _UNSUPPORTED_ROUTINES.get(routine)
     if precision in "cz":
-        what = _NAMES.get(routine) or (f"{routine} from {source.split(' (')[0]}" if source else routine)
-        return f"complex LAPACK {what}: ONNX Runtime has no complex tensors"
+        return f"complex {_describe(routine)}: ONNX Runtime has no complex tensors"
     if routine in _SUPPORTED:
         return None
-    if source is None:
-        return f"LAPACK {routine} has no ONNX lowering"
-    return f"LAPACK {routine} from {source} has no ONNX lowering (ONNX has no matrix factorizations)"
+    return f"{_describe(routine)} has no ONNX lowering"
 
 
 def check_lapack_call(op: hir.Op) -> str | None:
@@ -131,12 +134,12 @@ def check_lapack_call(op: hir.Op) -> str | None:
         return f"{target} on a rank-{a.rank} operand (expects matrices)"
     rows, cols = a.shape[-2], a.shape[-1]
     if rows is None or cols is None:
-        return f"LAPACK {_NAMES[routine]} with a dynamic matrix size is not lowered (it is unrolled over the rows)"
+        return f"{_describe(routine)} with a dynamic matrix size is not lowered (it is unrolled over the rows)"
     if routine != "getrf" and rows != cols:
         return f"LAPACK {routine} of {rows}x{cols} matrices (expects square ones)"
     if max(rows, cols) > MAX_LAPACK_SIZE:
-        return (f"LAPACK {_NAMES[routine]} of {rows}x{cols} matrices is not lowered "
-                f"(unrolled up to {MAX_LAPACK_SIZE}x{MAX_LAPACK_SIZE})")
+        return (f"{_describe(routine)} of {rows}x{cols} matrices is not lowered "
+                f"(it is unrolled, up to {MAX_LAPACK_SIZE}x{MAX_LAPACK_SIZE})")
     for name, (_, allowed) in _OPTIONS[routine].items():
         value = _option(op, routine, name)
         if value not in allowed:
@@ -167,6 +170,14 @@ def _diagonal(ctx: LoweringContext, x: str, rank: int, rows: int, cols: int) -> 
     return ctx.op("Gather", [flat, ctx.i64([i * cols + i for i in range(k)])], axis=rank - 2)
 
 
+def _zeros_like_batch(ctx: LoweringContext, x: str, rank: int, tail: list[int], dtype: str) -> str:
+    """Zeros of shape [batch dims of ``x`` ([..., rows, cols])] + ``tail``."""
+    shape = ctx.op("Shape", [x], start=0, end=rank - 2)
+    if tail:
+        shape = ctx.op("Concat", [shape, ctx.i64(tail)], axis=0)
+    return ctx.op("ConstantOfShape", [shape], value=helper.make_tensor("zero", dt.onnx_type(dtype), [1], [0]))
+
+
 def _first_failure(ctx: LoweringContext, failed: str, axis: int) -> str:
     """LAPACK's info: 1 + the first index along ``axis`` where ``failed`` (bool) holds, else 0, as int32."""
     flags = ctx.cast(failed, "int32")
@@ -187,6 +198,8 @@ def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     at = op.operands[0].type
     rank, n = at.rank, at.shape[-1]
     a = _data_inputs(op, inputs)[0]
+    if n == 0:
+        return [a, _zeros_like_batch(ctx, a, rank, [], "int32")]
     upper = _option(op, "potrf", "uplo") == "U"
     if upper:
         a = _swap_last(ctx, a, rank)  # the upper triangle of a is the lower one of a^T; U = L^T
@@ -207,6 +220,8 @@ def _trsm(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     _checked(op)
     at = op.operands[0].type
     a, b = _data_inputs(op, inputs)
+    if at.shape[-1] == 0:
+        return [b]
     out = triangular_solve(ctx, a, b, at.rank, at.shape[-1],
                            left_side=_option(op, "trsm", "side") == "L",
                            lower=_option(op, "trsm", "uplo") == "L",
@@ -233,6 +248,9 @@ def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     row_axis, col_axis = rank - 2, rank - 1
     zero, one = ctx.scalar(0, dtype), ctx.scalar(1, dtype)
     active = _data_inputs(op, inputs)[0]  # rows j..m-1, all n columns
+    if k == 0:
+        return [active, _zeros_like_batch(ctx, active, rank, [0], "int32"),
+                _zeros_like_batch(ctx, active, rank, [], "int32")]
     final_rows: list[str] = []
     pivot_index: list[str] = []
     pivot_value: list[str] = []
