@@ -59,3 +59,11 @@ def test_optimize_keeps_graph_outputs():
     g = _graph([helper.make_node("Exp", ["x"], ["y"]), helper.make_node("Exp", ["x"], ["z"])], ["y", "z"])
     model = optimize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
     assert sorted(o for n in model.graph.node for o in n.output) == ["y", "z"]
+
+
+def test_broadcast_constants_are_not_materialised():
+    import jax
+
+    model = assert_onnx_matches_jax(lambda x: jax.nn.relu(x) * 3.0 + 1.0, np.ones((64, 64), np.float32))
+    sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
+    assert max(sizes) <= 16, sizes

@@ -73,7 +73,9 @@ def fold_constants(model: onnx.ModelProto) -> None:
         except Exception:
             new_nodes.append(node)
             continue
-        if values is None or any(v.size > FOLD_MAX_ELEMENTS for v in values):
+        in_size = sum(int(np.prod(consts[i].dims)) for i in ins)
+        grows = any(v.size > 16 and v.size > 4 * in_size for v in values or [])  # Expand/Tile of a constant: keep it small
+        if values is None or grows or any(v.size > FOLD_MAX_ELEMENTS for v in values):
             new_nodes.append(node)
             continue
         for name, value in zip(node.output, values):

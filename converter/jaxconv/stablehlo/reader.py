@@ -264,7 +264,7 @@ _STABLEHLO_ATTRS: list[tuple[str, tuple[str, ...] | None]] = [
     ("RngAlgorithmAttr", None),
     ("RngDistributionAttr", None),
     ("TransposeAttr", None),
-    ("OutputOperandAlias", None),
+    ("OutputOperandAlias", ("output_tuple_indices", "operand_index", "operand_tuple_indices")),
 ]
 
 _NP = {

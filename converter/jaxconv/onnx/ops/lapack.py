@@ -22,7 +22,7 @@ from onnx import helper
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops.custom_calls import custom_call_target
+from jaxconv.onnx.ops.custom_calls import custom_call_target, explains_unsupported
 from jaxconv.onnx.ops.linalg import MAX_SOLVE_SIZE, cholesky_lower, triangular_solve
 from jaxconv.stablehlo import ir as hir
 
@@ -100,6 +100,7 @@ def _describe(routine: str) -> str:
     return f"{what} (LAPACK {routine}, from {functions})"
 
 
+@explains_unsupported
 def unsupported_reason(target: str) -> str | None:
     """Why a LAPACK target JAX emits has no lowering, naming the JAX function behind it; None otherwise."""
     parsed = _parse(target)
@@ -301,4 +302,4 @@ _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
 
 for _precision in _PRECISIONS:
     for _routine, _handler in _ROUTINES.items():
-        custom_call_target(f"lapack_{_precision}{_routine}_ffi")(_handler)
+        custom_call_target(f"lapack_{_precision}{_routine}_ffi", check=check_lapack_call)(_handler)

@@ -18,7 +18,12 @@ def _check_custom_call(op: hir.Op) -> str | None:
     from jaxconv.onnx.ops import custom_calls
 
     if target in custom_calls.HANDLERS:
-        return None
+        check = custom_calls.CHECKS.get(target)
+        return check(op) if check is not None else None
+    for explain in custom_calls.EXPLAINERS:
+        reason = explain(target)
+        if reason:
+            return reason
     return f"custom call target {target!r} has no ONNX equivalent"
 
 
