@@ -149,7 +149,7 @@ def _is_argminmax(op: hir.Op) -> bool:
 
 
 @lowering("stablehlo.reduce", check=_check_reduce,
-          onnx_ops=("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "BitwiseXor", "ArgMax"))
+          onnx_ops=("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "BitwiseXor", "CumSum"))
 def lower_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str] | str:
     """Reduce* with the init value folded in; max/min propagate NaN; bitwise bodies as a halving tree."""
     n = len(op.results)
