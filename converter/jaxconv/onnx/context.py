@@ -53,6 +53,7 @@ class LoweringContext:
         self._counter = itertools.count()
         self._const_cache: dict[tuple, str] = {}
         self.constants: dict[str, np.ndarray] = {}
+        self.tuples: dict[str, list[str]] = {}  # stablehlo.tuple values: a name standing for its elements
         self.current_op: hir.Op | None = None
         self.call_depth = 0
 

@@ -15,9 +15,14 @@ MAX_OPSET = 28
 
 
 def check_opset(opset: int | None) -> int:
-    """Validate --opset; None means the default."""
+    """Validate --opset; None means $JAXCONV_OPSET, else the default (21)."""
     if opset is None:
-        return DEFAULT_OPSET
+        env = os.environ.get("JAXCONV_OPSET", "").strip()
+        if not env:
+            return DEFAULT_OPSET
+        if not env.isdigit():
+            raise UsageError(f"JAXCONV_OPSET={env!r} is not an opset number")
+        opset = int(env)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise UsageError(f"--opset {opset} is out of range: jaxconv emits opsets {MIN_OPSET}..{MAX_OPSET}")
     return opset

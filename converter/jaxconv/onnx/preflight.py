@@ -54,7 +54,7 @@ def _problem(op: hir.Op) -> str | None:
 def _dtype_problem(op: hir.Op) -> str | None:
     for v in list(op.operands) + list(op.results):
         dtype = v.type.dtype
-        if dtype == "token":
+        if dtype == "token" or dtype.startswith("tuple<"):
             continue
         if dtype in UNSUPPORTED_DTYPE_REASON:
             return f"{dtype} values: {UNSUPPORTED_DTYPE_REASON[dtype]}"

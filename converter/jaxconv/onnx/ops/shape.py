@@ -392,3 +392,17 @@ def lower_real_dynamic_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]
     cast = [ctx.cast_if(n, v.type.dtype, "int64") for n, v in zip((start, limit, stride), op.operands[1:])]
     axes = ctx.i64(list(range(op.operands[0].type.rank)))
     return ctx.op("Slice", [x, cast[0], cast[1], axes, cast[2]])
+
+
+@lowering("stablehlo.tuple", onnx_ops=())
+def lower_tuple(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """No ONNX value: the tuple stands for its elements until get_tuple_element picks one."""
+    name = ctx.fresh("tuple")
+    ctx.tuples[name] = list(inputs)
+    return name
+
+
+@lowering("stablehlo.get_tuple_element", onnx_ops=())
+def lower_get_tuple_element(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """The element of a tuple built by stablehlo.tuple."""
+    return ctx.tuples[inputs[0]][op.attrs["index"]]
