@@ -67,3 +67,20 @@ def test_broadcast_constants_are_not_materialised():
     model = assert_onnx_matches_jax(lambda x: jax.nn.relu(x) * 3.0 + 1.0, np.ones((64, 64), np.float32))
     sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
     assert max(sizes) <= 16, sizes
+
+
+def test_large_models_are_saved_with_external_data(tmp_path, monkeypatch):
+    import jaxconv
+    from jaxconv.onnx import convert
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    weights = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    monkeypatch.setattr(convert, "EXTERNAL_DATA_BYTES", 100_000)  # stand-in for the 2 GB limit
+    path = tmp_path / "big.onnx"
+    model = jaxconv.to_onnx(lambda x: x @ weights, "f32[2,256]", path=str(path))
+    assert (tmp_path / "big.onnx.data").stat().st_size >= weights.nbytes
+    assert path.stat().st_size < 100_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+    assert any(len(t.raw_data) == weights.nbytes for t in model.graph.initializer)  # returned model keeps its weights
+    x = np.ones((2, 256), np.float32)
+    np.testing.assert_allclose(OnnxRunner(str(path)).run([x])[0], x @ weights, rtol=1e-5)

@@ -72,6 +72,8 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
     convert.validate(model)
     if path is not None:
         convert.save(model, path)
+        if convert.is_large(model):
+            convert.validate(model, path)
         runner = OnnxRunner(path) if check else None
         name = path
     else:

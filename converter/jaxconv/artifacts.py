@@ -22,7 +22,7 @@ def _publish_mode(path: str, folder: bool) -> None:
     os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
 
 
-def _prepare_parent(path: str) -> str:
+def prepare_parent(path: str) -> str:
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(parent):
         try:
@@ -37,7 +37,7 @@ def _prepare_parent(path: str) -> str:
 @contextlib.contextmanager
 def atomic_file(path: str) -> Iterator[str]:
     """Yield a temporary file path; on success it replaces ``path``, on error it is removed."""
-    parent = _prepare_parent(path)
+    parent = prepare_parent(path)
     if os.path.isdir(path):
         raise UsageError(f"output {path} is a folder; give a file path")
     fd, tmp = tempfile.mkstemp(prefix=".jaxconv-", suffix=os.path.splitext(path)[1], dir=parent)
@@ -62,7 +62,7 @@ def atomic_files(paths: list[str]) -> Iterator[list[str]]:
 @contextlib.contextmanager
 def atomic_dir(path: str) -> Iterator[str]:
     """Yield a temporary folder; on success it replaces ``path``, on error it is removed."""
-    parent = _prepare_parent(path)
+    parent = prepare_parent(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"output {path} exists and is not a folder")
     tmp = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)

@@ -79,25 +79,54 @@ def _arg_name(fn, i: int) -> str:
     return sanitize(m.group(1)) if m else f"arg{i}"
 
 
+EXTERNAL_DATA_BYTES = 2_000_000_000  # protobuf's limit is 2 GiB; stay below it
+
+
+def is_large(model: onnx.ModelProto) -> bool:
+    """True when the model must keep its weights in an external data file."""
+    return model.ByteSize() > EXTERNAL_DATA_BYTES
+
+
 def save(model: onnx.ModelProto, path: str) -> None:
-    """Save atomically; models over 2 GB get external data beside the file."""
-    from jaxconv.artifacts import atomic_file
+    """Save atomically; large models get their weights in PATH.data beside the file.
 
-    size = model.ByteSize()
-    with atomic_file(path) as tmp:
-        if size > 2_000_000_000:
-            data_name = os.path.basename(path) + ".data"
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=data_name)
-            os.replace(os.path.join(os.path.dirname(tmp), data_name), os.path.join(os.path.dirname(path) or ".", data_name))
-        else:
+    Both files are written into a temporary folder next to ``path`` and then renamed, so a
+    failure leaves neither behind.
+    """
+    import shutil
+    import tempfile
+
+    from jaxconv.artifacts import atomic_file, prepare_parent
+
+    if not is_large(model):
+        with atomic_file(path) as tmp:
             onnx.save_model(model, tmp)
+        return
+    parent = prepare_parent(path)
+    data_name = os.path.basename(path) + ".data"
+    staging = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
+    try:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # save_model moves tensors out of the proto it is given
+        onnx.save_model(copy, os.path.join(staging, os.path.basename(path)), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
+        os.replace(os.path.join(staging, data_name), os.path.join(parent, data_name))
+        os.replace(os.path.join(staging, os.path.basename(path)), os.path.abspath(path))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def validate(model: onnx.ModelProto) -> None:
-    """onnx.checker (full check, with shape inference)."""
+def validate(model: onnx.ModelProto, path: str | None = None) -> None:
+    """onnx.checker (full check, with shape inference); large models are checked from ``path``."""
     from jaxconv.errors import ConversionError
 
+    if is_large(model):
+        if path is None:
+            return
+        target: onnx.ModelProto | str = path
+    else:
+        target = model
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(target, full_check=True)
     except Exception as e:
         raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from None
