@@ -13,7 +13,6 @@ from typing import Mapping
 ANY_DEVICE = "*"
 
 _COMPLEX_ORT = "ONNX Runtime has no complex types"
-_LAPACK_ONNX = "LAPACK custom calls (lapack_*_ffi) have no ONNX lowering"
 _FTZ = "denormal inputs: XLA CPU flushes them to zero, {} does not"
 
 # The TFLite converter's StableHLO legalization and LiteRT's kernels, by reason (measured with TF 2.21 and
@@ -155,8 +154,6 @@ TFLITE: dict[str, tuple[str, ...]] = {
 LIMITATIONS: dict[tuple[str, str, str], str] = {
     ("op.fft.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
     ("op.complex.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
-    ("op.linalg.cholesky", "onnx", ANY_DEVICE): _LAPACK_ONNX,
-    ("op.linalg.solve", "onnx", ANY_DEVICE): _LAPACK_ONNX,
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): "XLA's backend-defined bit generator cannot be reproduced bit-exactly",
     ("edge.exp_log_special", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
     ("edge.max_min_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",

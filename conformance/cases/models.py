@@ -67,7 +67,7 @@ def resnet(params, x):
     return jnp.mean(x, axis=(1, 2)) @ params["head"]["w"] + params["head"]["b"]
 
 
-case("model.resnet_bn", resnet, Tree(resnet_params), arg("f32[2,16,16,3]"), family="model", tags={"model"},
+case("model.resnet_bn", resnet, Tree(resnet_params), arg("f32[2,16,16,3]"), family="model", tags={"model", "slow"},
      tol={"float32": (1e-3, 1e-3)})
 
 

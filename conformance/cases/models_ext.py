@@ -37,7 +37,7 @@ if importlib.util.find_spec("flax") is not None:
         return model, _numpy_tree(params)
 
     case("model.flax_linen_convnet", lambda p, x: _linen()[0].apply(p, x), Tree(lambda rng: _linen()[1]), arg("f32[2,8,8,3]"),
-         family="model", tags={"model", "flax"}, tol=T)
+         family="model", tags={"model", "flax", "slow"}, tol=T)
 
     @lru_cache(maxsize=None)
     def _nnx():
@@ -62,7 +62,7 @@ if importlib.util.find_spec("flax") is not None:
         return nnx.merge(_nnx()[0], state)(x)
 
     case("model.flax_nnx_attention", _nnx_apply, Tree(lambda rng: _nnx()[1]), arg("f32[2,5,8]"), family="model",
-         tags={"model", "flax"}, tol=T)
+         tags={"model", "flax", "slow"}, tol=T)
 
 
 if importlib.util.find_spec("equinox") is not None:
@@ -81,4 +81,4 @@ if importlib.util.find_spec("equinox") is not None:
         return jax.vmap(eqx.combine(params, _eqx()[0]))(x)
 
     case("model.equinox_mlp", _eqx_apply, Tree(lambda rng: _eqx()[1]), arg("f32[4,6]"), family="model",
-         tags={"model", "equinox"}, tol=T)
+         tags={"model", "equinox", "slow"}, tol=T)
