@@ -132,8 +132,9 @@ TFLITE: dict[str, tuple[str, ...]] = {
     "the TFLite converter does not legalize stablehlo.composite chlo.top_k": ("model.moe_topk", "op.sort.top_k",),
     "the TFLite converter does not legalize stablehlo.count_leading_zeros": ("op.count_leading_zeros.u32",),
     "the TFLite converter does not legalize stablehlo.custom_call": ("sym.cumsum",),
-    "the TFLite converter does not legalize stablehlo.custom_call @lapack_sgetrf_ffi": ("op.linalg.solve",),
-    "the TFLite converter does not legalize stablehlo.custom_call @lapack_spotrf_ffi": ("op.linalg.cholesky",),
+    "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi)": (
+        "op.linalg.cholesky", "op.linalg.eigh", "op.linalg.inv", "op.linalg.qr", "op.linalg.solve", "op.linalg.solve_triangular",
+    ),
     "the TFLite converter does not legalize stablehlo.dynamic_conv": ("model.audio_conv1d_symbolic",),
     "the TFLite converter does not legalize stablehlo.dynamic_gather": ("sym.slice",),
     "the TFLite converter does not legalize stablehlo.dynamic_slice": ("sym.scan",),
@@ -158,12 +159,14 @@ LIMITATIONS: dict[tuple[str, str, str], str] = {
     ("edge.exp_log_special", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
     ("edge.max_min_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
     ("edge.reduce_max_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
-    ("op.linalg.cholesky", "saved-model", ANY_DEVICE): "TF has no kernels for JAX's LAPACK custom calls (lapack_*_ffi)",
-    ("op.linalg.solve", "saved-model", ANY_DEVICE): "TF has no kernels for JAX's LAPACK custom calls (lapack_*_ffi)",
+    ("op.linalg.qr", "onnx", ANY_DEVICE): "Householder QR (LAPACK geqrf/orgqr) has no ONNX lowering",
+    ("op.linalg.eigh", "onnx", ANY_DEVICE): "symmetric eigendecomposition (LAPACK syevd) has no ONNX lowering",
     ("edge.empty_reduce", "tflite", ANY_DEVICE): "TFLite's reduce_max over an empty axis does not return the init value (-inf)",
     ("sym.slice_drop_last", "tflite", ANY_DEVICE): "the TFLite converter does not legalize stablehlo.dynamic_gather",
     ("sym.slice_half", "tflite", ANY_DEVICE): "the TFLite converter does not legalize stablehlo.dynamic_gather",
 }
+for _case in ("op.linalg.cholesky", "op.linalg.eigh", "op.linalg.inv", "op.linalg.qr", "op.linalg.solve", "op.linalg.solve_triangular"):
+    LIMITATIONS[(_case, "saved-model", ANY_DEVICE)] = "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi)"
 for _reason, _cases in TFLITE.items():
     for _case in _cases:
         LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _reason

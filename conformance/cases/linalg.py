@@ -60,5 +60,13 @@ case("op.linalg.cholesky", lambda a: jnp.linalg.cholesky(a @ a.T + 4 * jnp.eye(4
      tol={"float32": (1e-3, 1e-4)})
 case("op.linalg.solve", lambda a, b: jnp.linalg.solve(a @ a.T + 4 * jnp.eye(4), b), arg("f32[4,4]"), arg("f32[4,2]"),
      family="custom_call", tol={"float32": (1e-3, 1e-4)})
+case("op.linalg.inv", lambda a: jnp.linalg.inv(a @ a.T + 4 * jnp.eye(4)), arg("f32[4,4]"), family="custom_call",
+     tol={"float32": (1e-3, 1e-4)})
+case("op.linalg.det", lambda a: jnp.linalg.det(a + 3 * jnp.eye(3)), arg("f32[3,3]"), family="custom_call",
+     tol={"float32": (1e-3, 1e-4)})
+case("op.linalg.solve_triangular", lambda a, b: jax.scipy.linalg.solve_triangular(jnp.tril(a) + 4 * jnp.eye(4), b, lower=True),
+     arg("f32[4,4]"), arg("f32[4,3]"), family="custom_call", tol={"float32": (1e-3, 1e-4)})
+case("op.linalg.qr", lambda a: jnp.abs(jnp.linalg.qr(a)[1]), arg("f32[4,3]"), family="custom_call", tol={"float32": (1e-3, 1e-4)})
+case("op.linalg.eigh", lambda a: jnp.linalg.eigh(a + a.T)[0], arg("f32[4,4]"), family="custom_call", tol={"float32": (1e-3, 1e-4)})
 case("op.fft.rfft", lambda x: jnp.abs(jnp.fft.rfft(x)), arg("f32[2,8]"), family="fft", tol={"float32": (1e-4, 1e-4)})
 case("op.complex.abs", lambda re, im: jnp.abs(lax.complex(re, im) * (1 + 2j)), arg("f32[5]"), arg("f32[5]"), family="complex")
