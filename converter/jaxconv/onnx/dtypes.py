@@ -105,3 +105,19 @@ def mantissa_bits(dtype: str) -> int:
 def exponent_bits(dtype: str) -> int:
     """Exponent bits of a float dtype."""
     return {"float16": 5, "bfloat16": 8, "float32": 8, "float64": 11}[dtype]
+
+
+def pad_work_dtype(dtype: str, opset: int) -> str | None:
+    """The dtype to run ONNX Runtime's Pad in, or None when ``dtype`` has a Pad kernel at ``opset``."""
+    if dtype in ("int16", "uint16"):
+        return "int32"
+    if dtype == "bfloat16" and opset < 21:
+        return "float32"
+    return None
+
+
+def isinf_work_dtype(dtype: str, opset: int) -> str | None:
+    """IsInf takes float16/bfloat16 only from opset 20; before that they are checked as float32 (exact)."""
+    if dtype in ("float16", "bfloat16") and opset < 20:
+        return "float32"
+    return None

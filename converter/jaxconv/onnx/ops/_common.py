@@ -102,3 +102,9 @@ def static_shape(t: hir.TensorType) -> bool:
 def shape_of(ctx: LoweringContext, name: str) -> str:
     """An int64 1-D Shape tensor of ``name``."""
     return ctx.op("Shape", [name])
+
+
+def is_inf(ctx: LoweringContext, x: str, dtype: str, **attrs) -> str:
+    """IsInf for any float dtype at the context's opset."""
+    work = dt.isinf_work_dtype(dtype, ctx.opset)
+    return ctx.op("IsInf", [ctx.cast(x, work) if work else x], **attrs)

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import compute_in, direct, known_values, result, unary_in, where
+from jaxconv.onnx.ops._common import compute_in, direct, is_inf, known_values, result, unary_in, where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -338,8 +338,9 @@ def lower_atan2(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 @lowering("stablehlo.is_finite", onnx_ops=("IsNaN", "IsInf"))
 def lower_is_finite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Not(IsNaN(x) or IsInf(x))."""
-    x, _ = unary_in(ctx, op, inputs, dt.IS_NAN_INF)
-    return ctx.op("Not", [ctx.op("Or", [ctx.op("IsNaN", [x]), ctx.op("IsInf", [x])])])
+    native = dt.IS_NAN_INF if ctx.opset >= 20 else dt.IS_NAN_INF - {"bfloat16"}  # bf16 IsNaN/IsInf from opset 20
+    x, work = unary_in(ctx, op, inputs, native)
+    return ctx.op("Not", [ctx.op("Or", [ctx.op("IsNaN", [x]), is_inf(ctx, x, work)])])
 
 
 # ---- select, compare ---------------------------------------------------------------------------

@@ -184,7 +184,6 @@ def lower_get_dimension_size(ctx: LoweringContext, op: hir.Op, inputs: list[str]
 # Where has no kernel for these; move the data through a dtype that holds every value exactly.
 _WHERE_DETOUR = {"bfloat16": "float32", "bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64"}
 # Pad has no int16/uint16 kernel.
-_PAD_DETOUR = {"int16": "int32", "uint16": "int32"}
 
 
 def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
@@ -197,7 +196,7 @@ def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
 
 def pad(ctx: LoweringContext, x: str, pads: str, value: str, dtype: str) -> str:
     """Constant-mode Pad (negative pads crop) for any dtype."""
-    work = _PAD_DETOUR.get(dtype)
+    work = dt.pad_work_dtype(dtype, ctx.opset)
     if work is None:
         return ctx.op("Pad", [x, pads, value])
     out = ctx.op("Pad", [ctx.cast(x, work), pads, ctx.cast(value, work)])

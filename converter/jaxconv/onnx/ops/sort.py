@@ -21,6 +21,7 @@ import numpy as np
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._common import is_inf
 from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
@@ -285,7 +286,7 @@ def _passes(ctx: LoweringContext, x: str, dtype: str, key: SortKey) -> list[tupl
     passes: list[tuple[str, bool]] = []
     if is_float and key.signed_zero:
         # Ties of the value pass are only -0.0 vs +0.0 (and NaNs): order those by the sign of zero.
-        negative_zero = ctx.op("IsInf", [ctx.op("Reciprocal", [keyed])], detect_positive=0)
+        negative_zero = is_inf(ctx, ctx.op("Reciprocal", [keyed]), kdtype, detect_positive=0)
         passes.append((ctx.cast(negative_zero, "uint8"), not key.descending))
     passes.append((keyed, key.descending))
     return passes

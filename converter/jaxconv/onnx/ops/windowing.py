@@ -7,12 +7,9 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 
-# ONNX Runtime Pad kernels (no bool/int16/uint16 in every build: move those through a wider type).
-_PAD_NATIVE = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64",
-                         "uint32", "uint64"})
-_PAD_DETOUR = {"bool": "uint8", "int16": "int32", "uint16": "int32"}
 
 
 @dataclass(frozen=True)
@@ -52,12 +49,7 @@ def pad(ctx: LoweringContext, x: str, dtype: str, lo: Sequence[int], hi: Sequenc
     """``Pad`` (negative amounts crop) with a scalar ``value`` tensor of ``dtype`` (None = zeros)."""
     if not any(lo) and not any(hi):
         return x
-    pads = ctx.i64(list(lo) + list(hi))
-    if dtype in _PAD_NATIVE:
-        return ctx.op("Pad", [x, pads, value], mode="constant")
-    via = _PAD_DETOUR.get(dtype, "float32")
-    v = ctx.cast(value, via) if value is not None else None
-    return ctx.cast(ctx.op("Pad", [ctx.cast(x, via), pads, v], mode="constant"), dtype)
+    return _pad(ctx, x, dtype, ctx.i64(list(lo) + list(hi)), value)
 
 
 def interleave(ctx: LoweringContext, x: str, dtype: str, shape: Sequence[int | None], axis: int, factor: int,
@@ -163,9 +155,13 @@ def pad_with_tensor(ctx: LoweringContext, x: str, dtype: str, padding: str, valu
     pt = ctx.op("Transpose", [ctx.cast(padding, "int64")], perm=[1, 0])
     if leading:
         pt = ctx.op("Concat", [ctx.const(np.zeros((2, leading), np.int64)), pt], axis=1)
-    pads = ctx.op("Reshape", [pt, ctx.i64([-1])])
-    if dtype in _PAD_NATIVE:
+    return _pad(ctx, x, dtype, ctx.op("Reshape", [pt, ctx.i64([-1])]), value)
+
+
+def _pad(ctx: LoweringContext, x: str, dtype: str, pads: str, value: str | None) -> str:
+    """Constant-mode Pad, through a wider dtype where ONNX Runtime has no kernel at this opset."""
+    via = dt.pad_work_dtype(dtype, ctx.opset)
+    if via is None:
         return ctx.op("Pad", [x, pads, value], mode="constant")
-    via = _PAD_DETOUR.get(dtype, "float32")
     v = ctx.cast(value, via) if value is not None else None
     return ctx.cast(ctx.op("Pad", [ctx.cast(x, via), pads, v], mode="constant"), dtype)

@@ -1,0 +1,30 @@
+"""Lowerings stay valid at the oldest opsets we emit, where ONNX Runtime has fewer dtype kernels."""
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from lowering_check import assert_onnx_matches_jax
+
+BF16 = ml_dtypes.bfloat16
+EDGES = [1.5, -0.0, 0.0, np.inf, -np.inf, np.nan, -2.25, 7.0]
+
+
+@pytest.mark.parametrize("opset", [18, 19, 20, 21])
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
+def test_narrow_floats_at_old_opsets(opset, dtype):
+    x = np.array(EDGES, dtype)
+
+    def f(x):
+        return jnp.isfinite(x), jnp.pad(x, (2, 1), constant_values=3), jnp.sort(x), jnp.cumsum(x[:4])
+
+    assert_onnx_matches_jax(f, x, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [18, 28])
+def test_mlp_at_both_ends_of_the_opset_range(opset):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 3), np.float32)
+    model = assert_onnx_matches_jax(lambda x, w: jnp.tanh(x @ w).max(axis=1), x, w, opset=opset)
+    assert model.opset_import[0].version == opset
