@@ -119,3 +119,21 @@ def test_symbolic_sizes_respect_constraints(tmp_path):
     program = trace(last_two, ["f32[b,3]"], constraints=["b >= 4"])
     assert make_inputs(program.signature, size=2, constraints=program.constraints)[0].shape == (4, 3)
     assert make_inputs(program.signature, size=5, constraints=program.constraints)[0].shape == (7, 3)
+
+
+def test_custom_pytree_classes_are_saved_flat(tmp_path):
+    eqx = pytest.importorskip("equinox")
+    mlp = eqx.nn.MLP(4, 2, 8, 2, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(mlp, eqx.is_array)
+
+    def predict(params, x):
+        return jax.vmap(eqx.combine(params, static))(x)
+
+    specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
+    reports = []
+    jaxconv.to_stablehlo(predict, specs, "f32[b,4]", path=str(tmp_path / "eqx"), report_to=reports)
+    assert reports[0].ok
+    fn = jaxconv.load(str(tmp_path / "eqx.jaxexport"))
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    (out,) = fn(*jax.tree_util.tree_leaves(params), x)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(predict(params, x)), rtol=1e-6)

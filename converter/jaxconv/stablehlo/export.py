@@ -29,15 +29,47 @@ def write(program: Program, out: str) -> StableHLOArtifacts:
     """Write OUT.mlir, OUT.mlirbc and OUT.jaxexport (all three or none)."""
     base = base_path(out)
     paths = [base + s for s in SUFFIXES]
-    exported = program.exported
+    exported, serialized = serializable(program)
     with atomic_files(paths) as tmps:
         with open(tmps[0], "w") as f:
             f.write(exported.mlir_module())
         with open(tmps[1], "wb") as f:
             f.write(exported.mlir_module_serialized)
         with open(tmps[2], "wb") as f:
-            f.write(exported.serialize())
+            f.write(serialized)
     return StableHLOArtifacts(*paths)
+
+
+def serializable(program: Program):
+    """The Exported to save and its serialized bytes.
+
+    jax.export can only serialize pytrees of standard containers (or registered types). For
+    arguments or results built from other classes (Flax NNX state, Equinox modules) the function is
+    exported again over its flat leaves, so the .jaxexport takes and returns flat arrays in the
+    order of the signature (the names ``jaxconv inspect`` shows).
+    """
+    try:
+        return program.exported, program.exported.serialize()
+    except ValueError as e:
+        if "unregistered type" not in str(e):
+            raise
+    flat = flat_export(program)
+    return flat, flat.serialize()
+
+
+def flat_export(program: Program):
+    """Export ``program.fn`` as a function of its flattened arguments returning its flattened results."""
+    import jax
+    from jax import export
+
+    leaves, treedef = jax.tree_util.tree_flatten(list(program.arg_specs))
+
+    def flat_fn(*flat):
+        args = jax.tree_util.tree_unflatten(treedef, list(flat))
+        return tuple(jax.tree_util.tree_leaves(program.fn(*args)))
+
+    flat_fn.__name__ = program.name
+    return export.export(jax.jit(flat_fn), platforms=program.platforms)(*leaves)
 
 
 def load_exported(path: str):
