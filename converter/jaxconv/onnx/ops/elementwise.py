@@ -20,6 +20,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._common import compute_in, direct, is_inf, known_values, result, unary_in, where
+from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -431,6 +432,8 @@ def float_to_int(ctx: LoweringContext, x: str, src: str, dst: str) -> str:
 def _to_bits(ctx: LoweringContext, x: str, dtype: str) -> str:
     """The same-width unsigned integer holding ``x``'s bits."""
     u = dt.same_width_unsigned(dtype)
+    if dtype in dt.FLOATS and ctx.opset < 26:
+        return float_to_bits(ctx, x, dtype)
     if dtype in dt.FLOATS:
         return ctx.op("BitCast", [x], to=dt.onnx_type(u))
     return ctx.cast_if(x, dtype, u)
@@ -438,6 +441,8 @@ def _to_bits(ctx: LoweringContext, x: str, dtype: str) -> str:
 
 def _from_bits(ctx: LoweringContext, u: str, dtype: str) -> str:
     """Reinterpret same-width unsigned bits as ``dtype``."""
+    if dtype in dt.FLOATS and ctx.opset < 26:
+        return bits_to_float(ctx, u, dtype)
     if dtype in dt.FLOATS:
         return ctx.op("BitCast", [u], to=dt.onnx_type(dtype))
     return ctx.cast_if(u, dt.same_width_unsigned(dtype), dtype)
@@ -450,18 +455,19 @@ def _check_bitcast(op: hir.Op) -> str | None:
     return None
 
 
-@lowering("stablehlo.bitcast_convert", check=_check_bitcast, onnx_ops=("BitCast", "Cast", "BitShift"))
+@lowering("stablehlo.bitcast_convert", check=_check_bitcast, onnx_ops=("BitCast", "Cast", "BitShift", "BitwiseAnd", "Gather"))
 def lower_bitcast_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Reinterpret bits: integer <-> integer by Cast at any opset; floats need BitCast (opset 26).
+    """Reinterpret bits: integer <-> integer by Cast at any opset; floats by BitCast from opset 26.
 
-    Width changes split or join little-endian pieces along a trailing dimension.
+    Below opset 26 float bits are decoded/encoded arithmetically (ops/bitcast.py): exact for every
+    non-NaN value; a NaN float gives the canonical quiet NaN bits (sign and payload are lost) and a
+    NaN bit pattern gives a NaN. Width changes split or join little-endian pieces along a trailing
+    dimension.
     """
     src, dst = op.operands[0].type.dtype, op.results[0].type.dtype
     x = inputs[0]
     if src == dst:
         return x
-    if src in dt.FLOATS or dst in dt.FLOATS:
-        ctx.require_opset(26, f"stablehlo.bitcast_convert {src} -> {dst} (ONNX BitCast)")
     sw, dw = dt.bit_width(src), dt.bit_width(dst)
     bits = _to_bits(ctx, x, src)
     if sw == dw:
