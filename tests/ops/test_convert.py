@@ -94,11 +94,79 @@ def test_bitcast_width_changes():
                         lax.bitcast_convert_type(b, jnp.uint32)), i32, u8[0])
 
 
-def test_bitcast_float_needs_opset_26():
-    from jaxconv.errors import UnsupportedError
+# Below opset 26 (no ONNX BitCast) float bits are decoded/encoded arithmetically: exact for every
+# value but NaN. A NaN float gives the canonical quiet NaN bits (those of jnp.nan), so only
+# positive canonical NaNs are compared bit for bit; NaN bit patterns give a NaN of any payload.
+def _patterns(dtype: np.dtype, nan: bool = False) -> np.ndarray:
+    """Bit patterns of ``dtype``'s width: zeros, subnormals, normal extremes, infinities, random bits."""
+    width = dtype.itemsize * 8
+    f = {16: F16, 32: F32, 64: F64}[width] if dtype != BF16 else BF16
+    u = np.dtype(f"uint{width}")
+    edges = np.array([0.0, -0.0, 1.0, -1.0, 1.5, np.inf, -np.inf, float(ml_dtypes.finfo(f).max),
+                      -float(ml_dtypes.finfo(f).max), float(ml_dtypes.finfo(f).tiny), -float(ml_dtypes.finfo(f).tiny),
+                      float(ml_dtypes.finfo(f).smallest_subnormal), -float(ml_dtypes.finfo(f).smallest_subnormal)])
+    sub = np.array([1, 2, 3, (1 << ml_dtypes.finfo(f).nmant) - 1, 1 << (ml_dtypes.finfo(f).nmant - 1)], u)
+    rng = np.random.default_rng(width)
+    bits = np.concatenate([edges.astype(f).view(u), sub, sub | u.type(1 << (width - 1)),
+                           rng.integers(0, np.iinfo(u).max, 400, dtype=u, endpoint=True)])
+    with np.errstate(invalid="ignore"):
+        keep = np.isnan(bits.view(f).astype(np.float64)) == nan
+    return bits[keep].view(dtype) if dtype.kind in "iu" else bits[keep].view(f)
 
-    with pytest.raises(UnsupportedError, match=r"bitcast_convert float32 -> int32.*opset >= 26.*--opset 26"):
-        check(lambda a: lax.bitcast_convert_type(a, jnp.int32), float_values(F32))
+
+def _floats(dtype: np.dtype) -> np.ndarray:
+    """Every non-NaN pattern of ``dtype`` plus the canonical NaN (jnp.nan)."""
+    return np.concatenate([_patterns(dtype), np.array([np.nan], dtype)])
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_bitcast_floats_without_bitcast_op(opset):
+    u32, i32 = _patterns(np.dtype(np.uint32)), _patterns(np.dtype(np.int32))
+    u16, i16 = _patterns(np.dtype(np.uint16)), _patterns(np.dtype(np.int16))
+    model = check(lambda a, b, c, d, e, f, g, h: (
+        lax.bitcast_convert_type(a, jnp.float32), lax.bitcast_convert_type(b, jnp.float32),
+        lax.bitcast_convert_type(c, jnp.uint32), lax.bitcast_convert_type(c, jnp.int32),
+        lax.bitcast_convert_type(d, jnp.bfloat16), lax.bitcast_convert_type(d, jnp.float16),
+        lax.bitcast_convert_type(e, jnp.uint16), lax.bitcast_convert_type(f, jnp.int16),
+        lax.bitcast_convert_type(g, jnp.bfloat16), lax.bitcast_convert_type(h, jnp.float16)),
+        u32, i32, _floats(F32), u16, _floats(BF16), _floats(F16), i16, _patterns(np.dtype(np.int16)), opset=opset)
+    assert "BitCast" not in {n.op_type for n in model.graph.node}
+
+
+def test_bitcast_nan_patterns_without_bitcast_op():
+    """NaN bit patterns (any sign or payload) give NaN; NaN floats give the bits of jnp.nan."""
+    u32, u16 = _patterns(np.dtype(np.uint32), nan=True), _patterns(np.dtype(np.uint16), nan=True)
+    assert u32.size > 0 and u16.size > 0
+    check(lambda a, b: (lax.bitcast_convert_type(a, jnp.float32), lax.bitcast_convert_type(b, jnp.float16),
+                        lax.bitcast_convert_type(b, jnp.bfloat16)), u32.view(np.uint32), u16.view(np.uint16))
+    from jaxconv.onnx.convert import program_to_onnx
+    from jaxconv.program import trace
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    fn = lambda x: lax.bitcast_convert_type(x, jnp.uint32)  # noqa: E731
+    nans = u32.view(np.float32)
+    model = program_to_onnx(trace(fn, [Spec(nans.shape, nans.dtype)]), 21)
+    (got,) = OnnxRunner(model.SerializeToString()).run([nans])
+    canonical = np.asarray(jax.jit(fn)(np.array([np.nan], np.float32)))
+    assert np.all(got == canonical), "a NaN float gives the canonical quiet NaN bits below opset 26"
+
+
+def test_bitcast_width_changes_without_bitcast_op(x64):
+    f32 = _floats(F32)[:400].reshape(20, 20)
+    u8 = np.random.default_rng(1).integers(0, 256, (7, 4), dtype=np.uint8)
+    f64 = _floats(F64)
+    check(lambda a, b, c: (lax.bitcast_convert_type(a, jnp.uint8), lax.bitcast_convert_type(a, jnp.bfloat16),
+                           lax.bitcast_convert_type(b, jnp.float32), lax.bitcast_convert_type(c, jnp.uint16),
+                           lax.bitcast_convert_type(c, jnp.float32)), f32, u8, f64, opset=21)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_bitcast_x64_without_bitcast_op(x64, opset):
+    u64, i64 = _patterns(np.dtype(np.uint64)), _patterns(np.dtype(np.int64))
+    f64 = _floats(F64)
+    check(lambda a, b, c: (lax.bitcast_convert_type(a, jnp.float64), lax.bitcast_convert_type(b, jnp.float64),
+                           lax.bitcast_convert_type(c, jnp.uint64), lax.bitcast_convert_type(c, jnp.int64)),
+          u64, i64, f64, opset=opset)
 
 
 def test_bitcast_x64(x64):
