@@ -11,6 +11,11 @@ import numpy as np
 from jaxconv.errors import ArtifactError
 
 _OUTPUT_INDEX = re.compile(r"^output_(\d+)$")
+# MLIR diagnostic inside TF's message, e.g. ``model.py:3:4: error: unregistered operation ...``.
+_MLIR_ERROR = re.compile(r"(?:^|\s)error: (.+)$")
+# Lines of TF's runtime error that only say where it happened.
+_TF_NOISE = re.compile(r"^(Graph execution error:|Detected at node|<stack traces unavailable>|Node: |\[\[|File \")")
+_TF_SUFFIX = re.compile(r"\s*(\[\[.*?\]\]|\[Op:[^\]]*\])\s*$")
 
 
 def output_order(names: Sequence[str]) -> list[str]:
@@ -60,18 +65,43 @@ class SavedModelRunner:
         """Run on flat inputs in signature order; returns the outputs in order."""
         import tensorflow as tf
 
+        from jaxconv.tf.saved_model import quiet_stderr
+
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the SavedModel takes {len(self.input_names)} inputs, got {len(inputs)}")
         try:
             feed: dict[str, Any] = {}
             for name, dtype, a in zip(self.input_names, self.input_dtypes, inputs):
                 feed[name] = tf.constant(np.asarray(a), dtype=dtype)
-            out = self._fn(**feed)
+            with quiet_stderr():
+                out = self._fn(**feed)
         except Exception as e:
-            raise ArtifactError(f"running the SavedModel failed: {type(e).__name__}: {_first_line(e)}") from None
+            raise ArtifactError(f"running the SavedModel failed: {type(e).__name__}: {error_cause(e)}") from None
         return [np.asarray(out[n].numpy()) for n in self.output_names]
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def error_cause(e: BaseException) -> str:
+    """The line of a TF runtime error that says what went wrong, not where.
+
+    TF's message starts with ``Graph execution error:`` and node locations; the cause is the first
+    MLIR ``error:`` (e.g. an op the StableHLO reader does not know), else the first other line
+    (e.g. ``No FFI handler registered for lapack_spotrf_ffi ...``).
+    """
+    lines = [line.strip() for line in str(e).splitlines()]
+    for line in lines:
+        m = _MLIR_ERROR.search(line)
+        if m:
+            return m.group(1).strip()[:300]
+    for line in lines:
+        if line and not _TF_NOISE.match(line):
+            cause = line
+            while (trimmed := _TF_SUFFIX.sub("", cause)) != cause:
+                cause = trimmed
+            if cause:
+                return cause[:300]
+    return _first_line(e)
