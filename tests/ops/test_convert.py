@@ -169,6 +169,40 @@ def test_bitcast_x64_without_bitcast_op(x64, opset):
           u64, i64, f64, opset=opset)
 
 
+# jax.random with threefry keys bitcasts random bits to floats: it runs at the default opset.
+def _key_data() -> np.ndarray:
+    return np.asarray(jax.random.key_data(jax.random.key(0)))
+
+
+def test_random_programs_default_opset():
+    from lowering_check import assert_onnx_matches_jax
+
+    def exact(k):
+        k1, k2, k3 = jax.random.split(jax.random.wrap_key_data(k), 3)
+        return (jax.random.uniform(k1, (256,)), jax.random.uniform(k2, (64,), jnp.bfloat16),
+                jax.random.uniform(k3, (64,), jnp.float16), jax.random.bernoulli(k3, 0.3, (256,)))
+
+    def normal(k):
+        k1, k2 = jax.random.split(jax.random.wrap_key_data(k))
+        return jax.random.normal(k1, (256,)), jax.random.normal(k2, (64,), jnp.bfloat16)
+
+    check(exact, _key_data())
+    assert_onnx_matches_jax(normal, _key_data())
+    assert_onnx_matches_jax(lambda seed: jax.random.uniform(jax.random.PRNGKey(seed), (4, 8)), np.int32(7))
+
+
+def test_random_x64_default_opset(x64):
+    from lowering_check import assert_onnx_matches_jax
+
+    def f(k):
+        k1, k2 = jax.random.split(jax.random.wrap_key_data(k))
+        return (jax.random.uniform(k1, (128,), jnp.float64), jax.random.normal(k2, (128,), jnp.float64),
+                jax.random.bernoulli(k2, 0.5, (64,)))
+
+    check(lambda k: f(k)[::2], _key_data())
+    assert_onnx_matches_jax(f, _key_data())
+
+
 def test_bitcast_x64(x64):
     f64 = float_values(F64)
     check(lambda a: (lax.bitcast_convert_type(a, jnp.int64), lax.bitcast_convert_type(a, jnp.uint32),
