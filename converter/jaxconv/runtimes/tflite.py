@@ -116,6 +116,8 @@ class TFLiteRunner:
         self.signature = read_signature(path_or_bytes) if not isinstance(path_or_bytes, str) or os.path.isfile(
             path_or_bytes) else None
         self.delegates = True
+        outputs = self.signature.outputs if self.signature is not None else ()
+        self._output_shapes = {t.name: tuple(t.shape) for t in outputs if all(isinstance(d, int) for d in t.shape)}
         self._prepare()
         details = self._runner.get_input_details()
         self.input_dtypes = [np.dtype(details[n]["dtype"]) for n in self.input_names]
@@ -150,7 +152,17 @@ class TFLiteRunner:
             self.delegates = False
             self._prepare()
             return self.run(inputs)
-        return [np.array(out[n]) for n in self.output_names]
+        return [self._as_stored_shape(n, np.array(out[n])) for n in self.output_names]
+
+    def _as_stored_shape(self, name: str, value: np.ndarray) -> np.ndarray:
+        """The output in the program's static shape (TFLite gives ``[1]`` for some scalars).
+
+        Only a static stored shape with the same element count is applied.
+        """
+        stored = self._output_shapes.get(name)
+        if stored is None or value.shape == stored or value.size != int(np.prod(stored, dtype=np.int64)):
+            return value
+        return value.reshape(stored)
 
 
 def _first_line(e: BaseException) -> str:
