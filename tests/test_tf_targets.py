@@ -208,7 +208,91 @@ def test_quantized_models_run_and_are_close(mode, tmp_path):
     assert len(quantized) < 0.7 * len(plain)  # weights stored in 16 or 8 bits
 
 
+# ------------------------------------------------------------------ ops JAX exports as stablehlo.composite
+
+
+def composites(x):
+    values, indices = lax.top_k(x, 3)
+    return {"sinh": jnp.sinh(x), "erf": jax.scipy.special.erf(x), "top_k": values, "top_k_index": indices}
+
+
+def test_composite_ops_run_in_saved_model_and_tflite(tmp_path):
+    from jaxconv.tf.saved_model import describe_ops
+
+    program = trace(composites, ["f32[4,6]"])
+    reports = _both(program, tmp_path)  # both checked against jax.jit
+    assert [len(r.rows) for r in reports] == [4, 4]
+    ops = describe_ops(str(tmp_path / "sm"))
+    assert ops["XlaCallModule"] == 1 and "stablehlo.composite" not in ops, ops
+
+
+def test_composites_become_calls_only_inside_the_block():
+    """Guards the private JAX function the rewrite wraps: JAX still emits composites, the block removes them."""
+    from jaxconv.tf.saved_model import composites_as_calls
+
+    def export():
+        spec = jax.ShapeDtypeStruct((3,), jnp.float32)
+        return jax.export.export(jax.jit(jnp.sinh), platforms=["cpu"])(spec).mlir_module()
+
+    assert 'stablehlo.composite "chlo.sinh"' in export()
+    with composites_as_calls():
+        text = export()
+    assert "stablehlo.composite" not in text and "call @chlo.sinh.impl" in text
+    assert 'stablehlo.composite "chlo.sinh"' in export()
+
+
 # ------------------------------------------------------------------ failures
+
+
+def cholesky(x):
+    return jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(x.shape[0], dtype=x.dtype))
+
+
+def test_saved_model_runner_error_names_the_real_cause(tmp_path):
+    from jaxconv.runtimes.tf import SavedModelRunner
+
+    path = api.to_saved_model(cholesky, "f32[3,3]", path=str(tmp_path / "sm"), check=False)
+    with pytest.raises(ArtifactError) as err:
+        SavedModelRunner(path).run([np.eye(3, dtype=np.float32)])
+    msg = str(err.value)
+    assert "\n" not in msg and "Graph execution error" not in msg, msg
+    assert msg.startswith("running the SavedModel failed: ") and "No FFI handler registered for lapack_spotrf" in msg
+
+
+def test_saved_model_runner_reports_mlir_error_line(tmp_path, monkeypatch):
+    import contextlib
+
+    from jaxconv.runtimes.tf import SavedModelRunner
+    from jaxconv.tf import saved_model
+
+    monkeypatch.setattr(saved_model, "composites_as_calls", contextlib.nullcontext)  # keep the composite
+    path = api.to_saved_model(hyperbolic, "f32[3]", path=str(tmp_path / "sm"), check=False)
+    with pytest.raises(ArtifactError) as err:
+        SavedModelRunner(path).run([np.ones(3, dtype=np.float32)])
+    msg = str(err.value)
+    assert "\n" not in msg and "unregistered operation 'vhlo.composite_v2'" in msg, msg
+
+
+def hyperbolic(x):
+    return jnp.sinh(x) + 1
+
+
+def scalar_math(x, n):
+    return jnp.sin(x) * n, x + 1, jnp.sum(n)
+
+
+def test_tflite_scalar_outputs_keep_their_shape():
+    from jaxconv.runtimes.tflite import TFLiteRunner
+
+    reports: list = []
+    data = api.to_tflite(scalar_math, "f32[]", "f32[2]", report_to=reports)  # checked against jax.jit
+    assert reports[0].ok and [row.shape for row in reports[0].rows] == [(2,), (), ()]
+    x, n = np.float32(0.5), np.array([1.0, 2.0], np.float32)
+    outs = TFLiteRunner(data).run([x, n])
+    assert [o.shape for o in outs] == [(2,), (), ()]
+    expected = jax.jit(scalar_math)(x, n)
+    for got, want in zip(outs, expected):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6)
 
 
 def sorts(x):
@@ -216,11 +300,11 @@ def sorts(x):
     return jnp.sort(y, axis=1)
 
 
-def hyperbolic(x):
-    return jnp.sinh(x) + 1
+def spectrum(x):
+    return jnp.abs(jnp.fft.fft(x))
 
 
-@pytest.mark.parametrize("fn, op, offset", [(sorts, "stablehlo.sort x1", 2), (hyperbolic, "chlo.sinh x1", 1)])
+@pytest.mark.parametrize("fn, op, offset", [(sorts, "stablehlo.sort x1", 2), (spectrum, "stablehlo.fft x1", 1)])
 def test_legalization_failure_names_op_and_source_line(fn, op, offset, tmp_path):
     line = inspect.getsourcelines(fn)[1] + offset
     out = tmp_path / "m.tflite"
