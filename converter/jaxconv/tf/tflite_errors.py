@@ -7,7 +7,7 @@ The converter reports MLIR diagnostics such as::
     ...
     /home/me/model.py:12:8: note: see current operation: %2 = "vhlo.sort_v1"(%arg0) ...
 
-When the StableHLO inside jax2tf's ``XlaCallModule`` cannot even be read (composites such as
+When the StableHLO inside jax2tf's ``XlaCallModule`` cannot even be read (composites from
 ``chlo.sinh``, LAPACK custom calls), it only says that ``tf.XlaCallModule`` is not a builtin; the
 culprits are then found by scanning the program's StableHLO.
 """
