@@ -270,7 +270,9 @@ def converter_error(program: Program, message: str, stderr: str, *, allow_flex: 
         first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
         return ConversionError(f"the TFLite converter failed: {first[:300]}")
     hint = "convert to SavedModel or ONNX instead"
-    if not allow_flex and all(f.needs_flex for f in failures):
+    if any(f.op.startswith("stablehlo.custom_call @lapack_") for f in failures):
+        hint = "a SavedModel cannot run JAX's LAPACK custom calls either; try ONNX"
+    elif not allow_flex and all(f.needs_flex for f in failures):
         hint = "these are TF ops: retry with --allow-flex (allow_flex=True), or convert to SavedModel or ONNX"
     if unreadable:
         hint += " (the converter stops at these; other ops may fail once they are gone)"
