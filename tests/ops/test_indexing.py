@@ -295,3 +295,8 @@ def test_argmax_3d_and_int64_index():
 
 def test_argmax_of_empty_batch():
     assert_onnx_matches_jax(lambda x: jnp.argmax(x, axis=1), np.zeros((0, 3), np.float32))
+
+
+def test_float16_argmax_after_log_chain():
+    a = np.random.default_rng(0).uniform(0.05, 0.95, (5, 4)).astype(np.float16)
+    assert_onnx_matches_jax(lambda a: jnp.argmax(-jnp.log(-jnp.log(a)), -1), a)
