@@ -157,6 +157,8 @@ LIMITATIONS: dict[tuple[str, str, str], str] = {
     ("op.complex.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): "XLA's backend-defined bit generator cannot be reproduced bit-exactly",
     ("edge.exp_log_special", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
+    ("edge.sign_neg_zero", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
+    ("sym.cumsum", "onnx", ANY_DEVICE): "jnp.cumsum along a symbolic axis: the window size depends on the symbolic dimension",
     ("edge.max_min_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
     ("edge.reduce_max_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
     ("op.linalg.qr", "onnx", ANY_DEVICE): "Householder QR (LAPACK geqrf/orgqr) has no ONNX lowering",
