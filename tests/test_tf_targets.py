@@ -228,7 +228,7 @@ def test_composite_ops_run_in_saved_model_and_tflite(tmp_path):
 
 def test_composites_become_calls_only_inside_the_block():
     """Guards the private JAX function the rewrite wraps: JAX still emits composites, the block removes them."""
-    from jaxconv.tf.saved_model import composites_as_calls
+    from jaxconv.stablehlo.composites import composites_as_calls
 
     def export():
         spec = jax.ShapeDtypeStruct((3,), jnp.float32)
