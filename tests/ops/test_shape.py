@@ -15,33 +15,7 @@ from lowering_check import onnx_op_types
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]
-WIDE = {"float64", "int64", "uint64"}
-
-
-def np_dtype(name: str) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def data(shape, dtype: str, seed: int = 0) -> np.ndarray:
-    """Distinct-ish values of ``dtype`` (bool alternates)."""
-    rng = np.random.default_rng(seed)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if np.issubdtype(np_dtype(dtype), np.integer):
-        return rng.integers(0, 100, size=shape).astype(dtype)
-    return rng.normal(size=shape).astype(np_dtype(dtype))
-
-
-@contextlib.contextmanager
-def x64_for(dtype: str):
-    """jax_enable_x64 for 64-bit dtypes (JAX narrows them otherwise), restored afterwards."""
-    before = jax.config.jax_enable_x64
-    if dtype in WIDE:
-        jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", before)
+from dtype_support import WIDE, data, np_dtype, x64_for  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
