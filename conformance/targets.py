@@ -118,6 +118,7 @@ def _trace(case: Case, platform: str):
 def _make_runner(case: Case, target: str, device: str, program: Any, tmp: str) -> Any:
     """Convert (and validate) then load; returns a Runner."""
     from jaxconv import api
+    from jaxconv.runtimes import open_artifact
 
     if target == "stablehlo":
         base = os.path.join(tmp, "model")
@@ -128,23 +129,11 @@ def _make_runner(case: Case, target: str, device: str, program: Any, tmp: str) -
     if target == "saved-model":
         path = os.path.join(tmp, "saved_model")
         _stage("convert", lambda: api.to_saved_model(program, path=path, check=False))
-
-        def load() -> Any:
-            from jaxconv.runtimes.tf import SavedModelRunner
-
-            return SavedModelRunner(path)
-
-        return _stage("load", load)
+        return _stage("load", lambda: open_artifact(path))
     if target == "tflite":
         path = os.path.join(tmp, "model.tflite")
         _stage("convert", lambda: api.to_tflite(program, path=path, check=False))
-
-        def load_tfl() -> Any:
-            from jaxconv.runtimes.tflite import TFLiteRunner
-
-            return TFLiteRunner(path)
-
-        return _stage("load", load_tfl)
+        return _stage("load", lambda: open_artifact(path))
     if target == "onnx":
         from jaxconv.onnx import convert
 

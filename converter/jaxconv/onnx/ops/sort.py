@@ -355,13 +355,7 @@ def lower_sort(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]
     axis = op.attrs.get("dimension", 0) % max(op.operands[0].type.rank, 1)
     types = [v.type for v in op.operands]
     perm, values = sort_permutation(ctx, inputs, types, keys, axis)
-    outs = []
-    for i, (x, t) in enumerate(zip(inputs, types)):
-        if i == keys[0].operand and values is not None:
-            outs.append(values)
-        else:
-            outs.append(gather_sorted(ctx, x, t.dtype, perm, axis))
-    return outs
+    return _sorted_operands(ctx, inputs, types, keys, perm, values, axis)
 
 
 @custom_call_target("ApproxTopK")
@@ -386,10 +380,11 @@ def lower_approx_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> l
     axis = int(config.get("reduction_dim", types[0].rank - 1)) % types[0].rank
     k = int(config["top_k"])
     perm, values = sort_permutation(ctx, operands, types, keys, axis, k)
-    outs = []
-    for i, (x, t) in enumerate(zip(operands, types)):
-        if i == keys[0].operand and values is not None:
-            outs.append(values)
-        else:
-            outs.append(gather_sorted(ctx, x, t.dtype, perm, axis))
-    return outs
+    return _sorted_operands(ctx, operands, types, keys, perm, values, axis)
+
+
+def _sorted_operands(ctx: LoweringContext, operands: list[str], types: list[hir.TensorType], keys: list,
+                     perm: str, values: str | None, axis: int) -> list[str]:
+    """Every operand reordered by ``perm``; the primary key reuses the sorted ``values`` when there are some."""
+    return [values if i == keys[0].operand and values is not None else gather_sorted(ctx, x, t.dtype, perm, axis)
+            for i, (x, t) in enumerate(zip(operands, types))]
