@@ -1,0 +1,139 @@
+"""Fuzz one program: generate, evaluate on each target, minimise and classify what fails.
+
+``fuzz_task`` runs in a pool worker and returns one JSON-able record per target. A
+failure's class is ``op/dtype/kind`` of its minimised form (``where/f32/signed-zero``,
+``pad_edge/u8/crash``); ``verdict`` is ``silent`` when jaxconv's own default check passed
+the artifact and ``caught`` when it reported a mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from conformance.fuzz import known, reproducer
+from conformance.fuzz.generate import generate
+from conformance.fuzz.minimise import Failure, flush_subnormals, minimise
+from conformance.fuzz.program import SHORT, FuzzProgram
+from conformance.fuzz.run import attempt, evaluate
+
+REPRODUCERS_PER_CLASS = 3
+
+
+def program_seed(seed: int, k: int) -> int:
+    """The seed of program ``k`` of a run started with ``--seed seed``."""
+    return seed * 1_000_003 + k
+
+
+def class_of(failure: Failure, target: str) -> str:
+    """``op/dtype/kind`` of a minimised failure, prefixed by the target unless it is ONNX."""
+    p = failure.program
+    out = p.outputs[failure.diff.output] if failure.diff is not None and failure.diff.output < len(p.outputs) else p.outputs[-1]
+    producer = next((s for s in p.steps if s.out == out), p.steps[-1] if p.steps else None)
+    ops = [s.op for s in p.steps]
+    if len(ops) > 3:
+        ops = ops[:2] + ["..", ops[-1]]
+    name = "+".join(ops) if ops else "identity"
+    dtype = SHORT[p.types[producer.args[0]].dtype] if producer is not None and producer.args else "-"
+    kind = "crash" if failure.status == "crash" else (failure.diff.kind if failure.diff else "?")
+    prefix = "" if target == "onnx" else f"{target}:"
+    return f"{prefix}{name}/{dtype}/{kind}"
+
+
+def describe(failure: Failure) -> str:
+    """One line: the ops, the input specs and what differs."""
+    p = failure.program
+    specs = ", ".join(f"v{i}={p.types[i].spec}" for i in p.inputs)
+    what = failure.detail if failure.status == "crash" or failure.diff is None else failure.diff.line()
+    small = [f"v{i}={_short(a)}" for i, a in zip(p.inputs, failure.inputs) if a.size <= 4]
+    return f"{' -> '.join(p.ops()) or 'identity'} on {specs}: {what}" + (f"; inputs {', '.join(small)}" if small else "")
+
+
+def _short(a: Any) -> str:
+    import numpy as np
+
+    return np.array2string(np.asarray(a), separator=",", threshold=8).replace("\n", "")
+
+
+def _reproducers_written(folder: str, klass: str) -> int:
+    path = os.path.join(folder, reproducer.slug(klass))
+    return len(os.listdir(path)) if os.path.isdir(path) else 0
+
+
+def fuzz_task(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Fuzz one program on each target in ``task['targets']``; one record per target."""
+    from conformance.worker import _quiet_runtimes
+
+    _quiet_runtimes()
+    seed = task["seed"]
+    program = generate(seed)
+    records = []
+    for target in task["targets"]:
+        start = time.perf_counter()
+        rec = fuzz_program(program, seed, target, task["out"], task.get("minimise", True))
+        rec["seconds"] = round(time.perf_counter() - start, 3)
+        records.append(rec)
+    return records
+
+
+def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_minimise: bool = True) -> dict[str, Any]:
+    """Evaluate, and for a mismatch or crash minimise, classify and maybe write a reproducer."""
+    outcome = evaluate(program, target, seed)
+    rec: dict[str, Any] = {"seed": seed, "target": target, "status": outcome.status, "detail": outcome.detail[:300],
+                           "ops": program.ops()}
+    if outcome.status not in ("mismatch", "crash"):
+        return rec
+    if outcome.status == "crash":
+        from conformance.fuzz.generate import input_values
+
+        failure = Failure(program, input_values(program, "normal", seed), "crash", detail=outcome.detail)
+        rec["verdict"] = "crash"
+    else:
+        failure = Failure(program, outcome.inputs, "mismatch", outcome.diff, outcome.detail, outcome.expected, outcome.actual)
+        rec["verdict"] = "silent" if outcome.check == "ok" else "caught"
+        rec["input_set"] = outcome.input_set
+    small = failure
+    if do_minimise:
+        small = minimise(failure, target, full=False)
+        small = _relabel_subnormal(small, target)
+    klass = class_of(small, target)
+    rec["class"] = klass
+    row = known.match(klass)
+    rec["known"] = row.reason if row else ""
+    if do_minimise and not row and _reproducers_written(folder, klass) < REPRODUCERS_PER_CLASS:
+        small = minimise(small, target, full=True, max_tries=80, max_seconds=30)
+        small = _fill_outputs(small, target)
+        rec["description"] = describe(small)
+        rec["reproducer"] = reproducer.write(small, klass, rec["verdict"], rec["description"], target, folder, f"seed{seed}")
+    else:
+        rec["description"] = describe(small)
+    return rec
+
+
+def _relabel_subnormal(failure: Failure, target: str) -> Failure:
+    """A mismatch that disappears when subnormal inputs are flushed to zero is of kind ``subnormal``."""
+    if failure.status != "mismatch" or failure.diff is None or failure.diff.kind in ("subnormal", "load-error", "run-error"):
+        return failure
+    flushed = flush_subnormals(failure.inputs)
+    if flushed is None:
+        return failure
+    try:
+        status, *_ = attempt(failure.program, target, flushed)
+    except Exception:  # noqa: BLE001
+        return failure
+    if status == "ok":
+        failure.diff.kind = "subnormal"
+    return failure
+
+
+def _fill_outputs(failure: Failure, target: str) -> Failure:
+    """Make sure expected/actual belong to the final program (the minimiser's last try)."""
+    if failure.status != "mismatch" or failure.expected:
+        return failure
+    try:
+        _, diff, expected, actual, detail = attempt(failure.program, target, failure.inputs)
+    except Exception:  # noqa: BLE001
+        return failure
+    failure.expected, failure.actual = expected, actual
+    return failure

@@ -1,0 +1,209 @@
+"""Convert one fuzz program to a target, run it on every input set, compare with jax.jit.
+
+The result is an ``Outcome``: ``ok``, ``mismatch`` (with the first difference), ``unsupported``
+(jaxconv refused the program with exit 6: a counted category, not a failure), ``crash``
+(any other converter error: exit 7 or an internal exception), or ``invalid`` (jax itself
+cannot trace, export or run the program: a generator miss, not counted against jaxconv).
+A produced artifact that ONNX Runtime cannot load or run is a mismatch of kind
+``load-error`` / ``run-error``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from conformance.fuzz.compare import Diff, compare_all
+from conformance.fuzz.generate import INPUT_SETS, input_values
+from conformance.fuzz.program import FuzzProgram
+
+TARGETS = ("onnx", "tflite", "saved-model")
+
+
+class Invalid(Exception):
+    """jax cannot trace, export or run the program: not a jaxconv problem."""
+
+
+class Refused(Exception):
+    """jaxconv refused the program as unsupported (exit 6)."""
+
+
+class Crashed(Exception):
+    """The converter failed: exit 7 or an internal exception."""
+
+
+@dataclass
+class Outcome:
+    status: str
+    target: str
+    detail: str = ""
+    diff: Diff | None = None
+    input_set: str = ""
+    inputs: list[np.ndarray] = field(default_factory=list)
+    expected: list[np.ndarray] = field(default_factory=list)
+    actual: list[np.ndarray] = field(default_factory=list)
+    check: str = ""
+
+
+def reference(program: FuzzProgram, inputs: Sequence[np.ndarray], fn: Callable[..., Any] | None = None) -> list[np.ndarray]:
+    """jax.jit of the program on ``inputs``; raises Invalid when jax fails."""
+    import jax
+
+    jax.config.update("jax_enable_x64", program.uses_x64())
+    try:
+        out = jax.jit(fn or program.function())(*[jax.numpy.asarray(a) for a in inputs])
+        return [np.asarray(o) for o in out]
+    except Exception as e:  # noqa: BLE001  (jax rejecting the program is the generator's miss)
+        raise Invalid(f"jax.jit failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
+
+
+def trace(program: FuzzProgram, fn: Callable[..., Any] | None = None) -> Any:
+    """jaxconv's Program for the fuzz program (jax.export under the hood)."""
+    import jax
+
+    from jaxconv.errors import TraceError
+    from jaxconv.program import trace as jc_trace
+
+    jax.config.update("jax_enable_x64", program.uses_x64())
+    try:
+        return jc_trace(fn or program.function(), program.specs(), name="f", param_names=[f"v{i}" for i in program.inputs])
+    except TraceError as e:
+        raise Invalid(str(e)) from e
+
+
+def convert(program: Any, target: str, tmp: str) -> Any:
+    """Convert a traced program and open a runner for it; raises Refused, Crashed or LoadFailed."""
+    from jaxconv import api
+    from jaxconv.errors import ArtifactError, JaxconvError, MissingDependencyError, UnsupportedError
+    from jaxconv.runtimes import open_artifact
+
+    try:
+        if target == "onnx":
+            from jaxconv.onnx import convert as onnx_convert
+
+            model = onnx_convert.program_to_onnx(program)
+            onnx_convert.validate(model)
+            data = model.SerializeToString()
+        elif target == "tflite":
+            path = os.path.join(tmp, "model.tflite")
+            api.to_tflite(program, path=path, check=False)
+        elif target == "saved-model":
+            path = os.path.join(tmp, "saved_model")
+            api.to_saved_model(program, path=path, check=False)
+        else:
+            raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    except (UnsupportedError, MissingDependencyError) as e:
+        raise Refused(_first_line(e)) from e
+    except JaxconvError as e:
+        raise Crashed(f"{type(e).__name__} (exit {e.exit_code}): {_first_line(e)}") from e
+    except Exception as e:  # noqa: BLE001  (an internal error is a converter crash)
+        raise Crashed(f"internal {type(e).__name__}: {_first_line(e)}") from e
+    try:
+        if target == "onnx":
+            from jaxconv.runtimes.onnxrt import OnnxRunner
+
+            return OnnxRunner(data)
+        return open_artifact(path)
+    except ArtifactError as e:
+        raise LoadFailed(_first_line(e)) from e
+
+
+class LoadFailed(Exception):
+    """The runtime cannot load the artifact jaxconv wrote."""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def run_artifact(runner: Any, inputs: Sequence[np.ndarray], kept: Sequence[int]) -> list[np.ndarray]:
+    """The runner's outputs; raises RunFailed."""
+    try:
+        return [np.asarray(o) for o in runner.run([inputs[k] for k in range(len(inputs))])]
+    except Exception as e:  # noqa: BLE001
+        raise RunFailed(_first_line(e)) from e
+
+
+class RunFailed(Exception):
+    """The runtime failed while running the artifact."""
+
+
+def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> tuple[str, Diff | None, list, list, str]:
+    """Convert and run ``program`` on one input set.
+
+    Returns:
+        (status, diff, expected, actual, detail); status is ok, mismatch, unsupported, crash or invalid.
+    """
+    fn = program.function()
+    try:
+        expected = reference(program, inputs, fn)
+        traced = trace(program, fn)
+    except Invalid as e:
+        return "invalid", None, [], [], str(e)
+    with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
+        try:
+            runner = convert(traced, target, tmp)
+        except Refused as e:
+            return "unsupported", None, expected, [], str(e)
+        except Crashed as e:
+            return "crash", None, expected, [], str(e)
+        except LoadFailed as e:
+            return "mismatch", Diff(0, "load-error", expected=None, actual=str(e)), expected, [], str(e)
+        try:
+            actual = run_artifact(runner, inputs, traced.kept_inputs)
+        except RunFailed as e:
+            return "mismatch", Diff(0, "run-error", expected=None, actual=str(e)), expected, [], str(e)
+    diff = compare_all(expected, actual)
+    return ("mismatch" if diff else "ok"), diff, expected, actual, diff.line() if diff else ""
+
+
+def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] = INPUT_SETS) -> Outcome:
+    """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict."""
+    fn = program.function()
+    try:
+        traced = trace(program, fn)
+    except Invalid as e:
+        return Outcome("invalid", target, str(e))
+    with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
+        try:
+            runner = convert(traced, target, tmp)
+        except Refused as e:
+            return Outcome("unsupported", target, str(e))
+        except Crashed as e:
+            return Outcome("crash", target, str(e))
+        except LoadFailed as e:
+            inputs = input_values(program, sets[0], seed)
+            return Outcome("mismatch", target, str(e), Diff(0, "load-error", actual=str(e)), sets[0], inputs, check="mismatch")
+        for kind in sets:
+            inputs = input_values(program, kind, seed)
+            try:
+                expected = reference(program, inputs, fn)
+            except Invalid as e:
+                return Outcome("invalid", target, str(e))
+            try:
+                actual = run_artifact(runner, inputs, traced.kept_inputs)
+            except RunFailed as e:
+                diff = Diff(0, "run-error", actual=str(e))
+                return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [], default_check(traced, runner))
+            diff = compare_all(expected, actual)
+            if diff is not None:
+                return Outcome("mismatch", target, diff.line(), diff, kind, inputs, expected, actual,
+                               default_check(traced, runner))
+    return Outcome("ok", target)
+
+
+def default_check(traced: Any, runner: Any) -> str:
+    """What ``jaxconv check`` (default inputs and tolerances) says about the artifact: ok or mismatch."""
+    from jaxconv.verify import check_runner
+
+    try:
+        report = check_runner(runner, "artifact", traced.fn, traced.arg_specs, traced.signature,
+                              constraints=traced.constraints)
+    except Exception:  # noqa: BLE001  (a check that errors has caught the problem)
+        return "mismatch"
+    return "ok" if report.ok else "mismatch"
