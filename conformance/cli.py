@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.suggest_limitations:
         for c in cell_results:
             if c.status == "fail":
-                print(f'    ("{c.case}", "{c.target}", "{c.device}"): "{c.stage}: {c.error[:90]}",')
+                print(limitations.suggest(c))
     filtered = bool(args.keyword) or args.no_cases or args.targets != list(TARGETS) or args.devices != list(DEVICES) or args.no_slow \
         or not args.testdata
     if args.check:
@@ -180,11 +180,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     xpass = [r for r in bad if r.status == "xpass"]
     for r in xpass:
         print(f"XPASS (strict): {r.case} on {r.target}/{r.device} passes but limitations.py says: {r.reason}", file=sys.stderr)
+    for r in bad:
+        if r.status == "fail" and r.reason:
+            print(f"FAIL: {r.case} on {r.target}/{r.device} is {r.reason}", file=sys.stderr)
     limitations.validate(limitations.LIMITATIONS)
     return 1 if bad else 0
 
 
 def _print_summary(data: dict, elapsed: float) -> None:
+    from conformance import testdata
+
     print(f"conformance: {len(data['cells'])} cells in {elapsed:.0f} s; GPU: {data['gpu']}")
     for target, devices in data["summary"].items():
         for device, row in devices.items():
@@ -192,4 +197,5 @@ def _print_summary(data: dict, elapsed: float) -> None:
     td = data.get("testdata")
     if td:
         t = td["summary"]["total"]
-        print(f"  stablehlo testdata: pass {t['pass']}  fail {t['fail']}  unsupported {t['unsupported']}")
+        print(f"  stablehlo testdata: pass {t['pass']}  {testdata.RAN_LABEL} {t['ran']}  fail {t['fail']}  "
+              f"unsupported {t['unsupported']}")

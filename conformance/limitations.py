@@ -1,168 +1,292 @@
-"""Known limitations: (case, target[, device]) -> the reason it is expected to fail.
+"""Known limitations: (case, target[, device]) -> the failure expected there, and why.
 
-Keys may use shell-style wildcards in the case part (``dtype.bf16.*``). A limited cell that
-fails is reported as ``xfail (reason)``; a limited cell that passes fails the run, so a
+Keys may use shell-style wildcards in the case part (``dtype.bf16.*``). Every row names its
+expected failure, so a new bug in a limited cell is not hidden by the known one:
+
+- ``fails(stage, pattern, reason)``: the cell stops at ``stage`` (export, convert, validate,
+  load, run) with a one-line error that ``re.search(pattern, error)`` finds;
+- ``differs(reason, outputs=..., classes=...)``: the cell runs and only the named outputs
+  differ from jax.jit, only in elements of the named classes (``conformance.elements``:
+  nan, inf, signed-zero, subnormal, value, shape, dtype), optionally within ``max_abs``.
+
+A limited cell that fails as its row says is ``xfail``; one that fails another way is ``fail``
+(its reason says what the row expected); one that passes is ``XPASS`` and fails the run, so a
 row must be deleted as soon as the converter handles it. Every row needs a reason.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from typing import Mapping
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from conformance.elements import CLASSES
+from conformance.results import STAGES
 
 ANY_DEVICE = "*"
 
-_COMPLEX_ORT = "ONNX Runtime has no complex types"
-_FTZ = "denormal inputs: XLA CPU flushes them to zero, {} does not"
 
-# The TFLite converter's StableHLO legalization and LiteRT's kernels, by reason (measured with TF 2.21 and
+@dataclass(frozen=True)
+class Limitation:
+    """One row's expected failure.
+
+    Attributes:
+        reason: why the cell cannot pass (shown in the report).
+        stage: the stage it stops at (one of ``results.STAGES``).
+        pattern: a regular expression searched in the cell's one-line error ("" for compare rows
+            that name outputs or classes instead).
+        outputs: compare rows: the output indices allowed to differ (empty: any).
+        classes: compare rows: the element classes allowed to differ (empty: any).
+        max_abs: compare rows: the largest absolute error allowed (None: no bound).
+    """
+
+    reason: str
+    stage: str
+    pattern: str = ""
+    outputs: tuple[int, ...] = ()
+    classes: frozenset[str] = frozenset()
+    max_abs: float | None = None
+
+    def expected(self) -> str:
+        """The expected failure in words: ``convert error matching /tfl\\.add/``."""
+        if self.stage != "compare" or self.pattern and not (self.outputs or self.classes or self.max_abs is not None):
+            return f"{self.stage} error matching /{self.pattern}/"
+        parts = [f"output(s) {', '.join(map(str, self.outputs))}" if self.outputs else "any output"]
+        if self.classes:
+            parts.append(f"differing in {', '.join(sorted(self.classes, key=CLASSES.index))} elements only")
+        if self.max_abs is not None:
+            parts.append(f"max abs err <= {self.max_abs:g}")
+        if self.pattern:
+            parts.append(f"error matching /{self.pattern}/")
+        return "compare: " + ", ".join(parts)
+
+    def unexpected(self, result: Any) -> str | None:
+        """None when the failed ``result`` (a CellResult) fails as this row says; else what differs."""
+        got = f"{result.stage}: {result.error}"
+        if result.stage != self.stage or (self.pattern and not re.search(self.pattern, result.error)):
+            return f"expected {self.expected()}, got {got}"
+        if self.stage != "compare" or not (self.outputs or self.classes or self.max_abs is not None):
+            return None
+        if not result.diffs:
+            return f"expected {self.expected()}, got {got}"
+        for d in result.diffs:
+            bad = []
+            if self.outputs and d["output"] not in self.outputs:
+                bad.append(f"output {d['output']} differs")
+            extra = sorted(set(d["classes"]) - self.classes) if self.classes else []
+            if extra:
+                bad.append(f"output {d['output']} has {', '.join(extra)} element(s)")
+            if self.max_abs is not None and not d["max_abs"] <= self.max_abs:
+                bad.append(f"output {d['output']} max abs err {d['max_abs']:.3g}")
+            if bad:
+                return f"expected {self.expected()}, got {'; '.join(bad)}"
+        return None
+
+
+def fails(stage: str, pattern: str, reason: str) -> Limitation:
+    """A row whose cell stops at ``stage`` with an error matching ``pattern``."""
+    return Limitation(reason=reason, stage=stage, pattern=pattern)
+
+
+def differs(reason: str, outputs: tuple[int, ...] = (), classes: tuple[str, ...] = (), max_abs: float | None = None,
+            pattern: str = "") -> Limitation:
+    """A row whose cell runs and differs only in ``outputs``, only in elements of ``classes``."""
+    return Limitation(reason=reason, stage="compare", pattern=pattern, outputs=tuple(outputs), classes=frozenset(classes),
+                      max_abs=max_abs)
+
+
+_COMPLEX_ORT = fails("convert", r"ONNX Runtime has no complex tensor type", "ONNX Runtime has no complex types")
+_SUBNORMAL = "subnormal inputs: XLA on the CPU flushes them to zero, {} does not"
+_LAPACK_SM = fails("run", r"No FFI handler registered for lapack_\w+_ffi",
+                   "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi)")
+_TF_NAN = "TF's XLA runtime does not propagate NaN through max/min like jax.jit"
+_TFL_NAN = "TFLite kernels do not propagate NaN like XLA"
+
+
+def _cannot(what: str, reason: str) -> Limitation:
+    """The TFLite converter stops at ``what`` (a regex of the op jaxconv names in its error)."""
+    return fails("convert", rf"TFLite cannot convert:.*\b{what}", reason)
+
+
+def _no_kernel(op: str, dtype: str = "") -> Limitation:
+    """TFLite has no kernel for ``tfl.<op>`` on ``dtype`` ("" when the error does not name it)."""
+    on = rf" on {dtype}" if dtype else r"( on \S+)?"
+    return _cannot(rf"tfl\.{op}{on} x\d", f"TFLite has no kernel for tfl.{op} on {dtype or 'this dtype'}")
+
+
+def _flex(op: str) -> Limitation:
+    return _cannot(rf"tf\.{op} x\d", f"TFLite has no builtin for tf.{op} (a TF op: needs flex)")
+
+
+def _not_legalized(op: str) -> Limitation:
+    return _cannot(rf"stablehlo\.{op} x\d", f"the TFLite converter does not legalize stablehlo.{op}")
+
+
+def _litert(message: str, reason: str) -> Limitation:
+    """LiteRT's interpreter fails at run time with ``message`` (a regex)."""
+    return fails("run", rf"LiteRT failed while running .*{message}", reason)
+
+
+# The TFLite converter's StableHLO legalization and LiteRT's kernels (measured with TF 2.21 and
 # ai-edge-litert 2.3). These are limits of TFLite itself; jaxconv reports them at conversion.
-TFLITE: dict[str, tuple[str, ...]] = {
-    "LiteRT aborts (SIGFPE) on a matmul with a zero-size contraction": ("edge.empty_matmul_k0",),
-    "LiteRT rejects zero-size tensors (\"Invalid tensor size\")": ("edge.empty_elementwise", "edge.empty_slice",),
-    "LiteRT's reverse kernel rejects non-contiguous axes": ("op.reverse.f32",),
-    "LiteRT's scatter kernel rejects this scatter (\"Only update, Add, Multiply, Maximum and Minimum ... supported\")": (
-        "model.mlp_train_step", "op.scatter.add", "op.scatter.i32", "op.scatter.max", "op.scatter.min",
-        "op.scatter.mul", "op.scatter.segment_sum",
-    ),
-    "LiteRT's gather_nd rejects out-of-bounds indices (XLA clamps or fills)": ("op.gather.fill_oob",),
-    "LiteRT's integer division rejects a zero divisor (XLA defines x/0)": (
-        "edge.int_divide_by_zero",
-    ),
-    "LiteRT's gather_nd rejects negative indices (XLA clamps them)": (
-        "op.gather.out_of_bounds",
-    ),
-    "LiteRT's transpose_conv kernel rejects the legalized shapes (computed_input_height != SizeOfDimension)": (
-        "op.convolution.transpose",
-    ),
-    "TFLite computes cbrt through pow: NaN for negative inputs": ("op.cbrt.f32",),
-    "TFLite has no builtin for tf.BitwiseAnd (a TF op: needs flex)": (
-        "op.and.i32", "op.bitcast_convert.u32_f32", "op.nextafter.f32",
-    ),
-    "TFLite has no builtin for tf.BitwiseOr (a TF op: needs flex)": ("op.or.i32",),
-    "TFLite has no builtin for tf.Complex (a TF op: needs flex)": ("op.complex.abs",),
-    "TFLite has no builtin for tf.LeftShift (a TF op: needs flex)": ("edge.shift_out_of_range", "op.shift_left.i32",),
-    "TFLite has no builtin for tf.PopulationCount (a TF op: needs flex)": ("op.popcnt.u32",),
-    "TFLite has no kernel for tfl.abs on int64": ("dtype.i64.negate_abs",),
-    "TFLite has no kernel for tfl.add on this dtype": (
-        "dtype.bf16.add", "dtype.f16.add", "dtype.f64.add", "dtype.i8.add", "dtype.u8.add",
-    ),
-    "TFLite has no kernel for tfl.batch_matmul on bfloat16": ("dtype.bf16.dot", "op.dot_general.bf16_to_f32",),
-    "TFLite has no kernel for tfl.batch_matmul on float16": ("dtype.f16.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on float64": ("dtype.f64.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on int16": ("dtype.i16.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on int64": ("dtype.i64.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on int8": ("dtype.i8.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on this dtype": ("dtype.i32.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on uint32": ("dtype.u32.dot",),
-    "TFLite has no kernel for tfl.batch_matmul on uint8": ("dtype.u8.dot",),
-    "TFLite has no kernel for tfl.div on int16": ("dtype.i16.divide_remainder",),
-    "TFLite has no kernel for tfl.div on int64": ("dtype.i64.divide_remainder",),
-    "TFLite has no kernel for tfl.div on int8": ("dtype.i8.divide_remainder",),
-    "TFLite has no kernel for tfl.div on this dtype": ("dtype.bf16.divide", "dtype.f16.divide", "dtype.f64.divide",),
-    "TFLite has no kernel for tfl.div on uint32": ("dtype.u32.divide_remainder",),
-    "TFLite has no kernel for tfl.div on uint8": ("dtype.u8.divide_remainder",),
-    "TFLite has no kernel for tfl.equal on bfloat16": ("dtype.bf16.sort",),
-    "TFLite has no kernel for tfl.equal on float16": ("dtype.f16.sort",),
-    "TFLite has no kernel for tfl.equal on float64": ("dtype.f64.sort",),
-    "TFLite has no kernel for tfl.exp on bfloat16": ("dtype.bf16.exp_tanh",),
-    "TFLite has no kernel for tfl.exp on float16": ("dtype.f16.exp_tanh",),
-    "TFLite has no kernel for tfl.exp on float64": ("dtype.f64.exp_tanh",),
-    "TFLite has no kernel for tfl.less on bfloat16": ("dtype.bf16.compare",),
-    "TFLite has no kernel for tfl.less on float16": ("dtype.f16.compare",),
-    "TFLite has no kernel for tfl.less on float64": ("dtype.f64.compare",),
-    "TFLite has no kernel for tfl.less on int8": ("dtype.i8.compare", "dtype.i8.sort",),
-    "TFLite has no kernel for tfl.less on this dtype": ("dtype.bool.compare",),
-    "TFLite has no kernel for tfl.less on uint32": ("dtype.u32.compare", "dtype.u32.sort",),
-    "TFLite has no kernel for tfl.less on uint8": ("dtype.u8.compare", "dtype.u8.sort",),
-    "TFLite has no kernel for tfl.maximum on this dtype": (
-        "dtype.bf16.maximum", "dtype.bool.maximum", "dtype.f16.maximum", "dtype.f64.maximum", "dtype.i16.maximum",
-        "dtype.i8.maximum", "dtype.u32.maximum", "dtype.u8.maximum",
-    ),
-    "TFLite has no kernel for tfl.mul on this dtype": (
-        "dtype.bf16.multiply", "dtype.f16.multiply", "dtype.f64.multiply", "dtype.i8.multiply", "dtype.u8.multiply",
-    ),
-    "TFLite has no kernel for tfl.mul on uint32": (
-        "model.vae_fixed_seed", "model.vae_key_input", "op.rng.threefry_fixed_seed", "op.rng.threefry_key_input",
-    ),
-    "TFLite has no kernel for tfl.neg on bfloat16": ("dtype.bf16.negate_abs",),
-    "TFLite has no kernel for tfl.neg on float16": ("dtype.f16.negate_abs",),
-    "TFLite has no kernel for tfl.neg on float64": ("dtype.f64.negate_abs",),
-    "TFLite has no kernel for tfl.neg on int16": ("dtype.i16.negate_abs",),
-    "TFLite has no kernel for tfl.neg on int8": ("dtype.i8.negate_abs",),
-    "TFLite has no kernel for tfl.reduce_max on bfloat16": ("dtype.bf16.reduce",),
-    "TFLite has no kernel for tfl.reduce_max on float16": ("dtype.f16.reduce",),
-    "TFLite has no kernel for tfl.reduce_max on int16": ("dtype.i16.reduce",),
-    "TFLite has no kernel for tfl.reduce_max on int8": ("dtype.i8.reduce",),
-    "TFLite has no kernel for tfl.reverse_v2 on int8": ("dtype.i8.shape_ops",),
-    "TFLite has no kernel for tfl.right_shift on uint32": ("op.rng.bernoulli", "op.rng.permutation",),
-    "TFLite has no kernel for tfl.select on bfloat16": ("dtype.bf16.select",),
-    "TFLite has no kernel for tfl.select on float16": ("dtype.f16.select",),
-    "TFLite has no kernel for tfl.select on float64": ("dtype.f64.select",),
-    "TFLite has no kernel for tfl.select on uint8": ("dtype.u8.select",),
-    "TFLite has no kernel for tfl.sum on float64": ("dtype.f64.reduce",),
-    "TFLite has no kernel for tfl.sum on uint32": ("dtype.u32.reduce",),
-    "TFLite has no kernel for tfl.sum on uint32/uint8": ("dtype.u8.reduce",),
-    "TFLite has no kernel for tfl.transpose on bfloat16": ("dtype.bf16.shape_ops",),
-    "TFLite has no kernel for tfl.transpose on float16": ("dtype.f16.shape_ops", "op.convolution.f16",),
-    "TFLite has no kernel for tfl.transpose on float64": ("dtype.f64.shape_ops",),
-    "TFLite has no kernel for tfl.transpose on int16": ("dtype.i16.shape_ops",),
-    "TFLite has no kernel for tfl.transpose on uint32": ("dtype.u32.shape_ops",),
-    "TFLite kernels do not propagate NaN like XLA": (
-        "edge.max_min_nan", "edge.reduce_max_nan", "edge.tanh_logistic_special",
-    ),
-    "TFLite legalizes shift_right_logical on signed ints as an arithmetic shift": ("op.shift_right_logical.i32",),
-    "TFLite legalizes stablehlo.remainder as FLOOR_MOD: wrong sign for mixed-sign operands": (
-        "dtype.i32.divide_remainder", "op.fmod.f32",
-    ),
-    "TFLite's arg_max/arg_min ignore NaN (XLA returns the first NaN's index)": ("edge.argmax_nan",),
-    "TFLite's float -> int cast does not saturate (or map NaN to 0) like XLA": ("edge.convert_f32_i32_saturate",),
-    "TFLite's integer division of INT_MIN by -1 differs from XLA (INT_MIN)": ("edge.int_min_div_minus_one",),
-    "TFLite's legalization of is_inf differs from XLA on special values": ("edge.isnan_isinf",),
-    "TFLite's sign(-0.0) is +0.0; XLA keeps -0.0": ("edge.sign_neg_zero",),
-    "denormal inputs: XLA CPU flushes them to zero, TFLite does not": ("edge.exp_log_special",),
-    "the TFLite converter does not legalize stablehlo.count_leading_zeros": ("op.count_leading_zeros.u32",),
-    "the TFLite converter does not legalize stablehlo.custom_call": ("sym.cumsum",),
-    "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi)": (
-        "op.linalg.cholesky", "op.linalg.eigh", "op.linalg.inv", "op.linalg.qr", "op.linalg.solve", "op.linalg.solve_triangular",
-    ),
-    "the TFLite converter does not legalize stablehlo.dynamic_conv": ("model.audio_conv1d_symbolic",),
-    "the TFLite converter does not legalize stablehlo.dynamic_gather": ("sym.slice",),
-    "the TFLite converter does not legalize stablehlo.dynamic_slice": ("sym.scan",),
-    "the TFLite converter does not legalize stablehlo.reduce": ("op.reduce.variadic_max_index",),
-    "the TFLite converter does not legalize stablehlo.reduce_precision": ("op.reduce_precision.f32",),
-    "the TFLite converter does not legalize stablehlo.round_nearest_afz": (
-        "op.floor_divide.f32", "op.round_nearest_afz.f32",
-    ),
-    "the TFLite converter does not legalize stablehlo.select_and_scatter": ("op.select_and_scatter.max_pool_grad",),
-    "the TFLite converter does not legalize stablehlo.sort": (
-        "dtype.f32.sort", "dtype.i16.sort", "dtype.i32.sort", "dtype.i64.sort", "edge.sort_nan", "op.sort.argsort",
-        "op.sort.descending", "op.sort.f32", "op.sort.key_value", "op.sort.lexsort", "op.sort.median",
-    ),
-    "the TFLite converter does not legalize stablehlo.xor": ("op.xor.bool",),
-}
+TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
+    (fails("run", r"worker process died \(exit code -8\)", "LiteRT aborts (SIGFPE) on a matmul with a zero-size contraction"),
+     ("edge.empty_matmul_k0",)),
+    (_litert(r"Invalid tensor size", "LiteRT rejects zero-size tensors (\"Invalid tensor size\")"),
+     ("edge.empty_elementwise", "edge.empty_slice")),
+    (_litert(r"Non-contiguous `axes` not supported", "LiteRT's reverse kernel rejects non-contiguous axes"), ("op.reverse.f32",)),
+    (_litert(r"Only update, Add, Multiply, Maximum and Minimum operations are currently supported for stablehlo\.scatter",
+             "LiteRT's scatter kernel rejects this scatter (\"Only update, Add, Multiply, Maximum and Minimum ... supported\")"),
+     ("model.mlp_train_step", "op.scatter.add", "op.scatter.i32", "op.scatter.max", "op.scatter.min", "op.scatter.mul",
+      "op.scatter.segment_sum")),
+    (_litert(r"gather_nd index out of bounds", "LiteRT's gather_nd rejects out-of-bounds indices (XLA clamps or fills)"),
+     ("op.gather.fill_oob",)),
+    (_litert(r"div\.cc:\d+ data\[i\] != zero_point", "LiteRT's integer division rejects a zero divisor (XLA defines x/0)"),
+     ("edge.int_divide_by_zero",)),
+    (_litert(r"gather_nd\.cc:\d+ indices_has_only_positive_elements", "LiteRT's gather_nd rejects negative indices (XLA clamps them)"),
+     ("op.gather.out_of_bounds",)),
+    (_litert(r"transpose_conv\.cc:\d+ computed_input_height != SizeOfDimension",
+             "LiteRT's transpose_conv kernel rejects the legalized shapes (computed_input_height != SizeOfDimension)"),
+     ("op.convolution.transpose",)),
+    (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
+    (_flex("BitwiseAnd"), ("op.and.i32", "op.bitcast_convert.u32_f32", "op.nextafter.f32")),
+    (_flex("BitwiseOr"), ("op.or.i32",)),
+    (_flex("Complex"), ("op.complex.abs",)),
+    (_flex("LeftShift"), ("edge.shift_out_of_range", "op.shift_left.i32")),
+    (_flex("PopulationCount"), ("op.popcnt.u32",)),
+    (_no_kernel("abs", "int64"), ("dtype.i64.negate_abs",)),
+    (_no_kernel("add"), ("dtype.bf16.add", "dtype.f16.add", "dtype.f64.add", "dtype.i8.add", "dtype.u8.add")),
+    (_no_kernel("batch_matmul", "bfloat16"), ("dtype.bf16.dot", "op.dot_general.bf16_to_f32")),
+    (_no_kernel("batch_matmul", "float16"), ("dtype.f16.dot",)),
+    (_no_kernel("batch_matmul", "float64"), ("dtype.f64.dot",)),
+    (_no_kernel("batch_matmul", "int16"), ("dtype.i16.dot",)),
+    (_no_kernel("batch_matmul", "int64"), ("dtype.i64.dot",)),
+    (_no_kernel("batch_matmul", "int8"), ("dtype.i8.dot",)),
+    (_no_kernel("batch_matmul"), ("dtype.i32.dot",)),
+    (_no_kernel("batch_matmul", "uint32"), ("dtype.u32.dot",)),
+    (_no_kernel("batch_matmul", "uint8"), ("dtype.u8.dot",)),
+    (_no_kernel("div", "int16"), ("dtype.i16.divide_remainder",)),
+    (_no_kernel("div", "int64"), ("dtype.i64.divide_remainder",)),
+    (_no_kernel("div", "int8"), ("dtype.i8.divide_remainder",)),
+    (_no_kernel("div"), ("dtype.bf16.divide", "dtype.f16.divide", "dtype.f64.divide")),
+    (_no_kernel("div", "uint32"), ("dtype.u32.divide_remainder",)),
+    (_no_kernel("div", "uint8"), ("dtype.u8.divide_remainder",)),
+    (_no_kernel("equal", "bfloat16"), ("dtype.bf16.sort",)),
+    (_no_kernel("equal", "float16"), ("dtype.f16.sort",)),
+    (_no_kernel("equal", "float64"), ("dtype.f64.sort",)),
+    (_no_kernel("exp", "bfloat16"), ("dtype.bf16.exp_tanh",)),
+    (_no_kernel("exp", "float16"), ("dtype.f16.exp_tanh",)),
+    (_no_kernel("exp", "float64"), ("dtype.f64.exp_tanh",)),
+    (_no_kernel("less", "bfloat16"), ("dtype.bf16.compare",)),
+    (_no_kernel("less", "float16"), ("dtype.f16.compare",)),
+    (_no_kernel("less", "float64"), ("dtype.f64.compare",)),
+    (_no_kernel("less", "int8"), ("dtype.i8.compare", "dtype.i8.sort")),
+    (_no_kernel("less"), ("dtype.bool.compare",)),
+    (_no_kernel("less", "uint32"), ("dtype.u32.compare", "dtype.u32.sort")),
+    (_no_kernel("less", "uint8"), ("dtype.u8.compare", "dtype.u8.sort")),
+    (_no_kernel("maximum"), ("dtype.bf16.maximum", "dtype.bool.maximum", "dtype.f16.maximum", "dtype.f64.maximum",
+                             "dtype.i16.maximum", "dtype.i8.maximum", "dtype.u32.maximum", "dtype.u8.maximum")),
+    (_no_kernel("mul"), ("dtype.bf16.multiply", "dtype.f16.multiply", "dtype.f64.multiply", "dtype.i8.multiply",
+                         "dtype.u8.multiply")),
+    (_no_kernel("mul", "uint32"), ("model.vae_fixed_seed", "model.vae_key_input", "op.rng.threefry_fixed_seed",
+                                   "op.rng.threefry_key_input")),
+    (_no_kernel("neg", "bfloat16"), ("dtype.bf16.negate_abs",)),
+    (_no_kernel("neg", "float16"), ("dtype.f16.negate_abs",)),
+    (_no_kernel("neg", "float64"), ("dtype.f64.negate_abs",)),
+    (_no_kernel("neg", "int16"), ("dtype.i16.negate_abs",)),
+    (_no_kernel("neg", "int8"), ("dtype.i8.negate_abs",)),
+    (_no_kernel("reduce_max", "bfloat16"), ("dtype.bf16.reduce",)),
+    (_no_kernel("reduce_max", "float16"), ("dtype.f16.reduce",)),
+    (_no_kernel("reduce_max", "int16"), ("dtype.i16.reduce",)),
+    (_no_kernel("reduce_max", "int8"), ("dtype.i8.reduce",)),
+    (_no_kernel("reverse_v2", "int8"), ("dtype.i8.shape_ops",)),
+    (_no_kernel("right_shift", "uint32"), ("op.rng.bernoulli", "op.rng.permutation")),
+    (_no_kernel("select", "bfloat16"), ("dtype.bf16.select",)),
+    (_no_kernel("select", "float16"), ("dtype.f16.select",)),
+    (_no_kernel("select", "float64"), ("dtype.f64.select",)),
+    (_no_kernel("select", "uint8"), ("dtype.u8.select",)),
+    (_no_kernel("sum", "float64"), ("dtype.f64.reduce",)),
+    (_no_kernel("sum", "uint32"), ("dtype.u32.reduce",)),
+    (_no_kernel("sum", r"uint32/uint8"), ("dtype.u8.reduce",)),
+    (_no_kernel("transpose", "bfloat16"), ("dtype.bf16.shape_ops",)),
+    (_no_kernel("transpose", "float16"), ("dtype.f16.shape_ops", "op.convolution.f16")),
+    (_no_kernel("transpose", "float64"), ("dtype.f64.shape_ops",)),
+    (_no_kernel("transpose", "int16"), ("dtype.i16.shape_ops",)),
+    (_no_kernel("transpose", "uint32"), ("dtype.u32.shape_ops",)),
+    (differs(_TFL_NAN, outputs=(0, 1), classes=("nan",)), ("edge.max_min_nan", "edge.reduce_max_nan")),
+    (differs(_TFL_NAN, outputs=(1,), classes=("nan",)), ("edge.tanh_logistic_special",)),
+    (differs("TFLite legalizes shift_right_logical on signed ints as an arithmetic shift", outputs=(0,), classes=("value",)),
+     ("op.shift_right_logical.i32",)),
+    (differs("TFLite legalizes stablehlo.remainder as FLOOR_MOD: wrong sign for mixed-sign operands", outputs=(3,),
+             classes=("value",)), ("dtype.i32.divide_remainder",)),
+    (differs("TFLite legalizes stablehlo.remainder as FLOOR_MOD: wrong sign for mixed-sign operands", outputs=(0,),
+             classes=("value",)), ("op.fmod.f32",)),
+    (differs("TFLite's arg_max/arg_min ignore NaN (XLA returns the first NaN's index)", outputs=(0, 1), classes=("value",)),
+     ("edge.argmax_nan",)),
+    (differs("TFLite's float -> int cast does not saturate (or map NaN to 0) like XLA", outputs=(0,), classes=("value",)),
+     ("edge.convert_f32_i32_saturate",)),
+    (differs("TFLite's integer division of INT_MIN by -1 differs from XLA (INT_MIN)", outputs=(0,), classes=("value",)),
+     ("edge.int_min_div_minus_one",)),
+    (differs("TFLite's legalization of is_inf differs from XLA on special values", outputs=(1,), classes=("value",)),
+     ("edge.isnan_isinf",)),
+    (differs("TFLite's reduce_max over an empty axis does not return the init value (-inf)", outputs=(1,), classes=("inf",)),
+     ("edge.empty_reduce",)),
+    (differs("TFLite's sign(-0.0) is +0.0; XLA keeps -0.0 (so 1/sign(-0.0) is +inf)", outputs=(0, 1),
+             classes=("signed-zero", "inf")), ("edge.sign_neg_zero",)),
+    (differs("TFLite's exp(NaN) is 0; its log and sqrt of 3e38 give inf and 2.6e19", outputs=(0, 1, 2),
+             classes=("nan", "inf", "value")), ("edge.exp_log_special",)),
+    (differs(_SUBNORMAL.format("TFLite"), outputs=(0, 1), classes=("subnormal",)), ("edge.subnormal.compare",)),
+    (differs(_SUBNORMAL.format("TFLite") + "; and TFLite's sign(-0.0) is +0.0", outputs=(0, 1, 2),
+             classes=("subnormal", "signed-zero", "inf")), ("edge.subnormal.sign",)),
+    (_not_legalized("count_leading_zeros"), ("op.count_leading_zeros.u32",)),
+    (_not_legalized("custom_call"), ("sym.cumsum",)),
+    (_cannot(r"stablehlo\.custom_call @lapack_\w+_ffi x\d",
+             "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi)"),
+     ("op.linalg.cholesky", "op.linalg.eigh", "op.linalg.inv", "op.linalg.qr", "op.linalg.solve", "op.linalg.solve_triangular")),
+    (_not_legalized("dynamic_conv"), ("model.audio_conv1d_symbolic",)),
+    (_not_legalized("dynamic_gather"), ("sym.slice", "sym.slice_drop_last", "sym.slice_half")),
+    (_not_legalized("dynamic_slice"), ("sym.scan",)),
+    (_not_legalized("reduce"), ("op.reduce.variadic_max_index",)),
+    (_not_legalized("reduce_precision"), ("op.reduce_precision.f32",)),
+    (_not_legalized("round_nearest_afz"), ("op.floor_divide.f32", "op.round_nearest_afz.f32")),
+    (_not_legalized("select_and_scatter"), ("op.select_and_scatter.max_pool_grad",)),
+    (_not_legalized("sort"), ("dtype.f32.sort", "dtype.i16.sort", "dtype.i32.sort", "dtype.i64.sort", "edge.sort_nan",
+                              "edge.subnormal.sort", "op.sort.argsort", "op.sort.descending", "op.sort.f32", "op.sort.key_value",
+                              "op.sort.lexsort", "op.sort.median")),
+    (_not_legalized("xor"), ("op.xor.bool",)),
+)
 
-# (case pattern, target, device) -> reason. Device "*" means every device.
-LIMITATIONS: dict[tuple[str, str, str], str] = {
+# (case pattern, target, device) -> the expected failure. Device "*" means every device.
+LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("op.fft.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
     ("op.complex.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
-    ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): "XLA's backend-defined bit generator cannot be reproduced bit-exactly",
-    ("edge.exp_log_special", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
-    ("edge.sign_neg_zero", "onnx", "cpu"): _FTZ.format("ONNX Runtime"),
-    ("sym.cumsum", "onnx", ANY_DEVICE): "jnp.cumsum along a symbolic axis: the window size depends on the symbolic dimension",
-    ("edge.max_min_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
-    ("edge.reduce_max_nan", "saved-model", "cpu"): "TF's XLA runtime does not propagate NaN through max/min like jax.jit",
-    ("op.linalg.qr", "onnx", ANY_DEVICE): "Householder QR (LAPACK geqrf/orgqr) has no ONNX lowering",
-    ("op.linalg.eigh", "onnx", ANY_DEVICE): "symmetric eigendecomposition (LAPACK syevd) has no ONNX lowering",
-    ("edge.empty_reduce", "tflite", ANY_DEVICE): "TFLite's reduce_max over an empty axis does not return the init value (-inf)",
-    ("sym.slice_drop_last", "tflite", ANY_DEVICE): "the TFLite converter does not legalize stablehlo.dynamic_gather",
-    ("sym.slice_half", "tflite", ANY_DEVICE): "the TFLite converter does not legalize stablehlo.dynamic_gather",
+    ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
+        "convert", r"stablehlo\.rng_bit_generator x\d+ \(no ONNX lowering",
+        "XLA's backend-defined bit generator cannot be reproduced bit-exactly"),
+    ("sym.cumsum", "onnx", ANY_DEVICE): fails(
+        "convert", r"dynamic_reduce_window whose window depends on a symbolic dimension",
+        "jnp.cumsum along a symbolic axis: the window size depends on the symbolic dimension"),
+    ("edge.max_min_nan", "saved-model", "cpu"): differs(_TF_NAN, outputs=(0, 1), classes=("nan",)),
+    ("edge.reduce_max_nan", "saved-model", "cpu"): differs(_TF_NAN, outputs=(0, 1), classes=("nan",)),
+    ("edge.subnormal.add_mul", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(2,), classes=("subnormal",)),
+    ("edge.subnormal.compare", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1), classes=("subnormal",)),
+    ("edge.subnormal.divide", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1), classes=("subnormal",)),
+    ("edge.subnormal.exp_log", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(1, 2), classes=("subnormal",)),
+    ("edge.subnormal.sign", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1, 2), classes=("subnormal",)),
+    ("edge.subnormal.tanh_logistic", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0,),
+                                                            classes=("subnormal",)),
+    ("op.linalg.qr", "onnx", ANY_DEVICE): fails(
+        "convert", r"@lapack_\w*geqrf_ffi x\d+ \(Householder QR", "Householder QR (LAPACK geqrf/orgqr) has no ONNX lowering"),
+    ("op.linalg.eigh", "onnx", ANY_DEVICE): fails(
+        "convert", r"@lapack_\w*syevd_ffi x\d+ \(symmetric eigendecomposition",
+        "symmetric eigendecomposition (LAPACK syevd) has no ONNX lowering"),
 }
 for _case in ("op.linalg.cholesky", "op.linalg.eigh", "op.linalg.inv", "op.linalg.qr", "op.linalg.solve", "op.linalg.solve_triangular"):
-    LIMITATIONS[(_case, "saved-model", ANY_DEVICE)] = "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi)"
-for _reason, _cases in TFLITE.items():
+    LIMITATIONS[(_case, "saved-model", ANY_DEVICE)] = _LAPACK_SM
+for _row, _cases in TFLITE:
     for _case in _cases:
-        LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _reason
+        LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _row
 
 
 def _key(entry: tuple[str, ...]) -> tuple[str, str, str]:
@@ -173,21 +297,52 @@ def _key(entry: tuple[str, ...]) -> tuple[str, str, str]:
     raise ValueError(f"limitation key {entry!r} must be (case, target) or (case, target, device)")
 
 
-def validate(table: Mapping[tuple[str, ...], str]) -> None:
-    """Every row has a non-empty reason and a well-formed key; raises ValueError otherwise."""
-    for k, reason in table.items():
+def validate(table: Mapping[tuple[str, ...], Limitation]) -> None:
+    """Every row has a well-formed key, a reason and an expected failure; raises ValueError otherwise."""
+    for k, row in table.items():
         _key(k)
-        if not isinstance(reason, str) or not reason.strip():
+        if not isinstance(row, Limitation):
+            raise ValueError(f"limitation {k!r} must name its expected failure: fails(stage, pattern, reason) or "
+                             f"differs(reason, outputs=..., classes=...), not {row!r}")
+        if not isinstance(row.reason, str) or not row.reason.strip():
             raise ValueError(f"limitation {k!r} has no reason: every limitation must say why")
+        if row.stage not in STAGES:
+            raise ValueError(f"limitation {k!r}: unknown stage {row.stage!r}; choose from {', '.join(STAGES)}")
+        try:
+            re.compile(row.pattern)
+        except re.error as e:
+            raise ValueError(f"limitation {k!r}: bad pattern {row.pattern!r}: {e}") from None
+        unknown = sorted(row.classes - set(CLASSES))
+        if unknown:
+            raise ValueError(f"limitation {k!r}: unknown element class {', '.join(unknown)}; choose from {', '.join(CLASSES)}")
+        if row.stage == "compare":
+            if not (row.outputs or row.classes):
+                raise ValueError(f"limitation {k!r} expects a compare failure: name the outputs or element classes that differ")
+        elif not row.pattern.strip():
+            raise ValueError(f"limitation {k!r} expects a {row.stage} failure: give a pattern of its error message")
 
 
-def lookup(case: str, target: str, device: str, table: Mapping[tuple[str, ...], str] | None = None) -> str | None:
-    """The reason ``case`` is expected to fail on ``target``/``device``, or None."""
+def suggest(result: Any) -> str:
+    """A row for a failing CellResult, to review before pasting into ``LIMITATIONS``."""
+    key = f'("{result.case}", "{result.target}", "{result.device}")'
+    if result.stage == "compare" and result.diffs:
+        outputs = tuple(sorted({d["output"] for d in result.diffs}))
+        classes = tuple(sorted({c for d in result.diffs for c in d["classes"]}, key=CLASSES.index))
+        return f'    {key}: differs("REASON", outputs={outputs!r}, classes={classes!r}),'
+    head = re.split(r"[;(]", result.error, maxsplit=1)[0].strip()[:90]
+    pattern = re.sub(r"\d+", r"\\d+", re.escape(head))
+    pattern = re.sub(r"/tmp/\S+", ".*", pattern)
+    return f'    {key}: fails("{result.stage}", r"{pattern}", "REASON"),'
+
+
+def lookup(case: str, target: str, device: str,
+           table: Mapping[tuple[str, ...], Limitation] | None = None) -> Limitation | None:
+    """The row limiting ``case`` on ``target``/``device``, or None."""
     table = LIMITATIONS if table is None else table
-    for k, reason in table.items():
+    for k, row in table.items():
         pattern, t, d = _key(k)
         if t == target and d in (ANY_DEVICE, device) and fnmatch.fnmatchcase(case, pattern):
-            return reason
+            return row
     return None
 
 

@@ -13,7 +13,8 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.results import BAD, CellResult
-from conformance.testdata import FileResult, summarize
+from conformance.testdata import RAN_LABEL, FileResult, summarize
+from conformance.testdata import STATUSES as TESTDATA_STATUSES
 from conformance.targets import TARGETS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -115,7 +116,7 @@ def dumps(value: Any, indent: int = 0, width: int = 160) -> str:
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
-_DEFAULTS = {"ok": False, "stage": "", "error": "", "reason": "", "max_abs": None, "max_rel": None, "checks": 0}
+_DEFAULTS = {"ok": False, "stage": "", "error": "", "reason": "", "max_abs": None, "max_rel": None, "checks": 0, "diffs": []}
 
 
 def _record(d: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
@@ -157,7 +158,8 @@ def markdown(report: Mapping[str, Any]) -> str:
              f"({', '.join(f'{k} {v}' for k, v in report['versions'].items())}).", "",
              "Each case is declared once (`conformance/cases/`) and run on every target; the reference is `jax.jit` on the "
              "same device. ✓ matches, ✗ differs or fails (the stage and error are listed below), xfail is a declared "
-             "limitation (`conformance/limitations.py`), XPASS is a limitation that now passes (it fails the run).", "",
+             "limitation (`conformance/limitations.py`) failing the way its row names (stage and error, or the outputs and "
+             "element classes that differ; failing any other way is ✗), XPASS is a limitation that now passes (it fails the run).", "",
              f"GPU: {report['gpu']}.", "", "## Summary per target", "",
              "| target | device | ✓ pass | ✗ fail | xfail | XPASS | skip | pass rate |", "|---|---|---|---|---|---|---|---|"]
     for t in targets:
@@ -194,7 +196,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     if bad:
         lines += ["| case | target | device | stage | error |", "|---|---|---|---|---|"]
         for c in sorted(bad, key=lambda c: (c.target, c.case)):
-            err = "limitation passes: delete its row in limitations.py" if c.status == "xpass" else c.error
+            err = "limitation passes: delete its row in limitations.py" if c.status == "xpass" else \
+                f"{c.error} ({c.reason})" if c.reason else c.error
             lines.append(f"| `{c.case}` | {c.target} | {c.device} | {c.stage} | {_md(err)} |")
     xf = [c for c in cells if c.status == "xfail"]
     lines += ["", f"## Expected failures ({len(xf)})", ""]
@@ -214,25 +217,26 @@ def testdata_markdown(td: Mapping[str, Any] | None) -> list[str]:
     if not td:
         return ["", "## StableHLO test data", "", "Not run (`--no-testdata`)."]
     s = td["summary"]
-    t = s["total"]
+    t = {k: s["total"].get(k, 0) for k in TESTDATA_STATUSES}
     n = sum(t.values())
     lines = ["", "## StableHLO test data", "",
              f"{n} modules from `{td['root']}` lowered to ONNX and run in ONNX Runtime on their own `@inputs`, each checked "
-             f"result compared with `@expected`: **{t['pass']} pass, {t['fail']} fail, {t['unsupported']} unsupported**. "
-             "dynamic/ files pass when they convert and run (no numbers to compare); quantized/ files are unsupported.", "",
-             "| kind | pass | fail | unsupported |", "|---|---|---|---|"]
+             f"result compared with `@expected`: **{t['pass']} pass, {t['ran']} {RAN_LABEL}, {t['fail']} fail, "
+             f"{t['unsupported']} unsupported**. A file passes only when it has expectations and they match; dynamic/ files "
+             f"without `@expected` can only convert and run ({RAN_LABEL}); quantized/ files are unsupported.", "",
+             f"| kind | pass | {RAN_LABEL} | fail | unsupported |", "|---|---|---|---|---|"]
     for kind, row in s["by_kind"].items():
-        lines.append(f"| {kind} | {row['pass']} | {row['fail']} | {row['unsupported']} |")
+        lines.append(f"| {kind} | " + " | ".join(str(row.get(k, 0)) for k in TESTDATA_STATUSES) + " |")
     lines += ["", "Most common reasons:", "", "| files | stage: reason |", "|---|---|"]
     for reason, count in s["top_reasons"]:
         lines.append(f"| {count} | {_md(reason)} |")
-    lines += ["", "Per op family:", "", "| family | pass | fail | unsupported |", "|---|---|---|---|"]
+    lines += ["", "Per op family:", "", f"| family | pass | {RAN_LABEL} | fail | unsupported |", "|---|---|---|---|---|"]
     for fam, row in s["by_family"].items():
-        lines.append(f"| {fam} | {row['pass']} | {row['fail']} | {row['unsupported']} |")
+        lines.append(f"| {fam} | " + " | ".join(str(row.get(k, 0)) for k in TESTDATA_STATUSES) + " |")
     return lines
 
 
-_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "xfail": "#f9a825", "xpass": "#6a1b9a", "skip": "#bdbdbd", "": "#eeeeee"}
+_COLORS = {"pass": "#2e7d32", "ran": "#90caf9", "fail": "#c62828", "xfail": "#f9a825", "xpass": "#6a1b9a", "skip": "#bdbdbd", "": "#eeeeee"}
 
 
 def html_page(report: Mapping[str, Any]) -> str:
@@ -263,9 +267,10 @@ def html_page(report: Mapping[str, Any]) -> str:
     if td:
         out.append("<h2>StableHLO test data per family</h2><table>")
         for fam, row in td["summary"]["by_family"].items():
-            n = max(1, row["pass"] + row["fail"] + row["unsupported"])
-            bar = "".join(f"<span style='display:inline-block;height:10px;width:{200 * row[k] / n:.0f}px;background:{col}'></span>"
-                          for k, col in (("pass", _COLORS["pass"]), ("fail", _COLORS["fail"]), ("unsupported", _COLORS["skip"])))
+            n = max(1, sum(row.get(k, 0) for k in TESTDATA_STATUSES))
+            bar = "".join(f"<span style='display:inline-block;height:10px;width:{200 * row.get(k, 0) / n:.0f}px;background:{col}'></span>"
+                          for k, col in (("pass", _COLORS["pass"]), ("ran", _COLORS["ran"]), ("fail", _COLORS["fail"]),
+                                         ("unsupported", _COLORS["skip"])))
             out.append(f"<tr><th class='r'>{html.escape(fam)}</th><td>{bar}</td><td>{row['pass']}/{n}</td></tr>")
         out.append("</table>")
     return "".join(out) + "\n"

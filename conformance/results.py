@@ -3,14 +3,15 @@
 A cell's raw outcome is ``ok`` (every output within tolerance) or a failure at a stage. The
 limitation table then decides its status:
 
-========  ============  ===================================================
-ok        limited       status
-========  ============  ===================================================
-yes       no            ``pass``
-no        no            ``fail``
-no        yes           ``xfail`` (the reason is shown)
-yes       yes           ``xpass``: strict, fails the run (remove the limitation)
-========  ============  ===================================================
+========  ===========================  =================================================
+ok        limited                      status
+========  ===========================  =================================================
+yes       no                           ``pass``
+no        no                           ``fail``
+no        yes, fails as the row says   ``xfail`` (the reason is shown)
+no        yes, fails another way       ``fail`` (the reason says what the row expected)
+yes       yes                          ``xpass``: strict, fails the run (remove the row)
+========  ===========================  =================================================
 
 ``skip`` cells (no GPU, runtime not installed) never count either way.
 """
@@ -18,7 +19,7 @@ yes       yes           ``xpass``: strict, fails the run (remove the limitation)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 STAGES = ("export", "convert", "validate", "load", "run", "compare")
 SYMBOLS = {"pass": "✓", "fail": "✗", "xfail": "xfail", "xpass": "XPASS", "skip": "skip", "not run": "–"}
@@ -37,7 +38,10 @@ class CellResult:
         max_abs, max_rel: worst errors over all outputs and sizes (None when nothing was compared).
         seconds: wall time of the cell.
         status: pass / fail / xfail / xpass / skip (set by ``classify``).
-        reason: the limitation's reason (xfail/xpass) or why it was skipped.
+        reason: the limitation's reason (xfail/xpass), what a limitation expected instead (fail),
+            or why it was skipped.
+        diffs: for a compare failure, one record per differing output and size set:
+            ``{"output": i, "classes": [...], "count": n, "max_abs": x}`` (see ``conformance.elements``).
     """
 
     case: str
@@ -52,12 +56,16 @@ class CellResult:
     status: str = ""
     reason: str = ""
     ops: list[str] = field(default_factory=list)
+    diffs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         for k in ("max_abs", "max_rel"):
             if d[k] is not None and d[k] != d[k]:  # NaN -> string, JSON has no NaN
                 d[k] = "nan"
+        for diff in d["diffs"]:
+            if diff.get("max_abs") is not None and diff["max_abs"] != diff["max_abs"]:
+                diff["max_abs"] = "nan"
         return d
 
     @staticmethod
@@ -66,6 +74,7 @@ class CellResult:
         for k in ("max_abs", "max_rel"):
             if d.get(k) == "nan":
                 d[k] = float("nan")
+        d["diffs"] = [{**x, "max_abs": float("nan")} if x.get("max_abs") == "nan" else x for x in d.get("diffs", [])]
         known = set(CellResult.__dataclass_fields__)
         return CellResult(**{k: v for k, v in d.items() if k in known})
 
@@ -96,13 +105,30 @@ def failure(result: CellResult, stage: str, error: BaseException | str) -> CellR
     return result
 
 
-def classify(result: CellResult, limitation: str | None) -> CellResult:
-    """Set ``status`` (and ``reason``) from the raw outcome and the limitation, if any."""
+class Expectation(Protocol):
+    """What ``classify`` needs of a limitation row (``conformance.limitations.Limitation``)."""
+
+    reason: str
+
+    def unexpected(self, result: CellResult) -> str | None:
+        """None when ``result`` fails the way the row says; otherwise what was expected and what came."""
+
+
+def classify(result: CellResult, limitation: Expectation | None) -> CellResult:
+    """Set ``status`` (and ``reason``) from the raw outcome and the limitation row, if any.
+
+    A limited cell is ``xfail`` only when it fails the way its row names (stage and message, or
+    the outputs and element classes that differ); any other failure is a ``fail`` whose reason
+    says what the row expected, so a new bug in a limited cell is seen.
+    """
     if result.status == "skip":
         return result
     if limitation is None:
         result.status = "pass" if result.ok else "fail"
+    elif result.ok:
+        result.reason, result.status = limitation.reason, "xpass"
     else:
-        result.reason = limitation
-        result.status = "xpass" if result.ok else "xfail"
+        why = limitation.unexpected(result)
+        result.status = "fail" if why else "xfail"
+        result.reason = f"limited ({limitation.reason}) but {why}" if why else limitation.reason
     return result

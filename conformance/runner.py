@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from conformance.case import Case, load_all
-from conformance.limitations import LIMITATIONS, lookup
+from conformance.limitations import LIMITATIONS, Limitation, lookup
 from conformance.results import CellResult, classify, failure
 from conformance.targets import DEVICES, TARGETS, TF_TARGETS
 
@@ -48,7 +48,7 @@ def _gpu_available() -> bool:
     return gpu_device() is not None
 
 
-def run_cells(cells: Sequence[Cell], *, jobs: int = 2, limitations: Mapping[tuple[str, ...], str] | None = None,
+def run_cells(cells: Sequence[Cell], *, jobs: int = 2, limitations: Mapping[tuple[str, ...], Limitation] | None = None,
               on_done: Callable[[CellResult], None] | None = None, gpu: bool | None = None,
               cases: Mapping[str, Case] | None = None) -> list[CellResult]:
     """Run every cell; returns classified results in ``cells`` order.
@@ -103,5 +103,5 @@ def run_cells(cells: Sequence[Cell], *, jobs: int = 2, limitations: Mapping[tupl
 
 
 def unexpected(results: Iterable[CellResult]) -> list[CellResult]:
-    """Results that fail the run: unlimited failures and strict passes of limited cells."""
+    """Results that fail the run: failures not as declared, and strict passes of limited cells."""
     return [r for r in results if r.status in ("fail", "xpass")]

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.case import Case
+from conformance.elements import describe, element_classes, explain_by_flushing, flush_subnormals, summarize
 from conformance.results import CellResult, failure
 
 TARGETS = ("stablehlo", "saved-model", "tflite", "onnx")
@@ -163,6 +164,35 @@ def tolerance(case: Case, dtype: str) -> tuple[float | None, float | None]:
     return None, None
 
 
+def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[np.ndarray], actual: list[Any],
+                      failed: list[tuple[int, Any]], sizes: Any) -> list[tuple[dict[str, Any], Any]]:
+    """One record per failing output: the classes of its differing elements (``conformance.elements``).
+
+    When the inputs hold float32/float64 subnormals the artifact runs once more on the inputs
+    with them flushed to zero, as XLA on the CPU reads them; elements that then agree are ``subnormal``.
+    """
+    if not failed:
+        return []
+    classes = {}
+    for i, _ in failed:
+        rtol, atol = tolerance(case, expected[i].dtype.name)
+        with np.errstate(all="ignore"):
+            classes[i] = element_classes(expected[i], np.asarray(actual[i]), rtol, atol)
+    flushed = flush_subnormals(_flat(args))
+    if flushed is not None:
+        try:
+            again = runner.run(flushed)
+        except Exception:  # noqa: BLE001  (the classes are informative; the failure stands)
+            again = None
+        if again is not None and len(again) == len(expected):
+            for i, _ in failed:
+                rtol, atol = tolerance(case, expected[i].dtype.name)
+                with np.errstate(all="ignore"):
+                    classes[i] = explain_by_flushing(classes[i], expected[i], np.asarray(again[i]), rtol, atol)
+    return [(summarize(i, classes[i], expected[i], np.asarray(actual[i]), check.max_abs, dict(sizes)), check)
+            for i, check in failed]
+
+
 def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) -> CellResult:
     """Export, convert, load, run and compare one cell; never raises for a failing cell."""
     import jax
@@ -205,6 +235,7 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                     raise StageError("compare", f"{len(actual)} outputs, jax.jit gives {len(expected)}")
                 from jaxconv.verify import compare
 
+                failed: list[tuple[int, Any]] = []
                 for i, (e, a) in enumerate(zip(expected, actual)):
                     rtol, atol = tolerance(case, e.dtype.name)
                     with np.errstate(all="ignore"):
@@ -215,9 +246,13 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                         worst_rel = max(worst_rel, check.max_rel)
                     if not check.ok:
                         ok = False
-                        where = f" at {dict(sizes)}" if sizes else ""
-                        notes.append(f"output_{i} {check.dtype}{list(check.shape)}{where}: max abs err {check.max_abs:.3g}, "
-                                     f"max rel err {check.max_rel:.3g}{' ' + check.note if check.note else ''}")
+                        failed.append((i, check))
+                for record, check in _classify_outputs(case, runner, args, expected, actual, failed, sizes):
+                    result.diffs.append(record)
+                    where = f" at {dict(sizes)}" if sizes else ""
+                    notes.append(f"output_{check.name[len('output_'):]} {check.dtype}{list(check.shape)}{where}: "
+                                 f"max abs err {check.max_abs:.3g}, max rel err {check.max_rel:.3g}"
+                                 f"{' ' + check.note if check.note else ''} [{describe(record)}]")
             result.max_abs, result.max_rel = worst_abs, worst_rel
             if ok:
                 result.ok = True

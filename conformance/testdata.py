@@ -8,9 +8,10 @@ StableHLO -> ONNX lowering, run in ONNX Runtime on the ``@inputs`` values, and e
 compared with ``@expected`` as its check says (``expect_eq``/``eq`` exactly,
 ``expect_close``/``expect_almost_eq`` within the dtype's tolerance).
 
-``dynamic/`` files carry no numbers: they pass when they convert and run on inputs whose
-``?`` dimensions (and scalar integer dimension arguments) are all ``DYNAMIC_SIZE``.
-``quantized/`` files are counted as unsupported.
+A ``dynamic/`` file that checks its results (``@expected``, ``check.*``) is compared the same
+way. One without expectations can only be converted and run, on inputs whose ``?`` dimensions
+(and scalar integer dimension arguments) are all ``DYNAMIC_SIZE``: it is counted as ``ran``
+("ran, no expectations"), never as ``pass``. ``quantized/`` files are counted as unsupported.
 
 The data is read in place from ``../shared/stablehlo-testdata`` (relative to the repository
 root) or ``$JAXCONV_STABLEHLO_TESTDATA``; it is never copied into the project.
@@ -35,6 +36,8 @@ FILE_TIMEOUT_S = 60.0
 ENTRY = "conformance_entry"
 EXACT_CHECKS = frozenset({"check.expect_eq", "check.eq"})
 CLOSE_CHECKS = frozenset({"check.expect_close", "check.expect_almost_eq"})
+STATUSES = ("pass", "ran", "fail", "unsupported")
+RAN_LABEL = "ran, no expectations"
 QUANTIZED_REASON = "quantized element types (!quant.uniform) have no ONNX lowering"
 COMPLEX_REASON = "complex element types: ONNX Runtime has no complex tensors"
 _DTYPE_WORDS = ("bfloat16", "float16", "float32", "float64", "float8", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -57,7 +60,8 @@ class FileResult:
         file: path relative to the data root (``dynamic/add_dynamic.mlir``).
         family: op family (file name before the dtype), e.g. ``cumsum``, ``scatter_add``.
         kind: ``checked``, ``dynamic`` or ``quantized``.
-        status: ``pass``, ``fail`` or ``unsupported``.
+        status: ``pass`` (every checked result matched), ``ran`` (converted and ran; the file has no
+            expectations to compare with), ``fail`` or ``unsupported``.
         stage: where it stopped (read, build, convert, validate, load, run, compare); "" on pass.
         error: one line; "" on pass.
         checks: number of checked results compared.
@@ -284,8 +288,7 @@ def run_file(path: str, root: str | None = None) -> FileResult:
         result.status, result.stage, result.error = "unsupported", "convert", QUANTIZED_REASON
         return result
     try:
-        _run(full, result)
-        result.status = "pass"
+        result.status = _run(full, result)
     except _Stop as stop:
         err = stop.error
         if isinstance(err, BaseException):
@@ -309,7 +312,16 @@ def _has_complex(full: str) -> bool:
         return False
 
 
-def _run(full: str, result: FileResult) -> None:
+def has_expectations(module: Any) -> bool:
+    """Whether ``@main`` checks its results (a ``check.*`` custom_call)."""
+    main = module.functions.get("main")
+    return main is not None and any(
+        op.name == "stablehlo.custom_call" and str(op.attrs.get("call_target_name", "")).startswith("check.")
+        for op in main.body.ops)
+
+
+def _run(full: str, result: FileResult) -> str:
+    """Convert, run and (where the file has expectations) compare; returns ``pass`` or ``ran``."""
     from jaxconv.runtimes.onnxrt import OnnxRunner
     from jaxconv.stablehlo.reader import read_module
 
@@ -318,14 +330,14 @@ def _run(full: str, result: FileResult) -> None:
             return read_module(f.read())
 
     module = _staged("read", read)
-    if result.kind == "dynamic":
+    if result.kind == "dynamic" and not has_expectations(module):
         if "main" not in module.functions:
             raise _Stop("build", "no @main function")
         model = _lower(module, "main")
         runner = _staged("load", OnnxRunner, model.SerializeToString())
         feeds = _dynamic_inputs(module.functions["main"], np.random.default_rng(0))
         _staged("run", runner.run, feeds)
-        return
+        return "ran"
     entry = _staged("build", build_checked_entry, module)
     model = _lower(module, ENTRY)
     runner = _staged("load", OnnxRunner, model.SerializeToString())
@@ -341,6 +353,7 @@ def _run(full: str, result: FileResult) -> None:
             result.max_abs = worst
             raise _Stop("compare", f"{check} on result {index}: {note}")
     result.max_abs = worst
+    return "pass"
 
 
 def summarize(results: Sequence[FileResult]) -> dict[str, Any]:
@@ -350,11 +363,11 @@ def summarize(results: Sequence[FileResult]) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for r in results:
         for table, key in ((by_family, r.family), (by_kind, r.kind)):
-            row = table.setdefault(key, {"pass": 0, "fail": 0, "unsupported": 0})
-            row[r.status] += 1
-        if r.status != "pass":
+            row = table.setdefault(key, {s: 0 for s in STATUSES})
+            row[r.status] = row.get(r.status, 0) + 1
+        if r.status in ("fail", "unsupported"):
             key = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", f"{r.stage}: {r.error}")[:110]
             reasons[key] = reasons.get(key, 0) + 1
     top = sorted(reasons.items(), key=lambda kv: -kv[1])[:25]
     return {"by_kind": by_kind, "by_family": dict(sorted(by_family.items())), "top_reasons": top,
-            "total": {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "unsupported")}}
+            "total": {s: sum(1 for r in results if r.status == s) for s in STATUSES}}

@@ -89,7 +89,7 @@ def test_wrong_numbers_stop_at_compare(monkeypatch):
 def test_strict_limitations():
     cases = {ADD.name: ADD}
     cells = runner.expand([ADD], ["stablehlo"], ["cpu", "gpu"])
-    table = {("fake.add", "stablehlo"): "declared broken to test strictness"}
+    table = {("fake.add", "stablehlo"): limitations.fails("run", "boom", "declared broken to test strictness")}
     results = runner.run_cells(cells, jobs=0, limitations=table, cases=cases, gpu=False)
     by_device = {r.device: r for r in results}
     assert by_device["cpu"].status == "xpass"
@@ -97,21 +97,143 @@ def test_strict_limitations():
     assert runner.unexpected(results) == [by_device["cpu"]]
     assert (by_device["gpu"].status, by_device["gpu"].reason) == ("skip", "no GPU")
 
-    broken = _fake("fake.broken", lambda x: x.astype(jnp.complex64).real * 2, arg("f32[3]"))
-    table = {("fake.*", "onnx", "cpu"): "complex values"}
-    res = runner.run_cells(runner.expand([broken], ["onnx"], ["cpu"]), jobs=0, limitations=table, cases={broken.name: broken})
-    if not res[0].ok:
-        assert (res[0].status, res[0].reason) == ("xfail", "complex values")
-        assert runner.unexpected(res) == []
+
+COMPLEX = _fake("fake.complex_abs", lambda x: jnp.abs(x.astype(jnp.complex64) * 1j), arg("f32[3]"))
 
 
-def test_limitation_rows_need_a_reason():
+def _classified(case: Case, target: str, row: limitations.Limitation) -> CellResult:
+    table = {(case.name, target, "cpu"): row}
+    [result] = runner.run_cells(runner.expand([case], [target], ["cpu"]), jobs=0, limitations=table, cases={case.name: case})
+    return result
+
+
+def test_limited_cell_failing_as_its_row_says_is_xfail():
+    r = _classified(COMPLEX, "onnx", limitations.fails("convert", r"no complex tensor type", "complex values"))
+    assert (r.stage, r.status, r.reason) == ("convert", "xfail", "complex values"), r.error
+    assert runner.unexpected([r]) == []
+
+
+@pytest.mark.parametrize("row,expected", [
+    (limitations.fails("run", r"no complex tensor type", "complex values"), "expected run error matching"),
+    (limitations.fails("convert", r"tfl\.add", "complex values"), "expected convert error matching /tfl\\.add/"),
+    (limitations.differs("complex values", outputs=(0,), classes=("nan",)), "expected compare: output(s) 0"),
+])
+def test_limited_cell_failing_another_way_is_a_failure(row, expected):
+    r = _classified(COMPLEX, "onnx", row)
+    assert r.status == "fail" and runner.unexpected([r]) == [r]
+    assert r.reason.startswith("limited (complex values) but " + expected), r.reason
+    assert r.reason.endswith(f"got convert: {r.error}")
+    assert "limited (complex values)" in report.markdown(report.build([r], {}, None, targets=["onnx"], devices=["cpu"]))
+
+
+def _off_by(monkeypatch, delta: float, output: int = 0):
+    import conformance.targets as targets
+
+    real = targets.reference
+
+    def shifted(case, args, device):
+        out = real(case, args, device)
+        out[output] = out[output] + delta
+        return out
+
+    monkeypatch.setattr(targets, "reference", shifted)
+
+
+TWO = _fake("fake.two", lambda x: (x * 2.0, x + 1.0), arg("f32[4]"))
+
+
+@pytest.mark.parametrize("row,status", [
+    (limitations.differs("off by one", outputs=(1,), classes=("value",)), "xfail"),
+    (limitations.differs("off by one", classes=("value",), max_abs=1.5), "xfail"),
+    (limitations.differs("off by one", outputs=(0,), classes=("value",)), "fail"),
+    (limitations.differs("off by one", outputs=(1,), classes=("nan", "subnormal")), "fail"),
+    (limitations.differs("off by one", outputs=(1,), classes=("value",), max_abs=0.5), "fail"),
+    (limitations.fails("run", r"off", "off by one"), "fail"),
+])
+def test_compare_rows_name_the_outputs_and_element_classes(monkeypatch, row, status):
+    _off_by(monkeypatch, 1.0, output=1)
+    r = _classified(TWO, "stablehlo", row)
+    assert r.stage == "compare"
+    assert [(d["output"], d["classes"], d["count"]) for d in r.diffs] == [(1, ["value"], 4)]
+    assert r.status == status, r.reason
+    if status == "fail":
+        assert "got" in r.reason and "limited (off by one) but expected" in r.reason
+
+
+def test_element_classes():
+    from conformance.elements import element_classes
+
+    nan, inf = float("nan"), float("inf")
+    e = np.array([1.0, nan, inf, -0.0, 0.0, 2.0, -inf, 1.0], np.float32)
+    a = np.array([1.0, 1.0, -inf, 0.0, 1e-40, 2.5, -inf, nan], np.float32)
+    assert element_classes(e, a).tolist() == ["", "nan", "inf", "signed-zero", "", "value", "", "nan"]
+    assert element_classes(e, a, atol=0.0, rtol=0.0)[4] == "subnormal"
+    assert element_classes(np.array([1, 2], np.int32), np.array([1, 3], np.int32)).tolist() == ["", "value"]
+    assert element_classes(np.zeros(3), np.zeros(2)).tolist() == ["shape"]
+
+
+SIGN = _fake("fake.sign_subnormal", lambda x: (jnp.sign(x), x * 3.0), arg("f32[4]", "values", values=(1e-40, -1e-40, 2.0, -0.5)))
+
+
+def test_differences_that_flushing_subnormal_inputs_removes_are_subnormal():
+    r = run_cell(SIGN, "onnx", "cpu")
+    if r.ok:
+        pytest.skip("ONNX Runtime flushes subnormal inputs like XLA here")
+    assert r.stage == "compare"
+    assert [(d["output"], d["classes"], d["count"]) for d in r.diffs] == [(0, ["subnormal"], 2)]
+    assert "[2 subnormal element(s)]" in r.error
+
+
+def test_limitation_rows_need_a_reason_and_an_expected_failure():
     with pytest.raises(ValueError, match="no reason"):
-        limitations.validate({("x", "onnx"): " "})
+        limitations.validate({("x", "onnx"): limitations.fails("run", "boom", " ")})
     with pytest.raises(ValueError, match="must be"):
-        limitations.validate({("x",): "why"})
+        limitations.validate({("x",): limitations.fails("run", "boom", "why")})
+    with pytest.raises(ValueError, match="must name its expected failure"):
+        limitations.validate({("x", "onnx"): "why"})
+    with pytest.raises(ValueError, match="unknown stage"):
+        limitations.validate({("x", "onnx"): limitations.fails("lowering", "boom", "why")})
+    with pytest.raises(ValueError, match="give a pattern"):
+        limitations.validate({("x", "onnx"): limitations.fails("convert", "", "why")})
+    with pytest.raises(ValueError, match="bad pattern"):
+        limitations.validate({("x", "onnx"): limitations.fails("convert", "(", "why")})
+    with pytest.raises(ValueError, match="name the outputs or element classes"):
+        limitations.validate({("x", "onnx"): limitations.differs("why")})
+    with pytest.raises(ValueError, match="unknown element class"):
+        limitations.validate({("x", "onnx"): limitations.differs("why", classes=("denormal",))})
     assert limitations.lookup("op.fft.rfft", "onnx", "gpu") is not None
     assert limitations.lookup("op.fft.rfft", "stablehlo", "cpu") is None
+
+
+def test_every_limitation_row_limits_a_declared_case():
+    import fnmatch
+
+    names = list(load_all())
+    stale = [k for k in limitations.LIMITATIONS if not any(fnmatch.fnmatchcase(n, k[0]) for n in names)]
+    assert stale == []
+
+
+def test_suggested_rows_are_valid_rows():
+    failed = CellResult("a.b", "tflite", "cpu", stage="run", error="LiteRT failed while running /tmp/x-1/m.tflite: bad 42")
+    line = limitations.suggest(failed)
+    assert line.startswith('    ("a.b", "tflite", "cpu"): fails("run", r"')
+    row = eval(line.strip().split(": ", 1)[1].rstrip(","), {"fails": limitations.fails})  # noqa: S307
+    assert row.unexpected(failed) is None
+    differing = CellResult("a.b", "onnx", "cpu", stage="compare", error="x",
+                           diffs=[{"output": 1, "classes": ["nan"], "count": 1, "max_abs": 0.0}])
+    assert 'differs("REASON", outputs=(1,), classes=(\'nan\',))' in limitations.suggest(differing)
+
+
+def test_edge_values_keep_subnormals_in_their_own_cases():
+    cases = load_all()
+    for name, c in cases.items():
+        if not name.startswith("edge.") or name.startswith("edge.subnormal.") or name == "edge.bf16_rounding":
+            continue
+        for a in c.args:
+            x = a.generate(np.random.default_rng(0), {}) if hasattr(a, "generate") else None
+            if x is not None and x.dtype.kind == "f":
+                assert not np.any((x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny)), name
+    assert len([n for n in cases if n.startswith("edge.subnormal.")]) >= 5
 
 
 def test_pool_survives_a_dying_worker():
@@ -161,7 +283,7 @@ def test_testdata_entry_takes_inputs_as_graph_inputs():
 @needs_testdata
 @pytest.mark.parametrize("name,status,family", [
     ("abs_float32_20_20.mlir", "pass", "abs"), ("add_any_int32_2_int32_2.mlir", "pass", "add_any"),
-    ("dynamic/add_dynamic.mlir", "pass", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
+    ("dynamic/add_dynamic.mlir", "ran", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
 def test_testdata_files(name, status, family):
     r = testdata.run_file(name)
     assert (r.status, r.family) == (status, family), f"{r.stage}: {r.error}"
@@ -179,6 +301,46 @@ def test_testdata_wrong_expected_value_fails_compare(tmp_path):
     r = testdata.run_file("x.mlir", root=str(tmp_path))
     assert (r.status, r.stage) == ("fail", "compare")
     assert "check.expect_eq" in r.error
+
+
+def _dynamic_copy(tmp_path, name: str, edit=None) -> str:
+    text = open(os.path.join(TESTDATA, name)).read()
+    (tmp_path / "dynamic").mkdir(exist_ok=True)
+    (tmp_path / "dynamic" / name).write_text(edit(text) if edit else text)
+    return f"dynamic/{name}"
+
+
+@needs_testdata
+def test_dynamic_file_with_expectations_is_compared(tmp_path):
+    rel = _dynamic_copy(tmp_path, "add_any_int32_2_int32_2.mlir")
+    r = testdata.run_file(rel, root=str(tmp_path))
+    assert (r.kind, r.status, r.checks, r.max_abs) == ("dynamic", "pass", 1, 0.0), f"{r.stage}: {r.error}"
+
+    def wrong(text: str) -> str:
+        head, _, tail = text.partition("func.func private @expected()")
+        return head + "func.func private @expected()" + tail.replace("dense<[1, -4]>", "dense<[1, -5]>", 1)
+
+    rel = _dynamic_copy(tmp_path, "add_any_int32_2_int32_2.mlir", wrong)
+    r = testdata.run_file(rel, root=str(tmp_path))
+    assert (r.status, r.stage) == ("fail", "compare") and "check.expect_eq" in r.error
+
+
+def test_ran_without_expectations_is_counted_apart_from_pass():
+    files = [testdata.FileResult("a.mlir", "add", "checked", status="pass"),
+             testdata.FileResult("dynamic/b.mlir", "add", "dynamic", status="ran"),
+             testdata.FileResult("dynamic/c.mlir", "mul", "dynamic", status="ran"),
+             testdata.FileResult("dynamic/d.mlir", "mul", "dynamic", status="fail", stage="run", error="boom")]
+    s = testdata.summarize(files)
+    assert s["total"] == {"pass": 1, "ran": 2, "fail": 1, "unsupported": 0}
+    assert s["by_kind"]["dynamic"] == {"pass": 0, "ran": 2, "fail": 1, "unsupported": 0}
+    assert s["by_family"]["mul"]["ran"] == 1 and s["top_reasons"] == [("run: boom", 1)]
+    data = report.build([], {}, files, targets=["onnx"], devices=["cpu"])
+    md = report.markdown(data)
+    assert "**1 pass, 2 ran, no expectations, 1 fail, 0 unsupported**" in md
+    assert "| dynamic | 0 | 2 | 1 | 0 |" in md
+    changed = report.build([], {}, [testdata.FileResult("dynamic/b.mlir", "add", "dynamic", status="pass")],
+                           targets=["onnx"], devices=["cpu"])
+    assert report.compare_reports(changed, data) == ["testdata dynamic/b.mlir: committed ran, now pass"]
 
 
 def test_report_gpu_column_and_check():

@@ -1,4 +1,8 @@
-"""Edge values: NaN, +-inf, -0.0, empty tensors, integer overflow and division corner cases."""
+"""Edge values: NaN, +-inf, -0.0, empty tensors, integer overflow and division corner cases.
+
+Subnormal inputs have cases of their own (``edge.subnormal.*``): XLA on the CPU flushes them
+to zero and most runtimes do not, so their limitation rows must not hide the other edge values.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from jax import lax
 from conformance.case import arg, case
 
 INF = float("inf")
-SPECIAL = (0.0, -0.0, INF, -INF, float("nan"), 1.0, -2.5, 3e38, -1e-40, 7.0)
+SPECIAL = (0.0, -0.0, INF, -INF, float("nan"), 1.0, -2.5, 3e38, -1e-30, 7.0)  # no subnormals: see below
+SUBNORMAL = (1e-40, -1e-40, 1e-45, -3e-39, 0.0, -0.0, 1.2e-38, -2.0, 1e-38, 5.0)  # 1.2e-38: the smallest normals
 S = arg("f32[10]", "values", values=SPECIAL)
 S2 = arg("f32[10]", "values", values=(float("nan"), 1.0, -INF, -0.0, 0.0, INF, 2.0, float("nan"), -3.0, 0.5))
 
@@ -57,3 +62,18 @@ case("edge.f16_overflow", lambda x: (x * 1000).astype(jnp.float16), arg("f32[3]"
      family="convert", tags={"edge"})
 case("edge.bf16_rounding", lambda x: x.astype(jnp.bfloat16), arg("f32[4]", "values", values=(1.00390625, 1.01171875, -3.3, 1e-39)),
      family="convert", tags={"edge"})
+
+SUB = arg("f32[10]", "values", values=SUBNORMAL)
+SUB2 = arg("f32[10]", "values", values=(2.0, 1e-40, -1e-40, 0.5, 1e-39, 3.0, -1e-45, 1e-40, 0.0, -1.0))
+_SUB_TAGS = {"edge", "subnormal"}
+case("edge.subnormal.add_mul", lambda x, y: (x + y, x * y, x * 1e38), SUB, SUB2, family="add", tags=_SUB_TAGS)
+case("edge.subnormal.divide", lambda x, y: (x / y, 1.0 / x), SUB, SUB2, family="divide", tags=_SUB_TAGS)
+case("edge.subnormal.max_min", lambda x, y: (jnp.maximum(x, y), jnp.minimum(x, y), jnp.max(x), jnp.min(x)), SUB, SUB2,
+     family="maximum", tags=_SUB_TAGS)
+case("edge.subnormal.compare", lambda x: (x == 0, x > 0, jnp.argmax(x), jnp.isfinite(x)), SUB, family="compare", tags=_SUB_TAGS)
+case("edge.subnormal.sign", lambda x: (jnp.sign(x), 1.0 / jnp.sign(x), jnp.abs(x) * 1e38), SUB, family="sign", tags=_SUB_TAGS)
+case("edge.subnormal.exp_log", lambda x: (jnp.exp(x), jnp.log(x), jnp.sqrt(x)), SUB, family="exponential", tags=_SUB_TAGS)
+case("edge.subnormal.tanh_logistic", lambda x: (jnp.tanh(x) * 1e38, 1 / (1 + jnp.exp(-x))), SUB, family="tanh", tags=_SUB_TAGS)
+case("edge.subnormal.sort", jnp.sort, SUB, family="sort", tags=_SUB_TAGS)
+case("edge.subnormal.convert", lambda x: (x.astype(jnp.bfloat16), x.astype(jnp.float16), x.astype(jnp.int32)),
+     SUB, family="convert", tags=_SUB_TAGS)

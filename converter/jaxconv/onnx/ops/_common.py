@@ -59,11 +59,9 @@ def known_values(ctx: LoweringContext, name: str, lookback: int = 64, depth: int
     value = ctx.constant_value(name)
     if value is not None or depth == 0:
         return value
-    for node in reversed(ctx.scope.nodes[-lookback:]):
-        if name in node.output:
-            if node.op_type in _VALUE_PRESERVING and node.input:
-                return known_values(ctx, node.input[0], lookback, depth - 1)
-            return None
+    node = ctx.producer(name)
+    if node is not None and node.op_type in _VALUE_PRESERVING and node.inputs and node.inputs[0] is not None:
+        return known_values(ctx, node.inputs[0].name, lookback, depth - 1)
     return None
 
 
