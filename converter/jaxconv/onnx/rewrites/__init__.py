@@ -1,21 +1,39 @@
 """Graph rewrites that give ONNX Runtime the forms its fused kernels expect.
 
-The lowering emits exact, general graphs; the rules here turn parts of them into
-forms ORT runs faster (MatMul instead of Einsum, Softmax, Gelu, ...) without
-changing the numbers. ``apply`` runs every rule on an ``onnx_ir.Model`` in place.
+The lowering emits exact, general graphs; the rules here turn parts of them into forms ORT runs
+faster without changing the numbers:
+
+- ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
+- ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
+  so ORT fuses it into the Conv or Gemm before it;
+- ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values.
+
+``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
 
 from __future__ import annotations
 
-import onnx_ir
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match, activations, broadcasts, softmax
 
 
-def apply(model: onnx_ir.Model, opset: int) -> None:
+def apply(model: ir.Model, opset: int) -> dict[str, int]:
     """Rewrites ``model`` in place into forms ONNX Runtime runs faster.
 
     Args:
         model: The model to rewrite.
         opset: The default-domain opset the model targets; rules that need a
             newer op (e.g. Gelu, opset 20) are skipped below it.
+
+    Returns:
+        How many times each rule fired.
     """
-    del model, opset
+    fired = {"softmax": 0, "activations": 0, "broadcasts": 0}
+    for graph in list(_match.all_graphs(model.graph)):
+        fired["softmax"] += softmax.rewrite(graph)
+        fired["activations"] += activations.rewrite(graph, opset)
+        fired["broadcasts"] += broadcasts.rewrite(graph)
+    if any(fired.values()):
+        ir.passes.common.RemoveUnusedNodesPass()(model)
+    return fired

@@ -1,0 +1,145 @@
+"""Small helpers the rewrite rules share: constants, producers, attributes, replacing a value."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import onnx_ir as ir
+
+# ops that only move or repeat values: a chain of them keeps a value's content
+SHAPE_OPS = frozenset({"Unsqueeze", "Expand", "Reshape", "Identity", "Squeeze"})
+
+
+def const(value: ir.Value | None) -> np.ndarray | None:
+    """The value's constant content (initializer or Constant node), else None."""
+    if value is None:
+        return None
+    tensor = value.const_value
+    if tensor is None:
+        try:
+            tensor = ir.convenience.get_const_tensor(value)
+        except Exception:
+            return None
+    if tensor is None:
+        return None
+    try:
+        return tensor.numpy()
+    except Exception:
+        return None
+
+
+def repeated_const(value: ir.Value | None) -> np.ndarray | None:
+    """The constant ``value`` repeats: itself, or the constant an Expand/Unsqueeze/Reshape chain copies.
+
+    Its shape may differ from ``value``'s; use it for element values only.
+    """
+    while value is not None:
+        arr = const(value)
+        if arr is not None:
+            return arr
+        node = producer(value, *SHAPE_OPS)
+        if node is None:
+            return None
+        value = node.inputs[0]
+    return None
+
+
+def is_scalar_const(value: ir.Value | None, expected: float, rtol: float = 1e-6) -> bool:
+    """True when ``value`` is a constant whose elements all equal ``expected`` (within ``rtol``)."""
+    arr = repeated_const(value)
+    if arr is None or arr.size == 0 or arr.dtype.kind not in "fiu":
+        return False
+    arr = arr.astype(np.float64)
+    if expected == 0.0:
+        return bool(np.all(arr == 0.0))
+    return bool(np.all(np.abs(arr - expected) <= rtol * abs(expected)))
+
+
+def producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
+    """The node producing ``value`` when it is one of ``op_types`` (default domain)."""
+    if value is None:
+        return None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or (op_types and node.op_type not in op_types):
+        return None
+    return node
+
+
+def through_shape_ops(value: ir.Value | None) -> ir.Value | None:
+    """Follow Unsqueeze/Expand/Reshape/Identity producers back to the value they repeat."""
+    while value is not None:
+        node = producer(value, *SHAPE_OPS)
+        if node is None:
+            return value
+        value = node.inputs[0]
+    return value
+
+
+def attr(node: ir.Node, name: str, default: Any = None) -> Any:
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+def reduce_axes(node: ir.Node) -> tuple[int, ...] | None:
+    """A Reduce* node's axes (input 1 from opset 18 on, else the attribute); None when not constant."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        arr = const(node.inputs[1])
+        return None if arr is None else tuple(int(a) for a in np.atleast_1d(arr))
+    axes = attr(node, "axes")
+    return None if axes is None else tuple(int(a) for a in axes)
+
+
+def normalize_axes(axes: tuple[int, ...], rank: int | None) -> tuple[int, ...] | None:
+    if any(a < 0 for a in axes):
+        if rank is None:
+            return None
+        axes = tuple(a + rank if a < 0 else a for a in axes)
+    return tuple(sorted(axes))
+
+
+def rank(value: ir.Value | None) -> int | None:
+    return None if value is None or value.shape is None else len(value.shape)
+
+
+def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    """For a binary node with ``value`` as one input, the other input."""
+    a, b = node.inputs[0], node.inputs[1]
+    if a is value:
+        return b
+    if b is value:
+        return a
+    return None
+
+
+def binary(node: ir.Node | None, op_type: str) -> tuple[ir.Value, ir.Value] | None:
+    if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    return node.inputs[0], node.inputs[1]
+
+
+def replace(graph: ir.Graph, old: ir.Value, new_nodes: ir.Node | list[ir.Node], before: ir.Node) -> None:
+    """Insert ``new_nodes`` before ``before`` and make every use of ``old`` read the last one's output.
+
+    The new value takes ``old``'s name, type and shape (so graph outputs keep their names).
+    """
+    nodes = new_nodes if isinstance(new_nodes, list) else [new_nodes]
+    graph.insert_before(before, nodes)
+    new = nodes[-1].outputs[0]
+    new.type = old.type if old.type is not None else new.type
+    new.shape = old.shape if old.shape is not None else new.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    name = old.name
+    old.name = None
+    new.name = name
+
+
+def all_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
+    """``graph`` and every subgraph nested in it (Loop/If/Scan bodies)."""
+    yield graph
+    for node in list(graph.all_nodes()):
+        for a in node.attributes.values():
+            if a.type == ir.AttributeType.GRAPH:
+                yield a.value
+            elif a.type == ir.AttributeType.GRAPHS:
+                yield from a.value

@@ -1,0 +1,149 @@
+"""Activation forms: jax.nn.gelu (tanh approximation) as Gelu, ``max(x, 0)`` as Relu.
+
+Gelu (opset 20) with ``approximate="tanh"`` computes jax's formula
+``x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``. Relu lets ORT fuse it into the Conv or
+Gemm before it; an ``Add(+0.0)`` after it turns Relu(-0.0) = -0.0 into jax's +0.0, and NaN passes
+through Relu as through jax's max.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_COMMUTATIVE = ("Mul", "Add")
+
+
+def _split_const(node: ir.Node | None, op_type: str, value: float, rtol: float = 1e-6) -> ir.Value | None:
+    """For ``node = op(c, y)`` or ``op(y, c)`` with constant ``c == value``: ``y``; else None."""
+    pair = m.binary(node, op_type)
+    if pair is None:
+        return None
+    a, b = pair
+    if m.is_scalar_const(b, value, rtol):
+        return a
+    if op_type in _COMMUTATIVE and m.is_scalar_const(a, value, rtol):
+        return b
+    return None
+
+
+def _is_cube(value: ir.Value, x: ir.Value) -> bool:
+    node = m.producer(value)
+    if node is None:
+        return False
+    if node.op_type == "Pow":
+        return node.inputs[0] is x and m.is_scalar_const(node.inputs[1], 3.0)
+    pair = m.binary(node, "Mul")
+    if pair is None:
+        return False
+    for a, b in (pair, pair[::-1]):
+        if a is x:
+            sq = m.binary(m.producer(b), "Mul")
+            if sq is not None and sq[0] is x and sq[1] is x:
+                return True
+    return False
+
+
+def _gelu_input(tanh: ir.Node) -> ir.Value | None:
+    """x when ``tanh``'s argument is ``sqrt(2/pi) * (x + 0.044715 * x^3)``."""
+    inner = _split_const(m.producer(tanh.inputs[0]), "Mul", _SQRT_2_OVER_PI, 1e-5)
+    pair = m.binary(m.producer(inner), "Add") if inner is not None else None
+    if pair is None:
+        return None
+    for x, rest in (pair, pair[::-1]):
+        cube = _split_const(m.producer(rest), "Mul", 0.044715, 1e-5)
+        if cube is not None and _is_cube(cube, x):
+            return x
+    return None
+
+
+def _rewrite_gelu(graph: ir.Graph, tanh: ir.Node) -> bool:
+    x = _gelu_input(tanh)
+    if x is None or len(tanh.outputs[0].uses()) != 1:
+        return False
+    add = tanh.outputs[0].uses()[0].node
+    if _split_const(add, "Add", 1.0) is not tanh.outputs[0] or len(add.outputs[0].uses()) != 1:
+        return False
+    # x * (0.5 * (1 + t))   or   (0.5 * x) * (1 + t)   or   x * 0.5 * (1 + t) in any order
+    user = add.outputs[0].uses()[0].node
+    half = _split_const(user, "Mul", 0.5)
+    if half is add.outputs[0]:
+        if len(user.outputs[0].uses()) != 1:
+            return False
+        last = user.outputs[0].uses()[0].node
+        if m.binary(last, "Mul") is None or m.other_input(last, user.outputs[0]) is not x:
+            return False
+    else:
+        pair = m.binary(user, "Mul")
+        if pair is None:
+            return False
+        other = m.other_input(user, add.outputs[0])
+        if _split_const(m.producer(other), "Mul", 0.5) is not x:
+            return False
+        last = user
+    m.replace(graph, last.outputs[0], ir.node("Gelu", [x], {"approximate": "tanh"}), last)
+    return True
+
+
+def _rewrite_relu(graph: ir.Graph, node: ir.Node) -> bool:
+    pair = m.binary(node, "Max")
+    if pair is None:
+        return False
+    for x, zero in (pair, pair[::-1]):
+        arr = m.repeated_const(zero)
+        if arr is None or arr.dtype not in (np.float32, np.float64) or not np.all(arr == 0) or m.const(x) is not None:
+            continue
+        shape = tuple(zero.shape) if zero.shape is not None and zero.shape.is_static() else m.const(zero)
+        if shape is None or not _broadcasts_into(tuple(shape) if not hasattr(shape, "shape") else shape.shape, x):
+            continue
+        relu = ir.node("Relu", [x])
+        out = node.outputs[0]
+        uses = out.uses()
+        if uses and not out.is_graph_output() and all(
+                m.binary(u.node, "Add") is not None and _positive_zero(m.other_input(u.node, out)) for u in uses):
+            m.replace(graph, out, relu, node)  # every consumer already adds +0.0
+        else:
+            plus = ir.node("Add", [relu.outputs[0], _zero_like(graph, arr.dtype)])
+            m.replace(graph, out, [relu, plus], node)
+        return True
+    return False
+
+
+def _positive_zero(value: ir.Value | None) -> bool:
+    arr = m.const(value)
+    return arr is not None and arr.dtype.kind == "f" and bool(np.all(arr == 0)) and not np.any(np.signbit(arr))
+
+
+def _zero_like(graph: ir.Graph, dtype: np.dtype) -> ir.Value:
+    value = ir.Value(name=f"jaxconv_zero_{np.dtype(dtype).name}_{len(graph.initializers)}",
+                     const_value=ir.tensor(np.zeros((), dtype)))
+    graph.register_initializer(value)
+    return value
+
+
+def _broadcasts_into(shape: tuple[int, ...], x: ir.Value) -> bool:
+    """True when a constant of ``shape`` broadcasts into ``x`` without growing it."""
+    if all(d == 1 for d in shape) and (m.rank(x) is not None and len(shape) <= m.rank(x)):
+        return True
+    if x.shape is None or len(shape) > len(x.shape):
+        return False
+    dims = list(x.shape)[len(x.shape) - len(shape):]
+    return all(c == 1 or (isinstance(d, int) and d == c) for c, d in zip(shape, dims))
+
+
+def rewrite(graph: ir.Graph, opset: int) -> int:
+    """Replace gelu (opset >= 20) and relu patterns in ``graph``; returns how many."""
+    count = 0
+    for node in list(graph):
+        if node.graph is None or node.domain != "":
+            continue
+        if node.op_type == "Tanh" and opset >= 20:
+            count += _rewrite_gelu(graph, node)
+        elif node.op_type == "Max":
+            count += _rewrite_relu(graph, node)
+    return count

@@ -1,0 +1,119 @@
+"""jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops.
+
+jax computes ``e = exp(x - max(x))`` then ``e / sum(e)`` (or ``(x - m) - log(sum(e))``); the lowering
+turns that into a dozen nodes (the max carries a NaN guard and an ``initial=-inf``). ORT's kernels
+subtract the max too, and give the same NaN rows for NaN, +inf and all -inf inputs.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+# ops allowed between x and the max that is subtracted (the NaN guard and initial=-inf)
+_MAX_CHAIN = frozenset({"ReduceMax", "IsNaN", "Cast", "Where", "Max", "Not", "Or"}) | m.SHAPE_OPS
+
+
+def _is_max_of(value: ir.Value, x: ir.Value, axes: tuple[int, ...]) -> bool:
+    """True when ``value`` is computed from ``x`` by ops that only take its max over ``axes``.
+
+    Every leaf of the chain must be ``x`` or a constant, and there must be a ReduceMax of ``x``
+    over ``axes``; the result then differs from the plain max only for NaN/inf rows, where
+    softmax gives NaN either way.
+    """
+    seen_max = False
+    stack, visited = [value], set()
+    while stack:
+        v = stack.pop()
+        if v is x or id(v) in visited:
+            continue
+        visited.add(id(v))
+        if m.const(v) is not None:
+            continue
+        node = m.producer(v)
+        if node is None or node.op_type not in _MAX_CHAIN:
+            return False
+        if node.op_type == "ReduceMax":
+            if node.inputs[0] is x and m.normalize_axes(m.reduce_axes(node) or (), m.rank(x)) == axes:
+                seen_max = True
+            stack.append(node.inputs[0])
+            continue
+        if node.op_type in m.SHAPE_OPS:
+            stack.append(node.inputs[0])  # the shape operand is not data
+            continue
+        stack.extend(i for i in node.inputs if i is not None)
+    return seen_max
+
+
+def _shifted(e_or_s: ir.Value, want_exp: bool):
+    """(x, s, exp node) for ``exp(s)`` / ``s`` with ``s = x - max(x)``, or None."""
+    exp = None
+    s = e_or_s
+    if want_exp:
+        exp = m.producer(e_or_s, "Exp")
+        if exp is None:
+            return None
+        s = exp.inputs[0]
+    sub = m.binary(m.producer(s), "Sub")
+    if sub is None:
+        return None
+    return sub[0], sub[1], s, exp
+
+
+def _sum_axes(value: ir.Value, e: ir.Value, x: ir.Value) -> tuple[int, ...] | None:
+    """Axes when ``value`` is ``sum(e)`` over them (through shape ops), else None."""
+    red = m.producer(m.through_shape_ops(value), "ReduceSum")
+    if red is None or red.inputs[0] is not e:
+        return None
+    axes = m.reduce_axes(red)
+    return None if axes is None else m.normalize_axes(axes, m.rank(x))
+
+
+def _rewrite_softmax(graph: ir.Graph, div: ir.Node) -> bool:
+    e, d = div.inputs[0], div.inputs[1]
+    got = _shifted(e, want_exp=True)
+    if got is None:
+        return False
+    x, mx, _, _ = got
+    axes = _sum_axes(d, e, x)
+    if axes is None or len(axes) != 1 or not _is_max_of(mx, x, axes):
+        return False
+    m.replace(graph, div.outputs[0], ir.node("Softmax", [x], {"axis": axes[0]}), div)
+    return True
+
+
+def _rewrite_log_softmax(graph: ir.Graph, sub: ir.Node) -> bool:
+    s, lse = sub.inputs[0], sub.inputs[1]
+    got = _shifted(s, want_exp=False)
+    if got is None:
+        return False
+    x, mx, _, _ = got
+    log = m.producer(m.through_shape_ops(lse), "Log")
+    if log is None:
+        return False
+    total = m.through_shape_ops(log.inputs[0])
+    red = m.producer(total, "ReduceSum")
+    if red is None:
+        return False
+    exp = m.producer(red.inputs[0], "Exp")
+    if exp is None or exp.inputs[0] is not s:
+        return False
+    axes = m.normalize_axes(m.reduce_axes(red) or (), m.rank(x))
+    if not axes or len(axes) != 1 or not _is_max_of(mx, x, axes):
+        return False
+    m.replace(graph, sub.outputs[0], ir.node("LogSoftmax", [x], {"axis": axes[0]}), sub)
+    return True
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Replace softmax and log-softmax patterns in ``graph``; returns how many."""
+    count = 0
+    for node in list(graph):
+        if node.graph is None:
+            continue
+        if node.op_type == "Div" and node.domain == "":
+            count += _rewrite_softmax(graph, node)
+        elif node.op_type == "Sub" and node.domain == "":
+            count += _rewrite_log_softmax(graph, node)
+    return count

@@ -1,0 +1,338 @@
+"""How fast jaxconv's ONNX runs in ONNX Runtime, against jax.jit in the same process.
+
+    .venv/bin/python scripts/bench.py [--models mlp,cnn] [--quick] [--skip-large] [--tflite]
+                                      [--png bench.png] [--profile DIR]
+
+For each model (scripts/bench_models.py) the contenders run alternately, one call each in turn, on
+the same inputs: jax.jit; jaxconv's ONNX in ORT with jaxconv's session options (default threads,
+spinning off), with one thread, and with ORT's own defaults (spinning on, measured in a second
+rotation beside jax.jit because spinning slows whatever runs next); jax2onnx's ONNX when jax2onnx
+is installed; the TFLite interpreter with --tflite. Ratios are medians over jax.jit's median (below
+1 means faster than jax.jit); compare ratios, not absolute times, across machines. The load average
+is printed with every row because other work on the machine moves the figures.
+
+Conversion is measured in cold processes: ``jaxconv to-onnx --no-check`` against ``jax.export``
+alone on the same function, with the converting process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "converter"))
+sys.path.insert(0, HERE)
+
+import bench_models  # noqa: E402
+
+CONTENDERS = ("ort", "ort 1t", "ort spin", "jax2onnx", "tflite")
+
+
+@dataclass
+class Row:
+    """Everything measured for one model."""
+
+    name: str
+    title: str
+    jax_ms: float = float("nan")
+    ms: dict[str, float] = field(default_factory=dict)  # contender -> median ms
+    ratio: dict[str, float] = field(default_factory=dict)  # contender -> median / jax.jit median
+    nodes: int = 0
+    peer_nodes: int | None = None
+    size_mb: float = 0.0
+    weight_mb: float = 0.0
+    to_onnx_s: float | None = None
+    export_s: float | None = None
+    rss_mb: float | None = None
+    load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before, after
+    notes: list[str] = field(default_factory=list)
+
+
+def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float) -> dict[str, float]:
+    """Median seconds per call of each function, calling them in turn (rotating the order)."""
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    start = time.perf_counter()
+    for i in range(iters):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for n in order:
+            t = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t)
+        if i >= 4 and time.perf_counter() - start > budget_s:
+            break
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | None = None):
+    import onnxruntime as ort
+
+    from jaxconv.runtimes.onnxrt import session_options
+
+    opts = session_options(threads, spinning)
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile
+        opts.optimized_model_filepath = profile + ".optimized.onnx"
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_call(session: Any, inputs: tuple[np.ndarray, ...]) -> Callable[[], Any]:
+    feed = {i.name: a for i, a in zip(session.get_inputs(), inputs)}
+    return lambda: session.run(None, feed)
+
+
+def jax2onnx_model(m: bench_models.Model) -> Any | None:
+    """jax2onnx's ModelProto for the model, or None when jax2onnx is missing or fails."""
+    try:
+        import jax2onnx
+    except ImportError:
+        return None
+    import jax
+
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in m.inputs]
+    return jax2onnx.to_onnx(m.fn, specs)
+
+
+def tflite_call(m: bench_models.Model) -> Callable[[], Any]:
+    import jaxconv
+    from jaxconv.runtimes.tflite import TFLiteRunner
+
+    runner = TFLiteRunner(bytes(jaxconv.to_tflite(m.fn, *m.concrete_specs, check=False)))
+    return lambda: runner.run(list(m.inputs))
+
+
+def cold_conversion(m: bench_models.Model, workdir: str) -> tuple[float, float, float]:
+    """(to-onnx seconds, jax.export seconds, to-onnx peak RSS MB), each in a new process."""
+    src = os.path.join(workdir, f"bench_{m.name}.py")
+    with open(src, "w") as f:
+        f.write(f"import sys\nsys.path.insert(0, {HERE!r})\nimport bench_models\n"
+                f"_m = bench_models.build({m.name!r})\n\ndef predict(*args):\n    return _m.fn(*args)\n")
+    exe = os.path.join(os.path.dirname(sys.executable), "jaxconv")
+    cmd = [exe, "to-onnx", f"{src}:predict", "--no-check", "-o", os.path.join(workdir, f"{m.name}.onnx"), "--specs", *m.specs]
+    t_onnx, rss = _timed(cmd)
+    export = (f"import sys, jax\nsys.path.insert(0, {workdir!r})\nfrom jaxconv.specs import parse_spec, to_shape_dtype_structs\n"
+              f"import bench_{m.name} as b\nspecs = to_shape_dtype_structs([parse_spec(s) for s in {list(m.specs)!r}])\n"
+              f"jax.export.export(jax.jit(b.predict))(*specs).mlir_module_serialized\n")
+    t_export, _ = _timed([sys.executable, "-c", export])
+    return t_onnx, t_export, rss
+
+
+def _timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``cmd`` run in a new process."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "converter")}
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd[:2])} failed: {err.read().decode(errors='replace').strip()[-300:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Row:
+    import jax
+    import onnx
+
+    import jaxconv
+
+    row = Row(m.name, m.title, weight_mb=m.weight_bytes / 2**20)
+    load0 = os.getloadavg()[0]
+    model = jaxconv.to_onnx(m.fn, *m.specs, check=False)
+    row.nodes = len(model.graph.node)
+    large = model.ByteSize() > 2**31 - 2**24
+    path = os.path.join(workdir, f"{m.name}.inproc.onnx")
+    onnx.save(model, path, save_as_external_data=large)
+    row.size_mb = sum(os.path.getsize(os.path.join(workdir, f)) for f in os.listdir(workdir) if f.startswith(f"{m.name}.inproc")) / 2**20
+    source = path if large else model.SerializeToString()
+    del model
+
+    jitted = jax.jit(m.fn)
+    jin = [jax.device_put(a) for a in m.inputs]
+    fns: dict[str, Callable[[], Any]] = {"jax": lambda: jax.block_until_ready(jitted(*jin))}
+    fns["ort"] = ort_call(ort_session(source, None, False), m.inputs)
+    fns["ort 1t"] = ort_call(ort_session(source, 1, False), m.inputs)
+    if not args.no_jax2onnx:
+        try:
+            peer = jax2onnx_model(m)
+            if peer is not None:
+                row.peer_nodes = len(peer.graph.node)
+                fns["jax2onnx"] = ort_call(ort_session(peer.SerializeToString(), None, False), m.inputs)
+        except Exception as e:  # the peer failing is a result, not an error
+            row.notes.append(f"jax2onnx: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+    if args.tflite:
+        try:
+            fns["tflite"] = tflite_call(m)
+        except Exception as e:
+            row.notes.append(f"tflite: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+    for name, fn in list(fns.items()):  # warm up; a contender that fails to run is dropped with a note
+        try:
+            for _ in range(2):
+                fn()
+        except Exception as e:
+            row.notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+            del fns[name]
+    iters, budget = (7, 2.0) if args.quick else (args.iters, args.budget)
+    med = alternate(fns, iters, budget * len(fns))
+    row.jax_ms = med.pop("jax") * 1e3
+    for name, s in med.items():
+        row.ms[name] = s * 1e3
+        row.ratio[name] = s * 1e3 / row.jax_ms
+    # ORT's own defaults (spinning on) beside jax.jit, in a rotation of their own
+    spin = ort_call(ort_session(source, None, True), m.inputs)
+    spin()
+    med = alternate({"jax": fns["jax"], "ort spin": spin}, iters, budget * 2)
+    row.ms["ort spin"] = med["ort spin"] * 1e3
+    row.ratio["ort spin"] = med["ort spin"] / med["jax"]
+    if args.profile:
+        profile(source, m, os.path.join(args.profile, m.name))
+    if not args.no_cli:
+        try:
+            row.to_onnx_s, row.export_s, row.rss_mb = cold_conversion(m, workdir)
+        except RuntimeError as e:
+            row.notes.append(str(e).splitlines()[0][:200])
+    row.load = (load0, os.getloadavg()[0])
+    return row
+
+
+def profile(source: Any, m: bench_models.Model, prefix: str, top: int = 8) -> None:
+    """Write ORT's profile and optimized graph under ``prefix`` and print the dominant kernels."""
+    import json
+
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    session = ort_session(source, 1, False, profile=prefix)
+    run = ort_call(session, m.inputs)
+    for _ in range(10):
+        run()
+    trace = session.end_profiling()
+    totals: dict[str, float] = {}
+    for ev in json.load(open(trace)):
+        if ev.get("cat") == "Node" and ev["name"].endswith("_kernel_time"):
+            op = ev.get("args", {}).get("op_name", "?")
+            totals[op] = totals.get(op, 0.0) + ev["dur"]
+    whole = sum(totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    print(f"  profile {m.name} (1 thread, {trace}): " + ", ".join(f"{k} {v / whole:.0%}" for k, v in ranked), file=sys.stderr)
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "–" if x is None or x != x else format(x, spec)
+
+
+def table(rows: list[Row]) -> str:
+    """The Markdown table of ``rows``."""
+    head = ("| model | jax.jit ms | ORT ms | ORT/jit | ORT 1t/jit | ORT spin/jit | jax2onnx/jit | TFLite/jit "
+            "| nodes | jax2onnx nodes | ONNX MB | to-onnx s | jax.export s | to-onnx RSS MB | load |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        cells = [r.title, _fmt(r.jax_ms), _fmt(r.ms.get("ort")), _fmt(r.ratio.get("ort")), _fmt(r.ratio.get("ort 1t")),
+                 _fmt(r.ratio.get("ort spin")), _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
+                 _fmt(r.peer_nodes, "d"), _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
+                 f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def chart(rows: list[Row], path: str) -> None:
+    """A bar chart of the ratios to jax.jit, one group per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [c for c in CONTENDERS if any(c in r.ratio for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows)), 4.0))
+    width = 0.8 / max(1, len(shown))
+    for k, c in enumerate(shown):
+        xs = [i + (k - (len(shown) - 1) / 2) * width for i in range(len(rows))]
+        ax.bar(xs, [r.ratio.get(c, 0.0) for r in rows], width, label=c)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(0.9, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(rows)), [r.name for r in rows])
+    ax.set_ylabel("median time / jax.jit (lower is faster)")
+    ax.set_title(f"ONNX Runtime vs jax.jit, {os.cpu_count()} CPUs")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def machine() -> str:
+    import jax
+    import onnxruntime
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; Python {platform.python_version()}, "
+            f"jax {jax.__version__}, onnxruntime {onnxruntime.__version__}; load average {load}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(bench_models.NAMES),
+                        help=f"comma-separated, from {', '.join(bench_models.NAMES + bench_models.EXTRA)}")
+    parser.add_argument("--quick", action="store_true", help="few iterations, no cold-process conversion timing")
+    parser.add_argument("--skip-large", action="store_true", help="skip mlp_large (1.4 GB of weights)")
+    parser.add_argument("--tflite", action="store_true", help="also time the TFLite interpreter")
+    parser.add_argument("--no-jax2onnx", action="store_true", help="do not measure jax2onnx even when installed")
+    parser.add_argument("--no-cli", action="store_true", help="skip the cold-process conversion timing")
+    parser.add_argument("--iters", type=int, default=100, help="rotations at most (default 100)")
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per contender per model, about (default 3)")
+    parser.add_argument("--png", default="bench.png", help="chart path (default bench.png; '' for none)")
+    parser.add_argument("--profile", metavar="DIR", help="write ORT profiles and optimized graphs to DIR")
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in bench_models.BUILDERS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(bench_models.NAMES + bench_models.EXTRA)}")
+    if args.skip_large or args.quick and "mlp_large" in args.models and len(args.models) > 1:
+        args.models = [m for m in args.models if m != "mlp_large"]
+    args.no_cli = args.no_cli or args.quick
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"Machine: {machine()}")
+    print(f"Command: scripts/bench.py {' '.join(sys.argv[1:] if argv is None else argv)}\n", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for name in args.models:
+            m = bench_models.build(name)
+            print(f"  {name} ...", file=sys.stderr, flush=True)
+            sub = os.path.join(workdir, name)
+            os.makedirs(sub)
+            rows.append(measure(m, args, sub))
+            del m
+    print(table(rows))
+    notes = [f"- {r.name}: {n}" for r in rows for n in r.notes]
+    if notes:
+        print("\n" + "\n".join(notes))
+    if args.png:
+        chart(rows, args.png)
+        print(f"\nchart: {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
