@@ -26,6 +26,8 @@ def _add_check_args(p: argparse.ArgumentParser, *, optional: bool = True) -> Non
         p.add_argument("--no-check", action="store_true", help="skip running the artifact against jax.jit")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default depends on dtype)")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default depends on dtype)")
+    p.add_argument("--strict", action="store_true", help="fail (exit 9) when the check cannot decide an output")
+    p.add_argument("--check-sizes", metavar="N,M", help="sizes of symbolic dimensions for the check (default 2,5,1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,13 +97,33 @@ def _load_program(args: argparse.Namespace):
     loaded = load_function(args.file, args.fn_name)
     require_specs(args.specs)
     platforms = tuple(p.strip() for p in getattr(args, "platforms", "cpu").split(",") if p.strip())
-    return trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
-                 constraints=args.constraints, platforms=platforms, source_path=loaded.path)
+    program = trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
+                    constraints=args.constraints, platforms=platforms, source_path=loaded.path)
+    _configure_check(args, loaded, program)
+    return program
+
+
+def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> None:
+    """The check's example inputs, sizes and strictness; refuses, before anything is written, a check too big for memory."""
+    if getattr(args, "no_check", False):
+        return
+    from jaxconv import check_inputs, verify
+    from jaxconv.loading import EXAMPLE_INPUTS
+
+    sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
+    examples = loaded.examples()
+    flat = None if examples is None else tuple(check_inputs.flatten_examples(
+        examples, program.arg_specs, program.signature, f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"))
+    verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat)
+    check_inputs.require_small_enough(program.signature, check_inputs.size_sets(
+        program.signature, sizes or check_inputs.DEFAULT_SIZES, program.constraints))
 
 
 def _print_reports(reports: list) -> None:
     for r in reports:
         print(r.table())
+        if r.warning():
+            print(f"jaxconv: {r.warning()}", file=sys.stderr)
 
 
 def cmd_to_stablehlo(args: argparse.Namespace) -> int:
@@ -190,7 +212,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     artifact_kind(args.artifact)
     program = _load_program(args)
     report = api.check(args.artifact, program, inputs=args.inputs, seed=args.seed, rtol=args.rtol, atol=args.atol)
-    print(report.table())
+    _print_reports([report])
     from jaxconv.verify import raise_on_mismatch
 
     raise_on_mismatch(report)
@@ -243,7 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        from jaxconv.verify import check_options
+
+        with check_options():
+            return COMMANDS[args.command](args)
     except JaxconvError as e:
         if args.debug:
             raise

@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 from jaxconv.errors import FileLoadError
 
+EXAMPLE_INPUTS = "example_inputs"  # a top-level function returning example arguments for the check
+
 
 @dataclass(frozen=True)
 class LoadedFunction:
@@ -22,12 +24,30 @@ class LoadedFunction:
         name: its attribute name in the module.
         path: absolute path of the file it came from.
         param_names: names of its positional parameters, or None when unknown.
+        example_inputs: the file's top-level ``example_inputs`` function, or None.
     """
 
     fn: Callable[..., Any]
     name: str
     path: str
     param_names: tuple[str, ...] | None
+    example_inputs: Callable[[], Any] | None = None
+
+    def examples(self) -> Any | None:
+        """Call the file's ``example_inputs()``: the example arguments, as the function takes them.
+
+        Raises:
+            FileLoadError: ``example_inputs`` is not callable without arguments, or raises.
+        """
+        if self.example_inputs is None:
+            return None
+        try:
+            return self.example_inputs()
+        except BaseException as e:  # the user's code may raise anything
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise FileLoadError(f"{EXAMPLE_INPUTS}() in {self.path} failed{user_frame(e, self.path)}: "
+                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -85,10 +105,13 @@ def user_frame(exc: BaseException, abspath: str) -> str:
 
 
 def public_functions(module: Any) -> list[str]:
-    """Public top-level callables defined in ``module`` itself (functions and jitted functions)."""
+    """Public top-level callables defined in ``module`` itself (functions and jitted functions).
+
+    ``example_inputs`` is not a candidate: it gives the check its example arguments.
+    """
     names = []
     for name, value in vars(module).items():
-        if name.startswith("_") or inspect.isclass(value) or inspect.ismodule(value) or not callable(value):
+        if name.startswith("_") or name == EXAMPLE_INPUTS or inspect.isclass(value) or inspect.ismodule(value) or not callable(value):
             continue
         inner = inspect.unwrap(value) if hasattr(value, "__wrapped__") else value
         if inspect.isfunction(inner) and getattr(inner, "__module__", None) == module.__name__:
@@ -139,4 +162,9 @@ def load_function(target: str, fn_name: str | None = None) -> LoadedFunction:
     fn = getattr(module, name)
     if not callable(fn):
         raise FileLoadError(f"{path}:{name} is a {type(fn).__name__}, not a callable")
-    return LoadedFunction(fn=fn, name=name, path=os.path.abspath(path), param_names=positional_params(fn))
+    examples = getattr(module, EXAMPLE_INPUTS, None)
+    if examples is not None and not callable(examples):
+        raise FileLoadError(f"{path}: {EXAMPLE_INPUTS} is a {type(examples).__name__}; make it a function that returns "
+                            "the example arguments")
+    return LoadedFunction(fn=fn, name=name, path=os.path.abspath(path), param_names=positional_params(fn),
+                          example_inputs=examples)

@@ -1,128 +1,111 @@
-"""Check an artifact against jax.jit, output by output, on seeded random inputs."""
+"""Check an artifact against jax.jit, output by output and element by element, on several input sets.
+
+The input sets come from ``check_inputs`` (the user's examples, random values at each symbolic
+size, edge values); each output is judged by ``compare.judge``: within tolerance of jax.jit, or
+as close to the float64 result as jax.jit is, per element. Verdicts: ok, ok (float64), ok
+(subnormal), undecided (a warning; an error with ``strict``), mismatch (an error).
+"""
 
 from __future__ import annotations
 
-import re
-
+import contextlib
+import contextvars
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from jaxconv.errors import ArtifactError, MismatchError, UsageError
-from jaxconv.signature import Signature, TensorInfo
-
-# (rtol, atol) per dtype; integers and bools must match exactly.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2),
-}
-SYMBOLIC_SIZES = (2, 5)
+from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, InputSet, _dim_sizes, concrete_shape, edge_set,  # noqa: F401
+                                  flush_subnormals, load_inputs, make_inputs, random_array, random_set,
+                                  require_small_enough, size_sets)
+from jaxconv.compare import (MISMATCH, OK, SUBNORMAL, TOLERANCES, OutputCheck, References, as_float64, compare,  # noqa: F401
+                             is_float, is_narrow_float, judge, tolerance)
+from jaxconv.errors import ArtifactError, MismatchError
 
 
 @dataclass(frozen=True)
-class OutputCheck:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    max_abs: float
-    max_rel: float
-    ok: bool
-    note: str = ""
+class CheckOptions:
+    """How the check runs, beyond tolerances (the CLI sets these from its flags).
+
+    Attributes:
+        sizes: sizes for symbolic dimensions (default DEFAULT_SIZES: 2, 5 and 1).
+        strict: an undecided output fails the check (exit 9) instead of giving a warning.
+        examples: flat example inputs, checked first (from ``example_inputs()`` in the user's file).
+        edge: run the edge-value input set.
+    """
+
+    sizes: tuple[int, ...] | None = None
+    strict: bool = False
+    examples: tuple[np.ndarray, ...] | None = None
+    edge: bool = True
+
+
+_OPTIONS: contextvars.ContextVar[CheckOptions] = contextvars.ContextVar("jaxconv_check_options", default=CheckOptions())
+
+
+def current_options() -> CheckOptions:
+    return _OPTIONS.get()
+
+
+@contextlib.contextmanager
+def check_options(**changes: Any) -> Iterator[CheckOptions]:
+    """Within the block, every check (``to_*``, ``check``) uses these options.
+
+    Example:
+        with check_options(strict=True, sizes=(1, 3)):
+            jaxconv.to_onnx(fn, "f32[b,8]", path="fn.onnx")
+    """
+    token = _OPTIONS.set(dataclasses.replace(_OPTIONS.get(), **changes))
+    try:
+        yield _OPTIONS.get()
+    finally:
+        _OPTIONS.reset(token)
+
+
+def set_check_options(**changes: Any) -> None:
+    """Change the options of the current context (the CLI does this inside ``check_options()``)."""
+    _OPTIONS.set(dataclasses.replace(_OPTIONS.get(), **changes))
 
 
 @dataclass
 class CheckReport:
-    """Result of comparing one artifact with jax.jit (possibly at several symbolic sizes)."""
+    """Result of comparing one artifact with jax.jit on every input set."""
 
     artifact: str
     runtime: str
     rows: list[OutputCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return bool(self.rows) and all(r.ok for r in self.rows)
 
+    @property
+    def undecided(self) -> list[OutputCheck]:
+        return [r for r in self.rows if r.verdict == "undecided"]
+
     def table(self) -> str:
-        head = f"{'output':<14} {'dtype':<9} {'shape':<16} {'max abs err':>12} {'max rel err':>12}  result"
+        head = f"{'output':<14} {'inputs':<8} {'dtype':<9} {'shape':<16} {'max abs err':>12} {'max rel err':>12}  result"
         lines = [f"check {self.artifact} ({self.runtime}) against jax.jit", head]
         for r in self.rows:
-            lines.append(f"{r.name:<14} {r.dtype:<9} {str(list(r.shape)):<16} {r.max_abs:>12.3g} {r.max_rel:>12.3g}  "
-                         f"{'ok' if r.ok else 'MISMATCH'}{' ' + r.note if r.note else ''}")
+            lines.append(f"{r.name:<14} {r.inputs:<8} {r.dtype:<9} {str(list(r.shape)):<16} {r.max_abs:>12.3g} "
+                         f"{r.max_rel:>12.3g}  {_result_text(r)}{' ' + r.note if r.note else ''}")
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-
-_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>)\s*(\d+)\s*$")
-
-
-def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
-    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints.
-
-    Expressions (2*b) are evaluated from their names by concrete_shape.
-    """
-    bounds: dict[str, int] = {}
-    for c in constraints:
-        m = _LOWER_BOUND.match(c)
-        if m:
-            low = int(m.group(3)) + (1 if m.group(2) == ">" else 0)
-            bounds[m.group(1)] = max(bounds.get(m.group(1), 0), low)
-    names: dict[str, int] = {}
-    for t in signature.inputs:
-        for d in t.shape:
-            for name in re.findall(r"[A-Za-z_]\w*", d) if isinstance(d, str) else ():
-                if name not in ("floordiv", "mod", "max", "min"):
-                    names.setdefault(name, max(size, bounds.get(name, 0) + size - SYMBOLIC_SIZES[0]))
-    return names
+    def warning(self) -> str | None:
+        """One line when some output is undecided (the check passed without being sure)."""
+        if not self.undecided:
+            return None
+        first = self.undecided[0]
+        return (f"warning: {self.artifact}: the check cannot decide {len(self.undecided)} output check(s), first "
+                f"{first.name} on {first.inputs} inputs ({first.note}); --strict makes this an error")
 
 
-def concrete_shape(shape: Sequence[int | str], sizes: dict[str, int]) -> tuple[int, ...]:
-    out = []
-    for d in shape:
-        if isinstance(d, int):
-            out.append(d)
-        elif d in sizes:
-            out.append(sizes[d])
-        else:
-            out.append(int(eval(d.replace("floordiv", "_fd").replace("mod", "_md"), {"__builtins__": {}},  # noqa: S307
-                                {**sizes, "_fd": lambda a, b: a // b, "_md": lambda a, b: a % b, "max": max, "min": min})))
-    return tuple(out)
-
-
-def random_array(info: TensorInfo, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Seeded values suited to the dtype (normal floats, small ints, random bools)."""
-    from jaxconv.onnx.dtypes import numpy_dtype
-
-    dtype = numpy_dtype(info.dtype)
-    if info.dtype == "bool":
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        lo = 0 if dtype.kind == "u" else -8
-        return rng.integers(lo, 9, size=shape).astype(dtype)
-    if dtype.kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
-
-
-def make_inputs(signature: Signature, seed: int = 0, size: int = SYMBOLIC_SIZES[0],
-                constraints: Sequence[str] = ()) -> list[np.ndarray]:
-    """Seeded random inputs; symbolic dimensions take ``size`` (or more, to satisfy constraints)."""
-    rng = np.random.default_rng(seed)
-    sizes = _dim_sizes(signature, size, constraints)
-    return [random_array(t, concrete_shape(t.shape, sizes), rng) for t in signature.inputs]
-
-
-def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
-    """Inputs from an .npz keyed by input name (or arr_0.. in order)."""
-    try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as e:
-        raise UsageError(f"cannot read inputs from {path}: {e}") from None
-    out = []
-    for i, t in enumerate(signature.inputs):
-        key = t.name if t.name in data else f"arr_{i}"
-        if key not in data:
-            raise UsageError(f"{path} has no array named {t.name!r} (has: {', '.join(data.files)})")
-        out.append(np.asarray(data[key]))
-    return out
+def _result_text(r: OutputCheck) -> str:
+    return {"ok": "ok", "float64": "ok (float64)", "subnormal": "ok (subnormal)", "undecided": "UNDECIDED"}.get(
+        r.verdict, "MISMATCH" if not r.ok else "ok")
 
 
 def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -135,117 +118,180 @@ def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inp
     return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
 
 
-def compare(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | None = None,
-            atol: float | None = None) -> OutputCheck:
-    """Compare one output; NaNs must sit in the same places, dtypes and shapes must agree."""
-    dtype = expected.dtype.name
-    if actual.shape != expected.shape:
-        return OutputCheck(name, dtype, expected.shape, float("inf"), float("inf"), False,
-                           f"shape {list(actual.shape)} != {list(expected.shape)}")
-    note = ""
-    if actual.dtype != expected.dtype:
-        note = f"(dtype {actual.dtype.name})"
-    default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-    if expected.size == 0:
-        return OutputCheck(name, dtype, expected.shape, 0.0, 0.0, actual.dtype == expected.dtype or not note, note)
-    if expected.dtype.kind in "fcV" or dtype == "bfloat16":
-        e = expected.astype(np.float64) if expected.dtype.kind != "c" else expected.astype(np.complex128)
-        a = actual.astype(e.dtype)
-        nan_e, nan_a = np.isnan(e), np.isnan(a)
-        same_nan = bool(np.array_equal(nan_e, nan_a))
-        numbers = ~nan_e & ~nan_a
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.where(e == a, 0.0, np.abs(e - a))  # equal infinities differ by 0, not NaN
-        diff = np.where(numbers, diff, 0.0)
-        with np.errstate(invalid="ignore"):
-            rel = np.nan_to_num(diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny), nan=np.inf)
-        max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float(np.where(diff > 0, rel, 0).max()) if diff.size else 0.0
-        # An infinite expected value must be matched exactly; tolerance scales with finite values only.
-        tol = atol + rtol * np.abs(np.where(np.isfinite(e), e, 0))
-        ok = same_nan and bool(np.all(diff <= tol))
-        if not same_nan:
-            note = (note + " NaN positions differ").strip()
-    else:
-        diff = np.abs(expected.astype(np.float64) - actual.astype(np.float64))
-        max_abs = float(diff.max())
-        max_rel = float((diff / np.maximum(np.abs(expected.astype(np.float64)), 1)).max())
-        ok = bool(np.all(diff <= atol + rtol * np.abs(expected.astype(np.float64))))
-    return OutputCheck(name, dtype, expected.shape, max_abs, max_rel, ok and not note.startswith("(dtype"), note)
+def _widen(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        return a.astype(np.complex128)
+    return a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
 
 
-def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Signature,
-                 *, inputs: Sequence[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
-                 atol: float | None = None, constraints: Sequence[str] = ()) -> CheckReport:
-    """Run ``runner`` and jax.jit on the same inputs and compare every output.
-
-    Symbolic dimensions are tried at each size in SYMBOLIC_SIZES.
-    """
-    report = CheckReport(artifact=artifact, runtime=runner.kind)
-    symbolic = any(t.symbolic for t in signature.inputs)
-    trials = [list(inputs)] if inputs is not None else [
-        make_inputs(signature, seed + k, size, constraints) for k, size in enumerate(SYMBOLIC_SIZES if symbolic else SYMBOLIC_SIZES[:1])]
-    for flat in trials:
-        expected = reference_outputs(fn, arg_specs, flat)
-        actual = runner.run(flat)
-        if len(actual) != len(expected):
-            raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
-        rows = [compare(info.name, e, np.asarray(a), rtol, atol) for info, e, a in zip(signature.outputs, expected, actual)]
-        if rtol is None and atol is None and any(not r.ok and _is_narrow_float(e) for r, e in zip(rows, expected)):
-            rows = _arbitrate_with_float64(fn, arg_specs, flat, expected, actual, rows)
-        report.rows.extend(rows)
-    return report
-
-
-def _is_narrow_float(a: np.ndarray) -> bool:
-    return a.dtype.name in ("float32", "float16", "bfloat16")
-
-
-def _arbitrate_with_float64(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                            expected: Sequence[np.ndarray], actual: Sequence[Any], rows: list[OutputCheck]) -> list[OutputCheck]:
-    """For float outputs outside tolerance, ask a float64 run which side is off.
-
-    Ill-conditioned programs (attention with large logits, long reductions) make jax.jit and any
-    other runtime differ by more than the default tolerance while both are as accurate as float32
-    allows. When the artifact is no further from the float64 result than twice jax.jit's own error,
-    the output counts as matching, with a note giving both errors.
-    """
+def float64_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
+    """jax.jit(fn) with float inputs widened to float64 under x64; (None, why) when that fails."""
     import jax
 
     try:
         with jax.enable_x64(True):
-            wide = [np.asarray(a).astype(np.float64) if np.asarray(a).dtype.kind == "f" or np.asarray(a).dtype.name == "bfloat16"
-                    else np.asarray(a) for a in flat]
-            truth = reference_outputs(fn, arg_specs, wide)
-    except Exception:
-        return rows
-    out = []
-    for row, e, a, t in zip(rows, expected, actual, truth):
-        if row.ok or not _is_narrow_float(e) or t.shape != e.shape or np.asarray(a).shape != e.shape:
-            out.append(row)
-            continue
-        t = t.astype(np.float64)
-        with np.errstate(invalid="ignore"):
-            err_jax = np.nan_to_num(np.abs(e.astype(np.float64) - t), nan=0.0)
-            err_art = np.nan_to_num(np.abs(np.asarray(a).astype(np.float64) - t), nan=0.0)
-        _, default_atol = TOLERANCES[e.dtype.name]
-        same_nan = np.array_equal(np.isnan(e.astype(np.float64)), np.isnan(np.asarray(a).astype(np.float64)))
-        if same_nan and float(err_art.max()) <= 2 * float(err_jax.max()) + default_atol:
-            note = f"within float32 accuracy: vs float64, jax.jit is off by {float(err_jax.max()):.2g}, this artifact by {float(err_art.max()):.2g}"
-            out.append(OutputCheck(row.name, row.dtype, row.shape, row.max_abs, row.max_rel, True, note))
+            return reference_outputs(fn, arg_specs, [_widen(a) for a in flat]), ""
+    except Exception as e:  # noqa: BLE001  (any failure only means there is no float64 reference)
+        text = str(e).strip().splitlines()
+        return None, f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
+def eager_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """fn run op by op (``jax.disable_jit``), or None when that fails."""
+    import jax
+
+    try:
+        with jax.disable_jit():
+            return reference_outputs(fn, arg_specs, flat)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def has_while_loop(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> bool | None:
+    """Whether the traced program holds a ``while`` (a loop whose trip count may depend on the data).
+
+    ``scan`` and ``fori_loop`` with static bounds have fixed trip counts and do not count. None when
+    the program cannot be traced here.
+    """
+    import jax
+
+    def walk(jaxpr: Any) -> bool:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "while":
+                return True
+            for p in eqn.params.values():
+                for sub in (p if isinstance(p, (list, tuple)) else [p]):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns") and walk(inner):
+                        return True
+        return False
+
+    try:
+        treedef = jax.tree_util.tree_structure(list(arg_specs))
+        args = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in flat])
+        return walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, given: Sequence[np.ndarray] | None,
+                seed: int, constraints: Sequence[str], options: CheckOptions) -> list[InputSet]:
+    sets: list[InputSet] = []
+    if given is not None:
+        sets.append(InputSet("given", [np.asarray(a) for a in given]))
+    if options.examples is not None:
+        sets.append(InputSet("example", [np.asarray(a) for a in options.examples]))
+    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES, constraints)
+    require_small_enough(signature, sizes)
+    sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
+    if options.edge:
+        largest = max(sizes, key=lambda s: sum(s.values()))
+        sets.append(edge_set(signature, largest, seed))
+    return sets
+
+
+def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any,
+                 *, inputs: Sequence[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
+                 atol: float | None = None, constraints: Sequence[str] = ()) -> CheckReport:
+    """Run ``runner`` and jax.jit on every input set and judge every output.
+
+    Input sets: ``inputs`` (when given), the examples of ``current_options()``, random values at
+    each symbolic size, and edge values (skipped, with a note, when jax.jit raises on them or the
+    program holds a while loop).
+
+    Raises:
+        UsageError: the inputs and outputs would exceed the memory limit for the check.
+        ArtifactError: the artifact fails to run or returns the wrong number of outputs.
+    """
+    options = current_options()
+    report = CheckReport(artifact=artifact, runtime=runner.kind)
+    for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
+        flat = inputs_set.arrays
+        if inputs_set.label == "edge":
+            if has_while_loop(fn, arg_specs, flat) is not False:
+                report.notes.append("edge values skipped: the program has a while loop, whose trip count on "
+                                    "edge values may not end")
+                continue
+            try:
+                expected = reference_outputs(fn, arg_specs, flat)
+            except Exception as e:  # noqa: BLE001
+                text = str(e).strip().splitlines()
+                report.notes.append(f"edge values skipped: jax.jit raises on them ({type(e).__name__}: "
+                                    f"{text[0][:120] if text else ''})")
+                continue
         else:
-            out.append(row)
+            expected = reference_outputs(fn, arg_specs, flat)
+        actual = [np.asarray(a) for a in runner.run(flat)]
+        if len(actual) != len(expected):
+            raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
+        report.rows.extend(_judge_set(runner, fn, arg_specs, signature, flat, expected, actual, rtol, atol, inputs_set.label))
+    return report
+
+
+def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],
+               expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float | None, atol: float | None,
+               label: str) -> list[OutputCheck]:
+    """Judge the outputs of one input set; float64, eager and flushed-input runs only where needed."""
+    names = [info.name for info in signature.outputs]
+    judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
+    open_ = [i for i, (row, cls) in enumerate(judged) if cls is not None and cls.max() == MISMATCH]
+    if not open_:
+        return [row for row, _ in judged]
+    floats = [i for i in open_ if is_float(expected[i])]
+    truth, why = (float64_outputs(fn, arg_specs, flat) if any(is_narrow_float(expected[i].dtype) for i in floats)
+                  else (None, "the output is float64 already"))
+    eager = None
+    if floats and (truth is None or any(not is_narrow_float(expected[i].dtype) for i in floats)):
+        eager = eager_outputs(fn, arg_specs, flat)
+    explained = _explained_by_flushing(runner, fn, arg_specs, flat, expected, open_, rtol, atol)
+    for i in open_:
+        refs = None
+        if i in floats:
+            t = as_float64(truth[i]) if truth is not None and is_narrow_float(expected[i].dtype) and len(truth) == len(expected) else None
+            g = as_float64(eager[i]) if eager is not None and len(eager) == len(expected) else None
+            refs = References(float64=t, eager=g, why_not=why if t is None else "")
+        judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, refs=refs, inputs=label, explained=explained.get(i))
+    return [row for row, _ in judged]
+
+
+def _explained_by_flushing(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                           expected: Sequence[np.ndarray], open_: Sequence[int], rtol: float | None,
+                           atol: float | None) -> dict[int, np.ndarray]:
+    """Elements that agree once subnormal inputs are flushed to zero, as XLA on the CPU reads them."""
+    flushed = flush_subnormals(flat)
+    if flushed is None:
+        return {}
+    try:
+        again = [np.asarray(a) for a in runner.run(flushed)]
+        expected_again = reference_outputs(fn, arg_specs, flushed)
+    except Exception:  # noqa: BLE001  (no explanation then; the difference stands)
+        return {}
+    out = {}
+    for i in open_:
+        if i < len(again) and i < len(expected_again):
+            _, cls = judge("", expected_again[i], again[i], rtol, atol)
+            if cls is not None and cls.shape == expected[i].shape:
+                out[i] = cls == OK
     return out
 
 
-def raise_on_mismatch(report: CheckReport) -> None:
-    if report.ok:
-        return
+def raise_on_mismatch(report: CheckReport, strict: bool | None = None) -> None:
+    """Raise MismatchError when an output differs (or, with ``strict``, when the check cannot decide)."""
+    strict = current_options().strict if strict is None else strict
     bad = [r for r in report.rows if not r.ok]
-    first = bad[0]
+    if not bad and report.rows and not (strict and report.undecided):
+        return
+    if not report.rows:
+        raise MismatchError(f"{report.artifact}: the check compared nothing (every input set was skipped: "
+                            f"{'; '.join(report.notes)})")
+    if bad:
+        first = bad[0]
+        raise MismatchError(
+            f"{report.artifact} was written but is WRONG: output {first.name} differs from jax.jit on {first.inputs} inputs "
+            f"(max abs err {first.max_abs:.3g}, max rel err {first.max_rel:.3g}{', ' + first.note if first.note else ''}); "
+            f"{len(bad)} of {len(report.rows)} output checks failed")
+    first = report.undecided[0]
     raise MismatchError(
-        f"{report.artifact} was written but is WRONG: output {first.name} differs from jax.jit "
-        f"(max abs err {first.max_abs:.3g}, max rel err {first.max_rel:.3g}{', ' + first.note if first.note else ''}); "
-        f"{len(bad)} of {len(report.rows)} output checks failed")
+        f"{report.artifact}: the check cannot decide output {first.name} on {first.inputs} inputs ({first.note}); "
+        f"{len(report.undecided)} of {len(report.rows)} output checks undecided (--strict)")

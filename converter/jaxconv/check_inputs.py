@@ -1,0 +1,376 @@
+"""The inputs the check runs on: the user's examples, seeded random values, and edge values.
+
+Input sets, in order:
+
+- ``example``/``given``: the user's own arguments (``example_inputs()`` in the Python file, or ``--inputs``);
+- ``random``: standard normal floats, integers in [-8, 8] ([0, 8] unsigned), random bools, once for
+  each size of the symbolic dimensions (2, 5 and 1 by default; 1 only for dimensions without a
+  constraint; 0 never, since jax.export assumes every symbolic dimension is at least 1);
+- ``edge``: ±0, ±inf, NaN, the largest and smallest normal magnitudes, subnormals, and integer
+  extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from jaxconv.errors import UsageError
+from jaxconv.signature import Signature, TensorInfo
+
+SYMBOLIC_SIZES = (2, 5)
+DEFAULT_SIZES = (2, 5, 1)
+MAX_BYTES_ENV = "JAXCONV_CHECK_MAX_BYTES"
+DEFAULT_MAX_BYTES = 2 << 30
+EDGE_SEED_OFFSET = 100
+_FUNCS = ("floordiv", "mod", "max", "min")
+_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>)\s*(\d+)\s*$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass
+class InputSet:
+    """One set of flat inputs (signature order) and what it is.
+
+    Attributes:
+        label: ``example``, ``given``, ``random`` or ``edge``.
+        arrays: one array per flat input.
+        sizes: the value of each symbolic dimension name (empty for static shapes or user inputs).
+    """
+
+    label: str
+    arrays: list[np.ndarray]
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    from jaxconv.onnx.dtypes import numpy_dtype
+
+    return np.dtype(numpy_dtype(name))
+
+
+def dim_names(signature: Signature) -> list[str]:
+    """Symbolic dimension names used by the inputs, in order of first use."""
+    names: list[str] = []
+    for t in signature.inputs:
+        for d in t.shape:
+            for name in _NAME.findall(d) if isinstance(d, str) else ():
+                if name not in _FUNCS and name not in names:
+                    names.append(name)
+    return names
+
+
+def _lower_bounds(constraints: Sequence[str]) -> dict[str, int]:
+    bounds: dict[str, int] = {}
+    for c in constraints:
+        m = _LOWER_BOUND.match(c)
+        if m:
+            low = int(m.group(3)) + (1 if m.group(2) == ">" else 0)
+            bounds[m.group(1)] = max(bounds.get(m.group(1), 0), low)
+    return bounds
+
+
+def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
+    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints.
+
+    Expressions (2*b) are evaluated from their names by concrete_shape.
+    """
+    bounds = _lower_bounds(constraints)
+    return {name: max(size, bounds.get(name, 0) + size - SYMBOLIC_SIZES[0]) for name in dim_names(signature)}
+
+
+def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[str] = ()) -> list[dict[str, int]]:
+    """The distinct symbolic-size assignments to check (one empty dict when every shape is static).
+
+    Sizes below 2 are used only for names that no constraint mentions (jax.export's own rule,
+    every dimension >= 1, is the only one known to hold), and only when every input dimension
+    stays positive.
+    """
+    names = dim_names(signature)
+    if not names:
+        return [{}]
+    out: list[dict[str, int]] = []
+    for size in sizes:
+        if size < 1:
+            continue
+        if size < SYMBOLIC_SIZES[0]:
+            if any(re.search(rf"\b{re.escape(n)}\b", c) for n in names for c in constraints):
+                continue
+            chosen = {n: size for n in names}
+        else:
+            chosen = _dim_sizes(signature, size, constraints)
+        try:
+            if any(min(concrete_shape(t.shape, chosen), default=1) < 1 for t in signature.inputs if t.symbolic):
+                continue
+        except Exception:  # noqa: BLE001  (an expression we cannot evaluate: leave the size out)
+            continue
+        if chosen not in out:
+            out.append(chosen)
+    return out
+
+
+def concrete_shape(shape: Sequence[int | str], sizes: dict[str, int]) -> tuple[int, ...]:
+    out = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif d in sizes:
+            out.append(sizes[d])
+        else:
+            out.append(int(eval(d.replace("floordiv", "_fd").replace("mod", "_md"), {"__builtins__": {}},  # noqa: S307
+                                {**sizes, "_fd": lambda a, b: a // b, "_md": lambda a, b: a % b, "max": max, "min": min})))
+    return tuple(out)
+
+
+def random_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Seeded values suited to the dtype (normal floats, small ints, random bools)."""
+    dtype = _numpy_dtype(info.dtype)
+    if info.dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo = 0 if dtype.kind == "u" else -8
+        return rng.integers(lo, 9, size=shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def edge_values(dtype_name: str) -> np.ndarray:
+    """The edge values of a dtype: signed zeros, infinities, NaN, extremes, subnormals; integer MIN, -1, 0, MAX."""
+    dtype = _numpy_dtype(dtype_name)
+    if dtype_name == "bool":
+        return np.array([False, True])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = [info.min, info.max, 0, 1, info.max - 1, 2, 7, 100 if info.max > 100 else 3]
+        if dtype.kind == "i":
+            values[2:2] = [-1, info.min + 1, -2, -100 if info.min < -100 else -3]
+        return np.array(values, dtype=dtype)
+    component = {"complex64": "float32", "complex128": "float64"}.get(dtype_name, dtype_name)
+    if component == "bfloat16":
+        import ml_dtypes
+
+        fi: Any = ml_dtypes.finfo(ml_dtypes.bfloat16)
+    else:
+        fi = np.finfo(np.dtype(component))
+    big, tiny, sub = float(fi.max), float(fi.tiny), float(fi.smallest_subnormal)
+    floats = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, big, -big, big / 7, -tiny, tiny * 3,
+              sub, -sub * 5, 0.5, -3.25, 100.0, -1e-3]
+    real = np.array(floats, dtype=np.float64).astype(_numpy_dtype(component))
+    if dtype.kind != "c":
+        return real.astype(dtype)
+    return (real.astype(np.complex128) + 1j * np.roll(real, 3).astype(np.complex128)).astype(dtype)
+
+
+def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0) -> np.ndarray:
+    """Edge values for one input: all of them in turn for small arrays, every other element otherwise."""
+    values = edge_values(info.dtype)
+    size = math.prod(shape)
+    base = random_array(info, shape, rng).ravel()
+    if size <= 2 * len(values):
+        picks = values[(np.arange(size) + offset) % len(values)]
+        return picks.reshape(shape)
+    out = base.copy()
+    even = np.arange(0, size, 2)
+    out[even] = values[(even // 2 + offset) % len(values)]
+    return out.reshape(shape)
+
+
+def make_inputs(signature: Signature, seed: int = 0, size: int = SYMBOLIC_SIZES[0],
+                constraints: Sequence[str] = ()) -> list[np.ndarray]:
+    """Seeded random inputs; symbolic dimensions take ``size`` (or more, to satisfy constraints)."""
+    rng = np.random.default_rng(seed)
+    sizes = _dim_sizes(signature, size, constraints)
+    return [random_array(t, concrete_shape(t.shape, sizes), rng) for t in signature.inputs]
+
+
+def random_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet:
+    rng = np.random.default_rng(seed)
+    return InputSet("random", [random_array(t, concrete_shape(t.shape, sizes), rng) for t in signature.inputs], sizes)
+
+
+def edge_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet:
+    rng = np.random.default_rng(seed + EDGE_SEED_OFFSET)
+    return InputSet("edge", [edge_array(t, concrete_shape(t.shape, sizes), rng, offset=5 * i)
+                             for i, t in enumerate(signature.inputs)], sizes)
+
+
+def flush_subnormals(arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """The arrays with float32/float64 subnormals replaced by a zero of the same sign; None if there are none.
+
+    XLA on the CPU reads subnormal float32/float64 operands as zero; float16 and bfloat16 are
+    computed in float32, where their subnormals are normal numbers.
+    """
+    out, changed = [], False
+    for x in arrays:
+        x = np.asarray(x)
+        if x.dtype.name in ("float32", "float64", "complex64", "complex128"):
+            tiny = np.finfo(x.dtype).tiny
+            parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
+            flushed = [np.where((p != 0) & (np.abs(p) < tiny), np.copysign(np.zeros((), p.dtype), p), p) for p in parts]
+            if any(not np.array_equal(f, p) for f, p in zip(flushed, parts)):
+                x = (flushed[0] + 1j * flushed[1] if x.dtype.kind == "c" else flushed[0]).astype(x.dtype)
+                changed = True
+        out.append(x)
+    return out if changed else None
+
+
+# ---- the user's inputs -------------------------------------------------------------------------
+
+def _spec_text(info: TensorInfo) -> str:
+    return f"{info.dtype}[{','.join(str(d) for d in info.shape)}]"
+
+
+def _given_text(a: np.ndarray) -> str:
+    return f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]"
+
+
+def check_arrays(arrays: Sequence[np.ndarray], signature: Signature, source: str) -> list[np.ndarray]:
+    """Check user-given arrays against the signature: dtype, rank, static and symbolic sizes.
+
+    Raises:
+        UsageError: naming the input, what the function takes and what was given.
+    """
+    if len(arrays) != len(signature.inputs):
+        raise UsageError(f"{source} gives {len(arrays)} array(s); the function takes {len(signature.inputs)} "
+                         f"({', '.join(t.name for t in signature.inputs)})")
+    bound: dict[str, int] = {}
+    out = []
+    for info, a in zip(signature.inputs, arrays):
+        a = np.asarray(a)
+        if info.dtype == "bfloat16" and a.dtype.kind == "V" and a.dtype.itemsize == 2:
+            a = a.view(_numpy_dtype("bfloat16"))
+        problem = a.dtype.name != info.dtype or a.ndim != len(info.shape)
+        for d, n in zip(info.shape, a.shape):
+            if isinstance(d, int):
+                problem |= d != n
+            elif _NAME.fullmatch(d) and d not in _FUNCS:
+                problem |= bound.setdefault(d, n) != n
+        if problem:
+            raise UsageError(f"{source}: input {info.name!r} is {_given_text(a)}, the function takes {_spec_text(info)}"
+                             + (f" (with {', '.join(f'{k}={v}' for k, v in bound.items())})" if bound else ""))
+        out.append(a)
+    for info, a in zip(signature.inputs, out):  # expressions such as 2*b, once every name is bound
+        for d, n in zip(info.shape, a.shape):
+            if isinstance(d, str) and not _NAME.fullmatch(d) and set(_NAME.findall(d)) - set(_FUNCS) <= set(bound):
+                try:
+                    want = concrete_shape([d], bound)[0]
+                except Exception:  # noqa: BLE001
+                    continue
+                if want != n:
+                    raise UsageError(f"{source}: input {info.name!r} is {_given_text(a)}, the function takes "
+                                     f"{_spec_text(info)} (with {', '.join(f'{k}={v}' for k, v in bound.items())})")
+    return out
+
+
+def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
+    """Inputs from an .npz keyed by input name (or arr_0.. in order), checked against the signature."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        files = list(data.files)
+    except Exception as e:
+        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+    arrays = []
+    for i, t in enumerate(signature.inputs):
+        key = t.name if t.name in files else f"arr_{i}"
+        if key not in files:
+            raise UsageError(f"{path} has no array named {t.name!r} (has: {', '.join(files)})")
+        try:
+            arrays.append(np.asarray(data[key]))
+        except Exception as e:
+            raise UsageError(f"cannot read {key!r} from {path}: {e}") from None
+    return check_arrays(arrays, signature, path)
+
+
+def flatten_examples(value: Any, arg_specs: Sequence[Any], signature: Signature, source: str = "example_inputs()") -> list[np.ndarray]:
+    """Flat arrays from example arguments as the function takes them (a tuple; one argument may come bare).
+
+    Raises:
+        UsageError: wrong number of arguments, a different pytree structure, or arrays that do not fit.
+    """
+    import jax
+
+    args = value if isinstance(value, tuple) else (value,)
+    if len(args) != len(arg_specs):
+        raise UsageError(f"{source} returns {len(args)} argument(s); the function takes {len(arg_specs)} "
+                         "(return a tuple of the positional arguments)")
+    leaves, tree = jax.tree_util.tree_flatten(list(args))
+    want = jax.tree_util.tree_structure(list(arg_specs))
+    if tree != want:
+        raise UsageError(f"{source} returns arguments structured as {str(tree)[:200]}, the specs are {str(want)[:200]}")
+    arrays = []
+    for info, leaf in zip(signature.inputs, leaves):
+        if isinstance(leaf, (bool, int, float, complex)):
+            arrays.append(np.asarray(leaf, dtype=_numpy_dtype(info.dtype)))
+        else:
+            arrays.append(np.asarray(leaf))
+    return check_arrays(arrays, signature, source)
+
+
+# ---- how much memory the check needs -----------------------------------------------------------
+
+def max_check_bytes() -> int:
+    """The limit from JAXCONV_CHECK_MAX_BYTES (bytes; K, M, G, T suffixes allowed), default 2 GiB."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    if not m:
+        raise UsageError(f"{MAX_BYTES_ENV}={text!r} is not a size; give bytes, e.g. 4000000000 or 4G")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def _bytes_of(infos: Sequence[TensorInfo], sizes: dict[str, int]) -> int:
+    total = 0
+    for t in infos:
+        try:
+            shape = concrete_shape(t.shape, sizes)
+        except Exception:  # noqa: BLE001  (an output dimension we cannot evaluate counts as 1)
+            shape = tuple(d if isinstance(d, int) else 1 for d in t.shape)
+        total += math.prod(shape) * _numpy_dtype(t.dtype).itemsize
+    return total
+
+
+def check_bytes(signature: Signature, sets: Sequence[dict[str, int]]) -> int:
+    """Bytes of the inputs and outputs of the largest input set."""
+    return max((_bytes_of(signature.inputs, s) + _bytes_of(signature.outputs, s) for s in sets or [{}]), default=0)
+
+
+def _human(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def require_small_enough(signature: Signature, sets: Sequence[dict[str, int]]) -> None:
+    """Refuse a check whose inputs and outputs would not fit in the limit.
+
+    Raises:
+        UsageError: with the estimate, the limit, and what to do instead.
+    """
+    need, limit = check_bytes(signature, sets), max_check_bytes()
+    if need <= limit:
+        return
+    hint = "pass --no-check to skip the check"
+    if dim_names(signature):
+        hint += ", or smaller sizes for the symbolic dimensions with --check-sizes 1,2"
+    raise UsageError(f"the check against jax.jit needs {_human(need)} for inputs and outputs, over the limit of "
+                     f"{_human(limit)} ({MAX_BYTES_ENV}); {hint}")
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``2,5`` -> (2, 5) for --check-sizes."""
+    try:
+        sizes = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or any(s < 1 for s in sizes):
+        raise UsageError(f"--check-sizes {text!r}: give comma-separated sizes >= 1, e.g. 2,5")
+    return sizes
