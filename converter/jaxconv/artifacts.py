@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from jaxconv.errors import UsageError
 
@@ -59,19 +60,132 @@ def atomic_files(paths: list[str]) -> Iterator[list[str]]:
         yield tmps
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str) -> Iterator[str]:
-    """Yield a temporary folder; on success it replaces ``path``, on error it is removed."""
-    parent = prepare_parent(path)
-    if os.path.exists(path) and not os.path.isdir(path):
+MARKER_FILE = ".jaxconv-output"
+"""Written into every output folder: lists the files jaxconv put there, so a later run may replace them."""
+
+
+def _within(inner: str, outer: str) -> bool:
+    """True when real path ``inner`` is ``outer`` or lies inside it."""
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def _entries(folder: str) -> set[str]:
+    """Every file and folder under ``folder``, as paths relative to it (symbolic links are not followed)."""
+    found: set[str] = set()
+    for root, dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        for name in dirs + files:
+            found.add(name if rel == "." else os.path.join(rel, name))
+    return found
+
+
+def _recorded(folder: str) -> set[str] | None:
+    """What the marker of an earlier jaxconv output lists, or None when there is no readable marker."""
+    try:
+        with open(os.path.join(folder, MARKER_FILE), encoding="utf-8") as f:
+            data = json.load(f)
+        return {str(p) for p in data["files"]} | {MARKER_FILE}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def foreign_entries(folder: str) -> list[str]:
+    """Entries of an existing folder that jaxconv did not write there (sorted); [] for an earlier jaxconv output."""
+    recorded = _recorded(folder)
+    if recorded is None:
+        return sorted(os.listdir(folder))
+    return sorted(_entries(folder) - recorded)
+
+
+def check_output_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = ()) -> None:
+    """Refuse an output folder whose replacement would lose something of the user's.
+
+    Never allowed, even with ``overwrite``: the working folder or a folder holding it, the home
+    folder or one holding it, and a folder holding any path in ``protect`` (the user's input
+    file). Without ``overwrite``, an existing folder must be empty or an earlier jaxconv output
+    (recognised by its marker file) holding nothing jaxconv did not write.
+
+    Raises:
+        UsageError: the folder must not be replaced; the message says why and what to do.
+    """
+    real = os.path.realpath(path)
+    guarded = [(os.path.realpath(os.getcwd()), "the working folder")]
+    home = os.path.expanduser("~")
+    if home and home != "~":
+        guarded.append((os.path.realpath(home), "the home folder"))
+    for kept, what in guarded:
+        if _within(kept, real):
+            where = "is" if kept == real else "holds"
+            raise UsageError(f"output folder {path} {where} {what}; jaxconv replaces its output folder as a whole, "
+                             "so give a new folder name, e.g. -o out/")
+    for p in protect:
+        if p and _within(os.path.realpath(p), real):
+            raise UsageError(f"output folder {path} holds the input file {p}; give a new folder name")
+    if os.path.lexists(path) and not os.path.isdir(path):
         raise UsageError(f"output {path} exists and is not a folder")
+    if not os.path.isdir(path) or overwrite:
+        return
+    foreign = foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UsageError(f"output folder {path} holds files jaxconv did not write ({shown}); choose another folder, "
+                         "or pass --overwrite to replace the folder and everything in it")
+
+
+def check_not_input(output: str, source: str | None) -> None:
+    """Refuse an output file path that is the user's input file (folders: see ``check_output_dir``).
+
+    Raises:
+        UsageError: ``output`` is the input file.
+    """
+    if source and os.path.isfile(output) and os.path.samefile(output, source):
+        raise UsageError(f"output {output} is the input file; give another output path")
+
+
+def _write_marker(folder: str) -> None:
+    from jaxconv import __version__
+
+    files = sorted(_entries(folder))
+    with open(os.path.join(folder, MARKER_FILE), "w", encoding="utf-8", newline="\n") as f:
+        json.dump({"written_by": "jaxconv", "version": __version__, "files": files}, f, indent=1)
+        f.write("\n")
+
+
+def _swap_in(tmp: str, path: str, parent: str) -> None:
+    """Rename ``tmp`` to ``path``; an existing ``path`` is renamed away first and deleted only afterwards."""
+    if not os.path.isdir(path):
+        os.replace(tmp, path)
+        return
+    old = tempfile.mkdtemp(prefix=".jaxconv-old-", dir=parent)
+    os.replace(path, old)  # rename(2) replaces the empty folder ``old``
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.replace(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = ()) -> Iterator[str]:
+    """Yield a fresh staging folder beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    The staging folder gets a marker file listing what was written. ``path`` is checked with
+    ``check_output_dir`` before and again just before the swap (files may appear meanwhile); an
+    earlier ``path`` is renamed away, the new folder renamed in, and only then the old one deleted.
+
+    Raises:
+        UsageError: ``path`` must not be replaced (see ``check_output_dir``) or cannot be written.
+    """
+    check_output_dir(path, overwrite=overwrite, protect=protect)
+    parent = prepare_parent(path)
     tmp = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
     try:
         yield tmp
+        _write_marker(tmp)
         _publish_mode(tmp, folder=True)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        check_output_dir(path, overwrite=overwrite, protect=protect)
+        _swap_in(tmp, path, parent)
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)

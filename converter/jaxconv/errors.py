@@ -55,6 +55,27 @@ class ArtifactError(JaxconvError):
     exit_code = 8
 
 
+class ModuleParseError(ArtifactError):
+    """A StableHLO module (text or bytecode) that does not parse.
+
+    Attributes:
+        detail: the parser's message.
+        line: 1-based line of the first error, 0 when unknown (bytecode).
+        column: 1-based column of the first error, 0 when unknown.
+    """
+
+    def __init__(self, detail: str, line: int = 0, column: int = 0, source: str | None = None) -> None:
+        self.detail, self.line, self.column, self.source = detail, line, column, source
+        where = source or "the module"
+        if line:
+            where += f":{line}:{column}" if source else f" (line {line}, column {column})"
+        super().__init__(f"{where}: not a readable StableHLO module: {detail}")
+
+    def at(self, source: str) -> "ModuleParseError":
+        """The same error naming the file it came from."""
+        return ModuleParseError(self.detail, self.line, self.column, source)
+
+
 class MismatchError(JaxconvError):
     """An artifact ran but its outputs differ from jax.jit beyond tolerance."""
 

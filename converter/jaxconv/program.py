@@ -88,7 +88,14 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
     try:
         exported = export.export(jitted, platforms=tuple(platforms))(*arg_specs)
     except Exception as e:
+        from jaxconv.callbacks import callback_message, callbacks_of
+
+        found = callbacks_of(jitted, arg_specs, source_path)  # export fails on callbacks in several ways
+        if found:
+            raise TraceError(callback_message(fn_name, found)) from e
         raise TraceError(_trace_message(fn_name, e, source_path)) from e
+    if not exported.out_avals:
+        raise TraceError(_no_outputs_message(fn, fn_name, exported.out_tree))
     signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
     return Program(fn=fn, name=fn_name, arg_specs=list(arg_specs), exported=exported, signature=signature,
                    source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), _jitted=jitted)
@@ -106,6 +113,22 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}"
+
+
+def _no_outputs_message(fn: Callable[..., Any], fn_name: str, out_tree: Any) -> str:
+    """Say that ``fn`` returned no arrays, what it returned, and where it is defined."""
+    import jax
+
+    try:
+        returned = repr(jax.tree_util.tree_unflatten(out_tree, []))
+    except Exception:  # an unusual tree: show its structure
+        returned = str(out_tree)
+    if len(returned) > 60:
+        returned = returned[:57] + "..."
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return (f"function {fn_name}{where} returns no arrays (it returned {returned}); "
+            "a converted function must return at least one array")
 
 
 def require_specs(specs: Sequence[Any]) -> None:

@@ -40,7 +40,7 @@ def _usual_permissions(folder: str, names: list[str]) -> None:
 
 def write_project(program: Program, out_dir: str, *, name: str | None = None, embed: bool = False,
                   opset: int | None = None, check: bool = True, rtol: float | None = None,
-                  atol: float | None = None) -> list[str]:
+                  atol: float | None = None, overwrite: bool = False) -> list[str]:
     """Write a C++ project for ``program`` into ``out_dir`` (replaced as a whole, or left untouched on error).
 
     The folder gets model.onnx (checked against jax.jit unless ``check`` is False), model.h,
@@ -52,12 +52,14 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
         embed: compile the model into the library.
         opset: ONNX opset (default: jaxconv's).
         check: run the ONNX model and jax.jit on the same inputs and compare.
+        overwrite: replace ``out_dir`` even when it holds files jaxconv did not write.
 
     Returns:
         The written paths, model.onnx first.
 
     Raises:
-        UsageError: bad ``name`` or output folder.
+        UsageError: bad ``name``, or an output folder that must not be replaced (see
+            ``artifacts.check_output_dir``).
         UnsupportedError: a dtype or dimension the C++ API cannot express, or an op ONNX lacks.
         MismatchError: the ONNX model differs from jax.jit (nothing is written).
     """
@@ -80,7 +82,7 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
         "README.md": readme.render(model),
     }
     names = [ONNX_FILE] + (["model_data.cc"] if embed else []) + list(texts)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=(program.source_path,)) as tmp:
         reports: list = []
         onnx_path = os.path.join(tmp, ONNX_FILE)
         try:

@@ -5,12 +5,14 @@ This is the only place in jaxconv that imports ``jaxlib.mlir``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from jaxconv.errors import ArtifactError
+from jaxconv.errors import ArtifactError, ModuleParseError
 from jaxconv.stablehlo import ir as hir
 
 _ELEMENT_TYPES = {
@@ -49,6 +51,23 @@ def make_context():
     return ctx
 
 
+@contextlib.contextmanager
+def _silenced_stderr() -> Iterator[None]:
+    """Discard what C++ code writes to file descriptor 2 inside the block."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def read_module(data: bytes | str) -> hir.Module:
     """Parse a StableHLO module from portable-artifact bytes, MLIR bytecode, or text.
 
@@ -61,14 +80,14 @@ def read_module(data: bytes | str) -> hir.Module:
         try:
             if isinstance(data, bytes) and data[:4] == b"ML\xefR":
                 try:
-                    module = shlo.deserialize_portable_artifact(ctx, data)
+                    with _silenced_stderr():  # the deserializer also prints its diagnostics
+                        module = shlo.deserialize_portable_artifact(ctx, data)
                 except Exception:
                     module = ir.Module.parse(data)
             else:
                 module = ir.Module.parse(data)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ArtifactError(f"not a readable StableHLO module: {first}") from None
+            raise parse_error(e) from None
         legalize_chlo(module)
         try:
             return _Reader().module(module)
@@ -78,6 +97,20 @@ def read_module(data: bytes | str) -> hir.Module:
 
                 raise UnsupportedError("the module holds complex constants: ONNX Runtime has no complex tensor type") from None
             raise
+
+
+_LOCATION = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)')
+
+
+def parse_error(e: BaseException) -> ModuleParseError:
+    """A ModuleParseError with the first diagnostic's message, line and column."""
+    for diag in getattr(e, "error_diagnostics", None) or ():
+        m = _LOCATION.fullmatch(str(diag.location))
+        line, column = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+        message = str(diag.message).strip().splitlines()
+        return ModuleParseError(message[0] if message else "parse error", line, column)
+    lines = [t for t in str(e).strip().splitlines() if t and not t.startswith("Unable to parse")]
+    return ModuleParseError(lines[0][:300] if lines else type(e).__name__)
 
 
 def legalize_chlo(module) -> None:

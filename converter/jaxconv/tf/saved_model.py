@@ -174,19 +174,26 @@ def module_for(program: Program) -> tuple[Any, Any]:
     return tf.Module(), concrete
 
 
-def write(program: Program, out_dir: str) -> None:
+def write(program: Program, out_dir: str, *, overwrite: bool = False) -> None:
     """Write a SavedModel folder with one ``serving_default`` signature and ``jaxconv_signature.json``.
+
+    The folder is built beside ``out_dir`` and renamed into place (see ``artifacts.atomic_dir``).
+
+    Args:
+        overwrite: replace ``out_dir`` even when it holds files jaxconv did not write.
 
     Raises:
         UnsupportedError: a dtype TensorFlow cannot hold.
         ConversionError: jax2tf or the SavedModel writer fails.
-        UsageError: the output folder cannot be written.
+        UsageError: the output folder must not be replaced or cannot be written.
     """
-    from jaxconv.artifacts import atomic_dir
+    from jaxconv.artifacts import atomic_dir, check_output_dir
 
+    protect = (program.source_path,)
+    check_output_dir(out_dir, overwrite=overwrite, protect=protect)
     tf = import_tensorflow()
     module, concrete = module_for(program)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=protect) as tmp:
         try:
             with quiet_stderr():
                 tf.saved_model.save(module, tmp, signatures={SIGNATURE_KEY: concrete})
