@@ -85,12 +85,15 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
 
 def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),
                    check: bool = True, rtol: float | None = None, atol: float | None = None,
-                   report_to: list[CheckReport] | None = None) -> str:
-    """Write a TF SavedModel (via jax2tf) with one ``serving_default`` signature; returns ``path``."""
+                   report_to: list[CheckReport] | None = None, overwrite: bool = False) -> str:
+    """Write a TF SavedModel (via jax2tf) with one ``serving_default`` signature; returns ``path``.
+
+    ``path`` must be new, empty or an earlier jaxconv output unless ``overwrite`` (which replaces it whole).
+    """
     from jaxconv.tf import saved_model
 
     program = _as_program(fn, specs, constraints)
-    saved_model.write(program, path)
+    saved_model.write(program, path, overwrite=overwrite)
     if check:
         from jaxconv.runtimes.tf import SavedModelRunner
 

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("to-saved-model", help="TF SavedModel via jax2tf (serving_default signature)")
     _add_function_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR even if it holds files jaxconv did not write")
     _add_check_args(p)
 
     p = sub.add_parser("to-tflite", help="TFLite flatbuffer")
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--name", help="class and library name (default: the function name)")
     p.add_argument("--embed", action="store_true", help="embed the model bytes in the library")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR even if it holds files jaxconv did not write")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
     _add_check_args(p)
 
@@ -96,6 +98,10 @@ def _load_program(args: argparse.Namespace):
 
     loaded = load_function(args.file, args.fn_name)
     require_specs(args.specs)
+    if getattr(args, "output", None):
+        from jaxconv.artifacts import check_not_input
+
+        check_not_input(args.output, loaded.path)
     platforms = tuple(p.strip() for p in getattr(args, "platforms", "cpu").split(",") if p.strip())
     program = trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
                     constraints=args.constraints, platforms=platforms, source_path=loaded.path)
@@ -170,7 +176,12 @@ def _stablehlo_file_to_onnx(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.file):
         raise UsageError(f"file not found: {args.file}")
-    model = convert.stablehlo_file_to_onnx(args.file, args.entry, args.opset)
+    from jaxconv.errors import ModuleParseError
+
+    try:
+        model = convert.stablehlo_file_to_onnx(args.file, args.entry, args.opset)
+    except ModuleParseError as e:
+        raise e.at(args.file) from None
     convert.validate(model)
     convert.save(model, args.output)
     print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes; "
@@ -184,7 +195,8 @@ def cmd_to_saved_model(args: argparse.Namespace) -> int:
     program = _load_program(args)
     reports: list = []
     try:
-        api.to_saved_model(program, path=args.output, check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+        api.to_saved_model(program, path=args.output, check=not args.no_check, rtol=args.rtol, atol=args.atol,
+                           report_to=reports, overwrite=args.overwrite)
     finally:
         _print_reports(reports)
     print(f"wrote {args.output}")
@@ -224,7 +236,7 @@ def cmd_to_cpp(args: argparse.Namespace) -> int:
 
     program = _load_program(args)
     written = write_project(program, args.output, name=args.name, embed=args.embed, opset=args.opset,
-                            check=not args.no_check, rtol=args.rtol, atol=args.atol)
+                            check=not args.no_check, rtol=args.rtol, atol=args.atol, overwrite=args.overwrite)
     print(f"wrote {', '.join(written)}")
     return 0
 
