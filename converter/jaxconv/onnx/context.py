@@ -1,4 +1,9 @@
-"""LoweringContext: what a lowering function uses to emit ONNX nodes."""
+"""LoweringContext: what a lowering function uses to emit ONNX nodes.
+
+The graph is built on ``onnx_ir``: every node is an ``ir.Node`` and every tensor an ``ir.Value``
+that knows its dtype, shape and (for constants) its value. The lowerings still pass tensors
+around by name: the context maps each name to its ``ir.Value``.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import helper, numpy_helper
 
 from jaxconv.errors import ConversionError, UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.stablehlo import ir as hir
+
+SAME_SHAPE_KEY = "jaxconv.same_shape_inputs"
 
 
 @dataclass(eq=False)
@@ -21,7 +29,7 @@ class GraphScope:
     """Nodes and value names of one ONNX graph (the main graph or a Loop/If body)."""
 
     parent: "GraphScope | None"
-    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    nodes: list[ir.Node] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)
 
     def lookup(self, value: hir.Value) -> str | None:
@@ -32,8 +40,67 @@ class GraphScope:
             scope = scope.parent
         return None
 
+    def produced(self) -> set[str]:
+        """Names of the values this scope's nodes compute."""
+        return {v.name for node in self.nodes for v in node.outputs if v.name}
 
-SAME_SHAPE_KEY = "jaxconv.same_shape_inputs"
+    def prune(self, outputs: Sequence[str]) -> set[str]:
+        """Drop nodes nothing in ``outputs`` needs; returns every name the kept nodes read."""
+        needed = set(outputs)
+        kept = []
+        for node in reversed(self.nodes):
+            if not any(v.name in needed for v in node.outputs):
+                detach(node)
+                continue
+            kept.append(node)
+            needed.update(v.name for v in node.inputs if v is not None)
+            needed.update(subgraph_inputs(node))
+        self.nodes[:] = kept[::-1]
+        return needed
+
+
+def subgraph_inputs(node: ir.Node) -> set[str]:
+    """Names a node's subgraphs read (outer-scope values included) and their outputs' names."""
+    names: set[str] = set()
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            graphs = [attr.value]
+        elif attr.type == ir.AttributeType.GRAPHS:
+            graphs = list(attr.value)
+        else:
+            continue
+        for g in graphs:
+            for n in g:
+                names.update(v.name for v in n.inputs if v is not None)
+                names.update(subgraph_inputs(n))
+            names.update(o.name for o in g.outputs)
+    return names
+
+
+def detach(node: ir.Node) -> None:
+    """Make a node that left the graph stop counting as a user of its inputs."""
+    for i in range(len(node.inputs)):
+        if node.inputs[i] is not None:
+            node.replace_input_with(i, None)
+
+
+def _attribute(name: str, value: Any) -> ir.Attr:
+    if isinstance(value, ir.Graph):
+        return ir.AttrGraph(name, value)
+    if isinstance(value, onnx.GraphProto):
+        return ir.AttrGraph(name, ir.serde.deserialize_graph(value))
+    # onnx.helper's inference of the attribute type (numpy scalars, mixed int/float lists) stays the rule
+    return ir.serde.deserialize_attribute(helper.make_attribute(name, value))
+
+
+def ir_dtype(dtype: str) -> ir.DataType:
+    """The onnx_ir element type of a dtype name."""
+    return ir.DataType(dt.onnx_type(dtype))
+
+
+def ir_shape(dims: Sequence[Any]) -> ir.Shape:
+    """An onnx_ir shape from ints, None (unknown) and strings (symbolic dims)."""
+    return ir.Shape([d if d is None or isinstance(d, str) else int(d) for d in dims])
 
 
 class LoweringContext:
@@ -42,13 +109,16 @@ class LoweringContext:
     Attributes:
         opset: target ai.onnx opset.
         module: the StableHLO module being lowered (for func.call and composites).
+        values: every ONNX tensor so far, by name.
+        initializers: constants of the main graph (subgraphs read them from the outer scope).
     """
 
     def __init__(self, module: hir.Module, opset: int) -> None:
         self.module = module
         self.opset = opset
         self.scope = GraphScope(parent=None)
-        self.initializers: list[onnx.TensorProto] = []
+        self.values: dict[str, ir.Value] = {}
+        self.initializers: list[ir.Value] = []
         self.value_types: dict[str, hir.TensorType] = {}
         self._counter = itertools.count()
         self._const_cache: dict[tuple, str] = {}
@@ -56,6 +126,7 @@ class LoweringContext:
         self.tuples: dict[str, list[str]] = {}  # stablehlo.tuple values: a name standing for its elements
         self.current_op: hir.Op | None = None
         self.call_depth = 0
+        self.created: list[ir.Node] = []
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
@@ -66,6 +137,9 @@ class LoweringContext:
         """Make ``name`` the ONNX tensor holding ``value`` in the current scope."""
         self.scope.names[value.id] = name
         self.value_types[name] = value.type
+        known = self.values.get(name)
+        if known is not None:
+            _stamp(known, value.type)
 
     def name_of(self, value: hir.Value) -> str:
         found = self.scope.lookup(value)
@@ -73,32 +147,53 @@ class LoweringContext:
             raise ConversionError(f"internal: value {value!r} used before it was defined")
         return found
 
+    def value(self, name: str) -> ir.Value:
+        """The ``ir.Value`` called ``name``; a name nothing made yet (a subgraph input) gets one."""
+        found = self.values.get(name)
+        if found is None:
+            found = self.values[name] = ir.Value(name=name)
+            ttype = self.value_types.get(name)
+            if ttype is not None:
+                _stamp(found, ttype)
+        return found
+
+    def producer(self, name: str) -> ir.Node | None:
+        """The node computing ``name``, or None for inputs and constants."""
+        found = self.values.get(name)
+        return found.producer() if found is not None else None
+
     # ---- emitting ------------------------------------------------------------------------
     def op(self, op_type: str, inputs: Sequence[str | None], *, outputs: int = 1, domain: str = "",
            name_hint: str | None = None, same_shape_inputs: bool = False, **attrs: Any) -> Any:
         """Emit one node; returns its output name, or a list when ``outputs`` > 1.
 
-        ``None`` in ``inputs`` becomes an omitted optional input (""). ``same_shape_inputs`` marks
+        ``None`` in ``inputs`` becomes an omitted optional input. ``same_shape_inputs`` marks
         a node whose inputs all have the output's shape (the operands of an elementwise StableHLO
         op), which lets the clean-up passes drop Expands that ONNX broadcasting makes redundant.
         """
         hint = (name_hint or op_type).lower()
-        outs = [self.fresh(hint) for _ in range(outputs)]
-        attrs = {k: v for k, v in attrs.items() if v is not None}
-        node = helper.make_node(op_type, ["" if i is None else i for i in inputs], outs,
-                                name=self.fresh(f"n_{op_type}"), domain=domain or None, **attrs)
+        values = [None if not i else self.value(i) for i in inputs]
+        attributes = [_attribute(k, v) for k, v in attrs.items() if v is not None]
+        meta: dict[str, str] = {}
         if self.current_op is not None:
+            meta["stablehlo.op"] = self.current_op.name
             loc = hir.short_location(self.current_op.location)
-            entry = node.metadata_props.add()
-            entry.key, entry.value = "stablehlo.op", self.current_op.name
             if loc:
-                entry = node.metadata_props.add()
-                entry.key, entry.value = "source", loc
+                meta["source"] = loc
         if same_shape_inputs:
-            entry = node.metadata_props.add()
-            entry.key, entry.value = SAME_SHAPE_KEY, "1"
+            meta[SAME_SHAPE_KEY] = "1"
+        node = ir.Node(domain, op_type, values, attributes, num_outputs=outputs,
+                       name=self.fresh(f"n_{op_type}"), metadata_props=meta)
+        names = []
+        for out in node.outputs:
+            out.name = self.fresh(hint)
+            self.values[out.name] = out
+            names.append(out.name)
+        if op_type == "Cast" and not domain:
+            node.outputs[0].dtype = ir.DataType(node.attributes["to"].as_int())
         self.scope.nodes.append(node)
-        return outs[0] if outputs == 1 else outs
+        self.created.append(node)
+        return names[0] if outputs == 1 else names
 
     def const(self, value: Any, dtype: str | None = None, name_hint: str = "c") -> str:
         """A constant tensor (an initializer, deduplicated for small values)."""
@@ -111,7 +206,12 @@ class LoweringContext:
             if key in self._const_cache:
                 return self._const_cache[key]
         name = self.fresh(name_hint)
-        self.initializers.append(make_tensor(arr, name))
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+        tensor = ir.Tensor(arr, name=name)
+        v = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(arr.shape), const_value=tensor)
+        self.values[name] = v
+        self.initializers.append(v)
         self.constants[name] = arr
         if key is not None:
             self._const_cache[key] = name
@@ -138,6 +238,46 @@ class LoweringContext:
         if self.opset < needed:
             raise UnsupportedError(f"{what} needs ONNX opset >= {needed}; the model is being built for opset {self.opset} (use --opset {needed})")
 
+    def fold(self, name: str, limit: int = 64) -> np.ndarray | None:
+        """The value of ``name`` when it is computed from constants only (at most ``limit`` nodes), else None."""
+        known = self.constant_value(name)
+        if known is not None:
+            return known
+        order: list[ir.Node] = []
+        leaves: set[str] = set()
+        state: dict[int, bool] = {}
+
+        def visit(v: ir.Value | None) -> bool:
+            if v is None:
+                return True
+            if v.name in self.constants:
+                leaves.add(v.name)
+                return True
+            node = v.producer()
+            if node is None or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+                return False
+            if id(node) in state:
+                return state[id(node)]
+            state[id(node)] = True
+            if not all(visit(i) for i in node.inputs) or len(order) >= limit:
+                state[id(node)] = False
+                return False
+            order.append(node)
+            return True
+
+        if not visit(self.values.get(name)):
+            return None
+        from onnx.reference import ReferenceEvaluator
+
+        graph = helper.make_graph([ir.serde.serialize_node(n) for n in order], "fold", [],
+                                  [helper.make_tensor_value_info(name, 0, None)],
+                                  initializer=[make_tensor(self.constants[n], n) for n in sorted(leaves)])
+        try:
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+            return np.asarray(ReferenceEvaluator(model).run(None, {})[0])
+        except Exception:  # noqa: BLE001  (not foldable: the caller lowers the general case)
+            return None
+
     # ---- regions / subgraphs ---------------------------------------------------------------
     def lower_block(self, block: hir.Block, inputs: Sequence[str]) -> list[str]:
         """Lower a block inline in the current graph, with its arguments bound to ``inputs``."""
@@ -163,13 +303,26 @@ class LoweringContext:
             self.scope = outer
             self.current_op = saved_op
 
-    def make_graph(self, scope: GraphScope, name: str, inputs: list[onnx.ValueInfoProto],
-                   outputs: list[onnx.ValueInfoProto]) -> onnx.GraphProto:
-        return helper.make_graph(scope.nodes, name, inputs, outputs)
+    def make_graph(self, scope: GraphScope, name: str, inputs: list[ir.Value], outputs: list[ir.Value]) -> ir.Graph:
+        """A subgraph of ``scope``'s nodes with the given inputs and outputs (from ``value_info``)."""
+        return ir.Graph(inputs, outputs, nodes=scope.nodes, name=name)
 
-    def value_info(self, name: str, ttype: hir.TensorType, dims: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
-        shape = list(dims) if dims is not None else [d if d is not None else None for d in ttype.shape]
-        return helper.make_tensor_value_info(name, dt.onnx_type(ttype.dtype), shape)
+    def value_info(self, name: str, ttype: hir.TensorType, dims: Sequence[Any] | None = None) -> ir.Value:
+        """The value ``name`` typed as ``ttype`` (``dims`` overrides the shape), for graph inputs and outputs."""
+        v = self.value(name)
+        v.dtype = ir_dtype(ttype.dtype)
+        v.shape = ir_shape(list(dims) if dims is not None else ttype.shape)
+        return v
+
+
+def _stamp(v: ir.Value, ttype: hir.TensorType) -> None:
+    """Give ``v`` the StableHLO type's dtype and shape where it has none yet."""
+    if ttype.dtype not in dt.ONNX_TYPE:
+        return
+    if v.type is None:
+        v.dtype = ir_dtype(ttype.dtype)
+    if v.shape is None:
+        v.shape = ir_shape(ttype.shape)
 
 
 def make_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:

@@ -1,4 +1,4 @@
-"""Lower a StableHLO module to an ONNX ModelProto."""
+"""Lower a StableHLO module to an ONNX model (built on onnx_ir, returned as a ModelProto)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import onnx
-from onnx import helper
+import onnx_ir as ir
 
 from jaxconv.errors import ConversionError, JaxconvError, UnsupportedError
-from jaxconv.onnx import dtypes as dt
-from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.context import LoweringContext, ir_dtype, ir_shape
 from jaxconv.onnx.preflight import preflight
 from jaxconv.onnx.registry import lookup
 from jaxconv.stablehlo import ir as hir
@@ -82,18 +81,32 @@ def lower_call(ctx: LoweringContext, op: hir.Op) -> list[str]:
 def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
                  entry: str | None = None, opset: int = DEFAULT_OPSET,
                  graph_name: str = "jaxconv", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
-    """Lower ``module``'s entry function to an ONNX model.
+    """Lower ``module``'s entry function to an ONNX model, cleaned up by ``passes.optimize``.
 
     Raises:
         UnsupportedError: listing every unsupported op/dtype, before anything is lowered.
     """
+    from jaxconv.onnx.passes import optimize
+
+    model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
+                        graph_name=graph_name, metadata=metadata)
+    optimize(model, opset)
+    return ir.serde.serialize_model(model)
+
+
+def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
+                entry: str | None = None, opset: int = DEFAULT_OPSET,
+                graph_name: str = "jaxconv", metadata: dict[str, str] | None = None) -> ir.Model:
+    """The lowered graph as an ``onnx_ir`` model, before any clean-up."""
     fn = module.entry(entry)
     preflight(module, fn)
     ctx = LoweringContext(module, opset)
     graph_inputs = []
     bound: list[str | None] = [None] * len(fn.body.args)
     for io in inputs:
-        graph_inputs.append(helper.make_tensor_value_info(io.name, dt.onnx_type(io.dtype), list(io.dims)))
+        v = ir.Value(name=io.name, type=ir.TensorType(ir_dtype(io.dtype)), shape=ir_shape(io.dims))
+        ctx.values[io.name] = v
+        graph_inputs.append(v)
         if io.arg_index is not None:
             bound[io.arg_index] = io.name
     missing = [i for i, b in enumerate(bound) if b is None]
@@ -102,24 +115,36 @@ def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequ
     results = ctx.lower_block(fn.body, bound)  # type: ignore[arg-type]
     if len(results) != len(outputs):
         raise ConversionError(f"internal: function returns {len(results)} values, signature has {len(outputs)}")
+    ctx.current_op = None
     graph_outputs = []
-    used_names = {io.name for io in inputs}
     for io, name in zip(outputs, results):
-        if name != io.name:
-            src = name
-            ctx.scope.nodes.append(helper.make_node("Identity", [src], [io.name], name=ctx.fresh("n_output")))
-        used_names.add(io.name)
-        graph_outputs.append(helper.make_tensor_value_info(io.name, dt.onnx_type(io.dtype), list(io.dims)))
-    graph = helper.make_graph(ctx.scope.nodes, graph_name, graph_inputs, graph_outputs, initializer=ctx.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              producer_name="jaxconv", producer_version=_version())
-    model.ir_version = min(model.ir_version, _max_ir_version(opset))
-    for k, v in (metadata or {}).items():
-        entry_ = model.metadata_props.add()
-        entry_.key, entry_.value = k, v
-    from jaxconv.onnx.passes import optimize
+        if name in ctx.tuples:
+            raise ConversionError(f"internal: output {io.name} is a tuple")
+        out = ctx.op("Identity", [name])
+        v = ctx.values[out]
+        v.name = io.name  # the Identity goes when the clean-up finds it useless
+        v.dtype, v.shape = ir_dtype(io.dtype), ir_shape(io.dims)
+        graph_outputs.append(v)
+    graph = ir.Graph(graph_inputs, graph_outputs, nodes=ctx.scope.nodes, name=graph_name,
+                     opset_imports={"": opset})
+    for v in ctx.initializers:
+        graph.register_initializer(v)
+    _detach_orphans(graph, ctx.created)
+    model = ir.Model(graph, ir_version=min(onnx.IR_VERSION, _max_ir_version(opset)),
+                     producer_name="jaxconv", producer_version=_version())
+    for k, val in (metadata or {}).items():
+        model.metadata_props[k] = val
+    return model
 
-    return optimize(model)
+
+def _detach_orphans(graph: ir.Graph, created: Sequence[ir.Node]) -> None:
+    """Nodes a lowering made and then dropped (a pruned or retried body) stop using their inputs."""
+    from jaxconv.onnx.context import detach
+
+    live = {id(n) for n in ir.traversal.RecursiveGraphIterator(graph)}
+    for node in created:
+        if id(node) not in live:
+            detach(node)
 
 
 def _version() -> str:

@@ -1,284 +1,198 @@
-"""Graph clean-up after lowering: dead-code removal, constant folding, identity removal."""
+"""Graph clean-up after lowering.
+
+The generic work (constant folding, dead code, common subexpressions, Transpose/Reshape/Cast
+chains, no-op Expand/Slice/Reshape) is onnxscript's optimizer, with a rule set that keeps IEEE
+semantics: ``x + 0`` stays (it turns -0 into +0, which the lowerings rely on) and a Cast chain
+only collapses when the middle type holds every value of the source exactly. The passes here are
+the ones that need what only the lowering knows:
+
+- ``drop_redundant_expands``: an Expand feeding an elementwise StableHLO op whose operands all
+  have the result's shape (nodes the lowering marked ``same_shape_inputs``) is redundant, since
+  ONNX broadcasting gives the same result.
+- the graph outputs keep the signature's names.
+"""
 
 from __future__ import annotations
 
-from typing import Iterable
+import contextlib
+import logging
+from typing import Iterator, Sequence
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
 
-from jaxconv.onnx.context import SAME_SHAPE_KEY, make_tensor
+from jaxconv.onnx.context import SAME_SHAPE_KEY, subgraph_inputs
 
-FOLD_MAX_ELEMENTS = 1 << 16
-_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Loop", "If", "Scan"}
+__all__ = ["FOLD_MAX_ELEMENTS", "optimize", "clean_up", "drop_redundant_expands", "subgraph_inputs"]
 
-
-def subgraph_inputs(node: onnx.NodeProto) -> set[str]:
-    """Names a node's subgraphs read from the outer scope (and their own names)."""
-    names: set[str] = set()
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for g in graphs:
-            for n in g.node:
-                names.update(n.input)
-                names.update(subgraph_inputs(n))
-            names.update(o.name for o in g.output)
-    return names
+FOLD_MAX_ELEMENTS = 1 << 16  # a folded constant may have at most this many elements
+FOLD_INPUT_MAX_ELEMENTS = 1 << 20  # nor fold from inputs larger than this (a weight's Transpose still folds)
+_GROWING = frozenset({"Expand", "Tile", "ConstantOfShape"})
 
 
-def _consumers(nodes: Iterable[onnx.NodeProto]) -> set[str]:
-    used: set[str] = set()
-    for n in nodes:
-        used.update(i for i in n.input if i)
-        used.update(subgraph_inputs(n))
-    return used
+def optimize(model: ir.Model, opset: int) -> None:
+    """Clean up a freshly lowered model in place: our passes, the fusion rewrites, onnxscript's optimizer."""
+    drop_redundant_expands(model.graph)
+    _apply_rewrites(model, opset)
+    _strip_markers(model.graph)
+    clean_up(model)
+    _name_outputs_directly(model.graph)
 
 
-def remove_dead_nodes(graph: onnx.GraphProto) -> None:
-    """Drop nodes whose outputs nobody reads, and unused initializers."""
-    outputs = {o.name for o in graph.output}
-    nodes = list(graph.node)
-    while True:
-        used = _consumers(nodes) | outputs
-        keep = [n for n in nodes if any(o in used for o in n.output if o)]
-        if len(keep) == len(nodes):
-            break
-        nodes = keep
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = _consumers(nodes) | outputs
-    inits = [t for t in graph.initializer if t.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
-
-
-def fold_constants(model: onnx.ModelProto) -> None:
-    """Evaluate nodes whose inputs are all initializers (small results only)."""
-    graph = model.graph
-    consts = {t.name: t for t in graph.initializer}
-    if not any(all(i in consts for i in n.input if i) for n in graph.node if n.op_type not in _NO_FOLD):
-        return
-    from onnx.reference import ReferenceEvaluator
-
-    opset = model.opset_import
-    new_nodes = []
-    for node in graph.node:
-        ins = [i for i in node.input if i]
-        if node.op_type in _NO_FOLD or node.domain not in ("", "ai.onnx") or not all(i in consts for i in ins) or not ins:
-            new_nodes.append(node)
-            continue
-        try:
-            values = _evaluate(node, consts, opset)
-        except Exception:
-            new_nodes.append(node)
-            continue
-        in_size = sum(int(np.prod(consts[i].dims)) for i in ins)
-        grows = any(v.size > 16 and v.size > 4 * in_size for v in values or [])  # Expand/Tile of a constant: keep it small
-        if values is None or grows or any(v.size > FOLD_MAX_ELEMENTS for v in values):
-            new_nodes.append(node)
-            continue
-        for name, value in zip(node.output, values):
-            t = make_tensor(value, name)
-            consts[name] = t
-            graph.initializer.append(t)
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-
-
-def _evaluate(node: onnx.NodeProto, consts: dict[str, onnx.TensorProto], opset) -> list[np.ndarray] | None:
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    if any(consts[i].data_type == onnx.TensorProto.BFLOAT16 for i in node.input if i):
-        return None
-    inputs = [i for i in node.input if i]
-    g = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o],
-                          initializer=[consts[i] for i in set(inputs)])
-    m = helper.make_model(g, opset_imports=list(opset))
-    outs = ReferenceEvaluator(m).run(None, {})
-    return [np.asarray(o) for o in outs]
-
-
-def remove_output_identities(graph: onnx.GraphProto) -> None:
-    """Rename a producer's output to the graph output name instead of keeping an Identity."""
-    graph_inputs = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    outputs = [o.name for o in graph.output]
-    producers = {o: n for n in graph.node for o in n.output}
-    for node in list(graph.node):
-        if node.op_type != "Identity" or node.output[0] not in outputs:
-            continue
-        src = node.input[0]
-        if src in graph_inputs or src in outputs or src not in producers:
-            continue
-        others = [n for n in graph.node if n is not node and (src in n.input or src in subgraph_inputs(n))]
-        if others:
-            continue
-        producer = producers[src]
-        for k, o in enumerate(producer.output):
-            if o == src:
-                producer.output[k] = node.output[0]
-        graph.node.remove(node)
-
-
-def _rename_inputs(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in renames:
-                node.input[k] = renames[name]
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _rename_inputs(g, renames)
-                for o in g.output:
-                    if o.name in renames:
-                        # a subgraph output that is an outer value: route through Identity
-                        g.node.append(onnx.helper.make_node("Identity", [renames[o.name]], [o.name]))
-
-
-def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-
-
-def eliminate_common_subexpressions(graph: onnx.GraphProto) -> None:
-    """Merge nodes with the same op, inputs and attributes (repeated shape arithmetic, casts)."""
-    outputs = {o.name for o in graph.output}
-    seen: dict[tuple, list[str]] = {}
-    renames: dict[str, str] = {}
-    keep = []
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in renames:
-                node.input[k] = renames[name]
-        if _has_subgraph(node) or node.op_type in _NO_FOLD:
-            keep.append(node)
-            continue
-        key = (node.domain, node.op_type, tuple(node.input), tuple(a.SerializeToString() for a in node.attribute))
-        prev = seen.get(key)
-        if prev is not None and len(prev) == len(node.output) and not any(o in outputs for o in node.output):
-            renames.update({o: p for o, p in zip(node.output, prev) if o})
-            continue
-        seen.setdefault(key, list(node.output))
-        keep.append(node)
-    if renames:
-        del graph.node[:]
-        graph.node.extend(keep)
-        _rename_inputs(graph, renames)
-
-
-def remove_noop_casts(model: onnx.ModelProto) -> None:
-    """Drop Cast nodes whose input already has the target type."""
+def _apply_rewrites(model: ir.Model, opset: int) -> None:
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:
+        from jaxconv.onnx import rewrites
+    except ModuleNotFoundError as e:
+        if e.name != "jaxconv.onnx.rewrites":
+            raise
         return
-    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
-    types.update({t.name: t.data_type for t in model.graph.initializer})
-    outputs = {o.name for o in model.graph.output}
-    renames: dict[str, str] = {}
-    keep = []
-    for node in model.graph.node:
-        for k, name in enumerate(node.input):
-            if name in renames:
-                node.input[k] = renames[name]
-        if node.op_type == "Cast" and node.output[0] not in outputs:
-            to = next(a.i for a in node.attribute if a.name == "to")
-            if types.get(node.input[0]) == to:
-                renames[node.output[0]] = node.input[0]
-                continue
-        keep.append(node)
-    if renames:
-        del model.graph.node[:]
-        model.graph.node.extend(keep)
-        _rename_inputs(model.graph, renames)
+    rewrites.apply(model, opset)
 
 
-_LOSSLESS_WIDENING = {
-    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT), (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
-    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE), (onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE),
-    (onnx.TensorProto.INT8, onnx.TensorProto.INT32), (onnx.TensorProto.INT16, onnx.TensorProto.INT32),
-    (onnx.TensorProto.UINT8, onnx.TensorProto.INT32), (onnx.TensorProto.UINT16, onnx.TensorProto.INT32),
-    (onnx.TensorProto.INT32, onnx.TensorProto.INT64), (onnx.TensorProto.UINT32, onnx.TensorProto.INT64),
-    (onnx.TensorProto.INT8, onnx.TensorProto.INT64), (onnx.TensorProto.UINT8, onnx.TensorProto.INT64),
-}
+def _nodes(graph: ir.Graph) -> list[ir.Node]:
+    return list(ir.traversal.RecursiveGraphIterator(graph))
 
 
-def fold_cancelling_chains(model: onnx.ModelProto) -> None:
-    """Transpose∘Transpose, Reshape∘Reshape (constant shape), and lossless Cast round trips."""
-    graph = model.graph
-    producers = {o: n for n in graph.node for o in n.output}
-    consts = {t.name: t for t in graph.initializer}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-        types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(graph.input)}
-    except Exception:
-        types = {}
-    types.update({t.name: t.data_type for t in graph.initializer})
-    outputs = {o.name for o in graph.output}
-    renames: dict[str, str] = {}
-    for node in graph.node:
-        inner = producers.get(node.input[0]) if node.input else None
-        if inner is None or inner.op_type != node.op_type:
-            continue
-        if node.op_type == "Transpose":
-            p1 = next((list(a.ints) for a in inner.attribute if a.name == "perm"), None)
-            p2 = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
-            if p1 is None or p2 is None:
-                continue
-            combined = [p1[i] for i in p2]
-            node.input[0] = inner.input[0]
-            del node.attribute[:]
-            node.attribute.extend([onnx.helper.make_attribute("perm", combined)])
-            if combined == sorted(combined) and node.output[0] not in outputs:
-                renames[node.output[0]] = inner.input[0]
-        elif node.op_type == "Reshape":
-            shape = consts.get(node.input[1])
-            if shape is not None and not (numpy_helper.to_array(shape) <= 0).any():
-                node.input[0] = inner.input[0]
-        elif node.op_type == "Cast":
-            to = next(a.i for a in node.attribute if a.name == "to")
-            mid = next(a.i for a in inner.attribute if a.name == "to")
-            src = types.get(inner.input[0])
-            if src == to and (src, mid) in _LOSSLESS_WIDENING and node.output[0] not in outputs:
-                renames[node.output[0]] = inner.input[0]
-    if renames:
-        keep = [n for n in graph.node if not (n.output and n.output[0] in renames)]
-        del graph.node[:]
-        graph.node.extend(keep)
-        _rename_inputs(graph, renames)
-
-
-def drop_redundant_expands(graph: onnx.GraphProto) -> None:
+def drop_redundant_expands(graph: ir.Graph) -> None:
     """Let ONNX broadcasting replace an Expand feeding an elementwise op whose other input has the full shape.
 
     Only nodes marked ``same_shape_inputs`` (the operands of an elementwise StableHLO op all have the
     result's shape) qualify, and one input that is not an Expand must remain.
     """
-    expands = {n.output[0]: n for n in graph.node if n.op_type == "Expand"}
-    changed = False
-    for node in graph.node:
-        if expands and any(p.key == SAME_SHAPE_KEY for p in node.metadata_props):
-            full = [i for i in node.input if i and i not in expands]
-            if full:
-                for k, name in enumerate(node.input):
-                    if name in expands:
-                        node.input[k] = expands[name].input[0]
-                        changed = True
-        kept = [p for p in node.metadata_props if p.key != SAME_SHAPE_KEY]
-        if len(kept) != len(node.metadata_props):
-            del node.metadata_props[:]
-            node.metadata_props.extend(kept)
-    if changed:
-        remove_dead_nodes(graph)
+    for node in _nodes(graph):
+        if node.metadata_props.get(SAME_SHAPE_KEY) != "1":
+            continue
+        expanded = [i is not None and _is_expand(i) for i in node.inputs]
+        if all(expanded) or not any(expanded):
+            continue
+        for k, (value, is_expand) in enumerate(zip(node.inputs, expanded)):
+            if is_expand:
+                node.replace_input_with(k, value.producer().inputs[0])
 
 
-def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Run the clean-up passes in place and return the model."""
-    fold_constants(model)
-    eliminate_common_subexpressions(model.graph)
-    remove_noop_casts(model)
-    fold_cancelling_chains(model)
-    drop_redundant_expands(model.graph)
-    fold_constants(model)
-    remove_dead_nodes(model.graph)
-    remove_output_identities(model.graph)
-    return model
+def _is_expand(value: ir.Value) -> bool:
+    producer = value.producer()
+    return producer is not None and producer.op_type == "Expand" and producer.domain == "" and producer.inputs[0] is not None
+
+
+def _strip_markers(graph: ir.Graph) -> None:
+    for node in _nodes(graph):
+        node.metadata_props.pop(SAME_SHAPE_KEY, None)
+
+
+def _should_fold(node: ir.Node) -> bool | None:
+    """Never fold a constant broadcast into a bigger tensor (it costs file size and memory, not time)."""
+    if node.domain == "" and node.op_type in _GROWING:
+        out = node.outputs[0]
+        if out.shape is None or not out.shape.is_static():
+            return False
+        size = int(np.prod(out.shape.numpy()))
+        first = node.inputs[0] if node.inputs else None
+        source = first.const_value.size if first is not None and first.const_value is not None else 1
+        if node.op_type == "ConstantOfShape" or size > max(16, 4 * source):
+            return False
+    return None
+
+
+def _rules():
+    """onnxscript's default rewrite rules less the two that change IEEE results.
+
+    - ``x + 0 -> x`` turns a -0 result into -0 where the lowering wanted +0 (Relu's ``+ 0.0``).
+    - ``Cast(Cast(x, f32), f16) -> Cast(x, f16)`` rounds once instead of twice, which can differ.
+    """
+    from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, pattern
+    from onnxscript.rewriter.rules.common import _basic_rules, _no_op
+
+    from jaxconv.onnx.cast_rules import lossless_cast_round_trip_rule
+
+    dropped = {id(r) for r in _no_op.rules.rules} | {id(_basic_rules.cast_cast_rule)}
+    no_ops = [*_no_op.mul_by_1_rule.commute(), _no_op.sub_0_rule, _no_op.div_by_1_rule,
+              _no_op.dropout_zero_rule, _no_op.dropout_inference_rule]
+    kept = [r for r in _DEFAULT_REWRITE_RULES if id(r) not in dropped]
+    return pattern.RewriteRuleSet([*no_ops, *kept, lossless_cast_round_trip_rule])
+
+
+def clean_up(model: ir.Model) -> None:
+    """onnxscript's optimizer (constant folding, rewrite rules, dead code, CSE), with jaxconv's limits and rules.
+
+    Its log messages (skipped folds, shape merges) are notes for onnxscript's developers: they
+    stay quiet unless the user configures logging below WARNING for those packages.
+    """
+    with _quiet("onnxscript", "onnx_ir"):
+        _clean_up(model)
+
+
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        if lg.level == logging.NOTSET:
+            lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
+
+
+def _clean_up(model: ir.Model) -> None:
+    from onnxscript import rewriter
+    from onnxscript.optimizer._constant_folding import FOLDED_FROM_KEY, FoldConstantsPass
+
+    loop = ir.passes.PassManager([
+        FoldConstantsPass(shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
+                          output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold),
+        rewriter.RewritePass(_rules()),
+        common_passes.RemoveUnusedNodesPass(),
+    ], steps=2, early_stop=True)
+    ir.passes.Sequential(
+        loop,
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        common_passes.LiftSubgraphInitializersToMainGraphPass(),
+        common_passes.DeduplicateInitializersPass(),
+        common_passes.CommonSubexpressionEliminationPass(),
+        common_passes.RemoveUnusedNodesPass(),
+        common_passes.NameFixPass(),
+    )(model)
+    for value in _values(model.graph):
+        value.metadata_props.pop(FOLDED_FROM_KEY, None)
+
+
+def _values(graph: ir.Graph) -> list[ir.Value]:
+    out = list(graph.inputs) + list(graph.initializers.values())
+    for node in _nodes(graph):
+        out.extend(node.outputs)
+    return out
+
+
+def _name_outputs_directly(graph: ir.Graph) -> None:
+    """Drop an Identity in front of a graph output when its input can take the output's name.
+
+    The input must be computed by a node of the same graph (not a graph input, a constant or an
+    outer value) and not be a graph output itself. Subgraphs keep their Identities: they are how
+    a body returns an outer value.
+    """
+    for node in list(graph):
+        if node.op_type != "Identity" or node.domain != "" or not node.outputs[0].is_graph_output():
+            continue
+        src, out = node.inputs[0], node.outputs[0]
+        if src is None or src.is_graph_output() or src.producer() is None or src.producer().graph is not graph:
+            continue
+        name = out.name
+        index = [k for k, o in enumerate(graph.outputs) if o is out]
+        if len(index) != 1:
+            continue
+        out.name = None
+        src.name = name
+        src.dtype = out.dtype if src.type is None else src.dtype
+        if src.shape is None or out.shape is not None:
+            src.shape = out.shape
+        graph.outputs[index[0]] = src
+        graph.remove(node, safe=True)
+
+
+def output_names(graph: ir.Graph) -> Sequence[str]:
+    """The graph's output names (for tests)."""
+    return [o.name or "" for o in graph.outputs]

@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 
 from jaxconv.onnx.context import GraphScope, LoweringContext
-from jaxconv.onnx.passes import subgraph_inputs
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -27,7 +26,7 @@ def _check_tokens(op: hir.Op) -> str | None:
 
 
 def _produced_in(scope: GraphScope) -> set[str]:
-    return {o for node in scope.nodes for o in node.output}
+    return scope.produced()
 
 
 def _own_outputs(ctx: LoweringContext, scope: GraphScope, names: Sequence[str]) -> list[str]:
@@ -122,16 +121,7 @@ def _rank_only(t: hir.TensorType) -> hir.TensorType:
 
 def _prune(scope: GraphScope, outputs: Sequence[str]) -> set[str]:
     """Drop nodes of ``scope`` nothing needs; returns every name the kept nodes read."""
-    needed = set(outputs)
-    kept = []
-    for node in reversed(scope.nodes):
-        if not any(o in needed for o in node.output if o):
-            continue
-        kept.append(node)
-        needed.update(i for i in node.input if i)
-        needed.update(subgraph_inputs(node))
-    scope.nodes[:] = kept[::-1]
-    return needed
+    return scope.prune(outputs)
 
 
 # ---- scan outputs --------------------------------------------------------------------------------

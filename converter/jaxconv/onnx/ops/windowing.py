@@ -105,48 +105,7 @@ def inverse(perm: Sequence[int]) -> list[int]:
 
 def constant_fold(ctx: LoweringContext, name: str, limit: int = 64) -> np.ndarray | None:
     """The value of ``name`` when it is computed from constants only (at most ``limit`` nodes), else None."""
-    import onnx
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    from jaxconv.onnx.context import make_tensor
-
-    if ctx.constant_value(name) is not None:
-        return ctx.constant_value(name)
-    producers = {}
-    position: dict[int, int] = {}
-    scope, depth = ctx.scope, 0
-    while scope is not None:
-        for i, node in enumerate(scope.nodes):
-            position[id(node)] = -depth * (1 << 32) + i
-            for out in node.output:
-                producers.setdefault(out, node)
-        scope, depth = scope.parent, depth + 1
-    needed: list[onnx.NodeProto] = []
-    leaves: set[str] = set()
-    stack, seen = [name], set()
-    while stack:
-        n = stack.pop()
-        if n in seen or not n:
-            continue
-        seen.add(n)
-        if ctx.constant_value(n) is not None:
-            leaves.add(n)
-            continue
-        node = producers.get(n)
-        if node is None or node.attribute and any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute):
-            return None
-        needed.append(node)
-        if len(needed) > limit:
-            return None
-        stack.extend(node.input)
-    order = sorted({id(nd): nd for nd in needed}.values(), key=lambda nd: position[id(nd)])
-    graph = helper.make_graph(order, "fold", [], [helper.make_tensor_value_info(name, 0, None)],
-                              initializer=[make_tensor(ctx.constant_value(n), n) for n in leaves])
-    try:
-        return np.asarray(ReferenceEvaluator(helper.make_model(graph)).run(None, {})[0])
-    except Exception:
-        return None
+    return ctx.fold(name, limit)
 
 
 def pad_with_tensor(ctx: LoweringContext, x: str, dtype: str, padding: str, value: str | None,
