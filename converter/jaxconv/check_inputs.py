@@ -168,12 +168,15 @@ def edge_values(dtype_name: str) -> np.ndarray:
 
 
 def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0) -> np.ndarray:
-    """Edge values for one input: all of them in turn for small arrays, every other element otherwise."""
+    """Edge values for one input: all of them in turn for small arrays, every other element otherwise.
+
+    ``offset`` picks the value of a scalar (so that several scalar inputs get different ones).
+    """
     values = edge_values(info.dtype)
     size = math.prod(shape)
     base = random_array(info, shape, rng).ravel()
     if size <= 2 * len(values):
-        picks = values[(np.arange(size) + offset) % len(values)]
+        picks = values[(np.arange(size) + (offset if size == 1 else 0)) % len(values)]
         return picks.reshape(shape)
     out = base.copy()
     even = np.arange(0, size, 2)
