@@ -3,7 +3,8 @@
 Delta debugging in four passes, each keeping a change only when the same kind of failure
 remains:
 
-1. keep only the failing output, drop the steps it does not need;
+1. keep only the failing output, or the earliest intermediate value that already differs, and
+   drop the steps it does not need;
 2. replace steps by inputs holding the values jax.jit computed for them, so the steps left
    are the ones whose conversion is wrong (usually one);
 3. shrink input shapes (all inputs of one shape together), axis by axis;
@@ -85,6 +86,14 @@ class Minimiser:
             for out in choices:
                 p = best.program.copy()
                 p.outputs = [out]
+                got = self.still_fails(*_compact(p.prune(), best.inputs), best)
+                if got is not None:
+                    best = got
+                    break
+        if best.status == "mismatch":
+            for step in best.program.steps[:-1]:  # the earliest value that already differs
+                p = best.program.copy()
+                p.outputs = [step.out]
                 got = self.still_fails(*_compact(p.prune(), best.inputs), best)
                 if got is not None:
                     best = got

@@ -1,0 +1,204 @@
+"""The fuzzer itself: deterministic generation, element comparison, minimisation, classification."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from conformance.fuzz import known, reproducer  # noqa: E402
+from conformance.fuzz.compare import compare_all, compare_one  # noqa: E402
+from conformance.fuzz.driver import class_of, fuzz_program  # noqa: E402
+from conformance.fuzz.generate import generate, input_values  # noqa: E402
+from conformance.fuzz.minimise import Failure, minimise  # noqa: E402
+from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types  # noqa: E402
+from conformance.fuzz import run as fuzz_run  # noqa: E402
+
+
+def test_generator_is_deterministic_for_a_seed():
+    for seed in (0, 7, 123456):
+        a, b = generate(seed), generate(seed)
+        assert a.source() == b.source()
+        assert [a.types[i] for i in a.inputs] == [b.types[i] for i in b.inputs]
+        for kind in ("normal", "edge", "mixed"):
+            for x, y in zip(input_values(a, kind, seed), input_values(b, kind, seed)):
+                assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    assert generate(1).source() != generate(2).source()
+
+
+def test_generator_covers_dtypes_shapes_ops_and_control_flow():
+    dtypes, ops, sizes = set(), collections.Counter(), set()
+    for seed in range(300):
+        p = generate(seed)
+        assert 1 <= len(p.steps) <= 8
+        dtypes.update(v.dtype for v in p.types.values())
+        ops.update(p.ops())
+        sizes.update(v.size for v in p.types.values())
+        sizes.update(len(v.shape) for v in p.types.values())
+    assert dtypes == {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+                      "uint8", "uint16", "uint32", "uint64", "bool"}
+    for op in ("conv", "matmul", "take", "scatter_add", "dynamic_slice", "dynamic_update_slice", "sort", "argsort",
+               "cond", "fori_loop", "scan", "while_loop", "where", "concatenate", "transpose", "reshape", "cumsum"):
+        assert ops[op] > 0, op
+    assert any(op.startswith("reduce_window") for op in ops) and any(op.startswith("convert_") for op in ops)
+    assert 0 in sizes and 1 in sizes  # zero-size values and scalars
+
+
+def test_edge_inputs_hold_special_values():
+    p = FuzzProgram(inputs=[0, 1], types={0: Value((64,), "float32"), 1: Value((64,), "int8")})
+    f, i = input_values(p, "edge", 3)
+    assert np.isnan(f).any() and np.isposinf(f).any() and np.isneginf(f).any()
+    assert ((f == 0) & np.signbit(f)).any()
+    assert ((f != 0) & (np.abs(f) < np.finfo(np.float32).tiny)).any()
+    assert i.min() == -128 and i.max() == 127
+
+
+@pytest.mark.parametrize("e,a,kind", [
+    (np.float32([0.0, 1.0]), np.float32([-0.0, 1.0]), "signed-zero"),
+    (np.float32([np.nan, 1.0]), np.float32([0.0, 1.0]), "nan"),
+    (np.float32([-np.inf]), np.float32([-3.4028235e38]), "inf"),
+    (np.float32([3.0]), np.float32([3.3]), "value"),
+    (np.int64([2**53 + 1]), np.int64([2**53]), "value"),
+    (np.uint64([2**64 - 1]), np.uint64([2**64 - 2]), "value"),
+    (np.float32([1, 2]), np.float32([1, 2, 3]), "shape"),
+])
+def test_compare_names_the_kind_of_difference(e, a, kind):
+    assert compare_one(e, a).kind == kind
+
+
+def test_flush_subnormals_keeps_the_sign_and_reports_none_without_any():
+    from conformance.fuzz.minimise import flush_subnormals
+
+    flushed = flush_subnormals([np.float32([1e-40, -1e-40, 1.0]), np.int32([1])])
+    assert flushed[0].tolist() == [0.0, 0.0, 1.0] and np.signbit(flushed[0]).tolist() == [False, True, False]
+    assert flush_subnormals([np.float32([1.0, 0.0])]) is None
+
+
+def test_compare_accepts_rounding_and_equal_specials():
+    e = np.float32([1.0, np.nan, np.inf, -0.0, 0.0])
+    a = np.float32([1.00001, np.nan, np.inf, -0.0, 0.0])
+    assert compare_one(e, a) is None
+    assert compare_all([np.int8([1])], [np.int8([1])]) is None
+
+
+def _planted(program: FuzzProgram, target: str, inputs):
+    """A fake converter that computes jnp.maximum as where(a > b, a, b): wrong when b is NaN."""
+    expected = fuzz_run.reference(program, inputs)
+    buggy = program.copy()
+    buggy.steps = [Step(s.op, s.args, s.expr.replace("jnp.maximum({0}, {1})", "jnp.where({0} > {1}, {0}, {1})"), s.out)
+                   for s in program.steps]
+    actual = fuzz_run.reference(buggy, inputs)
+    diff = compare_all(expected, actual)
+    return ("mismatch" if diff else "ok"), diff, expected, actual, diff.line() if diff else ""
+
+
+def _program_with_planted_max() -> tuple[FuzzProgram, list[np.ndarray]]:
+    p = FuzzProgram(inputs=[0, 1], types={0: Value((4, 3), "float32"), 1: Value((4, 3), "float32")})
+    steps = [("sin", (0,), "jnp.sin({0})"), ("mul", (2, 1), "{0} * {1}"), ("max", (3, 2), "jnp.maximum({0}, {1})"),
+             ("exp", (4,), "jnp.exp({0})"), ("reduce_sum", (5,), "jnp.sum({0}, axis=0)"), ("cos", (0,), "jnp.cos({0})")]
+    for k, (op, args, expr) in enumerate(steps):
+        p.steps.append(Step(op, args, expr, 2 + k))
+    p.outputs = [6, 7]
+    p = infer_types(p)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    y = np.ones((4, 3), np.float32)
+    y[2, 1] = np.nan
+    return p, [x, y]
+
+
+def test_minimiser_shrinks_a_planted_bug_to_one_op_and_one_element():
+    program, inputs = _program_with_planted_max()
+    status, diff, expected, actual, detail = _planted(program, "onnx", inputs)
+    assert status == "mismatch" and diff.kind == "nan"
+    small = minimise(Failure(program, inputs, status, diff, detail, expected, actual), "onnx", try_fn=_planted)
+    assert small.program.ops() == ["max"]
+    assert all(a.size == 1 for a in small.inputs)
+    assert any(np.isnan(a).all() for a in small.inputs)
+    assert class_of(small, "onnx") == "max/f32/nan"
+    assert class_of(small, "tflite") == "tflite:max/f32/nan"
+
+
+def test_reproducer_is_standalone_and_exact(tmp_path):
+    program, inputs = _program_with_planted_max()
+    small = minimise(Failure(program, inputs, *_planted(program, "onnx", inputs)[:2], "", [], []), "onnx", try_fn=_planted)
+    small.inputs = [np.float32([-0.0, np.nan, -np.inf, 1e-45]).reshape(-1)[: a.size].reshape(a.shape) for a in small.inputs]
+    path = reproducer.write(small, "max/f32/nan", "silent", "planted", "onnx", str(tmp_path), "seed0")
+    scope: dict = {"__name__": "repro"}
+    exec(compile(open(path).read(), path, "exec"), scope)  # noqa: S102
+    for got, want in zip(scope["INPUTS"], small.inputs):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    for dtype, values in (("bfloat16", [-0.0, float("inf")]), ("uint64", [2**64 - 1]), ("int8", [-128]), ("bool", [True])):
+        from conformance.case import np_dtype
+
+        a = np.array(values, np.float64 if dtype == "bfloat16" else None).astype(np_dtype(dtype))
+        assert eval(reproducer.literal(a), {"_a": scope["_a"], "nan": np.nan, "inf": np.inf}).tobytes() == a.tobytes()  # noqa: S307
+
+
+class _Runner:
+    kind = "onnx"
+
+    def __init__(self, program: FuzzProgram, offset: float = 0.0, trigger: float | None = None) -> None:
+        self.program, self.offset, self.trigger = program, offset, trigger
+
+    def run(self, inputs):
+        out = fuzz_run.reference(self.program, inputs)
+        if self.trigger is not None and not any((np.asarray(a) == self.trigger).any() for a in inputs):
+            return out
+        return [o + np.asarray(self.offset, o.dtype) for o in out]
+
+
+def test_default_check_verdict_silent_versus_caught():
+    p = infer_types(FuzzProgram(inputs=[0], steps=[Step("sin", (0,), "jnp.sin({0})", 1)], outputs=[1],
+                                types={0: Value((5,), "float32")}))
+    traced = fuzz_run.trace(p)
+    assert fuzz_run.default_check(traced, _Runner(p, offset=0.5)) == "mismatch"
+    assert fuzz_run.default_check(traced, _Runner(p, offset=0.5, trigger=1234.5)) == "ok"
+
+
+def test_fuzz_program_records_a_planted_mismatch(monkeypatch, tmp_path):
+    p = infer_types(FuzzProgram(inputs=[0], steps=[Step("abs", (0,), "jnp.abs({0})", 1)], outputs=[1],
+                                types={0: Value((32,), "float32")}))
+    real = fuzz_run.convert
+
+    def buggy_convert(program, target, tmp):
+        runner = real(program, target, tmp)
+
+        class Flip:
+            kind = "onnx"
+
+            def run(self, inputs):
+                out = runner.run(inputs)
+                return [np.where(np.isinf(o), np.float32(3.4028235e38), o) for o in out]
+
+        return Flip()
+
+    monkeypatch.setattr(fuzz_run, "convert", buggy_convert)
+    rec = fuzz_program(p, 5, "onnx", str(tmp_path))
+    assert rec["status"] == "mismatch" and rec["class"] == "abs/f32/inf" and rec["verdict"] in ("silent", "caught")
+    assert rec["known"] == "" and os.path.exists(rec["reproducer"])
+    assert "jnp.abs(v" in open(rec["reproducer"]).read()
+
+
+def test_known_table_matches_classes_and_every_row_has_a_reason():
+    assert known.match("add/f32/subnormal") is not None
+    assert known.match("where/f32/signed-zero") is None
+    assert all(row.reason.strip() for row in known.KNOWN)
+
+
+def test_cli_runs_a_seeded_sample(tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fuzz.py"), "--count", "3", "--seed", "1",
+                          "-o", str(tmp_path), "-q"], capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert "fuzz: 3 programs" in out.stdout
+    assert os.path.exists(tmp_path / "summary.txt") and os.path.exists(tmp_path / "results.jsonl")
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fuzz.py"), "--targets", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown target" in bad.stderr
