@@ -29,7 +29,10 @@ FLUSHED_DTYPES = frozenset({"float32", "float64"})  # f16/bf16 compute in f32, w
 
 
 def _tolerance(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    from jaxconv.verify import TOLERANCES
+    try:
+        from jaxconv.compare import TOLERANCES
+    except ImportError:  # older layout: the tolerances lived in verify
+        from jaxconv.verify import TOLERANCES
 
     default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
