@@ -86,10 +86,9 @@ def _result_work_dtype(onnx_op: str, work: str) -> str:
 
 
 def _caller_module() -> str:
-    import inspect
+    import sys
 
-    frame = inspect.stack()[2]
-    return frame.frame.f_globals.get("__name__", "jaxconv.onnx.ops")
+    return sys._getframe(2).f_globals.get("__name__", "jaxconv.onnx.ops")  # (inspect.stack() reads every source file)
 
 
 def static_shape(t: hir.TensorType) -> bool:
