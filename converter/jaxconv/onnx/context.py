@@ -316,13 +316,14 @@ class LoweringContext:
 
 
 def _stamp(v: ir.Value, ttype: hir.TensorType) -> None:
-    """Give ``v`` the StableHLO type's dtype and shape where it has none yet."""
-    if ttype.dtype not in dt.ONNX_TYPE:
-        return
-    if v.type is None:
+    """Give ``v`` the StableHLO type's dtype where it has none yet.
+
+    Not its shape: lowerings apply a region (a reduce or sort body typed on scalars) to whole
+    tensors, so a region value's StableHLO shape is not always the ONNX tensor's. Shapes come
+    from ONNX shape inference in the clean-up, and from the declared graph inputs and outputs.
+    """
+    if v.type is None and ttype.dtype in dt.ONNX_TYPE:
         v.dtype = ir_dtype(ttype.dtype)
-    if v.shape is None:
-        v.shape = ir_shape(ttype.shape)
 
 
 def make_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:

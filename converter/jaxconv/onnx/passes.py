@@ -138,13 +138,12 @@ def _quiet(*names: str) -> Iterator[None]:
 
 
 def _clean_up(model: ir.Model) -> None:
-    from onnxscript import rewriter
     from onnxscript.optimizer._constant_folding import FOLDED_FROM_KEY, FoldConstantsPass
 
     loop = ir.passes.PassManager([
         FoldConstantsPass(shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
                           output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold),
-        rewriter.RewritePass(_rules()),
+        _RewritePass(_rules()),
         common_passes.RemoveUnusedNodesPass(),
     ], steps=2, early_stop=True)
     ir.passes.Sequential(
@@ -158,6 +157,28 @@ def _clean_up(model: ir.Model) -> None:
     )(model)
     for value in _values(model.graph):
         value.metadata_props.pop(FOLDED_FROM_KEY, None)
+
+
+class _RewritePass(ir.passes.InPlacePass):
+    """onnxscript's RewritePass, trying only the rules whose every op occurs in the model.
+
+    The rewriter tries each rule at each node; most rules concern ops our graphs rarely hold
+    (Conv, BatchNormalization, ScatterND), and skipping them keeps the clean-up fast.
+    """
+
+    def __init__(self, rules) -> None:
+        super().__init__()
+        self.rules = list(rules)
+        self.needs = [{n.op_identifier()[:2] for n in r._target_pattern if n.op_identifier() is not None}
+                      for r in self.rules]
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnxscript.rewriter import pattern
+
+        present = {(n.domain, n.op_type) for n in _nodes(model.graph)}
+        rules = [r for r, need in zip(self.rules, self.needs) if need <= present]
+        count = pattern.RewriteRuleSet(rules).apply_to_model(model) if rules else 0
+        return ir.passes.PassResult(model, bool(count))
 
 
 def _values(graph: ir.Graph) -> list[ir.Value]:
