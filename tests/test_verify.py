@@ -76,7 +76,7 @@ def test_float64_arbitration_accepts_an_ill_conditioned_but_accurate_artifact():
     assert report.ok
     (row,) = [r for r in report.rows if r.inputs == "random"]
     assert row.verdict == "float64"  # the plain comparison failed and float64 settled it
-    assert "within jax.jit's float32 accuracy against float64" in row.note
+    assert "within JAX's float32 accuracy against float64" in row.note
     wrong = check_runner(_Runner(float64_twin, shift=50.0), "wrong", program.fn, program.arg_specs, program.signature)
     assert not wrong.ok
 

@@ -4,13 +4,15 @@ Every element gets a class:
 
 ==============  ====================================================================================
 ``ok``          within the dtype's tolerance of jax.jit; or both NaN; or the same infinity
-``float64``     outside that tolerance, but no further from the float64 result than jax.jit's own
-                error allows (``<= 2 * noise + atol``; noise is jax.jit's error against float64 at
-                the element, or the 90th percentile of it among elements of similar magnitude)
+``float64``     outside that tolerance, but no further from the float64 result than float32 rounding
+                allows (``<= 2 * noise + atol``). The noise of an element is the largest of jax.jit's
+                error against float64 and how far jax.jit moves when the float inputs move by one
+                rounding step (``spread``: the program's sensitivity to rounding), raised to the 90th
+                percentile of that among elements of similar magnitude
 ``subnormal``   both values are zero or subnormal: XLA on the CPU flushes subnormals to zero
-``undecided``   jax.jit's own value is uncertain beyond the tolerance here (against float64, or
-                against JAX run op by op when float64 is not available), and the artifact is within
-                a few times that uncertainty: the check cannot tell
+``undecided``   that noise (without float64: the spread and the difference between jax.jit and JAX run
+                op by op) exceeds the tolerance here, and the artifact is within a few times it:
+                the check cannot tell
 ``mismatch``    anything else: a value off, NaN on one side only, an infinity not matched exactly,
                 a finite value where jax.jit has an infinity (an element that overflows in float32
                 licenses nothing)
@@ -74,11 +76,14 @@ class References:
     Attributes:
         float64: the function run on the inputs widened to float64 (complex as (re, im) pairs), or None.
         eager: the function run op by op (``jax.disable_jit``), or None.
+        spread: per element, how far jax.jit's result moves when the float inputs move by one
+            rounding step, or None.
         why_not: why ``float64`` is missing, for the note.
     """
 
     float64: np.ndarray | None = None
     eager: np.ndarray | None = None
+    spread: np.ndarray | None = None
     why_not: str = ""
 
 
@@ -126,6 +131,12 @@ def _pooled_noise(err: np.ndarray, magnitude: np.ndarray, known: np.ndarray) -> 
     return noise
 
 
+def _finite_or_zero(a: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | float:
+    if a is None or a.shape != shape:
+        return 0.0
+    return np.where(np.isfinite(a), a, 0.0)
+
+
 def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: float,
                   refs: References | None = None) -> np.ndarray:
     """The class (OK ... MISMATCH) of every element; all arrays float64 of one shape."""
@@ -141,17 +152,21 @@ def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: 
             if refs.float64 is not None and refs.float64.shape == e.shape:
                 t = refs.float64
                 known = np.isfinite(t) & np.isfinite(e)
-                err_jit = np.where(known, np.abs(e - t), 0.0)
-                noise = _pooled_noise(err_jit, t, known)
+                err_jax = np.where(known, np.abs(e - t), 0.0)
+                if refs.eager is not None and refs.eager.shape == e.shape:  # JAX's other float32 execution
+                    err_jax = np.maximum(err_jax, np.where(known & np.isfinite(refs.eager), np.abs(refs.eager - t), 0.0))
+                err_jax = np.maximum(err_jax, _finite_or_zero(refs.spread, e.shape))
+                noise = _pooled_noise(err_jax, t, known)
                 cand = open_ & known
                 licensed = cand & (np.abs(a - t) <= LICENSE_FACTOR * noise + atol)
                 cls[licensed] = FLOAT64
                 uncertain = cand & ~licensed & (noise > atol + rtol * np.abs(np.where(known, t, 0.0)))
                 cls[uncertain & (diff <= UNDECIDED_FACTOR * noise + atol)] = UNDECIDED
-            elif refs.eager is not None and refs.eager.shape == e.shape:
-                g = refs.eager
+            elif refs.eager is not None or refs.spread is not None:
+                g = refs.eager if refs.eager is not None and refs.eager.shape == e.shape else e
                 known = np.isfinite(g) & np.isfinite(e)
-                noise = _pooled_noise(np.where(known, np.abs(g - e), 0.0), e, known)
+                err_jax = np.maximum(np.where(known, np.abs(g - e), 0.0), _finite_or_zero(refs.spread, e.shape))
+                noise = _pooled_noise(err_jax, e, known)
                 uncertain = open_ & known & (noise > atol + rtol * np.abs(np.where(known, e, 0.0)))
                 cls[uncertain & (diff <= UNDECIDED_FACTOR * noise + atol)] = UNDECIDED
         cls[(cls == MISMATCH) & finite & (np.abs(e) < tiny) & (np.abs(a) < tiny)] = SUBNORMAL
@@ -223,7 +238,7 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
     counts = np.bincount(cls.ravel(), minlength=len(CLASS_NAMES))
     parts = []
     if counts[FLOAT64]:
-        parts.append(f"{counts[FLOAT64]} within jax.jit's float32 accuracy against float64")
+        parts.append(f"{counts[FLOAT64]} within JAX's float32 accuracy against float64")
     if counts[SUBNORMAL]:
         parts.append(f"{counts[SUBNORMAL]} differ only in subnormals (XLA on the CPU flushes them to zero)")
     if counts[UNDECIDED]:
