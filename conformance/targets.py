@@ -239,7 +239,7 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                 for i, (e, a) in enumerate(zip(expected, actual)):
                     rtol, atol = tolerance(case, e.dtype.name)
                     with np.errstate(all="ignore"):
-                        check = compare(f"output_{i}", e, np.asarray(a), rtol, atol)
+                        check = _stage("compare", lambda: compare(f"output_{i}", e, np.asarray(a), rtol, atol))
                     if not math.isnan(check.max_abs):
                         worst_abs = max(worst_abs, check.max_abs)
                     if not math.isnan(check.max_rel):
