@@ -114,35 +114,44 @@ def tflite_call(m: bench_models.Model) -> Callable[[], Any]:
     return lambda: runner.run(list(m.inputs))
 
 
+_HWM = """import atexit, os, sys
+def _hwm():
+    with open(os.environ["BENCH_HWM_FILE"], "w") as f:
+        f.write(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+atexit.register(_hwm)
+"""
+
+
 def cold_conversion(m: bench_models.Model, workdir: str) -> tuple[float, float, float]:
     """(to-onnx seconds, jax.export seconds, to-onnx peak RSS MB), each in a new process."""
     src = os.path.join(workdir, f"bench_{m.name}.py")
     with open(src, "w") as f:
         f.write(f"import sys\nsys.path.insert(0, {HERE!r})\nimport bench_models\n"
                 f"_m = bench_models.build({m.name!r})\n\ndef predict(*args):\n    return _m.fn(*args)\n")
-    exe = os.path.join(os.path.dirname(sys.executable), "jaxconv")
-    cmd = [exe, "to-onnx", f"{src}:predict", "--no-check", "-o", os.path.join(workdir, f"{m.name}.onnx"), "--specs", *m.specs]
-    t_onnx, rss = _timed(cmd)
+    out = os.path.join(workdir, f"{m.name}.onnx")
+    argv = ["jaxconv", "to-onnx", f"{src}:predict", "--no-check", "-o", out, "--specs", *m.specs]
+    convert = _HWM + f"sys.argv = {argv!r}\nfrom jaxconv.cli import main\nsys.exit(main())\n"
+    t_onnx, rss = _timed([sys.executable, "-c", convert], workdir)
     export = (f"import sys, jax\nsys.path.insert(0, {workdir!r})\nfrom jaxconv.specs import parse_spec, to_shape_dtype_structs\n"
               f"import bench_{m.name} as b\nspecs = to_shape_dtype_structs([parse_spec(s) for s in {list(m.specs)!r}])\n"
               f"jax.export.export(jax.jit(b.predict))(*specs).mlir_module_serialized\n")
-    t_export, _ = _timed([sys.executable, "-c", export])
+    t_export, _ = _timed([sys.executable, "-c", _HWM + export], workdir)
     return t_onnx, t_export, rss
 
 
-def _timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of ``cmd`` run in a new process."""
-    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "converter")}
+def _timed(cmd: list[str], workdir: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB, the process's own VmHWM) of ``cmd`` run in a new process."""
+    hwm = os.path.join(workdir, "hwm.txt")
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "converter"), "BENCH_HWM_FILE": hwm}
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         wall = time.perf_counter() - t
-        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
-            raise RuntimeError(f"{' '.join(cmd[:2])} failed: {err.read().decode(errors='replace').strip()[-300:]}")
-    return wall, usage.ru_maxrss / 1024
+            raise RuntimeError(f"{cmd[0]} failed: {err.read().decode(errors='replace').strip()[-300:]}")
+    with open(hwm) as f:
+        return wall, int(f.read()) / 1024
 
 
 def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Row:

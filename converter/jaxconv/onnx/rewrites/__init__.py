@@ -30,6 +30,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         How many times each rule fired.
     """
     fired = {"softmax": 0, "activations": 0, "broadcasts": 0}
+    _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["softmax"] += softmax.rewrite(graph)
         fired["activations"] += activations.rewrite(graph, opset)
@@ -37,3 +38,11 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
+
+
+def _infer_shapes(model: ir.Model) -> None:
+    """Fill in value shapes where ONNX shape inference can (the rules check broadcasting with them)."""
+    try:
+        ir.passes.common.ShapeInferencePass()(model)
+    except Exception:  # shapes are a help, not a need: rules that lack one do not fire
+        pass

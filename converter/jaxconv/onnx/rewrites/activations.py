@@ -2,8 +2,9 @@
 
 Gelu (opset 20) with ``approximate="tanh"`` computes jax's formula
 ``x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``. Relu lets ORT fuse it into the Conv or
-Gemm before it; an ``Add(+0.0)`` after it turns Relu(-0.0) = -0.0 into jax's +0.0, and NaN passes
-through Relu as through jax's max.
+Gemm before it. NaN passes through Relu as through jax's max, but Relu(-0.0) is -0.0 where jax
+gives +0.0 (and ORT removes an ``Add(+0.0)`` after it), so the max becomes Relu only where every
+consumer is blind to the sign of zero: a MatMul, Gemm, Conv or sum, possibly through reshapes.
 """
 
 from __future__ import annotations
@@ -96,34 +97,53 @@ def _rewrite_relu(graph: ir.Graph, node: ir.Node) -> bool:
         return False
     for x, zero in (pair, pair[::-1]):
         arr = m.repeated_const(zero)
-        if arr is None or arr.dtype not in (np.float32, np.float64) or not np.all(arr == 0) or m.const(x) is not None:
+        if arr is None or arr.dtype not in (np.float32, np.float64) or not np.all(arr == 0) or np.any(np.signbit(arr)) \
+                or m.const(x) is not None:
             continue
         shape = tuple(zero.shape) if zero.shape is not None and zero.shape.is_static() else m.const(zero)
         if shape is None or not _broadcasts_into(tuple(shape) if not hasattr(shape, "shape") else shape.shape, x):
             continue
-        relu = ir.node("Relu", [x])
-        out = node.outputs[0]
-        uses = out.uses()
-        if uses and not out.is_graph_output() and all(
-                m.binary(u.node, "Add") is not None and _positive_zero(m.other_input(u.node, out)) for u in uses):
-            m.replace(graph, out, relu, node)  # every consumer already adds +0.0
-        else:
-            plus = ir.node("Add", [relu.outputs[0], _zero_like(graph, arr.dtype)])
-            m.replace(graph, out, [relu, plus], node)
+        if not _zero_sign_unseen(node.outputs[0]):
+            return False
+        m.replace(graph, node.outputs[0], ir.node("Relu", [x]), node)
         return True
     return False
+
+
+# consumers whose results do not depend on the sign of a zero input (sums start from +0.0)
+_SIGN_BLIND = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "ReduceSum", "ReduceMean"})
+_PASS_THROUGH = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
+    """True when no consumer of ``value`` can tell -0.0 from +0.0.
+
+    Relu(-0.0) is -0.0 where jax's max gives +0.0, and ORT drops an ``Add(+0.0)`` after it as a
+    no-op, so Relu only replaces the max where the sign of a zero cannot reach an output.
+    """
+    if value.is_graph_output() or depth > 8 or not value.uses():
+        return False
+    for use in value.uses():
+        node = use.node
+        if node.domain != "":
+            return False
+        if node.op_type in _SIGN_BLIND and use.idx == 0:
+            continue
+        if node.op_type in _PASS_THROUGH and use.idx == 0:
+            if not _zero_sign_unseen(node.outputs[0], depth + 1):
+                return False
+            continue
+        if node.op_type == "Add" and _positive_zero(m.other_input(node, value)):
+            if not _zero_sign_unseen(node.outputs[0], depth + 1):
+                return False
+            continue
+        return False
+    return True
 
 
 def _positive_zero(value: ir.Value | None) -> bool:
     arr = m.const(value)
     return arr is not None and arr.dtype.kind == "f" and bool(np.all(arr == 0)) and not np.any(np.signbit(arr))
-
-
-def _zero_like(graph: ir.Graph, dtype: np.dtype) -> ir.Value:
-    value = ir.Value(name=f"jaxconv_zero_{np.dtype(dtype).name}_{len(graph.initializers)}",
-                     const_value=ir.tensor(np.zeros((), dtype)))
-    graph.register_initializer(value)
-    return value
 
 
 def _broadcasts_into(shape: tuple[int, ...], x: ir.Value) -> bool:

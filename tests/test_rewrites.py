@@ -1,0 +1,187 @@
+"""The ORT-oriented rewrites (jaxconv.onnx.rewrites): each fires on a small jax function and keeps
+jax.jit's numbers, NaN, infinities and signed zeros included."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+import jaxconv
+from jaxconv.onnx import rewrites
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+NAN, INF = np.float32(np.nan), np.float32(np.inf)
+
+
+def _convert(fn, *inputs: np.ndarray, opset: int | None = None) -> tuple[collections.Counter, list[np.ndarray]]:
+    """(op histogram of the ONNX, its outputs on ``inputs``)."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
+    model = jaxconv.to_onnx(fn, *specs, opset=opset, check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def _same(got: np.ndarray, want: np.ndarray, rtol: float = 1e-6, atol: float = 0.0) -> None:
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    exact_zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))
+
+
+def _rows() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 6)).astype(np.float32) * 4
+    x[1, 2] = NAN
+    x[2, 0] = INF
+    x[3, :] = -INF
+    x[4, :3] = -INF
+    x[5, 1:] = -0.0
+    x[6, :2] = INF
+    x[7] = [80, 81, -80, 0, 1e-30, -1e-30]  # large logits: exp overflows without the max shift
+    return x
+
+
+@pytest.mark.parametrize("fn, op", [(lambda x: jax.nn.softmax(x, axis=-1), "Softmax"),
+                                    (lambda x: jax.nn.log_softmax(x, axis=-1), "LogSoftmax"),
+                                    (lambda x: jax.nn.softmax(x, axis=0), "Softmax"),
+                                    (lambda x: jax.nn.log_softmax(x, axis=0), "LogSoftmax")])
+def test_softmax_ops_keep_nan_inf_rows(fn, op):
+    x = _rows()
+    ops, (got,) = _convert(fn, x)
+    assert ops[op] == 1 and ops["Exp"] == 0 and ops["ReduceMax"] == 0, ops
+    _same(got, jax.jit(fn)(x), rtol=2e-6, atol=1e-7)
+
+
+def test_masked_softmax_matches_jax():
+    def attend(logits, keep):
+        return jax.nn.softmax(jnp.where(keep, logits, -jnp.inf), axis=-1)
+
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    keep = np.tril(np.ones((5, 5), bool))[None, None] & (rng.random((2, 3, 5, 5)) > 0.2)
+    keep[0, 0, 2] = False  # a fully masked row: NaN in jax
+    ops, (got,) = _convert(attend, logits, keep)
+    assert ops["Softmax"] == 1, ops
+    _same(got, jax.jit(attend)(logits, keep), rtol=2e-6, atol=1e-7)
+
+
+def test_softmax_over_two_axes_is_left_alone():
+    fn = lambda x: jax.nn.softmax(x, axis=(0, 1))  # noqa: E731
+    x = _rows()[:4]
+    ops, (got,) = _convert(fn, x)
+    assert ops["Softmax"] == 0 and ops["Exp"] == 1, ops
+    _same(got, jax.jit(fn)(x), rtol=2e-6, atol=1e-7)
+
+
+def test_exp_shifted_by_another_value_is_not_softmax():
+    fn = lambda x, c: jnp.exp(x - c) / jnp.sum(jnp.exp(x - c), axis=-1, keepdims=True)  # noqa: E731
+    x, c = _rows()[:1], np.array([[10.0]], np.float32)
+    ops, (got,) = _convert(fn, x, c)
+    assert ops["Softmax"] == 0, ops
+    _same(got, jax.jit(fn)(x, c), rtol=2e-6)
+
+
+def _gelu_inputs() -> np.ndarray:
+    x = np.concatenate([np.linspace(-12, 12, 2001, dtype=np.float32),
+                        np.array([NAN, INF, -INF, -0.0, 0.0, 1e-30, -1e-30, 40, -40], np.float32)])
+    return x.reshape(1, -1)
+
+
+def test_gelu_tanh_becomes_the_gelu_op():
+    fn = jax.nn.gelu
+    x = _gelu_inputs()
+    ops, (got,) = _convert(fn, x)
+    assert ops["Gelu"] == 1 and ops["Tanh"] == 0, ops
+    want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+def test_gelu_needs_opset_20():
+    x = _gelu_inputs()
+    ops, (got,) = _convert(jax.nn.gelu, x, opset=19)
+    assert ops["Gelu"] == 0 and ops["Tanh"] == 1, ops
+    np.testing.assert_allclose(got, jax.jit(jax.nn.gelu)(x), rtol=1e-5, atol=2e-6)
+
+
+def test_relu_stays_max_where_the_sign_of_zero_shows():
+    # ORT's Relu(-0.0) is -0.0 (jax: +0.0) and ORT drops an Add(+0.0) after it, so these stay Max
+    x = np.array([[-0.0, 0.0, NAN, -1.0, 2.0, INF, -INF, 1e-30]], np.float32)
+    for fn in (jax.nn.relu, lambda x: jnp.maximum(x, 0.0) * 3.0, lambda x: jnp.maximum(0.0, x) + x):
+        ops, (got,) = _convert(fn, x)
+        assert ops["Relu"] == 0, ops
+        _same(got, jax.jit(fn)(x))
+
+
+def test_relu_before_a_dense_layer_becomes_relu():
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((16, 8)).astype(np.float32)
+    w2 = rng.standard_normal((8, 4)).astype(np.float32)
+    fn = lambda x: jax.nn.relu(x @ w1 + 1.0) @ w2  # noqa: E731
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    x[0, 0] = NAN
+    x[1] = -0.0  # relu gives (+/-)0 rows; the next layer's sums give +0.0 either way
+    w1[:, 0] = 0.0
+    ops, (got,) = _convert(fn, x)
+    assert ops["Relu"] == 1 and ops["Max"] == 0, ops
+    _same(got, jax.jit(fn)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_max_with_nonzero_constant_is_not_relu():
+    fn = lambda x: jnp.maximum(x, 0.5)  # noqa: E731
+    x = np.array([[-1.0, 0.2, 0.7, NAN]], np.float32)
+    ops, (got,) = _convert(fn, x)
+    assert ops["Relu"] == 0, ops
+    _same(got, jax.jit(fn)(x))
+
+
+def test_constant_broadcasts_stay_small():
+    rng = np.random.default_rng(3)
+    bias = rng.standard_normal(64).astype(np.float32)
+    scale = rng.standard_normal((1, 64)).astype(np.float32)
+
+    def fn(x):
+        return (x + jnp.broadcast_to(bias, (32, 64))) * jnp.broadcast_to(scale, (32, 64))
+
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
+    sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
+    assert max(sizes) <= 64, sizes
+    assert not [n for n in model.graph.node if n.op_type == "Expand"]
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    _same(got, jax.jit(fn)(x))
+
+
+def _ir_model(nodes_text: str) -> ir.Model:
+    return ir.from_proto(onnx.parser.parse_model(nodes_text))
+
+
+def test_broadcast_constant_is_not_shrunk_when_it_sets_the_output_shape():
+    # y = x[1,4] + c[3,4] (c's rows equal): the constant sets the output's first dim, so it must stay
+    text = """<ir_version: 10, opset_import: ["" : 21]>
+    g (float[1,4] x) => (float[3,4] y) <float[3,4] c = {1.,2.,3.,4.,1.,2.,3.,4.,1.,2.,3.,4.}> { y = Add(x, c) }"""
+    model = _ir_model(text)
+    rewrites.broadcasts.MIN_ELEMENTS, saved = 1, rewrites.broadcasts.MIN_ELEMENTS
+    try:
+        fired = rewrites.apply(model, 21)
+    finally:
+        rewrites.broadcasts.MIN_ELEMENTS = saved
+    assert fired["broadcasts"] == 0
+    assert model.graph.node(0).inputs[1].shape == ir.Shape([3, 4])
+
+
+def test_apply_reports_nothing_on_a_graph_without_patterns():
+    text = """<ir_version: 10, opset_import: ["" : 21]>
+    g (float[2,4] x) => (float[2,4] y) { t = Exp(x)
+    y = Neg(t) }"""
+    model = _ir_model(text)
+    assert not any(rewrites.apply(model, 21).values())
+    assert [n.op_type for n in model.graph] == ["Exp", "Neg"]
