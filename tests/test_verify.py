@@ -208,3 +208,96 @@ def test_complex_outputs_use_their_component_tolerance():
     e = np.array([1 + 1j, np.inf + 0j], np.complex64)
     assert judge("o", e, np.array([1.000001 + 1.000001j, np.inf + 0j], np.complex64))[0].ok
     assert not judge("o", e, np.array([1 + 1.1j, np.inf + 0j], np.complex64))[0].ok
+
+
+def _attention(params, x):
+    import jax
+    import jax.numpy as jnp
+
+    for layer in params:
+        q, k, v = x @ layer["q"], x @ layer["k"], x @ layer["v"]
+        a = jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2), axis=-1)
+        x = x + jax.nn.gelu((a @ v) @ layer["o"])
+        x = (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-5)
+    return x
+
+
+def test_attention_with_standard_normal_weights_is_no_false_alarm_and_an_edit_is_still_caught():
+    """With N(0,1) weights the logits are huge: jax.jit and ONNX Runtime differ far beyond the float32
+    tolerance, yet both are as accurate as float32 allows. A wrong constant still fails."""
+    import onnx
+    from onnx import numpy_helper
+
+    from jaxconv.onnx.convert import program_to_onnx
+    from jaxconv.program import trace
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+    from jaxconv.verify import check_options, check_runner
+
+    layer = '{"q":"f32[32,32]","k":"f32[32,32]","v":"f32[32,32]","o":"f32[32,32]"}'
+    program = trace(_attention, ["[" + ",".join([layer] * 8) + "]", "f32[b,16,32]"])
+    model = program_to_onnx(program, None)
+    with check_options(sizes=(5,), edge=False):
+        report = check_runner(OnnxRunner(model.SerializeToString()), "a.onnx", program.fn, program.arg_specs, program.signature)
+    (row,) = report.rows
+    assert row.max_rel > 1e-3  # far outside the plain tolerance
+    assert report.ok and row.verdict == "float64", row.note
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    edited = 0
+    for init in wrong.graph.initializer:  # the feature count that divides the sums of mean and variance
+        a = numpy_helper.to_array(init)
+        if a.size and a.dtype.kind == "f" and np.all(a == 32.0):
+            init.CopyFrom(numpy_helper.from_array(np.full_like(a, 33.0), init.name))
+            edited += 1
+    assert edited
+    with check_options(sizes=(5,), edge=False):
+        report = check_runner(OnnxRunner(wrong.SerializeToString()), "a.onnx", program.fn, program.arg_specs, program.signature)
+    assert not report.ok and report.rows[0].verdict == "mismatch"
+
+
+class _NumpyRunner:
+    """Computes like ONNX Runtime would: numpy keeps subnormals where XLA on the CPU flushes them."""
+
+    kind = "numpy"
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, inputs):
+        with np.errstate(all="ignore"):
+            return [np.asarray(self.fn(*inputs))]
+
+
+def test_a_difference_explained_by_subnormal_inputs_is_reported_as_such():
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner
+
+    program = trace(lambda x: x / x, ["f32[40]"])
+    report = check_runner(_NumpyRunner(lambda x: x / x), "div", program.fn, program.arg_specs, program.signature)
+    (edge,) = [r for r in report.rows if r.inputs == "edge"]
+    assert report.ok and edge.verdict == "subnormal", edge.note  # jax.jit: 0/0 = NaN; numpy: 1
+    assert "differ only in subnormals" in edge.note
+    wrong = check_runner(_NumpyRunner(lambda x: np.where(x > 1, x, x / x)), "div", program.fn, program.arg_specs,
+                         program.signature)
+    assert not wrong.ok
+
+
+def test_edge_values_that_make_jax_raise_are_skipped_with_a_note():
+    import jax
+
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner
+
+    def refuse_nan(x):
+        if np.isnan(x).any():
+            raise ValueError("NaN input")
+        return x
+
+    def fn(x):
+        return jax.pure_callback(refuse_nan, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2
+
+    program = trace(lambda x: x * 2, ["f32[8]"])  # the exported program has no callback; jax.jit(fn) has
+    report = check_runner(_NumpyRunner(lambda x: x * 2), "x2", fn, program.arg_specs, program.signature)
+    assert [r.inputs for r in report.rows] == ["random"]
+    assert any(n.startswith("edge values skipped: jax.jit raises on them") for n in report.notes)
+    assert "note: edge values skipped" in report.table()
