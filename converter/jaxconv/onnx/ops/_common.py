@@ -20,23 +20,60 @@ def compute_in(ctx: LoweringContext, inputs: Sequence[str], types: Sequence[hir.
     return [ctx.cast_if(n, t.dtype, work) for n, t in zip(inputs, types)], work
 
 
-def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str, exact_zeros: bool = False) -> str:
+def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str, exact_zeros: bool = True) -> str:
     """``Where(cond, a, b)`` for values of ``dtype``, detouring through a type with a kernel when needed.
 
     The detour types (dtypes.WHERE_DETOUR) hold every value of the original type, so the
-    round trip is exact. ONNX Runtime's float Where can return +0 where it picks a -0; with
-    ``exact_zeros`` and opset >= 26 floats are selected as their integer bits instead (BitCast).
+    round trip is exact. Floats go through ``float_select``, which keeps -0 (``exact_zeros`` is
+    accepted for older callers; every float select is exact).
     """
-    if exact_zeros and dtype in dt.FLOATS and ctx.opset >= 26:
-        bits = f"int{dt.bit_width(dtype)}"
-        picked = where(ctx, cond, *(ctx.op("BitCast", [n], to=dt.onnx_type(bits)) for n in (a, b)), bits)
-        return ctx.op("BitCast", [picked], to=dt.onnx_type(dtype))
-    if dtype in dt.WHERE:
-        return ctx.op("Where", [cond, a, b])
-    work = dt.WHERE_DETOUR.get(dtype)
+    work = dtype if dtype in dt.WHERE else dt.WHERE_DETOUR.get(dtype)
     if work is None:
         raise ValueError(f"no Where detour for {dtype}")
-    return ctx.cast(ctx.op("Where", [cond, ctx.cast(a, work), ctx.cast(b, work)]), dtype)
+    if work != dtype:
+        return ctx.cast(where(ctx, cond, ctx.cast(a, work), ctx.cast(b, work), work), dtype)
+    if dtype in dt.FLOATS:
+        return float_select(ctx, cond, a, b, dtype)
+    return ctx.op("Where", [cond, a, b])
+
+
+def float_select(ctx: LoweringContext, cond: str, a: str, b: str, work: str) -> str:
+    """``cond ? a : b`` for floats with a Where kernel, keeping the sign of zero.
+
+    ONNX Runtime's float Where returns +0 where it selects a -0 from its *second* input (it merges
+    ``x != 0 ? x : y``); the third input is copied exactly. So each value that may be -0 is
+    placed third: ``Where(not cond, 1, a) * Where(cond, 1, b)`` (x * 1 is exact for every float),
+    or a single Where when one side is a constant without -0. ``not cond`` is an Xor, because
+    ONNX Runtime fuses Not into Where by swapping Where's value inputs.
+    """
+    cond, a, b = _without_not(ctx, cond, a, b)
+    if not may_be_negative_zero(ctx, a):
+        return ctx.op("Where", [cond, a, b])
+    negated = ctx.op("Xor", [cond, ctx.const(np.array(True))])
+    if not may_be_negative_zero(ctx, b):
+        return ctx.op("Where", [negated, b, a])
+    one = ctx.scalar(1.0, work)
+    return ctx.op("Mul", [ctx.op("Where", [negated, one, a]), ctx.op("Where", [cond, one, b])])
+
+
+def _without_not(ctx: LoweringContext, cond: str, a: str, b: str) -> tuple[str, str, str]:
+    """(cond, a, b) with a condition made by Not replaced by Not's input and a, b swapped."""
+    for _ in range(4):
+        node = ctx.producer(cond)
+        if node is None or node.op_type != "Not" or node.inputs[0] is None:
+            break
+        cond, a, b = node.inputs[0].name, b, a
+    return cond, a, b
+
+
+def may_be_negative_zero(ctx: LoweringContext, name: str) -> bool:
+    """False when ``name`` is known to hold no -0 (a constant without one, or an Abs)."""
+    value = known_values(ctx, name)
+    if value is not None:
+        value = np.asarray(value, dtype=np.float64) if value.dtype.kind == "f" or value.dtype.name == "bfloat16" else value
+        return bool(np.any((value == 0) & np.signbit(value)))
+    node = ctx.producer(name)
+    return node is None or node.op_type != "Abs"
 
 
 def unary_in(ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], native: frozenset[str]) -> tuple[str, str]:

@@ -73,17 +73,15 @@ def extremum(ctx: LoweringContext, a: str, b: str, work: str, is_max: bool) -> s
         return out  # a zero never meets a zero
     if is_max and any(v is not None and np.all((v == 0) & ~np.signbit(v)) for v in values):
         return ctx.op("Add", [out, ctx.scalar(0.0, work)])  # max(x, +0): -0 + +0 = +0
-    if ctx.opset < 26:
-        return out  # a zero tie may keep either sign (ONNX Runtime's Where cannot place -0 reliably)
     # A zero result takes its sign from 1/a and 1/b (+inf for +0, -inf for -0).
     zero = ctx.scalar(0.0, work)
     is_zero = ctx.op("Equal", [out, zero])
     recips = [ctx.op("Reciprocal", [n]) for n in (a, b)]
     if is_max:
         fix = ctx.op("And", [is_zero, ctx.op("Greater", [ctx.op("Max", recips), zero])])
-        return where(ctx, fix, zero, out, work, exact_zeros=True)
+        return where(ctx, fix, zero, out, work)
     fix = ctx.op("And", [is_zero, ctx.op("Less", [ctx.op("Min", recips), zero])])
-    return where(ctx, fix, ctx.scalar(-0.0, work), out, work, exact_zeros=True)
+    return where(ctx, fix, ctx.scalar(-0.0, work), out, work)
 
 
 def _extremum_lowering(is_max: bool) -> Callable[[LoweringContext, hir.Op, list[str]], str]:

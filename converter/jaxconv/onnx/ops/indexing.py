@@ -305,8 +305,8 @@ def _check_scatter(op: hir.Op) -> str | None:
 def _identity(kind: str, dtype: str) -> np.ndarray:
     """The value a masked-out update takes so the reduction leaves the operand unchanged."""
     np_t = dt.numpy_dtype(dtype)
-    if kind == "add":
-        return np.zeros((), np_t)
+    if kind == "add":  # x + -0 is x for every float, -0 included
+        return np.array(-0.0 if np_t.kind == "f" or np_t.name == "bfloat16" else 0, np_t)
     if kind == "mul":
         return np.ones((), np_t)
     if np.issubdtype(np_t, np.integer):

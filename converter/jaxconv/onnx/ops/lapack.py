@@ -22,6 +22,7 @@ from onnx import helper
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.ops.custom_calls import custom_call_target, explains_unsupported
 from jaxconv.onnx.ops.linalg import MAX_SOLVE_SIZE, cholesky_lower, triangular_solve
 from jaxconv.stablehlo import ir as hir
@@ -205,7 +206,7 @@ def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     if upper:
         a = _swap_last(ctx, a, rank)  # the upper triangle of a is the lower one of a^T; U = L^T
     factor = cholesky_lower(ctx, a, rank, n, at.dtype)
-    factor = ctx.op("Where", [ctx.const(np.tril(np.ones((n, n), dtype=bool))), factor, a])
+    factor = where(ctx, ctx.const(np.tril(np.ones((n, n), dtype=bool))), factor, a, at.dtype)
     if upper:
         factor = _swap_last(ctx, factor, rank)
     # LAPACK stops at the first pivot that is not > 0 (NaN included); sqrt keeps exactly that test.

@@ -6,6 +6,7 @@ from typing import Sequence
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -223,8 +224,8 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str) 
         below = np.arange(m) > j
         at_j = np.arange(m) == j
         shape = [m, 1]
-        col = ctx.op("Where", [ctx.const(at_j.reshape(shape)), d,
-                               ctx.op("Where", [ctx.const(below.reshape(shape)), col,
-                                                ctx.const(np.zeros((), dtype=np.dtype(dtype)))])])
+        col = where(ctx, ctx.const(at_j.reshape(shape)), d,
+                    where(ctx, ctx.const(below.reshape(shape)), col, ctx.const(np.zeros((), dtype=np.dtype(dtype))), dtype),
+                    dtype)
         cols.append(col)
     return cols[0] if m == 1 else ctx.op("Concat", cols, axis=rank - 1)

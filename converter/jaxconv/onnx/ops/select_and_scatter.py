@@ -14,6 +14,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
+from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.ops.reduce import KINDS, body_kind, combine, identity_value
 from jaxconv.onnx.ops.reduce_window import expand
 from jaxconv.onnx.registry import lowering
@@ -122,7 +123,7 @@ def _where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
     work = dt.compute_dtype(dtype, _SELECT_NATIVE) if dtype != "bool" else "int32"
     if work not in _SELECT_NATIVE:
         work = "float64" if dtype in dt.FLOATS else "int64"
-    out = ctx.op("Where", [cond, ctx.cast_if(a, dtype, work), ctx.cast_if(b, dtype, work)])
+    out = where(ctx, cond, ctx.cast_if(a, dtype, work), ctx.cast_if(b, dtype, work), work)
     return ctx.cast_if(out, work, dtype)
 
 

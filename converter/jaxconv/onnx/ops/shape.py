@@ -8,6 +8,7 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._common import where as common_where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -181,17 +182,12 @@ def lower_get_dimension_size(ctx: LoweringContext, op: hir.Op, inputs: list[str]
 
 # ---- helpers shared with indexing.py ------------------------------------------------------------
 # A dimension is either a static int or the name of a 1-D int64 tensor of length 1.
-# Where has no kernel for these; move the data through a dtype that holds every value exactly.
-_WHERE_DETOUR = {"bfloat16": "float32", "bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64"}
 # Pad has no int16/uint16 kernel.
 
 
 def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
-    """Where(cond, a, b) for any dtype (a cast detour where ONNX Runtime has no kernel)."""
-    work = _WHERE_DETOUR.get(dtype)
-    if work is None:
-        return ctx.op("Where", [cond, a, b])
-    return ctx.cast(ctx.op("Where", [cond, ctx.cast(a, work), ctx.cast(b, work)]), dtype)
+    """Where(cond, a, b) for any dtype, -0 kept (see _common.where)."""
+    return common_where(ctx, cond, a, b, dtype)
 
 
 def pad(ctx: LoweringContext, x: str, pads: str, value: str, dtype: str) -> str:
