@@ -85,6 +85,9 @@ Ort::SessionOptions jc_options(int intra_op_threads) {
   Ort::SessionOptions options;
   if (intra_op_threads > 0) options.SetIntraOpNumThreads(intra_op_threads);
   options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+  // pool threads that spin after a run take the CPU from whatever the application runs next
+  options.AddConfigEntry("session.intra_op.allow_spinning", "0");
+  options.AddConfigEntry("session.inter_op.allow_spinning", "0");
   return options;
 }
 """

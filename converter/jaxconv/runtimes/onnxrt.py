@@ -11,14 +11,35 @@ from jaxconv.errors import ArtifactError
 _BF16 = 16  # TensorProto.BFLOAT16
 
 
+def session_options(threads: int | None = None, spinning: bool = False):
+    """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
+
+    ORT's intra-op thread pool spins after each run by default; on a machine with few cores
+    the spinning threads take CPU from whatever runs next in the process (another session,
+    jax.jit, the application), so spinning is off unless asked for.
+
+    Args:
+        threads: intra-op threads; None lets ORT choose (one per physical core).
+        spinning: keep pool threads spinning between runs (ORT's own default).
+    """
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    return opts
+
+
 class OnnxRunner:
     kind = "onnx"
 
-    def __init__(self, path_or_bytes: str | bytes) -> None:
+    def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False) -> None:
         import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
+        opts = session_options(threads, spinning)
         try:
             self.session = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
