@@ -1,0 +1,79 @@
+"""scripts/bench.py: the table, the chart, model selection, and the session settings it measures with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
+sys.path.insert(0, SCRIPTS)
+
+import bench  # noqa: E402
+
+
+def test_quick_run_prints_table_and_writes_chart(tmp_path):
+    png = tmp_path / "chart.png"
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "tiny", "--quick", "--no-jax2onnx",
+                           "--png", str(png)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Machine: ") and "load average" in lines[0]
+    header = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
+    row = lines[header + 2].split("|")
+    assert row[1].strip() == "MLP 2x64 b4"
+    cols = [c.strip() for c in lines[header].split("|")]
+    jit_ms, ratio, nodes = float(row[cols.index("jax.jit ms")]), float(row[cols.index("ORT/jit")]), int(row[cols.index("nodes")])
+    assert jit_ms > 0 and ratio > 0 and nodes > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_model_is_a_usage_error():
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "nope"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown model(s) nope" in proc.stderr
+
+
+def test_skip_large_drops_the_large_model():
+    assert "mlp_large" not in bench.parse_args(["--skip-large"]).models
+    assert "mlp_large" in bench.parse_args([]).models
+    assert bench.parse_args(["--models", "mlp,cnn"]).models == ["mlp", "cnn"]
+
+
+def test_table_shows_ratios_and_missing_contenders():
+    row = bench.Row("m", "model M", jax_ms=2.0, ms={"ort": 1.0}, ratio={"ort": 0.5}, nodes=7, load=(1.0, 2.0))
+    line = bench.table([row]).splitlines()[2]
+    assert "| model M | 2.00 | 1.00 | 0.50 |" in line and "| 7 |" in line and "1.0→2.0" in line
+
+
+def test_alternate_gives_each_function_its_median():
+    import time
+
+    out = bench.alternate({"fast": lambda: None, "slow": lambda: time.sleep(0.002)}, iters=9, budget_s=10)
+    assert out["slow"] >= 0.002 > out["fast"]
+
+
+@pytest.mark.parametrize("spinning", [False, True])
+def test_session_options_set_spinning(spinning):
+    from jaxconv.runtimes.onnxrt import session_options
+
+    opts = session_options(threads=1, spinning=spinning)
+    assert opts.intra_op_num_threads == 1
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if spinning else "0")
+
+
+def test_check_runner_does_not_spin():
+    import onnx
+    from onnx import helper
+
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    runner = OnnxRunner(model.SerializeToString())
+    assert runner.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
