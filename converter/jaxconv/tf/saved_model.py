@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from jaxconv.errors import ConversionError, MissingDependencyError, UnsupportedError
 from jaxconv.program import Program
+from jaxconv.stablehlo.clamped_gather import gathers_clamped
 from jaxconv.stablehlo.composites import composites_as_calls
 
 SIGNATURE_FILE = "jaxconv_signature.json"
@@ -126,12 +127,16 @@ def flat_function(program: Program) -> Any:
     return flat
 
 
-def tf_function(program: Program) -> tuple[Any, Any]:
+def tf_function(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, Any]:
     """A ``tf.function`` serving the program (jax2tf, native serialization) and its concrete function.
 
     The function takes the flat inputs by name and returns ``{"output_0": ..., ...}``. The StableHLO
     inside is serialized for CPU whatever JAX's default backend is: TensorFlow's CPU build and the
     TFLite converter run it.
+
+    Args:
+        clamp_gathers: write out the clamping of gather start indices that XLA does implicitly
+            (for TFLite, whose GATHER_ND fails on out-of-range indices; see ``stablehlo.clamped_gather``).
 
     Raises:
         UnsupportedError: an input dtype has no TensorFlow type.
@@ -154,7 +159,7 @@ def tf_function(program: Program) -> tuple[Any, Any]:
 
     function = tf.function(serve, input_signature=specs, autograph=False)
     try:
-        with quiet_stderr(), composites_as_calls():
+        with quiet_stderr(), composites_as_calls(), gathers_clamped() if clamp_gathers else contextlib.nullcontext():
             concrete = function.get_concrete_function()
     except ConversionError:
         raise
@@ -163,14 +168,14 @@ def tf_function(program: Program) -> tuple[Any, Any]:
     return function, concrete
 
 
-def module_for(program: Program) -> tuple[Any, Any]:
-    """A ``tf.Module`` to save or convert, and the serving concrete function.
+def module_for(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, Any]:
+    """A ``tf.Module`` to save or convert, and the serving concrete function (see ``tf_function``).
 
     The module holds no attribute for the function: saving it as one would trace jax2tf a second
     time and store the StableHLO twice; the function travels as the ``serving_default`` signature.
     """
     tf = import_tensorflow()
-    _, concrete = tf_function(program)
+    _, concrete = tf_function(program, clamp_gathers=clamp_gathers)
     return tf.Module(), concrete
 
 

@@ -33,7 +33,7 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None) -> Any:
     from jaxconv.tf.saved_model import import_tensorflow, module_for
 
     tf = import_tensorflow()
-    module, concrete = module_for(program)
+    module, concrete = module_for(program, clamp_gathers=True)  # TFLite's GATHER_ND does not clamp
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if allow_flex:
