@@ -211,3 +211,14 @@ def test_64_bit_sum_over_dynamic_dims_wraps(dtype):
     assert_onnx_matches_jax(lambda x: (jnp.sum(x, axis=0), jnp.sum(x)), x,
                             specs=[jax.ShapeDtypeStruct((b, 3), dtype)],
                             inputs_for_run=[[np.zeros((0, 3), dtype)], [np.tile(x, (3, 1))]])
+
+
+@pytest.mark.parametrize("shape,axis", [((100000,), 0), ((3, 20000), 1), ((20000, 3), 0), ((4, 64, 64), (1, 2)),
+                                        ((64, 64, 4), (0, 1)), ((3, 1000, 5), 1)], ids=str)
+def test_long_float32_sums_match_xla_accuracy(shape, axis):
+    """ONNX Runtime's ReduceSum drifts on long sums (1e5 x 0.1 = 9998.74); XLA's gives 10000.0."""
+    x = np.full(shape, 0.1, np.float32)
+    expected = np.asarray(jax.jit(lambda x: jnp.sum(x, axis=axis))(x))
+    np.testing.assert_allclose(expected, x.astype(np.float64).sum(axis), rtol=1e-6)
+    assert_onnx_matches_jax(lambda x: (jnp.sum(x, axis=axis), jnp.mean(x, axis=axis, keepdims=True)), x,
+                            rtol=1e-6, atol=0.0)

@@ -337,3 +337,22 @@ def test_max_pool_gradient_dynamic_batch():
     f = jax.grad(lambda x: max_pool(x, (2, 2), (2, 2), "VALID").sum())
     assert_onnx_matches_jax(f, _f((2, 4, 6, 3)), specs=[jax.ShapeDtypeStruct((b, 4, 6, 3), np.float32)],
                             inputs_for_run=[[_f((3, 4, 6, 3))]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
+def test_pools_over_infinities_only(dtype):
+    """ONNX Runtime's MaxPool starts from the lowest finite value; a window of -inf alone is -inf."""
+    from elementwise_support import check
+
+    x = np.array([-np.inf, -np.inf, 1.0, np.inf, np.inf, np.nan, -np.inf], dtype)
+
+    def f(x):
+        return (lax.reduce_window(x, -jnp.inf, lax.max, (2,), (1,), "VALID"),
+                lax.reduce_window(-x, jnp.inf, lax.min, (2,), (1,), "VALID"),
+                lax.reduce_window(x, -jnp.inf, lax.max, (3,), (2,), "SAME"),
+                lax.reduce_window(x, -jnp.inf, lax.max, (2,), (1,), [(3, 3)]))
+
+    check(f, x)
+    grid = np.full((1, 4, 4, 1), -np.inf, dtype)
+    grid[0, 3, 3, 0] = -0.0
+    check(lambda g: (max_pool(g, (2, 2), (1, 1), "SAME"), -max_pool(-g, (3, 3), (2, 2), "VALID")), grid)

@@ -22,22 +22,27 @@ INTS = SIGNED | UNSIGNED
 
 # ONNX Runtime 1.32 CPU kernel dtypes, measured per op (one single-node model per dtype).
 # bfloat16 has almost no arithmetic kernels: it is computed in float32 and cast back.
-ARITH = frozenset({"float16", "float32", "float64"}) | INTS  # Add Sub Mul Div Abs Mod(fmod=1)
-FLOAT_MATH = frozenset({"float16", "float32", "float64"})  # Floor Ceil Round Exp Log Sqrt Tanh Sin Cos Sigmoid
-F32_F16 = frozenset({"float16", "float32"})  # Tan Atan (no float64 kernel)
+# float16 has kernels only for Cast, data movement (Reshape, Transpose, Concat, Slice, Expand,
+# Gather*, Scatter*), Round, Sign, IsNaN, IsInf, Max, Min, Clip and Mod. For any other op ONNX
+# Runtime inserts Casts to float32 itself and then removes the Cast pairs between neighbouring
+# nodes, dropping the rounding to float16 that XLA does after every op. So float16 is computed
+# in float32 with explicit Casts, like bfloat16, everywhere else.
+ARITH = frozenset({"float32", "float64"}) | INTS  # Add Sub Mul Div Abs Mod(fmod=1)
+FLOAT_MATH = frozenset({"float32", "float64"})  # Floor Ceil Round Exp Log Sqrt Tanh Sin Cos Sigmoid
+F32_F16 = frozenset({"float32"})  # Tan Atan (no float64 kernel; float16 through float32)
 F32_F64 = frozenset({"float32", "float64"})  # where float16 transcendental results are rounded from float32
 MAX_MIN = frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "uint64"})
-NEG = frozenset({"float16", "float32", "float64"}) | SIGNED
-SIGN = ARITH | {"bfloat16"}
-POW = frozenset({"float16", "float32", "float64", "int32", "int64"})
+NEG = frozenset({"float32", "float64"}) | SIGNED
+SIGN = ARITH | {"float16", "bfloat16"}
+POW = frozenset({"float32", "float64", "int32", "int64"})
 COMPARE = ARITH  # Equal Less Greater LessOrEqual GreaterOrEqual (Equal also takes bool)
 IS_NAN_INF = frozenset({"float16", "float32", "float64", "bfloat16"})
 BITWISE = INTS  # BitwiseAnd/Or/Xor/Not (opset 18)
-WHERE = frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32"})
+WHERE = frozenset({"float32", "float64", "int8", "int32", "int64", "uint8", "uint32"})
 SHIFT_BEFORE_28 = UNSIGNED  # BitShift; all integer types from opset 28
 # A same-width (or exactly widening) stand-in for Where's missing kernels: cast there and back.
 WHERE_DETOUR: dict[str, str] = {"bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64",
-                                "bfloat16": "float32"}
+                                "bfloat16": "float32", "float16": "float32"}
 
 # Where a dtype has no kernel, compute in this wider type and cast back.
 WIDER: dict[str, str] = {
@@ -111,6 +116,8 @@ def pad_work_dtype(dtype: str, opset: int) -> str | None:
     """The dtype to run ONNX Runtime's Pad in, or None when ``dtype`` has a Pad kernel at ``opset``."""
     if dtype in ("int16", "uint16"):
         return "int32"
+    if dtype == "float16":  # no float16 Pad kernel (see ARITH)
+        return "float32"
     if dtype == "bfloat16" and opset < 21:
         return "float32"
     return None

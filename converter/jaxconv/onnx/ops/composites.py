@@ -60,7 +60,7 @@ def composite_is_native(op: hir.Op) -> bool:
     name = op.attrs.get("name")
     if name in NATIVE_UNARY:
         onnx_op, native = NATIVE_UNARY[name]
-        return op.operands[0].type.dtype in native or op.operands[0].type.dtype == "bfloat16"
+        return op.operands[0].type.dtype in native or op.operands[0].type.dtype in ("float16", "bfloat16")
     return name in SPECIAL and SPECIAL_CHECKS[name](op) is None
 
 

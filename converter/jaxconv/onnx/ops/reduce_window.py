@@ -22,6 +22,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
+from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.ops.linalg import transpose
 from jaxconv.onnx.ops.reduce import combine, identity_value, is_identity, reducer_kind, work_dtype
@@ -193,7 +194,7 @@ def _pool(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, w: win.Wi
     active = w.active_axes()
     passive = [a for a in range(xt.rank) if a not in active]
     perm = passive + active
-    work = "float32" if xt.dtype in ("bfloat16",) or (plan == "sumconv" and xt.dtype == "float16") else xt.dtype
+    work = "float32" if xt.dtype in ("bfloat16", "float16") else xt.dtype  # no float16 MaxPool/Conv kernels
     xw = ctx.cast_if(x, xt.dtype, work)
     xp = transpose(ctx, xw, perm)
     pieces = [ctx.i64([-1, 1])] + [ctx.i64([xt.shape[a]]) if xt.shape[a] is not None
@@ -218,11 +219,16 @@ def _pool(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, w: win.Wi
             pads = lo + hi
         attrs = dict(kernel_shape=kernel, strides=strides, dilations=dil, pads=pads)
         out = ctx.op("MaxPool", [src], **attrs)
+        # ONNX Runtime's MaxPool drops NaN and starts from the lowest finite value, so a window of
+        # -inf (or padding) alone gives -FLT_MAX. One more MaxPool over a code per element
+        # (2 NaN, 1 above -inf, 0 -inf) tells both cases apart.
+        code = ctx.op("Add", [ctx.cast(ctx.op("Greater", [src, fill]), work),
+                              ctx.op("Mul", [ctx.cast(ctx.op("IsNaN", [src]), work), ctx.scalar(2, work)])])
+        seen = ctx.op("MaxPool", [code], **attrs)
+        out = where(ctx, ctx.op("Less", [seen, ctx.scalar(0.5, work)]), fill, out, work)
+        out = where(ctx, ctx.op("Greater", [seen, ctx.scalar(1.5, work)]), ctx.scalar(np.nan, work), out, work)
         if kind == "min":
             out = ctx.op("Mul", [out, sign])
-        nan_mask = ctx.cast(ctx.op("IsNaN", [src]), work)
-        has_nan = ctx.op("Greater", [ctx.op("MaxPool", [nan_mask], **attrs), ctx.scalar(0, work)])
-        out = ctx.op("Where", [has_nan, ctx.scalar(np.nan, work), out])
     else:
         pads = lo + hi
         src = xp4
