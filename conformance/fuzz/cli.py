@@ -31,6 +31,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("-o", "--output", default="fuzz-out", help="folder for reproducers and results (default fuzz-out)")
     p.add_argument("--no-minimise", action="store_true", help="classify without shrinking (faster, coarser classes)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per failing program")
+    p.add_argument("--recheck", metavar="FOLDER", help="re-run the reproducers under FOLDER and say which still fail")
     args = p.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in targets if t not in TARGETS]
@@ -110,8 +111,33 @@ def findings(tally: Tally) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recheck(folder: str) -> int:
+    """Run every reproducer under ``folder`` in a fresh process; 1 when any still fails."""
+    import subprocess
+
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".py"))
+    if not paths:
+        print(f"fuzz.py: no reproducers under {folder}", file=sys.stderr)
+        return 2
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.path.join(root, "converter"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    failing = 0
+    for path in paths:
+        try:
+            done = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300, env=env)
+            code, last = done.returncode, (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or [""])[-1]
+        except subprocess.TimeoutExpired:
+            code, last = 1, "timed out"
+        failing += code != 0
+        print(f"{'FAILS' if code else 'fixed'}  {os.path.relpath(path, folder)}: {last[:160]}", flush=True)
+    print(f"recheck: {len(paths) - failing} of {len(paths)} reproducers pass now")
+    return 1 if failing else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.recheck:
+        return recheck(args.recheck)
     from conformance.pool import NOT_STARTED, run_tasks
 
     os.makedirs(args.output, exist_ok=True)

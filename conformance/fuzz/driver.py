@@ -102,10 +102,14 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     row = known.match(klass)
     rec["known"] = row.reason if row else ""
     if do_minimise and not row and _reproducers_written(folder, klass) < REPRODUCERS_PER_CLASS:
-        small = minimise(small, target, full=True, max_tries=80, max_seconds=30)
+        small = _relabel_subnormal(minimise(small, target, full=True, max_tries=80, max_seconds=30), target)
         small = _fill_outputs(small, target)
+        klass = rec["class"] = class_of(small, target)
+        row = known.match(klass)
+        rec["known"] = row.reason if row else ""
         rec["description"] = describe(small)
-        rec["reproducer"] = reproducer.write(small, klass, rec["verdict"], rec["description"], target, folder, f"seed{seed}")
+        if not row:
+            rec["reproducer"] = reproducer.write(small, klass, rec["verdict"], rec["description"], target, folder, f"seed{seed}")
     else:
         rec["description"] = describe(small)
     return rec

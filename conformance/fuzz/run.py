@@ -50,12 +50,12 @@ class Outcome:
 
 
 def reference(program: FuzzProgram, inputs: Sequence[np.ndarray], fn: Callable[..., Any] | None = None) -> list[np.ndarray]:
-    """jax.jit of the program on ``inputs``; raises Invalid when jax fails."""
+    """jax.jit of the program on ``inputs`` (``fn``: an already jitted function); raises Invalid when jax fails."""
     import jax
 
     jax.config.update("jax_enable_x64", program.uses_x64())
     try:
-        out = jax.jit(fn or program.function())(*[jax.numpy.asarray(a) for a in inputs])
+        out = (fn or jax.jit(program.function()))(*[np.asarray(a) for a in inputs])
         return [np.asarray(o) for o in out]
     except Exception as e:  # noqa: BLE001  (jax rejecting the program is the generator's miss)
         raise Invalid(f"jax.jit failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
@@ -139,9 +139,11 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
     Returns:
         (status, diff, expected, actual, detail); status is ok, mismatch, unsupported, crash or invalid.
     """
+    import jax
+
     fn = program.function()
     try:
-        expected = reference(program, inputs, fn)
+        expected = reference(program, inputs, jax.jit(fn))
         traced = trace(program, fn)
     except Invalid as e:
         return "invalid", None, [], [], str(e)
@@ -164,7 +166,10 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
 
 def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] = INPUT_SETS) -> Outcome:
     """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict."""
+    import jax
+
     fn = program.function()
+    jitted = jax.jit(fn)
     try:
         traced = trace(program, fn)
     except Invalid as e:
@@ -182,7 +187,7 @@ def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] =
         for kind in sets:
             inputs = input_values(program, kind, seed)
             try:
-                expected = reference(program, inputs, fn)
+                expected = reference(program, inputs, jitted)
             except Invalid as e:
                 return Outcome("invalid", target, str(e))
             try:
