@@ -202,3 +202,52 @@ def test_cli_runs_a_seeded_sample(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fuzz.py"), "--targets", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown target" in bad.stderr
+
+
+def _float_arrays():
+    from hypothesis.extra import numpy as hnp
+
+    return hnp.arrays(np.float32, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4),
+                      elements={"allow_nan": True, "allow_infinity": True, "allow_subnormal": True})
+
+
+def test_reproducer_literal_round_trips_any_float32_array():
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, deadline=None)
+    @given(_float_arrays())
+    def check(a):
+        from conformance.fuzz.reproducer import literal
+
+        scope = {"nan": float("nan"), "inf": float("inf")}
+        exec("import numpy as np\n" + _A_SOURCE, scope)  # noqa: S102
+        back = eval(literal(a), scope)  # noqa: S307
+        assert back.shape == a.shape and back.dtype == a.dtype
+        same = (back.view(np.uint32) == a.view(np.uint32)) | (np.isnan(back) & np.isnan(a))
+        assert same.all()
+
+    check()
+
+
+def test_compare_finds_no_difference_between_an_array_and_itself():
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, deadline=None)
+    @given(_float_arrays())
+    def check(a):
+        assert compare_one(a, a.copy()) is None
+        if (a == 0).any():
+            assert compare_one(a, np.where(a == 0, -a, a)).kind == "signed-zero"
+
+    check()
+
+
+_A_SOURCE = '''
+def _a(values, dtype, shape):
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == 'bfloat16' else np.dtype(dtype)
+    if dt.kind == 'f' or dtype == 'bfloat16':
+        return np.array(values, np.float64).astype(dt).reshape(shape)
+    return np.array(values, dt).reshape(shape)
+'''
