@@ -185,3 +185,58 @@ def test_apply_reports_nothing_on_a_graph_without_patterns():
     model = _ir_model(text)
     assert not any(rewrites.apply(model, 21).values())
     assert [n.op_type for n in model.graph] == ["Exp", "Neg"]
+
+
+def _loop_body_ops(model: onnx.ModelProto) -> collections.Counter:
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = next(a.g for a in loop.attribute if a.name == "body")
+    return collections.Counter(n.op_type for n in body.node)
+
+
+def test_scan_input_projection_leaves_the_loop():
+    rng = np.random.default_rng(4)
+    wx = rng.standard_normal((6, 32)).astype(np.float32) / 3
+    wh = rng.standard_normal((8, 32)).astype(np.float32) / 3
+    b = rng.standard_normal(32).astype(np.float32)
+
+    def lstm(xs):
+        def cell(carry, x):
+            h, c = carry
+            i, f, g, o = jnp.split(x @ wx + h @ wh + b, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        (h, c), hs = jax.lax.scan(cell, (jnp.zeros((xs.shape[1], 8)), jnp.zeros((xs.shape[1], 8))), xs)
+        return hs, c
+
+    xs = rng.standard_normal((7, 3, 6)).astype(np.float32)
+    xs[2, 1, 0] = NAN
+    model = jaxconv.to_onnx(lstm, jax.ShapeDtypeStruct(xs.shape, xs.dtype), check=False)
+    outer = [n for n in model.graph.node if n.op_type == "MatMul"]
+    assert any(n.input[0] == model.graph.input[0].name for n in outer), "xs @ wx is not computed before the Loop"
+    assert _loop_body_ops(model)["MatMul"] == 1  # only h @ wh stays
+    got = OnnxRunner(model.SerializeToString()).run([xs])
+    for g, w in zip(got, jax.jit(lstm)(xs)):
+        _same(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_loop_invariant_nodes_leave_the_loop():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+
+    def fn(x, s, n):
+        def body(i, y):
+            return jnp.tanh(y @ w) + jnp.exp(s) * 2.0  # exp(s) * 2 reads only outer values
+        return jax.lax.fori_loop(0, n, body, x)
+
+    x, s, n = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32), np.array(5, np.int32)
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, s, n)]
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    body = _loop_body_ops(model)
+    assert body["Exp"] == 0 and body["Tanh"] == 1, body
+    assert any(node.op_type == "Exp" for node in model.graph.node)
+    (got,) = OnnxRunner(model.SerializeToString()).run([x, s, n])
+    _same(got, jax.jit(fn)(x, s, n), rtol=1e-5, atol=1e-6)
+    (got,) = OnnxRunner(model.SerializeToString()).run([x, s, np.array(0, np.int32)])  # zero trips
+    _same(got, x)

@@ -6,7 +6,8 @@ faster without changing the numbers:
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
   so ORT fuses it into the Conv or Gemm before it;
-- ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values.
+- ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
+- ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _match, activations, broadcasts, softmax
+from jaxconv.onnx.rewrites import _match, activations, broadcasts, loops, softmax
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -29,12 +30,13 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"softmax": 0, "activations": 0, "broadcasts": 0}
+    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["softmax"] += softmax.rewrite(graph)
         fired["activations"] += activations.rewrite(graph, opset)
         fired["broadcasts"] += broadcasts.rewrite(graph)
+    fired["loops"] = loops.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
