@@ -38,9 +38,13 @@ def prepare_parent(path: str) -> str:
 @contextlib.contextmanager
 def atomic_file(path: str) -> Iterator[str]:
     """Yield a temporary file path; on success it replaces ``path``, on error it is removed."""
-    parent = prepare_parent(path)
+    if not path:
+        raise UsageError("the output path is empty; give a file path")
     if os.path.isdir(path):
         raise UsageError(f"output {path} is a folder; give a file path")
+    if path.endswith(("/", os.sep)):
+        raise UsageError(f"output {path} names a folder (it ends with {path[-1]}); give a file path")
+    parent = prepare_parent(path)
     fd, tmp = tempfile.mkstemp(prefix=".jaxconv-", suffix=os.path.splitext(path)[1], dir=parent)
     os.close(fd)
     try:
@@ -108,6 +112,8 @@ def check_output_dir(path: str, *, overwrite: bool = False, protect: Sequence[st
     Raises:
         UsageError: the folder must not be replaced; the message says why and what to do.
     """
+    if not path:
+        raise UsageError("the output folder path is empty; give a new folder name, e.g. -o out/")
     real = os.path.realpath(path)
     guarded = [(os.path.realpath(os.getcwd()), "the working folder")]
     home = os.path.expanduser("~")

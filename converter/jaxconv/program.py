@@ -78,6 +78,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
 
     parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
     _enable_x64_if_needed(parsed)
+    _check_constraints(constraints)
     arg_specs = to_shape_dtype_structs(parsed, constraints)
     fn_name = name or getattr(fn, "__name__", None) or "fn"
     if param_names is None:
@@ -113,6 +114,20 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}"
+
+
+def _check_constraints(constraints: Sequence[str]) -> None:
+    """Raise SpecError naming the first ``--constraint`` jax.export cannot parse."""
+    from jax import export
+
+    from jaxconv.errors import SpecError
+
+    for c in constraints:
+        try:
+            export.SymbolicScope((c,))
+        except Exception as e:  # jax raises ValueError with its own text
+            text = str(e).strip().splitlines()
+            raise SpecError(f"bad --constraint {c!r}: {text[0] if text else type(e).__name__}") from None
 
 
 def _no_outputs_message(fn: Callable[..., Any], fn_name: str, out_tree: Any) -> str:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from jaxconv.artifacts import atomic_files
-from jaxconv.errors import ArtifactError
+from jaxconv.errors import ArtifactError, UsageError
 from jaxconv.program import Program
 
 SUFFIXES = (".mlir", ".mlirbc", ".jaxexport")
@@ -26,8 +26,16 @@ def base_path(out: str) -> str:
 
 
 def write(program: Program, out: str) -> StableHLOArtifacts:
-    """Write OUT.mlir, OUT.mlirbc and OUT.jaxexport (all three or none)."""
+    """Write OUT.mlir, OUT.mlirbc and OUT.jaxexport (all three or none).
+
+    Raises:
+        UsageError: ``out`` names a folder rather than a base path.
+    """
     base = base_path(out)
+    if out.endswith(("/", os.sep)) or os.path.isdir(out) or not os.path.basename(base):
+        example = os.path.join(out, program.name)
+        raise UsageError(f"output {out} is a folder; give a base path such as {example} "
+                         f"(writes {os.path.basename(example)}.mlir, .mlirbc and .jaxexport)")
     paths = [base + s for s in SUFFIXES]
     exported, serialized = serializable(program)
     with atomic_files(paths) as tmps:
