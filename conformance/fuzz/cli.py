@@ -32,6 +32,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-minimise", action="store_true", help="classify without shrinking (faster, coarser classes)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per failing program")
     p.add_argument("--recheck", metavar="FOLDER", help="re-run the reproducers under FOLDER and say which still fail")
+    p.add_argument("--summarise", metavar="FOLDER", nargs="+",
+                   help="print the summary of earlier runs (their results.jsonl) against today's known table")
     args = p.parse_args(argv)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in targets if t not in TARGETS]
@@ -134,10 +136,36 @@ def recheck(folder: str) -> int:
     return 1 if failing else 0
 
 
+def resummarise(folders: Sequence[str], targets: Sequence[str]) -> int:
+    """The summary of finished runs, their classes matched against the current known table."""
+    from conformance.fuzz import known
+
+    tally = Tally()
+    for folder in folders:
+        path = os.path.join(folder, "results.jsonl")
+        if not os.path.exists(path):
+            print(f"fuzz.py: no results.jsonl in {folder}", file=sys.stderr)
+            return 2
+        by_seed: dict[int, list[dict[str, Any]]] = {}
+        for line in open(path):
+            r = json.loads(line)
+            if "class" in r:
+                row = known.match(r["class"])
+                r["known"] = row.reason if row else ""
+            by_seed.setdefault(r["seed"], []).append(r)
+        for records in by_seed.values():
+            tally.add(records)
+    seconds = sum(r.get("seconds", 0.0) for r in tally.records)
+    print(summary(tally, [t for t in targets if any(r["target"] == t for r in tally.records)] or targets, seconds))
+    return 1 if tally.failing() else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.recheck:
         return recheck(args.recheck)
+    if args.summarise:
+        return resummarise(args.summarise, args.target_list)
     from conformance.pool import NOT_STARTED, run_tasks
 
     os.makedirs(args.output, exist_ok=True)
