@@ -13,7 +13,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.results import BAD, CellResult
-from conformance.testdata import RAN_LABEL, FileResult, summarize
+from conformance.testdata import DYNAMIC_SIZE, RAN_LABEL, FileResult, summarize
 from conformance.testdata import STATUSES as TESTDATA_STATUSES
 from conformance.targets import TARGETS
 
@@ -116,7 +116,8 @@ def dumps(value: Any, indent: int = 0, width: int = 160) -> str:
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
-_DEFAULTS = {"ok": False, "stage": "", "error": "", "reason": "", "max_abs": None, "max_rel": None, "checks": 0, "diffs": []}
+_DEFAULTS = {"ok": False, "stage": "", "error": "", "reason": "", "max_abs": None, "max_rel": None, "checks": 0, "diffs": [],
+             "reference": ""}
 
 
 def _record(d: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
@@ -222,8 +223,10 @@ def testdata_markdown(td: Mapping[str, Any] | None) -> list[str]:
     lines = ["", "## StableHLO test data", "",
              f"{n} modules from `{td['root']}` lowered to ONNX and run in ONNX Runtime on their own `@inputs`, each checked "
              f"result compared with `@expected`: **{t['pass']} pass, {t['fail']} fail, {t['unsupported']} unsupported, "
-             f"{t['ran']} ran with no expectations to compare**. A file passes only when it has expectations and they match; dynamic/ files "
-             f"without `@expected` can only convert and run ({RAN_LABEL}); quantized/ files are unsupported.", "",
+             f"{t['ran']} ran with no expectations to compare**. A file passes only when its results match its expectations: "
+             "its own `@expected`, or, for a dynamic/ file without one, XLA's results on the CPU for the same inputs (every "
+             f"dynamic dimension {DYNAMIC_SIZE}). A file XLA cannot run that way only converts and runs ({RAN_LABEL}); "
+             "quantized/ files are unsupported.", "",
              f"| kind | pass | {RAN_LABEL} | fail | unsupported |", "|---|---|---|---|---|"]
     for kind, row in s["by_kind"].items():
         lines.append(f"| {kind} | " + " | ".join(str(row.get(k, 0)) for k in TESTDATA_STATUSES) + " |")

@@ -9,9 +9,11 @@ compared with ``@expected`` as its check says (``expect_eq``/``eq`` exactly,
 ``expect_close``/``expect_almost_eq`` within the dtype's tolerance).
 
 A ``dynamic/`` file that checks its results (``@expected``, ``check.*``) is compared the same
-way. One without expectations can only be converted and run, on inputs whose ``?`` dimensions
-(and scalar integer dimension arguments) are all ``DYNAMIC_SIZE``: it is counted as ``ran``
-("ran, no expectations"), never as ``pass``. ``quantized/`` files are counted as unsupported.
+way. One without expectations runs on inputs whose ``?`` dimensions (and scalar integer
+dimension arguments) are all ``DYNAMIC_SIZE``, and its results are compared with XLA's on the
+same inputs (``conformance.xla_reference``); where XLA cannot run the specialized module there
+is nothing to compare with, and the file counts as ``ran`` ("ran, no expectations"), never as
+``pass``. ``quantized/`` files are counted as unsupported.
 
 The data is read in place from ``../shared/stablehlo-testdata`` (relative to the repository
 root) or ``$JAXCONV_STABLEHLO_TESTDATA``; it is never copied into the project.
@@ -66,6 +68,9 @@ class FileResult:
         error: one line; "" on pass.
         checks: number of checked results compared.
         max_abs: worst absolute error over the close checks.
+        reference: what the results were compared with: ``expected`` (the file's own
+            ``@expected``), ``xla`` (XLA's result for a dynamic/ file at ``DYNAMIC_SIZE``), or ""
+            (nothing: ``ran``; ``error`` then says why XLA gave no reference).
     """
 
     file: str
@@ -76,6 +81,7 @@ class FileResult:
     error: str = ""
     checks: int = 0
     max_abs: float | None = None
+    reference: str = ""
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -325,25 +331,48 @@ def _run(full: str, result: FileResult) -> str:
     from jaxconv.runtimes.onnxrt import OnnxRunner
     from jaxconv.stablehlo.reader import read_module
 
-    def read() -> Any:
+    def read() -> str:
         with open(full, encoding="utf-8") as f:
-            return read_module(f.read())
+            return f.read()
 
-    module = _staged("read", read)
+    text = _staged("read", read)
+    module = _staged("read", read_module, text)
     if result.kind == "dynamic" and not has_expectations(module):
-        if "main" not in module.functions:
-            raise _Stop("build", "no @main function")
-        model = _lower(module, "main")
-        runner = _staged("load", OnnxRunner, model.SerializeToString())
-        feeds = _dynamic_inputs(module.functions["main"], np.random.default_rng(0))
-        _staged("run", runner.run, feeds)
-        return "ran"
+        return _run_dynamic(text, module, result)
     entry = _staged("build", build_checked_entry, module)
     model = _lower(module, ENTRY)
     runner = _staged("load", OnnxRunner, model.SerializeToString())
     outputs = _staged("run", runner.run, entry.inputs)
+    result.reference = "expected"
+    _compare_all(result, outputs, entry.checks)
+    return "pass"
+
+
+def _run_dynamic(text: str, module: Any, result: FileResult) -> str:
+    """Run a dynamic/ file without expectations; compare with XLA's result when XLA gives one."""
+    from conformance.xla_reference import reference
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    if "main" not in module.functions:
+        raise _Stop("build", "no @main function")
+    model = _lower(module, "main")
+    runner = _staged("load", OnnxRunner, model.SerializeToString())
+    feeds = _dynamic_inputs(module.functions["main"], np.random.default_rng(0))
+    outputs = _staged("run", runner.run, feeds)
+    expected, why = reference(text, feeds, DYNAMIC_SIZE)
+    if expected is None or len(expected) != len(outputs):
+        result.error = one_line(f"no reference: {why or f'XLA gives {len(expected or [])} results'}")
+        return "ran"
+    result.reference = "xla"
+    checks = [("check.expect_eq" if e.dtype.kind in "biu" else "check.expect_close", i, e) for i, e in enumerate(expected)]
+    _compare_all(result, outputs, checks)
+    return "pass"
+
+
+def _compare_all(result: FileResult, outputs: Sequence[Any], checks: Sequence[tuple[str, int, Any]]) -> None:
+    """Compare every check; stops at the first that differs."""
     worst = 0.0
-    for check, index, expected in entry.checks:
+    for check, index, expected in checks:
         want = np.asarray(outputs[expected]) if isinstance(expected, int) else np.asarray(expected)
         ok, err, note = compare_check(check, want, outputs[index])
         if err == err:
@@ -351,9 +380,8 @@ def _run(full: str, result: FileResult) -> str:
         result.checks += 1
         if not ok:
             result.max_abs = worst
-            raise _Stop("compare", f"{check} on result {index}: {note}")
+            raise _Stop("compare", f"{check} on result {index}{' (vs XLA)' if result.reference == 'xla' else ''}: {note}")
     result.max_abs = worst
-    return "pass"
 
 
 def summarize(results: Sequence[FileResult]) -> dict[str, Any]:

@@ -283,7 +283,7 @@ def test_testdata_entry_takes_inputs_as_graph_inputs():
 @needs_testdata
 @pytest.mark.parametrize("name,status,family", [
     ("abs_float32_20_20.mlir", "pass", "abs"), ("add_any_int32_2_int32_2.mlir", "pass", "add_any"),
-    ("dynamic/add_dynamic.mlir", "ran", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
+    ("dynamic/add_dynamic.mlir", "pass", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
 def test_testdata_files(name, status, family):
     r = testdata.run_file(name)
     assert (r.status, r.family) == (status, family), f"{r.stage}: {r.error}"
@@ -323,6 +323,28 @@ def test_dynamic_file_with_expectations_is_compared(tmp_path):
     rel = _dynamic_copy(tmp_path, "add_any_int32_2_int32_2.mlir", wrong)
     r = testdata.run_file(rel, root=str(tmp_path))
     assert (r.status, r.stage) == ("fail", "compare") and "check.expect_eq" in r.error
+
+
+@needs_testdata
+def test_dynamic_file_without_expectations_is_compared_with_xla(monkeypatch):
+    from conformance import xla_reference
+
+    text = open(os.path.join(TESTDATA, "dynamic", "add_dynamic.mlir")).read()
+    x, y = np.arange(12, dtype=np.float32).reshape(3, 4), np.ones((2, 3, 4), np.float32)
+    [out] = xla_reference.run_with_xla(text, [np.array(3), x, y], 3)
+    np.testing.assert_array_equal(out, x[None] + y)  # add_dynamic broadcasts its (?, 4) operand over the leading 2
+
+    r = testdata.run_file("dynamic/add_dynamic.mlir")
+    assert (r.status, r.reference, r.checks, r.max_abs) == ("pass", "xla", 1, 0.0), f"{r.stage}: {r.error}"
+
+    real = xla_reference.reference
+    monkeypatch.setattr(xla_reference, "reference", lambda *a: ([o + 1 for o in real(*a)[0]], ""))
+    r = testdata.run_file("dynamic/add_dynamic.mlir")
+    assert (r.status, r.stage) == ("fail", "compare") and "(vs XLA)" in r.error
+
+    monkeypatch.setattr(xla_reference, "reference", lambda *a: (None, "RuntimeError: refinement failed"))
+    r = testdata.run_file("dynamic/add_dynamic.mlir")
+    assert (r.status, r.reference, r.error) == ("ran", "", "no reference: RuntimeError: refinement failed")
 
 
 def test_ran_without_expectations_is_counted_apart_from_pass():
