@@ -117,7 +117,11 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
 
         if quantize is not None and rtol is None and atol is None:
             rtol, atol = 5e-2, 5e-2
-        _checked(program, TFLiteRunner(path if path is not None else data), path or "model.tflite", check, rtol, atol, report_to)
+        from jaxconv.verify import check_options
+
+        lossy = {"edge": False, "edge_skipped": f"the model is quantized ({quantize})"} if quantize is not None else {}
+        with check_options(**lossy):
+            _checked(program, TFLiteRunner(path if path is not None else data), path or "model.tflite", check, rtol, atol, report_to)
     return data
 
 

@@ -33,12 +33,14 @@ class CheckOptions:
         strict: an undecided output fails the check (exit 9) instead of giving a warning.
         examples: flat example inputs, checked first (from ``example_inputs()`` in the user's file).
         edge: run the edge-value input set.
+        edge_skipped: why ``edge`` is off, for a note in the report.
     """
 
     sizes: tuple[int, ...] | None = None
     strict: bool = False
     examples: tuple[np.ndarray, ...] | None = None
     edge: bool = True
+    edge_skipped: str = ""
 
 
 _OPTIONS: contextvars.ContextVar[CheckOptions] = contextvars.ContextVar("jaxconv_check_options", default=CheckOptions())
@@ -206,6 +208,8 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     """
     options = current_options()
     report = CheckReport(artifact=artifact, runtime=runner.kind)
+    if not options.edge and options.edge_skipped:
+        report.notes.append(f"edge values skipped: {options.edge_skipped}")
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
         if inputs_set.label == "edge":
