@@ -280,3 +280,16 @@ def test_check_reports_size_option_and_dtype_problems():
 ])
 def test_empty_matrices(fn, shapes):
     assert_onnx_matches_jax(fn, *[np.zeros(s, np.float32) for s in shapes])
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_with_nan_and_inf_matches_lapack(upper):
+    """A NaN pivot propagates (LAPACK only stops at a pivot <= 0, and JAX then returns all NaN)."""
+    from elementwise_support import check
+
+    nan, inf = np.nan, np.inf
+    mats = np.array([[[4, 2, 0], [2, nan, 0], [0, 0, 1]], [[4, 2, 0], [2, -3, 0], [0, 0, 1]],
+                     [[nan, 2, 0], [2, 5, 0], [0, 0, 1]], [[4, 2, 0], [inf, 5, 0], [0, 0, 1]],
+                     [[4, nan, 0], [2, 5, 0], [0, 0, 1]], [[4, 2, 1], [2, inf, 1], [1, 1, 9]],
+                     [[4, 2, 1], [2, 5, 1], [1, 1, 0]]], np.float32)
+    check(lambda a: jnp.linalg.cholesky(a, upper=upper), mats, tol=(1e-6, 1e-6))

@@ -205,13 +205,15 @@ def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     upper = _option(op, "potrf", "uplo") == "U"
     if upper:
         a = _swap_last(ctx, a, rank)  # the upper triangle of a is the lower one of a^T; U = L^T
-    factor = cholesky_lower(ctx, a, rank, n, at.dtype)
+    pivots: list[str] = []
+    factor = cholesky_lower(ctx, a, rank, n, at.dtype, pivots)
     factor = where(ctx, ctx.const(np.tril(np.ones((n, n), dtype=bool))), factor, a, at.dtype)
     if upper:
         factor = _swap_last(ctx, factor, rank)
-    # LAPACK stops at the first pivot that is not > 0 (NaN included); sqrt keeps exactly that test.
-    diag = _diagonal(ctx, factor, rank, n, n)
-    failed = ctx.op("Not", [ctx.op("Greater", [diag, ctx.scalar(0, at.dtype)])])
+    # LAPACK (as JAX calls it) stops at the first pivot <= 0; a NaN pivot passes and propagates.
+    pivot = pivots[0] if n == 1 else ctx.op("Concat", pivots, axis=rank - 1)  # [..., 1, n]
+    pivot = ctx.op("Squeeze", [pivot, ctx.i64([rank - 2])])
+    failed = ctx.op("LessOrEqual", [pivot, ctx.scalar(0, at.dtype)])
     return [factor, _first_failure(ctx, failed, rank - 2)]
 
 

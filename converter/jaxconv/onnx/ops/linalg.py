@@ -205,10 +205,11 @@ def lower_cholesky(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return ctx.cast_if(out, work, op.results[0].type.dtype)
 
 
-def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str) -> str:
+def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, pivots: list[str] | None = None) -> str:
     """L with a = L L^T from the lower triangle of ``a`` ([..., m, m]); zeros above the diagonal.
 
     Column j: v = a[:, j] - L[:, :j] @ L[j, :j]^T, L[j, j] = sqrt(v[j]), L[i, j] = v[i] / L[j, j] below.
+    Each v[j] ([..., 1, 1]) is appended to ``pivots`` when given.
     """
     import numpy as np
 
@@ -219,7 +220,10 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str) 
             done = cols[0] if len(cols) == 1 else ctx.op("Concat", cols, axis=rank - 1)  # [..., m, j]
             row_j = _rows(ctx, done, j, j + 1, rank - 2)  # [..., 1, j]
             v = ctx.op("Sub", [v, ctx.op("MatMul", [done, _swap_last(ctx, row_j, rank)])])
-        d = ctx.op("Sqrt", [_rows(ctx, v, j, j + 1, rank - 2)])  # [..., 1, 1]
+        pivot = _rows(ctx, v, j, j + 1, rank - 2)  # [..., 1, 1]
+        if pivots is not None:
+            pivots.append(pivot)
+        d = ctx.op("Sqrt", [pivot])
         col = ctx.op("Div", [v, d])
         below = np.arange(m) > j
         at_j = np.arange(m) == j
