@@ -7,8 +7,6 @@ The same seed always gives the same program and the same inputs: the generator u
 from __future__ import annotations
 
 import random
-from typing import Sequence
-
 import numpy as np
 
 from conformance.fuzz.ops import MAKERS, kind_of
@@ -208,10 +206,3 @@ def _indices(role: str, extent: int, dtype: str, shape: tuple[int, ...], kind: s
         values = np.where(mask, extremes[rng.integers(0, len(extremes), size=n)], values)
     return values.reshape(shape)
 
-
-def describe(program: FuzzProgram) -> str:
-    return f"{len(program.steps)} ops ({', '.join(program.ops())}) on {', '.join(program.types[i].spec for i in program.inputs)}"
-
-
-def all_ops(programs: Sequence[FuzzProgram]) -> set[str]:
-    return {op for p in programs for op in p.ops()}

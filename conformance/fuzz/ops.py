@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-from conformance.fuzz.program import FLOATS, SIGNED, UNSIGNED
+from conformance.fuzz.program import FLOATS, SHORT, SIGNED
 
 if TYPE_CHECKING:
     from conformance.fuzz.generate import Builder
@@ -151,14 +151,8 @@ def cast(b: "Builder") -> Made:
         same = [d for d in b.dtypes if d != src and d != "bool" and src != "bool" and _width(d) == _width(src)]
         if same:
             dst = b.rng.choice(same)
-            return f"bitcast_{SHORT_OF(src)}_{SHORT_OF(dst)}", (x,), f"lax.bitcast_convert_type({{0}}, jnp.{dst})"
-    return f"convert_{SHORT_OF(src)}_{SHORT_OF(dst)}", (x,), f"{{0}}.astype(jnp.{dst})"
-
-
-def SHORT_OF(dtype: str) -> str:  # noqa: N802  (reads like the SHORT table it wraps)
-    from conformance.fuzz.program import SHORT
-
-    return SHORT[dtype]
+            return f"bitcast_{SHORT[src]}_{SHORT[dst]}", (x,), f"lax.bitcast_convert_type({{0}}, jnp.{dst})"
+    return f"convert_{SHORT[src]}_{SHORT[dst]}", (x,), f"{{0}}.astype(jnp.{dst})"
 
 
 def _width(dtype: str) -> int:

@@ -36,6 +36,14 @@ class Crashed(Exception):
     """The converter failed: exit 7 or an internal exception."""
 
 
+class LoadFailed(Exception):
+    """The runtime cannot load the artifact jaxconv wrote."""
+
+
+class RunFailed(Exception):
+    """The runtime failed while running the artifact."""
+
+
 @dataclass
 class Outcome:
     status: str
@@ -112,25 +120,17 @@ def convert(program: Any, target: str, tmp: str) -> Any:
         raise LoadFailed(_first_line(e)) from e
 
 
-class LoadFailed(Exception):
-    """The runtime cannot load the artifact jaxconv wrote."""
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
-def run_artifact(runner: Any, inputs: Sequence[np.ndarray], kept: Sequence[int]) -> list[np.ndarray]:
+def run_artifact(runner: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The runner's outputs; raises RunFailed."""
     try:
-        return [np.asarray(o) for o in runner.run([inputs[k] for k in range(len(inputs))])]
+        return [np.asarray(o) for o in runner.run(list(inputs))]
     except Exception as e:  # noqa: BLE001
         raise RunFailed(_first_line(e)) from e
-
-
-class RunFailed(Exception):
-    """The runtime failed while running the artifact."""
 
 
 def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> tuple[str, Diff | None, list, list, str]:
@@ -157,7 +157,7 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
         except LoadFailed as e:
             return "mismatch", Diff(0, "load-error", expected=None, actual=str(e)), expected, [], str(e)
         try:
-            actual = run_artifact(runner, inputs, traced.kept_inputs)
+            actual = run_artifact(runner, inputs)
         except RunFailed as e:
             return "mismatch", Diff(0, "run-error", expected=None, actual=str(e)), expected, [], str(e)
     diff = compare_all(expected, actual)
@@ -191,7 +191,7 @@ def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] =
             except Invalid as e:
                 return Outcome("invalid", target, str(e))
             try:
-                actual = run_artifact(runner, inputs, traced.kept_inputs)
+                actual = run_artifact(runner, inputs)
             except RunFailed as e:
                 diff = Diff(0, "run-error", actual=str(e))
                 return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [], default_check(traced, runner))
