@@ -15,6 +15,7 @@ hidden by the known one. The classes:
 ``value``      any other difference beyond the tolerance (integers: any difference)
 ``shape``      the output's shape differs
 ``dtype``      the output's dtype differs
+``other``      the comparison failed, but no element differs by the rules above
 =============  ==================================================================
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-CLASSES = ("nan", "inf", "signed-zero", "subnormal", "value", "shape", "dtype")
+CLASSES = ("nan", "inf", "signed-zero", "subnormal", "value", "shape", "dtype", "other")
 FLUSHED_DTYPES = frozenset({"float32", "float64"})  # f16/bf16 compute in f32, where their subnormals are normal
 
 
@@ -120,7 +121,7 @@ def summarize(index: int, classes: np.ndarray, expected: np.ndarray, actual: np.
     names = {str(c) for c in np.unique(differing)} if differing.size else set()
     if np.asarray(actual).dtype != np.asarray(expected).dtype:
         names.add("dtype")
-    record: dict[str, Any] = {"output": index, "classes": sorted(names or {"value"}, key=CLASSES.index),
+    record: dict[str, Any] = {"output": index, "classes": sorted(names or {"other"}, key=CLASSES.index),
                               "count": int(differing.size), "max_abs": float(max_abs)}
     if sizes:
         record["sizes"] = dict(sizes)

@@ -247,7 +247,8 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                     if not check.ok:
                         ok = False
                         failed.append((i, check))
-                for record, check in _classify_outputs(case, runner, args, expected, actual, failed, sizes):
+                records = _stage("compare", lambda: _classify_outputs(case, runner, args, expected, actual, failed, sizes))
+                for record, check in records:
                     result.diffs.append(record)
                     where = f" at {dict(sizes)}" if sizes else ""
                     notes.append(f"output_{check.name[len('output_'):]} {check.dtype}{list(check.shape)}{where}: "

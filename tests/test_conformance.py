@@ -170,6 +170,11 @@ def test_element_classes():
     assert element_classes(e, a, atol=0.0, rtol=0.0)[4] == "subnormal"
     assert element_classes(np.array([1, 2], np.int32), np.array([1, 3], np.int32)).tolist() == ["", "value"]
     assert element_classes(np.zeros(3), np.zeros(2)).tolist() == ["shape"]
+    from conformance.elements import summarize
+
+    same = element_classes(np.zeros(2, np.float32), np.zeros(2, np.float32))
+    assert summarize(0, same, np.zeros(2, np.float32), np.zeros(2, np.float64), 0.0)["classes"] == ["dtype"]
+    assert summarize(0, same, np.zeros(2, np.float32), np.zeros(2, np.float32), 0.0)["classes"] == ["other"]
 
 
 SIGN = _fake("fake.sign_subnormal", lambda x: (jnp.sign(x), x * 3.0), arg("f32[4]", "values", values=(1e-40, -1e-40, 2.0, -0.5)))
