@@ -340,8 +340,8 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     dn = op.attrs["scatter_dimension_numbers"]
     kind = scatter_kind(op)
     assert kind is not None
-    if ut.is_static and 0 in ut.shape:
-        return x
+    if (ut.is_static and 0 in ut.shape) or (xt.is_static and 0 in xt.shape):
+        return x  # nothing to update, or nothing to update into
     dtype = xt.dtype
     work = dtype if kind == "none" else _REDUCTION_DETOUR.get(dtype, dtype)
     x = ctx.cast_if(x, dtype, work)

@@ -92,6 +92,9 @@ def lower_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> 
     n = len(op.results)
     xt = op.operands[0].type
     w = win.Window.from_attrs(op.attrs, xt.rank)
+    if all(r.type.is_static for r in op.results) and (0 in xt.shape or any(0 in r.type.shape for r in op.results)):
+        # No window holds an element: every output is its init value.
+        return [_filled(ctx, init, r.type) for init, r in zip(inputs[n:], op.results)]
     kind = reducer_kind(op.regions[0]) if n == 1 else None
     if kind is not None:
         return [reduce_window(ctx, kind, inputs[0], xt, inputs[1], w, op.results[0].type)]
@@ -101,6 +104,12 @@ def lower_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> 
         return ctx.lower_block(block, list(accs) + list(values))
 
     return ordered_reduce_window(ctx, body, inputs[:n], [v.type for v in op.operands[:n]], inputs[n:], w)
+
+
+def _filled(ctx: LoweringContext, init: str, result: hir.TensorType) -> str:
+    """``init`` (a scalar) broadcast to the static ``result`` shape."""
+    scalar = ctx.op("Reshape", [init, ctx.i64([])])
+    return expand(ctx, scalar, ctx.i64(list(result.shape)), result.dtype)
 
 
 def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, w: win.Window,
