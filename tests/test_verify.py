@@ -301,3 +301,20 @@ def test_edge_values_that_make_jax_raise_are_skipped_with_a_note():
     assert [r.inputs for r in report.rows] == ["random"]
     assert any(n.startswith("edge values skipped: jax.jit raises on them") for n in report.notes)
     assert "note: edge values skipped" in report.table()
+
+
+def test_inputs_given_to_the_api_are_checked_against_the_signature():
+    from jaxconv.errors import UsageError
+    from jaxconv.program import trace
+    from jaxconv.verify import check_options, check_runner
+
+    program = trace(lambda x: x * 2, ["f32[b,3]"])
+    runner = _NumpyRunner(lambda x: x * 2)
+    with pytest.raises(UsageError, match=r"inputs: input 'x' is float32\[2,4\], the function takes float32\[b,3\]"):
+        check_runner(runner, "x2", program.fn, program.arg_specs, program.signature, inputs=[np.zeros((2, 4), np.float32)])
+    with check_options(examples=(np.ones((3, 3), np.float64),)):
+        with pytest.raises(UsageError, match=r"example inputs: input 'x' is float64\[3,3\]"):
+            check_runner(runner, "x2", program.fn, program.arg_specs, program.signature)
+    with check_options(examples=(np.ones((7, 3), np.float32),), sizes=(2,), edge=False):
+        report = check_runner(runner, "x2", program.fn, program.arg_specs, program.signature)
+    assert [(r.inputs, r.shape) for r in report.rows] == [("example", (7, 3)), ("random", (2, 3))]

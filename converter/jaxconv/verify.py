@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, InputSet, _dim_sizes, concrete_shape, edge_set,  # noqa: F401
-                                  flush_subnormals, load_inputs, make_inputs, random_array, random_set,
+from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, InputSet, _dim_sizes, check_arrays,  # noqa: F401
+                                  concrete_shape, edge_set, flush_subnormals, load_inputs, make_inputs, random_array, random_set,
                                   require_small_enough, size_sets)
 from jaxconv.compare import (MISMATCH, OK, SUBNORMAL, TOLERANCES, UNDECIDED, OutputCheck, References, as_float64, compare,  # noqa: F401
                              is_float, is_narrow_float, judge, tolerance)
@@ -181,9 +181,9 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
                 seed: int, constraints: Sequence[str], options: CheckOptions) -> list[InputSet]:
     sets: list[InputSet] = []
     if given is not None:
-        sets.append(InputSet("given", [np.asarray(a) for a in given]))
+        sets.append(InputSet("given", check_arrays(given, signature, "inputs")))
     if options.examples is not None:
-        sets.append(InputSet("example", [np.asarray(a) for a in options.examples]))
+        sets.append(InputSet("example", check_arrays(options.examples, signature, "example inputs")))
     sizes = size_sets(signature, options.sizes or DEFAULT_SIZES, constraints)
     require_small_enough(signature, sizes)
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
