@@ -75,6 +75,12 @@ def test_failing_cell_has_stage_and_one_line_error():
     assert r.error and "\n" not in r.error and len(r.error) <= 240
 
 
+def test_empty_outputs_compare_equal():
+    empty = _fake("fake.empty", lambda x: (x[2:2], jnp.exp(x[:, :0])), arg("f32[4,3]"))
+    r = run_cell(empty, "stablehlo", "cpu")
+    assert (r.ok, r.stage, r.error) == (True, "", "")
+
+
 def test_wrong_numbers_stop_at_compare(monkeypatch):
     import conformance.targets as targets
 
