@@ -240,3 +240,27 @@ def test_loop_invariant_nodes_leave_the_loop():
     _same(got, jax.jit(fn)(x, s, n), rtol=1e-5, atol=1e-6)
     (got,) = OnnxRunner(model.SerializeToString()).run([x, s, np.array(0, np.int32)])  # zero trips
     _same(got, x)
+
+
+@pytest.mark.parametrize("reducer, init", [(jax.lax.max, -np.inf), (jax.lax.min, np.inf)])
+def test_pool_guard_runs_only_for_non_finite_inputs(reducer, init):
+    def pool(x):
+        return jax.lax.reduce_window(x, init, reducer, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    rng = np.random.default_rng(6)
+    finite = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
+    finite[0, 0, 0, 0] = -0.0
+    model = jaxconv.to_onnx(pool, jax.ShapeDtypeStruct(finite.shape, finite.dtype), check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert ops["If"] == 1 and ops["MaxPool"] == 1, ops  # the guard's MaxPool moved into the If
+    runner = OnnxRunner(model.SerializeToString())
+    odd = finite.copy()
+    odd[0, 0, 0, 0] = NAN
+    odd[0, 2:4, 2:4, 1] = -INF
+    odd[1, 2:4, 0:2, 2] = INF
+    odd[1, 4, 4, 0] = INF
+    odd[1, 4, 5, 0] = -INF
+    huge = np.full_like(finite, 3e38)  # finite, but the sum overflows: the guarded branch, same values
+    for x in (finite, odd, huge):
+        (got,) = runner.run([x])
+        _same(got, jax.jit(pool)(x))

@@ -7,6 +7,7 @@ faster without changing the numbers:
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
   so ORT fuses it into the Conv or Gemm before it;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
+- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _match, activations, broadcasts, loops, softmax
+from jaxconv.onnx.rewrites import _match, activations, broadcasts, loops, pooling, softmax
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -30,12 +31,13 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0}
+    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["softmax"] += softmax.rewrite(graph)
         fired["activations"] += activations.rewrite(graph, opset)
         fired["broadcasts"] += broadcasts.rewrite(graph)
+        fired["pooling"] += pooling.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)

@@ -51,8 +51,8 @@ def is_scalar_const(value: ir.Value | None, expected: float, rtol: float = 1e-6)
     if arr is None or arr.size == 0 or arr.dtype.kind not in "fiu":
         return False
     arr = arr.astype(np.float64)
-    if expected == 0.0:
-        return bool(np.all(arr == 0.0))
+    if expected == 0.0 or not np.isfinite(expected):
+        return bool(np.all(arr == expected))
     return bool(np.all(np.abs(arr - expected) <= rtol * abs(expected)))
 
 
