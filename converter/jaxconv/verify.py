@@ -184,7 +184,7 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
         sets.append(InputSet("given", check_arrays(given, signature, "inputs")))
     if options.examples is not None:
         sets.append(InputSet("example", check_arrays(options.examples, signature, "example inputs")))
-    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES, constraints)
+    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES, constraints) or size_sets(signature, SYMBOLIC_SIZES, constraints)
     require_small_enough(signature, sizes)
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
     if options.edge:
@@ -213,9 +213,11 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
         if inputs_set.label == "edge":
-            if has_while_loop(fn, arg_specs, flat) is not False:
-                report.notes.append("edge values skipped: the program has a while loop, whose trip count on "
-                                    "edge values may not end")
+            loops = has_while_loop(fn, arg_specs, flat)
+            if loops is not False:
+                report.notes.append("edge values skipped: " + (
+                    "the program has a while loop, whose trip count on edge values may not end" if loops
+                    else "the program could not be traced to look for while loops"))
                 continue
             try:
                 expected = reference_outputs(fn, arg_specs, flat)
