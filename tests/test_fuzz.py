@@ -190,6 +190,10 @@ def test_fuzz_program_records_a_planted_mismatch(monkeypatch, tmp_path):
 def test_known_table_matches_classes_and_every_row_has_a_reason():
     assert known.match("add/f32/subnormal") is not None
     assert known.match("where/f32/signed-zero") is None
+    nan = known.facts([np.float32([1.0, np.nan])])
+    assert "nan-input" in nan and known.match("bitcast_f32_u32/f32/value", nan) is not None
+    assert known.match("bitcast_f32_u32/f32/value", known.facts([np.float32([1.0])])) is None
+    assert "zero-size" in known.facts([np.zeros((2, 0), np.int8)])
     assert all(row.reason.strip() for row in known.KNOWN)
 
 

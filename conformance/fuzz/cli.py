@@ -150,7 +150,7 @@ def resummarise(folders: Sequence[str], targets: Sequence[str]) -> int:
         for line in open(path):
             r = json.loads(line)
             if "class" in r:
-                row = known.match(r["class"])
+                row = known.match(r["class"], frozenset(r.get("facts", ())))
                 r["known"] = row.reason if row else ""
             by_seed.setdefault(r["seed"], []).append(r)
         for records in by_seed.values():

@@ -99,13 +99,15 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         small = _relabel_subnormal(small, target)
     klass = class_of(small, target)
     rec["class"] = klass
-    row = known.match(klass)
+    rec["facts"] = sorted(_facts(small))
+    row = known.match(klass, _facts(small))
     rec["known"] = row.reason if row else ""
     if do_minimise and not row and _reproducers_written(folder, klass) < REPRODUCERS_PER_CLASS:
         small = _relabel_subnormal(minimise(small, target, full=True, max_tries=80, max_seconds=30), target)
         small = _fill_outputs(small, target)
         klass = rec["class"] = class_of(small, target)
-        row = known.match(klass)
+        rec["facts"] = sorted(_facts(small))
+        row = known.match(klass, _facts(small))
         rec["known"] = row.reason if row else ""
         rec["description"] = describe(small)
         if not row:
@@ -113,6 +115,10 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     else:
         rec["description"] = describe(small)
     return rec
+
+
+def _facts(failure: Failure) -> frozenset[str]:
+    return known.facts(failure.inputs, [v.size for v in failure.program.types.values()])
 
 
 def _relabel_subnormal(failure: Failure, target: str) -> Failure:

@@ -10,24 +10,54 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
 
 
 @dataclass(frozen=True)
 class Known:
+    """A class pattern, the reason, and facts the minimised failure must show (all of them).
+
+    Facts: ``nan-input`` (an input holds a NaN), ``inf-input``, ``zero-size`` (some value has no elements).
+    """
+
     pattern: str
     reason: str
+    needs: frozenset[str] = frozenset()
 
 
 FTZ = "XLA on CPU flushes subnormal floats to zero, ONNX Runtime keeps them (README: Known differences)"
+NAN_BITS = "without ONNX BitCast (opset < 26) the sign and payload of a NaN cannot be read (README: Known differences)"
 
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
+    Known("bitcast_f*/*/value", NAN_BITS, frozenset({"nan-input"})),
+    Known("bitcast_bf16*/*/value", NAN_BITS, frozenset({"nan-input"})),
 )
 
 
-def match(klass: str, table: tuple[Known, ...] = KNOWN) -> Known | None:
-    """The first row whose pattern matches ``klass``, or None."""
+def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = ()) -> frozenset[str]:
+    """What a failure's inputs show, for rows that need it."""
+    found = set()
+    for a in inputs:
+        a = np.asarray(a)
+        if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+            wide = a.astype(np.float64)
+            if np.isnan(wide).any():
+                found.add("nan-input")
+            if np.isinf(wide).any():
+                found.add("inf-input")
+        if a.size == 0:
+            found.add("zero-size")
+    if any(n == 0 for n in sizes):
+        found.add("zero-size")
+    return frozenset(found)
+
+
+def match(klass: str, seen: frozenset[str] = frozenset(), table: tuple[Known, ...] = KNOWN) -> Known | None:
+    """The first row whose pattern matches ``klass`` and whose needed facts are all in ``seen``."""
     for row in table:
-        if fnmatch.fnmatchcase(klass, row.pattern):
+        if fnmatch.fnmatchcase(klass, row.pattern) and row.needs <= seen:
             return row
     return None

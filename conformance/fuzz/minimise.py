@@ -79,7 +79,7 @@ class Minimiser:
         """Passes 1 and 2: one output, and as few steps as still fail."""
         best = failure
         if len(best.program.outputs) > 1:
-            if best.status == "mismatch" and best.diff is not None:
+            if best.status == "mismatch" and best.diff is not None and best.diff.kind not in ("load-error", "run-error"):
                 choices = [best.program.outputs[best.diff.output]]
             else:
                 choices = list(reversed(best.program.outputs))
