@@ -246,3 +246,17 @@ def test_ctrl_c_interrupts_cleanly(tmp_path, command, trace_number, staged):
     assert err == "jaxconv: interrupted\n", err
     assert bool(staging) == staged, staging
     assert sorted(os.listdir(tmp_path)) == ["sleeping", "sleepy.py"]
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("command", [
+    ["to-saved-model", "sleepy.py", "--specs", "f32[b]", "-o", "sm"],
+    ["to-tflite", "sleepy.py", "--specs", "f32[4]", "-o", "m.tflite"],
+])
+def test_ctrl_c_inside_jax2tf_restores_stderr(tmp_path, command):
+    """The second trace runs inside jax2tf, where TensorFlow's stderr is captured: the message must still show."""
+    pytest.importorskip("tensorflow")
+    code, err, _ = _interrupt(tmp_path, command, 2)
+    assert code == 130, err
+    assert err == "jaxconv: interrupted\n", err
+    assert sorted(os.listdir(tmp_path)) == ["sleeping", "sleepy.py"]
