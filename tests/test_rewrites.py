@@ -264,3 +264,19 @@ def test_pool_guard_runs_only_for_non_finite_inputs(reducer, init):
     for x in (finite, odd, huge):
         (got,) = runner.run([x])
         _same(got, jax.jit(pool)(x))
+
+
+def test_op_on_two_broadcasts_runs_before_broadcasting():
+    def fn(x):
+        a = jnp.broadcast_to(x[:, :1], x.shape)
+        b = jnp.broadcast_to(jnp.exp(x[:, 1:2]), x.shape)
+        return a / b * x
+
+    x = np.random.default_rng(7).standard_normal((5, 8)).astype(np.float32)
+    x[1, 0], x[2, 1] = NAN, -INF
+    model = jaxconv.to_onnx(fn, "f32[b,8]", check=False)
+    div = next(n for n in model.graph.node if n.op_type == "Div")
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    assert "Expand" not in [producers.get(i) for i in div.input], "Div still reads full-size broadcasts"
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    _same(got, jax.jit(fn)(x))

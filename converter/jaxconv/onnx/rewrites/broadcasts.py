@@ -45,15 +45,61 @@ def _covers(other: ir.Value, value: ir.Value) -> bool:
 
 
 def _drop_expand(node: ir.Node, k: int) -> bool:
-    """Read an Expand's input directly when the other operand already has the expanded shape."""
-    value, other = node.inputs[k], node.inputs[1 - k]
+    """Read an Expand's input directly when another operand already has the expanded shape."""
+    value = node.inputs[k]
     expand = m.producer(value, "Expand")
-    if expand is None or other is None or value.is_graph_output():
+    if expand is None or value.is_graph_output():
         return False
     source = expand.inputs[0]
-    if source is None or m.rank(source) is None or m.rank(source) > (m.rank(value) or 0) or not _covers(other, value):
+    if source is None or m.rank(source) is None or m.rank(source) > (m.rank(value) or 0):
+        return False
+    if not any(j != k and other is not None and _covers(other, value) for j, other in enumerate(node.inputs)):
         return False
     node.replace_input_with(k, source)
+    return True
+
+
+_POINTWISE = _ELEMENTWISE | frozenset({"Where", "Sqrt", "Neg", "Exp", "Log", "Tanh", "Abs", "Reciprocal", "Cast", "Not",
+                                       "Erf", "Sin", "Cos", "Floor", "Ceil", "IsNaN", "IsInf", "Sign", "Round"})
+
+
+def _same_value(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
+    """True when ``a`` and ``b`` are the same value or computed the same way from the same values."""
+    if a is b:
+        return True
+    if a is None or b is None or depth == 0:
+        return False
+    ca, cb = m.const(a), m.const(b)
+    if ca is not None or cb is not None:
+        return ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb)
+    pa, pb = a.producer(), b.producer()
+    if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain or len(pa.inputs) != len(pb.inputs):
+        return False
+    if a.index() != b.index() or pa.attributes.keys() != pb.attributes.keys() or pa.attributes.keys() & {"body", "then_branch", "else_branch"}:
+        return False
+    if any(pa.attributes[k].value != pb.attributes[k].value for k in pa.attributes):
+        return False
+    return all(_same_value(x, y, depth - 1) for x, y in zip(pa.inputs, pb.inputs))
+
+
+def _sink_shared_expand(graph: ir.Graph, node: ir.Node) -> bool:
+    """``op(Expand(a, s), Expand(b, s))`` -> ``Expand(op(a, b), s)``: the op runs on the small operands.
+
+    Broadcasting commutes with a pointwise op, so the result is the same, and the op touches only
+    the small operands.
+    """
+    if node.domain != "" or node.op_type not in _POINTWISE or len(node.outputs) != 1:
+        return False
+    expands = [m.producer(v, "Expand") if v is not None else None for v in node.inputs]
+    if not expands or any(e is None for e in expands):
+        return False
+    shape = expands[0].inputs[1]
+    if any(not _same_value(e.inputs[1], shape) for e in expands) or any(e.inputs[0] is None for e in expands):
+        return False
+    small = ir.node(node.op_type, [e.inputs[0] for e in expands], {k: a for k, a in node.attributes.items()})
+    grow = ir.node("Expand", [small.outputs[0], shape])
+    out = node.outputs[0]
+    m.replace(graph, out, [small, grow], node)
     return True
 
 
@@ -62,6 +108,12 @@ def rewrite(graph: ir.Graph) -> int:
     count = 0
     cache: dict[tuple, ir.Value] = {}
     for node in list(graph):
+        if _sink_shared_expand(graph, node):
+            count += 1
+            continue
+        if node.domain == "" and node.op_type == "Where" and len(node.inputs) == 3:
+            count += sum(_drop_expand(node, k) for k in range(3))
+            continue
         if node.domain != "" or node.op_type not in _ELEMENTWISE or len(node.inputs) != 2:
             continue
         for k in (0, 1):
