@@ -176,3 +176,41 @@ def test_window_longer_than_input_gives_empty_result(dtype):
     k = _f((3, 3, 10, 5)).astype(dtype)
     model = assert_onnx_matches_jax(lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "VALID"), x, k)
     assert "Conv" not in onnx_op_types(model)
+
+
+_NONFINITE_CONVS = {
+    "padding": dict(padding=[(1, 1)]),
+    "lhs_dilation": dict(padding=[(2, 0)], lhs_dilation=(2,)),
+    "lhs_dilation_strided": dict(padding=[(4, 3)], lhs_dilation=(3,), window_strides=(2,)),
+    "rhs_dilation": dict(padding=[(1, 2)], rhs_dilation=(2,)),
+    "lhs_dilation_negative_padding": dict(padding=[(-1, 2)], lhs_dilation=(2,)),
+    "lhs_dilation_groups": dict(padding=[(0, 0)], lhs_dilation=(2,), feature_group_count=2),
+    "padding_wider_than_kernel": dict(padding=[(5, 5)], lhs_dilation=(2,)),
+}
+
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+@pytest.mark.parametrize("case", sorted(_NONFINITE_CONVS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=["f32", "f16", "f64"])
+def test_nonfinite_kernel_meets_padding_and_holes_like_xla(dtype, case, nsp):
+    """XLA on CPU skips padding and holes for float64 and for 1-D/2-D unit-stride lhs dilation
+    (0 x inf never happens there), and multiplies them elsewhere (NaN); the ONNX graph does the same."""
+    from elementwise_support import check
+
+    kw = dict(_NONFINITE_CONVS[case])
+    g = kw.pop("feature_group_count", 1)
+    kw = {k: v * nsp for k, v in kw.items()}
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 2 * g) + (5,) * nsp).astype(dtype)
+    w = rng.standard_normal((2 * g, 2) + (3,) * nsp).astype(dtype)
+    w[(0, 0) + (0,) * nsp] = np.inf
+    w[(1, 0) + (2,) * nsp] = -np.inf
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", dtype == np.float64)
+    try:
+        check(lambda x, w: lax.conv_general_dilated(x, w, kw.get("window_strides", (1,) * nsp), kw["padding"],
+                                                    lhs_dilation=kw.get("lhs_dilation"), rhs_dilation=kw.get("rhs_dilation"),
+                                                    feature_group_count=g),
+              x, w, tol=(2e-3, 2e-3) if dtype == np.float16 else (1e-5, 1e-5))
+    finally:
+        jax.config.update("jax_enable_x64", before)

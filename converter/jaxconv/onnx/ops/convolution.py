@@ -11,6 +11,7 @@ import itertools
 from typing import Sequence
 
 import numpy as np
+from onnx import helper
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
@@ -89,7 +90,6 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     assert strides is not None and lhs_dil is not None and rhs_dil is not None
     if result.is_static and 0 in result.shape:
         return _zeros(ctx, result)
-    fgc, bgc = op.attrs.get("feature_group_count", 1), op.attrs.get("batch_group_count", 1)
 
     lhs_perm = [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp
     rhs_perm = [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + ksp
@@ -97,6 +97,20 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     shape: list[int | None] = [lt.shape[d] for d in lhs_perm]
     k = transpose(ctx, ctx.cast_if(inputs[1], kt.dtype, work), rhs_perm)
     kshape = [kt.shape[d] for d in rhs_perm]
+    fgc, bgc = op.attrs.get("feature_group_count", 1), op.attrs.get("batch_group_count", 1)
+    # XLA on CPU runs a 1-D/2-D lhs-dilated convolution with unit strides and no groups as a
+    # transposed convolution that skips the holes; its other convolutions multiply them (0 x inf).
+    if use_conv and any(d > 1 for d in lhs_dil) and nsp <= 2 and fgc == 1 and bgc == 1 and kt.is_static \
+            and all(s == 1 for s in strides) and op.name == "stablehlo.convolution":
+        padding = np.asarray(op.attrs.get("padding", np.zeros((nsp, 2), np.int64))).reshape(nsp, 2)
+        out = _transposed(ctx, x, k, kshape, strides, lhs_dil, rhs_dil, padding, fgc)
+        out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
+                                              + list(dn["output_spatial_dimensions"])))
+        return ctx.cast_if(out, work, result.dtype)
+    real = None
+    if not use_conv and work in dt.FLOATS and op.name == "stablehlo.convolution":
+        padding = np.asarray(op.attrs.get("padding", np.zeros((nsp, 2), np.int64))).reshape(nsp, 2)
+        real = _real_positions(shape[2:], lhs_dil, padding)
     x, shape = win.dilate(ctx, x, work, shape, lhs_dil, range(2, 2 + nsp), None)
 
     if op.name == "stablehlo.dynamic_conv":
@@ -120,7 +134,7 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
         out = ctx.op("Conv", [x, k], strides=strides, dilations=rhs_dil, pads=pads, group=groups,
                      kernel_shape=kshape[2:])
     else:
-        out = _shifted_matmul(ctx, x, shape, k, kshape, strides, rhs_dil, groups)
+        out = _shifted_matmul(ctx, x, shape, k, kshape, strides, rhs_dil, groups, real)
     out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
                                           + list(dn["output_spatial_dimensions"])))
     return ctx.cast_if(out, work, result.dtype)
@@ -146,10 +160,18 @@ def _batch_groups_to_channels(ctx: LoweringContext, x: str, shape: list[int | No
 
 
 def _shifted_matmul(ctx: LoweringContext, x: str, shape: Sequence[int | None], k: str, kshape: Sequence[int],
-                    strides: Sequence[int], dil: Sequence[int], groups: int) -> str:
+                    strides: Sequence[int], dil: Sequence[int], groups: int,
+                    real: list[np.ndarray] | None = None) -> str:
     """Exact convolution of padded [N, C, P...] by [O, C/groups, K...]: one strided Slice per kernel offset,
-    stacked, then a grouped MatMul (for dtypes ONNX Conv lacks)."""
+    stacked, then a grouped MatMul (for dtypes ONNX Conv lacks).
+
+    ``real`` marks, per spatial dim, the positions of the padded input that hold an element (not
+    padding or an lhs-dilation hole). XLA never multiplies a kernel tap by those for float64
+    (0 x inf would be NaN), so then each offset gets its own MatMul and skips them.
+    """
     nsp = len(kshape) - 2
+    if real is not None and not all(r.all() for r in real):
+        return _masked_shifted_matmul(ctx, x, shape, k, kshape, strides, dil, groups, real)
     c, o = shape[1], kshape[0]
     ksp = list(kshape[2:])
     out_sp = [win.output_length(p, kk, s, d) for p, kk, s, d in zip(shape[2:], ksp, strides, dil)]  # type: ignore
@@ -169,3 +191,82 @@ def _shifted_matmul(ctx: LoweringContext, x: str, shape: Sequence[int | None], k
     w = ctx.op("Reshape", [k, ctx.i64([groups, o // groups, cg * kprod])])
     out = ctx.op("MatMul", [w, cols])
     return ctx.op("Reshape", [out, ctx.i64([-1, o] + out_sp)])
+
+
+def _real_positions(spatial: Sequence[int | None], lhs_dil: Sequence[int], padding: np.ndarray) -> list[np.ndarray] | None:
+    """Per spatial dim, which positions of the dilated and padded input hold an input element."""
+    out = []
+    for n, ld, (lo, hi) in zip(spatial, lhs_dil, padding):
+        if n is None:
+            return None
+        length = (n - 1) * ld + 1 + int(lo) + int(hi) if n else int(lo) + int(hi)
+        mask = np.zeros(max(length, 0), bool)
+        pos = int(lo) + ld * np.arange(n)
+        pos = pos[(pos >= 0) & (pos < length)]
+        mask[pos] = True
+        out.append(mask)
+    return out
+
+
+def _masked_shifted_matmul(ctx: LoweringContext, x: str, shape: Sequence[int | None], k: str, kshape: Sequence[int],
+                           strides: Sequence[int], dil: Sequence[int], groups: int, real: list[np.ndarray]) -> str:
+    """_shifted_matmul with one MatMul per kernel offset, its padding/hole positions replaced by +0 (XLA starts its sums from +0)."""
+    from jaxconv.onnx.ops._common import where
+
+    nsp = len(kshape) - 2
+    c, o = shape[1], kshape[0]
+    ksp = list(kshape[2:])
+    out_sp = [win.output_length(p, kk, s, d) for p, kk, s, d in zip(shape[2:], ksp, strides, dil)]  # type: ignore
+    axes = ctx.i64(list(range(2, 2 + nsp)))
+    steps = ctx.i64(list(strides))
+    cg = c // groups  # type: ignore[operator]
+    oprod = int(np.prod(out_sp))
+    dtype = "float64"
+    w_all = ctx.op("Reshape", [k, ctx.i64([groups, o // groups, cg, int(np.prod(ksp))])])
+    total = None
+    for flat, off in enumerate(itertools.product(*[range(kk) for kk in ksp])):
+        starts = [j * d for j, d in zip(off, dil)]
+        valid = np.ones(out_sp, bool)
+        for i, (st, m, s) in enumerate(zip(starts, out_sp, strides)):
+            line = real[i][st + s * np.arange(m)]
+            valid &= line.reshape([m if a == i else 1 for a in range(nsp)])
+        if not valid.any():
+            continue
+        ends = [st + (m - 1) * s + 1 if m else st for st, m, s in zip(starts, out_sp, strides)]
+        part = ctx.op("Slice", [x, ctx.i64(starts), ctx.i64(ends), axes, steps])
+        cols = ctx.op("Reshape", [part, ctx.i64([-1, groups, cg, oprod])])
+        w = ctx.op("Gather", [w_all, ctx.i64([flat])], axis=3)  # [g, O/g, cg, 1]
+        w = ctx.op("Reshape", [w, ctx.i64([groups, o // groups, cg])])
+        term = ctx.op("MatMul", [w, cols])  # [N, g, O/g, P]
+        if not valid.all():
+            term = where(ctx, ctx.const(valid.reshape(-1)), term, ctx.scalar(0.0, dtype), dtype)
+        total = term if total is None else ctx.op("Add", [total, term])
+    if total is None:  # every window sees only padding: XLA sums nothing
+        batch = ctx.op("Shape", [x], start=0, end=1)
+        shape_t = ctx.op("Concat", [batch, ctx.i64([o] + out_sp)], axis=0)
+        return ctx.op("ConstantOfShape", [shape_t], value=helper.make_tensor("zero", dt.onnx_type(dtype), [1], [0.0]))
+    return ctx.op("Reshape", [total, ctx.i64([-1, o] + out_sp)])
+
+
+def _transposed(ctx: LoweringContext, x: str, k: str, kshape: Sequence[int], strides: Sequence[int],
+                lhs_dil: Sequence[int], rhs_dil: Sequence[int], padding: np.ndarray, groups: int) -> str:
+    """A convolution with lhs dilation as ConvTranspose of [N, C, S...] by [O, C/groups, K...]: only input
+    elements meet kernel taps (XLA on CPU skips the holes, so 0 x inf never makes a NaN there)."""
+    nsp = len(kshape) - 2
+    o, cg = kshape[0], kshape[1]
+    ksp = list(kshape[2:])
+    # Flip the taps and swap the channel roles: [O, C/g, K] -> [C, O/g, K].
+    axes = list(range(2, 2 + nsp))
+    flipped = ctx.op("Slice", [k, ctx.i64([-1] * nsp), ctx.i64([-(2 ** 63)] * nsp), ctx.i64(axes), ctx.i64([-1] * nsp)])
+    split = ctx.op("Reshape", [flipped, ctx.i64([groups, o // groups, cg] + ksp)])
+    moved = ctx.op("Transpose", [split], perm=[0, 2, 1] + [3 + i for i in range(nsp)])
+    w = ctx.op("Reshape", [moved, ctx.i64([groups * cg, o // groups] + ksp)])
+    begin = [(kk - 1) * d - int(lo) for kk, d, (lo, _) in zip(ksp, rhs_dil, padding)]
+    end = [(kk - 1) * d - int(hi) for kk, d, (_, hi) in zip(ksp, rhs_dil, padding)]
+    out = ctx.op("ConvTranspose", [x, w], strides=list(lhs_dil), dilations=list(rhs_dil),
+                 pads=[max(b, 0) for b in begin] + [max(e, 0) for e in end], group=groups, kernel_shape=ksp)
+    # Padding wider than the dilated kernel adds outputs that see only padding: zeros in XLA.
+    out = win.pad(ctx, out, "float32", [0, 0] + [max(-b, 0) for b in begin], [0, 0] + [max(-e, 0) for e in end], None)
+    if any(s > 1 for s in strides):
+        out = ctx.op("Slice", [out, ctx.i64([0] * nsp), ctx.i64([2 ** 62] * nsp), ctx.i64(axes), ctx.i64(list(strides))])
+    return out
