@@ -153,12 +153,24 @@ def test_swap_keeps_the_old_folder_when_the_rename_fails(tmp_path, monkeypatch):
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", flaky)
-    with pytest.raises(OSError):
+    with pytest.raises(UsageError, match="No space left on device"):
         with atomic_dir(str(out)) as tmp:
             open(os.path.join(tmp, "a.txt"), "w").write("second")
     monkeypatch.setattr(os, "replace", real_replace)
     assert (out / "a.txt").read_text() == "first"
     assert os.listdir(tmp_path) == ["out"]
+
+
+def test_symlinked_output_folder_is_replaced_behind_the_link(tmp_path):
+    target = tmp_path / "real"
+    with atomic_dir(str(target)) as tmp:
+        open(os.path.join(tmp, "a.txt"), "w").write("first")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with atomic_dir(str(link)) as tmp:
+        open(os.path.join(tmp, "b.txt"), "w").write("second")
+    assert link.is_symlink() and sorted(os.listdir(link)) == [MARKER_FILE, "b.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]
 
 
 def test_folder_that_gains_user_files_during_conversion_is_kept(tmp_path):

@@ -184,6 +184,8 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
         UsageError: ``path`` must not be replaced (see ``check_output_dir``) or cannot be written.
     """
     check_output_dir(path, overwrite=overwrite, protect=protect)
+    if os.path.islink(path):  # replace the folder the link points to, keep the link
+        path = os.path.realpath(path)
     parent = prepare_parent(path)
     tmp = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
     try:
@@ -191,7 +193,10 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
         _write_marker(tmp)
         _publish_mode(tmp, folder=True)
         check_output_dir(path, overwrite=overwrite, protect=protect)
-        _swap_in(tmp, path, parent)
+        try:
+            _swap_in(tmp, path, parent)
+        except OSError as e:
+            raise UsageError(f"cannot replace {path}: {e.strerror or e}") from None
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
