@@ -93,8 +93,8 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         failure = Failure(program, outcome.inputs, "mismatch", outcome.diff, outcome.detail, outcome.expected, outcome.actual)
         rec["verdict"] = "silent" if outcome.check == "ok" else "caught"
         rec["input_set"] = outcome.input_set
-    small = failure
-    if do_minimise:
+    small = _relabel_subnormal(failure, target)  # flushing is cheap to try, and a flushed difference is known
+    if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
         small = minimise(failure, target, full=False)
         small = _relabel_subnormal(small, target)
     klass = class_of(small, target)
