@@ -214,3 +214,15 @@ def test_strict_makes_undecided_fail(tmp_path, capsys, user_file, monkeypatch):
     assert code == MismatchError.exit_code
     assert "cannot decide output output_0" in err and "(--strict)" in err
     assert out.exists()  # like a mismatch, the artifact stays for inspection
+
+
+def test_the_api_refuses_a_huge_check_before_writing(tmp_path, monkeypatch):
+    import jaxconv
+
+    monkeypatch.delenv("JAXCONV_CHECK_MAX_BYTES", raising=False)
+    out = tmp_path / "big.onnx"
+    with pytest.raises(UsageError, match="over the limit"):
+        jaxconv.to_onnx(lambda x: x * 2, "f32[100000,100000,100000]", path=str(out))
+    assert not out.exists() and not os.listdir(tmp_path)
+    jaxconv.to_onnx(lambda x: x * 2, "f32[100000,100000,100000]", path=str(out), check=False)
+    assert out.exists()

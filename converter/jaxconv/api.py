@@ -18,6 +18,14 @@ def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constrai
     return trace(fn, specs, constraints=constraints, platforms=platforms)
 
 
+def _refuse_a_check_too_large(program: Program, check: bool) -> None:
+    """Before anything is written: a check whose inputs and outputs exceed the memory limit is a UsageError."""
+    if check:
+        from jaxconv.verify import require_checkable
+
+        require_checkable(program.signature, program.constraints)
+
+
 def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: float | None, atol: float | None,
              report_to: list[CheckReport] | None) -> None:
     if not check:
@@ -40,6 +48,7 @@ def to_stablehlo(fn: Callable[..., Any] | Program, *specs: Any, path: str | None
     from jaxconv.stablehlo import export as shlo_export
 
     program = _as_program(fn, specs, constraints, platforms)
+    _refuse_a_check_too_large(program, check and "cpu" in program.platforms)
     if path is not None:
         written = shlo_export.write(program, path)
         if check and "cpu" in program.platforms:
@@ -68,6 +77,7 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     program = _as_program(fn, specs, constraints)
+    _refuse_a_check_too_large(program, check)
     model = convert.program_to_onnx(program, opset)
     convert.validate(model)
     if path is not None:
@@ -93,6 +103,7 @@ def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, con
     from jaxconv.tf import saved_model
 
     program = _as_program(fn, specs, constraints)
+    _refuse_a_check_too_large(program, check)
     saved_model.write(program, path, overwrite=overwrite)
     if check:
         from jaxconv.runtimes.tf import SavedModelRunner
@@ -109,6 +120,7 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
     from jaxconv.tf import tflite
 
     program = _as_program(fn, specs, constraints)
+    _refuse_a_check_too_large(program, check)
     data = tflite.convert(program, allow_flex=allow_flex, quantize=quantize)
     if path is not None:
         write_bytes(path, data)

@@ -121,8 +121,7 @@ def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> Non
     flat = None if examples is None else tuple(check_inputs.flatten_examples(
         examples, program.arg_specs, program.signature, f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"))
     verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat)
-    check_inputs.require_small_enough(program.signature, check_inputs.size_sets(
-        program.signature, sizes or check_inputs.DEFAULT_SIZES, program.constraints))
+    verify.require_checkable(program.signature, program.constraints)
 
 
 def _print_reports(reports: list) -> None:

@@ -177,6 +177,12 @@ def has_while_loop(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seque
         return None
 
 
+def require_checkable(signature: Any, constraints: Sequence[str] = ()) -> None:
+    """Raise UsageError when the check's inputs and outputs at the current sizes exceed the memory limit."""
+    sizes = current_options().sizes or DEFAULT_SIZES
+    require_small_enough(signature, size_sets(signature, sizes, constraints) or size_sets(signature, SYMBOLIC_SIZES, constraints))
+
+
 def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, given: Sequence[np.ndarray] | None,
                 seed: int, constraints: Sequence[str], options: CheckOptions) -> list[InputSet]:
     sets: list[InputSet] = []
