@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
-from onnxscript.rewriter._rewrite_rule import RewriteRuleClassBase
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 D = ir.DataType
 LOSSLESS_WIDENING = frozenset({

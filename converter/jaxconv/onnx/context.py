@@ -199,7 +199,7 @@ class LoweringContext:
         """A constant tensor (an initializer, deduplicated for small values)."""
         arr = np.asarray(value)
         if dtype is not None:
-            arr = arr.astype(dt.numpy_dtype(dtype))
+            arr = arr.astype(dt.numpy_dtype(dtype), copy=False)
         key = None
         if arr.size <= 16:
             key = (arr.dtype.str, arr.shape, arr.tobytes())

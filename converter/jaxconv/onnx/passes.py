@@ -95,22 +95,35 @@ def _should_fold(node: ir.Node) -> bool | None:
     return None
 
 
-def _rules():
-    """onnxscript's default rewrite rules less the two that change IEEE results.
+def _rules() -> list:
+    """onnxscript's default rewrite rules (0.7), named one by one, less two that change IEEE results.
 
-    - ``x + 0 -> x`` turns a -0 result into -0 where the lowering wanted +0 (Relu's ``+ 0.0``).
+    - ``x + 0 -> x`` would turn the lowering's -0 + 0 = +0 (Relu, XLA's max) back into -0.
     - ``Cast(Cast(x, f32), f16) -> Cast(x, f16)`` rounds once instead of twice, which can differ.
+
+    ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included.
     """
-    from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, pattern
-    from onnxscript.rewriter.rules.common import _basic_rules, _no_op
+    from onnxscript.rewriter.rules import common as c
 
     from jaxconv.onnx.cast_rules import lossless_cast_round_trip_rule
 
-    dropped = {id(r) for r in _no_op.rules.rules} | {id(_basic_rules.cast_cast_rule)}
-    no_ops = [*_no_op.mul_by_1_rule.commute(), _no_op.sub_0_rule, _no_op.div_by_1_rule,
-              _no_op.dropout_zero_rule, _no_op.dropout_inference_rule]
-    kept = [r for r in _DEFAULT_REWRITE_RULES if id(r) not in dropped]
-    return pattern.RewriteRuleSet([*no_ops, *kept, lossless_cast_round_trip_rule])
+    return [
+        *c.mul_by_1_rule.commute(), c.sub_0_rule, c.div_by_1_rule, c.dropout_zero_rule, c.dropout_inference_rule,
+        c.one_reshape_matmul_reshape_rule, c.two_reshapes_matmul_reshape_rule,
+        c.cast_constant_of_shape_rule, c.cast_constant_of_shape_without_value_rule,
+        c.collapse_slice_rule, c.collapse_slice2_rule, c.materialize_reshape_shape_rule,
+        c.min_min_rule, c.max_max_rule, c.min_max_rule, c.max_min_rule,
+        c.successive_clip_relu_rule, c.successive_relu_clip_rule, c.successive_relu_rule, c.successive_clip_rule,
+        c.no_op_cast_rule, c.no_op_expand_rule, c.flatten_to_reshape_rule, c.reshape_reshape_rule,
+        c.slice_split_rule, c.no_op_transpose_rule, c.transpose_transpose_rule, c.unsqueeze_unsqueeze_rule,
+        c.squeeze_reshape_1d_rule, c.no_op_dynamic_scatter_nd_rule, c.no_op_static_scatter_nd_rule,
+        c.normalize_pad_format_conv_rule, c.normalize_pad_format_conv_integer_rule,
+        c.fuse_pad_into_conv_rule, c.fuse_pad_into_conv_integer_rule,
+        c.fuse_batchnorm_into_conv_rule, c.fuse_batchnorm_into_conv_transpose_rule, c.fuse_batchnorm_into_gemm_rule,
+        c.remove_optional_bias_from_conv_rule, c.remove_optional_bias_from_conv_transpose_rule,
+        c.remove_optional_bias_from_qlinear_conv_rule, c.remove_optional_bias_from_gemm_rule,
+        lossless_cast_round_trip_rule,
+    ]
 
 
 def clean_up(model: ir.Model) -> None:
@@ -138,11 +151,10 @@ def _quiet(*names: str) -> Iterator[None]:
 
 
 def _clean_up(model: ir.Model) -> None:
-    from onnxscript.optimizer._constant_folding import FOLDED_FROM_KEY, FoldConstantsPass
+    from onnxscript.optimizer import FOLDED_FROM_KEY
 
     loop = ir.passes.PassManager([
-        FoldConstantsPass(shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
-                          output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold),
+        _FoldPass(),
         _RewritePass(_rules()),
         common_passes.RemoveUnusedNodesPass(),
     ], steps=2, early_stop=True)
@@ -159,6 +171,17 @@ def _clean_up(model: ir.Model) -> None:
         value.metadata_props.pop(FOLDED_FROM_KEY, None)
 
 
+class _FoldPass(ir.passes.InPlacePass):
+    """onnxscript's constant folding (with ONNX shape inference per node) under jaxconv's size limits."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnxscript.optimizer import fold_constants
+
+        result = fold_constants(model, onnx_shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
+                                output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold)
+        return ir.passes.PassResult(model, result.modified)
+
+
 class _RewritePass(ir.passes.InPlacePass):
     """onnxscript's RewritePass, trying only the rules whose every op occurs in the model.
 
@@ -169,8 +192,7 @@ class _RewritePass(ir.passes.InPlacePass):
     def __init__(self, rules) -> None:
         super().__init__()
         self.rules = list(rules)
-        self.needs = [{n.op_identifier()[:2] for n in r._target_pattern if n.op_identifier() is not None}
-                      for r in self.rules]
+        self.needs = [_ops_of(r) for r in self.rules]
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnxscript.rewriter import pattern
@@ -179,6 +201,19 @@ class _RewritePass(ir.passes.InPlacePass):
         rules = [r for r, need in zip(self.rules, self.needs) if need <= present]
         count = pattern.RewriteRuleSet(rules).apply_to_model(model) if rules else 0
         return ir.passes.PassResult(model, bool(count))
+
+
+def _ops_of(rule) -> set[tuple[str, str]]:
+    """(domain, op type) of every node in a rule's pattern; empty (always tried) when unknown."""
+    target = getattr(rule, "_target_pattern", None)  # onnxscript keeps it private: degrade to trying the rule
+    if target is None:
+        return set()
+    ops = set()
+    for node in target:
+        ident = node.op_identifier()
+        if ident is not None:
+            ops.add(tuple(ident[:2]))
+    return ops
 
 
 def _values(graph: ir.Graph) -> list[ir.Value]:
