@@ -58,6 +58,19 @@ SOURCES = {
                 return a + 1
             return jax.lax.fori_loop(0, 3, body, x)
         """),
+    "static_jit.py": textwrap.dedent("""\
+        from functools import partial
+
+        import jax
+
+
+        @partial(jax.jit, static_argnums=1)
+        def f(x, n):
+            return x * n
+        """),
+    "traced_size.py": "import jax.numpy as jnp\n\n\ndef f(x, n):\n    return x + jnp.zeros(n)\n",
+    "add.py": "def f(x, y):\n    return x + y\n",
+    "reshape.py": "def f(x):\n    return x.reshape(2, -1)\n",
     "exits.py": "import sys\nsys.exit(3)\n",
     "bad_import.py": "import not_a_module_xyz\n\n\ndef f(x):\n    return x\n",
     "raises.py": "x = 1\nraise ValueError('boom')\n",
@@ -134,9 +147,15 @@ def test_function_that_does_not_trace(folder, capsys, src, words):
     _expect(folder, capsys, _onnx(src), TraceError, "tracing f failed", *words)
 
 
-def test_shapes_that_do_not_fit_the_function(folder, capsys):
-    _expect(folder, capsys, _onnx("matmul.py", "f32[3,4]", "f32[5,6]"), TraceError, "matmul.py:2",
-            "contracting dimensions")
+@pytest.mark.parametrize("src, specs, words", [
+    ("matmul.py", ("f32[3,4]", "f32[5,6]"), ("matmul.py:2", "contracting dimensions")),
+    ("add.py", ("f32[b]", "f32[c]"), ("add.py:2", "incompatible shapes for broadcasting: (b,), (c,)")),
+    ("reshape.py", ("f32[b]",), ("reshape.py:2", "Cannot divide evenly")),
+    ("traced_size.py", ("f32[3]", "i32[]"), ("traced_size.py:5", "concrete values")),
+    ("static_jit.py", ("f32[3]", "i32[]"), ("static_jit.py:8", "a static argument of jax.jit received a spec")),
+])
+def test_specs_that_do_not_fit_the_function(folder, capsys, src, specs, words):
+    _expect(folder, capsys, _onnx(src, *specs), TraceError, *words)
 
 
 @pytest.mark.parametrize("src, name, line", [

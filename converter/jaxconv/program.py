@@ -113,7 +113,11 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
             where = f" at {mine[-1].filename}:{mine[-1].lineno}"
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
-    return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}"
+    hint = ""
+    if "ShapeDtypeStruct" in first:  # jit(static_argnums=...) passed a spec through as a Python value
+        hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
+                "fix static values with functools.partial or a wrapper function)")
+    return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
 
 
 def _check_constraints(constraints: Sequence[str]) -> None:
