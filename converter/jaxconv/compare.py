@@ -238,7 +238,7 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
     counts = np.bincount(cls.ravel(), minlength=len(CLASS_NAMES))
     parts = []
     if counts[FLOAT64]:
-        parts.append(f"{counts[FLOAT64]} within JAX's float32 accuracy against float64")
+        parts.append(f"{counts[FLOAT64]} within JAX's {COMPONENT.get(expected.dtype.name, expected.dtype.name)} accuracy against float64")
     if counts[SUBNORMAL]:
         parts.append(f"{counts[SUBNORMAL]} differ only in subnormals (XLA on the CPU flushes them to zero)")
     if counts[UNDECIDED]:
