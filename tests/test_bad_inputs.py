@@ -319,6 +319,24 @@ def test_bad_artifact_to_check(folder, capsys, artifact, words):
     _expect(folder, capsys, ["check", artifact, "ok.py", "--specs", "f32[3]"], ArtifactError, *words)
 
 
+@pytest.mark.parametrize("name, words", [("bad.onnx", ("bad.onnx",)), ("bad.jaxexport", ("bad.jaxexport",)),
+                                         ("truncated.onnx", ("truncated.onnx",))])
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_corrupt_artifacts(folder, capsys, onnx_file, name, words, command):
+    if name == "truncated.onnx":
+        (folder / name).write_bytes((folder / onnx_file).read_bytes()[:100])
+    else:
+        (folder / name).write_bytes(b"garbage")
+    args = ["inspect", name] if command == "inspect" else ["check", name, "ok.py", "--specs", "f32[3]"]
+    _expect(folder, capsys, args, ArtifactError, *words)
+
+
+def test_check_with_more_specs_than_the_artifact_takes(folder, capsys, onnx_file):
+    (folder / "two.py").write_text("def f(x, y):\n    return x + y\n")
+    _expect(folder, capsys, ["check", onnx_file, "two.py", "--specs", "f32[3]", "f32[3]"], ArtifactError,
+            "takes 1 inputs, got 2")
+
+
 @pytest.mark.xfail(strict=True, reason="runtimes/onnxrt.py passes ONNX Runtime's three-line shape message through")
 def test_check_with_specs_that_do_not_fit_the_artifact(folder, capsys, onnx_file):
     code, _, err = _run(["check", onnx_file, "ok.py", "--specs", "f32[4]"], capsys)
