@@ -50,7 +50,7 @@ class Limitation:
 
     def expected(self) -> str:
         """The expected failure in words: ``convert error matching /tfl\\.add/``."""
-        if self.stage != "compare" or self.pattern and not (self.outputs or self.classes or self.max_abs is not None):
+        if self.stage != "compare" or (self.pattern and not (self.outputs or self.classes or self.max_abs is not None)):
             return f"{self.stage} error matching /{self.pattern}/"
         parts = [f"output(s) {', '.join(map(str, self.outputs))}" if self.outputs else "any output"]
         if self.classes:
