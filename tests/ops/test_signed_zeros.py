@@ -101,3 +101,11 @@ def test_float64_select_keeps_negative_zero(x64):
     a, b = (v.astype(F64) for v in grid(SIGNED_ZEROS))
     cond = np.arange(a.size) % 2 == 0
     check(lambda c, a, b: (jnp.where(c, a, b), jnp.maximum(a, b), jnp.minimum(a, b)), cond, a, b)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_single_term_dot_keeps_negative_zero(opset):
+    """XLA multiplies when the contraction has one term; ONNX Runtime's MatMul adds the product to +0."""
+    a = np.array([-0.0, 0.0, -1.0, 2.0], np.float32)
+    b = np.array([1.8e19, -3.0, 0.0, -0.0], np.float32)
+    check(lambda a, b: (a[:1] @ b[:1], jnp.outer(a, b), a[:, None] @ b[None, :2]), a, b, opset=opset)

@@ -27,6 +27,7 @@ CASES = {
     "argmax": (lambda x: jnp.argmax(x, axis=1), E),
     "dot_empty_batch": (lambda x, w: x @ w, E, np.ones((3, 2), np.float32)),
     "dot_empty_contraction": (lambda x, w: x @ w, np.ones((2, 0), np.float32), np.ones((0, 4), np.float32)),
+    "dot_empty_contraction_scalar_i16": (lambda x, y: x @ y, np.zeros((0,), np.int16), np.zeros((0,), np.int16)),
     "dot_int": (lambda x, w: x @ w, EI, np.ones((3, 2), np.int32)),
     "conv": (lambda x, w: lax.conv_general_dilated(x, w, (1,), "SAME"), np.zeros((0, 1, 5), np.float32),
              np.ones((2, 1, 3), np.float32)),

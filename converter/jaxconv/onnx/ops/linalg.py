@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._common import where
@@ -47,6 +49,9 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
     work = matmul_dtype(result.dtype)
+    contraction = [lhs_t.shape[d] for d in lc]
+    if result.is_static and (0 in result.shape or 0 in contraction):
+        return ctx.const(np.zeros(result.shape, dt.numpy_dtype(result.dtype)))  # nothing to multiply
     lhs = ctx.cast_if(inputs[0], lhs_t.dtype, work)
     rhs = ctx.cast_if(inputs[1], rhs_t.dtype, work)
     lhs = transpose(ctx, lhs, lb + lf + lc)
@@ -56,7 +61,10 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     nb = len(lb)
     lhs = _group(ctx, lhs, lhs_dims, nb, len(lf), len(lc))
     rhs = _group(ctx, rhs, rhs_dims, nb, len(rc), len(rf))
-    out = ctx.op("MatMul", [lhs, rhs])
+    if all(d == 1 for d in contraction):
+        out = ctx.op("Mul", [lhs, rhs])  # one product per element: exact, and -0 stays -0 (MatMul adds it to +0)
+    else:
+        out = ctx.op("MatMul", [lhs, rhs])
     if not (len(lf) == 1 and len(rf) == 1):
         if result.is_static:
             shape = ctx.i64(result.shape)
@@ -211,7 +219,6 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, 
     Column j: v = a[:, j] - L[:, :j] @ L[j, :j]^T, L[j, j] = sqrt(v[j]), L[i, j] = v[i] / L[j, j] below.
     Each v[j] ([..., 1, 1]) is appended to ``pivots`` when given.
     """
-    import numpy as np
 
     cols: list[str] = []
     for j in range(m):
