@@ -124,3 +124,8 @@ def test_bad_check_sizes(text):
     with pytest.raises(UsageError, match="--check-sizes"):
         parse_sizes(text)
     assert parse_sizes("1, 3") == (1, 3)
+
+
+def test_a_static_zero_size_dimension_beside_a_symbolic_one_keeps_every_size():
+    p = _program(lambda x: x * 2, "f32[b,0]")
+    assert size_sets(p.signature, (2, 5, 1)) == [{"b": 2}, {"b": 5}, {"b": 1}]

@@ -105,7 +105,8 @@ def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[
         else:
             chosen = _dim_sizes(signature, size, constraints)
         try:
-            if any(min(concrete_shape(t.shape, chosen), default=1) < 1 for t in signature.inputs if t.symbolic):
+            if any(n < 1 for t in signature.inputs for d, n in zip(t.shape, concrete_shape(t.shape, chosen))
+                   if isinstance(d, str)):
                 continue
         except Exception:  # noqa: BLE001  (an expression we cannot evaluate: leave the size out)
             continue
