@@ -190,7 +190,8 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
         sets.append(InputSet("given", check_arrays(given, signature, "inputs")))
     if options.examples is not None:
         sets.append(InputSet("example", check_arrays(options.examples, signature, "example inputs")))
-    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES, constraints) or size_sets(signature, SYMBOLIC_SIZES, constraints)
+    sizes = (size_sets(signature, options.sizes or DEFAULT_SIZES, constraints) or size_sets(signature, SYMBOLIC_SIZES, constraints)
+             or [_dim_sizes(signature, SYMBOLIC_SIZES[0], constraints)])
     require_small_enough(signature, sizes)
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
     if options.edge:
