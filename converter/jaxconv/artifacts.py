@@ -1,4 +1,7 @@
-"""Write artifacts atomically: to a temporary path beside the target, then rename."""
+"""Write artifacts atomically: to a temporary path beside the target, then rename.
+
+Output folders are replaced only when nothing of the user's would be lost: see ``check_output_dir``.
+"""
 
 from __future__ import annotations
 
