@@ -211,3 +211,21 @@ def test_large_models_are_saved_with_external_data(tmp_path, monkeypatch):
     assert any(len(t.raw_data) == weights.nbytes for t in model.graph.initializer)  # returned model keeps its weights
     x = np.ones((2, 256), np.float32)
     np.testing.assert_allclose(OnnxRunner(str(path)).run([x])[0], x @ weights, rtol=1e-5)
+
+
+def test_outputs_that_are_inputs_constants_or_repeats_keep_their_names():
+    def f(x):
+        return x, jnp.arange(3.0), x, jnp.full((2,), 7, jnp.int32), jnp.exp(x)
+
+    model = assert_onnx_matches_jax(f, np.ones(3, np.float32))
+    assert [o.name for o in model.graph.output] == [f"output_{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("fn", [lambda x: jnp.clip(x, 0.0, 6.0), lambda x: jnp.minimum(jnp.maximum(x, -1.0), 1.0),
+                                lambda x: jnp.maximum(jnp.maximum(x, 0.5), 2.0)], ids=["clip", "min_max", "max_max"])
+def test_min_max_chains_keep_nan_and_signed_zero(fn):
+    x = np.array([np.nan, -0.0, 0.0, -np.inf, np.inf, 3.0, 7.0, -3.0], np.float32)
+    model = assert_onnx_matches_jax(fn, x)
+    got, want = _run(model, x)[0], np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
