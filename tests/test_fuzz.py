@@ -194,6 +194,9 @@ def test_known_table_matches_classes_and_every_row_has_a_reason():
     assert "nan-input" in nan and known.match("bitcast_f32_u32/f32/value", nan) is not None
     assert known.match("bitcast_f32_u32/f32/value", known.facts([np.float32([1.0])])) is None
     assert "zero-size" in known.facts([np.zeros((2, 0), np.int8)])
+    huge = known.facts([np.float32([1.0, 3.4e38, -3.4e38])])
+    assert known.match("reduce_sum/f32/value", huge) is not None and known.match("reduce_sum/f32/value") is None
+    assert known.match("expm1+bitcast_f32_i32/f32/value") is not None
     assert all(row.reason.strip() for row in known.KNOWN)
 
 

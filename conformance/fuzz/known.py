@@ -19,7 +19,8 @@ import numpy as np
 class Known:
     """A class pattern, the reason, and facts the minimised failure must show (all of them).
 
-    Facts: ``nan-input`` (an input holds a NaN), ``inf-input``, ``zero-size`` (some value has no elements).
+    Facts: ``nan-input`` (an input holds a NaN), ``inf-input``, ``huge-input`` (a finite input within
+    a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements).
     """
 
     pattern: str
@@ -30,10 +31,21 @@ class Known:
 FTZ = "XLA on CPU flushes subnormal floats to zero, ONNX Runtime keeps them (README: Known differences)"
 NAN_BITS = "without ONNX BitCast (opset < 26) the sign and payload of a NaN cannot be read (README: Known differences)"
 
+ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); "
+            "a bitcast of the result shows the bits")
+SUM_ORDER = ("a sum whose terms overflow or cancel near the largest float depends on the order of additions; "
+             "XLA and ONNX Runtime add in different orders, and neither result is more accurate")
+HUGE = frozenset({"huge-input"})
+
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("bitcast_f*/*/value", NAN_BITS, frozenset({"nan-input"})),
     Known("bitcast_bf16*/*/value", NAN_BITS, frozenset({"nan-input"})),
+    Known("*+bitcast_f*/*/value", ULP_BITS),
+    Known("*+bitcast_bf16*/*/value", ULP_BITS),
+    *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
+      for op in ("reduce_sum", "reduce_mean", "reduce_window_add", "cumsum", "matmul", "dot_general_f32", "conv")
+      for kind in ("value", "nan", "inf")),
 )
 
 
@@ -48,6 +60,11 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = ()) -> frozenset[
                 found.add("nan-input")
             if np.isinf(wide).any():
                 found.add("inf-input")
+            import ml_dtypes
+
+            finite = wide[np.isfinite(wide)]
+            if finite.size and np.abs(finite).max() >= float(ml_dtypes.finfo(a.dtype).max) / 16:
+                found.add("huge-input")
         if a.size == 0:
             found.add("zero-size")
     if any(n == 0 for n in sizes):
