@@ -293,6 +293,12 @@ def load(path: str = JSON_PATH) -> dict[str, Any]:
         return json.load(f)
 
 
+def _detail(record: Mapping[str, Any]) -> str:
+    """`` at stage: error`` (or `` (error)`` when there is no stage) for a --check line."""
+    error, stage = record.get("error", ""), record.get("stage", "")
+    return f" at {stage}: {error}" if error and stage else f" ({error})" if error else ""
+
+
 def compare_reports(run: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
     """Differences in status between a run and the committed report (only what the run covered)."""
     diffs: list[str] = []
@@ -303,8 +309,7 @@ def compare_reports(run: Mapping[str, Any], committed: Mapping[str, Any]) -> lis
         if before is None:
             diffs.append(f"{'/'.join(key)}: {c['status']} (not in the committed report)")
         elif before["status"] != c["status"]:
-            detail = f" at {c['stage']}: {c['error']}" if c.get("error") else ""
-            diffs.append(f"{'/'.join(key)}: committed {before['status']}, now {c['status']}{detail}")
+            diffs.append(f"{'/'.join(key)}: committed {before['status']}, now {c['status']}{_detail(c)}")
     if run.get("testdata") and committed.get("testdata"):
         old_files = {f["file"]: f for f in committed["testdata"]["files"]}
         for f in run["testdata"]["files"]:
@@ -312,8 +317,7 @@ def compare_reports(run: Mapping[str, Any], committed: Mapping[str, Any]) -> lis
             if before is None:
                 diffs.append(f"testdata {f['file']}: {f['status']} (not in the committed report)")
             elif before["status"] != f["status"]:
-                diffs.append(f"testdata {f['file']}: committed {before['status']}, now {f['status']}"
-                             f"{' at ' + f['stage'] + ': ' + f['error'] if f.get('error') else ''}")
+                diffs.append(f"testdata {f['file']}: committed {before['status']}, now {f['status']}{_detail(f)}")
     return diffs
 
 

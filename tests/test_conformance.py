@@ -374,6 +374,9 @@ def test_ran_without_expectations_is_counted_apart_from_pass():
     changed = report.build([], {}, [testdata.FileResult("dynamic/b.mlir", "add", "dynamic", status="pass")],
                            targets=["onnx"], devices=["cpu"])
     assert report.compare_reports(changed, data) == ["testdata dynamic/b.mlir: committed ran, now pass"]
+    no_reference = testdata.FileResult("dynamic/b.mlir", "add", "dynamic", status="ran", error="no reference: why")
+    assert report.compare_reports(report.build([], {}, [no_reference], targets=["onnx"], devices=["cpu"]), changed) == [
+        "testdata dynamic/b.mlir: committed pass, now ran (no reference: why)"]
 
 
 def test_report_gpu_column_and_check():
