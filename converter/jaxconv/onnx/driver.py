@@ -125,8 +125,9 @@ def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
         v.name = io.name  # the Identity goes when the clean-up finds it useless
         v.dtype, v.shape = ir_dtype(io.dtype), ir_shape(io.dims)
         graph_outputs.append(v)
+    domains = {n.domain for n in ctx.created if n.domain not in ("", "ai.onnx")}
     graph = ir.Graph(graph_inputs, graph_outputs, nodes=ctx.scope.nodes, name=graph_name,
-                     opset_imports={"": opset})
+                     opset_imports={"": opset, **{d: 1 for d in sorted(domains)}})
     for v in ctx.initializers:
         graph.register_initializer(v)
     _detach_orphans(graph, ctx.created)

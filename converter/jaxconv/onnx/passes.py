@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -242,13 +242,10 @@ def _name_outputs_directly(graph: ir.Graph) -> None:
             continue
         out.name = None
         src.name = name
-        src.dtype = out.dtype if src.type is None else src.dtype
-        if src.shape is None or out.shape is not None:
-            src.shape = out.shape
+        if src.type is None:
+            src.type = out.type
+        if out.shape is not None:
+            src.shape = out.shape  # the signature's shape, symbolic dims named
         graph.outputs[index[0]] = src
         graph.remove(node, safe=True)
 
-
-def output_names(graph: ir.Graph) -> Sequence[str]:
-    """The graph's output names (for tests)."""
-    return [o.name or "" for o in graph.outputs]
