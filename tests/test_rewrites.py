@@ -280,3 +280,25 @@ def test_op_on_two_broadcasts_runs_before_broadcasting():
     assert "Expand" not in [producers.get(i) for i in div.input], "Div still reads full-size broadcasts"
     (got,) = OnnxRunner(model.SerializeToString()).run([x])
     _same(got, jax.jit(fn)(x))
+
+
+def test_consecutive_nhwc_convs_stay_nchw():
+    rng = np.random.default_rng(8)
+    k1 = rng.standard_normal((3, 3, 4, 8)).astype(np.float32) / 6
+    k2 = rng.standard_normal((3, 3, 8, 8)).astype(np.float32) / 8
+    b1, b2 = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def fn(x):
+        y = jnp.tanh(conv(x, k1) + b1) * 2.0
+        return conv(y, k2) + b2 - y
+
+    x = rng.standard_normal((2, 8, 8, 4)).astype(np.float32)
+    x[0, 1, 1, 1], x[1, 2, 2, 2] = NAN, -INF
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Transpose") == 2 and ops[0] == "Transpose" and ops[-1] == "Transpose", ops
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    _same(got, jax.jit(fn)(x), rtol=1e-5, atol=1e-5)

@@ -8,6 +8,8 @@ faster without changing the numbers:
   so ORT fuses it into the Conv or Gemm before it;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
+- ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
+  pool layers stay NCHW;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _match, activations, broadcasts, loops, pooling, softmax
+from jaxconv.onnx.rewrites import _match, activations, broadcasts, layout, loops, pooling, softmax
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -31,7 +33,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0}
+    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0, "layout": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["softmax"] += softmax.rewrite(graph)
@@ -39,6 +41,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["broadcasts"] += broadcasts.rewrite(graph)
         fired["pooling"] += pooling.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
+    fired["layout"] = layout.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired

@@ -143,3 +143,40 @@ def all_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
                 yield a.value
             elif a.type == ir.AttributeType.GRAPHS:
                 yield from a.value
+
+
+def folded(value: ir.Value | None, limit: int = 1 << 16) -> np.ndarray | None:
+    """``value``'s content when it is a constant or an Unsqueeze/Reshape/Expand/Identity chain on one
+    (constant folding has not run yet when the rules do); None otherwise or above ``limit`` elements."""
+    arr = const(value)
+    if arr is not None or value is None:
+        return arr
+    node = producer(value, *SHAPE_OPS)
+    if node is None or node.op_type == "Squeeze":
+        return None
+    src = folded(node.inputs[0], limit)
+    if src is None:
+        return None
+    if node.op_type == "Identity":
+        return src
+    arg = const(node.inputs[1]) if len(node.inputs) > 1 else None
+    if arg is None:
+        return None
+    arg = [int(a) for a in np.atleast_1d(arg)]
+    try:
+        if node.op_type == "Unsqueeze":
+            rank = src.ndim + len(arg)
+            out = src
+            for a in sorted(a % rank for a in arg):
+                out = np.expand_dims(out, a)
+            return out
+        if node.op_type == "Reshape":
+            if any(d == 0 for d in arg):
+                return None
+            return src.reshape(arg)
+        shape = np.broadcast_shapes(src.shape, tuple(arg))
+        if int(np.prod(shape)) > limit:
+            return None
+        return np.broadcast_to(src, shape)
+    except ValueError:
+        return None

@@ -1,0 +1,148 @@
+"""Keep NCHW between consecutive conv, pool and elementwise layers.
+
+The lowering gives every Conv and pooling its own NHWC->NCHW Transpose in front and NCHW->NHWC
+behind, so ORT converts layouts around every layer and cannot fuse a bias Add or Relu into the
+Conv. This pass pushes each Transpose down through the ops that do not care about layout
+(elementwise ops, with constants transposed to match; sums over axes), where it meets the next
+layer's inverse Transpose and both go. A model then keeps one transpose at its input and one at its
+output. Only moves that do not add transposes are made.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+_UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Reciprocal", "Erf", "Sigmoid",
+                    "IsNaN", "IsInf", "Not", "Sign", "Floor", "Ceil", "Round", "Identity"})
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater",
+                     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
+_REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
+MAX_ROUNDS = 64
+
+
+def _perm(node: ir.Node | None) -> list[int] | None:
+    if node is None or node.op_type != "Transpose" or node.domain != "":
+        return None
+    p = m.attr(node, "perm")
+    return None if p is None else [int(i) for i in p]
+
+
+def _transposed(value: ir.Value | None, perm: list[int]) -> ir.Value | None:
+    """The input of a ``Transpose(perm)`` producing ``value``."""
+    node = value.producer() if value is not None else None
+    return node.inputs[0] if _perm(node) == perm else None
+
+
+def _const_for(graph: ir.Graph, value: ir.Value, perm: list[int]) -> ir.Value | None:
+    """``value`` (a constant broadcast against a transposed tensor) laid out for the untransposed one."""
+    arr = m.folded(value)
+    if arr is None or arr.ndim > len(perm):
+        return None
+    full = arr.reshape((1,) * (len(perm) - arr.ndim) + arr.shape)
+    moved = np.ascontiguousarray(full.transpose(np.argsort(perm)))
+    new = ir.Value(name=f"{value.name or 'c'}_{'_'.join(map(str, np.argsort(perm)))}", const_value=ir.tensor(moved))
+    new.type = value.type
+    new.shape = ir.Shape(moved.shape)
+    while new.name in graph.initializers:
+        new.name += "_"
+    graph.register_initializer(new)
+    return new
+
+
+def _emit(graph: ir.Graph, node: ir.Node, new: ir.Node, perm: list[int] | None) -> None:
+    """Replace ``node``'s output by ``new`` (followed by ``Transpose(perm)`` unless perm is None)."""
+    old = node.outputs[0]
+    if perm is not None:
+        dims = list(old.shape) if old.shape is not None and len(old.shape) == len(perm) else [None] * len(perm)
+        inner = [None] * len(perm)
+        for i, d in enumerate(dims):
+            inner[perm[i]] = d
+        new.outputs[0].shape = ir.Shape(inner)
+        new.outputs[0].type = old.type
+    nodes = [new] if perm is None else [new, ir.node("Transpose", [new.outputs[0]], {"perm": perm})]
+    m.replace(graph, old, nodes, node)
+    graph.remove(node, safe=True)
+
+
+def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
+    perm = _perm(t)
+    x = t.inputs[0]
+    out = t.outputs[0]
+    op = use.op_type
+    if use.domain != "" or len(use.outputs) != 1:
+        return False
+    attrs = dict(use.attributes)
+    if op == "Transpose":
+        q = _perm(use)
+        combined = [perm[i] for i in q]
+        if combined == sorted(combined):
+            if use.outputs[0].is_graph_output():
+                return False
+            use.outputs[0].replace_all_uses_with(x)
+            graph.remove(use, safe=True)
+            return True
+        _emit(graph, use, ir.node("Transpose", [x], {"perm": combined}), None)
+        return True
+    if op in _UNARY and single and use.inputs[0] is out:
+        _emit(graph, use, ir.node(op, [x], attrs), perm)
+        return True
+    if op in _BINARY and len(use.inputs) == 2:
+        k = 0 if use.inputs[0] is out else 1
+        other = use.inputs[1 - k]
+        if other is out:
+            new_other = x
+        else:
+            new_other = _transposed(other, perm)
+            if new_other is None:
+                if not single or m.folded(other) is None:
+                    return False
+                new_other = _const_for(graph, other, perm)
+                if new_other is None:
+                    return False
+        inputs = [x, new_other] if k == 0 else [new_other, x]
+        _emit(graph, use, ir.node(op, inputs, attrs), perm)
+        return True
+    if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:
+        axes = m.reduce_axes(use)
+        if axes is None or not axes:
+            return False
+        axes = tuple(a % len(perm) for a in axes)
+        kept = [perm[i] for i in range(len(perm)) if i not in axes]
+        if kept != sorted(kept):
+            return False
+        new_axes = sorted(perm[a] for a in axes)
+        inputs = [x, *use.inputs[1:]]
+        if len(use.inputs) > 1 and use.inputs[1] is not None:
+            c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(new_axes, np.int64))})
+            graph.insert_before(use, c)
+            inputs[1] = c.outputs[0]
+        else:
+            attrs["axes"] = ir.AttrInt64s("axes", new_axes)
+        _emit(graph, use, ir.node(op, inputs, attrs), None)
+        return True
+    return False
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Push Transposes down through layout-blind ops until they cancel; returns how many moves."""
+    count = 0
+    for _ in range(MAX_ROUNDS):
+        moved = False
+        for t in list(graph):
+            if t.graph is not graph or _perm(t) is None or t.inputs[0] is None:
+                continue
+            uses = list(t.outputs[0].uses())
+            if t.outputs[0].is_graph_output() or not uses:
+                continue
+            single = len({id(u.node) for u in uses}) == 1
+            for use in {id(u.node): u.node for u in uses}.values():
+                if use.graph is graph and _sink_one(graph, t, use, single):
+                    count += 1
+                    moved = True
+                    break
+        if not moved:
+            break
+    return count
