@@ -318,3 +318,14 @@ def test_inputs_given_to_the_api_are_checked_against_the_signature():
     with check_options(examples=(np.ones((7, 3), np.float32),), sizes=(2,), edge=False):
         report = check_runner(runner, "x2", program.fn, program.arg_specs, program.signature)
     assert [(r.inputs, r.shape) for r in report.rows] == [("example", (7, 3)), ("random", (2, 3))]
+
+
+def test_zero_size_outputs_are_checked_on_every_input_set():
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner
+
+    program = trace(lambda x: x[2:2] * 2, ["f32[4,3]"])
+    report = check_runner(_NumpyRunner(lambda x: x[2:2] * 2), "empty", program.fn, program.arg_specs, program.signature)
+    assert report.ok and [(r.inputs, r.shape) for r in report.rows] == [("random", (0, 3)), ("edge", (0, 3))]
+    wrong = check_runner(_NumpyRunner(lambda x: x[2:3] * 2), "empty", program.fn, program.arg_specs, program.signature)
+    assert not wrong.ok and "shape [1, 3] != [0, 3]" in wrong.rows[0].note

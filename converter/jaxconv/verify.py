@@ -252,7 +252,7 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     """
     names = [info.name for info in signature.outputs]
     judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
-    open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max() == MISMATCH]
+    open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max(initial=OK) == MISMATCH]
     if not open_:
         return [row for row, _ in judged]
     floats = [i for i in open_ if is_float(expected[i])]
@@ -270,7 +270,7 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
                 refs = References(float64=t, eager=as_float64(eager[i]) if eager is not None else None,
                                   spread=spread[i] if spread is not None else None, why_not=why if t is None else "")
             judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, refs=refs, inputs=label, explained=explained.get(i))
-        left = [i for i in floats if judged[i][1] is not None and judged[i][1].max() >= UNDECIDED
+        left = [i for i in floats if judged[i][1] is not None and judged[i][1].max(initial=OK) >= UNDECIDED
                 and (truth is None or not is_narrow_float(expected[i].dtype))]
         if attempt or not left:
             break
