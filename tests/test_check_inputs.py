@@ -129,3 +129,18 @@ def test_bad_check_sizes(text):
 def test_a_static_zero_size_dimension_beside_a_symbolic_one_keeps_every_size():
     p = _program(lambda x: x * 2, "f32[b,0]")
     assert size_sets(p.signature, (2, 5, 1)) == [{"b": 2}, {"b": 5}, {"b": 1}]
+
+
+def test_bfloat16_subnormals_are_flushed_like_float32_ones_but_float16_ones_are_not():
+    """XLA on the CPU: bf16 1e-39 / itself is NaN (read as 0/0); f16 1e-7 / itself is 1."""
+    import jax
+
+    from jaxconv.check_inputs import flush_subnormals
+
+    b = np.array([1e-39, -1e-39, 1.0], ml_dtypes.bfloat16)
+    assert np.isnan(np.asarray(jax.jit(lambda x: x / x)(b), np.float32)[0])
+    (flushed,) = flush_subnormals([b])
+    assert list(flushed.astype(np.float32)) == [0.0, 0.0, 1.0] and np.signbit(flushed.astype(np.float32)[1])
+    h = np.array([1e-7, 1.0], np.float16)
+    assert np.asarray(jax.jit(lambda x: x / x)(h))[0] == 1
+    assert flush_subnormals([h]) is None

@@ -205,16 +205,19 @@ def edge_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet
 
 
 def flush_subnormals(arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
-    """The arrays with float32/float64 subnormals replaced by a zero of the same sign; None if there are none.
+    """The arrays with float32/float64/bfloat16 subnormals replaced by a zero of the same sign; None if there are none.
 
-    XLA on the CPU reads subnormal float32/float64 operands as zero; float16 and bfloat16 are
-    computed in float32, where their subnormals are normal numbers.
+    XLA on the CPU reads subnormal float32/float64 operands as zero. bfloat16 has float32's
+    exponent range, so its subnormals are float32 subnormals and are flushed too; float16 is
+    computed in float32, where its subnormals are normal numbers.
     """
+    import ml_dtypes
+
     out, changed = [], False
     for x in arrays:
         x = np.asarray(x)
-        if x.dtype.name in ("float32", "float64", "complex64", "complex128"):
-            tiny = np.finfo(x.dtype).tiny
+        if x.dtype.name in ("float32", "float64", "bfloat16", "complex64", "complex128"):
+            tiny = float(ml_dtypes.finfo(x.real.dtype).tiny)
             parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
             flushed = [np.where((p != 0) & (np.abs(p) < tiny), np.copysign(np.zeros((), p.dtype), p), p) for p in parts]
             if any(not np.array_equal(f, p) for f, p in zip(flushed, parts)):
