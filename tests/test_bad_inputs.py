@@ -192,7 +192,8 @@ def test_equinox_with_eqx_on_error_nan_converts(tmp_path):
     pytest.importorskip("equinox")
     (tmp_path / "eqx_model.py").write_text(EQX_MODEL)
     env = dict(os.environ, EQX_ON_ERROR="nan", PYTHONPATH=os.path.join(ROOT, "converter"))
-    r = subprocess.run([sys.executable, "-m", "jaxconv", "to-onnx", "eqx_model.py", "--specs", "f32[5]", "-o", "m.onnx"],
+    command = ["to-onnx", "eqx_model.py", "--specs", "f32[5]", "-o", "m.onnx"]
+    r = subprocess.run([sys.executable, "-m", "jaxconv", *command],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "m.onnx").exists()
@@ -255,7 +256,8 @@ def test_zero_size_input_converts(folder, capsys):
 # ---------------------------------------------------------------- StableHLO files
 
 @pytest.mark.parametrize("src, words", [
-    ("unknown_op.mlir", ("unknown_op.mlir:3:8: not a readable StableHLO module: custom op 'stablehlo.bogus' is unknown",)),
+    ("unknown_op.mlir", ("unknown_op.mlir:3:8: not a readable StableHLO module: "
+                         "custom op 'stablehlo.bogus' is unknown",)),
     ("type_error.mlir", ("type_error.mlir:2:",)),
     ("garbage.mlir", ("garbage.mlir:1:1: ",)),
     ("bytecode.mlirbc", ("bytecode.mlirbc: not a readable StableHLO module",)),

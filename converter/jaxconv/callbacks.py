@@ -98,7 +98,8 @@ def find_callbacks(jaxpr: Any, source_path: str | None = None) -> list[Callback]
     return found
 
 
-def callbacks_of(jitted: Callable[..., Any], arg_specs: Sequence[Any], source_path: str | None = None) -> list[Callback]:
+def callbacks_of(jitted: Callable[..., Any], arg_specs: Sequence[Any],
+                 source_path: str | None = None) -> list[Callback]:
     """Trace ``jitted`` (a ``jax.jit`` object) on ``arg_specs`` and list its host callbacks; [] if tracing fails."""
     try:
         traced = jitted.trace(*arg_specs)
