@@ -294,7 +294,8 @@ def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
     return check_arrays(arrays, signature, path)
 
 
-def flatten_examples(value: Any, arg_specs: Sequence[Any], signature: Signature, source: str = "example_inputs()") -> list[np.ndarray]:
+def flatten_examples(value: Any, arg_specs: Sequence[Any], signature: Signature,
+                     source: str = "example_inputs()") -> list[np.ndarray]:
     """Flat arrays from example arguments as the function takes them (a tuple; one argument may come bare).
 
     Raises:

@@ -238,7 +238,8 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
     counts = np.bincount(cls.ravel(), minlength=len(CLASS_NAMES))
     parts = []
     if counts[FLOAT64]:
-        parts.append(f"{counts[FLOAT64]} within JAX's {COMPONENT.get(expected.dtype.name, expected.dtype.name)} accuracy against float64")
+        precision = COMPONENT.get(expected.dtype.name, expected.dtype.name)
+        parts.append(f"{counts[FLOAT64]} within JAX's {precision} accuracy against float64")
     if counts[SUBNORMAL]:
         parts.append(f"{counts[SUBNORMAL]} differ only in subnormals (XLA on the CPU flushes them to zero)")
     if counts[UNDECIDED]:
@@ -254,8 +255,8 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
             if refs is not None and refs.float64 is not None and expected.dtype.kind != "c":
                 text += f", float64 {show(refs.float64.ravel()[i])}"
             if k == MISMATCH:
-                nan_e, nan_a = bool(np.isnan(e)) if is_float(expected) else False, bool(np.isnan(a)) if is_float(expected) else False
-                what = "NaN positions differ" if nan_e != nan_a else "differ"
+                nan_differs = is_float(expected) and bool(np.isnan(e)) != bool(np.isnan(a))
+                what = "NaN positions differ" if nan_differs else "differ"
                 parts.insert(0, f"{counts[MISMATCH]} of {cls.size} elements {what}, first {text}")
             else:
                 parts.append(f"first undecided {text}")

@@ -19,8 +19,8 @@ import numpy as np
 from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, InputSet, _dim_sizes, check_arrays,  # noqa: F401
                                   concrete_shape, edge_set, flush_subnormals, load_inputs, make_inputs, random_array, random_set,
                                   require_small_enough, size_sets)
-from jaxconv.compare import (MISMATCH, OK, SUBNORMAL, TOLERANCES, UNDECIDED, OutputCheck, References, as_float64, compare,  # noqa: F401
-                             is_float, is_narrow_float, judge, tolerance)
+from jaxconv.compare import (MISMATCH, OK, SUBNORMAL, TOLERANCES, UNDECIDED, OutputCheck, References,  # noqa: F401
+                             as_float64, compare, is_float, is_narrow_float, judge, tolerance)
 from jaxconv.errors import ArtifactError, MismatchError
 
 
@@ -127,7 +127,8 @@ def _widen(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
 
 
-def float64_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
+def float64_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any],
+                    flat: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """jax.jit(fn) with float inputs widened to float64 under x64; (None, why) when that fails."""
     import jax
 
@@ -190,8 +191,8 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
         sets.append(InputSet("given", check_arrays(given, signature, "inputs")))
     if options.examples is not None:
         sets.append(InputSet("example", check_arrays(options.examples, signature, "example inputs")))
-    sizes = (size_sets(signature, options.sizes or DEFAULT_SIZES, constraints) or size_sets(signature, SYMBOLIC_SIZES, constraints)
-             or [_dim_sizes(signature, SYMBOLIC_SIZES[0], constraints)])
+    sizes = (size_sets(signature, options.sizes or DEFAULT_SIZES, constraints)
+             or size_sets(signature, SYMBOLIC_SIZES, constraints) or [_dim_sizes(signature, SYMBOLIC_SIZES[0], constraints)])
     require_small_enough(signature, sizes)
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
     if options.edge:
