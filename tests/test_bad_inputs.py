@@ -247,10 +247,10 @@ def test_spec_count(folder, capsys):
     _expect(folder, capsys, _onnx("ok.py", "f32[3]", "i32[2]"), UsageError, "takes 1 positional argument(s) (x)")
 
 
-@pytest.mark.xfail(strict=True, reason="verify.py: the check fails with an internal error on a zero-size output")
 def test_zero_size_input_converts(folder, capsys):
     code, _, err = _run(["to-onnx", "ok.py", "--specs", "f32[0]", "-o", "z.onnx"], capsys)
     assert code == 0, err
+    assert os.path.getsize(folder / "z.onnx") > 0
 
 
 # ---------------------------------------------------------------- StableHLO files
