@@ -190,13 +190,28 @@ def test_fuzz_program_records_a_planted_mismatch(monkeypatch, tmp_path):
 def test_known_table_matches_classes_and_every_row_has_a_reason():
     assert known.match("add/f32/subnormal") is not None
     assert known.match("where/f32/signed-zero") is None
-    nan = known.facts([np.float32([1.0, np.nan])])
-    assert "nan-input" in nan and known.match("bitcast_f32_u32/f32/value", nan) is not None
-    assert known.match("bitcast_f32_u32/f32/value", known.facts([np.float32([1.0])])) is None
+    assert known.match("bitcast_f32_u32/f32/nan-bits") is not None
+    assert known.match("bitcast_f32_u32/f32/value") is None and known.match("bitcast_f32_u32/f32/last-bit") is None
+    assert "nan-input" in known.facts([np.float32([1.0, np.nan])])
     assert "zero-size" in known.facts([np.zeros((2, 0), np.int8)])
     huge = known.facts([np.float32([1.0, 3.4e38, -3.4e38])])
     assert known.match("reduce_sum/f32/value", huge) is not None and known.match("reduce_sum/f32/value") is None
-    assert known.match("expm1+bitcast_f32_i32/f32/value") is not None
+    assert known.match("expm1+bitcast_f32_i32/f32/last-bit") is not None
+
+
+@pytest.mark.parametrize("expected,actual,kind", [
+    (np.float32([np.nan]).view(np.uint32) | np.uint32(2**31), np.float32([np.nan]).view(np.uint32), "nan-bits"),
+    (np.float32([1.0]).view(np.uint32), np.float32([1.0]).view(np.uint32) + np.uint32(1), "last-bit"),
+    (np.float32([0.0]).view(np.uint32), np.float32([1e-40]).view(np.uint32), "subnormal"),
+    (np.float32([1.0]).view(np.uint32), np.float32([2.0]).view(np.uint32), "value"),
+])
+def test_bitcast_differences_are_read_as_floats(expected, actual, kind):
+    from conformance.fuzz.driver import _bitcast_kind
+
+    p = infer_types(FuzzProgram(inputs=[0], steps=[Step("bitcast_f32_u32", (0,), "lax.bitcast_convert_type({0}, jnp.uint32)", 1)],
+                                outputs=[1], types={0: Value((1,), "float32")}))
+    failure = Failure(p, [np.float32([1.0])], "mismatch", compare_all([expected], [actual]), "", [expected], [actual])
+    assert _bitcast_kind(failure).diff.kind == kind
     assert all(row.reason.strip() for row in known.KNOWN)
 
 

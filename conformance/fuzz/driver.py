@@ -93,17 +93,16 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         failure = Failure(program, outcome.inputs, "mismatch", outcome.diff, outcome.detail, outcome.expected, outcome.actual)
         rec["verdict"] = "silent" if outcome.check == "ok" else "caught"
         rec["input_set"] = outcome.input_set
-    small = _relabel_subnormal(failure, target)  # flushing is cheap to try, and a flushed difference is known
+    small = _relabel_subnormal(_bitcast_kind(failure), target)  # cheap, and a flushed difference is known
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
-        small = minimise(failure, target, full=False)
-        small = _relabel_subnormal(small, target)
+        small = _relabel_subnormal(_bitcast_kind(minimise(failure, target, full=False)), target)
     klass = class_of(small, target)
     rec["class"] = klass
     rec["facts"] = sorted(_facts(small))
     row = known.match(klass, _facts(small))
     rec["known"] = row.reason if row else ""
     if do_minimise and not row and _reproducers_written(folder, klass) < REPRODUCERS_PER_CLASS:
-        small = _relabel_subnormal(minimise(small, target, full=True, max_tries=80, max_seconds=30), target)
+        small = _relabel_subnormal(_bitcast_kind(minimise(small, target, full=True, max_tries=80, max_seconds=30)), target)
         small = _fill_outputs(small, target)
         klass = rec["class"] = class_of(small, target)
         rec["facts"] = sorted(_facts(small))
@@ -115,6 +114,43 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     else:
         rec["description"] = describe(small)
     return rec
+
+
+def _bitcast_kind(failure: Failure) -> Failure:
+    """Read a bitcast's differing integers as the floats they came from.
+
+    ``nan-bits`` when both are NaN (sign or payload differ), ``last-bit`` when the floats agree
+    within tolerance, ``subnormal`` when one of them is; otherwise the kind stays ``value``.
+    """
+    d = failure.diff
+    if failure.status != "mismatch" or d is None or d.kind != "value" or not failure.expected or not failure.actual:
+        return failure
+    out = failure.program.outputs[d.output] if d.output < len(failure.program.outputs) else None
+    step = next((s for s in failure.program.steps if s.out == out), None)
+    if step is None or not step.op.startswith("bitcast_"):
+        return failure
+    from conformance.case import np_dtype
+    from conformance.fuzz.compare import compare_one
+
+    import numpy as np
+
+    source = np_dtype(failure.program.types[step.args[0]].dtype)
+    e, a = np.asarray(failure.expected[d.output]), np.asarray(failure.actual[d.output])
+    if e.dtype.itemsize != source.itemsize or e.shape != a.shape:
+        return failure
+    import ml_dtypes
+
+    ef, af = e.view(source).astype(np.float64), a.view(source).astype(np.float64)
+    x, y = ef[d.index], af[d.index]
+    tiny = float(ml_dtypes.finfo(source).tiny)
+    if np.isnan(x) and np.isnan(y):
+        d.kind = "nan-bits"
+    elif 0 < abs(x) < tiny or 0 < abs(y) < tiny:
+        d.kind = "subnormal"
+    else:
+        again = compare_one(e.view(source), a.view(source), d.output)
+        d.kind = "last-bit" if again is None else again.kind
+    return failure
 
 
 def _facts(failure: Failure) -> frozenset[str]:

@@ -39,10 +39,8 @@ HUGE = frozenset({"huge-input"})
 
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
-    Known("bitcast_f*/*/value", NAN_BITS, frozenset({"nan-input"})),
-    Known("bitcast_bf16*/*/value", NAN_BITS, frozenset({"nan-input"})),
-    Known("*+bitcast_f*/*/value", ULP_BITS),
-    Known("*+bitcast_bf16*/*/value", ULP_BITS),
+    Known("*bitcast_*/*/nan-bits", NAN_BITS),
+    Known("*+bitcast_*/*/last-bit", ULP_BITS),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_window_add", "cumsum", "matmul", "dot_general_f32", "conv")
       for kind in ("value", "nan", "inf")),

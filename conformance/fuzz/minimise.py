@@ -71,7 +71,7 @@ class Minimiser:
             return None
         if status == "crash" and signature(detail) != signature(like.detail):
             return None
-        if status == "mismatch" and (diff is None or like.diff is None or diff.kind != like.diff.kind):
+        if status == "mismatch" and (diff is None or like.diff is None or not _same_kind(diff.kind, like.diff.kind)):
             return None
         return Failure(program, list(inputs), status, diff, detail, expected, actual)
 
@@ -170,6 +170,11 @@ class Minimiser:
                     start += chunk
                 chunk //= 2
         return best
+
+
+def _same_kind(new: str, old: str) -> bool:
+    """Bitcast kinds (``last-bit``, ``nan-bits``) are refinements of ``value`` made after comparing."""
+    return new == old or (new == "value" and old in ("last-bit", "nan-bits"))
 
 
 def _slices(extent: int, failure: Failure, axis: int) -> list[slice]:
