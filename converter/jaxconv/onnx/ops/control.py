@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import onnx
+import onnx_ir
 
 from jaxconv.onnx.context import GraphScope, LoweringContext
 from jaxconv.onnx.registry import lowering
@@ -44,11 +44,11 @@ def _own_outputs(ctx: LoweringContext, scope: GraphScope, names: Sequence[str]) 
     return out
 
 
-def _outputs_info(ctx: LoweringContext, names: Sequence[str], values: Sequence[hir.Value]) -> list[onnx.ValueInfoProto]:
+def _outputs_info(ctx: LoweringContext, names: Sequence[str], values: Sequence[hir.Value]) -> list[onnx_ir.Value]:
     return [ctx.value_info(n, v.type) for n, v in zip(names, values)]
 
 
-def _branch_graph(ctx: LoweringContext, block: hir.Block, results: Sequence[hir.Value], name: str) -> onnx.GraphProto:
+def _branch_graph(ctx: LoweringContext, block: hir.Block, results: Sequence[hir.Value], name: str) -> onnx_ir.Graph:
     """A no-input subgraph computing ``block``'s returned values (an If branch)."""
     with ctx.subgraph() as scope:
         outs = _own_outputs(ctx, scope, ctx.lower_block(block, []))
@@ -283,8 +283,8 @@ def _row_value(tr: _Tracer, update: hir.Value, frame: _Frame | None,
     return (row, True) if row is not None else None
 
 
-def _if(ctx: LoweringContext, op: hir.Op, cond: str, then_graph: onnx.GraphProto,
-        else_graph: onnx.GraphProto) -> list[str]:
+def _if(ctx: LoweringContext, op: hir.Op, cond: str, then_graph: onnx_ir.Graph,
+        else_graph: onnx_ir.Graph) -> list[str]:
     ctx.current_op = op
     res = ctx.op("If", [cond], outputs=len(op.results), then_branch=then_graph, else_branch=else_graph)
     return [res] if len(op.results) == 1 else res
