@@ -223,8 +223,8 @@ SLEEPY = textwrap.dedent("""\
 """)
 
 
-def _interrupt(tmp_path, args, trace_number):
-    """Run the CLI in a new process, send SIGINT while the function sleeps in its n-th trace."""
+def _interrupt(tmp_path, args, trace_number, sig=signal.SIGINT):
+    """Run the CLI in a new process, send ``sig`` while the function sleeps in its n-th trace."""
     (tmp_path / "sleepy.py").write_text(SLEEPY)
     marker = tmp_path / "sleeping"
     env = dict(os.environ, SLEEP_ON_TRACE=str(trace_number), SLEEP_MARKER=str(marker),
@@ -242,7 +242,7 @@ def _interrupt(tmp_path, args, trace_number):
             pytest.fail(f"the function never slept (rc {proc.returncode}): {err}")
         time.sleep(0.05)
     staging = [p for p in os.listdir(tmp_path) if p.startswith(".jaxconv-")]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, err, staging
 
@@ -258,6 +258,23 @@ def test_ctrl_c_interrupts_cleanly(tmp_path, command, trace_number, staged):
     assert err == "jaxconv: interrupted\n", err
     assert bool(staging) == staged, staging
     assert sorted(os.listdir(tmp_path)) == ["sleeping", "sleepy.py"]
+
+
+def test_sigterm_cleans_up_like_ctrl_c(tmp_path):
+    code, err, staging = _interrupt(tmp_path, ["to-cpp", "sleepy.py", "--specs", "f32[b]", "-o", "proj"], 2,
+                                    signal.SIGTERM)
+    assert code == 143, err
+    assert err == "jaxconv: terminated\n", err
+    assert staging
+    assert sorted(os.listdir(tmp_path)) == ["sleeping", "sleepy.py"]
+
+
+def test_sigterm_handler_is_restored_after_main(tmp_path, capsys):
+    before = signal.getsignal(signal.SIGTERM)
+    (tmp_path / "fn.py").write_text(FN)
+    assert main(["to-onnx", str(tmp_path / "fn.py"), "--specs", "f32[3]", "-o", str(tmp_path / "m.onnx"),
+                 "--no-check"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.tf

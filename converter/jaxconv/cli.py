@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from jaxconv.errors import JaxconvError, UsageError
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that staged artifacts are removed on the way out."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Inside the block SIGTERM raises _Terminated (main thread only); the old handler comes back after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _add_function_args(p: argparse.ArgumentParser) -> None:
@@ -278,16 +304,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from jaxconv.verify import check_options
 
-        with check_options():
+        with check_options(), _terminate_as_interrupt():
             return COMMANDS[args.command](args)
     except JaxconvError as e:
         if args.debug:
             raise
         print(f"jaxconv: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("jaxconv: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, _Terminated)
+        print(f"jaxconv: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except Exception as e:  # an internal bug: say so on one line
         if args.debug:
             raise
