@@ -273,3 +273,32 @@ def _a(values, dtype, shape):
         return np.array(values, np.float64).astype(dt).reshape(shape)
     return np.array(values, dt).reshape(shape)
 '''
+
+
+def test_a_difference_from_a_subnormal_intermediate_is_classified_subnormal(monkeypatch):
+    """square(5e-20) is subnormal in bfloat16: XLA flushes it (False), a runtime that keeps it says True."""
+    from conformance.fuzz import driver
+    from conformance.case import np_dtype
+
+    p = infer_types(FuzzProgram(inputs=[0], steps=[Step("square", (0,), "jnp.square({0})", 1),
+                                                   Step("convert_bf16_bool", (1,), "{0}.astype(jnp.bool)", 2)],
+                                outputs=[2], types={0: Value((2,), "bfloat16")}))
+
+    def no_flush_runtime(program, target, inputs):
+        expected = fuzz_run.reference(program, inputs)
+        x = np.asarray(inputs[0]).astype(np.float32)
+        actual = [(x * x).astype(np_dtype("bfloat16")).astype(np.float32) != 0]
+        diff = compare_all(expected, actual)
+        return ("mismatch" if diff else "ok"), diff, expected, actual, ""
+
+    monkeypatch.setattr(driver, "attempt", no_flush_runtime)
+    inputs = [np.array([5.4e-20, 2.0], np.float32).astype(np_dtype("bfloat16"))]
+    failure = Failure(p, inputs, *no_flush_runtime(p, "onnx", inputs)[:2], "", *no_flush_runtime(p, "onnx", inputs)[2:4])
+    assert failure.status == "mismatch" and failure.diff.kind == "value"
+    relabelled = driver._relabel_subnormal(failure, "onnx")
+    assert relabelled.diff.kind == "subnormal" and class_of(relabelled, "onnx") == "convert_bf16_bool/bf16/subnormal"
+    # A difference jax itself depends on is not explained by flushing.
+    big = Failure(p, [np.array([5.4e-20, 2.0], np.float32).astype(np_dtype("bfloat16"))], "mismatch",
+                  compare_all([np.array([True, True])], [np.array([True, False])]), "", [np.array([True, True])],
+                  [np.array([True, False])])
+    assert driver._relabel_subnormal(big, "onnx").diff.kind == "value"

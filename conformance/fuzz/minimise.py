@@ -244,8 +244,12 @@ def minimise(failure: Failure, target: str, full: bool = True, max_tries: int = 
     return best
 
 
-def flush_subnormals(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
-    """Inputs with subnormal floats replaced by zeros of the same sign; None when there are none."""
+def flush_subnormals(inputs: list[np.ndarray], below: str = "tiny") -> list[np.ndarray] | None:
+    """Inputs with subnormal floats replaced by zeros of the same sign; None when there are none.
+
+    ``below="sqrt-tiny"`` flushes every magnitude whose square is subnormal: inputs that make
+    subnormal intermediates.
+    """
     import ml_dtypes
 
     out, changed = [], False
@@ -253,6 +257,8 @@ def flush_subnormals(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
         a = np.asarray(a)
         if a.dtype.name in FLOATS:
             tiny = float(ml_dtypes.finfo(a.dtype).tiny)
+            if below == "sqrt-tiny":
+                tiny = float(np.sqrt(tiny))
             wide = a.astype(np.float64)
             sub = (wide != 0) & (np.abs(wide) < tiny)
             if sub.any():
