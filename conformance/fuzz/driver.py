@@ -96,27 +96,33 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         failure = Failure(program, outcome.inputs, "mismatch", outcome.diff, outcome.detail, outcome.expected, outcome.actual)
         rec["verdict"] = "silent" if outcome.check == "ok" else "caught"
         rec["input_set"] = outcome.input_set
-    small = _relabel_subnormal(_bitcast_kind(failure), target)  # cheap, and a flushed difference is known
+    small = _explain(failure, target)  # cheap, and a flushed difference needs no minimising
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
-        small = _relabel_subnormal(_bitcast_kind(minimise(failure, target, full=False)), target)
-    klass = class_of(small, target)
-    rec["class"] = klass
-    rec["facts"] = sorted(_facts(small))
-    row = known.match(klass, _facts(small))
-    rec["known"] = row.reason if row else ""
-    if do_minimise and not row and _reproducers_written(folder, klass) < REPRODUCERS_PER_CLASS:
-        small = _relabel_subnormal(_bitcast_kind(minimise(small, target, full=True, max_tries=80, max_seconds=30)), target)
-        small = _fill_outputs(small, target)
-        klass = rec["class"] = class_of(small, target)
-        rec["facts"] = sorted(_facts(small))
-        row = known.match(klass, _facts(small))
-        rec["known"] = row.reason if row else ""
-        rec["description"] = describe(small)
+        small = _explain(minimise(failure, target, full=False), target)
+    row = _classify(small, target, rec)
+    if do_minimise and not row and _reproducers_written(folder, rec["class"]) < REPRODUCERS_PER_CLASS:
+        small = _fill_outputs(_explain(minimise(small, target, full=True, max_tries=80, max_seconds=30), target), target)
+        row = _classify(small, target, rec)
         if not row:
-            rec["reproducer"] = reproducer.write(small, klass, rec["verdict"], rec["description"], target, folder, f"seed{seed}")
-    else:
-        rec["description"] = describe(small)
+            rec["reproducer"] = reproducer.write(small, rec["class"], rec["verdict"], rec["description"], target, folder,
+                                                 f"seed{seed}")
     return rec
+
+
+def _explain(failure: Failure, target: str) -> Failure:
+    """Refine the kind of a difference: bitcast bits read as floats, XLA's subnormal flushing."""
+    return _relabel_subnormal(_bitcast_kind(failure), target)
+
+
+def _classify(failure: Failure, target: str, rec: dict[str, Any]) -> known.Known | None:
+    """Fill in class, facts, known reason and description; returns the known row, if any."""
+    seen = known.facts(failure.inputs, [v.size for v in failure.program.types.values()])
+    rec["class"] = class_of(failure, target)
+    rec["facts"] = sorted(seen)
+    row = known.match(rec["class"], seen)
+    rec["known"] = row.reason if row else ""
+    rec["description"] = describe(failure)
+    return row
 
 
 def _bitcast_kind(failure: Failure) -> Failure:
@@ -154,10 +160,6 @@ def _bitcast_kind(failure: Failure) -> Failure:
         again = compare_one(e.view(source), a.view(source), d.output)
         d.kind = "last-bit" if again is None else again.kind
     return failure
-
-
-def _facts(failure: Failure) -> frozenset[str]:
-    return known.facts(failure.inputs, [v.size for v in failure.program.types.values()])
 
 
 def _relabel_subnormal(failure: Failure, target: str) -> Failure:
