@@ -66,7 +66,11 @@ if __name__ == "__main__":
         print("converts now")
         sys.exit(0)
     expected = [np.asarray(o) for o in jax.jit(f)(*INPUTS)]
-    got = runner.run(INPUTS)
+    try:
+        got = runner.run(INPUTS)
+    except Exception as e:  # noqa: BLE001
+        print(f"running the {TARGET} artifact failed: {type(e).__name__}: {e}")
+        sys.exit(1)
     problems = [f"output {k}: {why}" for k, (e, a) in enumerate(zip(expected, got)) if (why := _differs(e, a))]
     print("\\n".join(problems) or f"{TARGET} matches jax.jit")
     sys.exit(1 if problems else 0)
