@@ -123,6 +123,17 @@ def test_earlier_output_is_replaced_and_stale_files_go(work, capsys):
     _no_staging(work)
 
 
+def test_project_written_before_the_marker_existed_is_replaced(work, capsys):
+    assert _cli(_to_cpp("proj"), capsys)[0] == 0
+    os.remove(work / "proj" / MARKER_FILE)
+    code, _, err = _cli(_to_cpp("proj"), capsys)
+    assert code == 0, err
+    (work / "proj" / "notes.md").write_text("mine")
+    os.remove(work / "proj" / MARKER_FILE)
+    code, _, err = _cli(_to_cpp("proj"), capsys)
+    _one_line_error(err, code, UsageError.exit_code, "did not write (", "notes.md")
+
+
 def test_earlier_output_with_a_user_file_added_is_refused(work, capsys):
     assert _cli(_to_cpp("proj"), capsys)[0] == 0
     os.makedirs(work / "proj" / "build")
@@ -198,6 +209,9 @@ def test_saved_model_refuses_a_user_folder_and_replaces_its_own(work, capsys):
     assert code == 0, err
     assert "saved_model.pb" in os.listdir(out) and "data.csv" not in os.listdir(out)
     code, _, err = _cli(args, capsys)  # jaxconv's own output: replaced without --overwrite
+    assert code == 0, err
+    os.remove(out / MARKER_FILE)  # as written before the marker existed
+    code, _, err = _cli(args, capsys)
     assert code == 0, err
     code, _, err = _cli(["to-saved-model", "fn.py", "--specs", "f32[3]", "-o", ".", "--overwrite"], capsys)
     _one_line_error(err, code, UsageError.exit_code, "working folder")

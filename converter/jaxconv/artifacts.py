@@ -96,21 +96,31 @@ def _recorded(folder: str) -> set[str] | None:
         return None
 
 
-def foreign_entries(folder: str) -> list[str]:
-    """Entries of an existing folder that jaxconv did not write there (sorted); [] for an earlier jaxconv output."""
+def foreign_entries(folder: str, earlier: Sequence[str] = ()) -> list[str]:
+    """Entries of an existing folder that jaxconv did not write there (sorted); [] for an earlier jaxconv output.
+
+    Args:
+        earlier: for outputs written before the marker file existed: the top-level names such an
+            output has, the first one required (e.g. ``jaxconv_signature.json`` of a SavedModel).
+    """
     recorded = _recorded(folder)
-    if recorded is None:
-        return sorted(os.listdir(folder))
-    return sorted(_entries(folder) - recorded)
+    if recorded is not None:
+        return sorted(_entries(folder) - recorded)
+    names = sorted(os.listdir(folder))
+    if earlier and earlier[0] in names:
+        return sorted(set(names) - set(earlier))
+    return names
 
 
-def check_output_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = ()) -> None:
+def check_output_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = (),
+                     earlier: Sequence[str] = ()) -> None:
     """Refuse an output folder whose replacement would lose something of the user's.
 
     Never allowed, even with ``overwrite``: the working folder or a folder holding it, the home
     folder or one holding it, and a folder holding any path in ``protect`` (the user's input
     file). Without ``overwrite``, an existing folder must be empty or an earlier jaxconv output
-    (recognised by its marker file) holding nothing jaxconv did not write.
+    (recognised by its marker file, or for older outputs by ``earlier``: see ``foreign_entries``)
+    holding nothing jaxconv did not write.
 
     Raises:
         UsageError: the folder must not be replaced; the message says why and what to do.
@@ -134,7 +144,7 @@ def check_output_dir(path: str, *, overwrite: bool = False, protect: Sequence[st
         raise UsageError(f"output {path} exists and is not a folder")
     if not os.path.isdir(path) or overwrite:
         return
-    foreign = foreign_entries(path)
+    foreign = foreign_entries(path, earlier)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise UsageError(f"output folder {path} holds files jaxconv did not write ({shown}); choose another folder, "
@@ -176,7 +186,8 @@ def _swap_in(tmp: str, path: str, parent: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = ()) -> Iterator[str]:
+def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | None] = (),
+               earlier: Sequence[str] = ()) -> Iterator[str]:
     """Yield a fresh staging folder beside ``path``; on success it replaces ``path``, on error it is removed.
 
     The staging folder gets a marker file listing what was written. ``path`` is checked with
@@ -186,7 +197,7 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
     Raises:
         UsageError: ``path`` must not be replaced (see ``check_output_dir``) or cannot be written.
     """
-    check_output_dir(path, overwrite=overwrite, protect=protect)
+    check_output_dir(path, overwrite=overwrite, protect=protect, earlier=earlier)
     if os.path.islink(path):  # replace the folder the link points to, keep the link
         path = os.path.realpath(path)
     parent = prepare_parent(path)
@@ -195,7 +206,7 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
         yield tmp
         _write_marker(tmp)
         _publish_mode(tmp, folder=True)
-        check_output_dir(path, overwrite=overwrite, protect=protect)
+        check_output_dir(path, overwrite=overwrite, protect=protect, earlier=earlier)
         try:
             _swap_in(tmp, path, parent)
         except OSError as e:

@@ -8,6 +8,9 @@ from jaxconv.errors import JaxconvError, MismatchError, UnsupportedError
 from jaxconv.program import Program
 
 ONNX_FILE = "model.onnx"
+# What a project folder written before the marker file existed holds (see artifacts.foreign_entries).
+EARLIER_OUTPUT = ("model.h", ONNX_FILE, ONNX_FILE + ".data", "model_data.cc", "model.cc", "example.cc", "npy.h",
+                  "CMakeLists.txt", "README.md")
 
 
 def _write_text(path: str, text: str) -> None:
@@ -82,7 +85,7 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
         "README.md": readme.render(model),
     }
     names = [ONNX_FILE] + (["model_data.cc"] if embed else []) + list(texts)
-    with atomic_dir(out_dir, overwrite=overwrite, protect=(program.source_path,)) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=(program.source_path,), earlier=EARLIER_OUTPUT) as tmp:
         reports: list = []
         onnx_path = os.path.join(tmp, ONNX_FILE)
         try:

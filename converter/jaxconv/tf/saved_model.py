@@ -20,6 +20,8 @@ from jaxconv.stablehlo.composites import composites_as_calls
 
 SIGNATURE_FILE = "jaxconv_signature.json"
 SIGNATURE_KEY = "serving_default"
+# What a SavedModel folder written before the marker file existed holds (see artifacts.foreign_entries).
+EARLIER_OUTPUT = (SIGNATURE_FILE, "saved_model.pb", "fingerprint.pb", "variables", "assets")
 
 _QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "3",
               "TF_ENABLE_ONEDNN_OPTS": "0"}
@@ -194,11 +196,11 @@ def write(program: Program, out_dir: str, *, overwrite: bool = False) -> None:
     """
     from jaxconv.artifacts import atomic_dir, check_output_dir
 
-    protect = (program.source_path,)
-    check_output_dir(out_dir, overwrite=overwrite, protect=protect)
+    guard = {"overwrite": overwrite, "protect": (program.source_path,), "earlier": EARLIER_OUTPUT}
+    check_output_dir(out_dir, **guard)
     tf = import_tensorflow()
     module, concrete = module_for(program)
-    with atomic_dir(out_dir, overwrite=overwrite, protect=protect) as tmp:
+    with atomic_dir(out_dir, **guard) as tmp:
         try:
             with quiet_stderr():
                 tf.saved_model.save(module, tmp, signatures={SIGNATURE_KEY: concrete})
