@@ -187,6 +187,14 @@ def test_fuzz_program_records_a_planted_mismatch(monkeypatch, tmp_path):
     assert "jnp.abs(v" in open(rec["reproducer"]).read()
 
 
+def test_crash_signatures_ignore_numbers_addresses_and_node_names():
+    from conformance.fuzz.minimise import signature
+
+    a = "PassError: running '<onnx_ir.passes.PassManager object at 0x7f4eda236ad0>' failed at n_Reshape_7 (rank 2)"
+    b = "PassError: running '<onnx_ir.passes.PassManager object at 0x7f5381afb950>' failed at n_Reshape_12 (rank 3)"
+    assert signature(a) == signature(b) != signature("ConversionError: onnx.checker failed")
+
+
 def test_known_table_matches_classes_and_every_row_has_a_reason():
     assert known.match("add/f32/subnormal") is not None
     assert known.match("where/f32/signed-zero") is None

@@ -33,8 +33,8 @@ NAN_BITS = "without ONNX BitCast (opset < 26) the sign and payload of a NaN cann
 
 ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); "
             "a bitcast of the result shows the bits")
-SUM_ORDER = ("a sum whose terms overflow or cancel near the largest float depends on the order of additions; "
-             "XLA and ONNX Runtime add in different orders, and neither result is more accurate")
+SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
+             "XLA and ONNX Runtime use different orders, and neither result is more accurate")
 HUGE = frozenset({"huge-input"})
 
 KNOWN: tuple[Known, ...] = (
@@ -42,7 +42,8 @@ KNOWN: tuple[Known, ...] = (
     Known("*bitcast_*/*/nan-bits", NAN_BITS),
     Known("*+bitcast_*/*/last-bit", ULP_BITS),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
-      for op in ("reduce_sum", "reduce_mean", "reduce_window_add", "cumsum", "matmul", "dot_general_f32", "conv")
+      for op in ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_window_add", "cumsum", "matmul", "dot_general_f32",
+                 "conv")
       for kind in ("value", "nan", "inf")),
 )
 

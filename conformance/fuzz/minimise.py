@@ -40,8 +40,8 @@ class Failure:
 
 
 def signature(detail: str) -> str:
-    """A crash message without numbers and node names, to tell one crash from another."""
-    text = re.sub(r"n_\w+", "N", detail)
+    """A crash message without numbers, addresses and node names, to tell one crash from another."""
+    text = re.sub(r"0x[0-9a-fA-F]+|n_\w+", "N", detail)
     return re.sub(r"\d+", "#", text)[:90]
 
 
