@@ -16,6 +16,8 @@ from jaxconv.onnx.rewrites import _match as m
 _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater",
                           "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr"})
 MIN_ELEMENTS = 16
+# ONNX Runtime's CPU Expand has no kernel for these: an Expand must not be moved onto them.
+_NO_ORT_EXPAND = frozenset({ir.DataType.BFLOAT16})
 
 
 def _shrunk(arr: np.ndarray, other: ir.Value) -> np.ndarray | None:
@@ -90,6 +92,8 @@ def _sink_shared_expand(graph: ir.Graph, node: ir.Node) -> bool:
     """
     if node.domain != "" or node.op_type not in _POINTWISE or len(node.outputs) != 1:
         return False
+    if node.outputs[0].dtype in _NO_ORT_EXPAND:
+        return False
     expands = [m.producer(v, "Expand") if v is not None else None for v in node.inputs]
     if not expands or any(e is None for e in expands):
         return False
@@ -101,6 +105,17 @@ def _sink_shared_expand(graph: ir.Graph, node: ir.Node) -> bool:
     out = node.outputs[0]
     m.replace(graph, out, [small, grow], node)
     return True
+
+
+def _fresh_name(graph: ir.Graph, name: str) -> str:
+    """``name``, or ``name_K`` when the graph already has an initializer of that name."""
+    taken = graph.initializers
+    if name not in taken:
+        return name
+    k = 1
+    while f"{name}_{k}" in taken:
+        k += 1
+    return f"{name}_{k}"
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -132,7 +147,7 @@ def rewrite(graph: ir.Graph) -> int:
             key = (small.dtype.str, small.shape, small.tobytes())
             new = cache.get(key)
             if new is None:
-                new = ir.Value(name=f"{value.name}_unbroadcast", const_value=ir.tensor(small))
+                new = ir.Value(name=_fresh_name(graph, f"{value.name}_unbroadcast"), const_value=ir.tensor(small))
                 new.type = value.type
                 new.shape = ir.Shape(small.shape)
                 graph.register_initializer(new)
