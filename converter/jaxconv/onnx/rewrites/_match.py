@@ -76,6 +76,21 @@ def through_shape_ops(value: ir.Value | None) -> ir.Value | None:
     return value
 
 
+def through_zero_sign_fix(value: ir.Value | None) -> ir.Value | None:
+    """``v`` for ``value = Where(Equal(v, 0), +0.0, v)`` (the lowering's -0 -> +0 fix of a sum), else ``value``."""
+    node = producer(value, "Where")
+    if node is None or len(node.inputs) != 3:
+        return value
+    cond, zero, v = node.inputs
+    eq = binary(producer(cond), "Equal")
+    arr = repeated_const(zero)
+    if eq is None or arr is None or not np.all(arr == 0) or np.any(np.signbit(arr)):
+        return value
+    if not ((eq[0] is v and is_scalar_const(eq[1], 0.0)) or (eq[1] is v and is_scalar_const(eq[0], 0.0))):
+        return value
+    return v
+
+
 def attr(node: ir.Node, name: str, default: Any = None) -> Any:
     a = node.attributes.get(name)
     return default if a is None else a.value

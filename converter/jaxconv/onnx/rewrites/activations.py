@@ -127,7 +127,7 @@ def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
         node = use.node
         if node.domain != "":
             return False
-        if node.op_type in _SIGN_BLIND and use.idx == 0:
+        if node.op_type in _SIGN_BLIND:
             continue
         if node.op_type in _PASS_THROUGH and use.idx == 0:
             if not _zero_sign_unseen(node.outputs[0], depth + 1):

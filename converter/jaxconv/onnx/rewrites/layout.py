@@ -89,20 +89,18 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     if op in _UNARY and single and use.inputs[0] is out:
         _emit(graph, use, ir.node(op, [x], attrs), perm)
         return True
-    if op in _BINARY and len(use.inputs) == 2:
-        k = 0 if use.inputs[0] is out else 1
-        other = use.inputs[1 - k]
-        if other is out:
-            new_other = x
-        else:
-            new_other = _transposed(other, perm)
-            if new_other is None:
-                if not single or m.folded(other) is None:
-                    return False
-                new_other = _const_for(graph, other, perm)
-                if new_other is None:
-                    return False
-        inputs = [x, new_other] if k == 0 else [new_other, x]
+    if (op in _BINARY and len(use.inputs) == 2) or (op == "Where" and len(use.inputs) == 3):
+        inputs = []
+        for v in use.inputs:
+            if v is out:
+                inputs.append(x)
+                continue
+            source = _transposed(v, perm)
+            if source is None and single and v is not None and m.folded(v) is not None:
+                source = _const_for(graph, v, perm)
+            if source is None:
+                return False
+            inputs.append(source)
         _emit(graph, use, ir.node(op, inputs, attrs), perm)
         return True
     if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:

@@ -63,7 +63,8 @@ def _shifted(e_or_s: ir.Value, want_exp: bool):
 
 def _sum_axes(value: ir.Value, e: ir.Value, x: ir.Value) -> tuple[int, ...] | None:
     """Axes when ``value`` is ``sum(e)`` over them (through shape ops), else None."""
-    red = m.producer(m.through_shape_ops(value), "ReduceSum")
+    # the sum may carry the lowering's -0 -> +0 fix; e / (+-0) and log(+-0) are the same either way
+    red = m.producer(m.through_zero_sign_fix(m.through_shape_ops(value)), "ReduceSum")
     if red is None or red.inputs[0] is not e:
         return None
     axes = m.reduce_axes(red)
@@ -92,7 +93,7 @@ def _rewrite_log_softmax(graph: ir.Graph, sub: ir.Node) -> bool:
     log = m.producer(m.through_shape_ops(lse), "Log")
     if log is None:
         return False
-    total = m.through_shape_ops(log.inputs[0])
+    total = m.through_zero_sign_fix(m.through_shape_ops(log.inputs[0]))
     red = m.producer(total, "ReduceSum")
     if red is None:
         return False
