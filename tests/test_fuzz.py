@@ -310,3 +310,24 @@ def test_a_difference_from_a_subnormal_intermediate_is_classified_subnormal(monk
                   compare_all([np.array([True, True])], [np.array([True, False])]), "", [np.array([True, True])],
                   [np.array([True, False])])
     assert driver._relabel_subnormal(big, "onnx").diff.kind == "value"
+
+
+def test_a_difference_from_xla_excess_precision_is_named():
+    """exp in bfloat16 fused into a float32 dot: XLA keeps exp's float32 value, a target rounds it to bfloat16."""
+    from conformance.case import np_dtype
+    from conformance.fuzz.driver import _relabel_excess_precision
+
+    bf16 = np_dtype("bfloat16")
+    p = infer_types(FuzzProgram(inputs=[0, 1], steps=[
+        Step("exp", (1,), "jnp.exp({0})", 2),
+        Step("dot_general_f32", (2, 0), "jnp.matmul({0}, {1}, preferred_element_type=jnp.float32)", 3)],
+        outputs=[3], types={0: Value((5, 1), "bfloat16"), 1: Value((5,), "bfloat16")}))
+    inputs = [np.ones((5, 1), bf16), np.ones((5,), bf16)]
+    expected = fuzz_run.reference(p, inputs)
+    rounded = [np.float32([5 * float(np.float32(np.e).astype(bf16))])]
+    assert compare_all(expected, rounded) is not None  # jax.jit keeps the excess precision
+    named = _relabel_excess_precision(Failure(p, inputs, "mismatch", compare_all(expected, rounded), "", expected, rounded))
+    assert named.diff.kind == "excess-precision" and known.match(class_of(named, "onnx")) is not None
+    wrong = [np.float32([13.0])]
+    kept = _relabel_excess_precision(Failure(p, inputs, "mismatch", compare_all(expected, wrong), "", expected, wrong))
+    assert kept.diff.kind == "value"

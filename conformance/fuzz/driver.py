@@ -100,6 +100,8 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
         small = _explain(minimise(failure, target, full=False), target)
     row = _classify(small, target, rec)
+    if not row and _relabel_excess_precision(small).diff.kind == "excess-precision":
+        row = _classify(small, target, rec)
     if do_minimise and not row and _reproducers_written(folder, rec["class"]) < REPRODUCERS_PER_CLASS:
         small = _fill_outputs(_explain(minimise(small, target, full=True, max_tries=80, max_seconds=30), target), target)
         row = _classify(small, target, rec)
@@ -112,6 +114,51 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
 def _explain(failure: Failure, target: str) -> Failure:
     """Refine the kind of a difference: bitcast bits read as floats, XLA's subnormal flushing."""
     return _relabel_subnormal(_bitcast_kind(failure), target)
+
+
+_STRICT_REFERENCE = """
+import pickle, sys
+sys.path[:0] = sys.argv[3:]
+from conformance.fuzz.run import reference
+program, inputs = pickle.load(open(sys.argv[1], "rb"))
+pickle.dump(reference(program, inputs), open(sys.argv[2], "wb"))
+"""
+
+
+def _relabel_excess_precision(failure: Failure) -> Failure:
+    """Kind ``excess-precision`` when jax.jit without XLA's excess precision gives the target's result.
+
+    XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 unless
+    ``--xla_allow_excess_precision=false``; a target that rounds every op to its dtype then
+    differs. The flag only takes effect in a new process, so the program runs in one.
+    """
+    d = failure.diff
+    if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
+        return failure
+    if not any(v.dtype in ("float16", "bfloat16") for v in failure.program.types.values()):
+        return failure
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
+        given, got = os.path.join(tmp, "in.pkl"), os.path.join(tmp, "out.pkl")
+        with open(given, "wb") as fh:
+            pickle.dump((failure.program, failure.inputs), fh)
+        env = {**os.environ, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_allow_excess_precision=false").strip(),
+               "JAX_PLATFORMS": "cpu"}
+        try:
+            subprocess.run([sys.executable, "-c", _STRICT_REFERENCE, given, got, root, os.path.join(root, "converter")],
+                           env=env, capture_output=True, timeout=120, check=True)
+            with open(got, "rb") as fh:
+                strict = pickle.load(fh)
+        except Exception:  # noqa: BLE001  (no verdict: keep the kind)
+            return failure
+    if compare_all(strict, failure.actual) is None:
+        d.kind = "excess-precision"
+    return failure
 
 
 def _classify(failure: Failure, target: str, rec: dict[str, Any]) -> known.Known | None:

@@ -36,9 +36,13 @@ ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit
 SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
              "XLA and ONNX Runtime use different orders, and neither result is more accurate")
 HUGE = frozenset({"huge-input"})
+EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
+          "default); the artifact rounds every op to its dtype, as jax.jit does with "
+          "XLA_FLAGS=--xla_allow_excess_precision=false")
 
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
+    Known("*/*/excess-precision", EXCESS),
     Known("*bitcast_*/*/nan-bits", NAN_BITS),
     Known("*+bitcast_*/*/last-bit", ULP_BITS),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
