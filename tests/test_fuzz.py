@@ -139,7 +139,8 @@ def test_reproducer_is_standalone_and_exact(tmp_path):
         from conformance.case import np_dtype
 
         a = np.array(values, np.float64 if dtype == "bfloat16" else None).astype(np_dtype(dtype))
-        assert eval(reproducer.literal(a), {"_a": scope["_a"], "nan": np.nan, "inf": np.inf}).tobytes() == a.tobytes()  # noqa: S307
+        back = eval(reproducer.literal(a), {"_a": scope["_a"], "nan": np.nan, "inf": np.inf})  # noqa: S307
+        assert back.tobytes() == a.tobytes()
 
 
 class _Runner:

@@ -56,7 +56,8 @@ class Builder:
         t = self.type(v)
         r = self.rng.random()
         if r < 0.45:
-            same = [u for u, s in self.program.types.items() if u != v and s.dtype == t.dtype and s.shape == t.shape and not s.role]
+            same = [u for u, s in self.program.types.items()
+                    if u != v and s.dtype == t.dtype and s.shape == t.shape and not s.role]
             if same:
                 return self.rng.choice(same)
         if scalar_ok and r < 0.6:
@@ -94,8 +95,8 @@ def generate(seed: int, min_ops: int = 2, max_ops: int = 8) -> FuzzProgram:
         b.program.types[step.out] = typed
     if not b.program.steps:
         x = b.program.inputs[0]
-        b.program.steps.append(Step("neg" if b.type(x).dtype != "bool" else "not", (x,), "-{0}" if b.type(x).dtype != "bool" else "~{0}",
-                                    b.program.new_id()))
+        op, expr = ("not", "~{0}") if b.type(x).dtype == "bool" else ("neg", "-{0}")
+        b.program.steps.append(Step(op, (x,), expr, b.program.new_id()))
         b.program.types[b.program.steps[-1].out] = b.type(x)
     b.program.outputs = _sinks(b.program, rng)
     return b.program

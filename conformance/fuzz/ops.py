@@ -270,7 +270,8 @@ def reduce_window(b: "Builder") -> Made:
         padding = repr(b.rng.choice(["SAME", "VALID"]))
     else:
         padding = str(tuple((b.rng.choice([0, 1]), b.rng.choice([0, 1])) for _ in range(rank)))
-    return f"reduce_window_{op}", (x,), f"lax.reduce_window({{0}}, {typed_scalar(t.dtype, init)}, lax.{op}, {dims}, {strides}, {padding})"
+    init = typed_scalar(t.dtype, init)
+    return f"reduce_window_{op}", (x,), f"lax.reduce_window({{0}}, {init}, lax.{op}, {dims}, {strides}, {padding})"
 
 
 def gather(b: "Builder") -> Made:
