@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 import bench_models  # noqa: E402
 
-CONTENDERS = ("ort", "ort 1t", "ort spin", "jax2onnx", "tflite")
+CONTENDERS = ("ort", "ort 1t", "ort spin", "ort plain", "jax2onnx", "tflite")
 
 
 @dataclass
@@ -176,6 +176,8 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     fns: dict[str, Callable[[], Any]] = {"jax": lambda: jax.block_until_ready(jitted(*jin))}
     fns["ort"] = ort_call(ort_session(source, None, False), m.inputs)
     fns["ort 1t"] = ort_call(ort_session(source, 1, False), m.inputs)
+    if args.compare_rewrites:
+        fns["ort plain"] = ort_call(ort_session(_without_rewrites(m).SerializeToString(), None, False), m.inputs)
     if not args.no_jax2onnx:
         try:
             peer = jax2onnx_model(m)
@@ -219,6 +221,19 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     return row
 
 
+def _without_rewrites(m: bench_models.Model) -> Any:
+    """The model converted with jaxconv.onnx.rewrites switched off (to measure what they gain)."""
+    import jaxconv
+    from jaxconv.onnx import rewrites
+
+    real = rewrites.apply
+    rewrites.apply = lambda model, opset: {}
+    try:
+        return jaxconv.to_onnx(m.fn, *m.specs, check=False)
+    finally:
+        rewrites.apply = real
+
+
 def profile(source: Any, m: bench_models.Model, prefix: str, top: int = 8) -> None:
     """Write ORT's profile and optimized graph under ``prefix`` and print the dominant kernels."""
     import json
@@ -245,12 +260,14 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 def table(rows: list[Row]) -> str:
     """The Markdown table of ``rows``."""
-    head = ("| model | jax.jit ms | ORT ms | ORT/jit | ORT 1t/jit | ORT spin/jit | jax2onnx/jit | TFLite/jit "
+    plain = any("ort plain" in r.ratio for r in rows)
+    head = ("| model | jax.jit ms | ORT ms | ORT/jit | ORT 1t/jit | ORT spin/jit | " + ("no-rewrites/jit | " if plain else "") +
+            "jax2onnx/jit | TFLite/jit "
             "| nodes | jax2onnx nodes | ONNX MB | to-onnx s | jax.export s | to-onnx RSS MB | load |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         cells = [r.title, _fmt(r.jax_ms), _fmt(r.ms.get("ort")), _fmt(r.ratio.get("ort")), _fmt(r.ratio.get("ort 1t")),
-                 _fmt(r.ratio.get("ort spin")), _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
+                 _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []), _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
                  _fmt(r.peer_nodes, "d"), _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
                  f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -304,6 +321,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-large", action="store_true", help="skip mlp_large (1.4 GB of weights)")
     parser.add_argument("--tflite", action="store_true", help="also time the TFLite interpreter")
     parser.add_argument("--no-jax2onnx", action="store_true", help="do not measure jax2onnx even when installed")
+    parser.add_argument("--compare-rewrites", action="store_true",
+                        help="also time jaxconv's ONNX converted without its ORT rewrites (onnx/rewrites/)")
     parser.add_argument("--no-cli", action="store_true", help="skip the cold-process conversion timing")
     parser.add_argument("--iters", type=int, default=100, help="rotations at most (default 100)")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per contender per model, about (default 3)")

@@ -17,7 +17,7 @@ import bench  # noqa: E402
 
 def test_quick_run_prints_table_and_writes_chart(tmp_path):
     png = tmp_path / "chart.png"
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "tiny", "--quick", "--no-jax2onnx",
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "tiny", "--quick", "--no-jax2onnx", "--compare-rewrites",
                            "--png", str(png)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -28,6 +28,7 @@ def test_quick_run_prints_table_and_writes_chart(tmp_path):
     cols = [c.strip() for c in lines[header].split("|")]
     jit_ms, ratio, nodes = float(row[cols.index("jax.jit ms")]), float(row[cols.index("ORT/jit")]), int(row[cols.index("nodes")])
     assert jit_ms > 0 and ratio > 0 and nodes > 0
+    assert float(row[cols.index("no-rewrites/jit")]) > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
