@@ -217,10 +217,10 @@ def test_file_or_function_not_usable(folder, capsys, src, words):
     _expect(folder, capsys, _onnx(src), FileLoadError, *words)
 
 
-@pytest.mark.xfail(strict=True, reason="loading.py reports a file with null bytes as 'syntax error in binary.py:None'")
-def test_binary_file_message_has_no_none(folder, capsys):
-    code, _, err = _run(_onnx("binary.py"), capsys)
-    assert code == FileLoadError.exit_code and "None" not in err
+def test_binary_file_is_not_python_source(folder, capsys):
+    _expect(folder, capsys, _onnx("binary.py"), FileLoadError, "binary.py is not a Python source file",
+            "null bytes")
+    assert "None" not in _run(_onnx("binary.py"), capsys)[2]
 
 
 # ---------------------------------------------------------------- specs

@@ -82,7 +82,10 @@ def import_file(path: str) -> Any:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(module_name, None)
-        raise FileLoadError(f"syntax error in {e.filename or path}:{e.lineno}: {e.msg}") from None
+        if "null bytes" in str(e.msg):
+            raise FileLoadError(f"{path} is not a Python source file: it contains null bytes") from None
+        where = f"{e.filename or path}:{e.lineno}" if e.lineno else (e.filename or path)
+        raise FileLoadError(f"syntax error in {where}: {e.msg}") from None
     except BaseException as e:  # the user's module may raise anything, even SystemExit
         sys.modules.pop(module_name, None)
         where = user_frame(e, abspath)
