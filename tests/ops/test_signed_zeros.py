@@ -109,3 +109,16 @@ def test_single_term_dot_keeps_negative_zero(opset):
     a = np.array([-0.0, 0.0, -1.0, 2.0], np.float32)
     b = np.array([1.8e19, -3.0, 0.0, -0.0], np.float32)
     check(lambda a, b: (a[:1] @ b[:1], jnp.outer(a, b), a[:, None] @ b[None, :2]), a, b, opset=opset)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_sums_of_negative_zeros_start_from_positive_zero(dtype):
+    """XLA adds the +0 init: a sum or running sum of -0s is +0 (ONNX Runtime's ReduceSum/CumSum give -0)."""
+    x = np.array([[-0.0, -0.0, 1.0], [-0.0, -0.0, -0.0]], np.float64).astype(dtype)
+    check(lambda x: (jnp.sum(x, axis=1), jnp.cumsum(x, axis=1), jnp.cumsum(x[:, ::-1], axis=1), jnp.sum(x, axis=0)), x)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+def test_cumulative_min_max_zero_ties(dtype):
+    x = np.array([[0.0, -0.0, 1.0], [-0.0, 0.0, -1.0], [-0.0, -0.0, 0.0]], np.float64).astype(dtype)
+    check(lambda x: (lax.cummin(x, axis=1), lax.cummax(x, axis=1), lax.cummax(x, axis=0, reverse=True)), x)

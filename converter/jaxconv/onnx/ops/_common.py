@@ -56,6 +56,13 @@ def float_select(ctx: LoweringContext, cond: str, a: str, b: str, work: str) -> 
     return ctx.op("Mul", [ctx.op("Where", [negated, one, a]), ctx.op("Where", [cond, one, b])])
 
 
+def without_negative_zero(ctx: LoweringContext, x: str, dtype: str) -> str:
+    """``x`` with -0 replaced by +0 (what ``x + 0`` does; ONNX Runtime's NoopElimination drops an
+    Add of a zero constant, so a select is used)."""
+    zero = ctx.scalar(0.0, dtype)
+    return ctx.op("Where", [ctx.op("Equal", [x, zero]), zero, x])
+
+
 def _without_not(ctx: LoweringContext, cond: str, a: str, b: str) -> tuple[str, str, str]:
     """(cond, a, b) with a condition made by Not replaced by Not's input and a, b swapped."""
     for _ in range(4):
@@ -66,14 +73,34 @@ def _without_not(ctx: LoweringContext, cond: str, a: str, b: str) -> tuple[str, 
     return cond, a, b
 
 
-def may_be_negative_zero(ctx: LoweringContext, name: str) -> bool:
-    """False when ``name`` is known to hold no -0 (a constant without one, or an Abs)."""
+_NEVER_NEGATIVE_ZERO = {"Abs", "Exp", "Softplus", "Sigmoid"}
+
+
+_FIRST_INPUT_DECIDES = {"ReduceSum", "CumSum", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Cast",
+                        "Identity"}
+
+
+def may_be_negative_zero(ctx: LoweringContext, name: str, depth: int = 8) -> bool:
+    """False when ``name`` is known to hold no -0: a constant without one, an Abs or Exp, a Cast
+    from an integer, a Where/Max/Add of such values, or a sum or reshaping of them."""
     value = known_values(ctx, name)
     if value is not None:
         value = np.asarray(value, dtype=np.float64) if value.dtype.kind == "f" or value.dtype.name == "bfloat16" else value
         return bool(np.any((value == 0) & np.signbit(value)))
     node = ctx.producer(name)
-    return node is None or node.op_type != "Abs"
+    if node is None:
+        return True
+    if node.op_type in _NEVER_NEGATIVE_ZERO:
+        return False
+    if node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype is not None \
+            and not node.inputs[0].dtype.is_floating_point():
+        return False
+    values = {"Where": node.inputs[1:], "Add": node.inputs, "Max": node.inputs}.get(node.op_type)
+    if node.op_type in _FIRST_INPUT_DECIDES:
+        values = node.inputs[:1]
+    if values is None or depth == 0:
+        return True
+    return any(v is None or may_be_negative_zero(ctx, v.name, depth - 1) for v in values)
 
 
 def unary_in(ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], native: frozenset[str]) -> tuple[str, str]:

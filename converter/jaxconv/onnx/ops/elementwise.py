@@ -19,7 +19,8 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import compute_in, direct, is_inf, known_values, result, unary_in, where
+from jaxconv.onnx.ops._common import (compute_in, direct, is_inf, known_values, result, unary_in, where,
+                                      without_negative_zero)
 from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
@@ -71,8 +72,13 @@ def extremum(ctx: LoweringContext, a: str, b: str, work: str, is_max: bool) -> s
     values = [known_values(ctx, n) for n in (a, b)]
     if any(v is not None and not np.any(v == 0) for v in values):
         return out  # a zero never meets a zero
-    if is_max and any(v is not None and np.all((v == 0) & ~np.signbit(v)) for v in values):
-        return ctx.op("Add", [out, ctx.scalar(0.0, work)])  # max(x, +0): -0 + +0 = +0
+    for x, v in ((a, values[1]), (b, values[0])):
+        if is_max and v is not None and np.all((v == 0) & ~np.signbit(v)):
+            # max(x, +0) is never -0. Relu (which ONNX Runtime fuses into a Conv or Gemm before
+            # it) keeps NaN but returns -0 for -0; a select makes that +0 (ONNX Runtime's
+            # NoopElimination would drop an Add(+0)).
+            relu = ctx.op("Relu", [x]) if work in ("float32", "float64") else out
+            return without_negative_zero(ctx, relu, work)
     # A zero result takes its sign from 1/a and 1/b (+inf for +0, -inf for -0).
     zero = ctx.scalar(0.0, work)
     is_zero = ctx.op("Equal", [out, zero])

@@ -94,6 +94,31 @@ def is_identity(value: np.ndarray | None, kind: str, dtype: str) -> bool:
     return bool(v == ident)
 
 
+def init_is_noop(value: np.ndarray | None, kind: str, dtype: str) -> bool:
+    """True when combining the init value into a reduction changes nothing.
+
+    A float sum's +0 init is not: XLA starts from it, so a sum of -0s is +0, where ONNX
+    Runtime's ReduceSum and CumSum give -0 (x + -0 is the only true no-op).
+    """
+    if not is_identity(value, kind, dtype):
+        return False
+    return not (kind == "add" and dtype in dt.FLOATS and not np.signbit(np.asarray(value, np.float64).reshape(())))
+
+
+def with_init(ctx: LoweringContext, kind: str, out: str, init: str, dtype: str) -> str:
+    """``out`` combined with a scalar init value; a float sum's +0 init only turns -0 into +0."""
+    from jaxconv.onnx.ops._common import known_values, may_be_negative_zero, without_negative_zero
+
+    value = known_values(ctx, init)
+    if kind == "add" and dtype in dt.FLOATS and not may_be_negative_zero(ctx, out):
+        return out  # a sum of values that are never -0 is not -0 either
+    if kind == "add" and dtype in dt.FLOATS and value is not None and value.size == 1 \
+            and float(np.asarray(value, np.float64).reshape(())) == 0 and not np.signbit(np.asarray(value, np.float64)).any():
+        work = dt.float_work(dtype)
+        return ctx.cast_if(without_negative_zero(ctx, ctx.cast_if(out, dtype, work), work), work, dtype)
+    return combine(ctx, kind, out, init, dtype)
+
+
 def combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str) -> str:
     """Elementwise ``kind`` of two tensors of ``dtype`` (cast detours where ORT lacks a kernel)."""
     if dtype == "bool":
@@ -102,7 +127,13 @@ def combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str) -> str:
         return ctx.op(_BITWISE[kind], [a, b])
     native = _MAXMIN_NATIVE if kind in ("max", "min") else dt.ARITH
     work = dt.compute_dtype(dtype, native)
-    out = ctx.op(_ELEMENTWISE[kind], [ctx.cast_if(a, dtype, work), ctx.cast_if(b, dtype, work)])
+    a, b = ctx.cast_if(a, dtype, work), ctx.cast_if(b, dtype, work)
+    if kind in ("max", "min") and work in dt.FLOATS:
+        from jaxconv.onnx.ops.elementwise import extremum  # -0 < +0 on ties, like XLA
+
+        out = extremum(ctx, a, b, work, kind == "max")
+    else:
+        out = ctx.op(_ELEMENTWISE[kind], [a, b])
     return ctx.cast_if(out, work, dtype)
 
 
@@ -169,13 +200,13 @@ def reduce_one(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init
                result: hir.TensorType) -> str:
     """One reduction of ``kind`` over ``dims`` with its init value."""
     dtype = xt.dtype
-    identity = is_identity(ctx.constant_value(init), kind, dtype)
+    identity = init_is_noop(ctx.constant_value(init), kind, dtype)
     if not dims:
         return x  # XLA folds a reduce over no dimensions to its operand, init value unused.
     if any(xt.shape[d] == 0 for d in dims):
         return _broadcast_init(ctx, init, x, xt, result, dims)
     out = reduce_axes(ctx, kind, x, dtype, dims, xt.shape)
-    return out if identity else combine(ctx, kind, out, init, dtype)
+    return out if identity else with_init(ctx, kind, out, init, dtype)
 
 
 def reduce_axes(ctx: LoweringContext, kind: str, x: str, dtype: str, axes: list[int],

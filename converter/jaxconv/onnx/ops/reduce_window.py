@@ -25,7 +25,7 @@ from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.ops.linalg import transpose
-from jaxconv.onnx.ops.reduce import combine, identity_value, is_identity, reducer_kind, work_dtype
+from jaxconv.onnx.ops.reduce import combine, identity_value, init_is_noop, reducer_kind, with_init, work_dtype
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -120,10 +120,10 @@ def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, i
             return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]
 
         return ordered_reduce_window(ctx, fold, [x], [xt], [init], w)[0]
-    identity = is_identity(ctx.constant_value(init), kind, xt.dtype)
+    identity = init_is_noop(ctx.constant_value(init), kind, xt.dtype)
     plan = _plan(kind, xt, w)
     if plan == "identity":
-        return x if identity else combine(ctx, kind, x, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
+        return x if identity else with_init(ctx, kind, x, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
     if plan == "cumulative":
         axis = w.active_axes()[0]
         out = cumulative(ctx, kind, x, xt.dtype, xt.shape, axis, reverse=w.padding[axis][0] == 0)
@@ -131,7 +131,7 @@ def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, i
         out = _pool(ctx, kind, x, xt, w, result, plan)
     else:
         out = _slices(ctx, kind, x, xt, w)
-    return out if identity else combine(ctx, kind, out, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
+    return out if identity else with_init(ctx, kind, out, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
 
 
 def _plan(kind: str, xt: hir.TensorType, w: win.Window) -> str:
