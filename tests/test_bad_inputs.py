@@ -339,7 +339,18 @@ def test_check_with_more_specs_than_the_artifact_takes(folder, capsys, onnx_file
             "takes 1 inputs, got 2")
 
 
-@pytest.mark.xfail(strict=True, reason="runtimes/onnxrt.py passes ONNX Runtime's three-line shape message through")
-def test_check_with_specs_that_do_not_fit_the_artifact(folder, capsys, onnx_file):
-    code, _, err = _run(["check", onnx_file, "ok.py", "--specs", "f32[4]"], capsys)
-    assert code != 0 and err.count("\n") == 1, err
+@pytest.mark.parametrize("spec, words", [
+    ("f32[4]", ("input 'x'", "float32[3]", "given float32[4]")),
+    ("i32[3]", ("input 'x'", "float32[3]", "given int32[3]")),
+    ("f32[3,1]", ("input 'x'", "float32[3]", "given float32[3,1]")),
+    ("f32[]", ("input 'x'", "float32[3]", "given float32[]")),
+])
+def test_check_with_specs_that_do_not_fit_the_artifact(folder, capsys, onnx_file, spec, words):
+    _expect(folder, capsys, ["check", onnx_file, "ok.py", "--specs", spec], ArtifactError, *words)
+
+
+def test_check_with_specs_that_do_not_fit_a_symbolic_artifact(folder, capsys):
+    (folder / "two.py").write_text("def f(x, y):\n    return x.sum() * y.sum()\n")
+    assert _run(["to-onnx", "two.py", "--specs", "f32[b]", "f32[b]", "-o", "two.onnx", "--no-check"], capsys)[0] == 0
+    _expect(folder, capsys, ["check", "two.onnx", "two.py", "--specs", "f32[b]", "f32[b,2]"], ArtifactError,
+            "input 'y'", "float32[b]", "given float32[")

@@ -46,6 +46,7 @@ class OnnxRunner:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
             raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._bf16_out = [o.type == "tensor(bfloat16)" for o in self.session.get_outputs()]
 
@@ -54,17 +55,35 @@ class OnnxRunner:
 
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
+        self._check_inputs(inputs)
         try:
             if any(np.asarray(a).dtype.name == "bfloat16" for a in inputs) or any(self._bf16_out):
                 return self._run_bound(inputs)
             feed = {n: np.asarray(a) for n, a in zip(self.input_names, inputs)}
             return [np.asarray(o) for o in self.session.run(self.output_names, feed)]
         except ort.capi.onnxruntime_pybind11_state.Fail as e:  # type: ignore[attr-defined]
-            raise ArtifactError(f"ONNX Runtime failed while running: {str(e).strip()[:300]}") from None
+            raise ArtifactError(f"ONNX Runtime failed while running: {_one_line(str(e))}") from None
         except Exception as e:
             if isinstance(e, ArtifactError):
                 raise
-            raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {str(e).strip()[:300]}") from None
+            raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {_one_line(str(e))}") from None
+
+    def _check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        """Refuse inputs whose dtype, rank or fixed sizes differ from the model's declared inputs.
+
+        Raises:
+            ArtifactError: naming the input, the model's shape and dtype, and the given ones.
+        """
+        for name, (shape, dtype), a in zip(self.input_names, self._input_types, inputs):
+            a = np.asarray(a)
+            if shape is None or dtype is None:  # a type ORT names differently from numpy: ORT checks it
+                continue
+            fits = a.dtype.name == dtype and a.ndim == len(shape)
+            fits = fits and all(not isinstance(d, int) or d == n for d, n in zip(shape, a.shape))
+            if not fits:
+                declared = ",".join("?" if d is None else str(d) for d in shape)
+                raise ArtifactError(f"input {name!r} of the model is {dtype}[{declared}], given "
+                                    f"{a.dtype.name}[{','.join(str(n) for n in a.shape)}]")
 
     def _run_bound(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import ml_dtypes
@@ -88,6 +107,21 @@ class OnnxRunner:
             else:
                 outs.append(value.numpy())
         return outs
+
+
+_ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+              "tensor(bfloat16)": "bfloat16", "tensor(bool)": "bool",
+              **{f"tensor({t}{n})": f"{t}{n}" for t in ("int", "uint") for n in (8, 16, 32, 64)}}
+
+
+def _numpy_name(ort_type: str) -> str | None:
+    """numpy dtype name of an ORT type string such as ``tensor(float)``; None for types not compared."""
+    return _ORT_TYPES.get(ort_type)
+
+
+def _one_line(message: str, limit: int = 300) -> str:
+    """ONNX Runtime's message on one line (its messages may span several), cut to ``limit`` characters."""
+    return " ".join(message.split())[:limit]
 
 
 def _bf16_from_ortvalue(value, bf16) -> np.ndarray:
