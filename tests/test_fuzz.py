@@ -332,3 +332,20 @@ def test_a_difference_from_xla_excess_precision_is_named():
     wrong = [np.float32([13.0])]
     kept = _relabel_excess_precision(Failure(p, inputs, "mismatch", compare_all(expected, wrong), "", expected, wrong))
     assert kept.diff.kind == "value"
+
+
+def test_fuzz_program_minimises_a_planted_converter_crash(monkeypatch, tmp_path):
+    p = infer_types(FuzzProgram(inputs=[0], steps=[Step("cos", (0,), "jnp.cos({0})", 1), Step("sin", (1,), "jnp.sin({0})", 2),
+                                                   Step("neg", (2,), "-{0}", 3), Step("exp", (0,), "jnp.exp({0})", 4)],
+                                outputs=[3, 4], types={0: Value((3,), "float32")}))
+    real = fuzz_run.convert
+
+    def crashing_convert(program, target, tmp):
+        if "stablehlo.sine" in program.exported.mlir_module():
+            raise fuzz_run.Crashed("internal ValueError: planted at node n_Sin_3 (0x7f00aa)")
+        return real(program, target, tmp)
+
+    monkeypatch.setattr(fuzz_run, "convert", crashing_convert)
+    rec = fuzz_program(p, 1, "onnx", str(tmp_path))
+    assert rec["status"] == "crash" and rec["verdict"] == "crash" and rec["class"] == "sin/f32/crash"
+    assert rec["known"] == "" and "planted" in open(rec["reproducer"]).read()

@@ -60,12 +60,14 @@ class Tally:
         return collections.Counter(r["status"] for r in self.records if r["target"] == target)
 
     def classes(self) -> dict[str, dict[str, Any]]:
+        """Counts per class; a class seen both as known (its facts matched a row) and not is listed twice."""
         out: dict[str, dict[str, Any]] = {}
         for r in self.records:
             if "class" not in r:
                 continue
-            c = out.setdefault(r["class"], {"silent": 0, "caught": 0, "crash": 0, "known": r.get("known", ""),
-                                            "reproducer": "", "description": r.get("description", ""), "seeds": []})
+            key = r["class"] + (" (known)" if r.get("known") else "")
+            c = out.setdefault(key, {"silent": 0, "caught": 0, "crash": 0, "known": r.get("known", ""),
+                                     "reproducer": "", "description": r.get("description", ""), "seeds": []})
             c[r["verdict"]] += 1
             c["seeds"].append(r["seed"])
             if r.get("reproducer") and not c["reproducer"]:

@@ -100,7 +100,7 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
         small = _explain(minimise(failure, target, full=False), target)
     row = _classify(small, target, rec)
-    if not row and _relabel_excess_precision(small).diff.kind == "excess-precision":
+    if not row and small.diff is not None and _relabel_excess_precision(small).diff.kind == "excess-precision":
         row = _classify(small, target, rec)
     if do_minimise and not row and _reproducers_written(folder, rec["class"]) < REPRODUCERS_PER_CLASS:
         small = _fill_outputs(_explain(minimise(small, target, full=True, max_tries=80, max_seconds=30), target), target)

@@ -90,8 +90,8 @@ class Minimiser:
                 if got is not None:
                     best = got
                     break
-        if best.status == "mismatch":
-            for step in best.program.steps[:-1]:  # the earliest value that already differs
+        if best.status in ("mismatch", "crash"):
+            for step in best.program.steps[:-1]:  # the earliest value that already differs (or crashes)
                 p = best.program.copy()
                 p.outputs = [step.out]
                 got = self.still_fails(*_compact(p.prune(), best.inputs), best)
