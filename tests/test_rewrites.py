@@ -205,11 +205,11 @@ def _loop_body_ops(model: onnx.ModelProto) -> collections.Counter:
     return collections.Counter(n.op_type for n in body.node)
 
 
-def test_scan_input_projection_leaves_the_loop():
-    rng = np.random.default_rng(4)
-    wx = rng.standard_normal((6, 32)).astype(np.float32) / 3
-    wh = rng.standard_normal((8, 32)).astype(np.float32) / 3
-    b = rng.standard_normal(32).astype(np.float32)
+def _lstm_fn(seed: int, n_in: int = 6, hidden: int = 8):
+    rng = np.random.default_rng(seed)
+    wx = rng.standard_normal((n_in, 4 * hidden)).astype(np.float32) / 3
+    wh = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32) / 3
+    b = rng.standard_normal(4 * hidden).astype(np.float32)
 
     def lstm(xs):
         def cell(carry, x):
@@ -219,17 +219,50 @@ def test_scan_input_projection_leaves_the_loop():
             h = jax.nn.sigmoid(o) * jnp.tanh(c)
             return (h, c), h
 
-        (h, c), hs = jax.lax.scan(cell, (jnp.zeros((xs.shape[1], 8)), jnp.zeros((xs.shape[1], 8))), xs)
-        return hs, c
+        zeros = jnp.zeros((xs.shape[1], hidden))
+        (h, c), hs = jax.lax.scan(cell, (zeros, zeros), xs)
+        return hs, h, c
+
+    return lstm
+
+
+def test_scan_input_projection_leaves_the_loop():
+    rng = np.random.default_rng(4)
+    wx = rng.standard_normal((6, 8)).astype(np.float32) / 3
+    wh = rng.standard_normal((8, 8)).astype(np.float32) / 3
+
+    def rnn(xs):
+        def cell(h, x):
+            h = jnp.tanh(x @ wx + h @ wh)
+            return h, h
+
+        return jax.lax.scan(cell, jnp.zeros((xs.shape[1], 8)), xs)
 
     xs = rng.standard_normal((7, 3, 6)).astype(np.float32)
     xs[2, 1, 0] = NAN
-    model = jaxconv.to_onnx(lstm, jax.ShapeDtypeStruct(xs.shape, xs.dtype), check=False)
+    model = jaxconv.to_onnx(rnn, jax.ShapeDtypeStruct(xs.shape, xs.dtype), check=False)
     outer = [n for n in model.graph.node if n.op_type == "MatMul"]
     assert any(n.input[0] == model.graph.input[0].name for n in outer), "xs @ wx is not computed before the Loop"
     assert _loop_body_ops(model)["MatMul"] == 1  # only h @ wh stays
     got = OnnxRunner(model.SerializeToString()).run([xs])
-    for g, w in zip(got, jax.jit(lstm)(xs)):
+    for g, w in zip(got, jax.jit(rnn)(xs)):
+        _same(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_scan_becomes_the_lstm_op_with_an_exact_fallback():
+    lstm = _lstm_fn(9)
+    xs = np.random.default_rng(10).standard_normal((7, 3, 6)).astype(np.float32) * 2
+    model = jaxconv.to_onnx(lstm, jax.ShapeDtypeStruct(xs.shape, xs.dtype), check=False)
+    branch = next(n for n in model.graph.node if n.op_type == "If")
+    graphs = {a.name: a.g for a in branch.attribute}
+    assert [n.op_type for n in graphs["else_branch"].node].count("LSTM") == 1
+    assert [n.op_type for n in graphs["then_branch"].node].count("Loop") == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for g, w in zip(runner.run([xs]), jax.jit(lstm)(xs)):  # the LSTM op: float32 rounding apart
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+    odd = xs.copy()
+    odd[2, 1, 0], odd[4, 0, 3], odd[5, 2, 1] = NAN, INF, -INF
+    for g, w in zip(runner.run([odd]), jax.jit(lstm)(odd)):  # the exact Loop, NaN and inf included
         _same(g, w, rtol=1e-5, atol=1e-6)
 
 

@@ -10,7 +10,8 @@ faster without changing the numbers:
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
-- ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies.
+- ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
+- ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _match, activations, broadcasts, layout, loops, pooling, softmax
+from jaxconv.onnx.rewrites import _match, activations, broadcasts, layout, loops, lstm, pooling, softmax
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -33,7 +34,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0, "layout": 0}
+    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0, "layout": 0, "lstm": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["softmax"] += softmax.rewrite(graph)
@@ -41,6 +42,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["broadcasts"] += broadcasts.rewrite(graph)
         fired["pooling"] += pooling.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
+    fired["lstm"] = lstm.rewrite(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
