@@ -103,6 +103,8 @@ def folder(tmp_path, monkeypatch):
     np.savez(tmp_path / "wrong_shape.npz", x=np.zeros(4, np.float32))
     np.savez(tmp_path / "wrong_dtype.npz", x=np.zeros(3, np.int64))
     np.savez(tmp_path / "wrong_name.npz", y=np.zeros(3, np.float32))
+    np.savez(tmp_path / "extra_names.npz", x=np.zeros(3, np.float32), z=np.zeros(3), w=np.zeros(1))
+    np.savez(tmp_path / "extra_positional.npz", np.zeros(3, np.float32), np.zeros(3, np.float32))
     (tmp_path / "not_npz.npz").write_text("hello")
     return tmp_path
 
@@ -307,6 +309,8 @@ def onnx_file(folder, capsys):
     ("wrong_shape.npz", ("'x'", "[4]", "[3]")),
     ("wrong_dtype.npz", ("'x'", "int64")),
     ("wrong_name.npz", ("no array named 'x'",)),
+    ("extra_names.npz", ("extra_names.npz has array(s) 'w', 'z' that match no input", "inputs: x")),
+    ("extra_positional.npz", ("extra_positional.npz has array(s) 'arr_1' that match no input", "inputs: x")),
     ("not_npz.npz", ("not_npz.npz",)),
     ("absent.npz", ("absent.npz",)),
 ])

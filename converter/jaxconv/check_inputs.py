@@ -276,17 +276,29 @@ def check_arrays(arrays: Sequence[np.ndarray], signature: Signature, source: str
 
 
 def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
-    """Inputs from an .npz keyed by input name (or arr_0.. in order), checked against the signature."""
+    """Inputs from an .npz keyed by input name (or arr_0.. in order), checked against the signature.
+
+    Raises:
+        UsageError: the file does not read, lacks an input, has arrays that match no input, or an
+            array does not fit its input.
+    """
     try:
         data = np.load(path, allow_pickle=False)
         files = list(data.files)
     except Exception as e:
         raise UsageError(f"cannot read inputs from {path}: {e}") from None
     arrays = []
+    keys = []
     for i, t in enumerate(signature.inputs):
         key = t.name if t.name in files else f"arr_{i}"
         if key not in files:
             raise UsageError(f"{path} has no array named {t.name!r} (has: {', '.join(files)})")
+        keys.append(key)
+    unknown = sorted(set(files) - set(keys))
+    if unknown:
+        raise UsageError(f"{path} has array(s) {', '.join(map(repr, unknown))} that match no input; "
+                         f"the inputs: {', '.join(t.name for t in signature.inputs)}")
+    for key in keys:
         try:
             arrays.append(np.asarray(data[key]))
         except Exception as e:
