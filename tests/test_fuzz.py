@@ -349,3 +349,31 @@ def test_fuzz_program_minimises_a_planted_converter_crash(monkeypatch, tmp_path)
     rec = fuzz_program(p, 1, "onnx", str(tmp_path))
     assert rec["status"] == "crash" and rec["verdict"] == "crash" and rec["class"] == "sin/f32/crash"
     assert rec["known"] == "" and "planted" in open(rec["reproducer"]).read()
+
+
+def test_a_difference_one_ulp_explains_is_named_last_bit():
+    """rem(x, cos(y)) magnifies a one-ulp difference in cos: jax.jit with cos moved by one ulp gives it."""
+    from conformance.fuzz.driver import _relabel_last_bit, _ulp_step
+
+    assert _ulp_step(np.float32([1.0]), True)[0] == np.nextafter(np.float32(1.0), np.float32(2.0))
+    assert _ulp_step(np.float32([-1.0]), False)[0] == np.nextafter(np.float32(-1.0), np.float32(-2.0))
+    p = infer_types(FuzzProgram(inputs=[0, 1], steps=[Step("cos", (0,), "jnp.cos({0})", 2),
+                                                      Step("rem", (1, 2), "lax.rem({0}, {1})", 3)],
+                                outputs=[3], types={0: Value((1,), "float32"), 1: Value((1,), "float32")}))
+    inputs = [np.float32([1.3]), np.float32([1000.0])]
+    expected = fuzz_run.reference(p, inputs)
+    import jax
+
+    jax_cos = np.asarray(jax.jit(jax.numpy.cos)(inputs[0]))
+    moved = [np.asarray(jax.jit(jax.lax.rem)(inputs[1], np.nextafter(jax_cos, np.float32(2))))]
+    assert compare_all(expected, moved) is not None  # rem magnifies the one-ulp move beyond tolerance
+    named = _relabel_last_bit(Failure(p, inputs, "mismatch", compare_all(expected, moved), "", expected, moved))
+    assert named.diff.kind == "last-bit" and known.match(class_of(named, "onnx")) is not None
+    far = [expected[0] + np.float32(1.0)]
+    assert _relabel_last_bit(Failure(p, inputs, "mismatch", compare_all(expected, far), "", expected, far)).diff.kind == "value"
+
+
+def test_negative_nan_ordering_is_known_only_with_a_negative_nan():
+    assert known.match("top_k/f16/nan", known.facts([np.array([1.0, -np.nan], np.float16)])) is not None
+    assert known.match("top_k/f16/nan", known.facts([np.array([1.0, np.nan], np.float16)])) is None
+    assert known.match("convert_bool_f32+mul+copysign/f32/value") is not None

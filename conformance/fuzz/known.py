@@ -19,7 +19,7 @@ import numpy as np
 class Known:
     """A class pattern, the reason, and facts the minimised failure must show (all of them).
 
-    Facts: ``nan-input`` (an input holds a NaN), ``inf-input``, ``huge-input`` (a finite input within
+    Facts: ``nan-input`` (an input holds a NaN), ``negative-nan-input``, ``inf-input``, ``huge-input`` (a finite input within
     a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements).
     """
 
@@ -31,8 +31,12 @@ class Known:
 FTZ = "XLA on CPU flushes subnormal floats to zero, ONNX Runtime keeps them (README: Known differences)"
 NAN_BITS = "without ONNX BitCast (opset < 26) the sign and payload of a NaN cannot be read (README: Known differences)"
 
-ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); "
-            "a bitcast of the result shows the bits")
+ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); a later "
+            "op (bitcast, rem, a cancellation, a cast to integer) magnifies it: jax.jit gives the artifact's result when "
+            "that intermediate moves by one ulp")
+XLA_SELECT = ("XLA rewrites x * convert(pred) as select(pred, x, 0), so 0 x negative gives +0 where IEEE (and ONNX) "
+              "gives -0")
+NAN_ORDER = "without ONNX BitCast (opset < 26) -NaN is ordered like +NaN (README: Known differences)"
 SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
              "XLA and ONNX Runtime use different orders, and neither result is more accurate")
 HUGE = frozenset({"huge-input"})
@@ -44,7 +48,10 @@ KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/excess-precision", EXCESS),
     Known("*bitcast_*/*/nan-bits", NAN_BITS),
-    Known("*+bitcast_*/*/last-bit", ULP_BITS),
+    Known("*+*/*/last-bit", ULP_BITS),
+    Known("convert_bool_*+mul*", XLA_SELECT),
+    *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
+      for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "value")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_window_add", "cumsum", "matmul", "dot_general_f32")
       for kind in ("value", "nan", "inf")),
@@ -62,6 +69,8 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = ()) -> frozenset[
             wide = a.astype(np.float64)
             if np.isnan(wide).any():
                 found.add("nan-input")
+                if (np.isnan(wide) & np.signbit(wide)).any():
+                    found.add("negative-nan-input")
             if np.isinf(wide).any():
                 found.add("inf-input")
             import ml_dtypes
