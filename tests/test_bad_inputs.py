@@ -245,6 +245,19 @@ def test_bad_constraint(folder, capsys):
             "bad --constraint 'b >'")
 
 
+@pytest.mark.parametrize("constraints, words", [
+    (("b >= 5", "b <= 2"), ("--constraint 'b <= 2' contradicts 'b >= 5'", "no value of b")),
+    (("b == 3", "b >= 5"), ("--constraint 'b >= 5' contradicts 'b == 3'", "no value of b")),
+    (("b == 3", "b == 4"), ("--constraint 'b == 4' contradicts 'b == 3'",)),
+    (("5 <= b", "2 >= b"), ("--constraint '2 >= b' contradicts '5 <= b'",)),
+    (("b <= 0",), ("--constraint 'b <= 0' leaves no value of b", "at least 1")),
+    (("b == 3", "2*b <= 4"), ("--constraints contradict each other", "2*b <= 4")),
+])
+def test_contradictory_constraints(folder, capsys, constraints, words):
+    extra = [a for c in constraints for a in ("--constraint", c)]
+    _expect(folder, capsys, _onnx("ok.py", "f32[b]", extra=extra), SpecError, *words)
+
+
 def test_spec_count(folder, capsys):
     _expect(folder, capsys, _onnx("ok.py", "f32[3]", "i32[2]"), UsageError, "takes 1 positional argument(s) (x)")
 

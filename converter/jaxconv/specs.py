@@ -178,6 +178,44 @@ def needs_x64(specs: Sequence[Any]) -> bool:
     return False
 
 
+_BOUND = re.compile(r"^\s*(?:([A-Za-z_]\w*)\s*(>=|<=|==)\s*(\d+)|(\d+)\s*(>=|<=|==)\s*([A-Za-z_]\w*))\s*$")
+_FLIPPED = {">=": "<=", "<=": ">=", "==": "=="}
+
+
+def check_constraint_bounds(constraints: Sequence[str]) -> None:
+    """Refuse ``--constraint``s that bound one name to an empty range, e.g. ``b >= 5`` with ``b <= 2``.
+
+    Only constraints of the form ``NAME OP INTEGER`` (or ``INTEGER OP NAME``) are compared, so the
+    test is exact; jax.export accepts such contradictions and exports a function no input can fit.
+    Every symbolic dimension is at least 1 (jax.export's own assumption).
+
+    Raises:
+        SpecError: naming the constraint that leaves no value and the one it contradicts.
+    """
+    low: dict[str, tuple[int, str | None]] = {}
+    high: dict[str, tuple[int, str]] = {}
+    for c in constraints:
+        m = _BOUND.match(c)
+        if m is None:
+            continue
+        if m.group(1):
+            name, op, value = m.group(1), m.group(2), int(m.group(3))
+        else:
+            name, op, value = m.group(6), _FLIPPED[m.group(5)], int(m.group(4))
+        if op in (">=", "==") and value > low.get(name, (1, None))[0]:
+            low[name] = (value, c)
+        if op in ("<=", "==") and (name not in high or value < high[name][0]):
+            high[name] = (value, c)
+        lo, lo_by = low.get(name, (1, None))
+        if name in high and lo > high[name][0]:
+            hi_by = high[name][1]
+            if lo_by is None:
+                raise SpecError(f"--constraint {c!r} leaves no value of {name}: jax.export takes every symbolic "
+                                "dimension to be at least 1")
+            other = lo_by if hi_by == c else hi_by
+            raise SpecError(f"--constraint {c!r} contradicts {other!r}: no value of {name} satisfies both")
+
+
 def to_shape_dtype_structs(specs: Sequence[Any], constraints: Sequence[str] = ()) -> list[Any]:
     """Turn parsed specs (or strings, or ShapeDtypeStructs) into ShapeDtypeStruct pytrees.
 
@@ -192,7 +230,12 @@ def to_shape_dtype_structs(specs: Sequence[Any], constraints: Sequence[str] = ()
     from jax import export
 
     parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
-    scope = export.SymbolicScope(tuple(constraints)) if constraints else export.SymbolicScope()
+    check_constraint_bounds(constraints)
+    try:
+        scope = export.SymbolicScope(tuple(constraints)) if constraints else export.SymbolicScope()
+    except ValueError as e:  # jax finds some contradictions itself ("Unsatisfiable explicit constraint")
+        text = str(e).strip().splitlines()
+        raise SpecError(f"--constraints contradict each other: {text[0] if text else 'no value satisfies them all'}") from None
 
     def convert(tree: Any) -> Any:
         if isinstance(tree, TensorSpec):
