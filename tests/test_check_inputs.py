@@ -50,6 +50,27 @@ def test_size_1_only_where_no_constraint_mentions_the_dimension():
     assert size_sets(p.signature, (2, 5, 1), p.constraints) == [{"b": 4}, {"b": 7}]
 
 
+def test_upper_bounds_keep_every_size_inside_the_constraints():
+    p = _program(lambda x: x * 2, "f32[b,3]", constraints=["b <= 3"])
+    assert size_sets(p.signature, (2, 5, 1), p.constraints) == [{"b": 2}, {"b": 3}]
+    p = _program(lambda x: x * 2, "f32[b,3]", constraints=["b >= 3", "b <= 4"])
+    assert size_sets(p.signature, (2, 5, 1), p.constraints) == [{"b": 3}, {"b": 4}]
+
+
+def test_cli_check_respects_an_upper_bound(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "bounded.py"
+    src.write_text("def f(x):\n    if isinstance(x.shape[0], int) and x.shape[0] > 3:\n"
+                   "        raise ValueError('b must be at most 3')\n    return x * 2\n")
+    out = tmp_path / "bounded.onnx"
+    r = subprocess.run([sys.executable, "-m", "jaxconv", "to-onnx", str(src), "--specs", "f32[b,3]",
+                        "--constraint", "b <= 3", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+
+
 def test_static_shapes_give_one_set():
     p = _program(lambda x: x * 2, "f32[3]")
     assert size_sets(p.signature, (2, 5, 1)) == [{}]

@@ -29,7 +29,8 @@ MAX_BYTES_ENV = "JAXCONV_CHECK_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
 EDGE_SEED_OFFSET = 100
 _FUNCS = ("floordiv", "mod", "max", "min")
-_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>)\s*(\d+)\s*$")
+_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>|==)\s*(\d+)\s*$")
+_UPPER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(<=|<|==)\s*(\d+)\s*$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -75,13 +76,30 @@ def _lower_bounds(constraints: Sequence[str]) -> dict[str, int]:
     return bounds
 
 
+def _upper_bounds(constraints: Sequence[str]) -> dict[str, int]:
+    bounds: dict[str, int] = {}
+    for c in constraints:
+        m = _UPPER_BOUND.match(c)
+        if m:
+            high = int(m.group(3)) - (1 if m.group(2) == "<" else 0)
+            bounds[m.group(1)] = min(bounds.get(m.group(1), high), high)
+    return bounds
+
+
 def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
-    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints.
+    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints
+    and lowered to satisfy ``name <= N`` / ``name < N`` ones (``==`` sets both).
 
     Expressions (2*b) are evaluated from their names by concrete_shape.
     """
-    bounds = _lower_bounds(constraints)
-    return {name: max(size, bounds.get(name, 0) + size - SYMBOLIC_SIZES[0]) for name in dim_names(signature)}
+    low, high = _lower_bounds(constraints), _upper_bounds(constraints)
+    out = {}
+    for name in dim_names(signature):
+        value = max(size, low.get(name, 0) + size - SYMBOLIC_SIZES[0])
+        if name in high:
+            value = max(min(value, high[name]), low.get(name, 1))
+        out[name] = value
+    return out
 
 
 def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[str] = ()) -> list[dict[str, int]]:
