@@ -347,3 +347,19 @@ def test_consecutive_nhwc_convs_stay_nchw():
     assert ops.count("Transpose") == 2 and ops[0] == "Transpose" and ops[-1] == "Transpose", ops
     (got,) = OnnxRunner(model.SerializeToString()).run([x])
     _same(got, jax.jit(fn)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_zero_sign_fix_goes_where_no_consumer_sees_it():
+    text = """<ir_version: 10, opset_import: ["" : 21]>
+    g (float[2,2] x) => (float[2,2] y, float[2,2] z) <float zero = {0.}, float[2,2] w = {1., 2., 3., 4.}>
+    { r = Relu(x)
+    e = Equal(r, zero)
+    f = Where(e, zero, r)
+    y = MatMul(f, w)
+    e2 = Equal(x, zero)
+    z = Where(e2, zero, x) }"""
+    model = _ir_model(text)
+    rewrites.apply(model, 21)
+    matmul = next(n for n in model.graph if n.op_type == "MatMul")
+    assert matmul.inputs[0].producer().op_type == "Relu"  # the fix before the MatMul is gone
+    assert model.graph.outputs[1].producer().op_type == "Where"  # the one at an output stays

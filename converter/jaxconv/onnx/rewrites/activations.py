@@ -129,6 +129,8 @@ def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
             return False
         if node.op_type in _SIGN_BLIND:
             continue
+        if node.op_type == "Where" and m.through_zero_sign_fix(node.outputs[0]) is value:
+            continue  # the lowering's own -0 -> +0 fix
         if node.op_type in _PASS_THROUGH and use.idx == 0:
             if not _zero_sign_unseen(node.outputs[0], depth + 1):
                 return False
@@ -156,11 +158,26 @@ def _broadcasts_into(shape: tuple[int, ...], x: ir.Value) -> bool:
     return all(c == 1 or (isinstance(d, int) and d == c) for c, d in zip(shape, dims))
 
 
+def _drop_zero_sign_fix(graph: ir.Graph, node: ir.Node) -> bool:
+    """``Where(Equal(v, 0), +0.0, v)`` (turning -0.0 into +0.0) is ``v`` where no consumer sees a zero's sign."""
+    if node.op_type != "Where" or len(node.inputs) != 3:
+        return False
+    out = node.outputs[0]
+    v = m.through_zero_sign_fix(out)
+    if v is out or not _zero_sign_unseen(out):
+        return False
+    out.replace_all_uses_with(v)
+    return True
+
+
 def rewrite(graph: ir.Graph, opset: int) -> int:
     """Replace gelu (opset >= 20) and relu patterns in ``graph``; returns how many."""
     count = 0
     for node in list(graph):
         if node.graph is None or node.domain != "":
+            continue
+        if node.op_type == "Where":
+            count += _drop_zero_sign_fix(graph, node)
             continue
         if node.op_type == "Tanh" and opset >= 20:
             count += _rewrite_gelu(graph, node)
