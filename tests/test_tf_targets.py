@@ -48,6 +48,13 @@ def _both(program, tmp_path, **tflite_kwargs):
     return reports
 
 
+def _edge_rows(report):
+    """{output name: note} of the rows that differ from jax.jit on edge values only."""
+    rows = {r.name: r.note for r in report.rows if r.verdict == "edge"}
+    assert all(r.inputs == "edge" for r in report.rows if r.verdict == "edge")
+    return rows
+
+
 def _tf_signature(path: str):
     import tensorflow as tf
 
@@ -72,6 +79,10 @@ def test_mlp_symbolic_batch(tmp_path):
     reports = _both(program, tmp_path)
     for r in reports:  # checked at three batch sizes
         assert [row.shape for row in r.rows if row.inputs == "random"] == [(2, 10), (5, 10), (1, 10)]
+    # log_softmax over a row holding NaN is NaN in both artifacts too: its max reduction carries jaxconv's
+    # NaN guard (without it TFLite's REDUCE_MAX skips the NaN and the row comes out -inf)
+    assert [r.warning() for r in reports] == [None, None]
+    assert {row.verdict for r in reports for row in r.rows if row.inputs == "edge"} == {"ok"}
     names = sorted(t.name for t in program.signature.inputs)
     _, tf_in, tf_out = _tf_signature(str(tmp_path / "sm"))
     assert (tf_in, tf_out) == (names, ["output_0"])
@@ -83,6 +94,11 @@ def test_cnn_symbolic_batch(tmp_path):
     program = _program(CNN, "cnn", CNN_SPECS)
     reports = _both(program, tmp_path)
     assert [row.shape for row in reports[1].rows if row.inputs == "random"] == [(2, 10), (5, 10), (1, 10)]
+    # inf/NaN through conv + max pooling: TF's XLA gives NaN where jax.jit has finite values; TFLite gives infinities
+    sm, lite = _edge_rows(reports[0]), _edge_rows(reports[1])
+    assert list(sm) == list(lite) == ["output_0"]
+    assert "TensorFlow's XLA" in sm["output_0"] and "jax.jit finite / artifact NaN x" in sm["output_0"]
+    assert "TFLite's kernels" in lite["output_0"] and "jax.jit finite / artifact +inf x" in lite["output_0"]
 
 
 def test_cnn_uses_tflite_builtins_only(tmp_path):
@@ -155,6 +171,11 @@ def test_several_outputs_from_a_dict(tmp_path):
         "result['logits']", "result['relu']", "result['stats']['max']", "result['stats']['mean']"]
     reports = _both(program, tmp_path)
     assert len(reports[0].rows) == len(reports[1].rows) == 16  # 4 outputs x (3 batch sizes + edge values)
+    # h.max() over NaN is NaN in both artifacts (jaxconv guards max/min reductions); only TFLite's RELU
+    # turns NaN into 0
+    assert _edge_rows(reports[0]) == {}
+    edge = _edge_rows(reports[1])
+    assert list(edge) == ["output_1"] and "jax.jit NaN / artifact finite x" in edge["output_1"]
     outs = ["output_0", "output_1", "output_2", "output_3"]
     sig, tf_in, tf_out = _tf_signature(str(tmp_path / "sm"))
     interp, lite_in, lite_out = _litert_signature(str(tmp_path / "m.tflite"))
@@ -222,6 +243,12 @@ def test_composite_ops_run_in_saved_model_and_tflite(tmp_path):
     program = trace(composites, ["f32[4,6]"])
     reports = _both(program, tmp_path)  # both checked against jax.jit
     assert [len(r.rows) for r in reports] == [8, 8]  # 4 outputs x (random + edge values)
+    # outputs: erf, sinh, top_k values, top_k indices. TFLite's sinh turns NaN into 0, and its TOPK_V2
+    # orders NaN and infinities differently from XLA's sort (values and indices)
+    assert _edge_rows(reports[0]) == {}
+    edge = _edge_rows(reports[1])
+    assert list(edge) == ["output_1", "output_2", "output_3"]
+    assert "jax.jit NaN / artifact finite x" in edge["output_1"] and "jax.jit NaN / artifact +inf x" in edge["output_2"]
     ops = describe_ops(str(tmp_path / "sm"))
     assert ops["XlaCallModule"] == 1 and "stablehlo.composite" not in ops, ops
 
@@ -391,15 +418,50 @@ def test_cli_to_saved_model_and_to_tflite_then_check(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "(saved-model) against jax.jit" in out and f"wrote {sm}" in out and "MISMATCH" not in out
     assert main(["to-tflite", MLP, "-o", lite, "--specs", *MLP_SPECS]) == 0
-    out = capsys.readouterr().out
-    assert "(tflite) against jax.jit" in out and out.count(" ok") == 2 and f"wrote {lite}" in out
+    captured = capsys.readouterr()
+    assert "(tflite) against jax.jit" in captured.out and captured.out.count(" ok") == 4 and f"wrote {lite}" in captured.out
+    assert "warning" not in captured.err
     for artifact, runtime in ((lite, "tflite"), (sm, "saved-model")):
-        assert main(["check", artifact, MLP, "--specs", *MLP_SPECS]) == 0
+        assert main(["check", artifact, MLP, "--strict", "--specs", *MLP_SPECS]) == 0
         out = capsys.readouterr().out
         assert f"check {artifact} ({runtime}) against jax.jit" in out and "output_0" in out and " ok" in out
     assert main(["inspect", sm]) == 0
     out = capsys.readouterr().out
     assert "params['w1']" in out and "XlaCallModule                    1" in out and "stablehlo.dot_general" in out
+
+
+RELU_FILE = textwrap.dedent("""\
+    import jax
+
+
+    def f(x):
+        return jax.nn.relu(x) * 2
+""")
+
+
+def test_cli_edge_value_difference_warns_and_strict_fails(tmp_path, capsys):
+    """TFLite's RELU turns NaN into 0: a warning naming the output and the elements, exit 0; --strict: exit 9."""
+    user, lite = tmp_path / "relu.py", str(tmp_path / "relu.tflite")
+    user.write_text(RELU_FILE)
+    assert main(["to-tflite", str(user), "-o", lite, "--specs", "f32[b,6]"]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {lite}" in captured.out and "MISMATCH" not in captured.out
+    assert captured.out.count(" ok") == 3 and captured.out.count("differs on edge values") == 1  # 3 random sets, edge set
+    warning = (f"jaxconv: warning: {lite}: output output_0 differs from jax.jit on edge values only (NaN/inf/huge "
+               "inputs): computed by TFLite's kernels, which jaxconv does not control; differing elements: jax.jit NaN / "
+               "artifact finite x")
+    assert captured.err.startswith(warning) and captured.err.endswith("--strict makes this an error\n")
+    assert captured.err.count("\n") == 1
+    assert main(["check", lite, str(user), "--specs", "f32[b,6]"]) == 0
+    capsys.readouterr()
+    assert main(["check", lite, str(user), "--strict", "--specs", "f32[b,6]"]) == 9
+    err = capsys.readouterr().err.splitlines()[-1]  # after the report's warning line, the error
+    assert err.startswith("jaxconv: error: ") and "output output_0 differs from jax.jit on edge values only" in err
+    assert "jax.jit NaN / artifact finite x" in err and err.endswith("(--strict)")
+    other = str(tmp_path / "relu2.tflite")  # to-tflite --strict: exit 9 (the file stays, as for any failed check)
+    assert main(["to-tflite", str(user), "-o", other, "--strict", "--specs", "f32[b,6]"]) == 9
+    assert capsys.readouterr().err.rstrip().endswith("(--strict)") and os.path.exists(other)
+    assert main(["to-saved-model", str(user), "-o", str(tmp_path / "sm"), "--strict", "--specs", "f32[b,6]"]) == 0
 
 
 def test_cli_quantized_tflite(tmp_path, capsys):
@@ -418,3 +480,117 @@ def test_cli_tflite_failure_one_line_and_no_file(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("jaxconv: error: TFLite cannot convert: stablehlo.sort x1 at ")
     assert "model.py:6" in err
     assert not out.exists() and (not out.parent.exists() or os.listdir(out.parent) == [])
+
+
+# ------------------------------------------------------------------ edge-value policy of the check
+
+
+class _NanToZero:
+    """A runner that computes jax.jit's outputs, then turns NaN in output_0 into 0 (as TFLite's RELU and sinh do)."""
+
+    def __init__(self, kind, fn):
+        self.kind, self.fn = kind, fn
+
+    def run(self, flat):
+        out = [np.asarray(o) for o in jax.jit(self.fn)(*flat)]
+        return [np.where(np.isnan(out[0]), np.float32(0), out[0])] + out[1:]
+
+
+def two_outputs(x):
+    return x + 1, x * 2  # NaN only where the input is NaN
+
+
+@pytest.mark.parametrize("kind", ["tflite", "saved-model", "onnx"])
+def test_edge_value_differences_warn_on_tf_targets_and_fail_on_onnx(kind):
+    from jaxconv.errors import MismatchError
+    from jaxconv.verify import check_options, check_runner, raise_on_mismatch
+
+    program = trace(two_outputs, ["f32[8]"])
+    runner = _NanToZero(kind, two_outputs)
+    report = check_runner(runner, "a", program.fn, program.arg_specs, program.signature, inputs=[np.arange(8, dtype=np.float32)])
+    assert [(r.name, r.inputs, r.verdict) for r in report.rows if r.verdict != "ok"] == (
+        [("output_0", "edge", "edge")] if kind != "onnx" else [("output_0", "edge", "mismatch")])
+    if kind == "onnx":  # jaxconv's own lowering: an edge-value difference is a bug
+        with pytest.raises(MismatchError, match="WRONG: output output_0 differs from jax.jit on edge inputs"):
+            raise_on_mismatch(report)
+        return
+    row = report.edge_differences[0]
+    assert row.ok and "jax.jit NaN / artifact finite x" in row.note
+    assert report.warning().startswith("warning: a: output output_0 differs from jax.jit on edge values only")
+    raise_on_mismatch(report)  # a warning, not an error
+    with check_options(strict=True), pytest.raises(MismatchError, match=r"edge values only .*\(--strict\)"):
+        raise_on_mismatch(report)
+
+
+def test_edge_value_verdict_needs_the_edge_set():
+    """The same NaN difference on the user's inputs is a mismatch on a TF target too."""
+    from jaxconv.errors import MismatchError
+    from jaxconv.verify import check_options, check_runner, raise_on_mismatch
+
+    program = trace(two_outputs, ["f32[8]"])
+    given = [np.array([np.nan, 0, 1, 2, 3, 4, 5, 6], np.float32)]
+    with check_options(edge=False):
+        report = check_runner(_NanToZero("tflite", two_outputs), "a", program.fn, program.arg_specs,
+                              program.signature, inputs=given)
+    assert [(r.name, r.inputs, r.verdict) for r in report.rows if r.verdict != "ok"] == [("output_0", "given", "mismatch")]
+    with pytest.raises(MismatchError, match="WRONG"):
+        raise_on_mismatch(report)
+
+
+WRONG_FILE = textwrap.dedent("""\
+    def f(x):
+        return x * 2.2
+""")
+
+
+def twice(x):
+    return x * 2
+
+
+@pytest.mark.parametrize("target", ["saved-model", "tflite"])
+def test_random_input_mismatch_on_tf_targets_still_fails(target, tmp_path, capsys):
+    """An artifact of x*2 checked against x*2.2 differs on random inputs: exit 9, not a warning."""
+    program = trace(twice, ["f32[b,3]"])
+    path = str(tmp_path / ("sm" if target == "saved-model" else "m.tflite"))
+    (api.to_saved_model if target == "saved-model" else api.to_tflite)(program, path=path)
+    user = tmp_path / "model.py"
+    user.write_text(WRONG_FILE)
+    assert main(["check", path, str(user), "--specs", "f32[b,3]"]) == 9
+    captured = capsys.readouterr()
+    assert "WRONG: output output_0 differs from jax.jit on random inputs" in captured.err
+    assert "MISMATCH" in captured.out
+
+
+def nan_reductions(x):
+    return jnp.max(x), jnp.min(x, axis=1), jnp.max(x, axis=0)
+
+
+def test_max_min_reductions_keep_nan_in_both_targets(tmp_path):
+    """TF's XLA and TFLite drop NaN in max/min reductions; jaxconv's guard makes both give jax.jit's NaN."""
+    from jaxconv.runtimes import open_artifact
+
+    program = trace(nan_reductions, ["f32[3,4]"])
+    api.to_saved_model(program, path=str(tmp_path / "sm"))
+    api.to_tflite(program, path=str(tmp_path / "m.tflite"))
+    x = np.array([[1, np.nan, 3, 4], [5, 6, 7, 8], [-np.inf, 2, -1, 0]], np.float32)
+    expected = [np.asarray(e) for e in jax.jit(nan_reductions)(x)]
+    assert np.isnan(expected[0]) and np.isnan(expected[1][0]) and np.isnan(expected[2][1])
+    for path in (str(tmp_path / "sm"), str(tmp_path / "m.tflite")):
+        got = [np.asarray(o) for o in open_artifact(path).run([x])]
+        for e, g in zip(expected, got):
+            np.testing.assert_array_equal(g, e, err_msg=path)
+
+
+def test_nan_guard_is_registered_only_inside_the_block():
+    from jax._src.interpreters import mlir
+    from jax._src.lax.lax import reduce_max_p
+
+    from jaxconv.stablehlo.nan_reductions import reductions_keep_nan
+
+    registry = mlir._platform_specific_lowerings["cpu"]
+    before = registry.get(reduce_max_p)
+    text = lambda: jax.jit(jnp.max).lower(jnp.zeros(4)).as_text()  # noqa: E731
+    assert "reduce" in text() and "compare" not in text()
+    with reductions_keep_nan():
+        assert "compare" in text()  # x != x
+    assert registry.get(reduce_max_p) is before and "compare" not in text()

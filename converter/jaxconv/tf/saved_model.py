@@ -17,6 +17,7 @@ from jaxconv.errors import ConversionError, MissingDependencyError, UnsupportedE
 from jaxconv.program import Program
 from jaxconv.stablehlo.clamped_gather import gathers_clamped
 from jaxconv.stablehlo.composites import composites_as_calls
+from jaxconv.stablehlo.nan_reductions import reductions_keep_nan
 
 SIGNATURE_FILE = "jaxconv_signature.json"
 SIGNATURE_KEY = "serving_default"
@@ -134,7 +135,8 @@ def tf_function(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, 
 
     The function takes the flat inputs by name and returns ``{"output_0": ..., ...}``. The StableHLO
     inside is serialized for CPU whatever JAX's default backend is: TensorFlow's CPU build and the
-    TFLite converter run it.
+    TFLite converter run it. Float max/min reductions carry an explicit NaN guard (both runtimes
+    drop NaN there; see ``stablehlo.nan_reductions``).
 
     Args:
         clamp_gathers: write out the clamping of gather start indices that XLA does implicitly
@@ -161,7 +163,8 @@ def tf_function(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, 
 
     function = tf.function(serve, input_signature=specs, autograph=False)
     try:
-        with quiet_stderr(), composites_as_calls(), gathers_clamped() if clamp_gathers else contextlib.nullcontext():
+        with quiet_stderr(), composites_as_calls(), reductions_keep_nan(), \
+                gathers_clamped() if clamp_gathers else contextlib.nullcontext():
             concrete = function.get_concrete_function()
     except ConversionError:
         raise
