@@ -226,3 +226,50 @@ def test_the_api_refuses_a_huge_check_before_writing(tmp_path, monkeypatch):
     assert not out.exists() and not os.listdir(tmp_path)
     jaxconv.to_onnx(lambda x: x * 2, "f32[100000,100000,100000]", path=str(out), check=False)
     assert out.exists()
+
+
+CNN_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "cnn.py")
+CNN_SPECS = ['{"conv1": "f32[3,3,1,8]", "conv2": "f32[3,3,8,16]", "dense": "f32[784,10]", "bias": "f32[10]"}',
+             "f32[b,28,28,1]"]
+
+
+def test_the_cnn_example_is_undecided_only_where_xla_drops_nan_in_max_pooling(tmp_path, capsys):
+    """On edge values XLA's max pooling drops NaN at this size, the ONNX keeps it: undecided with the
+    reason, not a mismatch; --strict fails; a wrong constant in the ONNX still fails."""
+    out = str(tmp_path / "cnn.onnx")
+    code, stdout, err = run_cli(["to-onnx", CNN_FILE, "--specs", *CNN_SPECS, "-o", out], capsys)
+    assert code == 0, err
+    edge = [line for line in stdout.splitlines() if line.startswith("output_0") and line.split()[1] == "edge"]
+    assert len(edge) == 1 and "UNDECIDED" in edge[0], stdout
+    assert "XLA on the CPU drops NaN in max pooling depending on the tensor size" in edge[0]
+    assert "NaN in the artifact where jax.jit has a number" in edge[0]
+    assert "MISMATCH" not in stdout and "warning:" in err and "max pooling" in err
+    code, _, err = run_cli(["check", out, CNN_FILE, "--specs", *CNN_SPECS, "--strict"], capsys)
+    assert code == MismatchError.exit_code and "cannot decide output output_0 on edge inputs" in err
+    good = onnx.load(out)
+    _edit_float_scalar(out, good, np.isnan, 0.0)  # the pooling guard writes 0, not NaN, for a window with NaN
+    code, stdout, err = run_cli(["check", out, CNN_FILE, "--specs", *CNN_SPECS], capsys)
+    assert code == MismatchError.exit_code, stdout
+    assert "WRONG" in err and "on edge inputs" in err and "UNDECIDED" not in stdout
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(good)
+    wrong.graph.initializer.append(numpy_helper.from_array(np.array(0.1, np.float32), "planted"))
+    [n for n in wrong.graph.node if n.op_type == "Where"][0].input[1] = "planted"  # relu's 0 written as 0.1
+    onnx.save(wrong, out)
+    code, stdout, err = run_cli(["check", out, CNN_FILE, "--specs", *CNN_SPECS], capsys)
+    assert code == MismatchError.exit_code, stdout
+    assert "WRONG" in err and "on random inputs" in err
+
+
+def _edit_float_scalar(path, model, pick, new):
+    """Save ``model`` to ``path`` with every float scalar initializer for which ``pick`` holds set to ``new``."""
+    edited = onnx.ModelProto()
+    edited.CopyFrom(model)
+    count = 0
+    for init in edited.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.size == 1 and a.dtype.kind == "f" and pick(a).all():
+            init.CopyFrom(numpy_helper.from_array(np.full_like(a, new), init.name))
+            count += 1
+    assert count
+    onnx.save(edited, path)

@@ -342,3 +342,61 @@ def test_an_int64_output_off_by_one_above_2_53_fails_the_check():
                        program.arg_specs, program.signature)
     (first,) = [r for r in off.rows if r.inputs == "random"]
     assert not off.ok and not first.ok and first.max_abs == 1.0 and "1 of 6 elements differ, first at [0]" in first.note
+
+
+def _pool_2x2(x):
+    """2x2 max pooling in numpy (NHWC); NaN propagates, as in ONNX Runtime's MaxPool and StableHLO's spec."""
+    b, h, w, c = x.shape
+    return np.max(x.reshape(b, h // 2, 2, w // 2, 2, c), axis=(2, 4))
+
+
+def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
+    """At (5, 28, 28, 8) XLA on the CPU drops NaN in reduce_window max; a NaN-keeping artifact is
+    undecided on edge values, with the reason. Other differences, or NaN without pooling, still fail."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxconv.program import trace
+    from jaxconv.verify import POOLING_NAN_NOTE, check_options, check_runner
+
+    def pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    program = trace(pool, ["f32[5,28,28,8]"])
+    report = check_runner(_NumpyRunner(_pool_2x2), "pool", program.fn, program.arg_specs, program.signature)
+    (edge,) = [r for r in report.rows if r.inputs == "edge"]
+    assert report.ok and edge.verdict == "undecided", edge.note
+    assert POOLING_NAN_NOTE in edge.note and "reduce_window_max" in edge.note
+    assert "NaN in the artifact where jax.jit has a number" in report.warning()
+
+    def off_by_one(x):  # NaN kept, and one finite element wrong
+        y = _pool_2x2(x)
+        i = np.flatnonzero(np.isfinite(y))[0]
+        y.ravel()[i] += 1
+        return y
+
+    with check_options(sizes=(5,)):
+        wrong = check_runner(_NumpyRunner(off_by_one), "pool", program.fn, program.arg_specs, program.signature)
+    assert [(r.inputs, r.verdict) for r in wrong.rows] == [("random", "mismatch"), ("edge", "mismatch")]
+
+    def drop_nan(x):  # the artifact drops NaN where jax.jit keeps it: never excused
+        return np.where(np.isnan(x), np.float32(0), x) * 2
+
+    doubled = trace(lambda x: x * 2, ["f32[5,28,28,8]"])
+    no_pool = check_runner(_NumpyRunner(lambda x: np.where(np.isinf(x), np.nan, x * 2)), "x2", doubled.fn,
+                           doubled.arg_specs, doubled.signature)
+    (edge,) = [r for r in no_pool.rows if r.inputs == "edge"]
+    assert not no_pool.ok and edge.verdict == "mismatch" and POOLING_NAN_NOTE not in edge.note
+    assert not check_runner(_NumpyRunner(drop_nan), "x2", doubled.fn, doubled.arg_specs, doubled.signature).ok
+
+
+def test_a_generic_reduce_window_with_a_max_body_counts_as_pooling():
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxconv.verify import nan_dropping_ops
+
+    x = [np.zeros((8,), np.float32)]
+    assert nan_dropping_ops(lambda v: lax.reduce_window(v, 0.0, lax.max, (2,), (2,), "VALID"), [x[0]], x) == {"reduce_window_max"}
+    assert nan_dropping_ops(lambda v: lax.reduce_window(v, 0.0, lax.add, (2,), (2,), "VALID"), [x[0]], x) == set()
+    assert nan_dropping_ops(lambda v: jnp.argmin(v) + jnp.max(v).astype(int), [x[0]], x) == {"argmin"}
