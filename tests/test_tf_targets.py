@@ -562,19 +562,21 @@ def test_random_input_mismatch_on_tf_targets_still_fails(target, tmp_path, capsy
 
 
 def nan_reductions(x):
-    return jnp.max(x), jnp.min(x, axis=1), jnp.max(x, axis=0)
+    pool = lambda init, op: lax.reduce_window(x, init, op, (1, 2), (1, 1), ((0, 0), (1, 0)))  # noqa: E731
+    return jnp.max(x), jnp.min(x, axis=1), jnp.max(x, axis=0), pool(-jnp.inf, lax.max), pool(jnp.inf, lax.min)
 
 
 def test_max_min_reductions_keep_nan_in_both_targets(tmp_path):
-    """TF's XLA and TFLite drop NaN in max/min reductions; jaxconv's guard makes both give jax.jit's NaN."""
+    """TF's XLA and TFLite drop NaN in max/min reductions and pooling; jaxconv's guard makes both give jax.jit's NaN."""
     from jaxconv.runtimes import open_artifact
 
     program = trace(nan_reductions, ["f32[3,4]"])
     api.to_saved_model(program, path=str(tmp_path / "sm"))
     api.to_tflite(program, path=str(tmp_path / "m.tflite"))
-    x = np.array([[1, np.nan, 3, 4], [5, 6, 7, 8], [-np.inf, 2, -1, 0]], np.float32)
+    x = np.array([[1, np.nan, 3, 4], [5, 6, 7, 8], [2, -np.inf, -1, 0]], np.float32)  # no window of only -inf
     expected = [np.asarray(e) for e in jax.jit(nan_reductions)(x)]
     assert np.isnan(expected[0]) and np.isnan(expected[1][0]) and np.isnan(expected[2][1])
+    assert np.isnan(expected[3][0, 1:3]).all() and np.isnan(expected[4][0, 1:3]).all()  # windows holding the NaN
     for path in (str(tmp_path / "sm"), str(tmp_path / "m.tflite")):
         got = [np.asarray(o) for o in open_artifact(path).run([x])]
         for e, g in zip(expected, got):
