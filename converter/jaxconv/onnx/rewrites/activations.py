@@ -164,9 +164,17 @@ def _drop_zero_sign_fix(graph: ir.Graph, node: ir.Node) -> bool:
         return False
     out = node.outputs[0]
     v = m.through_zero_sign_fix(out)
-    if v is out or not _zero_sign_unseen(out):
+    if v is out:
         return False
-    out.replace_all_uses_with(v)
+    if _zero_sign_unseen(out):
+        out.replace_all_uses_with(v)
+        return True
+    relu = m.producer(v, "Relu")
+    zero = node.inputs[1]
+    if relu is None or m.const(zero) is None or m.const(zero).size != 1:
+        return False
+    # after a Relu (values >= 0, -0 or NaN) ORT's Max(v, +0) gives +0 for -0 and keeps NaN: one pass, not two
+    m.replace(graph, out, ir.node("Max", [v, zero]), node)
     return True
 
 
