@@ -51,7 +51,7 @@ KNOWN: tuple[Known, ...] = (
     Known("*+*/*/last-bit", ULP_BITS),
     Known("convert_bool_*+mul*", XLA_SELECT),
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
-      for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "value")),
+      for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "inf", "value")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_window_add", "cumsum", "matmul", "dot_general_f32")
       for kind in ("value", "nan", "inf")),
