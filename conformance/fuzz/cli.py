@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tally = Tally()
     started = time.monotonic()
     deadline = started + args.time_budget if args.time_budget else None
-    log = open(os.path.join(out, "results.jsonl"), "a")
+    log = open(os.path.join(out, "results.jsonl"), "a" if args.start else "w")  # --start continues a run
 
     def on_result(task: dict[str, Any], records: list[dict[str, Any]]) -> None:
         if records and records[0]["status"] == "not-run":
