@@ -229,3 +229,29 @@ def test_min_max_chains_keep_nan_and_signed_zero(fn):
     got, want = _run(model, x)[0], np.asarray(jax.jit(fn)(x))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_value_names_are_unique_across_subgraphs():
+    """A branch value and a later main-graph value with the same name: ONNX Runtime refuses such a model (SSA)."""
+    x = _x()
+    cond = ir.node("ReduceMax", [x], {"keepdims": 0})
+    test = ir.Node("", "IsNaN", [cond.outputs[0]])
+    keep = ir.Node("", "Identity", [x])
+    keep.outputs[0].name = "t"
+    neg = ir.Node("", "Neg", [x])
+    neg.outputs[0].name = "t_then"
+    then_branch = ir.Graph([], [neg.outputs[0]], nodes=[neg], name="then")
+    else_branch = ir.Graph([], [keep.outputs[0]], nodes=[keep], name="else")
+    branch = ir.node("If", [test.outputs[0]], {"then_branch": then_branch, "else_branch": else_branch})
+    exp = ir.Node("", "Exp", [branch.outputs[0]])
+    exp.outputs[0].name = "t"
+    out = ir.Node("", "Add", [exp.outputs[0], x])
+    out.outputs[0].name = "y"
+    model = _model([cond, test, branch, exp, out], [x], [out.outputs[0]])
+    clean_up(model)
+    proto = ir.serde.serialize_model(model)
+    names = [o for n in proto.graph.node for o in n.output]
+    names += [o for n in proto.graph.node for a in n.attribute if a.g.node for m in a.g.node for o in m.output]
+    assert len(names) == len(set(names)), names
+    x0 = np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_allclose(_run(proto, x0)[0], np.exp(x0) + x0, rtol=1e-6)

@@ -356,3 +356,14 @@ def test_pools_over_infinities_only(dtype):
     grid = np.full((1, 4, 4, 1), -np.inf, dtype)
     grid[0, 3, 3, 0] = -0.0
     check(lambda g: (max_pool(g, (2, 2), (1, 1), "SAME"), -max_pool(-g, (3, 3), (2, 2), "VALID")), grid)
+
+
+def test_min_pool_beside_a_scatter_min_loads():
+    """The pooling guard's If branch and the scatter's lowering used to give two values the same name."""
+
+    def f(i, u, x, y):
+        return lax.reduce_window(x, jnp.inf, lax.min, (3, 1), (1, 1), "VALID"), y.at[i].min(u, mode="drop")
+
+    bf = ml_dtypes.bfloat16
+    assert_onnx_matches_jax(f, np.array([0], np.int8), np.full((1, 1, 1), 0.4453125, bf), np.ones((4, 1), bf),
+                            np.full((1, 1, 1), -0.6171875, bf))

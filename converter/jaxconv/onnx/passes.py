@@ -24,7 +24,8 @@ import onnx_ir.passes.common as common_passes
 
 from jaxconv.onnx.context import SAME_SHAPE_KEY, subgraph_inputs
 
-__all__ = ["FOLD_MAX_ELEMENTS", "optimize", "clean_up", "drop_redundant_expands", "subgraph_inputs"]
+__all__ = ["FOLD_MAX_ELEMENTS", "optimize", "clean_up", "drop_redundant_expands", "subgraph_inputs",
+           "unique_value_names"]
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a folded constant may have at most this many elements
 FOLD_INPUT_MAX_ELEMENTS = 1 << 20  # nor fold from inputs larger than this (a weight's Transpose still folds)
@@ -167,6 +168,7 @@ def _clean_up(model: ir.Model) -> None:
         common_passes.RemoveUnusedNodesPass(),
         common_passes.NameFixPass(),
     )(model)
+    unique_value_names(model.graph)
     for value in _values(model.graph):
         value.metadata_props.pop(FOLDED_FROM_KEY, None)
 
@@ -221,6 +223,45 @@ def _values(graph: ir.Graph) -> list[ir.Value]:
     for node in _nodes(graph):
         out.extend(node.outputs)
     return out
+
+
+def unique_value_names(graph: ir.Graph) -> None:
+    """Give every value of ``graph`` and of its subgraphs a name no other value of the model has.
+
+    onnx_ir's NameFixPass only keeps a subgraph's names apart from its enclosing graphs' names
+    seen so far; a main-graph value after an If may still take a name used inside a branch, and
+    ONNX Runtime refuses such a model (SSA form). The main graph's inputs and outputs keep their
+    names; a subgraph value's name is free to change (branches and bodies bind by position).
+    """
+    used: set[str] = set()
+    seen: set[int] = set()
+    counter: dict[str, int] = {}
+
+    def claim(value: ir.Value) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        base = name = value.name or "v"
+        while name in used:
+            counter[base] = counter.get(base, 0) + 1
+            name = f"{base}_{counter[base]}"
+        value.name = name
+        used.add(name)
+
+    for value in [*graph.inputs, *graph.outputs]:
+        claim(value)
+
+    def enter(sub: ir.Graph | ir.Function) -> None:
+        for value in sub.inputs:
+            claim(value)
+        if isinstance(sub, ir.Graph):
+            for value in list(sub.initializers.values()):
+                claim(value)
+
+    enter(graph)
+    for node in ir.traversal.RecursiveGraphIterator(graph, enter_graph=enter):
+        for value in node.outputs:
+            claim(value)
 
 
 def _name_outputs_directly(graph: ir.Graph) -> None:
