@@ -10,7 +10,7 @@ stamp=.venv/.jaxconv-setup-stamp
 want=$(cat setup.cfg pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[tf,test,models]"
+  .venv/bin/python -m pip install -q -e ".[tf,test,models,bench]"
   echo "$want" > "$stamp"
 fi
 # C++ toolchain for `jaxconv to-cpp` and its tests.
