@@ -270,3 +270,14 @@ def test_constant_case_index_inlines_the_branch():
 @pytest.mark.parametrize("opset", [18, 21])
 def test_loop_at_older_opsets(opset):
     assert_onnx_matches_jax(lambda x: lax.fori_loop(0, 3, lambda i, c: c + jnp.cos(c), x), _f32(4), opset=opset)
+
+
+def test_f16_floor_divide_loop_after_a_clip_converts():
+    """The clean-up's rewrites once gave two folded constants the same name (an internal PassError)."""
+
+    def f(x, y):
+        return lax.fori_loop(0, 2, lambda i, c: jnp.floor_divide(c, y), jnp.clip(x, -jnp.inf, -1.0))
+
+    x = np.array([1.0, -3.5, -0.0, 7.0, -1.25] * 4, np.float16).reshape(5, 4)
+    y = np.array([1.0, 2.0, -0.5, 3.0] * 5, np.float16).reshape(5, 4)
+    assert_onnx_matches_jax(f, x, y)

@@ -36,6 +36,7 @@ def optimize(model: ir.Model, opset: int) -> None:
     """Clean up a freshly lowered model in place: our passes, the fusion rewrites, onnxscript's optimizer."""
     drop_redundant_expands(model.graph)
     _apply_rewrites(model, opset)
+    unique_value_names(model.graph)  # the rewrites' new values are named val_0, val_1, ... each time
     _strip_markers(model.graph)
     clean_up(model)
     _name_outputs_directly(model.graph)
@@ -158,6 +159,7 @@ def _clean_up(model: ir.Model) -> None:
         _FoldPass(),
         _RewritePass(_rules()),
         common_passes.RemoveUnusedNodesPass(),
+        _UniqueNamesPass(),  # a folded value becomes an initializer under its name: two val_0 would clash
     ], steps=2, early_stop=True)
     ir.passes.Sequential(
         loop,
@@ -182,6 +184,13 @@ class _FoldPass(ir.passes.InPlacePass):
         result = fold_constants(model, onnx_shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
                                 output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold)
         return ir.passes.PassResult(model, result.modified)
+
+
+class _UniqueNamesPass(ir.passes.InPlacePass):
+    """``unique_value_names`` as a pass."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        return ir.passes.PassResult(model, unique_value_names(model.graph))
 
 
 class _RewritePass(ir.passes.InPlacePass):
@@ -225,26 +234,30 @@ def _values(graph: ir.Graph) -> list[ir.Value]:
     return out
 
 
-def unique_value_names(graph: ir.Graph) -> None:
-    """Give every value of ``graph`` and of its subgraphs a name no other value of the model has.
+def unique_value_names(graph: ir.Graph) -> bool:
+    """Give every named value of ``graph`` and of its subgraphs a name no other value of the model has.
 
     onnx_ir's NameFixPass only keeps a subgraph's names apart from its enclosing graphs' names
     seen so far; a main-graph value after an If may still take a name used inside a branch, and
     ONNX Runtime refuses such a model (SSA form). The main graph's inputs and outputs keep their
     names; a subgraph value's name is free to change (branches and bodies bind by position).
+    Unnamed values stay unnamed (NameFixPass names them). Returns whether a name changed.
     """
     used: set[str] = set()
     seen: set[int] = set()
     counter: dict[str, int] = {}
+    renamed = False
 
     def claim(value: ir.Value) -> None:
-        if id(value) in seen:
+        nonlocal renamed
+        if id(value) in seen or not value.name:
             return
         seen.add(id(value))
-        base = name = value.name or "v"
+        base = name = value.name
         while name in used:
             counter[base] = counter.get(base, 0) + 1
             name = f"{base}_{counter[base]}"
+        renamed |= name != base
         value.name = name
         used.add(name)
 
@@ -262,6 +275,7 @@ def unique_value_names(graph: ir.Graph) -> None:
     for node in ir.traversal.RecursiveGraphIterator(graph, enter_graph=enter):
         for value in node.outputs:
             claim(value)
+    return renamed
 
 
 def _name_outputs_directly(graph: ir.Graph) -> None:
