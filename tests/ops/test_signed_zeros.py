@@ -122,3 +122,12 @@ def test_sums_of_negative_zeros_start_from_positive_zero(dtype):
 def test_cumulative_min_max_zero_ties(dtype):
     x = np.array([[0.0, -0.0, 1.0], [-0.0, 0.0, -1.0], [-0.0, -0.0, 0.0]], np.float64).astype(dtype)
     check(lambda x: (lax.cummin(x, axis=1), lax.cummax(x, axis=1), lax.cummax(x, axis=0, reverse=True)), x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_scatter_min_max_zero_ties(dtype):
+    """XLA orders -0 below +0 in a scatter's min/max too, whatever the order of the updates."""
+    x = np.array([1.0, 0.0, -0.0, 0.0, -0.0, np.nan], np.float64).astype(dtype)
+    u = np.array([-0.0, 1.0, 0.0, 0.0, -0.0, -0.0, 0.0, -0.0, 2.0], np.float64).astype(dtype)
+    i = np.array([0, 0, 0, 1, 2, 3, 4, 5, 1], np.int32)
+    check(lambda x, u, i: (x.at[i].min(u), x.at[i].max(u), x.at[i].min(-u), x.at[i].max(-u)), x, u, i)

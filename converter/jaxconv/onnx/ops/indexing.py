@@ -396,13 +396,26 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     grid = _scatter_grid(ctx, idx, nb, starts, grid_window, wsize, k)
     out = ctx.op("ScatterND", [x, grid, u], reduction=None if kind == "none" else kind)
     if kind in ("max", "min") and work in dt.FLOATS:
-        # ScatterND max/min do not propagate NaN like StableHLO; mark every location a NaN reached.
-        hit = ctx.op("ScatterND", [ctx.cast(ctx.op("IsNaN", [x]), "uint8"), grid,
-                                   ctx.cast(ctx.op("IsNaN", [u]), "uint8")], reduction="max")
-        out = ctx.op("Where", [ctx.cast(hit, "bool"), ctx.scalar(float("nan"), work), out])
+        # ScatterND max/min do not propagate NaN like StableHLO, and settle a +0/-0 tie either way where
+        # XLA orders -0 below +0: per location, 2 if a NaN reached it, else 1 if the tie's winner did.
+        hit = ctx.cast(ctx.op("ScatterND", [_nan_or_zero_code(ctx, x, kind, work), grid,
+                                            _nan_or_zero_code(ctx, u, kind, work)], reduction="max"), work)
+        zero = ctx.scalar(-0.0 if kind == "min" else 0.0, work)
+        tie = ctx.op("And", [ctx.op("Greater", [hit, ctx.scalar(0.5, work)]),
+                             ctx.op("Equal", [out, ctx.scalar(0.0, work)])])
+        out = sh.where(ctx, tie, zero, out, work)
+        out = ctx.op("Where", [ctx.op("Greater", [hit, ctx.scalar(1.5, work)]), ctx.scalar(float("nan"), work), out])
     if valid is not None and kind == "none":
         out = ctx.op("Slice", [out, ctx.i64([0]), sh.dim_tensor(ctx, dim0), ctx.i64([0])])
     return ctx.cast_if(out, work, dtype)
+
+
+def _nan_or_zero_code(ctx: LoweringContext, v: str, kind: str, work: str) -> str:
+    """uint8 per element of float ``v``: 2 for NaN, 1 for the zero that wins a max/min tie (+0/-0), else 0."""
+    zero = ctx.scalar(0.0, work)
+    sign = ctx.op("Less" if kind == "min" else "Greater", [ctx.op("Reciprocal", [v]), zero])  # 1/(-0) = -inf
+    winner = ctx.op("And", [ctx.op("Equal", [v, zero]), sign])
+    return ctx.op("Where", [ctx.op("IsNaN", [v]), ctx.const(np.array(2, np.uint8)), ctx.cast(winner, "uint8")])
 
 
 def _scatter_grid(ctx: LoweringContext, idx: str, nb: int, starts: dict, grid_window: list[int], wsize: dict,
