@@ -115,6 +115,40 @@ def findings(tally: Tally) -> str:
     return "\n".join(lines) + "\n"
 
 
+_JAX_ONLY = """
+import sys
+sys.path[:0] = sys.argv[2:]
+from conformance.fuzz.generate import INPUT_SETS, generate, input_values
+from conformance.fuzz.run import Invalid, reference
+seed = int(sys.argv[1])
+program = generate(seed)
+for kind in INPUT_SETS:
+    try:
+        reference(program, input_values(program, kind, seed))
+    except Invalid:
+        pass
+"""
+
+
+def jax_aborts(seed: int) -> str:
+    """When program ``seed`` kills its worker: the fatal line if jax.jit alone kills a process, else ''.
+
+    XLA can abort (a failed CHECK) while compiling a valid program; that is jax's bug, not a converter crash.
+    """
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        done = subprocess.run([sys.executable, "-c", _JAX_ONLY, str(seed), root, os.path.join(root, "converter")],
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return ""
+    if done.returncode >= 0:
+        return ""
+    fatal = [line for line in done.stderr.splitlines() if line.startswith(("F", "Check failed")) and "]" in line]
+    return (fatal[0].split("]", 1)[1].strip() if fatal else f"signal {-done.returncode}")[:200]
+
+
 def recheck(folder: str) -> int:
     """Run every reproducer under ``folder`` in a fresh process; 1 when any still fails."""
     import subprocess
@@ -195,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_lost(task: dict[str, Any], why: str) -> list[dict[str, Any]]:
         status = "not-run" if why == NOT_STARTED else "lost"
+        if why.startswith("worker process died"):
+            aborted = jax_aborts(task["seed"])
+            if aborted:
+                status, why = "invalid", f"jax.jit aborts the process: {aborted}"
         return [{"seed": task["seed"], "target": t, "status": status, "detail": why, "ops": []} for t in task["targets"]]
 
     env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
