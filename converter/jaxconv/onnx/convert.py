@@ -83,8 +83,17 @@ EXTERNAL_DATA_BYTES = 2_000_000_000  # protobuf's limit is 2 GiB; stay below it
 
 
 def is_large(model: onnx.ModelProto) -> bool:
-    """True when the model must keep its weights in an external data file."""
-    return model.ByteSize() > EXTERNAL_DATA_BYTES
+    """True when the model must keep its weights in an external data file.
+
+    The size is summed one graph entry at a time (an upper bound): ``ModelProto.ByteSize()``
+    serializes the whole model, a transient copy of every weight.
+    """
+    graph_fields = model.graph.ListFields()
+    size = sum(x.ByteSize() + 16 for _, value in graph_fields if hasattr(value, "extend") for x in value)
+    size += sum(len(value) + 16 for _, value in graph_fields if isinstance(value, (str, bytes)))
+    size += sum(x.ByteSize() + 16 for field, value in model.ListFields() if field.name != "graph"
+                for x in (value if hasattr(value, "extend") else [value]) if hasattr(x, "ByteSize"))
+    return size + 4096 > EXTERNAL_DATA_BYTES
 
 
 def save(model: onnx.ModelProto, path: str) -> None:
@@ -99,8 +108,8 @@ def save(model: onnx.ModelProto, path: str) -> None:
     from jaxconv.artifacts import atomic_file, prepare_parent
 
     if not is_large(model):
-        with atomic_file(path) as tmp:
-            onnx.save_model(model, tmp)
+        with atomic_file(path) as tmp, open(tmp, "wb") as f:
+            f.write(model.SerializeToString())  # onnx.save_model also measures ByteSize: one more copy
         return
     parent = prepare_parent(path)
     data_name = os.path.basename(path) + ".data"
@@ -127,6 +136,51 @@ def validate(model: onnx.ModelProto, path: str | None = None) -> None:
     else:
         target = model
     try:
+        if isinstance(target, onnx.ModelProto):
+            target = _without_large_initializers(target)
         onnx.checker.check_model(target, full_check=True)
     except Exception as e:
         raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from None
+
+
+LARGE_INITIALIZER_BYTES = 1 << 20
+
+
+def _without_large_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers of 1 MiB and more are graph inputs of the same type.
+
+    onnx.checker serializes the proto it is given and its shape inference copies it again: on a
+    model of closed-over weights that is twice their bytes at least. Big weights feed no shape
+    computation, so the graph is checked without them and each of them is checked on its own,
+    one at a time.
+    """
+    from onnx import helper
+
+    graph = model.graph
+    if not any(t.ByteSize() >= LARGE_INITIALIZER_BYTES for t in graph.initializer):
+        return model
+    light = onnx.ModelProto()
+    _copy_fields(model, light, skip="graph")
+    _copy_fields(graph, light.graph, skip="initializer")
+    inputs = {i.name for i in graph.input}
+    for t in graph.initializer:
+        if t.ByteSize() >= LARGE_INITIALIZER_BYTES:
+            onnx.checker.check_tensor(t)
+            if t.name not in inputs:
+                light.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            light.graph.initializer.append(t)
+    return light
+
+
+def _copy_fields(src, dst, skip: str) -> None:
+    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if hasattr(value, "extend"):
+            getattr(dst, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)

@@ -1,0 +1,88 @@
+"""Peak memory of a cold ``jaxconv to-onnx`` on an MLP whose weights are closed over by the function.
+
+Closed-over weights become constants in the StableHLO and initializers in the ONNX model, so every
+copy the conversion makes of them shows in the converting process's peak RSS (VmHWM). The figure
+printed is that peak divided by the weight bytes.
+
+    python scripts/bench_memory.py --mb 200 800 [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_MODEL = """import jax.numpy as jnp
+import numpy as np
+
+_LAYERS = 4
+_WIDTH = {width}
+_rng = np.random.default_rng(0)
+_W = [(_rng.standard_normal((_WIDTH, _WIDTH), dtype=np.float32) / _WIDTH ** 0.5) for _ in range(_LAYERS)]
+
+
+def predict(x):
+    for w in _W:
+        x = jnp.tanh(x @ w)
+    return x
+"""
+
+_HWM = """import atexit, os, sys
+def _hwm():
+    with open(os.environ["BENCH_HWM_FILE"], "w") as f:
+        f.write(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+atexit.register(_hwm)
+"""
+
+
+def width_for(mb: float, layers: int = 4) -> int:
+    """Width of a square float32 layer so that ``layers`` of them weigh about ``mb`` MiB."""
+    return max(8, int((mb * 2**20 / 4 / layers) ** 0.5))
+
+
+def peak_rss(mb: float, check: bool, workdir: str) -> tuple[int, int]:
+    """(weight bytes, peak RSS bytes) of one cold ``jaxconv to-onnx`` process."""
+    width = width_for(mb)
+    src = os.path.join(workdir, f"mlp_{width}.py")
+    with open(src, "w") as f:
+        f.write(_MODEL.format(width=width))
+    out = os.path.join(workdir, f"mlp_{width}.onnx")
+    argv = ["jaxconv", "to-onnx", f"{src}:predict", "-o", out, "--specs", f"f32[8,{width}]"]
+    if not check:
+        argv.append("--no-check")
+    hwm = os.path.join(workdir, "hwm.txt")
+    code = _HWM + f"sys.argv = {argv!r}\nfrom jaxconv.cli import main\nsys.exit(main())\n"
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "converter"), "BENCH_HWM_FILE": hwm}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"to-onnx failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    with open(hwm) as f:
+        rss = int(f.read()) * 1024
+    for name in os.listdir(workdir):
+        if name.startswith(f"mlp_{width}.onnx"):
+            os.remove(os.path.join(workdir, name))
+    return 4 * 4 * width * width, rss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, nargs="+", default=[200.0], help="weight MiB of each model (default 200)")
+    parser.add_argument("--check", action="store_true", help="also run the check against jax.jit (default --no-check)")
+    args = parser.parse_args(argv)
+    print("| weights MB | check | peak RSS MB | RSS / weights |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="jaxconv-mem-") as workdir:
+        for mb in args.mb:
+            weights, rss = peak_rss(mb, args.check, workdir)
+            print(f"| {weights / 2**20:.0f} | {'yes' if args.check else 'no'} | {rss / 2**20:.0f} | {rss / weights:.2f} |",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Peak memory of the ONNX checks and save on models with big weights, and scripts/bench_memory.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from jaxconv.errors import ConversionError
+from jaxconv.onnx import convert
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _matmul_chain(weights: list[np.ndarray]) -> onnx.ModelProto:
+    n = weights[0].shape[0]
+    inits = [onnx.numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]
+    nodes, prev = [], "x"
+    for i in range(len(weights)):
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, n])],
+                              [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_validate_checks_graphs_with_big_weights():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1024, 1024)).astype(np.float32)  # 4 MiB: above the 1 MiB line
+    model = _matmul_chain([w, w])
+    convert.validate(model)
+    bad = _matmul_chain([w, rng.standard_normal((1000, 1024)).astype(np.float32)])  # [2,1024] @ [1000,1024]
+    with pytest.raises(ConversionError, match="onnx.checker"):
+        convert.validate(bad)
+
+
+def test_validate_checks_the_big_weights_themselves():
+    model = _matmul_chain([np.ones((1024, 1024), np.float32)])
+    model.graph.initializer[0].raw_data = b"\0" * (4 * 1024 * 1023)  # one row short of its dims
+    with pytest.raises(ConversionError, match="onnx.checker"):
+        convert.validate(model)
+
+
+def test_is_large_never_underestimates_the_serialized_size(monkeypatch):
+    model = _matmul_chain([np.ones((512, 512), np.float32), np.ones((512, 512), np.float32)])
+    model.metadata_props.add(key="k", value="v" * 1000)
+    size = len(model.SerializeToString())
+    monkeypatch.setattr(convert, "EXTERNAL_DATA_BYTES", size - 1)
+    assert convert.is_large(model)
+    monkeypatch.setattr(convert, "EXTERNAL_DATA_BYTES", size + 8192)
+    assert not convert.is_large(model)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="reads peak RSS from Linux's /proc")
+def test_validate_adds_little_to_peak_memory():
+    """ByteSize and onnx.checker on the whole proto peaked at 2x the weights; without them, a fraction."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "converter")!r}); sys.path.insert(0, {HERE!r})
+        import numpy as np
+        from test_memory import _matmul_chain
+        from jaxconv.onnx import convert
+
+        def status(key):
+            return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)) * 1024
+
+        rng = np.random.default_rng(0)
+        model = _matmul_chain([rng.standard_normal((2048, 2048), dtype=np.float32) for _ in range(8)])  # 128 MiB
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        before = status("VmRSS")
+        convert.validate(model)
+        print((status("VmHWM") - before) / (8 * 2048 * 2048 * 4))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(proc.stdout.strip()) < 0.5, proc.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads peak RSS from Linux's /proc")
+def test_bench_memory_prints_the_ratio():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_memory.py"), "--mb", "4"],
+                          capture_output=True, text=True, check=True)
+    row = proc.stdout.strip().splitlines()[-1].strip("|").split("|")
+    weights, check, rss, ratio = (c.strip() for c in row)
+    assert weights == "4" and check == "no"
+    assert float(ratio) == pytest.approx(float(rss) / float(weights), rel=0.05)
