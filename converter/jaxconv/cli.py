@@ -186,6 +186,9 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
     if args.entry:
         raise UsageError("--entry applies to StableHLO modules (.mlir/.mlirbc); for a Python file use --fn or FILE:NAME")
     program = _load_program(args)
+    import jax
+
+    jax.clear_caches()  # the export's lowered module and constants: the size of the weights, twice over
     reports: list = []
     try:
         model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
