@@ -253,8 +253,11 @@ def test_the_cnn_example_is_undecided_only_where_xla_drops_nan_in_max_pooling(tm
     assert "WRONG" in err and "on edge inputs" in err and "UNDECIDED" not in stdout
     wrong = onnx.ModelProto()
     wrong.CopyFrom(good)
-    wrong.graph.initializer.append(numpy_helper.from_array(np.array(0.1, np.float32), "planted"))
-    [n for n in wrong.graph.node if n.op_type == "Where"][0].input[1] = "planted"  # relu's 0 written as 0.1
+    wrong.graph.initializer.append(numpy_helper.from_array(np.array(1.001, np.float32), "planted"))
+    final = wrong.graph.output[0].name  # the logits scaled by 1.001: wrong on every input set
+    producer = next(n for n in wrong.graph.node if final in n.output)
+    producer.output[list(producer.output).index(final)] = "unscaled"
+    wrong.graph.node.append(onnx.helper.make_node("Mul", ["unscaled", "planted"], [final]))
     onnx.save(wrong, out)
     code, stdout, err = run_cli(["check", out, CNN_FILE, "--specs", *CNN_SPECS], capsys)
     assert code == MismatchError.exit_code, stdout
