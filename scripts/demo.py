@@ -62,7 +62,7 @@ def main() -> int:
             try:
                 artifact, reports = convert(target, program, base)
                 worst = max((r.max_abs for rep in reports for r in rep.rows), default=0.0)
-                status = "ok" if all(rep.ok for rep in reports) else "MISMATCH"
+                status = _status(reports)
                 rows.append((file, target, status, f"{worst:.2e}", f"{time.perf_counter() - start:.1f}s", os.path.relpath(artifact, ROOT)))
             except JaxconvError as e:
                 failures += 1
@@ -73,6 +73,18 @@ def main() -> int:
     for r in [head] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     return 1 if failures else 0
+
+
+def _status(reports) -> str:
+    """ok, MISMATCH, or ok with what the check could not confirm (undecided or edge-value differences)."""
+    if not all(rep.ok for rep in reports):
+        return "MISMATCH"
+    notes = []
+    if any(rep.undecided for rep in reports):
+        notes.append("undecided on edge values")
+    if any(rep.edge_differences for rep in reports):
+        notes.append("differs on edge values")
+    return f"ok ({', '.join(notes)})" if notes else "ok"
 
 
 if __name__ == "__main__":
