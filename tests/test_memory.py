@@ -93,3 +93,50 @@ def test_bench_memory_prints_the_ratio():
     weights, check, rss, ratio = (c.strip() for c in row)
     assert weights == "4" and check == "no"
     assert float(ratio) == pytest.approx(float(rss) / float(weights), rel=0.05)
+
+
+def test_write_model_writes_the_serialized_bytes():
+    import io
+
+    model = _matmul_chain([np.arange(300 * 300, dtype=np.float32).reshape(300, 300)] * 2)
+    model.graph.doc_string = "doc"
+    model.graph.value_info.append(helper.make_tensor_value_info("h0", onnx.TensorProto.FLOAT, [2, 300]))
+    model.metadata_props.add(key="k", value="v")
+    model.producer_name = "p"
+    for m in (model, onnx.ModelProto(), _without_weights(model)):
+        buf = io.BytesIO()
+        convert.write_model(m, buf)
+        assert buf.getvalue() == m.SerializeToString()
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    del light.graph.initializer[:]
+    return light
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="reads peak RSS from Linux's /proc")
+def test_save_adds_little_to_peak_memory(tmp_path):
+    """SerializeToString of the whole model peaked at 2x the weights; one initializer at a time, a fraction."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "converter")!r}); sys.path.insert(0, {HERE!r})
+        import numpy as np, onnx
+        from test_memory import _matmul_chain
+        from jaxconv.onnx import convert
+
+        def status(key):
+            return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key)) * 1024
+
+        rng = np.random.default_rng(0)
+        model = _matmul_chain([rng.standard_normal((2048, 2048), dtype=np.float32) for _ in range(8)])  # 128 MiB
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = status("VmRSS")
+        convert.save(model, {str(tmp_path / "m.onnx")!r})
+        print((status("VmHWM") - before) / (8 * 2048 * 2048 * 4))
+        assert onnx.load({str(tmp_path / "m.onnx")!r}) == model
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(proc.stdout.strip()) < 0.5, proc.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import BinaryIO
 
 import onnx
 
@@ -96,6 +97,67 @@ def is_large(model: onnx.ModelProto) -> bool:
     return size + 4096 > EXTERNAL_DATA_BYTES
 
 
+def write_model(model: onnx.ModelProto, f: BinaryIO) -> None:
+    """Write the bytes of ``model.SerializeToString()`` one initializer at a time.
+
+    Serializing the whole model builds its bytes in a growing buffer and copies them out: up to
+    three times the weights at once. Protobuf writes fields in field-number order, so the same
+    bytes are the fields before the graph's initializers, each initializer, then the rest.
+    """
+    graph = model.graph
+    head, tail = onnx.GraphProto(), onnx.GraphProto()
+    for field, value in graph.ListFields():
+        if field.name != "initializer":
+            _copy_fields_named(graph, head if field.number < _INITIALIZER_FIELD else tail, field.name)
+    tensors = [(t, t.ByteSize()) for t in graph.initializer]
+    graph_size = head.ByteSize() + tail.ByteSize() + sum(_tag_size(_INITIALIZER_FIELD, n) + n for _, n in tensors)
+    before, after = onnx.ModelProto(), onnx.ModelProto()
+    for field, _ in model.ListFields():
+        if field.name != "graph":
+            _copy_fields_named(model, before if field.number < _GRAPH_FIELD else after, field.name)
+    f.write(before.SerializeToString())
+    if model.HasField("graph"):
+        f.write(_tag(_GRAPH_FIELD, graph_size))
+        f.write(head.SerializeToString())
+        for t, n in tensors:
+            f.write(_tag(_INITIALIZER_FIELD, n))
+            f.write(t.SerializeToString())
+        f.write(tail.SerializeToString())
+    f.write(after.SerializeToString())
+
+
+_GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+_INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+
+
+def _copy_fields_named(src, dst, name: str) -> None:
+    value = getattr(src, name)
+    if hasattr(value, "extend"):
+        getattr(dst, name).extend(value)
+    elif hasattr(value, "CopyFrom"):
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _tag(field: int, length: int) -> bytes:
+    """The key of a length-delimited field and its length."""
+    return _varint(field << 3 | 2) + _varint(length)
+
+
+def _tag_size(field: int, length: int) -> int:
+    return len(_tag(field, length))
+
+
 def save(model: onnx.ModelProto, path: str) -> None:
     """Save atomically; large models get their weights in PATH.data beside the file.
 
@@ -109,7 +171,7 @@ def save(model: onnx.ModelProto, path: str) -> None:
 
     if not is_large(model):
         with atomic_file(path) as tmp, open(tmp, "wb") as f:
-            f.write(model.SerializeToString())  # onnx.save_model also measures ByteSize: one more copy
+            write_model(model, f)
         return
     parent = prepare_parent(path)
     data_name = os.path.basename(path) + ".data"
