@@ -112,6 +112,16 @@ def test_gelu_needs_opset_20():
     np.testing.assert_allclose(got, jax.jit(jax.nn.gelu)(x), rtol=1e-5, atol=2e-6)
 
 
+def test_float64_gelu_keeps_double_precision():
+    # ORT's Gelu kernel for double is only float32-accurate (fuzz gelu/f64/value: 5e-8 relative)
+    x = np.array([[-1.4155582686347752, -1.2, 0.3, 2.5, -3.0]], np.float64)
+    with jax.enable_x64(True):
+        ops, (got,) = _convert(jax.nn.gelu, x)
+        want = np.asarray(jax.jit(jax.nn.gelu)(x))
+    assert ops["Gelu"] == 0, ops
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
 def test_relu_keeps_jax_zero_signs_and_nan():
     x = np.array([[-0.0, 0.0, NAN, -1.0, 2.0, INF, -INF, 1e-30]], np.float32)
     for fn in (jax.nn.relu, lambda x: jnp.maximum(x, 0.0) * 3.0, lambda x: jnp.maximum(0.0, x) + x):
