@@ -140,3 +140,77 @@ def test_save_adds_little_to_peak_memory(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(proc.stdout.strip()) < 0.5, proc.stdout
+
+
+def _small_program():
+    import jax.numpy as jnp
+
+    from jaxconv.program import trace
+
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    return trace(lambda x: jnp.tanh(x @ w), ["f32[2,4]"])
+
+
+def test_check_computes_every_reference_before_the_artifact_runs(monkeypatch):
+    """The artifact's runtime loads its weights only once jax.jit is done compiling (they would add up)."""
+    from jaxconv import verify
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    program = _small_program()
+    runner = OnnxRunner(convert.program_to_onnx(program, None).SerializeToString())
+    calls: list[str] = []
+    reference, run = verify.reference_outputs, runner.run
+    monkeypatch.setattr(verify, "reference_outputs", lambda *a: calls.append("jit") or reference(*a))
+    monkeypatch.setattr(runner, "run", lambda flat: calls.append("run") or run(flat))
+    report = verify.check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
+    assert report.ok and [r.inputs for r in report.rows] == ["random", "edge"]
+    assert calls == ["jit", "jit", "run", "run"]
+
+
+def test_release_compiled_clears_jax_caches_between_references_and_artifact(monkeypatch):
+    import jax
+
+    from jaxconv import verify
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    program = _small_program()
+    runner = OnnxRunner(convert.program_to_onnx(program, None).SerializeToString())
+    calls: list[str] = []
+    run, clear = runner.run, jax.clear_caches
+    monkeypatch.setattr(jax, "clear_caches", lambda: calls.append("clear") or clear())
+    monkeypatch.setattr(runner, "run", lambda flat: calls.append("run") or run(flat))
+    verify.check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
+    assert calls == ["run", "run"]  # off by default: a library caller keeps its compiled functions
+    calls.clear()
+    with verify.check_options(release_compiled=True):
+        report = verify.check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
+    assert report.ok and calls == ["clear", "run", "run"]
+
+
+def test_deferred_onnx_runner_loads_on_first_run(tmp_path):
+    from jaxconv.errors import ArtifactError
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    program = _small_program()
+    path = str(tmp_path / "m.onnx")
+    convert.save(convert.program_to_onnx(program, None), path)
+    runner = OnnxRunner(path, defer=True)
+    assert not hasattr(runner, "session")
+    x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(runner.run([x])[0], np.asarray(program.fn(x)), rtol=1e-5, atol=1e-6)
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    bad = OnnxRunner(str(tmp_path / "bad.onnx"), defer=True)
+    with pytest.raises(ArtifactError, match="ONNX Runtime cannot load .*bad.onnx"):
+        bad.run([x])
+
+
+def test_to_onnx_frees_the_exported_module_only_of_a_program_used_once(tmp_path):
+    import jaxconv
+
+    program = _small_program()
+    jaxconv.to_onnx(program, path=str(tmp_path / "a.onnx"))
+    assert program.exported is not None  # a caller's Program stays usable for other targets
+    jaxconv.to_stablehlo(program, path=str(tmp_path / "a"))
+    program.keep_module = False
+    jaxconv.to_onnx(program, path=str(tmp_path / "b.onnx"))  # the check still runs (against jax.jit)
+    assert program.exported is None

@@ -79,12 +79,14 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
     program = _as_program(fn, specs, constraints)
     _refuse_a_check_too_large(program, check)
     model = convert.program_to_onnx(program, opset)
+    if not isinstance(fn, Program) or not program.keep_module:
+        program.exported = None  # its module copies the weights; the check needs fn and the signature only
     convert.validate(model)
     if path is not None:
         convert.save(model, path)
         if convert.is_large(model):
             convert.validate(model, path)
-        runner = OnnxRunner(path) if check else None
+        runner = OnnxRunner(path, defer=True) if check else None
         name = path
     else:
         runner = OnnxRunner(model.SerializeToString()) if check else None

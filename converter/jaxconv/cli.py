@@ -146,7 +146,7 @@ def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> Non
     examples = loaded.examples()
     flat = None if examples is None else tuple(check_inputs.flatten_examples(
         examples, program.arg_specs, program.signature, f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"))
-    verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat)
+    verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat, release_compiled=True)
     verify.require_checkable(program.signature, program.constraints)
 
 
@@ -186,6 +186,7 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
     if args.entry:
         raise UsageError("--entry applies to StableHLO modules (.mlir/.mlirbc); for a Python file use --fn or FILE:NAME")
     program = _load_program(args)
+    program.keep_module = False  # converted once: to_onnx frees the exported module before the check
     import jax
 
     jax.clear_caches()  # the export's lowered module and constants: the size of the weights, twice over

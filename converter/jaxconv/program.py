@@ -22,6 +22,9 @@ class Program:
         signature: flat input/output names shared by every target.
         source_path: the user's file, for error messages.
         constraints: symbolic-dimension constraints used.
+        keep_module: False when the caller converts this Program once and uses it no more (the CLI):
+            ``to_onnx`` then sets ``exported`` to None once the ONNX model is built, freeing the
+            serialized module, which holds a copy of every closed-over weight, before the check.
     """
 
     fn: Callable[..., Any]
@@ -32,6 +35,7 @@ class Program:
     source_path: str | None = None
     constraints: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ("cpu",)
+    keep_module: bool = True
     _jitted: Any = field(default=None, repr=False)
 
     @property

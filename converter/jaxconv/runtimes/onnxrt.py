@@ -36,15 +36,33 @@ def session_options(threads: int | None = None, spinning: bool = False):
 class OnnxRunner:
     kind = "onnx"
 
-    def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False) -> None:
+    def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False,
+                 defer: bool = False) -> None:
+        """Load the model into an ONNX Runtime session.
+
+        Args:
+            defer: load it on the first ``run`` instead (the check computes every jax.jit reference
+                first, so the session's copy of the weights and jax's compilation do not overlap).
+
+        Raises:
+            ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``).
+        """
+        self._source: str | bytes | None = path_or_bytes
+        self._options = (threads, spinning)
+        if not defer:
+            self._load()
+
+    def _load(self) -> None:
         import onnxruntime as ort
 
-        opts = session_options(threads, spinning)
+        path_or_bytes = self._source
+        opts = session_options(*self._options)
         try:
             self.session = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
             raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from None
+        self._source = None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -53,6 +71,8 @@ class OnnxRunner:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import onnxruntime as ort
 
+        if self._source is not None:
+            self._load()
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
         self._check_inputs(inputs)
