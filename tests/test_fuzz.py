@@ -377,3 +377,11 @@ def test_negative_nan_ordering_is_known_only_with_a_negative_nan():
     assert known.match("top_k/f16/nan", known.facts([np.array([1.0, -np.nan], np.float16)])) is not None
     assert known.match("top_k/f16/nan", known.facts([np.array([1.0, np.nan], np.float16)])) is None
     assert known.match("convert_bool_f32+mul+copysign/f32/value") is not None
+
+
+def test_xla_order_flush_and_loop_rows_match_only_their_cases():
+    huge = known.facts([np.float32([1.0, 0.69, 3.4e38, 1.31])])
+    for klass in ("cumprod/f32/inf", "reduce_var/f32/nan", "pow+floor_divide/f32/nan"):
+        assert known.match(klass, huge) is not None and known.match(klass) is None, klass
+    assert known.match("reduce_var+acos/f32/nan") is not None and known.match("reduce_var/f32/value") is None
+    assert known.match("while_loop/f16/value") is not None and known.match("while_loop/f32/value") is None
