@@ -9,7 +9,8 @@ order shows in the result) and general or multi-operand bodies follow XLA CPU's 
 window is folded in row-major order starting from the init value, and a cumulative window
 longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's ReduceWindowRewriter does
 (scan each tile, exclusive scan of the tile totals, combine); the scans match XLA bit for bit.
-Other float16/bfloat16 sum windows accumulate in float32 and round once.
+So are other bfloat16 sum and product windows over static windowed dimensions; the rest
+accumulate in float32 and round once.
 """
 
 from __future__ import annotations
@@ -44,11 +45,19 @@ Combiner = Callable[[list[str], list[str]], list[str]]
 
 
 def ordered(kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
-    """True when the window is folded in XLA's order: general bodies, and cumulative float16/bfloat16
-    sums and products (every step rounds, so the order shows in the result)."""
+    """True when the window is folded in XLA's order: general bodies, cumulative float16/bfloat16
+    sums and products, and bfloat16 sum and product windows over static windowed dimensions with at
+    most ``MAX_ORDERED_WINDOW`` positions (XLA rounds after every step, so the order shows)."""
     if kind is None:
         return True
-    return kind in ("add", "mul") and xt.dtype in _ROUNDING and _cumulative_axis(xt, w) is not None
+    if kind not in ("add", "mul") or xt.dtype not in _ROUNDING:
+        return False
+    if _cumulative_axis(xt, w) is not None:
+        return True
+    active = w.active_axes()
+    # float16 windows are not always folded row-major by XLA (a 2x3 window sums its rows first)
+    return (xt.dtype == "bfloat16" and all(xt.shape[a] is not None for a in active)
+            and int(np.prod([w.dims[a] for a in active])) <= MAX_ORDERED_WINDOW)
 
 
 def _check_reduce_window(op: hir.Op) -> str | None:
