@@ -214,3 +214,21 @@ def test_to_onnx_frees_the_exported_module_only_of_a_program_used_once(tmp_path)
     program.keep_module = False
     jaxconv.to_onnx(program, path=str(tmp_path / "b.onnx"))  # the check still runs (against jax.jit)
     assert program.exported is None
+
+
+def test_to_onnx_without_path_checks_from_a_temporary_file(monkeypatch):
+    """Not from SerializeToString(): that copy of the weights would be held through the check."""
+    import jaxconv
+    from jaxconv.runtimes import onnxrt
+
+    sources: list = []
+    init = onnxrt.OnnxRunner.__init__
+    monkeypatch.setattr(onnxrt.OnnxRunner, "__init__", lambda self, src, **kw: sources.append(src) or init(self, src, **kw))
+    program = _small_program()
+    reports: list = []
+    model = jaxconv.to_onnx(program, report_to=reports)
+    assert len(sources) == 1 and isinstance(sources[0], str) and not os.path.exists(sources[0])
+    assert reports[0].ok and reports[0].artifact == "model.onnx"
+    x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(onnxrt.OnnxRunner(model.SerializeToString()).run([x])[0], np.asarray(program.fn(x)),
+                               rtol=1e-5, atol=1e-6)

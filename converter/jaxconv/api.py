@@ -88,11 +88,28 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
             convert.validate(model, path)
         runner = OnnxRunner(path, defer=True) if check else None
         name = path
+    elif check:
+        _check_unsaved_onnx(program, model, rtol, atol, report_to)
+        return model
     else:
-        runner = OnnxRunner(model.SerializeToString()) if check else None
-        name = "model.onnx"
+        runner, name = None, "model.onnx"
     _checked(program, runner, name, check, rtol, atol, report_to)
     return model
+
+
+def _check_unsaved_onnx(program: Program, model: Any, rtol: float | None, atol: float | None,
+                        report_to: list[CheckReport] | None) -> None:
+    """Check a model that has no path: ONNX Runtime loads it from a temporary file (removed afterwards),
+    not from ``SerializeToString()``, a further copy of the weights held through the check."""
+    import tempfile
+
+    from jaxconv.onnx import convert
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    with tempfile.TemporaryDirectory(prefix="jaxconv-check-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        convert.save(model, path)
+        _checked(program, OnnxRunner(path, defer=True), "model.onnx", True, rtol, atol, report_to)
 
 
 def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),
