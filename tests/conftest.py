@@ -14,6 +14,7 @@ for p in (os.path.join(ROOT, "converter"), HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+from cli_support import user_file  # noqa: E402,F401  (a fixture for every test module)
 from lowering_check import OPS_SEEN_ENV  # noqa: E402
 
 # Ops the tests may meet that are deliberately not lowered, each with the reason.

@@ -2,30 +2,16 @@
 undecided outputs warn (or fail with --strict), bad --inputs and huge checks stop before anything is written."""
 
 import os
-import textwrap
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
-from jaxconv.cli import main
+from cli_support import run_cli
 from jaxconv.errors import FileLoadError, MismatchError, UsageError
 
 
-@pytest.fixture
-def user_file(tmp_path):
-    def make(text, name="fn.py"):
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(text))
-        return str(path)
-    return make
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def edit_constant(path, old, new):

@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from cli_support import run_cli
 from jaxconv.cli import main
 from jaxconv.errors import (ArtifactError, FileLoadError, MismatchError, SpecError, TraceError, UnsupportedError,
                             UsageError)
@@ -17,19 +18,6 @@ MLP = os.path.join(ROOT, "examples", "mlp.py")
 MLP_SPECS = ['{"w1":"f32[784,64]","b1":"f32[64]","w2":"f32[64,10]","b2":"f32[10]"}', "f32[b,784]"]
 
 
-@pytest.fixture
-def user_file(tmp_path):
-    def make(text, name="fn.py"):
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(text))
-        return str(path)
-    return make
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_to_onnx_mlp_writes_checked_model(tmp_path, capsys):
