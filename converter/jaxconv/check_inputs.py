@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxconv.errors import UsageError
 from jaxconv.signature import Signature, TensorInfo
+from jaxconv.specs import parse_bound
 
 SYMBOLIC_SIZES = (2, 5)
 DEFAULT_SIZES = (2, 5, 1)
@@ -29,8 +30,6 @@ MAX_BYTES_ENV = "JAXCONV_CHECK_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
 EDGE_SEED_OFFSET = 100
 _FUNCS = ("floordiv", "mod", "max", "min")
-_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(>=|>|==)\s*(\d+)\s*$")
-_UPPER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*(<=|<|==)\s*(\d+)\s*$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -66,33 +65,29 @@ def dim_names(signature: Signature) -> list[str]:
     return names
 
 
-def _lower_bounds(constraints: Sequence[str]) -> dict[str, int]:
-    bounds: dict[str, int] = {}
+def _bounds(constraints: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Lower and upper bounds per symbolic name from ``NAME >=|<=|== INTEGER`` constraints."""
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
     for c in constraints:
-        m = _LOWER_BOUND.match(c)
-        if m:
-            low = int(m.group(3)) + (1 if m.group(2) == ">" else 0)
-            bounds[m.group(1)] = max(bounds.get(m.group(1), 0), low)
-    return bounds
-
-
-def _upper_bounds(constraints: Sequence[str]) -> dict[str, int]:
-    bounds: dict[str, int] = {}
-    for c in constraints:
-        m = _UPPER_BOUND.match(c)
-        if m:
-            high = int(m.group(3)) - (1 if m.group(2) == "<" else 0)
-            bounds[m.group(1)] = min(bounds.get(m.group(1), high), high)
-    return bounds
+        bound = parse_bound(c)
+        if bound is None:
+            continue
+        name, op, value = bound
+        if op in (">=", "=="):
+            low[name] = max(low.get(name, 0), value)
+        if op in ("<=", "=="):
+            high[name] = min(high.get(name, value), value)
+    return low, high
 
 
 def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
-    """A value for each symbolic name, raised to satisfy ``name >= N`` / ``name > N`` constraints
-    and lowered to satisfy ``name <= N`` / ``name < N`` ones (``==`` sets both).
+    """A value for each symbolic name, raised to satisfy ``name >= N`` constraints and lowered to
+    satisfy ``name <= N`` ones (``==`` sets both).
 
     Expressions (2*b) are evaluated from their names by concrete_shape.
     """
-    low, high = _lower_bounds(constraints), _upper_bounds(constraints)
+    low, high = _bounds(constraints)
     out = {}
     for name in dim_names(signature):
         value = max(size, low.get(name, 0) + size - SYMBOLIC_SIZES[0])

@@ -182,6 +182,17 @@ _BOUND = re.compile(r"^\s*(?:([A-Za-z_]\w*)\s*(>=|<=|==)\s*(\d+)|(\d+)\s*(>=|<=|
 _FLIPPED = {">=": "<=", "<=": ">=", "==": "=="}
 
 
+def parse_bound(constraint: str) -> tuple[str, str, int] | None:
+    """``(name, op, value)`` for ``NAME OP INTEGER`` or ``INTEGER OP NAME`` (op ``>=``, ``<=`` or ``==``,
+    read with the name first), else None."""
+    m = _BOUND.match(constraint)
+    if m is None:
+        return None
+    if m.group(1):
+        return m.group(1), m.group(2), int(m.group(3))
+    return m.group(6), _FLIPPED[m.group(5)], int(m.group(4))
+
+
 def check_constraint_bounds(constraints: Sequence[str]) -> None:
     """Refuse ``--constraint``s that bound one name to an empty range, e.g. ``b >= 5`` with ``b <= 2``.
 
@@ -195,13 +206,10 @@ def check_constraint_bounds(constraints: Sequence[str]) -> None:
     low: dict[str, tuple[int, str | None]] = {}
     high: dict[str, tuple[int, str]] = {}
     for c in constraints:
-        m = _BOUND.match(c)
-        if m is None:
+        bound = parse_bound(c)
+        if bound is None:
             continue
-        if m.group(1):
-            name, op, value = m.group(1), m.group(2), int(m.group(3))
-        else:
-            name, op, value = m.group(6), _FLIPPED[m.group(5)], int(m.group(4))
+        name, op, value = bound
         if op in (">=", "==") and value > low.get(name, (1, None))[0]:
             low[name] = (value, c)
         if op in ("<=", "==") and (name not in high or value < high[name][0]):
