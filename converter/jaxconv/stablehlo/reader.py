@@ -194,8 +194,15 @@ class _Reader:
             v = hir.Value(tensor_type(r.type))
             self.values[r] = v
             results.append(v)
-        attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()}
-        if operation.name == "stablehlo.constant":
+        if operation.name == "stablehlo.constant" and "complex<" in str(operation.results[0].type):
+            # the bindings cannot hand out a complex DenseElementsAttr: read it from the op's text
+            ty = tensor_type(operation.results[0].type)
+            text = str(operation)
+            attrs = {"value": _parse_dense_text(text[text.index("dense<"):], numpy_dtype(ty.dtype),
+                                                tuple(int(d) for d in ty.shape))}
+        else:
+            attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()}
+        if operation.name == "stablehlo.constant" and "value" not in attrs:
             attrs["value"] = constant_value(operation)
         return hir.Op(name=operation.name, operands=operands, results=results, attrs=attrs,
                       regions=regions, location=_location_text(operation.location))
