@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from jaxconv.errors import ConversionError, UnsupportedError
 from jaxconv.onnx import dtypes as dt
+from jaxconv.onnx.complex_layout import COMPONENT
 from jaxconv.stablehlo import ir as hir
 
 SAME_SHAPE_KEY = "jaxconv.same_shape_inputs"
@@ -127,6 +128,7 @@ class LoweringContext:
         self.current_op: hir.Op | None = None
         self.call_depth = 0
         self.created: list[ir.Node] = []
+        self.complex_parts: dict[tuple[int, str], tuple[str, str]] = {}  # (scope id, name) -> (re, im)
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
@@ -310,8 +312,12 @@ class LoweringContext:
     def value_info(self, name: str, ttype: hir.TensorType, dims: Sequence[Any] | None = None) -> ir.Value:
         """The value ``name`` typed as ``ttype`` (``dims`` overrides the shape), for graph inputs and outputs."""
         v = self.value(name)
+        shape = list(dims) if dims is not None else list(ttype.shape)
+        if ttype.dtype in COMPONENT:  # complex: (re, im) pairs on a trailing axis
+            v.dtype, v.shape = ir_dtype(COMPONENT[ttype.dtype]), ir_shape(shape + [2])
+            return v
         v.dtype = ir_dtype(ttype.dtype)
-        v.shape = ir_shape(list(dims) if dims is not None else ttype.shape)
+        v.shape = ir_shape(shape)
         return v
 
 
@@ -324,6 +330,8 @@ def _stamp(v: ir.Value, ttype: hir.TensorType) -> None:
     """
     if v.type is None and ttype.dtype in dt.ONNX_TYPE:
         v.dtype = ir_dtype(ttype.dtype)
+    elif v.type is None and ttype.dtype in COMPONENT:
+        v.dtype = ir_dtype(COMPONENT[ttype.dtype])
 
 
 def make_tensor(arr: np.ndarray, name: str) -> onnx.TensorProto:

@@ -11,7 +11,8 @@ import onnx_ir as ir
 from jaxconv.errors import ConversionError, JaxconvError, UnsupportedError
 from jaxconv.onnx.context import LoweringContext, ir_dtype, ir_shape
 from jaxconv.onnx.preflight import preflight
-from jaxconv.onnx.registry import lookup
+from jaxconv.onnx.complex_layout import COMPONENT, METADATA_KEY, metadata_value
+from jaxconv.onnx.registry import lookup_for
 from jaxconv.stablehlo import ir as hir
 
 DEFAULT_OPSET = 21
@@ -43,7 +44,7 @@ def lower_ops(ctx: LoweringContext, ops: Sequence[hir.Op]) -> None:
         if op.name == "func.call":
             outs = lower_call(ctx, op)
         else:
-            lowering = lookup(op.name)
+            lowering = lookup_for(op)
             if lowering is None:
                 raise UnsupportedError(f"no ONNX lowering for {op.name} at {hir.short_location(op.location) or 'unknown location'}")
             inputs = [ctx.name_of(v) for v in op.operands]
@@ -104,7 +105,7 @@ def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
     graph_inputs = []
     bound: list[str | None] = [None] * len(fn.body.args)
     for io in inputs:
-        v = ir.Value(name=io.name, type=ir.TensorType(ir_dtype(io.dtype)), shape=ir_shape(io.dims))
+        v = ir.Value(name=io.name, type=ir.TensorType(ir_dtype(_stored(io.dtype))), shape=ir_shape(_stored_dims(io)))
         ctx.values[io.name] = v
         graph_inputs.append(v)
         if io.arg_index is not None:
@@ -123,7 +124,7 @@ def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
         out = ctx.op("Identity", [name])
         v = ctx.values[out]
         v.name = io.name  # the Identity goes when the clean-up finds it useless
-        v.dtype, v.shape = ir_dtype(io.dtype), ir_shape(io.dims)
+        v.dtype, v.shape = ir_dtype(_stored(io.dtype)), ir_shape(_stored_dims(io))
         graph_outputs.append(v)
     domains = {n.domain for n in ctx.created if n.domain not in ("", "ai.onnx")}
     graph = ir.Graph(graph_inputs, graph_outputs, nodes=ctx.scope.nodes, name=graph_name,
@@ -135,7 +136,21 @@ def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
                      producer_name="jaxconv", producer_version=_version())
     for k, val in (metadata or {}).items():
         model.metadata_props[k] = val
+    layout = metadata_value({io.name: io.dtype for io in inputs if io.dtype in COMPONENT},
+                            {io.name: io.dtype for io in outputs if io.dtype in COMPONENT})
+    if layout is not None:
+        model.metadata_props[METADATA_KEY] = layout
     return model
+
+
+def _stored(dtype: str) -> str:
+    """The dtype a graph input or output holds: a complex one as its real component (see complex_layout)."""
+    return COMPONENT.get(dtype, dtype)
+
+
+def _stored_dims(io: GraphIO) -> tuple[Any, ...]:
+    """A graph input's or output's dims: a complex one gains a trailing (re, im) axis."""
+    return tuple(io.dims) + (2,) if io.dtype in COMPONENT else tuple(io.dims)
 
 
 def _detach_orphans(graph: ir.Graph, created: Sequence[ir.Node]) -> None:

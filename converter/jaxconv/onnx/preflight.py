@@ -7,13 +7,11 @@ from typing import Iterator
 
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
-from jaxconv.onnx.registry import lookup
+from jaxconv.onnx.complex_layout import COMPONENT
+from jaxconv.onnx.registry import lookup, lookup_for, touches_complex
 from jaxconv.stablehlo import ir as hir
 
-UNSUPPORTED_DTYPE_REASON = {
-    "complex64": "ONNX Runtime has no complex tensor type",
-    "complex128": "ONNX Runtime has no complex tensor type",
-}
+UNSUPPORTED_DTYPE_REASON: dict[str, str] = {}
 
 
 def reachable_ops(module: hir.Module, entry: hir.Function) -> Iterator[hir.Op]:
@@ -43,9 +41,9 @@ def reachable_ops(module: hir.Module, entry: hir.Function) -> Iterator[hir.Op]:
 def _problem(op: hir.Op) -> str | None:
     if op.name == "func.call":
         return None
-    lowering = lookup(op.name)
+    lowering = lookup_for(op)
     if lowering is None:
-        return "no ONNX lowering for this op"
+        return "no ONNX lowering for this op on complex values" if touches_complex(op) else "no ONNX lowering for this op"
     if lowering.check is not None:
         return lowering.check(op)
     return None
@@ -58,7 +56,7 @@ def _dtype_problem(op: hir.Op) -> str | None:
             continue
         if dtype in UNSUPPORTED_DTYPE_REASON:
             return f"{dtype} values: {UNSUPPORTED_DTYPE_REASON[dtype]}"
-        if dtype not in dt.ONNX_TYPE:
+        if dtype not in dt.ONNX_TYPE and dtype not in COMPONENT:
             return f"{dtype} values have no ONNX type"
     return None
 

@@ -78,6 +78,40 @@ def lookup(op_name: str) -> Lowering | None:
     return REGISTRY.get(op_name)
 
 
+# Lowerings of ops whose operands or results are complex (see complex_layout): a separate table, so
+# the complex arithmetic lives in its own modules and a real lowering never sees a complex value.
+COMPLEX_REGISTRY: dict[str, Lowering] = {}
+
+
+def complex_lowering(*op_names: str, check: CheckFn | None = None,
+                     onnx_ops: Iterable[str] = ()) -> Callable[[LowerFn], LowerFn]:
+    """Decorator registering ``fn`` as the lowering of each of ``op_names`` on complex values."""
+
+    def wrap(fn: LowerFn) -> LowerFn:
+        for name in op_names:
+            if not _OP_NAME.match(name) or name in COMPLEX_REGISTRY:
+                raise ValueError(f"complex lowering of {name!r}: malformed or registered twice")
+            COMPLEX_REGISTRY[name] = Lowering(op_name=name, fn=fn, family=_family_of(fn), check=check,
+                                              onnx_ops=tuple(onnx_ops),
+                                              doc=(fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+
+    return wrap
+
+
+def touches_complex(op: "Op") -> bool:
+    """Whether any operand or result of ``op`` is complex."""
+    return any(v.type.dtype.startswith("complex") for v in list(op.operands) + list(op.results))
+
+
+def lookup_for(op: "Op") -> Lowering | None:
+    """The lowering of this op: the complex table's when it touches complex values, else ``lookup``."""
+    _load_families()
+    if touches_complex(op):
+        return COMPLEX_REGISTRY.get(op.name)
+    return REGISTRY.get(op.name)
+
+
 def all_lowerings() -> dict[str, Lowering]:
     """Every registered lowering, by op name."""
     _load_families()

@@ -67,6 +67,7 @@ class OnnxRunner:
         self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._bf16_out = [o.type == "tensor(bfloat16)" for o in self.session.get_outputs()]
+        self._complex_in, self._complex_out = _complex_io(self.session)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import onnxruntime as ort
@@ -75,6 +76,8 @@ class OnnxRunner:
             self._load()
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
+        if self._complex_in or self._complex_out:
+            return self._run_complex(inputs)
         self._check_inputs(inputs)
         try:
             if any(np.asarray(a).dtype.name == "bfloat16" for a in inputs) or any(self._bf16_out):
@@ -87,6 +90,27 @@ class OnnxRunner:
             if isinstance(e, ArtifactError):
                 raise
             raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {_one_line(str(e))}") from None
+
+    def _run_complex(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Complex inputs go in as (re, im) pairs on a trailing axis; complex outputs come back complex."""
+        from jaxconv.onnx.complex_layout import from_pairs, to_pairs
+
+        feeds = []
+        for name, a in zip(self.input_names, inputs):
+            a = np.asarray(a)
+            if name in self._complex_in:
+                if a.dtype.kind != "c":
+                    raise ArtifactError(f"input {name!r} of the model is {self._complex_in[name]}, given {a.dtype.name}")
+                a = to_pairs(a.astype(self._complex_in[name]))
+            feeds.append(a)
+        self._complex_in, saved = {}, (self._complex_in, self._complex_out)
+        self._complex_out = {}
+        try:
+            outs = self.run(feeds)
+        finally:
+            self._complex_in, self._complex_out = saved
+        return [from_pairs(o, self._complex_out[n]) if n in self._complex_out else o
+                for n, o in zip(self.output_names, outs)]
 
     def _check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
         """Refuse inputs whose dtype, rank or fixed sizes differ from the model's declared inputs.
@@ -132,6 +156,19 @@ class OnnxRunner:
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
               "tensor(bfloat16)": "bfloat16", "tensor(bool)": "bool",
               **{f"tensor({t}{n})": f"{t}{n}" for t in ("int", "uint") for n in (8, 16, 32, 64)}}
+
+
+def _complex_io(session) -> tuple[dict[str, str], dict[str, str]]:
+    """The complex inputs and outputs a jaxconv model declares in its metadata (see onnx.complex_layout)."""
+    import json
+
+    from jaxconv.onnx.complex_layout import METADATA_KEY
+
+    value = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+    if not value:
+        return {}, {}
+    data = json.loads(value)
+    return dict(data.get("inputs", {})), dict(data.get("outputs", {}))
 
 
 def _numpy_name(ort_type: str) -> str | None:

@@ -14,3 +14,6 @@ from jaxconv.onnx.ops import (  # noqa: F401
     sort,
     special,
 )
+
+# complex lowerings wrap the real ones: they register last
+from jaxconv.onnx.ops import complex_arith, complex_data, complex_math  # noqa: F401,E402  isort: skip

@@ -1,0 +1,82 @@
+"""Complex data movement, sums and products of matrices: the real lowerings, applied per half.
+
+Ops that move or add elements without mixing real and imaginary parts (reshape, transpose,
+slices, gather, select, pad, sums, ...) run their real lowering on the real halves and again on
+the imaginary halves (``via_parts``). Control flow and tuples pass the [..., 2] tensors through.
+"""
+
+from __future__ import annotations
+
+from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._complex import is_complex, pack, parts, real_lowering, real_view, via_parts
+from jaxconv.onnx.ops.indexing import scatter_kind
+from jaxconv.onnx.ops.reduce import reducer_kind
+from jaxconv.onnx.registry import REGISTRY, complex_lowering
+from jaxconv.stablehlo import ir as hir
+
+_PER_HALF = ("stablehlo.reshape", "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim",
+             "stablehlo.dynamic_broadcast_in_dim", "stablehlo.slice", "stablehlo.dynamic_slice",
+             "stablehlo.real_dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.concatenate",
+             "stablehlo.reverse", "stablehlo.pad", "stablehlo.gather", "stablehlo.dynamic_gather",
+             "stablehlo.select")
+_PASS_THROUGH = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier",
+                 "stablehlo.tuple", "stablehlo.get_tuple_element", "stablehlo.custom_call")
+
+
+def _real_check(op: hir.Op) -> str | None:
+    """The real lowering's own check, on the op's real view."""
+    check = REGISTRY[op.name].check
+    return check(real_view(op)) if check is not None else None
+
+
+for _name in _PER_HALF:
+    complex_lowering(_name, check=_real_check, onnx_ops=REGISTRY[_name].onnx_ops)(via_parts)
+
+
+def _pass_through(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str] | str | None:
+    """Control flow and tuples carry complex values as they are."""
+    return REGISTRY[op.name].fn(ctx, op, inputs)
+
+
+def _pass_check(op: hir.Op) -> str | None:
+    check = REGISTRY[op.name].check
+    return check(op) if check is not None else None
+
+
+for _name in _PASS_THROUGH:
+    complex_lowering(_name, check=_pass_check, onnx_ops=REGISTRY[_name].onnx_ops)(_pass_through)
+
+
+def _check_sum(op: hir.Op) -> str | None:
+    n = len(op.results)
+    kind = scatter_kind(op) if op.name == "stablehlo.scatter" else (reducer_kind(op.regions[0]) if n == 1 else None)
+    if kind not in ("add", "none"):
+        return f"complex {op.short_name} with a combiner other than add is not lowered"
+    return _real_check(op)
+
+
+@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter", check=_check_sum,
+                  onnx_ops=("ReduceSum", "CumSum", "ScatterND"))
+def lower_sum(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Sums (reduce, windowed, scatter-add) and scatter-set of complex values, per half."""
+    return via_parts(ctx, op, inputs)
+
+
+@complex_lowering("stablehlo.dot_general", check=_real_check, onnx_ops=("MatMul",))
+def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Four real products (re re - im im, re im + im re): the three-product Gauss form loses
+    accuracy to cancellation when the halves differ in size."""
+    lhs_c, rhs_c = (is_complex(v.type) for v in op.operands)
+    a = parts(ctx, inputs[0]) if lhs_c else (inputs[0], None)
+    b = parts(ctx, inputs[1]) if rhs_c else (inputs[1], None)
+
+    def dot(x: str, y: str) -> str:
+        return real_lowering(ctx, op, [x, y])[0]
+
+    re = dot(a[0], b[0])
+    if a[1] is not None and b[1] is not None:
+        re = ctx.op("Sub", [re, dot(a[1], b[1])])
+        im = ctx.op("Add", [dot(a[0], b[1]), dot(a[1], b[0])])
+    else:
+        im = dot(a[0], b[1]) if b[1] is not None else dot(a[1], b[0])  # type: ignore[arg-type]
+    return pack(ctx, re, im)
