@@ -1,0 +1,55 @@
+"""Loop and If as TF's while_loop and cond (TFLite's WHILE and IF)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxconv.tf.onnx_to_tf.graph import attrs
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import Value
+
+
+@handles("Loop", exact=True)
+def loop(tr: Any, node: Any, ins: list[Value | None], env: Any) -> list[Value]:
+    tf = tr.tf
+    body = attrs(node)["body"]
+    n_carried = len(ins) - 2
+    if len(body.output) - 1 != n_carried:
+        raise ValueError("Loop scan outputs")
+    trip = ins[0]
+    cond0 = ins[1]
+    carried = [v for v in ins[2:] if v is not None]
+    dtypes = [v.dtype for v in carried]
+    limit = tf.cast(tf.reshape(trip.t, []), tf.int64) if trip is not None else None
+
+    def keep_going(i: Any, c: Any, *vals: Any) -> Any:
+        return c if limit is None else tf.logical_and(i < limit, c)
+
+    def step(i: Any, c: Any, *vals: Any) -> list[Any]:
+        feeds = [Value(i, "int64"), Value(c, "bool")] + [Value(t, d) for t, d in zip(vals, dtypes)]
+        outs = tr.subgraph(body, feeds, env)
+        return [i + 1, tf.reshape(outs[0].t, [])] + [o.t for o in outs[1:]]
+
+    c0 = tf.reshape(cond0.t, []) if cond0 is not None else tf.constant(True)
+    result = tf.while_loop(keep_going, step, [tf.constant(0, tf.int64), c0] + [v.t for v in carried],
+                           maximum_iterations=None)
+    return [Value(t, d) for t, d in zip(result[2:], dtypes)]
+
+
+@handles("If", exact=True)
+def if_(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
+    tf = tr.tf
+    a = attrs(node)
+    kinds: list[str] = []
+
+    def branch(graph: Any) -> Any:
+        def build() -> list[Any]:
+            outs = tr.subgraph(graph, [], env)
+            kinds[:] = [o.dtype for o in outs]
+            return [o.t for o in outs]
+
+        return build
+
+    outs = tf.cond(tf.reshape(ins[0].t, []), branch(a["then_branch"]), branch(a["else_branch"]))
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    return [Value(t, d) for t, d in zip(outs, kinds)]

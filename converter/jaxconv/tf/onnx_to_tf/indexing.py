@@ -1,0 +1,63 @@
+"""Gathers and scatters (indices already made in-range by jaxconv's lowering)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxconv.tf.onnx_to_tf.graph import attrs
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import Value
+
+
+def _wrap(tf: Any, idx: Any, dim: Any) -> Any:
+    idx = tf.cast(idx, tf.int32)
+    return tf.where(idx < 0, idx + tf.cast(dim, tf.int32), idx)
+
+
+@handles("Gather", exact=True)
+def gather(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    axis = attrs(node).get("axis", 0) % len(x.shape)
+    idx = _wrap(tf, ins[1].t, tf.shape(x)[axis])
+    return Value(tf.gather(x, idx, axis=axis), ins[0].dtype)
+
+
+def _coordinates(tf: Any, idx: Any, axis: int) -> Any:
+    """Full coordinates for GatherElements/ScatterElements: the grid with ``idx`` on ``axis``."""
+    shape = tf.shape(idx)
+    rank = len(idx.shape)
+    grids = tf.meshgrid(*[tf.range(shape[i]) for i in range(rank)], indexing="ij")
+    grids[axis] = idx
+    return tf.stack(grids, axis=-1)
+
+
+@handles("GatherElements", exact=True)
+def gather_elements(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    axis = attrs(node).get("axis", 0) % len(x.shape)
+    idx = _wrap(tf, ins[1].t, tf.shape(x)[axis])
+    return Value(tf.gather_nd(x, _coordinates(tf, idx, axis)), ins[0].dtype)
+
+
+@handles("GatherND", exact=True)
+def gather_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    batch = attrs(node).get("batch_dims", 0)
+    return Value(tf.gather_nd(ins[0].t, tf.cast(ins[1].t, tf.int32), batch_dims=batch), ins[0].dtype)
+
+
+@handles("ScatterND")
+def scatter_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x, idx, upd = ins[0].t, tf.cast(ins[1].t, tf.int32), ins[2].t
+    reduction = attrs(node).get("reduction", "none")
+    if reduction == "none":
+        return Value(tf.tensor_scatter_nd_update(x, idx, upd), ins[0].dtype)
+    if reduction == "add":
+        return Value(x + tf.scatter_nd(idx, upd, tf.shape(x)), ins[0].dtype)
+    fn = {"max": tf.tensor_scatter_nd_max, "min": tf.tensor_scatter_nd_min}.get(reduction)
+    if fn is None:
+        raise ValueError(f"ScatterND reduction {reduction!r}")
+    return Value(fn(x, idx, upd), ins[0].dtype)

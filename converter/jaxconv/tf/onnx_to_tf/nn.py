@@ -1,0 +1,102 @@
+"""Matrix products, convolutions and pooling (ONNX's channels-first layout, TF's channels-last)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxconv.tf.onnx_to_tf.graph import attrs
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import Value
+
+
+def matmul(tf: Any, a: Any, b: Any) -> Any:
+    """numpy matmul; integers as a broadcast product and sum (TFLite's batch_matmul is float-only)."""
+    a_vector, b_vector = len(a.shape) == 1, len(b.shape) == 1
+    if a_vector:
+        a = tf.expand_dims(a, 0)
+    if b_vector:
+        b = tf.expand_dims(b, -1)
+    if a.dtype.is_floating:
+        out = tf.linalg.matmul(a, b)
+    else:
+        out = tf.reduce_sum(tf.expand_dims(a, -1) * tf.expand_dims(b, -3), axis=-2)
+    if b_vector:
+        out = tf.squeeze(out, [-1])
+    if a_vector:
+        out = tf.squeeze(out, [-1])
+    return out
+
+
+@handles("MatMul")
+def matmul_op(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    return Value(matmul(tr.tf, ins[0].t, ins[1].t), ins[0].dtype)
+
+
+@handles("Gemm")
+def gemm(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a_ = attrs(node)
+    a, b = ins[0].t, ins[1].t
+    if a_.get("transA", 0):
+        a = tf.transpose(a)
+    if a_.get("transB", 0):
+        b = tf.transpose(b)
+    out = matmul(tf, a, b) * tf.constant(a_.get("alpha", 1.0), a.dtype)
+    if len(ins) > 2 and ins[2] is not None:
+        out = out + ins[2].t * tf.constant(a_.get("beta", 1.0), a.dtype)
+    return Value(out, ins[0].dtype)
+
+
+def _last(n: int) -> list[int]:
+    return [0] + list(range(2, n + 2)) + [1]
+
+
+def _first(n: int) -> list[int]:
+    return [0, n + 1] + list(range(1, n + 1))
+
+
+def _explicit_pads(tf: Any, x: Any, pads: list[int], n: int, value: float = 0.0) -> Any:
+    if not any(pads):
+        return x
+    spec = [[0, 0]] + [[pads[i], pads[i + n]] for i in range(n)] + [[0, 0]]
+    return tf.pad(x, spec, constant_values=value)
+
+
+@handles("Conv")
+def conv(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a = attrs(node)
+    x, w = ins[0].t, ins[1].t
+    n = len(x.shape) - 2
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise ValueError(f"Conv auto_pad {a['auto_pad']}")
+    strides = list(a.get("strides", [1] * n))
+    dilations = list(a.get("dilations", [1] * n))
+    group = a.get("group", 1)
+    xl = _explicit_pads(tf, tf.transpose(x, _last(n)), list(a.get("pads", [0] * 2 * n)), n)
+    wl = tf.transpose(w, list(range(2, n + 2)) + [1, 0])  # [k..., C/g, M]
+    if group == 1:
+        out = tf.nn.convolution(xl, wl, strides=strides, padding="VALID", dilations=dilations)
+    else:
+        xs = tf.split(xl, group, axis=-1)
+        ws = tf.split(wl, group, axis=-1)
+        out = tf.concat([tf.nn.convolution(xi, wi, strides=strides, padding="VALID", dilations=dilations)
+                         for xi, wi in zip(xs, ws)], axis=-1)
+    out = tf.transpose(out, _first(n))
+    if len(ins) > 2 and ins[2] is not None:
+        out = out + tf.reshape(ins[2].t, [1, -1] + [1] * n)
+    return Value(out, ins[0].dtype)
+
+
+@handles("MaxPool", exact=True)
+def max_pool(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    n = len(x.shape) - 2
+    if any(d != 1 for d in a.get("dilations", [1] * n)) or a.get("ceil_mode", 0):
+        raise ValueError("MaxPool with dilations or ceil_mode")
+    low = float("-inf") if x.dtype.is_floating else x.dtype.min
+    xl = _explicit_pads(tf, tf.transpose(x, _last(n)), list(a.get("pads", [0] * 2 * n)), n, low)
+    out = tf.nn.max_pool(xl, list(a["kernel_shape"]), list(a.get("strides", [1] * n)), "VALID")
+    return Value(tf.transpose(out, _first(n)), ins[0].dtype)

@@ -1,0 +1,106 @@
+"""Reductions, arg-max, cumulative sums and TopK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxconv.tf.onnx_to_tf.graph import attrs, static
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import FLOATS, Value
+
+
+def _axes(tr: Any, node: Any, ins: list[Value]) -> list[int] | None:
+    """The reduced axes; None for all of them; [] for none (noop_with_empty_axes)."""
+    a = attrs(node)
+    axes = None
+    if len(ins) > 1 and ins[1] is not None:
+        known = static(tr.tf, ins[1])
+        if known is None:
+            raise ValueError("reduction axes must be known when the model is built")
+        axes = [int(i) for i in np.asarray(known).reshape(-1)]
+    elif "axes" in a:
+        axes = list(a["axes"])
+    if not axes:
+        return [] if a.get("noop_with_empty_axes", 0) else None
+    rank = len(ins[0].t.shape)
+    return sorted(i % rank for i in axes)
+
+
+@handles("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean")
+def reduce(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    axes = _axes(tr, node, ins)
+    if axes == []:
+        return ins[0]
+    keep = bool(attrs(node).get("keepdims", 1))
+    op = node.op_type
+    if ins[0].dtype == "bool":
+        fn = tf.reduce_any if op in ("ReduceMax", "ReduceSum") else tf.reduce_all
+        return Value(fn(x, axis=axes, keepdims=keep), "bool")
+    fn = {"ReduceSum": tf.reduce_sum, "ReduceMax": tf.reduce_max, "ReduceMin": tf.reduce_min,
+          "ReduceProd": tf.reduce_prod, "ReduceMean": tf.reduce_mean}[op]
+    out = fn(x, axis=axes, keepdims=keep)
+    if op in ("ReduceMax", "ReduceMin") and ins[0].dtype in FLOATS:  # NaN wins, as in XLA
+        nan = tf.reduce_any(tf.not_equal(x, x), axis=axes, keepdims=keep)
+        out = tf.where(nan, tf.constant(float("nan"), out.dtype), out)
+    return Value(out, ins[0].dtype)
+
+
+@handles("ArgMax", "ArgMin")
+def argmax(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    if ins[0].dtype == "bool":
+        x = tf.cast(x, tf.int32)
+    rank = len(x.shape)
+    axis = a.get("axis", 0) % rank
+    last = a.get("select_last_index", 0)
+    if last:
+        x = tf.reverse(x, [axis])
+    fn = tf.math.argmax if node.op_type == "ArgMax" else tf.math.argmin
+    idx = fn(x, axis=axis, output_type=tf.int64)
+    if last:
+        idx = tf.cast(tf.shape(x)[axis], tf.int64) - 1 - idx
+    if a.get("keepdims", 1):
+        idx = tf.expand_dims(idx, axis)
+    return Value(idx, "int64")
+
+
+@handles("CumSum")
+def cumsum(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a = attrs(node)
+    axis = int(np.asarray(static(tf, ins[1])).reshape(()))
+    out = tf.cumsum(ins[0].t, axis=axis, exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))
+    return Value(out, ins[0].dtype)
+
+
+@handles("TopK", exact=True)
+def topk(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    rank = len(x.shape)
+    axis = a.get("axis", -1) % rank
+    k = tf.cast(tf.reshape(ins[1].t, []), tf.int32)
+    if ins[0].dtype == "bool":
+        x = tf.cast(x, tf.int32)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    if axis != rank - 1:
+        x = tf.transpose(x, perm)
+    largest = a.get("largest", 1)
+    flipped = x if largest else (-x if x.dtype.is_floating else -1 - x)
+    values, idx = tf.math.top_k(flipped, k, sorted=True)
+    if not largest:
+        values = -values if x.dtype.is_floating else -1 - values
+    idx = tf.cast(idx, tf.int64)
+    if axis != rank - 1:
+        values, idx = tf.transpose(values, perm), tf.transpose(idx, perm)
+    if ins[0].dtype == "bool":
+        values = tf.not_equal(values, tf.zeros_like(values))
+    return [Value(values, ins[0].dtype), Value(idx, "int64")]

@@ -1,0 +1,227 @@
+"""Shapes, layout and conversions: Reshape, Slice, Concat, Pad, Cast and friends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxconv.tf.onnx_to_tf.graph import attrs, static
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import ONNX_DTYPES, Value, constant, narrow, work
+
+
+def _ints(tr: Any, v: Value | None, what: str) -> list[int]:
+    known = static(tr.tf, v)
+    if known is None:
+        raise ValueError(f"{what} must be known when the model is built")
+    return [int(i) for i in np.asarray(known).reshape(-1)]
+
+
+def _rank(t: Any) -> int:
+    return len(t.shape)
+
+
+@handles("Identity", exact=True)
+def identity(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    return ins[0]
+
+
+@handles("Constant", exact=True)
+def const(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    a = attrs(node)
+    if "value" in a:
+        value = a["value"]
+        dtype = _dtype_of_array(node)
+        return constant(tr.tf, value, dtype)
+    for key, kind in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32),
+                      ("value_ints", np.int64)):
+        if key in a:
+            return constant(tr.tf, np.asarray(a[key], kind))
+    raise ValueError(f"Constant with attributes {sorted(a)}")
+
+
+def _dtype_of_array(node: Any) -> str:
+    for a in node.attribute:
+        if a.name == "value":
+            return ONNX_DTYPES[a.t.data_type]
+    raise ValueError("Constant without value")
+
+
+@handles("Shape", exact=True)
+def shape(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    a = attrs(node)
+    t = ins[0].t
+    dims = t.shape.as_list()
+    start, end = a.get("start", 0), a.get("end", len(dims))
+    if all(d is not None for d in dims):
+        return constant(tf, np.asarray(dims, np.int64)[start:end])
+    return Value(tf.shape(t, out_type=tf.int64)[start:end], "int64")
+
+
+@handles("Size", exact=True)
+def size(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    return Value(tr.tf.size(ins[0].t, out_type=tr.tf.int64), "int64")
+
+
+@handles("Reshape", exact=True)
+def reshape(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    known = static(tf, ins[1])
+    allowzero = attrs(node).get("allowzero", 0)
+    if known is not None:
+        target = [int(d) for d in np.asarray(known).reshape(-1)]
+        if not allowzero and 0 in target:
+            dims = x.shape.as_list()
+            if all(dims[i] is not None for i, d in enumerate(target) if d == 0):
+                target = [dims[i] if d == 0 else d for i, d in enumerate(target)]
+            else:
+                dyn = tf.shape(x, out_type=tf.int64)
+                spec = tf.stack([dyn[i] if d == 0 else tf.constant(d, tf.int64) for i, d in enumerate(target)])
+                return Value(tf.reshape(x, spec), ins[0].dtype)
+        return Value(tf.reshape(x, target), ins[0].dtype)
+    return Value(tf.reshape(x, tf.cast(ins[1].t, tf.int64)), ins[0].dtype)
+
+
+@handles("Flatten", exact=True)
+def flatten(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    axis = attrs(node).get("axis", 1) % max(_rank(x), 1)
+    dims = tf.shape(x, out_type=tf.int64)
+    outer = tf.reduce_prod(dims[:axis])
+    return Value(tf.reshape(x, tf.stack([outer, tf.constant(-1, tf.int64)])), ins[0].dtype)
+
+
+@handles("Transpose", exact=True)
+def transpose(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    x = ins[0].t
+    perm = attrs(node).get("perm", list(range(_rank(x)))[::-1])
+    return Value(tr.tf.transpose(x, perm), ins[0].dtype)
+
+
+@handles("Concat", exact=True)
+def concat(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    parts = [v for v in ins if v is not None]
+    axis = attrs(node)["axis"]
+    return Value(tr.tf.concat([v.t for v in parts], axis), parts[0].dtype)
+
+
+@handles("Unsqueeze", exact=True)
+def unsqueeze(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    x = ins[0].t
+    axes = _ints(tr, ins[1], "Unsqueeze axes") if len(ins) > 1 else attrs(node)["axes"]
+    rank = _rank(x) + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        x = tr.tf.expand_dims(x, axis)
+    return Value(x, ins[0].dtype)
+
+
+@handles("Squeeze", exact=True)
+def squeeze(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    x = ins[0].t
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [a % _rank(x) for a in _ints(tr, ins[1], "Squeeze axes")]
+        return Value(tr.tf.squeeze(x, axes), ins[0].dtype)
+    return Value(tr.tf.squeeze(x), ins[0].dtype)
+
+
+@handles("Expand", exact=True)
+def expand(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    target = tf.cast(ins[1].t, tf.int64)
+    full = tf.broadcast_dynamic_shape(tf.shape(x, out_type=tf.int64), target)
+    known = tf.get_static_value(full)
+    return Value(tf.broadcast_to(x, known if known is not None else full), ins[0].dtype)
+
+
+@handles("Tile", exact=True)
+def tile(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    return Value(tr.tf.tile(ins[0].t, tr.tf.cast(ins[1].t, tr.tf.int64)), ins[0].dtype)
+
+
+@handles("Range")
+def range_(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    start, limit, delta = (v.t for v in ins)
+    return Value(tf.range(start, limit, delta), ins[0].dtype)
+
+
+@handles("ConstantOfShape", exact=True)
+def constant_of_shape(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    value = attrs(node).get("value", np.zeros(1, np.float32))
+    dtype = _dtype_of_array(node) if node.attribute else "float32"
+    fill = constant(tf, np.asarray(value).reshape(()), dtype)
+    dims = tf.cast(ins[0].t, tf.int64)
+    known = tf.get_static_value(dims)
+    return Value(tf.fill(known if known is not None else dims, fill.t), dtype)
+
+
+@handles("Slice", exact=True)
+def slice_(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    rank = _rank(x)
+    starts = _ints(tr, ins[1], "Slice starts")
+    ends = _ints(tr, ins[2], "Slice ends")
+    axes = _ints(tr, ins[3], "Slice axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+    steps = _ints(tr, ins[4], "Slice steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    begin, end, stride = [0] * rank, [0] * rank, [1] * rank
+    mask = (1 << rank) - 1
+    limit = 2 ** 31 - 1  # ONNX clamps starts and ends like Python slicing, as strided_slice does
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a %= rank
+        begin[a], end[a], stride[a] = max(min(s, limit), -limit), max(min(e, limit), -limit), st
+        mask &= ~(1 << a)
+    begin_mask = end_mask = mask
+    out = tf.strided_slice(x, begin, end, stride, begin_mask=begin_mask, end_mask=end_mask)
+    return Value(out, ins[0].dtype)
+
+
+@handles("Pad", exact=True)
+def pad(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    rank = _rank(x)
+    pads = _ints(tr, ins[1], "Pad pads")
+    axes = _ints(tr, ins[3], "Pad axes") if len(ins) > 3 and ins[3] is not None else list(range(rank))
+    n = len(axes)
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        before[a % rank], after[a % rank] = pads[i], pads[i + n]
+    if any(p < 0 for p in before + after):  # negative pads crop
+        begin = [max(-p, 0) for p in before]
+        end = [-max(-p, 0) if p < 0 else 0 for p in after]
+        mask = sum(1 << i for i, p in enumerate(after) if p >= 0)
+        x = tf.strided_slice(x, begin, end, [1] * rank, end_mask=mask)
+        before, after = [max(p, 0) for p in before], [max(p, 0) for p in after]
+    mode = attrs(node).get("mode", "constant")
+    paddings = [[b, e] for b, e in zip(before, after)]
+    if mode == "constant":
+        value = ins[2].t if len(ins) > 2 and ins[2] is not None else tf.zeros([], x.dtype)
+        return Value(tf.pad(x, paddings, constant_values=tf.reshape(value, [])), ins[0].dtype)
+    if mode == "reflect":
+        return Value(tf.pad(x, paddings, mode="REFLECT"), ins[0].dtype)
+    for axis, (b, e) in enumerate(paddings):  # edge
+        if b or e:
+            first = tf.gather(x, [0] * b, axis=axis)
+            last = tf.gather(x, [tf.shape(x)[axis] - 1] * e, axis=axis)
+            x = tf.concat([first, x, last], axis)
+    return Value(x, ins[0].dtype)
+
+
+@handles("Cast")
+def cast(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    tf = tr.tf
+    src = ins[0]
+    dst = ONNX_DTYPES[attrs(node)["to"]]
+    x = src.t
+    if dst == "bool":
+        return Value(tf.not_equal(x, tf.zeros_like(x)), dst)
+    x = tf.cast(x, work(tf, dst))
+    return Value(narrow(tf, x, dst), dst)
+
