@@ -205,6 +205,9 @@ def reduce_one(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init
         return x  # XLA folds a reduce over no dimensions to its operand, init value unused.
     if any(xt.shape[d] == 0 for d in dims):
         return _broadcast_init(ctx, init, x, xt, result, dims)
+    if all(xt.shape[d] == 1 for d in dims) and is_identity(ctx.constant_value(init), kind, dtype):
+        # XLA folds a reduce over extent-1 dims with a neutral init to a reshape: a sum of one -0 stays -0.
+        return ctx.op("Squeeze", [x, ctx.i64(dims)])
     out = reduce_axes(ctx, kind, x, dtype, dims, xt.shape)
     return out if identity else with_init(ctx, kind, out, init, dtype)
 

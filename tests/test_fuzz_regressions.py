@@ -1,0 +1,54 @@
+"""Differences the fuzzer found (scripts/fuzz.py), each reduced to a small program compared with jax.jit.
+
+Every program goes through the whole ``jaxconv.to_onnx`` pipeline (lowering, rewrites, clean-up)
+and runs in ONNX Runtime; outputs must equal jax.jit's bit for bit where the lowering matches
+XLA (zero signs, NaN places), or show the named difference where conformance/fuzz/known.py
+names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def _run(fn: Callable[..., Any], *args: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(jax.jit's outputs, ONNX Runtime's outputs of jaxconv's ONNX) on ``args``."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    expected = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    return expected, OnnxRunner(model.SerializeToString()).run(list(args))
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """Values as float64 with -0 told from +0 (NaNs compare equal)."""
+    wide = np.asarray(a).astype(np.float64)
+    return np.where(wide == 0, np.copysign(1.0, wide) * 1e-300, wide)
+
+
+def assert_exact(fn: Callable[..., Any], *args: np.ndarray) -> None:
+    """jax.jit and the ONNX agree exactly: same values, zero signs and NaN places."""
+    expected, actual = _run(fn, *args)
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        assert e.dtype == a.dtype and e.shape == a.shape, k
+        np.testing.assert_array_equal(_bits(a), _bits(e), err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_sum_over_extent_one_dims_keeps_negative_zero(dtype):
+    """XLA folds a sum over dims of extent 1 to a reshape (its +0 init unused): a sum of one -0 is -0."""
+    x = np.array([-0.0, 0.0, -1.0, 2.0], np.float64).astype(dtype)
+    assert_exact(lambda x: (jnp.sum(x.reshape(1, 4, 1), axis=2), jnp.sum(x[:1]), jnp.sum(x.reshape(4, 1, 1), axis=(1, 2)),
+                            jnp.sum(x.reshape(2, 2), axis=1)), x)
