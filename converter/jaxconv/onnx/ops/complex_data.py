@@ -7,19 +7,22 @@ the imaginary halves (``via_parts``). Control flow and tuples pass the [..., 2] 
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._complex import is_complex, pack, parts, real_lowering, real_view, via_parts
+from jaxconv.onnx.ops._complex import component, is_complex, pack, parts, real_lowering, real_view, via_parts
 from jaxconv.onnx.ops.indexing import scatter_kind
 from jaxconv.onnx.ops.reduce import reducer_kind
 from jaxconv.onnx.registry import REGISTRY, complex_lowering
 from jaxconv.stablehlo import ir as hir
 
 _PER_HALF = ("stablehlo.reshape", "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim",
-             "stablehlo.dynamic_broadcast_in_dim", "stablehlo.slice", "stablehlo.dynamic_slice",
-             "stablehlo.real_dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.concatenate",
-             "stablehlo.reverse", "stablehlo.pad", "stablehlo.gather", "stablehlo.dynamic_gather",
-             "stablehlo.select")
-_PASS_THROUGH = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier",
+             "stablehlo.dynamic_broadcast_in_dim", "stablehlo.slice",
+             "stablehlo.real_dynamic_slice", "stablehlo.concatenate", "stablehlo.reverse", "stablehlo.pad",
+             "stablehlo.dynamic_gather", "stablehlo.select")
+_PASS_THROUGH = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier", "stablehlo.composite",
                  "stablehlo.tuple", "stablehlo.get_tuple_element", "stablehlo.custom_call")
 
 
@@ -47,6 +50,43 @@ for _name in _PASS_THROUGH:
     complex_lowering(_name, check=_pass_check, onnx_ops=REGISTRY[_name].onnx_ops)(_pass_through)
 
 
+def _packed_value(v: hir.Value) -> hir.Value:
+    t = v.type
+    return hir.Value(hir.TensorType(component(t.dtype), t.shape + (2,)), id=v.id) if is_complex(t) else v
+
+
+def packed(ctx: LoweringContext, op: hir.Op, inputs: list[str], attrs: dict[str, Any],
+           zero_starts: int = 0) -> list[str]:
+    """The real lowering applied to the [..., 2] tensors themselves, the trailing axis made an ordinary
+    one by ``attrs`` (and ``zero_starts`` extra start indices of 0), with index computations done once."""
+    operands = [_packed_value(v) for v in op.operands]
+    names = list(inputs)
+    for _ in range(zero_starts):
+        operands.append(hir.Value(hir.TensorType("int64", ())))
+        names.append(ctx.const(np.array(0, np.int64)))
+    view = hir.Op(op.name, operands, [_packed_value(v) for v in op.results], {**op.attrs, **attrs},
+                  [real_view(op).regions[i] for i in range(len(op.regions))], op.location)
+    out = REGISTRY[op.name].fn(ctx, view, names)
+    return [out] if isinstance(out, str) else list(out)
+
+
+@complex_lowering("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.gather",
+                  check=_real_check, onnx_ops=("Slice", "ScatterND", "GatherND"))
+def lower_indexed(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Indexed reads and writes move (re, im) pairs together: the pair axis is one more full window axis."""
+    if op.name == "stablehlo.dynamic_slice":
+        return packed(ctx, op, inputs, {"slice_sizes": list(op.attrs["slice_sizes"]) + [2]}, zero_starts=1)
+    if op.name == "stablehlo.dynamic_update_slice":
+        return packed(ctx, op, inputs, {}, zero_starts=1)
+    if op.name == "stablehlo.gather":
+        dn = dict(op.attrs["dimension_numbers"])
+        dn["offset_dims"] = list(dn.get("offset_dims", ())) + [op.results[0].type.rank]
+        return packed(ctx, op, inputs, {"dimension_numbers": dn, "slice_sizes": list(op.attrs["slice_sizes"]) + [2]})
+    dn = dict(op.attrs["scatter_dimension_numbers"])
+    dn["update_window_dims"] = list(dn.get("update_window_dims", ())) + [op.operands[2].type.rank]
+    return packed(ctx, op, inputs, {"scatter_dimension_numbers": dn})
+
+
 def _check_sum(op: hir.Op) -> str | None:
     n = len(op.results)
     kind = scatter_kind(op) if op.name == "stablehlo.scatter" else (reducer_kind(op.regions[0]) if n == 1 else None)
@@ -55,10 +95,15 @@ def _check_sum(op: hir.Op) -> str | None:
     return _real_check(op)
 
 
-@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter", check=_check_sum,
-                  onnx_ops=("ReduceSum", "CumSum", "ScatterND"))
+@complex_lowering("stablehlo.scatter", check=_check_sum, onnx_ops=("ScatterND",))
+def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Scatter (set or add) of (re, im) pairs, the pair axis one more update window axis."""
+    return lower_indexed(ctx, op, inputs)
+
+
+@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", check=_check_sum, onnx_ops=("ReduceSum", "CumSum"))
 def lower_sum(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Sums (reduce, windowed, scatter-add) and scatter-set of complex values, per half."""
+    """Sums (reduce, windowed) of complex values, per half."""
     return via_parts(ctx, op, inputs)
 
 
