@@ -7,8 +7,10 @@ from typing import Mapping, Sequence
 
 from jaxconv.errors import UnsupportedError
 
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
-_CALLS = {"floordiv": "jc_floordiv", "mod": "jc_mod", "max": "jc_max", "min": "jc_min"}
+# Checked arithmetic of templates/jaxconv_dims.h: an overflow throws instead of wrapping.
+_NS = "jaxconv_dims::"
+_BINOPS = {ast.Add: _NS + "add", ast.Sub: _NS + "sub", ast.Mult: _NS + "mul"}
+_CALLS = {"floordiv": _NS + "floordiv", "mod": _NS + "mod", "max": _NS + "max", "min": _NS + "min"}
 
 
 def is_symbol(dim: int | str) -> bool:
@@ -35,7 +37,7 @@ def _parse(text: str) -> ast.expr:
 
 
 def cpp_expr(dim: int | str, idents: Mapping[str, str]) -> str:
-    """``dim`` as a C++ ``int64_t`` expression over the dimension variables named in ``idents``.
+    """``dim`` as a checked C++ ``int64_t`` expression over the dimension variables named in ``idents``.
 
     Raises:
         UnsupportedError: the expression uses something other than + - *, integers, names and
@@ -50,9 +52,9 @@ def cpp_expr(dim: int | str, idents: Mapping[str, str]) -> str:
         if isinstance(node, ast.Name) and node.id in idents:
             return idents[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return f"(-{emit(node.operand)})"
+            return f"{_NS}neg({emit(node.operand)})"
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return f"({emit(node.left)} {_BINOPS[type(node.op)]} {emit(node.right)})"
+            return f"{_BINOPS[type(node.op)]}({emit(node.left)}, {emit(node.right)})"
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
                 and len(node.args) == 2 and not node.keywords):
             return f"{_CALLS[node.func.id]}({emit(node.args[0])}, {emit(node.args[1])})"
@@ -65,11 +67,3 @@ def cpp_expr(dim: int | str, idents: Mapping[str, str]) -> str:
 def shape_text(dims: Sequence[int | str]) -> str:
     """``[b, 784]``: the shape as documented in comments and error messages."""
     return "[" + ", ".join(str(d) for d in dims) + "]"
-
-
-HELPERS_CC = """\
-inline int64_t jc_floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-inline int64_t jc_mod(int64_t a, int64_t b) { return a - jc_floordiv(a, b) * b; }
-inline int64_t jc_max(int64_t a, int64_t b) { return a > b ? a : b; }
-inline int64_t jc_min(int64_t a, int64_t b) { return a < b ? a : b; }
-"""

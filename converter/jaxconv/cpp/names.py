@@ -24,25 +24,36 @@ _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _NON_WORD = re.compile(r"[^0-9A-Za-z_]+")
 
 
-def class_name(requested: str | None, function_name: str) -> str:
-    """The class and library name: ``requested`` (checked) or the function's name made valid.
+def _reserved(name: str) -> bool:
+    return name in CPP_KEYWORDS or name in RESERVED_TARGETS or name.endswith("_example")
+
+
+def class_name(requested: str | None, function_name: str) -> tuple[tuple[str, ...], str]:
+    """The namespaces and the class name: ``requested`` (``foo::bar::Mlp``, checked) or the function's
+    name made valid. The class name is also the library, CMake package and file name.
 
     Raises:
-        UsageError: ``requested`` is not a plain C++ identifier or is reserved.
+        UsageError: a part of ``requested`` is not a plain C++ identifier or is reserved.
     """
     if requested is not None:
-        if not _IDENT.fullmatch(requested):
-            raise UsageError(f"--name {requested!r} is not usable as a C++ class and library name: "
-                             "use letters, digits and underscores, starting with a letter")
-        if requested in CPP_KEYWORDS or requested in RESERVED_TARGETS or requested.endswith("_example"):
-            raise UsageError(f"--name {requested!r} is reserved in C++ or CMake (or ends in _example); pick another name")
-        return requested
+        parts = requested.split("::")
+        for part in parts:
+            if not _IDENT.fullmatch(part):
+                raise UsageError(f"--name {requested!r} is not usable as a C++ class and library name: use "
+                                 "letters, digits and underscores, starting with a letter, and :: between "
+                                 "namespaces (foo::bar::Mlp)")
+            if part in CPP_KEYWORDS or part.startswith("jaxconv_"):
+                raise UsageError(f"--name {requested!r}: {part!r} is reserved in C++ or by jaxconv; pick another name")
+        if _reserved(parts[-1]):
+            raise UsageError(f"--name {requested!r} is reserved in C++ or CMake (or ends in _example); "
+                             "pick another name")
+        return tuple(parts[:-1]), parts[-1]
     name = _NON_WORD.sub("_", function_name).strip("_") or "model"
     if not name[0].isalpha():
         name = "model_" + name
-    if name in CPP_KEYWORDS or name in RESERVED_TARGETS or name.endswith("_example"):
+    if _reserved(name) or name.startswith("jaxconv_"):
         name += "_model"
-    return name
+    return (), name
 
 
 class IdentAllocator:

@@ -1,9 +1,11 @@
-"""``jaxconv to-cpp``: write a CMake project (model.onnx, model.h/.cc, example) for a traced program."""
+"""``jaxconv to-cpp``: write a CMake project (model.onnx, NAME.h/.cc, example, package files) for a model."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
+from jaxconv.cpp.model import CppModel
 from jaxconv.errors import JaxconvError, MismatchError, UnsupportedError
 from jaxconv.program import Program
 
@@ -41,21 +43,79 @@ def _usual_permissions(folder: str, names: list[str]) -> None:
         os.chmod(os.path.join(folder, n), 0o666 & ~umask)
 
 
+def project_texts(model: CppModel) -> dict[str, str]:
+    """Every text file of the project except the model and its embedded bytes, by file name."""
+    from jaxconv.cpp import c_api, cmake, example, header, readme, source, template
+
+    c = model.cls
+    texts = {f"{c}.h": header.render(model), f"{c}.cc": source.render(model), "example.cc": example.render(model)}
+    if model.c_api:
+        texts[f"{c}_c.h"] = c_api.render_header(model)
+        texts[f"{c}_c.cc"] = c_api.render_source(model)
+    texts.update({name: template.text(name) for name in template.FIXED_FILES})
+    texts.update({"CMakeLists.txt": cmake.render(model), f"{c}Config.cmake": cmake.render_config(model),
+                  f"{c}.pc": cmake.render_pc(model), "README.md": readme.render(model)})
+    return texts
+
+
+def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
+    """Write the sources next to ``tmp``/model.onnx; returns the file names, model.onnx first."""
+    from jaxconv.cpp import embed as embed_src
+
+    onnx_path = os.path.join(tmp, ONNX_FILE)
+    _check_complex(model, onnx_path, out_dir)
+    names = [ONNX_FILE]
+    if os.path.exists(onnx_path + ".data"):
+        if model.embed:
+            raise UnsupportedError(f"{out_dir} not written: the model is over 2 GB (external data) and cannot be "
+                                   "embedded; drop --embed")
+        names.append(ONNX_FILE + ".data")
+    if model.embed:
+        with open(onnx_path, "rb") as f:
+            data = f.read()
+        data_file = f"{model.cls}_data.cc"
+        with open(os.path.join(tmp, data_file), "w", encoding="ascii", newline="\n") as f:
+            embed_src.write(model, data, f)
+        names.append(data_file)
+    for file_name, text in project_texts(model).items():
+        _write_text(os.path.join(tmp, file_name), text)
+        names.append(file_name)
+    _usual_permissions(tmp, names)
+    return names
+
+
+def _check_complex(model: CppModel, onnx_path: str, out_dir: str) -> None:
+    """The model's ``jaxconv.complex`` metadata must list the tensors the C++ API treats as complex."""
+    if not model.complex:
+        return
+    import onnx
+
+    from jaxconv.onnx.complex_layout import complex_io
+
+    got = complex_io(onnx.load(onnx_path, load_external_data=False))
+    if got != model.complex_io():
+        raise UnsupportedError(f"{out_dir} not written: the ONNX model's jaxconv.complex metadata lists {got}, "
+                               f"the signature has complex tensors {model.complex_io()}")
+
+
 def write_project(program: Program, out_dir: str, *, name: str | None = None, embed: bool = False,
-                  opset: int | None = None, check: bool = True, rtol: float | None = None,
-                  atol: float | None = None, overwrite: bool = False) -> list[str]:
+                  c_api: bool = False, opset: int | None = None, check: bool = True, rtol: float | None = None,
+                  atol: float | None = None, overwrite: bool = False, report_to: list | None = None) -> list[str]:
     """Write a C++ project for ``program`` into ``out_dir`` (replaced as a whole, or left untouched on error).
 
-    The folder gets model.onnx (checked against jax.jit unless ``check`` is False), model.h,
-    model.cc, example.cc, npy.h, CMakeLists.txt, README.md, and with ``embed`` model_data.cc
-    holding the model bytes (the library then needs no model file).
+    The folder gets model.onnx (checked against jax.jit unless ``check`` is False), NAME.h and
+    NAME.cc (the class), the fixed support headers, example.cc, CMakeLists.txt with install rules,
+    NAMEConfig.cmake and NAME.pc (the installed package), README.md; with ``embed`` NAME_data.cc
+    holding the model bytes (the library then needs no model file); with ``c_api`` NAME_c.h/.cc.
 
     Args:
-        name: class and library name (default: the function's name).
+        name: class and library name, with namespaces (``foo::bar::Mlp``; default: the function's name).
         embed: compile the model into the library.
+        c_api: also generate an ``extern "C"`` API.
         opset: ONNX opset (default: jaxconv's).
         check: run the ONNX model and jax.jit on the same inputs and compare.
         overwrite: replace ``out_dir`` even when it holds files jaxconv did not write.
+        report_to: receives the check's reports (the table the CLI prints).
 
     Returns:
         The written paths, model.onnx first.
@@ -68,41 +128,41 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
     """
     from jaxconv import api
     from jaxconv.artifacts import atomic_dir
-    from jaxconv.cpp import cmake, embed as embed_src, example, header, readme, source
     from jaxconv.cpp.model import build_model
-    from jaxconv.cpp.npy import NPY_H
 
     try:
-        model = build_model(program, name=name, embed=embed)
+        model = build_model(program, name=name, embed=embed, c_api=c_api)
     except UnsupportedError as e:
         raise UnsupportedError(f"{out_dir} not written: {e}") from None
-    texts = {
-        "model.h": header.render(model),
-        "model.cc": source.render(model),
-        "example.cc": example.render(model),
-        "npy.h": NPY_H,
-        "CMakeLists.txt": cmake.render(model),
-        "README.md": readme.render(model),
-    }
-    names = [ONNX_FILE] + (["model_data.cc"] if embed else []) + list(texts)
+    reports: list = [] if report_to is None else report_to
     with atomic_dir(out_dir, overwrite=overwrite, protect=(program.source_path,), earlier=EARLIER_OUTPUT) as tmp:
-        reports: list = []
         onnx_path = os.path.join(tmp, ONNX_FILE)
         try:
             api.to_onnx(program, path=onnx_path, opset=opset, check=check, rtol=rtol, atol=atol, report_to=reports)
         except JaxconvError as e:
             raise _relabel(e, tmp, out_dir, reports) from None
-        if embed:
-            if os.path.exists(onnx_path + ".data"):
-                raise UnsupportedError(f"{out_dir} not written: the model is over 2 GB (external data) and cannot be "
-                                       "embedded; drop --embed")
-            with open(onnx_path, "rb") as f:
-                data = f.read()
-            with open(os.path.join(tmp, "model_data.cc"), "w", encoding="ascii", newline="\n") as f:
-                embed_src.write(model, data, f)
-        for file_name, text in texts.items():
-            _write_text(os.path.join(tmp, file_name), text)
+        names = _finish(model, tmp, out_dir)
+    return [os.path.join(out_dir, n) for n in names]
+
+
+def write_project_for_onnx(onnx_path: str, out_dir: str, *, function: str, name: str | None = None,
+                           embed: bool = False, c_api: bool = False, overwrite: bool = False) -> list[str]:
+    """Write a C++ project for an existing ONNX model (copied as model.onnx; nothing to check it against).
+
+    Its inputs and outputs come from the model; tensors listed in its ``jaxconv.complex`` metadata
+    become ``std::complex`` buffers.
+    """
+    import onnx
+
+    from jaxconv.artifacts import atomic_dir
+    from jaxconv.cpp.model import model_from_signature
+    from jaxconv.cpp.onnx_io import onnx_signature
+
+    signature = onnx_signature(onnx.load(onnx_path, load_external_data=False))
+    model = model_from_signature(signature, function, name=name, embed=embed, c_api=c_api)
+    with atomic_dir(out_dir, overwrite=overwrite, earlier=EARLIER_OUTPUT) as tmp:
+        shutil.copyfile(onnx_path, os.path.join(tmp, ONNX_FILE))
         if os.path.exists(onnx_path + ".data"):
-            names.insert(1, ONNX_FILE + ".data")
-        _usual_permissions(tmp, names)
+            shutil.copyfile(onnx_path + ".data", os.path.join(tmp, ONNX_FILE + ".data"))
+        names = _finish(model, tmp, out_dir)
     return [os.path.join(out_dir, n) for n in names]

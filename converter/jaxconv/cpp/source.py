@@ -1,206 +1,146 @@
-"""model.cc: the model's C++ API implemented on the ONNX Runtime C++ API."""
+"""NAME.cc: the model's C++ API implemented on the ONNX Runtime C++ API (with templates/jaxconv_ort.h)."""
 
 from __future__ import annotations
 
 from jaxconv.cpp import dims as cdims
-from jaxconv.cpp.header import has_vector_overload, run_signature
-from jaxconv.cpp.model import CppModel
+from jaxconv.cpp import template
+from jaxconv.cpp.header import namespace_close, namespace_open, run_params, shape_params
+from jaxconv.cpp.model import CppModel, CppTensor
 from jaxconv.cpp.names import cpp_string
 
 
 def data_symbols(model: CppModel) -> tuple[str, str]:
     """Names of the embedded byte array and its size (hidden symbols of the library)."""
-    return f"{model.cls}_model_data", f"{model.cls}_model_size"
+    return f"{model.c_prefix}_model_data", f"{model.c_prefix}_model_size"
 
 
-_SUPPORT = r"""
-std::string jc_join(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
-
-size_t jc_count(const char* input, const char* doc, const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0)
-      throw std::invalid_argument(std::string(kClass) + ": input " + input + " " + doc + " gets a negative dimension: " +
-                                  jc_join(shape));
-    n *= static_cast<size_t>(d);
-  }
-  return n;
-}
-
-inline void jc_expect_size(const char* input, const char* doc, const std::vector<int64_t>& shape, size_t size) {
-  size_t n = jc_count(input, doc, shape);
-  if (n != size)
-    throw std::invalid_argument(std::string(kClass) + ": input " + input + " has " + std::to_string(size) +
-                                " elements, but its shape " + doc + " is " + jc_join(shape) + " (" + std::to_string(n) +
-                                " elements)");
-}
-
-Ort::Value jc_tensor(const Ort::MemoryInfo& mem, const char* input, const char* doc, const void* data,
-                     size_t elem_size, const std::vector<int64_t>& shape, ONNXTensorElementDataType type) {
-  static unsigned char empty[1];
-  size_t n = jc_count(input, doc, shape);
-  if (data == nullptr && n != 0)
-    throw std::invalid_argument(std::string(kClass) + ": input " + input + " is a null pointer");
-  void* p = const_cast<void*>(n != 0 ? data : static_cast<const void*>(empty));  // ONNX Runtime does not write inputs
-  return Ort::Value::CreateTensor(mem.GetConst(), p, n * elem_size, shape.data(), shape.size(), type);
-}
-
-template <typename T>
-void jc_fetch(Ort::Value& value, const char* output, ONNXTensorElementDataType type, std::vector<T>& data,
-              std::vector<int64_t>& shape) {
-  Ort::TensorTypeAndShapeInfo info = value.GetTensorTypeAndShapeInfo();
-  if (info.GetElementType() != type)
-    throw std::runtime_error(std::string(kClass) + ": output " + output + " has element type " +
-                             std::to_string(static_cast<int>(info.GetElementType())) + ", expected " +
-                             std::to_string(static_cast<int>(type)));
-  shape = info.GetShape();
-  size_t n = info.GetElementCount();
-  data.resize(n);
-  if (n != 0) std::memcpy(data.data(), value.GetTensorRawData(), n * sizeof(T));
-}
-
-void jc_check_names(Ort::Session& session, bool inputs, const char* const* expected, size_t count,
-                    const std::string& what) {
-  Ort::AllocatorWithDefaultOptions alloc;
-  size_t n = inputs ? session.GetInputCount() : session.GetOutputCount();
-  std::string kind = inputs ? "inputs" : "outputs";
-  if (n != count)
-    throw std::runtime_error(std::string(kClass) + ": " + what + " has " + std::to_string(n) + " " + kind +
-                             ", this library expects " + std::to_string(count) + " (a different model?)");
-  for (size_t i = 0; i < n; ++i) {
-    Ort::AllocatedStringPtr name = inputs ? session.GetInputNameAllocated(i, alloc) : session.GetOutputNameAllocated(i, alloc);
-    if (std::string(name.get()) != expected[i])
-      throw std::runtime_error(std::string(kClass) + ": " + what + " names its " + kind + " differently (" + name.get() +
-                               " where this library expects " + expected[i] + "; a different model?)");
-  }
-}
-
-Ort::SessionOptions jc_options(int intra_op_threads) {
-  Ort::SessionOptions options;
-  if (intra_op_threads > 0) options.SetIntraOpNumThreads(intra_op_threads);
-  options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
-  // pool threads that spin after a run take the CPU from whatever the application runs next
-  options.AddConfigEntry("session.intra_op.allow_spinning", "0");
-  options.AddConfigEntry("session.inter_op.allow_spinning", "0");
-  return options;
-}
-"""
+def _spec(t: CppTensor, array: str) -> str:
+    dims = array if t.onnx_dims else "nullptr"
+    return (f"{{{cpp_string(t.name)}, {t.type.onnx}, {dims}, {len(t.onnx_dims)}, "
+            f"{cpp_string(t.onnx_doc)}}}")
 
 
-def _names_array(name: str, items: list[str]) -> str:
-    if not items:
-        return f"const char* const* const {name} = nullptr;"
-    return f"const char* const {name}[] = {{{', '.join(cpp_string(i) for i in items)}}};"
+def _spec_block(model: CppModel) -> tuple[str, str, str]:
+    arrays, ins, outs = [], [], []
+    for kind, tensors, specs in (("In", model.inputs, ins), ("Out", model.outputs, outs)):
+        for i, t in enumerate(tensors):
+            name = f"k{kind}{i}Dims"
+            if t.onnx_dims:
+                dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in t.onnx_dims)
+                arrays.append(f"const int64_t {name}[] = {{{dims}}};\n")
+            specs.append(_spec(t, name))
+    empty = '{nullptr, ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED, nullptr, 0, ""}'
+    sep = ",\n    "
+    return ("".join(arrays), "\n    " + sep.join(ins or [empty]), "\n    " + sep.join(outs))
+
+
+def _constructors(model: CppModel) -> str:
+    c = model.cls
+    out = []
+    if model.embed:
+        data, size = data_symbols(model)
+        out += [f"{c}::{c}() : {c}(Options()) {{}}", "",
+                f"{c}::{c}(const Options& options) : impl_(new Impl) {{",
+                f'  impl_->load("the embedded model", nullptr, {data}, {size}, options);', "}", ""]
+    out += [f"{c}::{c}(const std::string& model_path) : {c}(model_path, Options()) {{}}", "",
+            f"{c}::{c}(const std::string& model_path, const Options& options) : impl_(new Impl) {{",
+            "  impl_->load(model_path, model_path.c_str(), nullptr, 0, options);", "}", ""]
+    return "\n".join(out) + "\n"
+
+
+def _shape_functions(model: CppModel) -> str:
+    out = []
+    for t in model.outputs:
+        if t.exprs is not None:
+            out += [f"std::array<int64_t, {len(t.dims)}> {model.cls}::{t.ident}_shape({shape_params(model)}) {{",
+                    f"  return {{{{{', '.join(t.exprs)}}}}};", "}", ""]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _bind(model: CppModel) -> str:
+    out = []
+    for i, t in enumerate(model.inputs):
+        out.append(f"  jc_in.push_back(jaxconv_ort::input_tensor(impl_->memory, kClass + {cpp_string(': input ' + t.name)}, "
+                   f"{cpp_string(t.doc)}, inputs.{t.ident}.data(), inputs.{t.ident}.size(), jc_in_shapes[{i}], "
+                   f"sizeof({t.type.cpp}), {str(t.type.pairs).lower()}, {t.type.onnx}));")
+    for i, t in enumerate(model.outputs):
+        if t.exprs is None:
+            out.append("  jc_out.emplace_back(nullptr);  // shape known after the run")
+            continue
+        what = cpp_string(": output " + t.name)
+        out += [
+            "  {",
+            f"    size_t n = jaxconv_ort::element_count(kClass + {what}, jc_out_shapes[{i}], sizeof({t.type.cpp}));",
+            f"    {t.type.cpp}* p = nullptr;",
+            "    if (buffers != nullptr) {",
+            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, {cpp_string(t.doc)}, "
+            f"jc_out_shapes[{i}], n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
+            f"      p = buffers->{t.ident}.data();",
+            "    } else {",
+            f"      outputs->{t.ident}.shape = jc_out_shapes[{i}];",
+            f"      outputs->{t.ident}.data.resize(n);",
+            f"      p = outputs->{t.ident}.data.data();",
+            "    }",
+            f"    jc_out.push_back(jaxconv_ort::tensor(impl_->memory, p, n, sizeof({t.type.cpp}), "
+            f"jaxconv_ort::onnx_shape(jc_out_shapes[{i}], {str(t.type.pairs).lower()}), {t.type.onnx}));",
+            "  }",
+        ]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _fetch(model: CppModel) -> str:
+    out = []
+    for i, t in enumerate(model.outputs):
+        if t.exprs is not None:
+            continue
+        out += [
+            "  {",
+            f"    std::vector<int64_t> shape = jaxconv_ort::result_shape(jc_out[{i}], {str(t.type.pairs).lower()});",
+            f"    size_t n = jaxconv_ort::element_count(kClass + {cpp_string(': output ' + t.name)}, shape, "
+            f"sizeof({t.type.cpp}));",
+            f"    {t.type.cpp}* p = nullptr;",
+            "    if (buffers != nullptr) {",
+            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, {cpp_string(t.doc)}, "
+            f"shape, n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
+            f"      p = buffers->{t.ident}.data();",
+            "    } else {",
+            f"      outputs->{t.ident}.shape = shape;",
+            f"      outputs->{t.ident}.data.resize(n);",
+            f"      p = outputs->{t.ident}.data.data();",
+            "    }",
+            f"    if (n != 0) std::memcpy(p, jc_out[{i}].GetTensorRawData(), n * sizeof({t.type.cpp}));",
+            "  }",
+        ]
+    return "\n".join(out) + ("\n" if out else "")
 
 
 def render(model: CppModel) -> str:
     c = model.cls
-    data_name, size_name = data_symbols(model)
-    out: list[str] = [
-        f"// {c}: implementation on the ONNX Runtime C++ API, generated by jaxconv to-cpp.",
-        '#include "model.h"',
-        "",
-        "#include <onnxruntime_cxx_api.h>",
-        "",
-        "#include <cstring>",
-        "#include <sstream>",
-        "#include <stdexcept>",
-        "#include <string>",
-        "#include <utility>",
-        "#include <vector>",
-        "",
-    ]
-    if model.embed:
-        out += [f"extern const unsigned char {data_name}[];", f"extern const size_t {size_name};", ""]
-    out += [
-        "namespace {",
-        "",
-        f"const char kClass[] = {cpp_string(c)};",
-        _names_array("kInputNames", [t.name for t in model.inputs]),
-        _names_array("kOutputNames", [t.name for t in model.outputs]),
-        "",
-        cdims.HELPERS_CC.rstrip(),
-        _SUPPORT.rstrip(),
-        "",
-        "}  // namespace",
-        "",
-        f"struct {c}::Impl {{",
-        f"  Ort::Env env{{ORT_LOGGING_LEVEL_WARNING, {cpp_string(c)}}};",
-        "  Ort::Session session{nullptr};",
-        "  Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeCPU);",
-        "",
-        "  void check() {",
-        "    jc_check_names(session, true, kInputNames, num_inputs, \"the model\");",
-        "    jc_check_names(session, false, kOutputNames, num_outputs, \"the model\");",
-        "  }",
-        "};",
-        "",
-        f"{c}::{c}(const std::string& model_path, int intra_op_threads) : impl_(new Impl) {{",
-        "  try {",
-        "    impl_->session = Ort::Session(impl_->env, model_path.c_str(), jc_options(intra_op_threads));",
-        "  } catch (const Ort::Exception& e) {",
-        "    throw std::runtime_error(std::string(kClass) + \": cannot load \" + model_path + \": \" + e.what());",
-        "  }",
-        "  impl_->check();",
-        "}",
-        "",
-    ]
-    if model.embed:
-        out += [
-            f"{c}::{c}(int intra_op_threads) : impl_(new Impl) {{",
-            "  try {",
-            f"    impl_->session = Ort::Session(impl_->env, {data_name}, {size_name}, jc_options(intra_op_threads));",
-            "  } catch (const Ort::Exception& e) {",
-            "    throw std::runtime_error(std::string(kClass) + \": cannot load the embedded model: \" + e.what());",
-            "  }",
-            "  impl_->check();",
-            "}",
-            "",
-        ]
-    out += [
-        f"{c}::~{c}() = default;",
-        f"{c}::{c}({c}&&) noexcept = default;",
-        f"{c}& {c}::operator=({c}&&) noexcept = default;",
-        "",
-    ]
-    shapes = [f"  const std::vector<int64_t> jc_shape_{i} = {{{', '.join(model.dim_expr(d) for d in t.dims)}}};"
-              for i, t in enumerate(model.inputs)]
-    if has_vector_overload(model):
-        out.append(run_signature(model, pointers=False, qualified=True) + " {")
-        out += shapes
-        for i, t in enumerate(model.inputs):
-            out.append(f"  jc_expect_size({cpp_string(t.name)}, {cpp_string(t.doc)}, jc_shape_{i}, {t.ident}.size());")
-        args = [f"{t.ident}.data()" for t in model.inputs] + [model.symbol_idents[s] for s in model.symbols]
-        out += [f"  return run({', '.join(args)});", "}", ""]
-    out.append(run_signature(model, pointers=True, qualified=True) + " {")
-    out.append(f"  if (!impl_) throw std::runtime_error(std::string(kClass) + \": run() on a moved-from object\");")
-    out += shapes
-    out.append("  std::vector<Ort::Value> jc_in;")
-    out.append(f"  jc_in.reserve({len(model.inputs)});")
-    for i, t in enumerate(model.inputs):
-        out.append(f"  jc_in.push_back(jc_tensor(impl_->memory, {cpp_string(t.name)}, {cpp_string(t.doc)}, {t.ident}, "
-                   f"sizeof({t.type.cpp}), jc_shape_{i}, {t.type.onnx}));")
-    out += [
-        "  Outputs jc_result;",
-        "  try {",
-        "    std::vector<Ort::Value> jc_out = impl_->session.Run(Ort::RunOptions{nullptr}, kInputNames, jc_in.data(),",
-        "                                                        jc_in.size(), kOutputNames, num_outputs);",
-    ]
-    for i, t in enumerate(model.outputs):
-        out.append(f"    jc_fetch(jc_out[{i}], {cpp_string(t.name)}, {t.type.onnx}, jc_result.{t.ident}.data, "
-                   f"jc_result.{t.ident}.shape);")
-    out += [
-        "  } catch (const Ort::Exception& e) {",
-        "    throw std::runtime_error(std::string(kClass) + \": ONNX Runtime failed: \" + e.what());",
-        "  }",
-        "  return jc_result;",
-        "}",
-        "",
-    ]
-    return "\n".join(out)
+    data, size = data_symbols(model)
+    spec_dims, in_specs, out_specs = _spec_block(model)
+    check_dims = "".join(
+        f"  const int64_t {model.symbol_idents[s]} = inputs.{model.symbol_idents[s]};\n"
+        f"  if ({model.symbol_idents[s]} < 0)\n"
+        f"    throw std::invalid_argument(kClass + {cpp_string(': dimension ' + s + ' is ')} + "
+        f"std::to_string({model.symbol_idents[s]}) + {cpp_string(', not a size (set Inputs::' + model.symbol_idents[s] + ')')});\n"
+        for s in model.symbols)
+    dims_text = " + \", \" + ".join(f'"{s}=" + std::to_string({model.symbol_idents[s]})' for s in model.symbols)
+    positional = "".join(f"  inputs.{t.ident} = {t.ident};\n" for t in model.inputs)
+    positional += "".join(f"  inputs.{i} = {i};\n" for i in model.symbol_idents.values())
+    shape_list = ", ".join(f"std::vector<int64_t>{{{', '.join(t.exprs or ())}}}" for t in model.inputs)
+    out_shapes = ", ".join(f"std::vector<int64_t>{{{', '.join(t.exprs)}}}" if t.exprs is not None
+                           else "std::vector<int64_t>{}" for t in model.outputs)
+    return template.render("model.cc.in", {
+        "QUALIFIED": model.qualified, "CLS": c,
+        "EMBED_DECLS": (f"extern const unsigned char {data}[];\nextern const size_t {size};\n\n" if model.embed else ""),
+        "INPUT_NAMES_OR_NULL": ", ".join(cpp_string(t.name) for t in model.inputs) or "nullptr",
+        "OUTPUT_NAMES": ", ".join(cpp_string(t.name) for t in model.outputs),
+        "SPEC_DIMS": spec_dims, "INPUT_SPECS": in_specs, "OUTPUT_SPECS": out_specs,
+        "NUM_INPUTS": str(len(model.inputs)), "NUM_OUTPUTS": str(len(model.outputs)),
+        "NS_OPEN": namespace_open(model), "NS_CLOSE": namespace_close(model),
+        "CONSTRUCTORS": _constructors(model), "SHAPE_FUNCTIONS": _shape_functions(model),
+        "RUN_PARAMS": run_params(model), "POSITIONAL_TO_INPUTS": positional,
+        "CHECK_DIMS": check_dims, "IN_SHAPES": shape_list, "OUT_SHAPES": out_shapes,
+        "DIMS_TEXT": dims_text or 'std::string("(none)")',
+        "BIND": _bind(model), "FETCH": _fetch(model),
+    })

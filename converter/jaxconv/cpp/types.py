@@ -17,6 +17,8 @@ class CppType:
         onnx: the ``ONNXTensorElementDataType`` enumerator.
         descr: the ``.npy`` header descr numpy writes for this dtype.
         note: what the element type holds when it is not the obvious one.
+        pairs: a complex dtype: in the ONNX model a real tensor with a trailing dimension of 2 (re, im),
+            which ``std::complex<T>`` buffers hold as is.
     """
 
     dtype: str
@@ -24,6 +26,7 @@ class CppType:
     onnx: str
     descr: str
     note: str = ""
+    pairs: bool = False
 
 
 _TYPES = (
@@ -40,6 +43,10 @@ _TYPES = (
     CppType("uint32", "uint32_t", "ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32", "<u4"),
     CppType("uint64", "uint64_t", "ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64", "<u8"),
     CppType("bool", "uint8_t", "ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL", "|b1", "bool, one byte each (0 or 1)"),
+    CppType("complex64", "std::complex<float>", "ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT", "<c8",
+            "float32 (re, im) pairs in ONNX", pairs=True),
+    CppType("complex128", "std::complex<double>", "ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE", "<c16",
+            "float64 (re, im) pairs in ONNX", pairs=True),
 )
 CPP_TYPES: dict[str, CppType] = {t.dtype: t for t in _TYPES}
 
@@ -51,7 +58,7 @@ def cpp_type(dtype: str, what: str) -> CppType:
         what: the tensor it belongs to, for the error message (``input x``).
 
     Raises:
-        UnsupportedError: the C++ API has no buffer type for this dtype (complex numbers).
+        UnsupportedError: the C++ API has no buffer type for this dtype.
     """
     try:
         return CPP_TYPES[dtype]
