@@ -174,8 +174,9 @@ def _drop_zero_sign_fix(graph: ir.Graph, node: ir.Node) -> bool:
     zero = node.inputs[1]
     if relu is None or m.const(zero) is None or m.const(zero).size != 1:
         return False
-    # after a Relu (values >= 0, -0 or NaN) ORT's Max(v, +0) gives +0 for -0 and keeps NaN: one pass, not two
-    m.replace(graph, out, ir.node("Max", [v, zero]), node)
+    # after a Relu (values >= 0, -0 or NaN) Abs gives +0 for -0 and keeps NaN: one pass, not two (ORT's
+    # Max(v, +0) is no fix: its scalar loop over the last len % 4 elements returns -0)
+    m.replace(graph, out, ir.node("Abs", [v]), node)
     return True
 
 
