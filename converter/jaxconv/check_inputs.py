@@ -178,7 +178,9 @@ def edge_values(dtype_name: str) -> np.ndarray:
     real = np.array(floats, dtype=np.float64).astype(_numpy_dtype(component))
     if dtype.kind != "c":
         return real.astype(dtype)
-    return (real.astype(np.complex128) + 1j * np.roll(real, 3).astype(np.complex128)).astype(dtype)
+    out = np.empty(real.shape, dtype)  # (re + 1j * im would turn an infinite im into a NaN re)
+    out.real, out.imag = real, np.roll(real, 3)
+    return out
 
 
 def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0) -> np.ndarray:
@@ -234,7 +236,11 @@ def flush_subnormals(arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
             parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
             flushed = [np.where((p != 0) & (np.abs(p) < tiny), np.copysign(np.zeros((), p.dtype), p), p) for p in parts]
             if any(not np.array_equal(f, p) for f, p in zip(flushed, parts)):
-                x = (flushed[0] + 1j * flushed[1] if x.dtype.kind == "c" else flushed[0]).astype(x.dtype)
+                if x.dtype.kind == "c":
+                    x = x.copy()
+                    x.real, x.imag = flushed
+                else:
+                    x = flushed[0].astype(x.dtype)
                 changed = True
         out.append(x)
     return out if changed else None
@@ -299,7 +305,7 @@ def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
         data = np.load(path, allow_pickle=False)
         files = list(data.files)
     except Exception as e:
-        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+        raise UsageError(f"cannot read inputs from {path}: {e}") from e
     arrays = []
     keys = []
     for i, t in enumerate(signature.inputs):
@@ -315,7 +321,7 @@ def load_inputs(path: str, signature: Signature) -> list[np.ndarray]:
         try:
             arrays.append(np.asarray(data[key]))
         except Exception as e:
-            raise UsageError(f"cannot read {key!r} from {path}: {e}") from None
+            raise UsageError(f"cannot read {key!r} from {path}: {e}") from e
     return check_arrays(arrays, signature, path)
 
 

@@ -254,7 +254,8 @@ NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax"
 POOLING_NAN_NOTE = "XLA on the CPU drops NaN in max pooling depending on the tensor size"
 
 
-def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> set[str] | None:
+def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                     names: frozenset[str] = NAN_DROPPING_OPS) -> set[str] | None:
     """The ops of ``NAN_DROPPING_OPS`` in the traced program (a generic ``reduce_window`` with a max or
     min body counts as ``reduce_window_max``/``_min``); None when the program cannot be traced here."""
     import jax
@@ -264,7 +265,7 @@ def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seq
     def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name in NAN_DROPPING_OPS:
+            if name in names:
                 found.add(name)
             body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
             if name == "reduce_window" and hasattr(body, "eqns"):
@@ -311,6 +312,34 @@ def as_pooling_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None]
                                      f"NaN in the artifact where jax.jit has a number; {r.note}") if n else r
             for r, n in zip(rows, counts)]
 
+
+FFT_OVERFLOW_NOTE = "XLA's FFT overflows in other intermediate sums than a DFT matrix product"
+
+
+def only_non_finite_differences(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> int:
+    """How many elements mismatch, when every one of them is infinite or NaN on one side (else 0)."""
+    if cls is None or cls.shape != np.shape(expected) or not is_float(expected):
+        return 0
+    bad = cls == MISMATCH
+    e, a = np.asarray(expected)[bad], np.asarray(actual)[bad]
+    with np.errstate(all="ignore"):
+        ok = bad.any() and not (np.isfinite(e) & np.isfinite(a)).any()
+    return int(bad.sum()) if ok else 0
+
+
+def as_fft_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
+                    arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                    actual: Sequence[np.ndarray]) -> list[OutputCheck]:
+    """Mismatches on edge values that are only infinities or NaN on one side, in a program with an FFT,
+    as ``undecided`` rows naming why (where sums overflow depends on the transform's order); others unchanged."""
+    counts = [only_non_finite_differences(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
+              for r, c, e, a in zip(rows, classes, expected, actual)]
+    if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, frozenset({"fft"})):
+        return rows
+    return [dataclasses.replace(r, ok=True, verdict="undecided",
+                                note=f"{FFT_OVERFLOW_NOTE}: {n} elements are infinite or NaN on one side only; "
+                                     f"{r.note}") if n else r
+            for r, n in zip(rows, counts)]
 
 
 def require_checkable(signature: Any, constraints: Sequence[str] = ()) -> None:
@@ -401,7 +430,8 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     rows = _judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_)
     kind = getattr(runner, "kind", "")
     out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
-    return as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    return as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
 
 
 def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
