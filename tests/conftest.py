@@ -29,14 +29,16 @@ KNOWN_UNSUPPORTED: dict[str, str] = {
 
 
 @pytest.fixture(autouse=True)
-def _restore_x64():
-    """jaxconv switches on jax_enable_x64 for 64-bit specs; keep that from leaking into later tests."""
+def _x64_left_alone():
+    """No test, and nothing jaxconv does, leaves JAX's global jax_enable_x64 changed (jaxconv scopes it)."""
     import jax
 
     before = jax.config.jax_enable_x64
     yield
-    if jax.config.jax_enable_x64 != before:
+    after = jax.config.jax_enable_x64
+    if after != before:
         jax.config.update("jax_enable_x64", before)
+        pytest.fail(f"jax_enable_x64 was {before} before the test and {after} after it")
 
 
 def pytest_configure(config):

@@ -20,6 +20,14 @@ def _spec_of(a: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), a)
 
 
+def x64_for(*args: Any) -> Any:
+    """A context in which JAX keeps the 64-bit dtypes among ``args`` (jaxconv scopes x64; it leaves no global on)."""
+    from jaxconv.program import x64_scope
+    from jaxconv.specs import needs_x64
+
+    return x64_scope(needs_x64([_spec_of(a) for a in args]))
+
+
 def record_ops(program: Any) -> set[str]:
     """Names of every StableHLO op the program's ONNX lowering walks (written for the coverage check)."""
     from jaxconv.onnx.preflight import reachable_ops
@@ -57,7 +65,8 @@ def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[
     runs = [jax.tree_util.tree_leaves(list(args))] + [list(r) for r in (inputs_for_run or [])]
     for flat in runs:
         flat = [np.asarray(a) for a in flat]
-        expected = reference_outputs(fn, program.arg_specs, flat)
+        with program.jax_scope():
+            expected = reference_outputs(fn, program.arg_specs, flat)
         actual = runner.run(flat)
         assert len(actual) == len(expected)
         for i, (e, a) in enumerate(zip(expected, actual)):

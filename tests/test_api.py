@@ -137,3 +137,19 @@ def test_custom_pytree_classes_are_saved_flat(tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
     (out,) = fn(*jax.tree_util.tree_leaves(params), x)
     np.testing.assert_allclose(np.asarray(out), np.asarray(predict(params, x)), rtol=1e-6)
+
+
+def test_float64_conversion_scopes_x64_and_leaves_the_global_flag_alone():
+    before = jax.config.jax_enable_x64
+    reports = []
+    model = jaxconv.to_onnx(lambda x: x * 2.0 + 1e-12, "f64[3]", report_to=reports)
+    assert jax.config.jax_enable_x64 == before
+    assert model.graph.input[0].type.tensor_type.elem_type == 11  # DOUBLE
+    assert {str(r.dtype) for r in reports[0].rows} == {"float64"}  # jax.jit's reference ran in float64 too
+
+
+def test_float64_leaves_of_a_spec_pytree_are_kept():
+    from jaxconv.program import trace
+
+    program = trace(lambda p: p["w"] * 2, [{"w": jax.ShapeDtypeStruct((3,), np.float64)}])
+    assert program.x64 and [str(a.dtype) for a in program.exported.in_avals] == ["float64"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Sequence
 
@@ -30,8 +31,9 @@ def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: fl
              report_to: list[CheckReport] | None) -> None:
     if not check:
         return
-    report = check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, rtol=rtol, atol=atol,
-                          constraints=program.constraints)
+    with program.jax_scope():
+        report = check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, rtol=rtol,
+                              atol=atol, constraints=program.constraints)
     if report_to is not None:
         report_to.append(report)
     raise_on_mismatch(report)
@@ -50,7 +52,8 @@ def to_stablehlo(fn: Callable[..., Any] | Program, *specs: Any, path: str | None
     program = _as_program(fn, specs, constraints, platforms)
     _refuse_a_check_too_large(program, check and "cpu" in program.platforms)
     if path is not None:
-        written = shlo_export.write(program, path)
+        with program.jax_scope():
+            written = shlo_export.write(program, path)
         if check and "cpu" in program.platforms:
             from jaxconv.runtimes.jaxexport import JaxExportRunner
 
@@ -123,7 +126,8 @@ def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, con
 
     program = _as_program(fn, specs, constraints)
     _refuse_a_check_too_large(program, check)
-    saved_model.write(program, path, overwrite=overwrite)
+    with program.jax_scope():
+        saved_model.write(program, path, overwrite=overwrite)
     if check:
         from jaxconv.runtimes.tf import SavedModelRunner
 
@@ -133,26 +137,40 @@ def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, con
 
 def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None, allow_flex: bool = False,
               quantize: str | None = None, constraints: Sequence[str] = (), check: bool = True,
-              rtol: float | None = None, atol: float | None = None, report_to: list[CheckReport] | None = None) -> bytes:
-    """Convert to TFLite (builtins; ``allow_flex`` adds TF select ops); returns the flatbuffer bytes."""
+              rtol: float | None = None, atol: float | None = None, report_to: list[CheckReport] | None = None,
+              route: str = "auto") -> bytes:
+    """Convert to TFLite (builtins; ``allow_flex`` adds TF select ops); returns the flatbuffer bytes.
+
+    ``route``: ``xla`` (jax2tf), ``tf-ops`` (jaxconv's ONNX as plain TF ops) or ``auto`` (``xla``,
+    falling back to ``tf-ops`` when it fails to convert or run, or differs from jax.jit; auto runs
+    that check even when ``check`` is False).
+    """
     from jaxconv.artifacts import write_bytes
     from jaxconv.tf import tflite
 
     program = _as_program(fn, specs, constraints)
     _refuse_a_check_too_large(program, check)
-    data = tflite.convert(program, allow_flex=allow_flex, quantize=quantize)
-    if path is not None:
-        write_bytes(path, data)
-    if check:
-        from jaxconv.runtimes.tflite import TFLiteRunner
+    if quantize is not None and rtol is None and atol is None:
+        rtol, atol = 5e-2, 5e-2
 
-        if quantize is not None and rtol is None and atol is None:
-            rtol, atol = 5e-2, 5e-2
+    def judge(data: bytes) -> CheckReport:
+        from jaxconv.runtimes.tflite import TFLiteRunner
         from jaxconv.verify import check_options
 
         lossy = {"edge": False, "edge_skipped": f"the model is quantized ({quantize})"} if quantize is not None else {}
-        with check_options(**lossy):
-            _checked(program, TFLiteRunner(path if path is not None else data), path or "model.tflite", check, rtol, atol, report_to)
+        scope = getattr(program, "jax_scope", contextlib.nullcontext)
+        with check_options(**lossy), scope():
+            return check_runner(TFLiteRunner(data), path or "model.tflite", program.fn, program.arg_specs,
+                                program.signature, rtol=rtol, atol=atol, constraints=program.constraints)
+
+    data, report = tflite.convert_routed(program, route=route, allow_flex=allow_flex, quantize=quantize,
+                                         judge=judge if check or route == "auto" else None)
+    if path is not None:
+        write_bytes(path, data)
+    if check and report is not None:
+        if report_to is not None:
+            report_to.append(report)
+        raise_on_mismatch(report)
     return data
 
 
@@ -165,8 +183,9 @@ def check(artifact: str, fn: Callable[..., Any] | Program, *specs: Any, inputs: 
     program = _as_program(fn, specs, constraints)
     runner = open_artifact(artifact)
     flat = load_inputs(inputs, program.signature) if isinstance(inputs, str) else inputs
-    return check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, inputs=flat, seed=seed,
-                        rtol=rtol, atol=atol, constraints=program.constraints)
+    with program.jax_scope():
+        return check_runner(runner, artifact, program.fn, program.arg_specs, program.signature, inputs=flat,
+                            seed=seed, rtol=rtol, atol=atol, constraints=program.constraints)
 
 
 def load(path: str) -> Callable[..., Any]:
@@ -175,13 +194,15 @@ def load(path: str) -> Callable[..., Any]:
 
     if not path.endswith(".jaxexport"):
         raise UsageError(f"load() takes a .jaxexport file, got {os.path.basename(path)}")
-    from jaxconv.runtimes.jaxexport import enable_x64_for
+    from jaxconv.program import x64_scope
+    from jaxconv.runtimes.jaxexport import takes_x64
 
     exported = load_exported(path)
-    enable_x64_for(exported)
+    x64 = takes_x64(exported)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        return exported.call(*args, **kwargs)
+        with x64_scope(x64):
+            return exported.call(*args, **kwargs)
 
     call.exported = exported  # type: ignore[attr-defined]
     call.__name__ = exported.fun_name

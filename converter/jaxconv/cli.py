@@ -143,7 +143,8 @@ def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> Non
     from jaxconv.loading import EXAMPLE_INPUTS
 
     sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
-    examples = loaded.examples()
+    with program.jax_scope():
+        examples = loaded.examples()
     flat = None if examples is None else tuple(check_inputs.flatten_examples(
         examples, program.arg_specs, program.signature, f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"))
     verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat, release_compiled=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Sequence
 
 from jaxconv.errors import TraceError, UsageError
 from jaxconv.signature import Signature, input_infos, output_infos
@@ -25,6 +26,8 @@ class Program:
         keep_module: False when the caller converts this Program once and uses it no more (the CLI):
             ``to_onnx`` then sets ``exported`` to None once the ONNX model is built, freeing the
             serialized module, which holds a copy of every closed-over weight, before the check.
+        x64: the specs hold a 64-bit dtype, so JAX ran (and must run again, for jax2tf or the check)
+            with ``jax_enable_x64``; ``jax_scope()`` switches it on for that code only.
     """
 
     fn: Callable[..., Any]
@@ -36,15 +39,11 @@ class Program:
     constraints: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ("cpu",)
     keep_module: bool = True
-    _jitted: Any = field(default=None, repr=False)
+    x64: bool = False
 
-    @property
-    def jitted(self) -> Any:
-        import jax
-
-        if self._jitted is None:
-            self._jitted = jax.jit(self.fn)
-        return self._jitted
+    def jax_scope(self) -> ContextManager[Any]:
+        """A context in which JAX keeps this program's 64-bit dtypes (see ``x64_scope``)."""
+        return x64_scope(self.x64)
 
     @property
     def kept_inputs(self) -> tuple[int, ...]:
@@ -52,13 +51,17 @@ class Program:
         return tuple(sorted(self.exported.module_kept_var_idx))
 
 
-def _enable_x64_if_needed(specs: Sequence[Any]) -> None:
-    from jaxconv.specs import needs_x64
+def x64_scope(on: bool) -> ContextManager[Any]:
+    """``jax.enable_x64(True)`` when ``on`` (JAX narrows 64-bit dtypes to 32 bits otherwise), else nothing.
 
-    if needs_x64(specs):
-        import jax
+    JAX's global flag is left as the caller set it: a program with 32-bit specs runs under the
+    caller's setting, one with 64-bit specs under x64 for the scope only.
+    """
+    if not on:
+        return contextlib.nullcontext()
+    import jax
 
-        jax.config.update("jax_enable_x64", True)
+    return jax.enable_x64(True)
 
 
 def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = None,
@@ -74,16 +77,27 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
         UsageError: the number of specs does not match the function.
         TraceError: tracing or exporting fails; the message names the user's file:line.
     """
+    from jaxconv.specs import needs_x64, parse_spec, to_shape_dtype_structs
+
+    parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    x64 = needs_x64(parsed)
+    _check_constraints(constraints)
+    with x64_scope(x64):
+        arg_specs = to_shape_dtype_structs(parsed, constraints)
+        return _export(fn, arg_specs, x64, name=name, param_names=param_names, constraints=constraints,
+                       platforms=platforms, source_path=source_path)
+
+
+def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: str | None,
+            param_names: Sequence[str] | None, constraints: Sequence[str], platforms: Sequence[str],
+            source_path: str | None) -> Program:
+    """``trace`` once the specs are ShapeDtypeStructs, inside the x64 scope they need."""
     import jax
     from jax import export
 
     from jaxconv.loading import positional_params
-    from jaxconv.specs import check_spec_count, parse_spec, to_shape_dtype_structs
+    from jaxconv.specs import check_spec_count
 
-    parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
-    _enable_x64_if_needed(parsed)
-    _check_constraints(constraints)
-    arg_specs = to_shape_dtype_structs(parsed, constraints)
     fn_name = name or getattr(fn, "__name__", None) or "fn"
     if param_names is None:
         param_names = positional_params(fn)
@@ -103,7 +117,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
         raise TraceError(_no_outputs_message(fn, fn_name, exported.out_tree))
     signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
     return Program(fn=fn, name=fn_name, arg_specs=list(arg_specs), exported=exported, signature=signature,
-                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), _jitted=jitted)
+                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), x64=x64)
 
 
 def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> str:

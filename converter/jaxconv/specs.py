@@ -155,27 +155,12 @@ def _tree_from_json(node: Any, whole: str) -> Any:
     raise SpecError(f"bad spec {whole!r}: pytree leaves must be spec strings like \"f32[8]\", got {node!r}")
 
 
-def _leaves(tree: Any) -> list[TensorSpec]:
-    if isinstance(tree, TensorSpec):
-        return [tree]
-    if isinstance(tree, dict):
-        return [leaf for v in tree.values() for leaf in _leaves(v)]
-    if isinstance(tree, list):
-        return [leaf for v in tree for leaf in _leaves(v)]
-    return []
-
-
 def needs_x64(specs: Sequence[Any]) -> bool:
     """True when any leaf uses a 64-bit dtype, which JAX only keeps with jax_enable_x64."""
     import jax
 
-    for tree in specs:
-        if isinstance(tree, jax.ShapeDtypeStruct):
-            if np.dtype(tree.dtype).name in WIDE_DTYPES:
-                return True
-        elif any(leaf.dtype in WIDE_DTYPES for leaf in _leaves(tree)):
-            return True
-    return False
+    leaves = jax.tree_util.tree_leaves(list(specs), is_leaf=lambda x: isinstance(x, TensorSpec))
+    return any(str(getattr(leaf.dtype, "name", leaf.dtype)) in WIDE_DTYPES for leaf in leaves)
 
 
 _BOUND = re.compile(r"^\s*(?:([A-Za-z_]\w*)\s*(>=|<=|==)\s*(\d+)|(\d+)\s*(>=|<=|==)\s*([A-Za-z_]\w*))\s*$")

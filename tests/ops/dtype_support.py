@@ -28,10 +28,5 @@ def data(shape, dtype: str, seed: int = 0) -> np.ndarray:
 @contextlib.contextmanager
 def x64_for(dtype: str):
     """jax_enable_x64 for 64-bit dtypes (JAX narrows them otherwise), restored afterwards."""
-    before = jax.config.jax_enable_x64
-    if dtype in WIDE:
-        jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True) if dtype in WIDE else contextlib.nullcontext():
         yield
-    finally:
-        jax.config.update("jax_enable_x64", before)

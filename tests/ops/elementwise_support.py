@@ -29,17 +29,11 @@ Spec = jax.ShapeDtypeStruct
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def _restore_x64():
-    """Tests with 64-bit specs switch x64 on (jaxconv.program.trace does); switch it back after."""
-    old = jax.config.read("jax_enable_x64")
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 @pytest.fixture
 def x64():
-    jax.config.update("jax_enable_x64", True)
+    """jax_enable_x64 for the test only."""
+    with jax.enable_x64(True):
+        yield
 
 
 def float_values(dtype: np.dtype) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from elementwise_support import INTS, X64_INTS, _restore_x64, check, each, grid, int_values, x64  # noqa: F401
+from elementwise_support import INTS, X64_INTS, check, each, grid, int_values, x64  # noqa: F401
 
 BOOLS = grid(np.array([True, False]))
 

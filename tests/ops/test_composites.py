@@ -15,14 +15,6 @@ from jaxconv.errors import UnsupportedError
 from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 
-@pytest.fixture(autouse=True)
-def _restore_x64():
-    """64-bit specs switch x64 on (jaxconv.program.trace does); switch it back after each test."""
-    old = jax.config.read("jax_enable_x64")
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 _EDGES = [0.0, -0.0, 1e-7, -1e-7, 1e-30]
 UNIT = np.concatenate([np.linspace(-1, 1, 81), _EDGES, [0.999999, -0.999999, 1.5, -2.0]])
 WIDE = np.concatenate([np.linspace(-12, 12, 81), _EDGES, [80.0, -80.0, 1e4, np.inf, -np.inf, np.nan]])

@@ -16,14 +16,6 @@ from lowering_check import OPS_SEEN_ENV, assert_onnx_matches_jax, onnx_op_types
 RNG = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _restore_x64():
-    """64-bit specs switch x64 on (jaxconv.program.trace does); switch it back after each test."""
-    old = jax.config.read("jax_enable_x64")
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _f32(*shape):
     return RNG.normal(size=shape).astype(np.float32)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from elementwise_support import (BF16, F16, F32, F64, FLOATS, INTS, X64_INTS, Spec, _restore_x64, check,  # noqa: F401
+from elementwise_support import (BF16, F16, F32, F64, FLOATS, INTS, X64_INTS, Spec, check,  # noqa: F401
                               float_values, int_values, patched, replace_op, x64)
 
 SATURATION = [3e9, -3e9, 2147483520.0, -2147483648.0, 4294967040.0, 1e19, -1e19, 1.9e19, 9.2e18, 300.0, -300.0,

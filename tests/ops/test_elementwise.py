@@ -21,7 +21,6 @@ from jax import lax
 
 from lowering_check import record_ops
 from elementwise_support import *  # noqa: F401,F403  (shared dtypes, values and checks)
-from elementwise_support import _restore_x64  # noqa: F401  (fixture)
 
 BINARY = {"add": lax.add, "subtract": lax.sub, "multiply": lax.mul, "divide": lax.div, "remainder": lax.rem,
           "maximum": lax.max, "minimum": lax.min}

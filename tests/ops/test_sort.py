@@ -17,18 +17,10 @@ import pytest
 from jax import lax
 
 from jaxconv.errors import UnsupportedError
-from lowering_check import assert_onnx_matches_jax, onnx_op_types
+from lowering_check import assert_onnx_matches_jax, onnx_op_types, x64_for
 
 SPECIALS = np.array([1.0, -0.0, 0.0, np.nan, -np.nan, 2.0, -np.inf, np.inf, 0.0, -0.0, 1.0, np.nan], np.float32)
 TIES = np.array([3, 1, 2, 3, 1, 0, 2, 3, 1, 0, 0, 1])
-
-
-@pytest.fixture(autouse=True)
-def _restore_x64():
-    """64-bit specs switch x64 on (jaxconv.program.trace does); switch it back after each test."""
-    old = jax.config.read("jax_enable_x64")
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 def assert_bit_exact(fn, *args, opset=None):
@@ -37,7 +29,8 @@ def assert_bit_exact(fn, *args, opset=None):
 
     model = assert_onnx_matches_jax(fn, *args, opset=opset)
     got = OnnxRunner(model.SerializeToString()).run([np.asarray(a) for a in args])
-    expected = [np.asarray(e) for e in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    with x64_for(*args):
+        expected = [np.asarray(e) for e in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g.dtype == e.dtype and g.shape == e.shape, f"output_{i}: {g.dtype}{g.shape} != {e.dtype}{e.shape}"
         assert np.array_equal(g.view(np.uint8), e.view(np.uint8)), f"output_{i} not bit-identical:\n{g!r}\n{e!r}"

@@ -19,7 +19,7 @@ class JaxExportRunner:
             self.exported = load_exported(path_or_exported)
         else:
             self.exported = path_or_exported
-        enable_x64_for(self.exported)
+        self.x64 = takes_x64(self.exported)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import jax
@@ -28,18 +28,17 @@ class JaxExportRunner:
         if len(inputs) != n:
             raise ArtifactError(f"the artifact takes {n} inputs, got {len(inputs)}")
         args, kwargs = jax.tree_util.tree_unflatten(self.exported.in_tree, list(inputs))
+        from jaxconv.program import x64_scope
+
         try:
-            out = self.exported.call(*args, **kwargs)
+            with x64_scope(self.x64):
+                out = self.exported.call(*args, **kwargs)
         except Exception as e:
             raise ArtifactError(f"running the jax.export artifact failed: {type(e).__name__}: {str(e).strip()[:300]}") from None
         return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
 
 
-def enable_x64_for(exported: Any) -> None:
-    """Switch on jax_enable_x64 when the artifact takes 64-bit inputs (JAX drops them to 32 bits otherwise)."""
-    wide = [a for a in list(exported.in_avals) + list(exported.out_avals) if np.dtype(a.dtype).itemsize == 8 and np.dtype(a.dtype).kind in "fiu"]
-    wide += [a for a in list(exported.in_avals) + list(exported.out_avals) if np.dtype(a.dtype).kind == "c" and np.dtype(a.dtype).itemsize == 16]
-    if wide:
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
+def takes_x64(exported: Any) -> bool:
+    """Whether the artifact takes or returns 64-bit values (JAX narrows them to 32 bits without x64)."""
+    avals = list(exported.in_avals) + list(exported.out_avals)
+    return any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in avals)
