@@ -11,13 +11,14 @@ from jaxconv.errors import ArtifactError, MissingDependencyError
 
 SIGNATURE_KEY = "serving_default"
 METADATA_NAME = "jaxconv_signature"
+ROUTE_METADATA = "jaxconv_route"
 
 
 def _schema() -> Any:
     try:
         from ai_edge_litert import schema_py_generated
-    except ImportError:
-        raise MissingDependencyError("reading TFLite models needs LiteRT: pip install ai-edge-litert") from None
+    except ImportError as e:
+        raise MissingDependencyError("reading TFLite models needs LiteRT: pip install ai-edge-litert") from e
     return schema_py_generated
 
 
@@ -29,12 +30,8 @@ class _LazySchema:
 schema = _LazySchema()
 
 
-def read_signature(model: str | bytes) -> Any:
-    """The jaxconv Signature stored in a TFLite model's metadata, or None when there is none."""
-    import json
-
-    from jaxconv.signature import Signature
-
+def _metadata(model: str | bytes, name: str) -> bytes | None:
+    """The bytes of metadata entry ``name`` of a TFLite model, or None."""
     try:
         if isinstance(model, str):
             with open(model, "rb") as f:
@@ -42,12 +39,32 @@ def read_signature(model: str | bytes) -> Any:
         root = _schema().Model.GetRootAs(model, 0)
         for i in range(root.MetadataLength()):
             entry = root.Metadata(i)
-            if (entry.Name() or b"").decode("utf-8", "replace") == METADATA_NAME:
-                raw = root.Buffers(entry.Buffer()).DataAsNumpy()
-                return Signature.from_json(json.loads(bytes(raw).decode("utf-8")))
-    except Exception:  # not a flatbuffer, or metadata from another tool: no stored signature
+            if (entry.Name() or b"").decode("utf-8", "replace") == name:
+                return bytes(root.Buffers(entry.Buffer()).DataAsNumpy())
+    except Exception:  # not a flatbuffer, or metadata from another tool
         return None
     return None
+
+
+def read_signature(model: str | bytes) -> Any:
+    """The jaxconv Signature stored in a TFLite model's metadata, or None when there is none."""
+    import json
+
+    from jaxconv.signature import Signature
+
+    raw = _metadata(model, METADATA_NAME)
+    if raw is None:
+        return None
+    try:
+        return Signature.from_json(json.loads(raw.decode("utf-8")))
+    except Exception:  # metadata from another tool: no stored signature
+        return None
+
+
+def read_route(model: str | bytes) -> str:
+    """The route a jaxconv TFLite model was converted by (``xla`` or ``tf-ops``); '' when not recorded."""
+    raw = _metadata(model, ROUTE_METADATA)
+    return raw.decode("utf-8", "replace") if raw else ""
 
 
 def _interpreter(model: str | bytes, *, delegates: bool = True) -> Any:
@@ -55,8 +72,8 @@ def _interpreter(model: str | bytes, *, delegates: bool = True) -> Any:
 
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError:
-        raise MissingDependencyError("running TFLite models needs LiteRT: pip install ai-edge-litert") from None
+    except ImportError as e:
+        raise MissingDependencyError("running TFLite models needs LiteRT: pip install ai-edge-litert") from e
     what = model if isinstance(model, str) else "the TFLite model"
     if isinstance(model, str) and not os.path.isfile(model):
         raise ArtifactError(f"TFLite model not found: {model}")
@@ -67,7 +84,7 @@ def _interpreter(model: str | bytes, *, delegates: bool = True) -> Any:
                 return Interpreter(model_path=model, experimental_op_resolver_type=resolver)
             return Interpreter(model_content=bytes(model), experimental_op_resolver_type=resolver)
     except Exception as e:
-        raise ArtifactError(f"LiteRT cannot load {what}: {_first_line(e)}") from None
+        raise ArtifactError(f"LiteRT cannot load {what}: {_first_line(e)}") from e
 
 
 def _signature_key(interpreter: Any, what: str) -> str:
@@ -129,7 +146,7 @@ class TFLiteRunner:
             self.input_names, self.output_names = _ordered_io(self._interpreter, self._key, self.signature)
             self._runner = self._interpreter.get_signature_runner(self._key)
         except Exception as e:
-            raise ArtifactError(f"LiteRT cannot prepare {self.what}: {_first_line(e)}") from None
+            raise ArtifactError(f"LiteRT cannot prepare {self.what}: {_first_line(e)}") from e
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run on flat inputs in signature order; returns the outputs in order."""
@@ -148,7 +165,7 @@ class TFLiteRunner:
                 out = self._runner(**feed)
         except Exception as e:
             if not self.delegates:
-                raise ArtifactError(f"LiteRT failed while running {self.what}: {_first_line(e)}") from None
+                raise ArtifactError(f"LiteRT failed while running {self.what}: {_first_line(e)}") from e
             self.delegates = False
             self._prepare()
             return self.run(inputs)

@@ -1,18 +1,25 @@
-"""TFLite flatbuffer from the jax2tf serving function, with the program's input and output names.
+"""TFLite flatbuffer with the program's input and output names, by one of two routes.
 
-The converter legalizes the StableHLO inside jax2tf's ``XlaCallModule`` into TFLite builtins. The
-signature runner of the result is ``serving_default`` with inputs named like the program's flat
-inputs and outputs ``output_0..output_{n-1}``.
+- ``xla``: the converter legalizes the StableHLO inside jax2tf's ``XlaCallModule`` into TFLite
+  builtins (only partly: many ops and dtypes do not convert).
+- ``tf-ops``: jaxconv's ONNX lowering translated to plain TF ops (``tf.onnx_to_tf``), which the
+  converter maps onto builtins; dtypes TFLite lacks are computed wide and rounded back.
+- ``auto`` tries ``xla`` and falls back to ``tf-ops`` per model when the conversion fails, LiteRT
+  rejects the model, or the result differs from jax.jit (``convert_routed``).
+
+The signature runner of the result is ``serving_default`` with inputs named like the program's flat
+inputs and outputs ``output_0..output_{n-1}``; metadata ``jaxconv_route`` records the route.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from jaxconv.errors import ConversionError, UnsupportedError, UsageError
+from jaxconv.errors import ArtifactError, ConversionError, JaxconvError, UnsupportedError, UsageError
 from jaxconv.program import Program
 
 QUANTIZE_MODES = ("float16", "dynamic-range")
+ROUTES = ("xla", "tf-ops", "auto")
 # Element types a TFLite model cannot take in or give out.
 UNSUPPORTED_IO_DTYPES = {"complex64": "TFLite kernels have no complex arithmetic",
                          "complex128": "TFLite kernels have no complex arithmetic"}
@@ -29,11 +36,16 @@ def check_dtypes(program: Program) -> None:
                                "convert to SavedModel instead")
 
 
-def _converter(program: Program, allow_flex: bool, quantize: str | None) -> Any:
+def _converter(program: Program, allow_flex: bool, quantize: str | None, route: str) -> Any:
     from jaxconv.tf.saved_model import import_tensorflow, module_for
 
     tf = import_tensorflow()
-    module, concrete = module_for(program, clamp_gathers=True)  # TFLite's GATHER_ND does not clamp
+    if route == "tf-ops":
+        from jaxconv.tf.onnx_to_tf import for_program
+
+        module, concrete = tf.Module(), for_program(program)[2]
+    else:
+        module, concrete = module_for(program, clamp_gathers=True)  # TFLite's GATHER_ND does not clamp
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if allow_flex:
@@ -46,13 +58,14 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None) -> Any:
     return converter
 
 
-def convert(program: Program, *, allow_flex: bool = False, quantize: str | None = None) -> bytes:
-    """Convert the program to a TFLite flatbuffer.
+def convert(program: Program, *, allow_flex: bool = False, quantize: str | None = None, route: str = "xla") -> bytes:
+    """Convert the program to a TFLite flatbuffer by one route (``xla`` or ``tf-ops``).
 
     Args:
         program: the traced program.
         allow_flex: also allow TF select ops (the model then needs the flex delegate to run).
         quantize: None, ``float16`` (weights stored as f16) or ``dynamic-range`` (int8 weights).
+        route: ``xla`` (jax2tf's XlaCallModule) or ``tf-ops`` (jaxconv's ONNX as plain TF ops).
 
     Raises:
         UsageError: an unknown quantize mode.
@@ -64,8 +77,12 @@ def convert(program: Program, *, allow_flex: bool = False, quantize: str | None 
 
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise UsageError(f"unknown quantize mode {quantize!r}; use one of: {', '.join(QUANTIZE_MODES)}")
+    if route not in ROUTES[:2]:
+        raise UsageError(f"unknown TFLite route {route!r}; use one of: {', '.join(ROUTES)}")
     check_dtypes(program)
-    converter = _converter(program, allow_flex, quantize)
+    if route == "tf-ops":
+        _check_float64(program)
+    converter = _converter(program, allow_flex, quantize, route)
     with quiet_stderr() as captured:
         try:
             data = converter.convert()
@@ -73,16 +90,91 @@ def convert(program: Program, *, allow_flex: bool = False, quantize: str | None 
         except Exception as e:  # ConverterError and friends
             error = e
     if error is not None:
-        raise converter_error(program, str(error), captured.text, allow_flex=allow_flex) from None
+        if route == "tf-ops":
+            raise tf_ops_error(str(error), allow_flex=allow_flex) from error
+        raise converter_error(program, str(error), captured.text, allow_flex=allow_flex) from error
     if not data:
         raise ConversionError("the TFLite converter returned an empty model")
-    data = with_signature_metadata(bytes(data), program)
+    data = with_signature_metadata(bytes(data), program, route)
     _check_signature(program, data)
     return data
 
 
-def with_signature_metadata(data: bytes, program: Program) -> bytes:
-    """The model with the program's signature JSON added as metadata ``jaxconv_signature``.
+def _check_float64(program: Program) -> None:
+    """Raise UnsupportedError naming where the program computes in float64 (TFLite has no float64 kernels)."""
+    sig = program.signature
+    names = [t.name for t in list(sig.inputs) + list(sig.outputs) if t.dtype == "float64"]
+    if not names and "f64" not in program.exported.mlir_module():
+        return
+    from jaxconv.onnx import convert as onnx_convert
+    from jaxconv.tf.onnx_to_tf import float64_nodes
+
+    where = float64_nodes(onnx_convert.program_to_onnx(program)) if not names else []
+    if names or where:
+        found = ", ".join(names) if names else "; ".join(where[:4]) + (f" (+{len(where) - 4} more)" if len(where) > 4 else "")
+        raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}; compute in float32, "
+                               "or convert to SavedModel or ONNX instead")
+
+
+def tf_ops_error(message: str, *, allow_flex: bool) -> JaxconvError:
+    """The error for a converter failure on the tf-ops route: the TF ops TFLite has no builtin for."""
+    from jaxconv.tf.tflite_errors import failures_from_text, summarize
+
+    failures, _ = failures_from_text(message, None)
+    if not failures:
+        first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
+        return ConversionError(f"the TFLite converter failed on the tf-ops route: {first[:300]}")
+    hint = "convert to SavedModel or ONNX instead"
+    if not allow_flex and all(f.needs_flex for f in failures):
+        hint = "these are TF ops: retry with --allow-flex (allow_flex=True), or convert to SavedModel or ONNX"
+    return UnsupportedError(f"TFLite cannot convert (tf-ops route): {summarize(failures)}; {hint}")
+
+
+def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = False, quantize: str | None = None,
+                   judge: Callable[[bytes], Any] | None = None) -> tuple[bytes, Any]:
+    """Convert by ``route``; with ``auto``, fall back from ``xla`` to ``tf-ops`` per model.
+
+    ``auto`` keeps the ``xla`` model when it converts, LiteRT runs it and ``judge`` (a check against
+    jax.jit returning a CheckReport) finds no differing output. Otherwise the ``tf-ops`` model is
+    taken, unless it fails worse (conversion, run or check), when the ``xla`` outcome stands.
+
+    Returns:
+        The flatbuffer and the judge's report of it (None without ``judge``).
+
+    Raises:
+        UsageError: an unknown route.
+        UnsupportedError, ConversionError, ArtifactError: every tried route failed; the message names
+            each route's failure.
+    """
+    if route not in ROUTES:
+        raise UsageError(f"unknown TFLite route {route!r}; use one of: {', '.join(ROUTES)}")
+    tried = ("xla", "tf-ops") if route == "auto" else (route,)
+    kept: list[tuple[int, bytes, Any]] = []  # (badness, data, report)
+    errors: list[tuple[str, JaxconvError]] = []
+    for r in tried:
+        try:
+            data = convert(program, allow_flex=allow_flex, quantize=quantize, route=r)
+            report = judge(data) if judge is not None else None
+        except (UnsupportedError, ConversionError, ArtifactError) as e:
+            errors.append((r, e))
+            continue
+        badness = 0 if report is None or (report.ok and not report.edge_differences) else 1 if report.ok else 2
+        if badness == 0:
+            return data, report
+        kept.append((badness, data, report))
+    if kept:
+        best = min(kept, key=lambda k: k[0])
+        return best[1], best[2]
+    if len(errors) == 1:
+        raise errors[0][1]
+    first = errors[0][1]
+    rest = "; ".join(f"the {r} route: {e}" for r, e in errors[1:])
+    raise type(first)(f"{first}; {rest}") from first
+
+
+def with_signature_metadata(data: bytes, program: Program, route: str = "xla") -> bytes:
+    """The model with the program's signature JSON as metadata ``jaxconv_signature`` and the route
+    it was converted by as ``jaxconv_route``.
 
     TFLite's converter reorders subgraph inputs; runners read the program's input order (and
     ``inspect`` the pytree paths) from this metadata.
@@ -92,17 +184,20 @@ def with_signature_metadata(data: bytes, program: Program) -> bytes:
     import flatbuffers
     import numpy as np
 
-    from jaxconv.runtimes.tflite import METADATA_NAME, schema
+    from jaxconv.runtimes.tflite import METADATA_NAME, ROUTE_METADATA, schema
 
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
     text = json.dumps(program.signature.to_json(), separators=(",", ":")).encode("utf-8")
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(text, dtype=np.uint8)
-    model.buffers = list(model.buffers or []) + [buffer]
-    entry = schema.MetadataT()
-    entry.name = METADATA_NAME
-    entry.buffer = len(model.buffers) - 1
-    model.metadata = [m for m in (model.metadata or []) if _name(m.name) != METADATA_NAME] + [entry]
+    entries = {METADATA_NAME: text, ROUTE_METADATA: route.encode("utf-8")}
+    model.metadata = [m for m in (model.metadata or []) if _name(m.name) not in entries]
+    for name, payload in entries.items():
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(payload, dtype=np.uint8)
+        model.buffers = list(model.buffers or []) + [buffer]
+        entry = schema.MetadataT()
+        entry.name = name
+        entry.buffer = len(model.buffers) - 1
+        model.metadata.append(entry)
     builder = flatbuffers.Builder(len(data) + len(text) + 1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
