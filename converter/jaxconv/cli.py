@@ -101,14 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     _add_check_args(p, optional=False)
 
-    p = sub.add_parser("to-cpp", help="model.onnx + model.h/.cc + CMakeLists.txt: a C++ library on ONNX Runtime")
+    p = sub.add_parser("to-cpp", help="model.onnx + NAME.h/.cc + CMake package: a C++ library on ONNX Runtime")
     _add_function_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR")
-    p.add_argument("--name", help="class and library name (default: the function name)")
+    p.add_argument("--name", help="class and library name, with namespaces: foo::bar::Mlp (default: the function name)")
     p.add_argument("--embed", action="store_true", help="embed the model bytes in the library")
+    p.add_argument("--c-api", action="store_true", help='also generate an extern "C" API (NAME_c.h) for C, Rust, Go')
     p.add_argument("--overwrite", action="store_true", help="replace DIR even if it holds files jaxconv did not write")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset (default 21)")
     _add_check_args(p)
+
+    p = sub.add_parser("cpp-runtime", help="ONNX Runtime headers + library (from the onnxruntime wheel) for to-cpp builds")
+    p.add_argument("dest", nargs="?", default="onnxruntime", metavar="DEST", help="folder to fill (default: ./onnxruntime)")
+    p.add_argument("--headers", metavar="DIR", help="ONNX Runtime headers to use (default: system, else Debian's)")
 
     p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
     p.add_argument("artifact")
@@ -265,9 +270,22 @@ def cmd_to_cpp(args: argparse.Namespace) -> int:
     from jaxconv.cpp.project import write_project
 
     program = _load_program(args)
-    written = write_project(program, args.output, name=args.name, embed=args.embed, opset=args.opset,
-                            check=not args.no_check, rtol=args.rtol, atol=args.atol, overwrite=args.overwrite)
+    reports: list = []
+    try:
+        written = write_project(program, args.output, name=args.name, embed=args.embed, c_api=args.c_api,
+                                opset=args.opset, check=not args.no_check, rtol=args.rtol, atol=args.atol,
+                                overwrite=args.overwrite, report_to=reports)
+    finally:
+        _print_reports(reports)
     print(f"wrote {', '.join(written)}")
+    return 0
+
+
+def cmd_cpp_runtime(args: argparse.Namespace) -> int:
+    from jaxconv.cpp.runtime import prepare
+
+    dest = prepare(args.dest, headers=args.headers)
+    print(dest)  # the last line: ORT=$(jaxconv cpp-runtime DEST)
     return 0
 
 
@@ -291,7 +309,7 @@ def cmd_list_ops(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
-    "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
+    "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "cpp-runtime": cmd_cpp_runtime, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
 }
 
 

@@ -12,15 +12,15 @@
 # system's apt configuration is not touched). Headers of an older API version than the library
 # are fine: the C++ API asks the library for the API version it was compiled with.
 #
-# Usage: scripts/get_onnxruntime.sh [DEST]        (default DEST: <repo>/.deps/onnxruntime)
-# Prints DEST on the last line of stdout. Idempotent: a complete DEST for the same library
+# Usage: get_onnxruntime.sh DEST   (run by `jaxconv cpp-runtime DEST`, and by the repository's
+# scripts/get_onnxruntime.sh with DEST <repo>/.deps/onnxruntime). Prints DEST on the last line of stdout. Idempotent: a complete DEST for the same library
 # version is reused without any download.
 #
 # Environment:
-#   PYTHON              interpreter whose onnxruntime wheel provides the library
-#                       (default: <repo>/.venv/bin/python if present, else python3)
+#   PYTHON              interpreter whose onnxruntime wheel provides the library (default: python3)
 #   ORT_VERSION         wheel version to download when PYTHON has no onnxruntime
-#   ORT_INCLUDE_DIR     use these headers (a folder with onnxruntime_cxx_api.h) instead of Debian's
+#   ORT_INCLUDE_DIR     use these headers (a folder with onnxruntime_cxx_api.h); default: a system
+#                       install's (/usr/include/onnxruntime, /usr/local/include/onnxruntime), else Debian's
 #   ORT_DEBIAN_SUITE    Debian suite to take libonnxruntime-dev from (default: trixie)
 #   ORT_DEBIAN_MIRROR   Debian mirror URL (default: the first URIs: entry of this machine's apt sources)
 set -euo pipefail
@@ -28,13 +28,15 @@ set -euo pipefail
 say() { echo "get_onnxruntime: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-dest=${1:-$repo/.deps/onnxruntime}
+dest=${1:?usage: get_onnxruntime.sh DEST}
 mkdir -p "$(dirname "$dest")"
 dest=$(cd "$(dirname "$dest")" && pwd)/$(basename "$dest")
 
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$repo/.venv/bin/python" ]]; then PYTHON=$repo/.venv/bin/python; else PYTHON=python3; fi
+PYTHON=${PYTHON:-python3}
+if [[ -z "${ORT_INCLUDE_DIR:-}" ]]; then
+  for d in /usr/include/onnxruntime /usr/local/include/onnxruntime; do
+    if [[ -f "$d/onnxruntime_cxx_api.h" ]]; then ORT_INCLUDE_DIR=$d; break; fi
+  done
 fi
 
 # One preparation at a time per DEST (parallel test workers call this script too).
