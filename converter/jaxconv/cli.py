@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", nargs="?", default="onnxruntime", metavar="DEST", help="folder to fill (default: ./onnxruntime)")
     p.add_argument("--headers", metavar="DIR", help="ONNX Runtime headers to use (default: system, else Debian's)")
 
+    p = sub.add_parser("saved-model-to-onnx", help="a SavedModel (jax2tf's, or TF around JAX) to ONNX, one model per signature")
+    p.add_argument("saved_model", metavar="DIR", help="SavedModel folder")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
+                   help="output file; without --signature each signature goes to OUT_<signature>.onnx")
+    p.add_argument("--signature", metavar="NAME", help="convert this signature only, to OUT.onnx")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset (default and highest: 18, what tf2onnx writes)")
+    _add_check_args(p)
+
     p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
     p.add_argument("artifact")
 
@@ -289,6 +297,24 @@ def cmd_cpp_runtime(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_saved_model_to_onnx(args: argparse.Namespace) -> int:
+    from jaxconv import check_inputs, verify
+    from jaxconv.tf.saved_model_to_onnx import saved_model_to_onnx
+
+    sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
+    verify.set_check_options(sizes=sizes, strict=args.strict)
+    reports: list = []
+    try:
+        converted = saved_model_to_onnx(args.saved_model, args.output, args.signature, args.opset,
+                                        check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+    finally:
+        _print_reports(reports)
+    for c in converted.values():
+        print(f"wrote {c.path} (signature {c.signature}, opset {c.model.opset_import[0].version}, "
+              f"{len(c.model.graph.node)} nodes, {c.modules} XlaCallModule lowered)")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from jaxconv.inspection import inspect_artifact
 
@@ -310,6 +336,7 @@ def cmd_list_ops(args: argparse.Namespace) -> int:
 COMMANDS = {
     "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
     "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "cpp-runtime": cmd_cpp_runtime, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
+    "saved-model-to-onnx": cmd_saved_model_to_onnx,
 }
 
 

@@ -1,0 +1,568 @@
+"""``jaxconv saved-model-to-onnx``: a SavedModel (jax2tf's, or TF around JAX) to one ONNX model per signature.
+
+tf2onnx converts the TF graph of each signature (variables frozen into initializers, ``If``/``While``
+into ``If``/``Loop``) and every ``XlaCallModule`` in it goes through jaxconv's StableHLO lowering
+(``tf2onnx_handler``). The model's inputs and outputs are named after the signature's keys, in the
+order the signature lists them (``jaxconv_signature.json``'s order for jaxconv's own SavedModels);
+symbolic dimensions take the names of the module's dimension variables (``b``).
+
+The check runs the SavedModel's signature in TensorFlow and the ONNX model in ONNX Runtime on the
+same inputs (seeded random values at each symbolic size, then edge values) and judges every
+output with ``compare.judge``: the tolerances, table and exit codes of ``check``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from jaxconv.errors import ArtifactError, ConversionError, MismatchError, UnsupportedError, UsageError
+from jaxconv.tf.saved_model import SIGNATURE_FILE, import_tensorflow, quiet_stderr, read_signature
+from jaxconv.verify import CheckReport
+
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+@dataclass
+class Converted:
+    """One signature as an ONNX model.
+
+    Attributes:
+        signature: the signature's key (``serving_default``).
+        model: the ONNX model.
+        inputs, outputs: the signature's keys, in its order (the model's input/output names).
+        modules: how many XlaCallModule ops were lowered.
+        path: where the model was written, once it is.
+    """
+
+    signature: str
+    model: Any
+    inputs: list[str]
+    outputs: list[str]
+    modules: int = 0
+    path: str = ""
+
+
+class TFCheckReport(CheckReport):
+    """A CheckReport whose reference is the SavedModel run by TensorFlow, not jax.jit."""
+
+    reference = "TensorFlow"
+
+    def table(self) -> str:
+        return super().table().replace("jax.jit", self.reference)
+
+    def warning(self) -> str | None:
+        text = super().warning()
+        return text.replace("jax.jit", self.reference) if text else text
+
+
+# ---- reading the SavedModel ---------------------------------------------------------------------
+
+def require_saved_model(path: str) -> None:
+    """Raise a one-line error unless ``path`` is a SavedModel folder."""
+    if not os.path.exists(path):
+        raise UsageError(f"SavedModel folder not found: {path}")
+    if not os.path.isdir(path):
+        raise UsageError(f"{path} is a file; saved-model-to-onnx takes a SavedModel folder")
+    if not os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        raise ArtifactError(f"{path} is not a SavedModel folder (no {SAVED_MODEL_FILE})")
+
+
+def signature_keys(path: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Each serving signature's input and output keys, in the order the SavedModel lists them.
+
+    Raises:
+        ArtifactError: ``saved_model.pb`` does not parse.
+    """
+    import_tensorflow()
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    try:
+        with open(os.path.join(path, SAVED_MODEL_FILE), "rb") as f:
+            proto.ParseFromString(f.read())
+    except Exception as e:  # noqa: BLE001  (any parse failure is an unreadable artifact)
+        raise ArtifactError(f"cannot read {path}/{SAVED_MODEL_FILE}: {_first_line(e)}") from None
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for meta in proto.meta_graphs[:1]:
+        for key, sig in meta.signature_def.items():
+            if not key.startswith("_"):
+                out[key] = (list(sig.inputs.keys()), list(sig.outputs.keys()))
+    stored = read_signature(path)
+    if stored is not None:  # jaxconv's own SavedModel: the program's order
+        for key, (inputs, outputs) in out.items():
+            if {t.name for t in stored.inputs} == set(inputs):
+                inputs[:] = [t.name for t in stored.inputs]
+            if {t.name for t in stored.outputs} == set(outputs):
+                outputs[:] = [t.name for t in stored.outputs]
+    return out
+
+
+def load(path: str) -> Any:
+    """``tf.saved_model.load`` without TensorFlow's log lines.
+
+    Raises:
+        ArtifactError: TensorFlow cannot load the folder.
+    """
+    tf = import_tensorflow()
+    try:
+        with quiet_stderr():
+            return tf.saved_model.load(path)
+    except Exception as e:  # noqa: BLE001
+        raise ArtifactError(f"TensorFlow cannot load {path}: {_first_line(e)}") from None
+
+
+def pick_signatures(available: Sequence[str], wanted: str | None, path: str) -> list[str]:
+    """The signatures to convert: ``wanted``, or every one.
+
+    Raises:
+        UsageError: ``wanted`` is not a signature of the SavedModel, or there is none.
+    """
+    if not available:
+        raise ArtifactError(f"{path} has no serving signatures to convert")
+    if wanted is None:
+        return list(available)
+    if wanted not in available:
+        raise UsageError(f"{path} has no signature {wanted!r} (signatures: {', '.join(available)})")
+    return [wanted]
+
+
+def output_paths(output: str, signatures: Sequence[str], all_of_them: bool) -> dict[str, str]:
+    """``OUT.onnx`` for one chosen signature; ``OUT_<signature>.onnx`` for each when converting all.
+
+    Raises:
+        UsageError: the output path is empty, a folder, or two paths would coincide.
+    """
+    if not output:
+        raise UsageError("the output path is empty; give a file path such as -o model.onnx")
+    if os.path.isdir(output) or output.endswith(("/", os.sep)):
+        raise UsageError(f"output {output} is a folder; give a file path such as {os.path.join(output, 'model.onnx')}")
+    if not all_of_them:
+        return {signatures[0]: output}
+    base, ext = os.path.splitext(output)
+    from jaxconv.signature import sanitize
+
+    paths = {s: f"{base}_{sanitize(s)}{ext or '.onnx'}" for s in signatures}
+    if len(set(paths.values())) != len(paths):
+        raise UsageError(f"signatures {', '.join(signatures)} give the same output file name; pick one with --signature")
+    return paths
+
+
+# ---- conversion -----------------------------------------------------------------------------------
+
+class _Problems(logging.Handler):
+    """Collects tf2onnx's error records: unsupported TF ops and handler failures."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.unsupported: dict[str, int] = {}
+        self.failures: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == "Tensorflow op [%s: %s] is not supported" and record.args:
+            op = str(record.args[1])
+            self.unsupported[op] = self.unsupported.get(op, 0) + 1
+        elif record.exc_info and record.exc_info[1] is not None:
+            self.failures.append(record.exc_info[1])
+
+    def error(self, signature: str) -> Exception | None:
+        """One error listing every problem, or None."""
+        parts = [str(e) for e in self.failures if isinstance(e, UnsupportedError)]
+        parts += [f"TensorFlow op {op} x{n} (tf2onnx has no conversion for it)" for op, n in sorted(self.unsupported.items())]
+        if parts:
+            return UnsupportedError(f"cannot convert signature {signature!r} to ONNX: " + "; ".join(parts))
+        if self.failures:
+            e = self.failures[0]
+            if isinstance(e, Exception) and hasattr(e, "exit_code"):
+                return e
+            return ConversionError(f"tf2onnx failed on signature {signature!r}: {type(e).__name__}: {_first_line(e)}")
+        return None
+
+
+def _quiet_tf2onnx(problems: _Problems) -> list[tuple[logging.Logger, int, bool]]:
+    saved = []
+    for name in ("tf2onnx", "tf2onnx.tfonnx", "tf2onnx.tf_loader", "tf2onnx.optimizer"):
+        log = logging.getLogger(name)
+        saved.append((log, log.level, log.propagate))
+        log.propagate = False
+        log.setLevel(logging.ERROR)
+    logging.getLogger("tf2onnx").addHandler(problems)
+    return saved
+
+
+def _restore_logging(saved: list[tuple[logging.Logger, int, bool]], problems: _Problems) -> None:
+    logging.getLogger("tf2onnx").removeHandler(problems)
+    for log, level, propagate in saved:
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list[str], list[str]],
+                      opset: int) -> Converted:
+    """Convert one signature with tf2onnx and jaxconv's XlaCallModule handler.
+
+    Raises:
+        UnsupportedError: every TF op tf2onnx cannot convert and every StableHLO op jaxconv cannot
+            lower, in one message.
+        ConversionError: freezing or tf2onnx fails otherwise.
+    """
+    tf = import_tensorflow()
+    from tf2onnx import optimizer, tf_loader
+    from tf2onnx.tfonnx import process_tf_graph
+
+    from jaxconv.tf import tf2onnx_handler
+
+    concrete = imported.signatures[signature]
+    captured = {id(t) for t in getattr(concrete, "captured_inputs", ())}
+    graph_inputs = [t for t in concrete.inputs if t.dtype != tf.dtypes.resource and id(t) not in captured]
+    structured = [s for s in tf.nest.flatten(concrete.structured_input_signature) if isinstance(s, tf.TensorSpec)]
+    input_names = [t.name for t in graph_inputs][:len(structured)]
+    output_names = [t.name for t in concrete.outputs if t.dtype != tf.dtypes.resource]
+    rename = dict(zip(input_names, [s.name for s in structured]))
+    rename.update(zip(output_names, sorted(concrete.structured_outputs)))
+    problems = _Problems()
+    saved = _quiet_tf2onnx(problems)
+    try:
+        with quiet_stderr(), tf.device("/cpu:0"):
+            frozen, tables = tf_loader.from_trackable(imported, concrete, input_names, output_names, False)
+            with tf.Graph().as_default() as graph:
+                tf.import_graph_def(frozen, name="")
+                with tf2onnx_handler.recording() as records:
+                    g = process_tf_graph(graph, continue_on_error=True, opset=opset, input_names=input_names,
+                                         output_names=output_names, tensors_to_rename=rename,
+                                         initialized_tables=tables)
+        error = problems.error(signature)
+        if error is not None:
+            raise error
+        with quiet_stderr():
+            g = optimizer.optimize_graph(g, catch_errors=True)
+            model = g.make_model(f"converted from {os.path.basename(os.path.abspath(path))} signature {signature}")
+    except (UnsupportedError, ConversionError):
+        raise
+    except Exception as e:  # noqa: BLE001  (tf2onnx and freezing raise anything)
+        error = problems.error(signature)
+        if error is not None:
+            raise error from None
+        raise ConversionError(f"converting signature {signature!r} failed: {type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        _restore_logging(saved, problems)
+    inputs, outputs = keys
+    _finish(model, inputs, outputs, records, path, signature)
+    return Converted(signature, model, inputs, outputs, modules=len(records))
+
+
+def _finish(model: Any, inputs: list[str], outputs: list[str], records: list[dict[str, Any]], path: str,
+            signature: str) -> None:
+    """Order the graph's inputs/outputs as the signature does, name symbolic dimensions, add metadata."""
+    graph = model.graph
+    by_name = {v.name: v for v in graph.input}
+    missing = [k for k in inputs if k not in by_name]
+    if missing:
+        raise ConversionError(f"signature {signature!r}: tf2onnx gave no graph input for {', '.join(missing)}")
+    ordered = [by_name[k] for k in inputs] + [v for v in graph.input if v.name not in inputs]
+    _reorder(graph.input, ordered)
+    by_name = {v.name: v for v in graph.output}
+    _reorder(graph.output, [by_name[k] for k in outputs if k in by_name] + [v for v in graph.output if v.name not in outputs])
+    renamed: dict[str, str] = {}
+    for record in records:
+        for name, dims in record["inputs"].items():
+            v = by_name_input(graph, name)
+            if v is None:
+                continue
+            for d, var in dims.items():
+                dim = v.type.tensor_type.shape.dim[d] if d < len(v.type.tensor_type.shape.dim) else None
+                if dim is not None and dim.HasField("dim_param"):
+                    renamed[dim.dim_param] = var
+    if renamed:
+        _rename_dims(model, renamed)
+    for key, value in (("jaxconv.source", "saved-model-to-onnx"), ("jaxconv.saved_model_signature", signature)):
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
+def by_name_input(graph: Any, name: str) -> Any:
+    return next((v for v in graph.input if v.name == name), None)
+
+
+def _reorder(field_: Any, items: list[Any]) -> None:
+    copies = [type(v)() for v in items]
+    for c, v in zip(copies, items):
+        c.CopyFrom(v)
+    del field_[:]
+    field_.extend(copies)
+
+
+def _rename_dims(model: Any, renamed: dict[str, str]) -> None:
+    """Rename tf2onnx's ``unk__N`` dimension parameters after the module's dimension variables,
+    on the inputs and on every output shape inference can tie to them."""
+    import onnx
+
+    graph = model.graph
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        for dim in v.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in renamed:
+                dim.dim_param = renamed[dim.dim_param]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_without_output_params(model))
+    except Exception:  # noqa: BLE001  (output dimensions keep tf2onnx's names)
+        return
+    names = set(renamed.values())
+    for v, w in zip(graph.output, inferred.graph.output):
+        for dim, new in zip(v.type.tensor_type.shape.dim, w.type.tensor_type.shape.dim):
+            if dim.HasField("dim_param") and dim.dim_param.startswith("unk__") and new.dim_param in names:
+                dim.dim_param = new.dim_param
+
+
+def _without_output_params(model: Any) -> Any:
+    """A copy of ``model`` (initializers left out) whose outputs' ``unk__N`` dimensions are unknown."""
+    import onnx
+
+    light = onnx.ModelProto()
+    for field_, value in model.ListFields():
+        if field_.name != "graph":
+            getattr(light, field_.name).CopyFrom(value) if hasattr(value, "CopyFrom") else None
+            if not hasattr(value, "CopyFrom"):
+                if hasattr(value, "extend"):
+                    getattr(light, field_.name).extend(value)
+                else:
+                    setattr(light, field_.name, value)
+    for field_, value in model.graph.ListFields():
+        if field_.name == "initializer":
+            continue
+        target = getattr(light.graph, field_.name)
+        if hasattr(value, "extend"):
+            target.extend(value)
+        elif hasattr(value, "CopyFrom"):
+            target.CopyFrom(value)
+        else:
+            setattr(light.graph, field_.name, value)
+    for t in model.graph.initializer:
+        light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    for v in light.graph.output:
+        for dim in v.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param.startswith("unk__"):
+                dim.Clear()
+    return light
+
+
+# ---- the check against TensorFlow -----------------------------------------------------------------
+
+def jaxconv_signature(converted: Converted) -> Any:
+    """The model's inputs and outputs as a jaxconv Signature (dimension names as the model has them)."""
+    from jaxconv.onnx.dtypes import ONNX_TYPE
+    from jaxconv.signature import Signature, TensorInfo
+
+    by_type = {v: k for k, v in ONNX_TYPE.items()}
+
+    def info(v: Any) -> TensorInfo:
+        t = v.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{v.name}_d{i}")
+                     for i, d in enumerate(t.shape.dim))
+        return TensorInfo(v.name, by_type.get(t.elem_type, "float32"), dims, v.name)
+
+    graph = converted.model.graph
+    return Signature(tuple(info(v) for v in graph.input), tuple(info(v) for v in graph.output))
+
+
+@dataclass
+class _Reference:
+    label: str
+    arrays: list[np.ndarray]
+    outputs: list[np.ndarray]
+    notes: list[str] = field(default_factory=list)
+
+
+class SignatureRunner:
+    """Runs one signature of a loaded SavedModel in TensorFlow, inputs and outputs by key."""
+
+    def __init__(self, imported: Any, path: str, signature: str, inputs: list[str], outputs: list[str]) -> None:
+        self.fn = imported.signatures[signature]
+        self.path, self.signature, self.inputs, self.outputs = path, signature, inputs, outputs
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Raises ArtifactError naming the cause and saying that the lowering does not need TF."""
+        tf = import_tensorflow()
+        from jaxconv.runtimes.tf import error_cause
+
+        try:
+            with quiet_stderr():
+                out = self.fn(**{k: tf.constant(np.asarray(a)) for k, a in zip(self.inputs, arrays)})
+        except Exception as e:  # noqa: BLE001
+            raise ArtifactError(
+                f"TensorFlow cannot run signature {self.signature!r} of {self.path} ({type(e).__name__}: "
+                f"{error_cause(e)}), so the ONNX cannot be checked against it. jaxconv's lowering does not "
+                "need TensorFlow's XLA and converted it: rerun with --no-check to write it unchecked") from None
+        return [np.asarray(out[k].numpy()) for k in self.outputs]
+
+
+_SHAPE_ASSERTION = "do not match the polymorphic shapes"
+
+
+def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0) -> list[_Reference]:
+    """TensorFlow's outputs on every input set of the check (random at each size, then edge values).
+
+    A size the SavedModel's shape assertions refuse (``2*b`` at an odd size) is left out with a note.
+
+    Raises:
+        ArtifactError: TensorFlow fails otherwise.
+    """
+    from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, edge_set, random_set, require_small_enough,
+                                      size_sets)
+    from jaxconv.verify import current_options
+
+    options = current_options()
+    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES) or size_sets(signature, SYMBOLIC_SIZES)
+    require_small_enough(signature, sizes)
+    sets = [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
+    notes: list[str] = []
+    out: list[_Reference] = []
+    runnable: list[dict[str, int]] = []
+    for s, inputs in zip(sizes, sets):
+        try:
+            out.append(_Reference(inputs.label, inputs.arrays, runner.run(inputs.arrays)))
+            runnable.append(s)
+        except ArtifactError as e:
+            if _SHAPE_ASSERTION not in str(e):
+                raise
+            notes.append(f"sizes {s} skipped: the SavedModel's shape assertions refuse them")
+    if options.edge and runnable:
+        edge = edge_set(signature, max(runnable, key=lambda s: sum(s.values())), seed)
+        out.append(_Reference(edge.label, edge.arrays, runner.run(edge.arrays)))
+    elif not options.edge and options.edge_skipped:
+        notes.append(f"edge values skipped: {options.edge_skipped}")
+    if out:
+        out[0].notes = notes
+    return out
+
+
+def check_against_tf(converted: Converted, references: list[_Reference], rtol: float | None = None,
+                     atol: float | None = None) -> TFCheckReport:
+    """Run the written model in ONNX Runtime on the references' inputs and judge every output.
+
+    Differences on the edge-value set only are ``differs on edge values`` rows (TensorFlow's XLA
+    computed the reference; see ``verify.as_edge_difference``).
+    """
+    from jaxconv.compare import judge
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+    from jaxconv.verify import as_edge_difference
+
+    report = TFCheckReport(artifact=converted.path or f"{converted.signature}.onnx", runtime="onnx")
+    runner = OnnxRunner(converted.path or converted.model.SerializeToString())
+    for ref in references:
+        report.notes.extend(ref.notes)
+        actual = runner.run(ref.arrays)
+        if len(actual) != len(ref.outputs):
+            raise ArtifactError(f"{report.artifact} returned {len(actual)} outputs, the signature has {len(ref.outputs)}")
+        for name, e, a in zip(converted.outputs, ref.outputs, actual):
+            row, cls = judge(name, e, a, rtol, atol, inputs=ref.label)
+            report.rows.append(as_edge_difference(row, "saved-model", e, a, cls))
+    return report
+
+
+def raise_on_mismatch(report: TFCheckReport) -> None:
+    """``verify.raise_on_mismatch`` (same rules and exit codes), naming TensorFlow as the reference."""
+    from jaxconv.verify import raise_on_mismatch as raise_for
+
+    try:
+        raise_for(report)
+    except MismatchError as e:
+        raise MismatchError(str(e).replace("jax.jit", report.reference)) from None
+
+
+# ---- the whole command ----------------------------------------------------------------------------
+
+def default_opset() -> int:
+    from jaxconv.tf.tf2onnx_handler import opset_range
+
+    return opset_range()[1]
+
+
+def check_opset(opset: int | None) -> int:
+    """``--opset``: None gives the highest opset tf2onnx and jaxconv's lowering share (18 today)."""
+    from jaxconv.tf.tf2onnx_handler import opset_range
+
+    low, high = opset_range()
+    if opset is None:
+        return high
+    if not low <= opset <= high:
+        raise UsageError(f"--opset {opset} is out of range for SavedModels: tf2onnx writes opsets up to "
+                         f"{high} and jaxconv's lowering starts at {low}")
+    return opset
+
+
+def saved_model_to_onnx(path: str, output: str | None = None, signature: str | None = None,
+                        opset: int | None = None, check: bool = True, rtol: float | None = None,
+                        atol: float | None = None, report_to: list[Any] | None = None) -> dict[str, Converted]:
+    """Convert a SavedModel to ONNX, one model per signature, and check each against TensorFlow.
+
+    Args:
+        output: ``OUT.onnx``; with ``signature`` the model goes there, else each signature's to
+            ``OUT_<signature>.onnx``. None: nothing is written.
+        signature: one signature key; None converts every one.
+        check: run TensorFlow and ONNX Runtime on the same inputs and compare (see ``check``).
+        report_to: receives one report per signature.
+
+    Returns:
+        The converted signatures by key.
+
+    Raises:
+        UsageError: bad paths, an unknown signature, an opset out of range.
+        ArtifactError: not a SavedModel; TensorFlow cannot load or run it (the check).
+        UnsupportedError: every op that cannot be converted, in one message.
+        MismatchError: an output differs from TensorFlow's (the models are written).
+    """
+    require_saved_model(path)
+    opset = check_opset(opset)
+    keys = signature_keys(path)
+    chosen = pick_signatures(list(keys), signature, path)
+    paths = output_paths(output, chosen, signature is None) if output is not None else {}
+    imported = load(path)
+    missing = [s for s in chosen if s not in imported.signatures]
+    if missing:
+        raise ArtifactError(f"TensorFlow does not load signature(s) {', '.join(missing)} of {path}")
+    converted = {s: convert_signature(imported, path, s, keys[s], opset) for s in chosen}
+    from jaxconv.onnx import convert
+
+    for c in converted.values():
+        convert.validate(c.model)
+    references = {}
+    if check:
+        for s, c in converted.items():
+            runner = SignatureRunner(imported, path, s, c.inputs, c.outputs)
+            references[s] = tf_references(runner, jaxconv_signature(c))
+    if paths:
+        _write_all(converted, paths)
+    if not check:
+        return converted
+    reports = [check_against_tf(c, references[s], rtol, atol) for s, c in converted.items()]
+    if report_to is not None:
+        report_to.extend(reports)
+    for r in reports:
+        raise_on_mismatch(r)
+    return converted
+
+
+def _write_all(converted: dict[str, Converted], paths: dict[str, str]) -> None:
+    """Write every model, all or none (each to a temporary file renamed into place together)."""
+    from jaxconv.artifacts import atomic_files
+    from jaxconv.onnx.convert import write_model
+
+    order = list(converted)
+    with atomic_files([paths[s] for s in order]) as tmps:
+        for s, tmp in zip(order, tmps):
+            with open(tmp, "wb") as f:
+                write_model(converted[s].model, f)
+    for s in order:
+        converted[s].path = paths[s]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+__all__ = ["Converted", "saved_model_to_onnx", "SIGNATURE_FILE"]
