@@ -52,3 +52,16 @@ def test_sum_over_extent_one_dims_keeps_negative_zero(dtype):
     x = np.array([-0.0, 0.0, -1.0, 2.0], np.float64).astype(dtype)
     assert_exact(lambda x: (jnp.sum(x.reshape(1, 4, 1), axis=2), jnp.sum(x[:1]), jnp.sum(x.reshape(4, 1, 1), axis=(1, 2)),
                             jnp.sum(x.reshape(2, 2), axis=1)), x)
+
+
+def test_clip_of_negative_zero_at_a_zero_bound():
+    """jnp.clip(-0., 0., 1.) is +0 in XLA (max(-0, +0) = +0)."""
+    x = np.array([-0.0, 1.0], np.float32)
+    assert_exact(lambda x: jnp.clip(x, 0.0, 1.0), x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_cumsum_over_extent_one_axis(dtype):
+    """XLA keeps the operand of a running sum over an axis of extent 1 (f32/f16: -0 stays -0), bf16 adds +0."""
+    x = np.array([-0.0, 0.0, -1.0], np.float64).astype(dtype)
+    assert_exact(lambda x: (jnp.cumsum(x.reshape(1, 3), axis=0), jnp.cumsum(x[:1])), x)

@@ -26,7 +26,8 @@ from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.ops.linalg import transpose
-from jaxconv.onnx.ops.reduce import combine, identity_value, init_is_noop, reducer_kind, with_init, work_dtype
+from jaxconv.onnx.ops.reduce import (combine, identity_value, init_is_noop, is_identity, reducer_kind, with_init,
+                                     work_dtype)
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -124,6 +125,9 @@ def _filled(ctx: LoweringContext, init: str, result: hir.TensorType) -> str:
 def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, w: win.Window,
                   result: hir.TensorType) -> str:
     """Lower one reduce_window of ``kind`` (see module docstring)."""
+    if not w.active_axes() and kind == "add" and is_identity(ctx.constant_value(init), kind, xt.dtype):
+        # XLA folds a one-element window with a zero init to its operand (-0 stays -0); bf16 adds the +0 init
+        return x if xt.dtype != "bfloat16" else with_init(ctx, kind, x, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
     if ordered(kind, xt, w):
         def fold(accs: list[str], values: list[str]) -> list[str]:
             return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]
