@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any, Callable, Sequence
 
@@ -117,21 +116,32 @@ def _check_unsaved_onnx(program: Program, model: Any, rtol: float | None, atol: 
 
 def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),
                    check: bool = True, rtol: float | None = None, atol: float | None = None,
-                   report_to: list[CheckReport] | None = None, overwrite: bool = False) -> str:
-    """Write a TF SavedModel (via jax2tf) with one ``serving_default`` signature; returns ``path``.
+                   report_to: list[CheckReport] | None = None, overwrite: bool = False, route: str = "auto") -> str:
+    """Write a TF SavedModel with one ``serving_default`` signature; returns ``path``.
 
     ``path`` must be new, empty or an earlier jaxconv output unless ``overwrite`` (which replaces it whole).
+    ``route``: ``xla`` (jax2tf), ``tf-ops`` (jaxconv's ONNX as plain TF ops) or ``auto`` (``tf-ops`` for
+    LAPACK custom calls, else ``xla``, rewritten as ``tf-ops`` when the check finds it does not run in TF).
     """
+    from jaxconv.errors import ArtifactError
     from jaxconv.tf import saved_model
 
     program = _as_program(fn, specs, constraints)
     _refuse_a_check_too_large(program, check)
+    chosen = saved_model.first_route(program, route)
     with program.jax_scope():
-        saved_model.write(program, path, overwrite=overwrite)
+        saved_model.write(program, path, overwrite=overwrite, route=chosen)
     if check:
         from jaxconv.runtimes.tf import SavedModelRunner
 
-        _checked(program, SavedModelRunner(path), path, check, rtol, atol, report_to)
+        try:
+            _checked(program, SavedModelRunner(path), path, check, rtol, atol, report_to)
+        except ArtifactError:
+            if route != "auto" or chosen != "xla":
+                raise
+            with program.jax_scope():
+                saved_model.write(program, path, overwrite=True, route="tf-ops")
+            _checked(program, SavedModelRunner(path), path, check, rtol, atol, report_to)
     return path
 
 
@@ -158,8 +168,7 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
         from jaxconv.verify import check_options
 
         lossy = {"edge": False, "edge_skipped": f"the model is quantized ({quantize})"} if quantize is not None else {}
-        scope = getattr(program, "jax_scope", contextlib.nullcontext)
-        with check_options(**lossy), scope():
+        with check_options(**lossy), program.jax_scope():
             return check_runner(TFLiteRunner(data), path or "model.tflite", program.fn, program.arg_specs,
                                 program.signature, rtol=rtol, atol=atol, constraints=program.constraints)
 

@@ -1,4 +1,13 @@
-"""TF SavedModel via jax2tf: one ``serving_default`` signature with the program's flat names.
+"""TF SavedModel: one ``serving_default`` signature with the program's flat names, by one of two routes.
+
+- ``xla``: jax2tf's ``XlaCallModule`` (needs TF's XLA, and cannot run JAX's LAPACK custom calls);
+- ``tf-ops``: jaxconv's ONNX lowering translated to plain TF ops (``tf.onnx_to_tf``): runs where XLA
+  is missing (TF Serving builds without XLA, TF.js converters) and computes linear algebra with
+  the lowering's own loops.
+
+``auto`` (see ``first_route``) takes ``tf-ops`` for programs with LAPACK custom calls, else ``xla``;
+the API falls back to ``tf-ops`` when the ``xla`` model does not run in TF. ``jaxconv_signature.json``
+records the route under ``"route"``.
 
 Also home of the TensorFlow set-up shared by the TF targets and runtimes: a quiet import and a
 file-descriptor level capture of what TF's C++ code writes to stderr.
@@ -20,6 +29,7 @@ from jaxconv.stablehlo.composites import composites_as_calls
 from jaxconv.stablehlo.nan_reductions import reductions_keep_nan
 
 SIGNATURE_FILE = "jaxconv_signature.json"
+ROUTES = ("xla", "tf-ops", "auto")
 SIGNATURE_KEY = "serving_default"
 # What a SavedModel folder written before the marker file existed holds (see artifacts.foreign_entries).
 EARLIER_OUTPUT = (SIGNATURE_FILE, "saved_model.pb", "fingerprint.pb", "variables", "assets")
@@ -41,7 +51,7 @@ def import_tensorflow() -> Any:
             import tensorflow as tf
     except ImportError as e:
         raise MissingDependencyError(
-            f"TensorFlow is needed for this target ({e}); install it with: pip install 'jaxconv[tf]'") from None
+            f"TensorFlow is needed for this target ({e}); install it with: pip install 'jaxconv[tf]'") from e
     tf.get_logger().setLevel(logging.ERROR)
     try:
         from absl import logging as absl_logging
@@ -98,8 +108,8 @@ def tensor_specs(program: Program) -> list[Any]:
     for t in program.signature.inputs:
         try:
             dtype = tf.as_dtype(_numpy_dtype(t.dtype))
-        except TypeError:
-            raise UnsupportedError(f"TensorFlow has no {t.dtype} type (input {t.name})") from None
+        except TypeError as e:
+            raise UnsupportedError(f"TensorFlow has no {t.dtype} type (input {t.name})") from e
         specs.append(tf.TensorSpec([d if isinstance(d, int) else None for d in t.shape], dtype, name=t.name))
     return specs
 
@@ -169,7 +179,7 @@ def tf_function(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, 
     except ConversionError:
         raise
     except Exception as e:
-        raise ConversionError(f"jax2tf failed on {program.name}: {type(e).__name__}: {_first_line(e)}") from None
+        raise ConversionError(f"jax2tf failed on {program.name}: {type(e).__name__}: {_first_line(e)}") from e
     return function, concrete
 
 
@@ -184,13 +194,30 @@ def module_for(program: Program, *, clamp_gathers: bool = False) -> tuple[Any, A
     return tf.Module(), concrete
 
 
-def write(program: Program, out_dir: str, *, overwrite: bool = False) -> None:
+def first_route(program: Program, route: str) -> str:
+    """The route to write first: ``route`` itself, or for ``auto`` ``tf-ops`` when the program holds
+    custom calls TF cannot run (JAX's LAPACK ``lapack_*_ffi``), else ``xla``.
+
+    Raises:
+        UsageError: an unknown route.
+    """
+    from jaxconv.errors import UsageError
+
+    if route not in ROUTES:
+        raise UsageError(f"unknown SavedModel route {route!r}; use one of: {', '.join(ROUTES)}")
+    if route != "auto":
+        return route
+    return "tf-ops" if "@lapack_" in program.exported.mlir_module() else "xla"
+
+
+def write(program: Program, out_dir: str, *, overwrite: bool = False, route: str = "xla") -> None:
     """Write a SavedModel folder with one ``serving_default`` signature and ``jaxconv_signature.json``.
 
     The folder is built beside ``out_dir`` and renamed into place (see ``artifacts.atomic_dir``).
 
     Args:
         overwrite: replace ``out_dir`` even when it holds files jaxconv did not write.
+        route: ``xla`` (jax2tf) or ``tf-ops`` (jaxconv's ONNX as plain TF ops).
 
     Raises:
         UnsupportedError: a dtype TensorFlow cannot hold.
@@ -202,15 +229,29 @@ def write(program: Program, out_dir: str, *, overwrite: bool = False) -> None:
     guard = {"overwrite": overwrite, "protect": (program.source_path,), "earlier": EARLIER_OUTPUT}
     check_output_dir(out_dir, **guard)
     tf = import_tensorflow()
-    module, concrete = module_for(program)
+    if route == "tf-ops":
+        from jaxconv.tf.onnx_to_tf import for_program
+
+        module, concrete = tf.Module(), for_program(program)[2]
+    else:
+        module, concrete = module_for(program)
     with atomic_dir(out_dir, **guard) as tmp:
         try:
             with quiet_stderr():
                 tf.saved_model.save(module, tmp, signatures={SIGNATURE_KEY: concrete})
         except Exception as e:
-            raise ConversionError(f"writing the SavedModel failed: {type(e).__name__}: {_first_line(e)}") from None
+            raise ConversionError(f"writing the SavedModel failed: {type(e).__name__}: {_first_line(e)}") from e
         with open(os.path.join(tmp, SIGNATURE_FILE), "w") as f:
-            json.dump(program.signature.to_json(), f, indent=1)
+            json.dump({**program.signature.to_json(), "route": route}, f, indent=1)
+
+
+def read_route(saved_model_dir: str) -> str:
+    """The route a jaxconv SavedModel was written by (``xla`` or ``tf-ops``); '' when not recorded."""
+    try:
+        with open(os.path.join(saved_model_dir, SIGNATURE_FILE)) as f:
+            return str(json.load(f).get("route", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def read_signature(saved_model_dir: str) -> Any:
@@ -252,7 +293,7 @@ def describe_ops(saved_model_dir: str) -> dict[str, int]:
         with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
             proto.ParseFromString(f.read())
     except Exception as e:
-        raise ArtifactError(f"cannot read {saved_model_dir}/saved_model.pb: {_first_line(e)}") from None
+        raise ArtifactError(f"cannot read {saved_model_dir}/saved_model.pb: {_first_line(e)}") from e
     ops: Counter[str] = Counter()
     modules: set[bytes] = set()
     for meta in proto.meta_graphs:

@@ -53,6 +53,8 @@ def scatter_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     x, idx, upd = ins[0].t, tf.cast(ins[1].t, tf.int32), ins[2].t
     reduction = attrs(node).get("reduction", "none")
+    if len(idx.shape) == 1:  # one index: TF wants a list of them
+        idx, upd = tf.expand_dims(idx, 0), tf.expand_dims(upd, 0)
     if reduction == "none":
         return Value(tf.tensor_scatter_nd_update(x, idx, upd), ins[0].dtype)
     if reduction == "add":

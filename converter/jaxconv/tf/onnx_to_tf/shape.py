@@ -166,19 +166,33 @@ def slice_(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     x = ins[0].t
     rank = _rank(x)
-    starts = _ints(tr, ins[1], "Slice starts")
-    ends = _ints(tr, ins[2], "Slice ends")
-    axes = _ints(tr, ins[3], "Slice axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
-    steps = _ints(tr, ins[4], "Slice steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
-    begin, end, stride = [0] * rank, [0] * rank, [1] * rank
+    n = int(ins[1].t.shape[0]) if ins[1].t.shape[0] is not None else None
+    axes = _ints(tr, ins[3], "Slice axes") if len(ins) > 3 and ins[3] is not None else list(range(n or rank))
+    steps = _ints(tr, ins[4], "Slice steps") if len(ins) > 4 and ins[4] is not None else [1] * len(axes)
+    axes = [a % rank for a in axes]
     mask = (1 << rank) - 1
-    limit = 2 ** 31 - 1  # ONNX clamps starts and ends like Python slicing, as strided_slice does
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        a %= rank
-        begin[a], end[a], stride[a] = max(min(s, limit), -limit), max(min(e, limit), -limit), st
+    for a in axes:
         mask &= ~(1 << a)
-    begin_mask = end_mask = mask
-    out = tf.strided_slice(x, begin, end, stride, begin_mask=begin_mask, end_mask=end_mask)
+    stride = [1] * rank
+    for a, st in zip(axes, steps):
+        stride[a] = st
+    limit = 2 ** 31 - 1  # ONNX clamps starts and ends like Python slicing, as strided_slice does
+    starts, ends = static(tf, ins[1]), static(tf, ins[2])
+    if starts is not None and ends is not None:
+        begin, end = [0] * rank, [0] * rank
+        for s, e, a in zip(np.asarray(starts).reshape(-1), np.asarray(ends).reshape(-1), axes):
+            begin[a], end[a] = max(min(int(s), limit), -limit), max(min(int(e), limit), -limit)
+        out = tf.strided_slice(x, begin, end, stride, begin_mask=mask, end_mask=mask)
+        return Value(out, ins[0].dtype)
+
+    def vector(v: Value) -> Any:
+        t = tf.cast(tf.clip_by_value(tf.cast(v.t, tf.int64), -limit, limit), tf.int32)
+        parts = [tf.zeros([], tf.int32)] * rank
+        for k, a in enumerate(axes):
+            parts[a] = t[k]
+        return tf.stack(parts)
+
+    out = tf.strided_slice(x, vector(ins[1]), vector(ins[2]), stride, begin_mask=mask, end_mask=mask)
     return Value(out, ins[0].dtype)
 
 
@@ -225,3 +239,21 @@ def cast(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     x = tf.cast(x, work(tf, dst))
     return Value(narrow(tf, x, dst), dst)
 
+
+
+@handles("Split", exact=True)
+def split(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    axis = a.get("axis", 0) % _rank(x)
+    if len(ins) > 1 and ins[1] is not None:
+        sizes: Any = _ints(tr, ins[1], "Split sizes")
+    else:
+        count = a.get("num_outputs", len(node.output))
+        dim = x.shape[axis]
+        if dim is None:
+            raise ValueError("Split of a dynamic axis without sizes")
+        step = -(-dim // count)
+        sizes = [min(step, dim - i * step) for i in range(count)]
+    return [Value(t, ins[0].dtype) for t in tf.split(x, sizes, axis=axis)]
