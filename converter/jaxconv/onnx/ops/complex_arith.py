@@ -165,19 +165,30 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return pack(ctx, *divide(ctx, parts(ctx, inputs[0]), parts(ctx, inputs[1]), work))
 
 
-def magnitude(ctx: LoweringContext, re: str, im: str, work: str) -> str:
-    """|re + i im| without overflow: max * sqrt(1 + (min/max)^2); inf when either half is infinite."""
-    op = ctx.op
-    a, b = op("Abs", [re]), op("Abs", [im])
-    hi, lo = op("Max", [a, b]), op("Min", [a, b])
-    zero, one, inf = ctx.scalar(0.0, work), ctx.scalar(1.0, work), ctx.scalar(math.inf, work)
-    q = op("Div", [lo, hi])
-    out = op("Mul", [hi, op("Sqrt", [op("Add", [one, op("Mul", [q, q])])])])
-    out = select(ctx, op("Equal", [lo, hi]), op("Mul", [hi, ctx.scalar(math.sqrt(2.0), work)]), out, work)
-    out = select(ctx, op("Equal", [hi, zero]), zero, out, work)
-    nan = op("Or", [op("IsNaN", [a]), op("IsNaN", [b])])
-    out = select(ctx, nan, ctx.scalar(math.nan, work), out, work)
-    return select(ctx, op("Or", [op("Equal", [a, inf]), op("Equal", [b, inf])]), inf, out, work)
+def _abs_parts(ctx: LoweringContext, re: str, im: str, work: str) -> tuple[str, str, str]:
+    """(min, max, 1 + (min/max)^2) of |re| and |im|, with XLA's NaN-propagating max and min."""
+    from jaxconv.onnx.ops.elementwise import extremum
+
+    a, b = ctx.op("Abs", [re]), ctx.op("Abs", [im])
+    hi, lo = extremum(ctx, a, b, work, True), extremum(ctx, a, b, work, False)
+    q = ctx.op("Div", [lo, hi])
+    return lo, hi, ctx.op("Add", [ctx.scalar(1.0, work), ctx.op("Mul", [q, q])])
+
+
+def magnitude(ctx: LoweringContext, re: str, im: str, work: str, root: float = 1.0) -> str:
+    """|re + i im|^root without overflow, as XLA: max^root * (1 + (min/max)^2)^(root/2), and min^root
+    where that is NaN ((0, 0), (inf, inf), NaN parts). ``root`` is 1, 0.5 (sqrt) or -0.5 (rsqrt)."""
+    lo, hi, s = _abs_parts(ctx, re, im, work)
+    if root == 1.0:
+        out = ctx.op("Mul", [hi, ctx.op("Sqrt", [s])])
+        fallback = lo
+    elif root == 0.5:
+        out = ctx.op("Mul", [ctx.op("Sqrt", [hi]), ctx.op("Sqrt", [ctx.op("Sqrt", [s])])])
+        fallback = ctx.op("Sqrt", [lo])
+    else:
+        out = ctx.op("Div", [ctx.op("Reciprocal", [ctx.op("Sqrt", [hi])]), ctx.op("Sqrt", [ctx.op("Sqrt", [s])])])
+        fallback = ctx.op("Reciprocal", [ctx.op("Sqrt", [lo])])
+    return select(ctx, ctx.op("IsNaN", [out]), fallback, out, work)
 
 
 @complex_lowering("stablehlo.abs", onnx_ops=("Sqrt", "Max", "Min"))

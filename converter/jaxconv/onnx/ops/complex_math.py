@@ -75,7 +75,7 @@ def _log1p(ctx: LoweringContext, z: Halves, w: str) -> Halves:
 def _sqrt(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     a, b = z
     zero, inf = ctx.scalar(0.0, w), ctx.scalar(math.inf, w)
-    r = ctx.op("Sqrt", [magnitude(ctx, a, b, w)])
+    r = magnitude(ctx, a, b, w, 0.5)
     t = ctx.op("Mul", [real_fn(ctx, "atan2", [b, a], w), ctx.scalar(0.5, w)])
     cos, sin = ctx.op("Cos", [t]), ctx.op("Sin", [t])
     abs_b = ctx.op("Abs", [b])
@@ -93,7 +93,7 @@ def _sqrt(ctx: LoweringContext, z: Halves, w: str) -> Halves:
 def _rsqrt(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     a, b = z
     zero, inf = ctx.scalar(0.0, w), ctx.scalar(math.inf, w)
-    r = ctx.op("Reciprocal", [ctx.op("Sqrt", [magnitude(ctx, a, b, w)])])
+    r = magnitude(ctx, a, b, w, -0.5)
     t = ctx.op("Mul", [real_fn(ctx, "atan2", [b, a], w), ctx.scalar(-0.5, w)])
     re, im = ctx.op("Mul", [r, ctx.op("Cos", [t])]), ctx.op("Mul", [r, ctx.op("Sin", [t])])
     zz = ctx.op("And", [ctx.op("Equal", [a, zero]), ctx.op("Equal", [b, zero])])

@@ -1,0 +1,210 @@
+"""Complex numbers and FFTs in the ONNX lowering: (re, im) pairs on a trailing axis, compared with jax.jit."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+
+from cli_support import run_cli
+from lowering_check import assert_onnx_matches_jax, x64_for
+
+INF, NAN = np.inf, np.nan
+
+
+def cplx(shape, dtype=np.complex64, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
+
+
+def edge_pairs(dtype=np.complex64, big=3e38):
+    """Every pairing of zeros, infinities, NaN and ordinary values as (re, im)."""
+    vals = np.array([0.0, -0.0, 1.5, -2.0, INF, -INF, NAN, big])
+    re, im = np.meshgrid(vals, vals, indexing="ij")
+    out = np.empty(re.shape, dtype)
+    out.real, out.imag = re, im
+    return out
+
+
+UNARY = {"exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "rsqrt": jax.lax.rsqrt, "sin": jnp.sin, "cos": jnp.cos,
+         "tan": jnp.tan, "tanh": jnp.tanh, "abs": jnp.abs, "sign": jnp.sign, "expm1": jnp.expm1, "log1p": jnp.log1p,
+         "neg": jnp.negative, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "sinh": jnp.sinh,
+         "cosh": jnp.cosh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_functions_match_jax(name):
+    x = cplx((4, 5)) * 1.5
+    assert_onnx_matches_jax(UNARY[name], x)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "rsqrt", "tanh", "tan", "sin", "abs", "sign", "expm1"])
+def test_unary_edge_values_match_jax(name):
+    """Zeros, infinities and NaN in either half come out as XLA gives them (NaN places, inf signs)."""
+    with np.errstate(all="ignore"):
+        assert_onnx_matches_jax(UNARY[name], edge_pairs())
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow"])
+def test_binary_ops_match_jax_in_both_precisions(op):
+    fn = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide, "pow": jnp.power}[op]
+    for dtype in (np.complex64, np.complex128):
+        a, b = cplx((3, 4), dtype, 1), cplx((3, 4), dtype, 2)
+        with x64_for(a):
+            assert_onnx_matches_jax(fn, a, b)
+
+
+def test_division_uses_xlas_edge_cases():
+    """Smith's algorithm plus XLA's fixes for a zero denominator and infinite parts, every pairing
+    (the large value is 1e30: with 3e38 the ratio 1.5 / 3e38 is subnormal, which XLA flushes to zero)."""
+    e = edge_pairs(big=1e30).reshape(-1)
+    a, b = np.repeat(e, e.size), np.tile(e, e.size)
+    with np.errstate(all="ignore"):
+        assert_onnx_matches_jax(jnp.divide, a, b)
+
+
+def test_division_does_not_overflow_where_the_quotient_is_finite():
+    a = np.array([3e38 + 3e38j, 1e-30 + 2e-30j], np.complex64)
+    b = np.array([2e38 + 1e38j, 1e-30 - 1e-30j], np.complex64)
+    assert_onnx_matches_jax(jnp.divide, a, b)
+
+
+def test_complex_real_imag_convert_and_compare():
+    x, y = cplx((2, 3)).real.copy(), cplx((2, 3), seed=5).real.copy()
+    assert_onnx_matches_jax(lambda a, b: jax.lax.complex(a, b) * 2j, x, y)
+    z = cplx((2, 3))
+    assert_onnx_matches_jax(lambda a: (a.real, a.imag, jnp.conj(a), a.astype(jnp.float32)), z)
+    w = z.copy()
+    w[0, 1] = NAN
+    assert_onnx_matches_jax(lambda a, b: ((a == b).astype(jnp.int32), (a != b).astype(jnp.int32)), z, w)
+    with x64_for(np.complex128(0)):
+        assert_onnx_matches_jax(lambda a: a.astype(jnp.complex128) + 1, z)
+    assert_onnx_matches_jax(lambda a: a.astype(jnp.complex64), np.array([INF, -INF, NAN, 1.0], np.float32))
+
+
+def test_matmul_sums_and_data_movement():
+    a, b = cplx((3, 4)), cplx((4, 5), seed=3)
+    assert_onnx_matches_jax(lambda x, y: x @ y, a, b)
+    assert_onnx_matches_jax(lambda x, y: x @ y, a.real.copy(), b)
+    assert_onnx_matches_jax(lambda x: (jnp.sum(x, axis=1), jnp.cumsum(x, axis=0), x.T.reshape(2, 6)), a)
+    assert_onnx_matches_jax(lambda x: (x[jnp.array([2, 0]), 1:3], x.at[jnp.array([1, 2])].add(x[0]),
+                                       jnp.pad(x, 1, constant_values=1 + 2j), jnp.flip(x, 1),
+                                       jnp.concatenate([x, x]), jnp.where(x.real > 0, x, 0)), a)
+    i = np.int32(1)
+    assert_onnx_matches_jax(lambda x, k: (jax.lax.dynamic_slice(x, (k, k), (2, 2)),
+                                          jax.lax.dynamic_update_slice(x, x[:1, :2], (k, k))), a, i)
+    assert_onnx_matches_jax(lambda x: jax.lax.fori_loop(0, 3, lambda _, v: v * x + 1j, x), a)
+
+
+FFTS = {"fft": jnp.fft.fft, "ifft": jnp.fft.ifft, "fft2": jnp.fft.fft2, "ifftn": lambda x: jnp.fft.ifftn(x, axes=(0, 1, 2)),
+        "rfft": jnp.fft.rfft, "rfft2": jnp.fft.rfft2, "rfftn": lambda x: jnp.fft.rfftn(x, axes=(0, 1, 2)),
+        "irfft": jnp.fft.irfft, "irfft2": lambda x: jnp.fft.irfft2(x, s=(3, 7)),
+        "irfftn": lambda x: jnp.fft.irfftn(x, s=(2, 3, 6), axes=(0, 1, 2))}
+
+
+@pytest.mark.parametrize("method", ["matmul", "dft"])
+@pytest.mark.parametrize("name", sorted(FFTS))
+def test_fft_kinds_and_ranks_match_jax(name, method, monkeypatch):
+    from jaxconv.onnx.ops import fft
+
+    monkeypatch.setattr(fft, "METHOD_OVERRIDE", method)
+    x = cplx((2, 3, 7), seed=4)
+    if name.startswith("rfft"):
+        x = x.real.copy()
+    if name.startswith("irfft"):
+        x = cplx((2, 3, 4), seed=4)
+    assert_onnx_matches_jax(FFTS[name], x)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_dft_op_at_both_opset_forms(opset, monkeypatch):
+    """DFT takes its axis as an attribute before opset 20 and as an input from 20."""
+    from jaxconv.onnx.ops import fft
+
+    monkeypatch.setattr(fft, "METHOD_OVERRIDE", "dft")
+    model = assert_onnx_matches_jax(jnp.fft.fft2, cplx((3, 8)), opset=opset)
+    assert any(n.op_type == "DFT" for n in model.graph.node)
+
+
+def test_short_axes_use_a_matrix_and_long_ones_the_dft_op():
+    short = assert_onnx_matches_jax(jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 64)).astype(np.float32))
+    long_ = assert_onnx_matches_jax(jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 2048)).astype(np.float32),
+                                    rtol=1e-4, atol=1e-3)
+    assert "DFT" not in [n.op_type for n in short.graph.node] and "MatMul" in [n.op_type for n in short.graph.node]
+    assert "DFT" in [n.op_type for n in long_.graph.node]
+
+
+def test_irfft_ignores_the_imaginary_parts_xla_ignores():
+    x = cplx((2, 5))  # n = 8: X_0 and X_4 have imaginary parts the c2r transform drops
+    assert_onnx_matches_jax(lambda v: jnp.fft.irfft(v, n=8), x)
+
+
+def test_complex_io_layout_and_metadata():
+    from jaxconv.api import to_onnx
+    from jaxconv.onnx.complex_layout import complex_io, from_pairs, to_pairs
+
+    model = to_onnx(lambda x, y: (jnp.fft.fft(x), jnp.abs(x) + y), jax.ShapeDtypeStruct((3, 4), jnp.complex64),
+                    jax.ShapeDtypeStruct((3, 4), jnp.float32), check=False)
+    ins, outs = complex_io(model)
+    graph_inputs = {i.name: i for i in model.graph.input}
+    assert list(ins.values()) == ["complex64"] and len(outs) == 1 and list(outs.values()) == ["complex64"]
+    x = graph_inputs[next(iter(ins))]
+    assert x.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert [d.dim_value for d in x.type.tensor_type.shape.dim] == [3, 4, 2]
+    assert not complex_io(to_onnx(jnp.sin, jax.ShapeDtypeStruct((2,), jnp.float32), check=False))[0]
+    z = cplx((2, 2))
+    assert np.array_equal(from_pairs(to_pairs(z), "complex64"), z)
+
+
+def test_complex_edge_inputs_keep_their_parts():
+    """The check's complex edge values hold the (re, im) parts they name: an infinite imaginary part
+    does not turn the real part into NaN (as re + 1j * im would)."""
+    from jaxconv.check_inputs import edge_values
+
+    values = edge_values("complex64")
+    real = edge_values("float32")
+    np.testing.assert_array_equal(values.real, real)
+    np.testing.assert_array_equal(values.imag, np.roll(real, 3))
+
+
+def test_cli_to_onnx_checks_complex_inputs_and_outputs(user_file, tmp_path, capsys):
+    path = user_file("""
+        import jax.numpy as jnp
+
+        def f(x):
+            return jnp.fft.fft(x) * 2
+    """)
+    out = tmp_path / "f.onnx"
+    code, stdout, err = run_cli(["to-onnx", path, "--fn", "f", "--specs", "c64[4,8]", "-o", str(out)], capsys)
+    assert code == 0, err
+    assert "complex64" in stdout and "MISMATCH" not in stdout
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    x = cplx((4, 8), seed=9)
+    got = OnnxRunner(str(out)).run([x])[0]
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(got, np.asarray(jax.jit(lambda v: jnp.fft.fft(v) * 2)(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_complex_ops_are_named_before_lowering():
+    from jaxconv.api import to_onnx
+    from jaxconv.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"stablehlo.sort x1 \(no ONNX lowering for this op on complex values\)"):
+        to_onnx(jnp.sort, jax.ShapeDtypeStruct((5,), jnp.complex64), check=False)
+
+
+def test_reader_decodes_complex_constants():
+    from jaxconv.stablehlo.reader import read_module
+
+    text = """
+    func.func @main() -> tensor<2xcomplex<f32>> {
+      %0 = stablehlo.constant dense<[(1.5,-2.0), (0x7F800000,3.0)]> : tensor<2xcomplex<f32>>
+      return %0 : tensor<2xcomplex<f32>>
+    }"""
+    module = read_module(text)
+    value = module.functions["main"].body.ops[0].attrs["value"]
+    assert value.dtype == np.complex64
+    assert value[0] == 1.5 - 2j and np.isinf(value[1].real) and value[1].imag == 3.0
