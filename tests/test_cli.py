@@ -225,3 +225,31 @@ def test_inspect_tflite_shows_program_names(tmp_path, capsys):
     assert code == 0
     assert "params['w1']" in text and "[b,784]" in text
     assert "FULLY_CONNECTED" in text or "BATCH_MATMUL" in text, text
+
+
+def _model_with_an_unknown_op(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in ("x", "y")]
+    graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"])], "g", io[:1], io[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+
+
+def test_debug_shows_the_runtime_error_behind_a_failure(tmp_path, capsys, user_file):
+    import traceback
+
+    _model_with_an_unknown_op(tmp_path / "bad.onnx")
+    fn = user_file("def f(x):\n    return x * 2\n")
+    args = ["check", str(tmp_path / "bad.onnx"), fn, "--specs", "f32[3]"]
+    code, _, err = run_cli(args, capsys)
+    assert code == ArtifactError.exit_code and err.count("\n") == 1, err
+    assert err.startswith("jaxconv: error: ONNX Runtime cannot load") and "Traceback" not in err
+    with pytest.raises(ArtifactError) as info:
+        main(["--debug", *args])
+    cause = info.value.__cause__
+    assert cause is not None and type(cause).__module__.startswith("onnxruntime"), repr(cause)
+    shown = "".join(traceback.format_exception(info.value))
+    assert "direct cause of the following exception" in shown and type(cause).__name__ in shown

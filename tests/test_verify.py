@@ -335,11 +335,13 @@ def test_an_int64_output_off_by_one_above_2_53_fails_the_check():
     from jaxconv.program import trace
     from jaxconv.verify import check_runner
 
-    program = trace(lambda x: x + 2**53, ["i64[6]"])  # 64-bit specs switch on x64
-    right = check_runner(_NumpyRunner(lambda x: x + np.int64(2**53)), "i64", program.fn, program.arg_specs, program.signature)
+    program = trace(lambda x: x + 2**53, ["i64[6]"])
+    with program.jax_scope():  # 64-bit specs: x64 for this program's code only
+        right = check_runner(_NumpyRunner(lambda x: x + np.int64(2**53)), "i64", program.fn, program.arg_specs,
+                             program.signature)
+        off = check_runner(_NumpyRunner(lambda x: x + np.int64(2**53) + (np.arange(6) == 0)), "i64", program.fn,
+                           program.arg_specs, program.signature)
     assert right.ok and {r.inputs for r in right.rows} == {"random", "edge"}
-    off = check_runner(_NumpyRunner(lambda x: x + np.int64(2**53) + (np.arange(6) == 0)), "i64", program.fn,
-                       program.arg_specs, program.signature)
     (first,) = [r for r in off.rows if r.inputs == "random"]
     assert not off.ok and not first.ok and first.max_abs == 1.0 and "1 of 6 elements differ, first at [0]" in first.note
 

@@ -32,7 +32,7 @@ def prepare_parent(path: str) -> str:
         try:
             os.makedirs(parent, exist_ok=True)
         except OSError as e:
-            raise UsageError(f"cannot create output folder {parent}: {e.strerror}") from None
+            raise UsageError(f"cannot create output folder {parent}: {e.strerror}") from e
     if not os.access(parent, os.W_OK):
         raise UsageError(f"output folder {parent} is not writable")
     return parent
@@ -210,7 +210,7 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
         try:
             _swap_in(tmp, path, parent)
         except OSError as e:
-            raise UsageError(f"cannot replace {path}: {e.strerror or e}") from None
+            raise UsageError(f"cannot replace {path}: {e.strerror or e}") from e
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -224,7 +224,7 @@ def _stablehlo_file_to_onnx(args: argparse.Namespace) -> int:
     try:
         model = convert.stablehlo_file_to_onnx(args.file, args.entry, args.opset)
     except ModuleParseError as e:
-        raise e.at(args.file) from None
+        raise e.at(args.file) from e
     convert.validate(model)
     convert.save(model, args.output)
     print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes; "

@@ -51,7 +51,7 @@ def _describe_onnx(path: str) -> dict[str, Any]:
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:
-        raise ArtifactError(f"{path} is not a readable ONNX model: {str(e)[:200]}") from None
+        raise ArtifactError(f"{path} is not a readable ONNX model: {str(e)[:200]}") from e
     meta = {p.key: p.value for p in model.metadata_props}
     paths: dict[str, str] = {}
     if "jaxconv.signature" in meta:
@@ -152,11 +152,11 @@ def _describe_tflite(path: str) -> dict[str, Any]:
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError as e:
-        raise ArtifactError(f"inspecting .tflite needs ai-edge-litert: {e}") from None
+        raise ArtifactError(f"inspecting .tflite needs ai-edge-litert: {e}") from e
     try:
         interp = Interpreter(model_path=path)
     except Exception as e:
-        raise ArtifactError(f"{path} is not a readable TFLite model: {str(e)[:200]}") from None
+        raise ArtifactError(f"{path} is not a readable TFLite model: {str(e)[:200]}") from e
     sigs = interp.get_signature_list()
     key = next(iter(sigs), None)
     info: dict[str, Any] = {"producer": "TFLite", "versions": {"signatures": list(sigs)}}

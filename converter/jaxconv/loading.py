@@ -47,7 +47,7 @@ class LoadedFunction:
             if isinstance(e, KeyboardInterrupt):
                 raise
             raise FileLoadError(f"{EXAMPLE_INPUTS}() in {self.path} failed{user_frame(e, self.path)}: "
-                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+                                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -83,13 +83,13 @@ def import_file(path: str) -> Any:
     except SyntaxError as e:
         sys.modules.pop(module_name, None)
         if "null bytes" in str(e.msg):
-            raise FileLoadError(f"{path} is not a Python source file: it contains null bytes") from None
+            raise FileLoadError(f"{path} is not a Python source file: it contains null bytes") from e
         where = f"{e.filename or path}:{e.lineno}" if e.lineno else (e.filename or path)
-        raise FileLoadError(f"syntax error in {where}: {e.msg}") from None
+        raise FileLoadError(f"syntax error in {where}: {e.msg}") from e
     except BaseException as e:  # the user's module may raise anything, even SystemExit
         sys.modules.pop(module_name, None)
         where = user_frame(e, abspath)
-        raise FileLoadError(f"importing {path} failed{where}: {type(e).__name__}: {e}") from None
+        raise FileLoadError(f"importing {path} failed{where}: {type(e).__name__}: {e}") from e
     finally:
         try:
             sys.path.remove(folder)

@@ -149,7 +149,7 @@ def _check_constraints(constraints: Sequence[str]) -> None:
             export.SymbolicScope((c,))
         except Exception as e:  # jax raises ValueError with its own text
             text = str(e).strip().splitlines()
-            raise SpecError(f"bad --constraint {c!r}: {text[0] if text else type(e).__name__}") from None
+            raise SpecError(f"bad --constraint {c!r}: {text[0] if text else type(e).__name__}") from e
 
 
 def _no_outputs_message(fn: Callable[..., Any], fn_name: str, out_tree: Any) -> str:

@@ -91,8 +91,8 @@ def parse_tensor_spec(text: str) -> TensorSpec:
     dtype_word = m.group(0)
     try:
         dtype = canonical_dtype(dtype_word)
-    except SpecError:
-        raise _fail(s, i, f"unknown dtype {dtype_word!r}; use one of {', '.join(DTYPE_ALIASES)}") from None
+    except SpecError as e:
+        raise _fail(s, i, f"unknown dtype {dtype_word!r}; use one of {', '.join(DTYPE_ALIASES)}") from e
     i = m.end()
     if i >= len(s) or s[i] != "[":
         raise _fail(s, i, "expected '[' after the dtype (a scalar is written f32[])")
@@ -140,7 +140,7 @@ def parse_spec(text: str) -> Any:
         try:
             tree = json.loads(stripped)
         except json.JSONDecodeError as e:
-            raise _fail(stripped, e.pos, f"bad JSON pytree spec: {e.msg}") from None
+            raise _fail(stripped, e.pos, f"bad JSON pytree spec: {e.msg}") from e
         return _tree_from_json(tree, stripped)
     return parse_tensor_spec(text)
 
@@ -228,7 +228,7 @@ def to_shape_dtype_structs(specs: Sequence[Any], constraints: Sequence[str] = ()
         scope = export.SymbolicScope(tuple(constraints)) if constraints else export.SymbolicScope()
     except ValueError as e:  # jax finds some contradictions itself ("Unsatisfiable explicit constraint")
         text = str(e).strip().splitlines()
-        raise SpecError(f"--constraints contradict each other: {text[0] if text else 'no value satisfies them all'}") from None
+        raise SpecError(f"--constraints contradict each other: {text[0] if text else 'no value satisfies them all'}") from e
 
     def convert(tree: Any) -> Any:
         if isinstance(tree, TensorSpec):
@@ -237,7 +237,7 @@ def to_shape_dtype_structs(specs: Sequence[Any], constraints: Sequence[str] = ()
                 try:
                     shape = export.symbolic_shape(dims_text, scope=scope)
                 except Exception as e:  # jax raises ValueError/TypeError with its own text
-                    raise SpecError(f"bad spec {tree.text!r}: symbolic dimensions not accepted by jax.export: {e}") from None
+                    raise SpecError(f"bad spec {tree.text!r}: symbolic dimensions not accepted by jax.export: {e}") from e
             else:
                 shape = tuple(int(d) for d in tree.dims)
             return jax.ShapeDtypeStruct(shape, _np_dtype(tree.dtype))

@@ -52,13 +52,13 @@ def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | Non
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise ArtifactError(f"cannot read {path}: {e.strerror}") from None
+        raise ArtifactError(f"cannot read {path}: {e.strerror}") from e
     module = read_module(data if data[:4] in (b"ML\xefR",) else data.decode("utf-8", "replace"))
     try:
         fn = module.entry(entry)
-    except KeyError:
+    except KeyError as e:
         names = ", ".join(module.functions) or "none"
-        raise UsageError(f"{path} has no function {entry or 'main'!r} (functions: {names}); pick one with --entry") from None
+        raise UsageError(f"{path} has no function {entry or 'main'!r} (functions: {names}); pick one with --entry") from e
     inputs = []
     for i, arg in enumerate(fn.body.args):
         name = _arg_name(fn, i)
@@ -202,7 +202,7 @@ def validate(model: onnx.ModelProto, path: str | None = None) -> None:
             target = _without_large_initializers(target)
         onnx.checker.check_model(target, full_check=True)
     except Exception as e:
-        raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from None
+        raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from e
 
 
 LARGE_INITIALIZER_BYTES = 1 << 20

@@ -56,8 +56,8 @@ def onnx_type(dtype: str) -> int:
     """ONNX element type for a dtype name."""
     try:
         return ONNX_TYPE[dtype]
-    except KeyError:
-        raise KeyError(f"no ONNX element type for {dtype}") from None
+    except KeyError as e:
+        raise KeyError(f"no ONNX element type for {dtype}") from e
 
 
 def numpy_dtype(dtype: str) -> np.dtype:

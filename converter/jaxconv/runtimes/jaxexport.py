@@ -34,7 +34,7 @@ class JaxExportRunner:
             with x64_scope(self.x64):
                 out = self.exported.call(*args, **kwargs)
         except Exception as e:
-            raise ArtifactError(f"running the jax.export artifact failed: {type(e).__name__}: {str(e).strip()[:300]}") from None
+            raise ArtifactError(f"running the jax.export artifact failed: {type(e).__name__}: {str(e).strip()[:300]}") from e
         return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
 
 

@@ -61,7 +61,7 @@ class OnnxRunner:
             self.session = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
-            raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from None
+            raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from e
         self._source = None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
@@ -85,11 +85,11 @@ class OnnxRunner:
             feed = {n: np.asarray(a) for n, a in zip(self.input_names, inputs)}
             return [np.asarray(o) for o in self.session.run(self.output_names, feed)]
         except ort.capi.onnxruntime_pybind11_state.Fail as e:  # type: ignore[attr-defined]
-            raise ArtifactError(f"ONNX Runtime failed while running: {_one_line(str(e))}") from None
+            raise ArtifactError(f"ONNX Runtime failed while running: {_one_line(str(e))}") from e
         except Exception as e:
             if isinstance(e, ArtifactError):
                 raise
-            raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {_one_line(str(e))}") from None
+            raise ArtifactError(f"ONNX Runtime failed while running: {type(e).__name__}: {_one_line(str(e))}") from e
 
     def _run_complex(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Complex inputs go in as (re, im) pairs on a trailing axis; complex outputs come back complex."""

@@ -44,7 +44,7 @@ class SavedModelRunner:
             with quiet_stderr():
                 self._loaded = tf.saved_model.load(path)
         except Exception as e:
-            raise ArtifactError(f"TensorFlow cannot load {path}: {_first_line(e)}") from None
+            raise ArtifactError(f"TensorFlow cannot load {path}: {_first_line(e)}") from e
         signatures = dict(self._loaded.signatures)
         if SIGNATURE_KEY in signatures:
             self._fn = signatures[SIGNATURE_KEY]
@@ -76,7 +76,7 @@ class SavedModelRunner:
             with quiet_stderr():
                 out = self._fn(**feed)
         except Exception as e:
-            raise ArtifactError(f"running the SavedModel failed: {type(e).__name__}: {error_cause(e)}") from None
+            raise ArtifactError(f"running the SavedModel failed: {type(e).__name__}: {error_cause(e)}") from e
         return [np.asarray(out[n].numpy()) for n in self.output_names]
 
 

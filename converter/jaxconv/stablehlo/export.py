@@ -88,8 +88,8 @@ def load_exported(path: str):
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise ArtifactError(f"cannot read {path}: {e.strerror}") from None
+        raise ArtifactError(f"cannot read {path}: {e.strerror}") from e
     try:
         return export.deserialize(bytearray(data))
     except Exception as e:
-        raise ArtifactError(f"{path} is not a serialized jax.export artifact: {type(e).__name__}: {str(e)[:200]}") from None
+        raise ArtifactError(f"{path} is not a serialized jax.export artifact: {type(e).__name__}: {str(e)[:200]}") from e

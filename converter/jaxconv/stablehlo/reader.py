@@ -87,7 +87,7 @@ def read_module(data: bytes | str) -> hir.Module:
             else:
                 module = ir.Module.parse(data)
         except Exception as e:
-            raise parse_error(e) from None
+            raise parse_error(e) from e
         legalize_chlo(module)
         try:
             return _Reader().module(module)
@@ -95,7 +95,7 @@ def read_module(data: bytes | str) -> hir.Module:
             if "complex" in str(e) or "unknown element type" in str(e):
                 from jaxconv.errors import UnsupportedError
 
-                raise UnsupportedError("the module holds complex constants: ONNX Runtime has no complex tensor type") from None
+                raise UnsupportedError("the module holds complex constants: ONNX Runtime has no complex tensor type") from e
             raise
 
 
@@ -137,7 +137,7 @@ def legalize_chlo(module) -> None:
     try:
         passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))").run(module.operation)
     except Exception as e:
-        raise ArtifactError(f"cannot expand CHLO ops into StableHLO: {str(e).strip().splitlines()[0][:200]}") from None
+        raise ArtifactError(f"cannot expand CHLO ops into StableHLO: {str(e).strip().splitlines()[0][:200]}") from e
 
 
 class _Reader:

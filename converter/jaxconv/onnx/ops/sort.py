@@ -350,7 +350,7 @@ def lower_sort(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]
     try:
         keys = read_comparator(op.regions[0])
     except ComparatorError as e:
-        raise UnsupportedError(comparator_problem(op.regions[0]) or str(e)) from None
+        raise UnsupportedError(comparator_problem(op.regions[0]) or str(e)) from e
     _verify_constants(ctx, keys)
     axis = op.attrs.get("dimension", 0) % max(op.operands[0].type.rank, 1)
     types = [v.type for v in op.operands]
@@ -372,8 +372,8 @@ def lower_approx_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> l
         raise UnsupportedError("ApproxTopK without its comparator function")
     try:
         keys = read_comparator(comparator.body)
-    except ComparatorError:
-        raise UnsupportedError(comparator_problem(comparator.body) or "ApproxTopK comparator") from None
+    except ComparatorError as e:
+        raise UnsupportedError(comparator_problem(comparator.body) or "ApproxTopK comparator") from e
     _verify_constants(ctx, keys)
     n = len(op.results)
     operands, types = inputs[:n], [v.type for v in op.operands[:n]]
