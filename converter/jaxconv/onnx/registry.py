@@ -127,6 +127,11 @@ def ops_markdown() -> str:
     for name, entry in all_lowerings().items():
         notes = entry.doc.replace("|", "\\|")
         lines.append(f"| `{name}` | {entry.family} | {', '.join(entry.onnx_ops)} | {notes} |")
+    lines += ["", "## On complex values", "",
+              "Complex tensors are real tensors with a trailing (re, im) axis of 2 (see README). These ops also",
+              "take complex operands or results:", ""]
+    _load_families()
+    lines.append(", ".join(f"`{name}`" for name in sorted(COMPLEX_REGISTRY)))
     return "\n".join(lines) + "\n"
 
 
