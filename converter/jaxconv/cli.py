@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_function_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--overwrite", action="store_true", help="replace DIR even if it holds files jaxconv did not write")
+    p.add_argument("--route", choices=["xla", "tf-ops", "auto"], default="auto",
+                   help="xla: jax2tf's XlaCallModule; tf-ops: plain TF ops from jaxconv's ONNX; auto (default): "
+                        "tf-ops for LAPACK calls or when the xla model does not run")
     _add_check_args(p)
 
     p = sub.add_parser("to-tflite", help="TFLite flatbuffer")
@@ -82,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="OUT.tflite")
     p.add_argument("--allow-flex", action="store_true", help="allow TF select (flex) ops")
     p.add_argument("--quantize", choices=["float16", "dynamic-range"], help="post-training quantization")
+    p.add_argument("--route", choices=["xla", "tf-ops", "auto"], default="auto",
+                   help="xla: jax2tf's XlaCallModule; tf-ops: plain TF ops from jaxconv's ONNX; auto (default): "
+                        "xla, else tf-ops when xla fails to convert, run or match jax.jit")
     _add_check_args(p)
 
     p = sub.add_parser("to-onnx", help="ONNX via jaxconv's StableHLO lowering (FILE may be .py, .mlir or .mlirbc)")
@@ -239,7 +245,7 @@ def cmd_to_saved_model(args: argparse.Namespace) -> int:
     reports: list = []
     try:
         api.to_saved_model(program, path=args.output, check=not args.no_check, rtol=args.rtol, atol=args.atol,
-                           report_to=reports, overwrite=args.overwrite)
+                           report_to=reports, overwrite=args.overwrite, route=args.route)
     finally:
         _print_reports(reports)
     print(f"wrote {args.output}")
@@ -253,7 +259,8 @@ def cmd_to_tflite(args: argparse.Namespace) -> int:
     reports: list = []
     try:
         api.to_tflite(program, path=args.output, allow_flex=args.allow_flex, quantize=args.quantize,
-                      check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports)
+                      check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports,
+                      route=args.route)
     finally:
         _print_reports(reports)
     print(f"wrote {args.output}")

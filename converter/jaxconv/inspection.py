@@ -170,8 +170,10 @@ def _describe_tflite(path: str) -> dict[str, Any]:
     else:
         info["inputs"] = info["outputs"] = []
     del details
-    from jaxconv.runtimes.tflite import read_signature
+    from jaxconv.runtimes.tflite import read_route, read_signature
 
+    if read_route(path):
+        info["route"] = read_route(path)
     signature = read_signature(path)
     if signature is not None:
         data = signature.to_json()
@@ -195,8 +197,10 @@ def _describe_saved_model(path: str) -> dict[str, Any]:
         info["inputs"], info["outputs"] = sig["inputs"], sig["outputs"]
     else:
         info["inputs"] = info["outputs"] = []
-    from jaxconv.tf.saved_model import describe_ops
+    from jaxconv.tf.saved_model import describe_ops, read_route
 
+    if read_route(path):
+        info["route"] = read_route(path)
     info["ops"] = describe_ops(path)
     return info
 
@@ -205,6 +209,8 @@ def inspect_artifact(path: str) -> str:
     """Human-readable description of an artifact."""
     info = describe(path)
     lines = [f"{info['path']}: {info['kind']}, {info['size_bytes']:,} bytes, produced by {info.get('producer', '?')}"]
+    if info.get("route"):
+        lines.append(f"route: {info['route']}")
     if info.get("versions"):
         lines.append("versions: " + ", ".join(f"{k}={v}" for k, v in info["versions"].items()))
     lines.append("inputs:")
