@@ -65,3 +65,16 @@ def test_cumsum_over_extent_one_axis(dtype):
     """XLA keeps the operand of a running sum over an axis of extent 1 (f32/f16: -0 stays -0), bf16 adds +0."""
     x = np.array([-0.0, 0.0, -1.0], np.float64).astype(dtype)
     assert_exact(lambda x: (jnp.cumsum(x.reshape(1, 3), axis=0), jnp.cumsum(x[:1])), x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_one_element_sum_windows_with_padding(dtype):
+    """XLA folds a sum over one-element windows at unit stride to the padded operand (f32/f16: -0 stays -0);
+    strided or base-dilated windows add the +0 init (found as where -> reduce_window_add -> atan2)."""
+    x = np.array([-0.0, 1.0, -0.0, -2.5], np.float64).astype(dtype)
+    zero = np.array(0, dtype)
+    assert_exact(lambda x: (lax.reduce_window(x, zero, lax.add, (1,), (1,), ((1, 2),)),
+                            lax.reduce_window(x, zero, lax.add, (1,), (1,), ((-1, 1),)),
+                            lax.reduce_window(x, zero, lax.add, (1,), (2,), ((0, 0),)),
+                            lax.reduce_window(x, zero, lax.add, (1,), (1,), ((1, 0),), base_dilation=(2,)),
+                            jnp.arctan2(lax.reduce_window(x, zero, lax.add, (1,), (1,), ((1, 0),)), -0.0)), x)

@@ -125,9 +125,12 @@ def _filled(ctx: LoweringContext, init: str, result: hir.TensorType) -> str:
 def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, init: str, w: win.Window,
                   result: hir.TensorType) -> str:
     """Lower one reduce_window of ``kind`` (see module docstring)."""
-    if not w.active_axes() and kind == "add" and is_identity(ctx.constant_value(init), kind, xt.dtype):
-        # XLA folds a one-element window with a zero init to its operand (-0 stays -0); bf16 adds the +0 init
-        return x if xt.dtype != "bfloat16" else with_init(ctx, kind, x, ctx.op("Reshape", [init, ctx.i64([])]), xt.dtype)
+    if kind == "add" and w.is_padding_only() and is_identity(ctx.constant_value(init), kind, xt.dtype):
+        # XLA folds one-element windows with unit strides and a zero init to the padded operand (-0 stays -0);
+        # bf16 adds the +0 init
+        scalar = ctx.op("Reshape", [init, ctx.i64([])])
+        out = win.pad(ctx, x, xt.dtype, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], scalar)
+        return with_init(ctx, kind, out, scalar, xt.dtype) if xt.dtype == "bfloat16" else out
     if ordered(kind, xt, w):
         def fold(accs: list[str], values: list[str]) -> list[str]:
             return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]

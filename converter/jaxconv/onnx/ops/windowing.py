@@ -32,6 +32,11 @@ class Window:
                    base_dilations=tuple(attrs.get("base_dilations") or ones),
                    window_dilations=tuple(attrs.get("window_dilations") or ones), padding=padding)
 
+    def is_padding_only(self) -> bool:
+        """True when every window holds one element at unit stride: the result is the padded operand."""
+        return all(d == 1 and s == 1 and b == 1 and wd == 1 for d, s, b, wd in
+                   zip(self.dims, self.strides, self.base_dilations, self.window_dilations))
+
     def active_axes(self) -> list[int]:
         """Axes the window actually touches (the rest are passed through unchanged)."""
         return [a for a in range(len(self.dims))
