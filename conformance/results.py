@@ -42,6 +42,7 @@ class CellResult:
             or why it was skipped.
         diffs: for a compare failure, one record per differing output and size set:
             ``{"output": i, "classes": [...], "count": n, "max_abs": x}`` (see ``conformance.elements``).
+        route: the route the artifact was converted by (TFLite: ``xla`` or ``tf-ops``), '' for none.
     """
 
     case: str
@@ -57,6 +58,7 @@ class CellResult:
     reason: str = ""
     ops: list[str] = field(default_factory=list)
     diffs: list[dict[str, Any]] = field(default_factory=list)
+    route: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
