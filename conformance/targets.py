@@ -5,11 +5,13 @@ on the case's own seeded inputs, so every result carries its stage, a one-line e
 the worst absolute/relative error:
 
 - ``stablehlo``: ``api.to_stablehlo(path=...)`` then ``JaxExportRunner`` on the ``.jaxexport``
-- ``saved-model``: ``api.to_saved_model`` then TensorFlow (``SavedModelRunner``)
-- ``tflite``: ``api.to_tflite`` then ``TFLiteRunner``
+- ``saved-model``: ``api.to_saved_model`` then TensorFlow (``SavedModelRunner``), route recorded
+- ``tflite``: ``api.to_tflite(route="auto")`` then ``TFLiteRunner``; the route taken (``xla`` or
+  ``tf-ops``) is recorded on the cell
 - ``onnx``: ``program_to_onnx`` + ``validate`` then ONNX Runtime (``OnnxRunner``)
 
-The reference is ``jax.jit`` of the case's function on the same device.
+The reference is ``jax.jit`` of the case's function on the same device. Each target is one row of
+``ADAPTERS``: adding a target is one function and one row.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -27,9 +30,7 @@ from conformance.case import Case
 from conformance.elements import describe, element_classes, explain_by_flushing, flush_subnormals, summarize
 from conformance.results import CellResult, failure
 
-TARGETS = ("stablehlo", "saved-model", "tflite", "onnx")
 DEVICES = ("cpu", "gpu")
-TF_TARGETS = frozenset({"saved-model", "tflite"})
 
 
 class StageError(Exception):
@@ -54,10 +55,9 @@ def _stage(stage: str, fn: Callable[[], Any]) -> Any:
 
 def missing_runtime(target: str) -> str | None:
     """Why ``target`` cannot run in this environment (a skip), or None."""
-    if target in TF_TARGETS and importlib.util.find_spec("tensorflow") is None:
-        return "TensorFlow not installed"
-    if target == "onnx" and importlib.util.find_spec("onnxruntime") is None:
-        return "onnxruntime not installed"
+    needs = ADAPTERS[target].needs if target in ADAPTERS else None
+    if needs is not None and importlib.util.find_spec(needs[0]) is None:
+        return needs[1]
     return None
 
 
@@ -116,34 +116,81 @@ def _trace(case: Case, platform: str):
                  platforms=(platform,))
 
 
-def _make_runner(case: Case, target: str, device: str, program: Any, tmp: str) -> Any:
-    """Convert (and validate) then load; returns a Runner."""
+def _stablehlo(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+    from jaxconv import api
+    from jaxconv.runtimes.jaxexport import JaxExportRunner
+
+    base = os.path.join(tmp, "model")
+    _stage("convert", lambda: api.to_stablehlo(program, path=base, check=False))
+    return _stage("load", lambda: JaxExportRunner(base + ".jaxexport"))
+
+
+def _saved_model(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
     from jaxconv import api
     from jaxconv.runtimes import open_artifact
+    from jaxconv.tf.saved_model import read_route
 
-    if target == "stablehlo":
-        base = os.path.join(tmp, "model")
-        _stage("convert", lambda: api.to_stablehlo(program, path=base, check=False))
-        from jaxconv.runtimes.jaxexport import JaxExportRunner
+    path = os.path.join(tmp, "saved_model")
+    _stage("convert", lambda: api.to_saved_model(program, path=path, check=False))
+    result.route = read_route(path)
+    return _stage("load", lambda: open_artifact(path))
 
-        return _stage("load", lambda: JaxExportRunner(base + ".jaxexport"))
-    if target == "saved-model":
-        path = os.path.join(tmp, "saved_model")
-        _stage("convert", lambda: api.to_saved_model(program, path=path, check=False))
-        return _stage("load", lambda: open_artifact(path))
-    if target == "tflite":
-        path = os.path.join(tmp, "model.tflite")
-        _stage("convert", lambda: api.to_tflite(program, path=path, check=False))
-        return _stage("load", lambda: open_artifact(path))
-    if target == "onnx":
-        from jaxconv.onnx import convert
 
-        model = _stage("convert", lambda: convert.program_to_onnx(program))
-        _stage("validate", lambda: convert.validate(model))
-        from jaxconv.runtimes.onnxrt import OnnxRunner
+def _tflite(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+    """``to_tflite`` with ``route="auto"``: the xla route, else tf-ops when xla fails to convert, to
+    run, or to match jax.jit in the converter's own check."""
+    from jaxconv import api
+    from jaxconv.runtimes import open_artifact
+    from jaxconv.runtimes.tflite import read_route
 
-        return _stage("load", lambda: OnnxRunner(model.SerializeToString()))
-    raise StageError("export", f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    path = os.path.join(tmp, "model.tflite")
+    _stage("convert", lambda: api.to_tflite(program, path=path, check=False, route="auto"))
+    result.route = read_route(path)
+    return _stage("load", lambda: open_artifact(path))
+
+
+def _onnx(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+    from jaxconv.onnx import convert
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    model = _stage("convert", lambda: convert.program_to_onnx(program))
+    _stage("validate", lambda: convert.validate(model))
+    return _stage("load", lambda: OnnxRunner(model.SerializeToString()))
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How the suite drives one target.
+
+    Attributes:
+        make: ``(case, program, tmp, result) -> runner``: convert (and validate), then load; may
+            record facts about the artifact (its route) on ``result``.
+        needs: (module, skip reason) when the target's runtime may be missing.
+        cpu_export: export for the CPU whatever the device (the target runs on the CPU only).
+        runs_on_device: the runner runs on the cell's device (under ``jax.default_device``).
+    """
+
+    make: Callable[[Case, Any, str, CellResult], Any]
+    needs: tuple[str, str] | None = None
+    cpu_export: bool = False
+    runs_on_device: bool = False
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "stablehlo": Adapter(_stablehlo, runs_on_device=True),
+    "saved-model": Adapter(_saved_model, needs=("tensorflow", "TensorFlow not installed")),
+    "tflite": Adapter(_tflite, needs=("tensorflow", "TensorFlow not installed")),
+    "onnx": Adapter(_onnx, needs=("onnxruntime", "onnxruntime not installed"), cpu_export=True),
+}
+TARGETS = tuple(ADAPTERS)
+TF_TARGETS = frozenset(t for t, a in ADAPTERS.items() if a.needs and a.needs[0] == "tensorflow")
+
+
+def _make_runner(case: Case, target: str, program: Any, tmp: str, result: CellResult) -> Any:
+    """Convert (and validate) then load; returns a Runner."""
+    if target not in ADAPTERS:
+        raise StageError("export", f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    return ADAPTERS[target].make(case, program, tmp, result)
 
 
 def ops_of(program: Any) -> list[str]:
@@ -207,7 +254,10 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
         return result
     jax.config.update("jax_enable_x64", case.x64)
     try:
-        platform = "cpu" if target == "onnx" else _stage("export", lambda: _export_platform(device))
+        adapter = ADAPTERS.get(target)
+        if adapter is None:
+            raise StageError("export", f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+        platform = "cpu" if adapter.cpu_export else _stage("export", lambda: _export_platform(device))
         program = _stage("export", lambda: _trace(case, platform))
         if with_ops:
             try:
@@ -215,13 +265,13 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
             except Exception:  # noqa: BLE001  (the op list is informative only)
                 result.ops = []
         with tempfile.TemporaryDirectory(prefix="jaxconv-conf-") as tmp:
-            runner = _make_runner(case, target, device, program, tmp)
+            runner = _make_runner(case, target, program, tmp, result)
             worst_abs, worst_rel, ok = 0.0, 0.0, True
             notes: list[str] = []
             for sizes in case.size_sets():
                 args = case.inputs(sizes)
                 expected = _stage("run", lambda: reference(case, args, device))
-                if device == "gpu" and target == "stablehlo":
+                if device == "gpu" and adapter.runs_on_device:
                     dev = _jax_device(device)
 
                     def run_on_gpu() -> list[np.ndarray]:
