@@ -3,6 +3,8 @@
 The lowering emits exact, general graphs; the rules here turn parts of them into forms ORT runs
 faster without changing the numbers:
 
+- ``symbolic``: Expands that broadcasting makes redundant, found through symbolic dimensions;
+- ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
   so ORT fuses it into the Conv or Gemm before it;
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _match, activations, broadcasts, layout, loops, lstm, pooling, softmax
+from jaxconv.onnx.rewrites import (_match, activations, broadcasts, keepdims, layout, loops, lstm, pooling,
+                                   softmax, symbolic)
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -34,9 +37,12 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0, "pooling": 0, "layout": 0, "lstm": 0}
+    fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
+             "pooling": 0, "layout": 0, "lstm": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
+        fired["symbolic"] += symbolic.rewrite(graph)
+        fired["keepdims"] += keepdims.rewrite(graph)
         fired["softmax"] += softmax.rewrite(graph)
         fired["activations"] += activations.rewrite(graph, opset)
         fired["broadcasts"] += broadcasts.rewrite(graph)

@@ -1,0 +1,509 @@
+"""Expands made redundant by broadcasting, found by tracking symbolic dimensions.
+
+A function converted with a symbolic dimension (``f32[8,t,256]``) lowers every broadcast to
+``Expand(x, shape)`` with ``shape`` computed at run time from ``Shape(input)``. ONNX shape
+inference cannot relate such a computed shape to the input's dimensions (the lowering computes
+it in int32, behind Casts), so the Expands stay: full-size copies of a scalar ``-inf`` or of a
+mask, every run. This rule follows the dimensions through the shape arithmetic (Shape, Cast,
+Squeeze, Unsqueeze, Reshape, Concat, Gather, Slice) and through the tensors' shapes (broadcasting
+ops, MatMul, Reshape, Slice, Transpose, reductions) and then:
+
+- drops an ``Expand`` whose input already has the target shape;
+- lets an elementwise op read an Expand's input when broadcasting its other inputs gives the
+  op's output shape anyway;
+- gives MatMul the 3-D operand directly, without the Reshape to 2-D and back the lowering of a
+  ``dot_general`` with batch-free contraction emits (ORT flattens the operand itself);
+- turns Slices that cut one tensor into consecutive pieces along one axis into one Split;
+- runs an elementwise op before an Expand of its operand when its other operands are no larger
+  (``op(Expand(a, s), c)`` -> ``Expand(op(a, c), s)``; broadcasting commutes with pointwise ops),
+  so the Expand can move on to a consumer that makes it redundant.
+
+Dimensions are tokens: an int, or a string naming one run-time value (a graph input's symbolic
+dimension, or an internal ``?``-prefixed name for a dimension only this analysis relates).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Union
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+Dim = Union[int, str]
+Dims = tuple  # tuple[Dim, ...]
+
+_BROADCASTING = frozenset({
+    "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Where", "Mod", "PRelu",
+    "BitShift"})
+_SAME_SHAPE = frozenset({
+    "Identity", "Cast", "Neg", "Abs", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Relu", "Gelu", "Erf", "Not",
+    "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Reciprocal", "Sin", "Cos", "Softmax", "LogSoftmax",
+    "BitwiseNot", "Softplus", "Tan", "Atan", "Asin", "Acos"})
+_POINTWISE_UNARY = _SAME_SHAPE - {"Softmax", "LogSoftmax", "Identity"}
+_SHAPE_PASS = frozenset({"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"})
+_REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
+                     "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
+_INT_TYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
+_NO_ORT_EXPAND = frozenset({ir.DataType.BFLOAT16})
+
+
+class _Shapes:
+    """Symbolic shapes of tensors and symbolic contents of 1-D integer shape tensors."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[int, Dims | None] = {}
+        self.values: dict[int, Dims | None] = {}
+        self._fresh = itertools.count()
+
+    # ---- tensor shapes -------------------------------------------------------------------
+    def shape(self, v: ir.Value | None) -> Dims | None:
+        if v is None:
+            return None
+        if id(v) not in self.shapes:
+            self.shapes[id(v)] = self._declared(v)
+        return self.shapes[id(v)]
+
+    def _declared(self, v: ir.Value) -> Dims | None:
+        """The value's own shape: ints and real symbol names kept, unknown dims given private tokens."""
+        if v.shape is None:
+            return None
+        dims = []
+        for k, d in enumerate(v.shape):
+            if isinstance(d, int):
+                dims.append(d)
+            elif d.value is not None and (v.is_graph_input() or (v.producer() is None
+                                                                 and not d.value.startswith("unk__"))):
+                dims.append(d.value)
+            else:
+                dims.append(f"?{id(v)}:{k}")
+        return tuple(dims)
+
+    def fresh(self) -> str:
+        return f"?n{next(self._fresh)}"
+
+    # ---- shape-tensor contents --------------------------------------------------------------
+    def value(self, v: ir.Value | None) -> Dims | None:
+        if v is None:
+            return None
+        if id(v) in self.values:
+            return self.values[id(v)]
+        self.values[id(v)] = None  # cycles and failures: unknown
+        out = self._value(v)
+        self.values[id(v)] = out
+        return out
+
+    def _value(self, v: ir.Value) -> Dims | None:
+        arr = m.const(v)
+        if arr is not None:
+            if arr.dtype.kind not in "iu" or arr.ndim > 1 or arr.size > 16:
+                return None
+            return tuple(int(a) for a in np.atleast_1d(arr))
+        node = v.producer()
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return None
+        if v.dtype is not None and v.dtype not in _INT_TYPES:
+            return None
+        op = node.op_type
+        if op == "Shape":
+            shape = self.shape(node.inputs[0])
+            if shape is None:
+                return None
+            start, end = m.attr(node, "start", 0), m.attr(node, "end", None)
+            return tuple(shape[start:end])
+        if op in _SHAPE_PASS:
+            if op == "Cast" and (node.inputs[0] is None or node.inputs[0].dtype not in _INT_TYPES):
+                return None
+            return self.value(node.inputs[0])
+        if op == "Concat" and m.attr(node, "axis", 0) in (0, -1):
+            parts = [self.value(i) for i in node.inputs]
+            return None if any(p is None for p in parts) else tuple(d for p in parts for d in p)
+        if op == "Gather" and m.attr(node, "axis", 0) == 0:
+            src, idx = self.value(node.inputs[0]), m.const(node.inputs[1])
+            if src is None or idx is None or idx.ndim > 1:
+                return None
+            try:
+                return tuple(src[int(i)] for i in np.atleast_1d(idx))
+            except IndexError:
+                return None
+        if op == "Slice":
+            src = self.value(node.inputs[0])
+            args = [m.const(i) for i in node.inputs[1:]]
+            if src is None or any(a is None for a in args) or len(args) < 2:
+                return None
+            steps = args[3] if len(args) > 3 else np.array([1])
+            if len(np.atleast_1d(args[0])) != 1 or int(np.atleast_1d(steps)[0]) != 1:
+                return None
+            start, end = int(np.atleast_1d(args[0])[0]), int(np.atleast_1d(args[1])[0])
+            return tuple(src[start:end])
+        return None
+
+    # ---- propagation ------------------------------------------------------------------------
+    def infer(self, node: ir.Node) -> None:
+        """Record the symbolic shape of ``node``'s first output computed from its inputs, where known."""
+        if node.domain not in ("", "ai.onnx") or not node.outputs:
+            return
+        try:
+            out = self._infer(node)
+        except (ValueError, IndexError, TypeError):
+            out = None
+        if out is not None:
+            self.shapes[id(node.outputs[0])] = tuple(out)
+
+    def _infer(self, node: ir.Node) -> Dims | None:
+        op, ins = node.op_type, node.inputs
+        if op in _BROADCASTING:
+            return broadcast(*[self.shape(i) for i in ins])
+        if op in _SAME_SHAPE:
+            return self.shape(ins[0])
+        if op == "Expand":
+            return broadcast(self.shape(ins[0]), self.value(ins[1]))
+        if op == "MatMul":
+            a, b = self.shape(ins[0]), self.shape(ins[1])
+            if a is None or b is None or len(a) < 2 or len(b) < 2:
+                return None
+            batch = broadcast(a[:-2], b[:-2])
+            return None if batch is None else batch + (a[-2], b[-1])
+        if op == "Range":
+            start, limit, delta = (m.const(i) for i in ins)
+            n = self.value(ins[1])
+            if start is None or delta is None or n is None or len(n) != 1:
+                return None
+            if int(start) != 0 or int(delta) != 1:
+                return None
+            return n
+        if op == "Transpose":
+            a = self.shape(ins[0])
+            perm = m.attr(node, "perm")
+            if a is None:
+                return None
+            perm = list(perm) if perm is not None else list(range(len(a)))[::-1]
+            return tuple(a[p] for p in perm)
+        if op == "Reshape":
+            return self._reshape(node)
+        if op == "Slice":
+            return self._slice(node)
+        if op in ("Unsqueeze", "Squeeze"):
+            a, axes = self.shape(ins[0]), m.const(ins[1]) if len(ins) > 1 else None
+            if a is None or axes is None:
+                return None
+            axes = [int(x) for x in np.atleast_1d(axes)]
+            if op == "Squeeze":
+                axes = {x % len(a) for x in axes}
+                return tuple(d for k, d in enumerate(a) if k not in axes)
+            rank = len(a) + len(axes)
+            axes = {x % rank for x in axes}
+            rest = iter(a)
+            return tuple(1 if k in axes else next(rest) for k in range(rank))
+        if op in _REDUCE:
+            a, axes = self.shape(ins[0]), m.reduce_axes(node)
+            if a is None or axes is None or not axes:
+                return None
+            axes = {x % len(a) for x in axes}
+            keep = m.attr(node, "keepdims", 1)
+            return tuple(1 if k in axes else d for k, d in enumerate(a) if keep or k not in axes)
+        return None
+
+    def _reshape(self, node: ir.Node) -> Dims | None:
+        a, target = self.shape(node.inputs[0]), self.value(node.inputs[1])
+        if target is None:
+            return None
+        allowzero = m.attr(node, "allowzero", 0)
+        dims = list(target)
+        for k, d in enumerate(dims):
+            if d == 0 and not allowzero:
+                if a is None or k >= len(a):
+                    return None
+                dims[k] = a[k]
+        if -1 in dims:
+            if a is None or dims.count(-1) != 1:
+                return None
+            known = [d for d in dims if d != -1]
+            dims[dims.index(-1)] = _quotient(list(a), known) or self.fresh()
+        return tuple(dims)
+
+    def _slice(self, node: ir.Node) -> Dims | None:
+        ins = node.inputs
+        a = self.shape(ins[0])
+        if a is None or len(ins) < 3:
+            return None
+        starts, ends = self.value(ins[1]), self.value(ins[2])
+        axes, steps = _axes_steps(ins, len(a), self)
+        if starts is None or ends is None or axes is None or steps is None:
+            return None
+        out = list(a)
+        for s, e, axis, step in zip(starts, ends, axes, steps):
+            axis, d = int(axis) % len(a), a[int(axis) % len(a)]
+            if int(step) != 1 or not isinstance(s, int) or s < 0:
+                return None
+            if isinstance(e, int) and isinstance(d, int):
+                out[axis] = max(0, min(e if e >= 0 else e + d, d) - min(s, d))
+            elif s == 0 and e == d:
+                out[axis] = d
+            elif isinstance(e, int) and e >= 1 << 62:
+                out[axis] = d if s == 0 else self.fresh()
+            else:
+                out[axis] = self.fresh()
+        return tuple(out)
+
+
+def _axes_steps(ins, rank: int, shapes: "_Shapes") -> tuple[Dims | None, Dims | None]:
+    """A Slice's axes and steps as int tuples (defaults filled in), None where not constant."""
+    axes = shapes.value(ins[3]) if len(ins) > 3 and ins[3] is not None else tuple(range(rank))
+    steps = shapes.value(ins[4]) if len(ins) > 4 and ins[4] is not None else (1,) * rank
+    if axes is None or steps is None or not all(isinstance(d, int) for d in (*axes, *steps)):
+        return None, None
+    return axes, steps
+
+
+def _quotient(total: list[Dim], known: list[Dim]) -> Dim | None:
+    """The one dimension d with prod(total) == prod(known) * d, when the symbols allow saying which."""
+    syms_t = sorted(d for d in total if isinstance(d, str))
+    syms_k = sorted(d for d in known if isinstance(d, str))
+    rest = list(syms_t)
+    for s in syms_k:
+        if s not in rest:
+            return None
+        rest.remove(s)
+    n_t = int(np.prod([d for d in total if isinstance(d, int)], dtype=np.int64))
+    n_k = int(np.prod([d for d in known if isinstance(d, int)], dtype=np.int64))
+    if n_k == 0 or n_t % n_k:
+        return None
+    ratio = n_t // n_k
+    if not rest:
+        return ratio
+    if len(rest) == 1 and ratio == 1:
+        return rest[0]
+    return None
+
+
+def broadcast(*shapes: Dims | None) -> Dims | None:
+    """Numpy broadcasting of symbolic shapes; None when a shape is unknown or two dims may differ."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for k in range(rank):
+        dims = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _named(dims: Dims) -> bool:
+    return all(isinstance(d, int) or not d.startswith("?") for d in dims)
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Drop and sink the Expands of ``graph`` that broadcasting makes redundant; returns how many."""
+    shapes = _Shapes()
+    count = 0
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Expand" and _noop_expand(graph, node, shapes):
+            count += 1
+            continue
+        if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
+            if _sink(graph, node, shapes):
+                count += 1
+                continue
+            if node.op_type in _BROADCASTING:
+                count += _drop_inputs(node, shapes)
+        shapes.infer(node)
+    for node in list(graph):
+        if node.domain in ("", "ai.onnx") and node.op_type == "Reshape":
+            count += _matmul_without_reshapes(graph, node, shapes)
+    slices: dict[int, list[ir.Node]] = {}
+    for node in graph:
+        if node.domain in ("", "ai.onnx") and node.op_type == "Slice" and node.inputs[0] is not None:
+            slices.setdefault(id(node.inputs[0]), []).append(node)
+    for group in slices.values():
+        count += _split(graph, group, shapes)
+    for node in graph:
+        out = node.outputs[0] if node.outputs else None
+        dims = shapes.shapes.get(id(out)) if out is not None else None
+        if dims is not None and _named(dims) and (out.shape is None or not _named(shapes._declared(out))):
+            out.shape = ir.Shape(list(dims))
+    return count
+
+
+def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
+    src, out = node.inputs[0], node.outputs[0]
+    a = shapes.shape(src)
+    if src is None or a is None or out.is_graph_output() or broadcast(a, shapes.value(node.inputs[1])) != a:
+        return False
+    out.replace_all_uses_with(src)
+    return True
+
+
+def _drop_inputs(node: ir.Node, shapes: _Shapes) -> int:
+    """Read an Expand's input directly where the op's output shape stays the same."""
+    want = broadcast(*[shapes.shape(i) for i in node.inputs])
+    if want is None:
+        return 0
+    count = 0
+    for k, value in enumerate(node.inputs):
+        expand = m.producer(value, "Expand")
+        if expand is None or expand.inputs[0] is None:
+            continue
+        trial = [shapes.shape(expand.inputs[0] if j == k else i) for j, i in enumerate(node.inputs)]
+        if broadcast(*trial) == want:
+            node.replace_input_with(k, expand.inputs[0])
+            count += 1
+    return count
+
+
+def _sink(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
+    """``op(Expand(a, s), c)`` -> ``Expand(op(a, c), s)`` when ``c`` adds no dimension to ``a``.
+
+    Several operands may be Expands to the same shape ``s``; the op then runs on their inputs.
+    """
+    if len(node.outputs) != 1 or node.outputs[0].dtype in _NO_ORT_EXPAND:
+        return False
+    expands = {k: e for k, e in enumerate(m.producer(v, "Expand") for v in node.inputs)
+               if e is not None and e.inputs[0] is not None}
+    if not expands:
+        return False
+    target = next(iter(expands.values())).inputs[1]
+    want = shapes.value(target)
+    if want is None or any(shapes.value(e.inputs[1]) != want for e in expands.values()):
+        return False
+    sources = [shapes.shape(e.inputs[0]) for e in expands.values()]
+    others = [shapes.shape(i) for k, i in enumerate(node.inputs) if k not in expands]
+    small = broadcast(*sources)
+    if small is None or broadcast(small, *others) != small:
+        return False
+    if broadcast(*[shapes.shape(i) for i in node.inputs]) is None:
+        return False
+    operands = [expands[k].inputs[0] if k in expands else i for k, i in enumerate(node.inputs)]
+    inner = ir.node(node.op_type, operands, {n: v for n, v in node.attributes.items()})
+    grow = ir.node("Expand", [inner.outputs[0], target])
+    inner.outputs[0].dtype = node.outputs[0].dtype
+    shapes.shapes[id(inner.outputs[0])] = small
+    shapes.infer(grow)
+    m.replace(graph, node.outputs[0], [inner, grow], node)
+    return True
+
+
+def _single_use(v: ir.Value) -> bool:
+    return len(v.uses()) == 1 and not v.is_graph_output()
+
+
+def _matmul_without_reshapes(graph: ir.Graph, after: ir.Node, shapes: _Shapes) -> bool:
+    """``Reshape(MatMul(Reshape(x, [P, K]), W), A + [N])`` -> ``MatMul(x', W)``.
+
+    ``x'`` is ``x`` when its leading dimensions are ``A``, else ``x`` reshaped to ``A + [K]``
+    (dims copied with 0 where ``x`` has them in place). W must be 2-D.
+    """
+    mm = m.producer(after.inputs[0], "MatMul")
+    if mm is None or not _single_use(after.inputs[0]) or len(mm.inputs) != 2:
+        return False
+    before = m.producer(mm.inputs[0], "Reshape")
+    w = shapes.shape(mm.inputs[1])
+    if before is None or w is None or len(w) != 2 or not _single_use(mm.inputs[0]):
+        return False
+    x, flat, out = before.inputs[0], shapes.shape(mm.inputs[0]), shapes.shape(after.outputs[0])
+    xs = shapes.shape(x)
+    if xs is None or flat is None or out is None or len(flat) != 2 or len(out) < 2 or out[-1] != w[1]:
+        return False
+    # both Reshapes are valid, so prod(lead) * K == P * K == prod(x's dims)
+    lead = out[:-1]
+    if xs[:-1] == lead and xs[-1] == w[0]:
+        source, new = x, []
+    else:
+        dims = []
+        for k, d in enumerate(lead):
+            if k < len(xs) and xs[k] == d and not (isinstance(d, int) and d == 0):
+                dims.append(0)
+            elif isinstance(d, int):
+                dims.append(d)
+            else:
+                return False
+        if not isinstance(w[0], int):
+            return False
+        shape = ir.Value(name=None, const_value=ir.tensor(np.array(dims + [w[0]], np.int64)))
+        shape.type, shape.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(dims) + 1])
+        graph.register_initializer(_named_initializer(graph, shape, "matmul_shape"))
+        reshape = ir.node("Reshape", [x, shape])
+        shapes.shapes[id(reshape.outputs[0])] = tuple(lead) + (w[0],)
+        source, new = reshape.outputs[0], [reshape]
+    matmul = ir.node("MatMul", [source, mm.inputs[1]])
+    matmul.outputs[0].dtype = after.outputs[0].dtype
+    shapes.shapes[id(matmul.outputs[0])] = out
+    m.replace(graph, after.outputs[0], [*new, matmul], after)
+    return True
+
+
+def _named_initializer(graph: ir.Graph, value: ir.Value, base: str) -> ir.Value:
+    k = 0
+    while f"{base}_{k}" in graph.initializers:
+        k += 1
+    value.name = f"{base}_{k}"
+    return value
+
+
+def _split(graph: ir.Graph, group: list[ir.Node], shapes: _Shapes) -> int:
+    """Slices of one tensor that cut it into consecutive pieces along one axis -> one Split."""
+    if len(group) < 2:
+        return 0
+    xs = shapes.shape(group[0].inputs[0])
+    if xs is None:
+        return 0
+    pieces = []
+    axis_of = set()
+    for node in group:
+        cut = _one_axis_cut(node, xs, shapes)
+        if cut is None:
+            return 0
+        axis, start, end = cut
+        axis_of.add(axis)
+        pieces.append((start, end, node))
+    if len(axis_of) != 1:
+        return 0
+    axis = axis_of.pop()
+    pieces.sort(key=lambda p: p[0])
+    if pieces[0][0] != 0 or pieces[-1][1] != xs[axis] or any(p[1] != q[0] for p, q in zip(pieces, pieces[1:])):
+        return 0
+    sizes = ir.Value(name=None, const_value=ir.tensor(np.array([e - s for s, e, _ in pieces], np.int64)))
+    sizes.type, sizes.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(pieces)])
+    graph.register_initializer(_named_initializer(graph, sizes, "split_sizes"))
+    order = {id(n): k for k, n in enumerate(graph)}
+    first = min(group, key=lambda n: order[id(n)])
+    split = ir.node("Split", [group[0].inputs[0], sizes], {"axis": axis}, num_outputs=len(pieces))
+    graph.insert_before(first, split)
+    for (_, _, node), out in zip(pieces, split.outputs):
+        old = node.outputs[0]
+        out.type, out.shape = old.type, old.shape
+        old.replace_all_uses_with(out, replace_graph_outputs=True)
+        name, old.name = old.name, None
+        out.name = name
+    return len(pieces) - 1
+
+
+def _one_axis_cut(node: ir.Node, xs: Dims, shapes: _Shapes) -> tuple[int, int, int] | None:
+    """(axis, start, end) when the Slice keeps every axis whole but one, cut at int positions."""
+    ins = node.inputs
+    if len(ins) < 3:
+        return None
+    starts, ends = shapes.value(ins[1]), shapes.value(ins[2])
+    axes, steps = _axes_steps(ins, len(xs), shapes)
+    if starts is None or ends is None or axes is None or steps is None or any(st != 1 for st in steps):
+        return None
+    cut = None
+    for s, e, axis in zip(starts, ends, axes):
+        axis = int(axis) % len(xs)
+        d = xs[axis]
+        if s == 0 and (e == d or isinstance(e, int) and isinstance(d, int) and e >= d):
+            continue
+        if cut is not None or not (isinstance(s, int) and isinstance(e, int) and isinstance(d, int)):
+            return None
+        if not 0 <= s < e <= d:
+            return None
+        cut = (axis, s, e)
+    return cut

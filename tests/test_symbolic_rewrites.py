@@ -1,0 +1,153 @@
+"""Rewrites that follow symbolic dimensions (jaxconv.onnx.rewrites.symbolic, keepdims): each fires on
+a function converted with a symbolic dimension and keeps jax.jit's numbers at several sizes."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+import jaxconv
+from jaxconv.onnx import rewrites
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+D, HEADS = 16, 2
+
+
+def _weights():
+    rng = np.random.default_rng(1)
+    return (rng.standard_normal((D, 3 * D)).astype(np.float32) / 4,
+            rng.standard_normal((D, D)).astype(np.float32) / 4,
+            1 + rng.standard_normal(D).astype(np.float32) / 10)
+
+
+def _attention(x):
+    wqkv, wo, g = _weights()
+    b, t, _ = x.shape
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+    x = (x - mu) / jnp.sqrt(var + 1e-5) * g
+    split = lambda y: y.reshape(b, t, HEADS, D // HEADS).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = (split(y) for y in jnp.split(x @ wqkv, 3, axis=-1))
+    logits = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(D // HEADS)
+    logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -jnp.inf)
+    out = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(logits, axis=-1), v)
+    return out.transpose(0, 2, 1, 3).reshape(b, t, D) @ wo
+
+
+def _ops(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _convert_without(fn, spec: str, *rules: str) -> onnx.ModelProto:
+    saved = {r: getattr(rewrites, r).rewrite for r in rules}
+    try:
+        for r in rules:
+            setattr(getattr(rewrites, r), "rewrite", lambda graph: 0)
+        return jaxconv.to_onnx(fn, spec, check=False)
+    finally:
+        for r, f in saved.items():
+            setattr(getattr(rewrites, r), "rewrite", f)
+
+
+def test_attention_with_a_symbolic_length_has_no_full_size_broadcasts():
+    model = jaxconv.to_onnx(_attention, f"f32[3,t,{D}]", check=False)
+    ops = _ops(model)
+    before = _ops(_convert_without(_attention, f"f32[3,t,{D}]", "symbolic", "keepdims"))
+    # the scale, the -inf fill and the mask are broadcast by Div/Where, not by Expands of [3, 2, t, t]
+    assert ops["Expand"] == 0 < before["Expand"]
+    assert ops["Split"] == 1 and ops["Slice"] == 0  # q, k, v: one Split of the projection
+    assert ops["Unsqueeze"] < before["Unsqueeze"]  # means keep their axis (keepdims=1)
+    assert sum(ops.values()) < sum(before.values())
+    runner = OnnxRunner(model.SerializeToString())
+    for t in (1, 5, 12):
+        x = np.random.default_rng(t).standard_normal((3, t, D)).astype(np.float32)
+        (got,) = runner.run([x])
+        np.testing.assert_allclose(got, jax.jit(_attention)(x), rtol=2e-5, atol=2e-6)
+
+
+def test_dense_layer_on_a_3d_input_is_one_matmul():
+    w = np.random.default_rng(0).standard_normal((D, 8)).astype(np.float32)
+
+    def fn(x):
+        return x @ w
+
+    model = jaxconv.to_onnx(fn, f"f32[2,t,{D}]", check=False)
+    assert _ops(model)["MatMul"] == 1 and _ops(model)["Reshape"] == 0
+    runner = OnnxRunner(model.SerializeToString())
+    for t in (1, 7):
+        x = np.random.default_rng(t).standard_normal((2, t, D)).astype(np.float32)
+        np.testing.assert_allclose(runner.run([x])[0], jax.jit(fn)(x), rtol=1e-5, atol=1e-6)
+
+
+def test_heads_merged_into_a_dense_layer_reshape_once():
+    w = np.random.default_rng(0).standard_normal((D, 8)).astype(np.float32)
+
+    def fn(x):  # [b, t, heads, d/heads] -> [b, t, d] @ w
+        return x.reshape(x.shape[0], x.shape[1], D) @ w
+
+    model = jaxconv.to_onnx(fn, f"f32[2,t,{HEADS},{D // HEADS}]", check=False)
+    assert _ops(model)["Reshape"] == 1 and _ops(model)["MatMul"] == 1
+    x = np.random.default_rng(3).standard_normal((2, 5, HEADS, D // HEADS)).astype(np.float32)
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=1e-5, atol=1e-6)
+
+
+def _ir_model(text: str) -> ir.Model:
+    return ir.from_proto(onnx.parser.parse_model(text))
+
+
+def test_expand_that_enlarges_the_output_stays():
+    # y = x[t,1] + Expand(c, [t,4]): the Expand sets the output's last dim
+    text = """<ir_version: 10, opset_import: ["" : 21]>
+    g (float[t,1] x) => (float[t,4] y) <float c = {2.}, int64[1] four = {4}>
+    { s = Shape(x)
+    n = Slice(s, zero, one)
+    shp = Concat<axis=0>(n, four)
+    e = Expand(c, shp)
+    y = Add(x, e) }"""
+    text = text.replace("<float c = {2.}, int64[1] four = {4}>",
+                        "<float c = {2.}, int64[1] four = {4}, int64[1] zero = {0}, int64[1] one = {1}>")
+    model = _ir_model(text)
+    rewrites.symbolic.rewrite(model.graph)
+    add = next(n for n in model.graph if n.op_type == "Add")
+    assert add.inputs[1].producer().op_type == "Expand"
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    (got,) = OnnxRunner(ir.to_proto(model).SerializeToString()).run([x])
+    np.testing.assert_array_equal(got, np.broadcast_to(x + 2, (3, 4)))
+
+
+def test_expand_to_the_other_operands_shape_goes():
+    text = """<ir_version: 10, opset_import: ["" : 21]>
+    g (float[t,4] x) => (float[t,4] y) <float c = {2.}>
+    { s = Shape(x)
+    e = Expand(c, s)
+    y = Mul(x, e) }"""
+    model = _ir_model(text)
+    assert rewrites.symbolic.rewrite(model.graph) >= 1
+    mul = next(n for n in model.graph if n.op_type == "Mul")
+    assert mul.inputs[1].const_value is not None
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (got,) = OnnxRunner(ir.to_proto(model).SerializeToString()).run([x])
+    np.testing.assert_array_equal(got, x * 2)
+
+
+@pytest.mark.parametrize("keepdims_consumer", [True, False])
+def test_unsqueezed_sum_keeps_its_axis_and_zero_sign(keepdims_consumer):
+    def fn(x):
+        s = jnp.sum(x, axis=-1, keepdims=True)
+        return x - s if keepdims_consumer else s
+
+    x = np.array([[-0.0, -0.0, -0.0], [1.0, -1.0, 0.5], [np.nan, 1.0, 2.0]], np.float32)
+    model = jaxconv.to_onnx(fn, "f32[3,3]", check=False)
+    assert _ops(model)["Unsqueeze"] == 0
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
