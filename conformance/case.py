@@ -96,6 +96,8 @@ class Arg:
             return rng.uniform(self.low, self.high, size=shape).astype(np.float32).astype(dt)
         if kind == "positive":
             return (np.abs(rng.standard_normal(shape)) + 0.1).astype(np.float32).astype(dt)
+        if dt.kind == "c":  # both parts drawn
+            return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
         return rng.standard_normal(shape).astype(np.float32).astype(dt)
 
 

@@ -96,7 +96,8 @@ def differs(reason: str, outputs: tuple[int, ...] = (), classes: tuple[str, ...]
                       max_abs=max_abs)
 
 
-_COMPLEX_ORT = fails("convert", r"ONNX Runtime has no complex tensor type", "ONNX Runtime has no complex types")
+_TFL_COMPLEX_IO = fails("convert", r"TFLite cannot hold (input|output) \w+",
+                        "TFLite models cannot take or return complex tensors (its kernels have no complex arithmetic)")
 _SUBNORMAL = "subnormal inputs: XLA on the CPU flushes them to zero, {} does not"
 _LAPACK_SM = fails("run", r"No FFI handler registered for lapack_\w+_ffi",
                    "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi)")
@@ -148,7 +149,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
     (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
     (_flex("BitwiseAnd"), ("op.and.i32", "op.bitcast_convert.u32_f32", "op.nextafter.f32")),
     (_flex("BitwiseOr"), ("op.or.i32",)),
-    (_flex("Complex"), ("op.complex.abs",)),
     (_flex("LeftShift"), ("edge.shift_out_of_range", "op.shift_left.i32")),
     (_flex("PopulationCount"), ("op.popcnt.u32",)),
     (_no_kernel("abs", "int64"), ("dtype.i64.negate_abs",)),
@@ -255,8 +255,9 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
 
 # (case pattern, target, device) -> the expected failure. Device "*" means every device.
 LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
-    ("op.fft.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
-    ("op.complex.*", "onnx", ANY_DEVICE): _COMPLEX_ORT,
+    ("spectral.rfft", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
+    ("spectral.fft2", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
+    ("spectral.ifft_c128", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
         "convert", r"stablehlo\.rng_bit_generator x\d+ \(no ONNX lowering",
         "XLA's backend-defined bit generator cannot be reproduced bit-exactly"),

@@ -11,5 +11,6 @@ from conformance.cases import (  # noqa: F401
     models_ext,
     reduce,
     shape,
+    spectral,
     symbolic,
 )
