@@ -226,7 +226,7 @@ def testdata_markdown(td: Mapping[str, Any] | None) -> list[str]:
              f"{t['ran']} ran with no expectations to compare**. A file passes only when its results match its expectations: "
              "its own `@expected`, or, for a dynamic/ file without one, XLA's results on the CPU for the same inputs (every "
              f"dynamic dimension {DYNAMIC_SIZE}). A file XLA cannot run that way only converts and runs ({RAN_LABEL}); "
-             "quantized/ files are unsupported.", "",
+             "quantized/ files run the module that defines `@main`, its constants as inputs.", "",
              f"| kind | pass | {RAN_LABEL} | fail | unsupported |", "|---|---|---|---|---|"]
     for kind, row in s["by_kind"].items():
         lines.append(f"| {kind} | " + " | ".join(str(row.get(k, 0)) for k in TESTDATA_STATUSES) + " |")

@@ -13,7 +13,9 @@ way. One without expectations runs on inputs whose ``?`` dimensions (and scalar 
 dimension arguments) are all ``DYNAMIC_SIZE``, and its results are compared with XLA's on the
 same inputs (``conformance.xla_reference``); where XLA cannot run the specialized module there
 is nothing to compare with, and the file counts as ``ran`` ("ran, no expectations"), never as
-``pass``. ``quantized/`` files are counted as unsupported.
+``pass``. A ``quantized/`` file holds several modules (``-split-input-file``); the one that
+defines ``@main`` is run, and having no ``@inputs``, the constants its computation uses become
+its inputs (as StableHLO's test data generator reads them).
 
 The data is read in place from ``../shared/stablehlo-testdata`` (relative to the repository
 root) or ``$JAXCONV_STABLEHLO_TESTDATA``; it is never copied into the project.
@@ -40,7 +42,6 @@ EXACT_CHECKS = frozenset({"check.expect_eq", "check.eq"})
 CLOSE_CHECKS = frozenset({"check.expect_close", "check.expect_almost_eq"})
 STATUSES = ("pass", "ran", "fail", "unsupported")
 RAN_LABEL = "ran, no expectations"
-QUANTIZED_REASON = "quantized element types (!quant.uniform) have no ONNX lowering"
 COMPLEX_REASON = "complex element types: ONNX Runtime has no complex tensors"
 _DTYPE_WORDS = ("bfloat16", "float16", "float32", "float64", "float8", "int8", "int16", "int32", "int64", "uint8", "uint16",
                 "uint32", "uint64", "bool", "complex64", "complex128", "i1", "ui", "si")
@@ -203,6 +204,8 @@ def build_checked_entry(module: Any) -> CheckedEntry:
             kept.append(op)
     if not raw_checks:
         raise ValueError("@main has no check.* custom_call")
+    if not any(op.name == "func.call" and op.attrs.get("callee") == "inputs" for op in main.body.ops):
+        kept = _constants_as_inputs(kept, args, inputs, known)
     returns: list[Any] = []
     entry = CheckedEntry(inputs=inputs)
     for name, actual, expected in raw_checks:
@@ -215,6 +218,22 @@ def build_checked_entry(module: Any) -> CheckedEntry:
             entry.checks.append((name, index, len(returns) - 1))
     module.functions[ENTRY] = hir.Function(name=ENTRY, body=hir.Block(args=args, ops=kept, returns=returns))
     return entry
+
+
+def _constants_as_inputs(kept: list[Any], args: list[Any], inputs: list[np.ndarray],
+                         known: dict[int, np.ndarray]) -> list[Any]:
+    """Without ``@inputs``, the constants the computation uses are its inputs (as StableHLO's
+    test data generator reads them); constants only a check uses stay expected values."""
+    used = {v.id for op in kept for v in op.operands}
+    out = []
+    for op in kept:
+        if op.name == "stablehlo.constant" and op.results[0].id in used:
+            args.append(op.results[0])
+            inputs.append(np.asarray(op.attrs["value"]))
+            known.pop(op.results[0].id, None)
+        else:
+            out.append(op)
+    return out
 
 
 def _graph_io(fn: Any) -> tuple[list[Any], list[Any]]:
@@ -290,9 +309,6 @@ def run_file(path: str, root: str | None = None) -> FileResult:
     rel = os.path.relpath(full, root)
     result = FileResult(file=rel, family=family_of(rel), kind=kind_of(rel))
     start = time.perf_counter()
-    if result.kind == "quantized":
-        result.status, result.stage, result.error = "unsupported", "convert", QUANTIZED_REASON
-        return result
     try:
         result.status = _run(full, result)
     except _Stop as stop:
@@ -303,11 +319,19 @@ def run_file(path: str, root: str | None = None) -> FileResult:
         else:
             text = one_line(err)
         result.status = "unsupported" if stop.unsupported else "fail"
-        if not stop.unsupported and _has_complex(full):
+        if not stop.unsupported and result.kind != "quantized" and _has_complex(full):
             result.status, text = "unsupported", one_line(f"{COMPLEX_REASON} ({text})")
         result.stage, result.error = stop.stage, text
     result.seconds = round(time.perf_counter() - start, 3)
     return result
+
+
+def main_module_text(text: str) -> str:
+    """The module holding ``@main`` in a ``-split-input-file`` file (quantized/ files hold several)."""
+    chunks = [c for c in text.split("\n// -----") if "func.func @main" in c or "func.func public @main" in c]
+    if len(chunks) != 1:
+        raise ValueError(f"{len(chunks)} modules define @main")
+    return chunks[0]
 
 
 def _has_complex(full: str) -> bool:
@@ -336,6 +360,8 @@ def _run(full: str, result: FileResult) -> str:
             return f.read()
 
     text = _staged("read", read)
+    if result.kind == "quantized":
+        text = _staged("read", main_module_text, text)
     module = _staged("read", read_module, text)
     if result.kind == "dynamic" and not has_expectations(module):
         return _run_dynamic(text, module, result)

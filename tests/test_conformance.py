@@ -325,7 +325,7 @@ def test_testdata_entry_takes_inputs_as_graph_inputs():
 @needs_testdata
 @pytest.mark.parametrize("name,status,family", [
     ("abs_float32_20_20.mlir", "pass", "abs"), ("add_any_int32_2_int32_2.mlir", "pass", "add_any"),
-    ("dynamic/add_dynamic.mlir", "pass", "add"), ("quantized/add_qi8.mlir", "unsupported", "add")])
+    ("dynamic/add_dynamic.mlir", "pass", "add"), ("quantized/add_qi8.mlir", "pass", "add")])
 def test_testdata_files(name, status, family):
     r = testdata.run_file(name)
     assert (r.status, r.family) == (status, family), f"{r.stage}: {r.error}"

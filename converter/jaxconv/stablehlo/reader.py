@@ -6,6 +6,7 @@ This is the only place in jaxconv that imports ``jaxlib.mlir``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 from typing import Any, Iterator
@@ -76,6 +77,9 @@ def read_module(data: bytes | str) -> hir.Module:
     """
     ir, shlo, *_ = _mlir()
     ctx = make_context()
+    masked = _mask_quantized(data)
+    if masked is not None:
+        data = masked.text
     with ctx, ir.Location.unknown():
         try:
             if isinstance(data, bytes) and data[:4] == b"ML\xefR":
@@ -90,6 +94,8 @@ def read_module(data: bytes | str) -> hir.Module:
             raise parse_error(e) from e
         legalize_chlo(module)
         try:
+            if masked is not None:
+                return _read_quantized(module, masked)
             return _Reader().module(module)
         except TypeError as e:
             if "complex" in str(e) or "unknown element type" in str(e):
@@ -99,6 +105,33 @@ def read_module(data: bytes | str) -> hir.Module:
             raise
 
 
+def _mask_quantized(data: bytes | str) -> Any:
+    """The text of a module with ``!quant.uniform`` types rewritten for the bindings (see quant_types), or None."""
+    from jaxconv.stablehlo import quant_types
+
+    if isinstance(data, bytes):
+        if data[:4] == b"ML\xefR" or quant_types.PREFIX.encode() not in data:
+            return None
+        data = data.decode("utf-8", errors="replace")
+    return quant_types.mask(data) if quant_types.PREFIX in data else None
+
+
+def _read_quantized(module, masked: Any) -> hir.Module:
+    """Read a masked module back with its quantized types, then rewrite the quantized ops (quant_math)."""
+    from jaxconv.stablehlo import quant_math
+
+    token = _QUANT_MASK.set(masked)
+    try:
+        reader = _Reader()
+        reader.quant_constants = list(masked.constants)
+        out = reader.module(module)
+    finally:
+        _QUANT_MASK.reset(token)
+    quant_math.legalize(out)
+    return out
+
+
+_QUANT_MASK: contextvars.ContextVar[Any] = contextvars.ContextVar("jaxconv_quant_mask", default=None)
 _LOCATION = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)')
 
 
@@ -143,6 +176,7 @@ def legalize_chlo(module) -> None:
 class _Reader:
     def __init__(self) -> None:
         self.values: dict[Any, hir.Value] = {}
+        self.quant_constants: list[str] = []
 
     def module(self, module) -> hir.Module:
         ir, *_ = _mlir()
@@ -200,12 +234,36 @@ class _Reader:
             text = str(operation)
             attrs = {"value": _parse_dense_text(text[text.index("dense<"):], numpy_dtype(ty.dtype),
                                                 tuple(int(d) for d in ty.shape))}
+        elif _QUANT_MASK.get() is not None:
+            attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()
+                     if name != "value" or operation.name != "stablehlo.constant"}
+            return hir.Op(name=self._unmask(operation, operands, results, attrs), operands=operands,
+                          results=results, attrs=attrs, regions=regions, location=_location_text(operation.location))
         else:
             attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()}
         if operation.name == "stablehlo.constant" and "value" not in attrs:
             attrs["value"] = constant_value(operation)
         return hir.Op(name=operation.name, operands=operands, results=results, attrs=attrs,
                       regions=regions, location=_location_text(operation.location))
+
+    def _unmask(self, operation, operands: list[hir.Value], results: list[hir.Value], attrs: dict[str, Any]) -> str:
+        """Undo quant_types.mask on one op: its quantize/dequantize name and its constant's value."""
+        from jaxconv.stablehlo.quant_types import is_quant, parse
+
+        name = operation.name
+        quant_out = bool(results) and is_quant(results[0].type.dtype)
+        if name == "stablehlo.convert" and quant_out:
+            return "stablehlo.uniform_quantize"
+        if name == "stablehlo.convert" and operands and is_quant(operands[0].type.dtype):
+            return "stablehlo.uniform_dequantize"
+        if name == "stablehlo.constant" and quant_out:
+            ty = results[0].type
+            literal = self.quant_constants.pop(0)
+            attrs["value"] = _parse_dense_text(f"dense<{literal}>", numpy_dtype(parse(ty.dtype).carrier),
+                                               tuple(int(d) for d in ty.shape))
+        elif name == "stablehlo.constant":
+            attrs["value"] = constant_value(operation)
+        return name
 
 
 def _dict_list(operation, key: str, n: int) -> list[dict[str, Any]]:
@@ -229,6 +287,11 @@ def tensor_type(t) -> hir.TensorType:
     ir, *_ = _mlir()
     if isinstance(t, ir.RankedTensorType):
         shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
+        masked = _QUANT_MASK.get()
+        if masked is not None and t.encoding is not None:
+            quant = masked.types.get(str(t.encoding).strip('"'))
+            if quant is not None:
+                return hir.TensorType(quant, shape)
         return hir.TensorType(element_dtype(t.element_type), shape)
     text = str(t)
     if "token" in text:

@@ -9,6 +9,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     indexing,
     lapack,
     linalg,
+    quantized,
     reduce,
     shape,
     sort,
