@@ -73,13 +73,20 @@ def require_saved_model(path: str) -> None:
 
 
 def signature_keys(path: str) -> dict[str, tuple[list[str], list[str]]]:
-    """Each serving signature's input and output keys, in the order the SavedModel lists them.
+    """Each serving signature's input and output keys, in the signature's order.
+
+    Inputs follow the order of the function the signature serves (its positional arguments, read
+    from the call inside the signature's wrapper function), else the sorted order TensorFlow gives
+    them; outputs are in TensorFlow's order (sorted, ``output_10`` after ``output_9``). A jaxconv
+    SavedModel's ``jaxconv_signature.json`` gives the converted program's order.
 
     Raises:
         ArtifactError: ``saved_model.pb`` does not parse.
     """
     import_tensorflow()
     from tensorflow.core.protobuf import saved_model_pb2
+
+    from jaxconv.runtimes.tf import output_order
 
     proto = saved_model_pb2.SavedModel()
     try:
@@ -89,9 +96,14 @@ def signature_keys(path: str) -> dict[str, tuple[list[str], list[str]]]:
         raise ArtifactError(f"cannot read {path}/{SAVED_MODEL_FILE}: {_first_line(e)}") from None
     out: dict[str, tuple[list[str], list[str]]] = {}
     for meta in proto.meta_graphs[:1]:
-        for key, sig in meta.signature_def.items():
-            if not key.startswith("_"):
-                out[key] = (list(sig.inputs.keys()), list(sig.outputs.keys()))
+        wrappers = _signature_wrappers(meta)
+        library = {f.signature.name: f for f in meta.graph_def.library.function}
+        for key in sorted(meta.signature_def):
+            if key.startswith("_"):
+                continue
+            sig = meta.signature_def[key]
+            inputs = _declared_order(sorted(sig.inputs), wrappers.get(key), library)
+            out[key] = (inputs, output_order(list(sig.outputs)))
     stored = read_signature(path)
     if stored is not None:  # jaxconv's own SavedModel: the program's order
         for key, (inputs, outputs) in out.items():
@@ -100,6 +112,36 @@ def signature_keys(path: str) -> dict[str, tuple[list[str], list[str]]]:
             if {t.name for t in stored.outputs} == set(outputs):
                 outputs[:] = [t.name for t in stored.outputs]
     return out
+
+
+def _signature_wrappers(meta: Any) -> dict[str, Any]:
+    """Signature key -> its ``bare_concrete_function`` (argument keywords, wrapper function name)."""
+    nodes = meta.object_graph_def.nodes
+    if not nodes:
+        return {}
+    found: dict[str, Any] = {}
+    for child in nodes[0].children:
+        if child.local_name != "signatures" or child.node_id >= len(nodes):
+            continue
+        for ref in nodes[child.node_id].children:
+            node = nodes[ref.node_id] if ref.node_id < len(nodes) else None
+            if node is not None and node.WhichOneof("kind") == "bare_concrete_function":
+                found[ref.local_name] = node.bare_concrete_function
+    return found
+
+
+def _declared_order(keys: list[str], wrapper: Any, library: dict[str, Any]) -> list[str]:
+    """``keys`` in the order the served function takes them, when the wrapper shows it; else as given."""
+    fn = library.get(wrapper.concrete_function_name) if wrapper is not None else None
+    if fn is None:
+        return keys
+    arg_key = dict(zip((a.name for a in fn.signature.input_arg), wrapper.argument_keywords))
+    for node in fn.node_def:
+        if node.op in ("StatefulPartitionedCall", "PartitionedCall"):
+            order = [arg_key[i.split(":")[0]] for i in node.input if i.split(":")[0] in arg_key]
+            if sorted(order) == sorted(keys):
+                return order
+    return keys
 
 
 def load(path: str) -> Any:
@@ -184,13 +226,12 @@ class _Problems(logging.Handler):
 
 
 def _quiet_tf2onnx(problems: _Problems) -> list[tuple[logging.Logger, int, bool]]:
-    saved = []
-    for name in ("tf2onnx", "tf2onnx.tfonnx", "tf2onnx.tf_loader", "tf2onnx.optimizer"):
-        log = logging.getLogger(name)
-        saved.append((log, log.level, log.propagate))
-        log.propagate = False
-        log.setLevel(logging.ERROR)
-    logging.getLogger("tf2onnx").addHandler(problems)
+    """tf2onnx's loggers: nothing printed; errors (its children's included) go to ``problems``."""
+    log = logging.getLogger("tf2onnx")
+    saved = [(log, log.level, log.propagate)]
+    log.propagate = False
+    log.setLevel(logging.ERROR)
+    log.addHandler(problems)
     return saved
 
 
@@ -318,35 +359,36 @@ def _rename_dims(model: Any, renamed: dict[str, str]) -> None:
 
 
 def _without_output_params(model: Any) -> Any:
-    """A copy of ``model`` (initializers left out) whose outputs' ``unk__N`` dimensions are unknown."""
+    """A light copy of ``model`` for shape inference: initializers of 1 KiB and more become typed
+    inputs (shape inference reads small constants such as axes), outputs' ``unk__N`` dimensions unknown."""
     import onnx
 
     light = onnx.ModelProto()
     for field_, value in model.ListFields():
         if field_.name != "graph":
-            getattr(light, field_.name).CopyFrom(value) if hasattr(value, "CopyFrom") else None
-            if not hasattr(value, "CopyFrom"):
-                if hasattr(value, "extend"):
-                    getattr(light, field_.name).extend(value)
-                else:
-                    setattr(light, field_.name, value)
+            _copy_field(light, field_.name, value)
     for field_, value in model.graph.ListFields():
-        if field_.name == "initializer":
-            continue
-        target = getattr(light.graph, field_.name)
-        if hasattr(value, "extend"):
-            target.extend(value)
-        elif hasattr(value, "CopyFrom"):
-            target.CopyFrom(value)
-        else:
-            setattr(light.graph, field_.name, value)
+        if field_.name != "initializer":
+            _copy_field(light.graph, field_.name, value)
     for t in model.graph.initializer:
-        light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        if t.ByteSize() < 1024:
+            light.graph.initializer.append(t)
+        else:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     for v in light.graph.output:
         for dim in v.type.tensor_type.shape.dim:
             if dim.HasField("dim_param") and dim.dim_param.startswith("unk__"):
                 dim.Clear()
     return light
+
+
+def _copy_field(dst: Any, name: str, value: Any) -> None:
+    if hasattr(value, "extend"):
+        getattr(dst, name).extend(value)
+    elif hasattr(value, "CopyFrom"):
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)
 
 
 # ---- the check against TensorFlow -----------------------------------------------------------------
@@ -402,10 +444,30 @@ class SignatureRunner:
 _SHAPE_ASSERTION = "do not match the polymorphic shapes"
 
 
-def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0) -> list[_Reference]:
+def open_loop(model: Any) -> bool:
+    """Whether the model has a ``Loop`` whose trip count is not a constant (a TF ``while_loop`` or a
+    StableHLO ``while`` whose trip count may depend on the data, and may not end on edge values)."""
+    constants: set[str] = set()
+    loops: list[Any] = []
+    stack = [model.graph]
+    while stack:
+        graph = stack.pop()
+        constants.update(t.name for t in graph.initializer)
+        for node in graph.node:
+            if node.op_type == "Constant":
+                constants.update(node.output)
+            elif node.op_type == "Loop":
+                loops.append(node)
+            stack.extend(a.g for a in node.attribute if a.HasField("g"))
+    return any(not node.input or node.input[0] not in constants for node in loops)
+
+
+def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0, loops: bool = False) -> list[_Reference]:
     """TensorFlow's outputs on every input set of the check (random at each size, then edge values).
 
-    A size the SavedModel's shape assertions refuse (``2*b`` at an odd size) is left out with a note.
+    A size the SavedModel's shape assertions refuse (``2*b`` at an odd size) is left out with a note;
+    edge values are left out when ``loops`` (see ``open_loop``), as ``check`` leaves them out for
+    programs with a while loop.
 
     Raises:
         ArtifactError: TensorFlow fails otherwise.
@@ -429,7 +491,9 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0) -> lis
             if _SHAPE_ASSERTION not in str(e):
                 raise
             notes.append(f"sizes {s} skipped: the SavedModel's shape assertions refuse them")
-    if options.edge and runnable:
+    if options.edge and runnable and loops:
+        notes.append("edge values skipped: the model has a while loop, whose trip count on edge values may not end")
+    elif options.edge and runnable:
         edge = edge_set(signature, max(runnable, key=lambda s: sum(s.values())), seed)
         out.append(_Reference(edge.label, edge.arrays, runner.run(edge.arrays)))
     elif not options.edge and options.edge_skipped:
@@ -533,7 +597,7 @@ def saved_model_to_onnx(path: str, output: str | None = None, signature: str | N
     if check:
         for s, c in converted.items():
             runner = SignatureRunner(imported, path, s, c.inputs, c.outputs)
-            references[s] = tf_references(runner, jaxconv_signature(c))
+            references[s] = tf_references(runner, jaxconv_signature(c), loops=open_loop(c.model))
     if paths:
         _write_all(converted, paths)
     if not check:
