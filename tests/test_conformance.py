@@ -243,8 +243,8 @@ def test_limitation_rows_need_a_reason_and_an_expected_failure():
         limitations.validate({("x", "onnx"): limitations.differs("why")})
     with pytest.raises(ValueError, match="unknown element class"):
         limitations.validate({("x", "onnx"): limitations.differs("why", classes=("denormal",))})
-    assert limitations.lookup("op.fft.rfft", "onnx", "gpu") is not None
-    assert limitations.lookup("op.fft.rfft", "stablehlo", "cpu") is None
+    assert limitations.lookup("op.rng_bit_generator.rbg", "onnx", "gpu") is not None
+    assert limitations.lookup("op.rng_bit_generator.rbg", "stablehlo", "cpu") is None
 
 
 def test_every_limitation_row_limits_a_declared_case():
