@@ -182,7 +182,7 @@ def entry_function(call: CallModule, module: hir.Module, main: hir.Function, lay
                     size = reshaped
             operands.append(size)
         else:  # a token: carries no data, so any value stands for it
-            v = _value("token")
+            v = _value("bool", (0,))
             ops.append(hir.Op("stablehlo.constant", [], [v], {"value": np.zeros((0,), np.bool_)}, []))
             operands.append(v)
     results = [_value(r.type.dtype, r.type.shape) for r in main.body.returns]
