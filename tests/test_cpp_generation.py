@@ -165,12 +165,16 @@ def test_complex_tensors_are_std_complex_buffers(ort_root, tmp_path):
 
     _complex_model(str(tmp_path / "cplx.onnx"))
     project = tmp_path / "proj"
-    write_project_for_onnx(str(tmp_path / "cplx.onnx"), str(project), function="cplx", name="cplx::Twice")
+    write_project_for_onnx(str(tmp_path / "cplx.onnx"), str(project), function="cplx", name="cplx::Twice", c_api=True)
     header = (project / "Twice.h").read_text()
     assert "#include <complex>" in header
     assert "In<std::complex<float>> z;" in header and "Out<std::complex<double>> w;" in header
     (tmp_path / "check.cc").write_text(COMPLEX_CHECK)
     include = os.path.join(ort_root, "include")
+    for generated in ("example.cc", "Twice_c.cc"):  # the example and the C API of a model without dimensions
+        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror", f"-I{project}",
+                 str(project / generated)])
+        assert r.returncode == 0, r.stderr
     exe = str(tmp_path / "check")
     r = run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", str(tmp_path / "check.cc"), str(project / "Twice.cc"),
              f"-I{project}", "-isystem", include, f"-L{ort_root}/lib", "-lonnxruntime", f"-Wl,-rpath,{ort_root}/lib",

@@ -23,8 +23,9 @@ def _run_params(model: CppModel) -> str:
     return ",\n".join(f"    {p}" for p in params)
 
 
-def _dims(model: CppModel) -> str:
-    return ", ".join(f"int64_t {model.symbol_idents[s]}" for s in model.symbols) or "void"
+def _shape_params(model: CppModel) -> str:
+    """Parameters of the C ``*_shape`` functions: the symbolic dimensions, then the shape to fill."""
+    return ", ".join([f"int64_t {model.symbol_idents[s]}" for s in model.symbols] + ["int64_t* shape"])
 
 
 def _values(model: CppModel) -> dict[str, str]:
@@ -38,8 +39,7 @@ def render_header(model: CppModel) -> str:
         if t.exprs is not None:
             decls.append(f"/* Shape of {t.ident} ({t.doc}): writes {len(t.dims)} sizes to shape; returns 0, or 1 "
                          "when a dimension overflows. */\n"
-                         f"{model.macro}_C_API int {model.c_prefix}_{t.ident}_shape({_dims(model)}"
-                         f"{', ' if model.symbols else ''}int64_t* shape);".replace("(void, ", "("))
+                         f"{model.macro}_C_API int {model.c_prefix}_{t.ident}_shape({_shape_params(model)});")
     return template.render("c_api.h.in", {
         **_values(model), "SHAPE_DECLS": "\n" + "\n".join(decls) + "\n" if decls else "",
         "CREATE_NULL_DOC": "the embedded model" if model.embed else "not allowed",
@@ -64,8 +64,7 @@ def render_source(model: CppModel) -> str:
     for t in model.outputs:
         if t.exprs is not None:
             args = ", ".join(model.symbol_idents[s] for s in model.symbols)
-            params = _dims(model).replace("void", "")
-            defs += [f"int {model.c_prefix}_{t.ident}_shape({params}{', ' if params else ''}int64_t* shape) {{",
+            defs += [f"int {model.c_prefix}_{t.ident}_shape({_shape_params(model)}) {{",
                      "  try {",
                      f"    auto s = {q}::{t.ident}_shape({args});",
                      "    for (size_t i = 0; i < s.size(); ++i) shape[i] = s[i];",
@@ -74,7 +73,8 @@ def render_source(model: CppModel) -> str:
                      "    return 1;",
                      "  }",
                      "}", ""]
+    values = {k: v for k, v in _values(model).items() if k not in ("FUNCTION", "MACRO")}
     return template.render("c_api.cc.in", {
-        **_values(model), "CREATE_BODY": create, "RUN_BODY": "\n".join(body) + "\n",
+        **values, "CREATE_BODY": create, "RUN_BODY": "\n".join(body) + "\n",
         "SHAPE_DEFS": "\n" + "\n".join(defs) if defs else "",
     })
