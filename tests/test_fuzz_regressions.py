@@ -78,3 +78,12 @@ def test_one_element_sum_windows_with_padding(dtype):
                             lax.reduce_window(x, zero, lax.add, (1,), (2,), ((0, 0),)),
                             lax.reduce_window(x, zero, lax.add, (1,), (1,), ((1, 0),), base_dilation=(2,)),
                             jnp.arctan2(lax.reduce_window(x, zero, lax.add, (1,), (1,), ((1, 0),)), -0.0)), x)
+
+
+def test_float64_dot_with_a_float32_result_multiplies_in_float64():
+    """matmul(f64, f64, preferred_element_type=f32): XLA multiplies in f64 (7.5e-155 x -1.3e154 = -1, not 0 x -inf)."""
+    with jax.enable_x64(True):
+        a = np.array([7.45834073e-155, 2.0], np.float64)
+        b = np.array([[-1.34078079e154], [1e300]], np.float64)
+        assert_exact(lambda a, b: (jnp.matmul(a[:1], b[:1], preferred_element_type=jnp.float32),
+                                   jnp.matmul(a, b, preferred_element_type=jnp.float32)), a, b)

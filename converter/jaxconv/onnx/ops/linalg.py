@@ -49,6 +49,8 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
     work = matmul_dtype(result.dtype)
+    if work in ("float16", "float32") and "float64" in (lhs_t.dtype, rhs_t.dtype):
+        work = "float64"  # XLA multiplies float64 operands in float64 whatever the result type
     contraction = [lhs_t.shape[d] for d in lc]
     if result.is_static and (0 in result.shape or 0 in contraction):
         return ctx.const(np.zeros(result.shape, dt.numpy_dtype(result.dtype)))  # nothing to multiply
