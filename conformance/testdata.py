@@ -42,7 +42,6 @@ EXACT_CHECKS = frozenset({"check.expect_eq", "check.eq"})
 CLOSE_CHECKS = frozenset({"check.expect_close", "check.expect_almost_eq"})
 STATUSES = ("pass", "ran", "fail", "unsupported")
 RAN_LABEL = "ran, no expectations"
-COMPLEX_REASON = "complex element types: ONNX Runtime has no complex tensors"
 _DTYPE_WORDS = ("bfloat16", "float16", "float32", "float64", "float8", "int8", "int16", "int32", "int64", "uint8", "uint16",
                 "uint32", "uint64", "bool", "complex64", "complex128", "i1", "ui", "si")
 
@@ -319,8 +318,6 @@ def run_file(path: str, root: str | None = None) -> FileResult:
         else:
             text = one_line(err)
         result.status = "unsupported" if stop.unsupported else "fail"
-        if not stop.unsupported and result.kind != "quantized" and _has_complex(full):
-            result.status, text = "unsupported", one_line(f"{COMPLEX_REASON} ({text})")
         result.stage, result.error = stop.stage, text
     result.seconds = round(time.perf_counter() - start, 3)
     return result
@@ -332,14 +329,6 @@ def main_module_text(text: str) -> str:
     if len(chunks) != 1:
         raise ValueError(f"{len(chunks)} modules define @main")
     return chunks[0]
-
-
-def _has_complex(full: str) -> bool:
-    try:
-        with open(full, encoding="utf-8") as f:
-            return "complex<" in f.read()
-    except OSError:
-        return False
 
 
 def has_expectations(module: Any) -> bool:

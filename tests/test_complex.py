@@ -208,3 +208,35 @@ def test_reader_decodes_complex_constants():
     value = module.functions["main"].body.ops[0].attrs["value"]
     assert value.dtype == np.complex64
     assert value[0] == 1.5 - 2j and np.isinf(value[1].real) and value[1].imag == 3.0
+
+
+NEGATE_FILE = """
+module @jit_main {
+  func.func public @main() -> tensor<2xcomplex<f32>> {
+    %0 = call @inputs() : () -> tensor<2xcomplex<f32>>
+    %1 = call @expected() : () -> tensor<2xcomplex<f32>>
+    %2 = stablehlo.negate %0 : tensor<2xcomplex<f32>>
+    stablehlo.custom_call @check.expect_close(%2, %1) {has_side_effect = true} : (tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>) -> ()
+    return %2 : tensor<2xcomplex<f32>>
+  }
+  func.func private @inputs() -> tensor<2xcomplex<f32>> {
+    %cst = stablehlo.constant dense<[(1.0,2.0), (-3.0,0.5)]> : tensor<2xcomplex<f32>>
+    return %cst : tensor<2xcomplex<f32>>
+  }
+  func.func private @expected() -> tensor<2xcomplex<f32>> {
+    %cst = stablehlo.constant dense<[(-1.0,-2.0), (3.0,EXPECTED)]> : tensor<2xcomplex<f32>>
+    return %cst : tensor<2xcomplex<f32>>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("expected, status", [("-0.5", "pass"), ("7.0", "fail")])
+def test_testdata_complex_files_pass_or_fail_on_their_numbers(tmp_path, expected, status):
+    """A complex test-data file is compared like any other: a wrong result is a failure, not 'unsupported'."""
+    from conformance import testdata
+
+    path = tmp_path / "neg_complex64_2.mlir"
+    path.write_text(NEGATE_FILE.replace("EXPECTED", expected))
+    result = testdata.run_file(str(path), str(tmp_path))
+    assert result.status == status, result.error
