@@ -172,10 +172,15 @@ def test_inspect_rejects_unknown_files(tmp_path, capsys):
 def test_list_ops_reads_the_registry(capsys):
     code, out, _ = run_cli(["list-ops"], capsys)
     assert code == 0
-    from jaxconv.onnx.registry import all_lowerings
+    from jaxconv.onnx.registry import every_construct
 
-    assert len(out.strip().splitlines()) == len(all_lowerings())
-    assert "stablehlo.dot_general" in out
+    rows = [line.split()[:2] for line in out.strip().splitlines()]
+    assert rows == [[e.kind, e.op_name] for e in every_construct()]
+    assert ["op", "stablehlo.dot_general"] in rows
+    lines = {line.split()[1]: line for line in out.splitlines()}
+    assert "[float32; static matrix sizes up to 256 (unrolled)" in lines["lapack_sgetrf_ffi"]
+    assert lines["ApproxTopK"].startswith("custom_call") and "aggregate_to_topk=true" in lines["ApproxTopK"]
+    assert lines["chlo.erf"].startswith("composite") and "Erf" in lines["chlo.erf"]
 
 
 def test_to_onnx_and_help_never_import_tensorflow(tmp_path):
@@ -201,11 +206,14 @@ def test_module_entry_point_runs():
     assert result.returncode == 0 and result.stdout.startswith("jaxconv ")
 
 
-def test_ops_doc_is_generated_from_the_registry():
-    from jaxconv.onnx.registry import ops_markdown
-
+def test_ops_doc_is_the_list_ops_output(capsys):
+    code, out, _ = run_cli(["list-ops", "--markdown"], capsys)
+    assert code == 0
     with open(os.path.join(ROOT, "docs", "ops.md")) as f:
-        assert f.read() == ops_markdown(), "docs/ops.md is stale: run `jaxconv list-ops --markdown > docs/ops.md`"
+        assert f.read() == out, "docs/ops.md is stale: run `jaxconv list-ops --markdown > docs/ops.md`"
+    for heading in ("## StableHLO ops", "## `stablehlo.custom_call` targets", "## `stablehlo.composite` names"):
+        assert heading in out
+    assert "| `lapack_dpotrf_ffi` | lapack |" in out and "| `chlo.top_k` | composites |" in out
 
 
 def test_artifacts_get_ordinary_permissions(tmp_path, capsys):

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="inputs, outputs, op histogram, size and producer of an artifact")
     p.add_argument("artifact")
 
-    p = sub.add_parser("list-ops", help="StableHLO ops the ONNX lowering supports")
+    p = sub.add_parser("list-ops", help="StableHLO ops, custom-call targets and composites the ONNX lowering supports")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/ops.md)")
     return parser
 
@@ -330,13 +330,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_list_ops(args: argparse.Namespace) -> int:
-    from jaxconv.onnx.registry import all_lowerings, ops_markdown
+    from jaxconv.onnx.registry import ops_markdown, ops_text
 
-    if args.markdown:
-        print(ops_markdown(), end="")
-        return 0
-    for name, entry in all_lowerings().items():
-        print(f"{name:<40} {entry.family:<12} {', '.join(entry.onnx_ops)}")
+    print(ops_markdown() if args.markdown else ops_text(), end="")
     return 0
 
 

@@ -1,8 +1,16 @@
-"""The one place where StableHLO ops meet their ONNX lowerings.
+"""The one place where StableHLO constructs meet their ONNX lowerings.
 
-A 1:1 op is a table row (``direct``); anything else is a function decorated with
-``@lowering("stablehlo.op")`` in ``ops/<family>.py``. Registering an op twice, or with a
-malformed name, fails at import. An op that is not registered is unsupported.
+Three kinds of construct, one ``Lowering`` record each:
+
+- an op (``stablehlo.add``): a 1:1 op is a table row (``direct``); anything else is a function
+  decorated with ``@lowering("stablehlo.op")`` in ``ops/<family>.py``;
+- a ``stablehlo.custom_call`` target (``lapack_spotrf_ffi``, ``ApproxTopK``), ``@custom_call_target``;
+- a ``stablehlo.composite`` by name (``chlo.erf``, ``chlo.top_k``), ``@composite``; a composite with
+  no entry is lowered by inlining its decomposition.
+
+Each record says when it applies (``conditions``: dtypes, opset, static size limits) for
+``jaxconv list-ops`` and docs/ops.md, which are generated from here. Registering a construct
+twice, or an op with a malformed name, fails at import. An op that is not registered is unsupported.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ class Lowering:
         check: optional ``check(op) -> reason`` for variants this lowering cannot handle;
             the preflight reports them before anything is lowered.
         onnx_ops: the main ONNX ops it emits, for docs and ``list-ops``.
+        doc: the first line of ``fn``'s docstring.
+        kind: ``op``, ``custom_call`` (``op_name`` is the call target) or ``composite`` (its name).
+        conditions: when the lowering applies (dtypes, opset, static size limits); empty when always.
     """
 
     op_name: str
@@ -40,6 +51,8 @@ class Lowering:
     check: CheckFn | None = None
     onnx_ops: tuple[str, ...] = ()
     doc: str = ""
+    kind: str = "op"
+    conditions: str = ""
 
 
 REGISTRY: dict[str, Lowering] = {}
@@ -76,6 +89,73 @@ def lookup(op_name: str) -> Lowering | None:
     """The lowering of ``op_name``, or None when unsupported."""
     _load_families()
     return REGISTRY.get(op_name)
+
+
+# stablehlo.custom_call targets and stablehlo.composite names, beside the ops.
+CUSTOM_CALLS: dict[str, Lowering] = {}
+COMPOSITES: dict[str, Lowering] = {}
+# Functions ``explain(target)`` giving why an unregistered custom-call target has no lowering, or None.
+EXPLAINERS: list[Callable[[str], "str | None"]] = []
+
+
+def _named(table: dict[str, Lowering], kind: str, names: Iterable[str], check: CheckFn | None,
+           onnx_ops: Iterable[str], conditions: str) -> Callable[[LowerFn], LowerFn]:
+    def wrap(fn: LowerFn) -> LowerFn:
+        for name in names:
+            if not name or name in table:
+                raise ValueError(f"{kind.replace('_', ' ')} {name!r} registered twice (or unnamed)")
+            table[name] = Lowering(op_name=name, fn=fn, family=_family_of(fn), check=check, onnx_ops=tuple(onnx_ops),
+                                   doc=(fn.__doc__ or "").strip().split("\n")[0], kind=kind, conditions=conditions)
+        return fn
+
+    return wrap
+
+
+def custom_call_target(*targets: str, check: CheckFn | None = None, onnx_ops: Iterable[str] = (),
+                       conditions: str = "") -> Callable[[LowerFn], LowerFn]:
+    """Decorator registering ``fn`` as the lowering of ``stablehlo.custom_call`` with each target name.
+
+    ``check(op)`` returns why one call cannot be lowered (the preflight reports it), or None.
+    """
+    return _named(CUSTOM_CALLS, "custom_call", targets, check, onnx_ops, conditions)
+
+
+def composite(*names: str, check: CheckFn | None = None, onnx_ops: Iterable[str] = (),
+              conditions: str = "") -> Callable[[LowerFn], LowerFn]:
+    """Decorator registering ``fn`` as the lowering of ``stablehlo.composite`` ops with each name.
+
+    ``check(op)`` returns why this lowering does not apply to one op (its decomposition is then
+    inlined instead), or None.
+    """
+    return _named(COMPOSITES, "composite", names, check, onnx_ops, conditions)
+
+
+def explains_unsupported(fn: Callable[[str], "str | None"]) -> Callable[[str], "str | None"]:
+    """Register ``explain(target)``, naming why some unregistered custom-call targets have no lowering."""
+    EXPLAINERS.append(fn)
+    return fn
+
+
+def lookup_custom_call(target: str) -> Lowering | None:
+    """The lowering of custom calls to ``target``, or None."""
+    _load_families()
+    return CUSTOM_CALLS.get(target)
+
+
+def lookup_composite(name: str) -> Lowering | None:
+    """The lowering of composites named ``name``, or None (the decomposition is inlined)."""
+    _load_families()
+    return COMPOSITES.get(name)
+
+
+def unsupported_target_reason(target: str) -> str:
+    """Why custom calls to the unregistered ``target`` have no lowering."""
+    _load_families()
+    for explain in EXPLAINERS:
+        reason = explain(target)
+        if reason:
+            return reason
+    return f"custom call target {target!r} has no ONNX equivalent"
 
 
 # Lowerings of ops whose operands or results are complex (see complex_layout): a separate table, so
@@ -118,19 +198,51 @@ def all_lowerings() -> dict[str, Lowering]:
     return dict(sorted(REGISTRY.items()))
 
 
+def every_construct() -> list[Lowering]:
+    """Every registered lowering: the ops, then the custom-call targets, then the composites, each by name."""
+    _load_families()
+    return [entry for table in (REGISTRY, CUSTOM_CALLS, COMPOSITES) for _, entry in sorted(table.items())]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def ops_text() -> str:
+    """``jaxconv list-ops``: one line per construct (kind, name, family, main ONNX ops, conditions)."""
+    lines = []
+    for e in every_construct():
+        line = f"{e.kind:<12} {e.op_name:<40} {e.family:<14} {', '.join(e.onnx_ops)}"
+        lines.append((line + (f"  [{e.conditions}]" if e.conditions else "")).rstrip())
+    return "\n".join(lines) + "\n"
+
+
 def ops_markdown() -> str:
-    """The supported-op table of docs/ops.md, generated from the registry."""
-    lines = ["# StableHLO ops the ONNX lowering supports", "",
+    """docs/ops.md (``jaxconv list-ops --markdown``), generated from the registry."""
+    lines = ["# What the ONNX lowering supports", "",
              "Generated by `jaxconv list-ops --markdown > docs/ops.md`; a test keeps it in step with the registry.",
-             "An op missing here is unsupported: the converter lists it, with counts and source lines, before lowering.", "",
-             "| StableHLO op | family | main ONNX ops | notes |", "|---|---|---|---|"]
-    for name, entry in all_lowerings().items():
-        notes = entry.doc.replace("|", "\\|")
-        lines.append(f"| `{name}` | {entry.family} | {', '.join(entry.onnx_ops)} | {notes} |")
-    lines += ["", "## On complex values", "",
+             "An op missing here is unsupported: the converter lists it, with counts and source lines, before lowering.",
+             "Conditions name the dtypes, opsets and static sizes a lowering needs; outside them the converter",
+             "refuses the op by name before anything is written.", ""]
+    headings = {"op": ("StableHLO ops", "StableHLO op"),
+                "custom_call": ("`stablehlo.custom_call` targets", "call target"),
+                "composite": ("`stablehlo.composite` names",
+                              "composite")}
+    entries = every_construct()
+    for kind, (title, column) in headings.items():
+        lines += [f"## {title}", ""]
+        if kind == "composite":
+            lines += ["A composite not listed here, or outside its conditions, is lowered by inlining its "
+                      "decomposition.", ""]
+        lines += [f"| {column} | family | main ONNX ops | conditions | notes |", "|---|---|---|---|---|"]
+        for e in entries:
+            if e.kind == kind:
+                lines.append(f"| `{e.op_name}` | {e.family} | {', '.join(e.onnx_ops)} | {_cell(e.conditions)} "
+                             f"| {_cell(e.doc)} |")
+        lines.append("")
+    lines += ["## On complex values", "",
               "Complex tensors are real tensors with a trailing (re, im) axis of 2 (see README). These ops also",
               "take complex operands or results:", ""]
-    _load_families()
     lines.append(", ".join(f"`{name}`" for name in sorted(COMPLEX_REGISTRY)))
     return "\n".join(lines) + "\n"
 

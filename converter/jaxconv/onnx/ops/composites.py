@@ -1,29 +1,55 @@
-"""stablehlo.composite: known names map to ONNX ops; others inline their decomposition."""
+"""stablehlo.composite: registered names map to ONNX ops; others inline their decomposition.
+
+Each known composite is a ``@composite`` entry of the registry, whose ``check`` says when it
+applies; outside that (or for a name with no entry) the decomposition function is lowered instead.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
-
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.registry import lowering
+from jaxconv.onnx.registry import Lowering, composite, lookup_composite, lowering
 from jaxconv.stablehlo import ir as hir
 
-# name -> (ONNX op, dtypes ONNX Runtime computes it in); others run the decomposition.
-NATIVE_UNARY: dict[str, tuple[str, frozenset[str]]] = {
-    "chlo.erf": ("Erf", dt.F32_F16),
-    "chlo.asin": ("Asin", dt.F32_F16),
-    "chlo.acos": ("Acos", dt.F32_F16),
-    "chlo.sinh": ("Sinh", dt.F32_F16),
-    "chlo.cosh": ("Cosh", dt.F32_F16),
-    "chlo.asinh": ("Asinh", dt.F32_F16),
-    "chlo.acosh": ("Acosh", dt.F32_F16),
-    "chlo.atanh": ("Atanh", dt.F32_F16),
+# name -> ONNX op for the unary CHLO functions ONNX Runtime computes in float32 and float16.
+NATIVE_UNARY: dict[str, str] = {
+    "chlo.erf": "Erf", "chlo.asin": "Asin", "chlo.acos": "Acos", "chlo.sinh": "Sinh", "chlo.cosh": "Cosh",
+    "chlo.asinh": "Asinh", "chlo.acosh": "Acosh", "chlo.atanh": "Atanh",
 }
+# Computed natively, or (bfloat16) in float32 and rounded back; other dtypes inline the decomposition.
+_UNARY_DTYPES = dt.F32_F16 | {"bfloat16"}
 
 
+def _unary_problem(op: hir.Op) -> str | None:
+    dtype = op.operands[0].type.dtype
+    return None if dtype in _UNARY_DTYPES else f"{op.attrs.get('name')} on {dtype}"
+
+
+def lower_native_unary(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """The ONNX function of the same name; bfloat16 computes in float32 and rounds once."""
+    src = op.operands[0].type.dtype
+    work = src if src in dt.F32_F16 else "float32"
+    out = ctx.op(NATIVE_UNARY[op.attrs["name"]], [ctx.cast_if(inputs[0], src, work)])
+    return [ctx.cast_if(out, work, op.results[0].type.dtype)]
+
+
+for _name, _onnx_op in NATIVE_UNARY.items():
+    composite(_name, check=_unary_problem, onnx_ops=(_onnx_op,),
+              conditions="float32, float16 (bfloat16 in float32)")(lower_native_unary)
+
+
+def _top_k_problem(op: hir.Op) -> str | None:
+    attrs = op.attrs.get("composite_attributes") or {}
+    t = op.operands[0].type
+    if len(op.operands) != 1 or len(op.results) != 2 or t.rank == 0 or not isinstance(attrs.get("k"), int):
+        return "chlo.top_k composite with an unexpected signature"
+    return None
+
+
+@composite("chlo.top_k", check=_top_k_problem, onnx_ops=("TopK", "GatherElements"),
+           conditions="rank >= 1, a static k")
 def lower_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """chlo.top_k: the k largest along the last axis in IEEE total order, ties to the lower index.
+    """The k largest along the last axis in IEEE total order, ties to the lower index.
 
     One stable TopK (plus a -0.0 tie pass, see ops/sort.py) and the indices cast to the
     result dtype; values are gathered from the original operand so every dtype stays exact.
@@ -43,25 +69,17 @@ def lower_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str
     return [values, ctx.cast_if(perm, "int64", op.results[1].type.dtype)]
 
 
-def _top_k_problem(op: hir.Op) -> str | None:
-    attrs = op.attrs.get("composite_attributes") or {}
-    t = op.operands[0].type
-    if len(op.operands) != 1 or len(op.results) != 2 or t.rank == 0 or not isinstance(attrs.get("k"), int):
-        return "chlo.top_k composite with an unexpected signature"
-    return None
-
-
-SPECIAL: dict[str, Callable[[LoweringContext, hir.Op, list[str]], list[str]]] = {"chlo.top_k": lower_top_k}
-SPECIAL_CHECKS: dict[str, Callable[[hir.Op], str | None]] = {"chlo.top_k": _top_k_problem}
+def native_lowering(op: hir.Op) -> Lowering | None:
+    """The registered lowering that applies to this composite, or None (its decomposition is inlined)."""
+    entry = lookup_composite(str(op.attrs.get("name")))
+    if entry is None or (entry.check is not None and entry.check(op) is not None):
+        return None
+    return entry
 
 
 def composite_is_native(op: hir.Op) -> bool:
     """True when the composite maps to ONNX directly (no need to look at its decomposition)."""
-    name = op.attrs.get("name")
-    if name in NATIVE_UNARY:
-        onnx_op, native = NATIVE_UNARY[name]
-        return op.operands[0].type.dtype in native or op.operands[0].type.dtype in ("float16", "bfloat16")
-    return name in SPECIAL and SPECIAL_CHECKS[name](op) is None
+    return native_lowering(op) is not None
 
 
 def _check(op: hir.Op) -> str | None:
@@ -75,15 +93,9 @@ def _check(op: hir.Op) -> str | None:
 @lowering("stablehlo.composite", check=_check,
           onnx_ops=("Erf", "Asin", "Acos", "Asinh", "Acosh", "Atanh", "Sinh", "Cosh", "TopK"))
 def lower_composite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Known composites by name; otherwise the decomposition function inlined."""
-    name = op.attrs.get("name")
-    if name in NATIVE_UNARY and composite_is_native(op):
-        onnx_op, native = NATIVE_UNARY[name]
-        src = op.operands[0].type.dtype
-        work = src if src in native else "float32"
-        out = ctx.op(onnx_op, [ctx.cast_if(inputs[0], src, work)])
-        return [ctx.cast_if(out, work, op.results[0].type.dtype)]
-    if name in SPECIAL and composite_is_native(op):
-        return SPECIAL[name](ctx, op, inputs)
+    """By name: see the composites below; any other the decomposition function inlined."""
+    entry = native_lowering(op)
+    if entry is not None:
+        return entry.fn(ctx, op, inputs)
     callee = ctx.module.functions[op.attrs["decomposition"]]
     return ctx.lower_block(callee.body, inputs)

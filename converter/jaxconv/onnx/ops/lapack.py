@@ -23,8 +23,8 @@ from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._common import where
-from jaxconv.onnx.ops.custom_calls import custom_call_target, explains_unsupported
 from jaxconv.onnx.ops.linalg import MAX_SOLVE_SIZE, cholesky_lower, triangular_solve
+from jaxconv.onnx.registry import custom_call_target, explains_unsupported
 from jaxconv.stablehlo import ir as hir
 
 # Largest matrix dimension the unrolled factorizations and solves accept (as for stablehlo.cholesky).
@@ -303,6 +303,13 @@ def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
 
 _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
 
-for _precision in _PRECISIONS:
+_ROUTINE_ONNX_OPS = {"potrf": ("Sqrt", "Div", "Concat"), "trsm": ("MatMul", "Div", "Concat"),
+                     "getrf": ("ArgMax", "Where", "Concat")}
+
+for _precision, _dtype in _PRECISIONS.items():
     for _routine, _handler in _ROUTINES.items():
-        custom_call_target(f"lapack_{_precision}{_routine}_ffi", check=check_lapack_call)(_handler)
+        _conditions = (f"{_dtype}; static matrix sizes up to {MAX_LAPACK_SIZE} (unrolled)"
+                       + ("; square matrices" if _routine != "getrf" else "")
+                       + "".join(f"; {name} {' or '.join(allowed)}" for name, (_, allowed) in _OPTIONS[_routine].items()))
+        custom_call_target(f"lapack_{_precision}{_routine}_ffi", check=check_lapack_call,
+                           onnx_ops=_ROUTINE_ONNX_OPS[_routine], conditions=_conditions)(_handler)

@@ -24,8 +24,8 @@ from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops._common import where
-from jaxconv.onnx.ops.custom_calls import custom_call_target
 from jaxconv.onnx.ops.linalg import transpose
+from jaxconv.onnx.registry import custom_call_target
 from jaxconv.onnx.ops.reduce import (combine, identity_value, init_is_noop, is_identity, reducer_kind, with_init,
                                      work_dtype)
 from jaxconv.onnx.registry import lowering
@@ -475,7 +475,9 @@ def _merge_shape(ctx: LoweringContext, y: str, rank: int, axis: int, size: int) 
 
 # ---- dynamic_reduce_window ---------------------------------------------------------------------------
 
-@custom_call_target("stablehlo.dynamic_reduce_window")
+@custom_call_target("stablehlo.dynamic_reduce_window", onnx_ops=("MaxPool", "Conv", "CumSum", "Slice", "Max", "Add"),
+                    conditions="constant window sizes, strides and dilations (padding may follow symbolic sizes "
+                               "without base dilation); a sum, product, max or min reducer")
 def lower_dynamic_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """reduce_window whose window attributes are operands (lowered when they are constants)."""
     from jaxconv.errors import UnsupportedError

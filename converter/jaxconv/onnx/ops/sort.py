@@ -22,8 +22,7 @@ from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._common import is_inf
-from jaxconv.onnx.ops.custom_calls import custom_call_target
-from jaxconv.onnx.registry import lowering
+from jaxconv.onnx.registry import custom_call_target, lowering
 from jaxconv.stablehlo import ir as hir
 
 # Dtypes ONNX Runtime's TopK has a kernel for.
@@ -358,7 +357,8 @@ def lower_sort(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]
     return _sorted_operands(ctx, inputs, types, keys, perm, values, axis)
 
 
-@custom_call_target("ApproxTopK")
+@custom_call_target("ApproxTopK", onnx_ops=("TopK",),
+                    conditions="aggregate_to_topk=true; a comparator that orders by one or more keys")
 def lower_approx_top_k(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """jax.lax.approx_max_k / approx_min_k: the exact top k (what XLA's CPU fallback computes)."""
     config = op.attrs.get("mhlo.backend_config")
