@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from jaxconv.cpp import dims as cdims
 from jaxconv.cpp import template
 from jaxconv.cpp.header import namespace_close, namespace_open, run_params, shape_params
 from jaxconv.cpp.model import CppModel, CppTensor
