@@ -240,3 +240,13 @@ def test_testdata_complex_files_pass_or_fail_on_their_numbers(tmp_path, expected
     path.write_text(NEGATE_FILE.replace("EXPECTED", expected))
     result = testdata.run_file(str(path), str(tmp_path))
     assert result.status == status, result.error
+
+
+def test_inspect_shows_the_complex_layout(tmp_path):
+    from jaxconv.api import to_onnx
+    from jaxconv.inspection import inspect_artifact
+
+    path = str(tmp_path / "f.onnx")
+    to_onnx(jnp.fft.fft, jax.ShapeDtypeStruct((4, 8), jnp.complex64), path=path, check=False)
+    text = inspect_artifact(path)
+    assert "complex64 [4,8]" in text and "as float32[4,8,2] (re, im)" in text

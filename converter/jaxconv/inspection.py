@@ -22,7 +22,8 @@ def _fmt_io(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         shape = ",".join(str(d) for d in r["shape"])
         path = f"  ({r['path']})" if r.get("path") else ""
-        out.append(f"  {r['name']:<24} {r['dtype']:<9} [{shape}]{path}")
+        layout = f"  as {r['layout']}" if r.get("layout") else ""
+        out.append(f"  {r['name']:<24} {r['dtype']:<9} [{shape}]{path}{layout}")
     return out
 
 
@@ -57,14 +58,21 @@ def _describe_onnx(path: str) -> dict[str, Any]:
     if "jaxconv.signature" in meta:
         sig = json.loads(meta["jaxconv.signature"])
         paths = {r["name"]: r.get("path", "") for r in sig["inputs"] + sig["outputs"]}
+    from jaxconv.onnx.complex_layout import complex_io
+
+    complex_in, complex_out = complex_io(model)
+    stored_as = {**complex_in, **complex_out}  # complex: (re, im) pairs on a trailing axis of 2
 
     def io(values) -> list[dict[str, Any]]:
         rows = []
         for v in values:
             t = v.type.tensor_type
             dims = [d.dim_param if d.HasField("dim_param") else d.dim_value for d in t.shape.dim]
-            rows.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
-                         if t.elem_type != onnx.TensorProto.BFLOAT16 else "bfloat16", "shape": dims, "path": paths.get(v.name, "")})
+            row = {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+                   if t.elem_type != onnx.TensorProto.BFLOAT16 else "bfloat16", "shape": dims, "path": paths.get(v.name, "")}
+            if v.name in stored_as:
+                row.update(dtype=stored_as[v.name], shape=dims[:-1], layout=f"{row['dtype']}[{','.join(map(str, dims))}] (re, im)")
+            rows.append(row)
         return rows
 
     ops: Counter = Counter()
