@@ -145,7 +145,7 @@ def test_float16_arithmetic_saved_model_ok_tflite_names_op_and_dtype(tmp_path):
     api.to_saved_model(program, path=str(tmp_path / "sm"), report_to=reports)
     assert reports[0].ok
     with pytest.raises(UnsupportedError) as err:
-        api.to_tflite(program, path=str(tmp_path / "m.tflite"))
+        api.to_tflite(program, path=str(tmp_path / "m.tflite"), route="xla")
     line = inspect.getsourcelines(f16_math)[1] + 1
     assert "float16" in str(err.value) and f"test_tf_targets.py:{line}" in str(err.value)
     assert not os.path.exists(tmp_path / "m.tflite")
@@ -181,7 +181,7 @@ def test_several_outputs_from_a_dict(tmp_path):
     interp, lite_in, lite_out = _litert_signature(str(tmp_path / "m.tflite"))
     assert tf_in == lite_in == ["w", "x"] and tf_out == lite_out == outs
     with open(tmp_path / "sm" / "jaxconv_signature.json") as f:
-        assert json.load(f) == program.signature.to_json()
+        assert json.load(f) == {**program.signature.to_json(), "route": "xla"}
 
     # The artifacts work without jaxconv: TF and LiteRT called by input name give jax.jit's numbers.
     rng = np.random.default_rng(3)
@@ -278,14 +278,14 @@ def cholesky(x):
 def test_saved_model_runner_error_names_the_real_cause(tmp_path):
     from jaxconv.runtimes.tf import SavedModelRunner
 
-    path = api.to_saved_model(cholesky, "f32[3,3]", path=str(tmp_path / "sm"), check=False)
+    path = api.to_saved_model(cholesky, "f32[3,3]", path=str(tmp_path / "sm"), check=False, route="xla")
     with pytest.raises(ArtifactError) as err:
         SavedModelRunner(path).run([np.eye(3, dtype=np.float32)])
     msg = str(err.value)
     assert "\n" not in msg and "Graph execution error" not in msg, msg
     assert msg.startswith("running the SavedModel failed: ") and "No FFI handler registered for lapack_spotrf" in msg
     with pytest.raises(UnsupportedError, match=r"stablehlo\.custom_call @lapack_spotrf_ffi x1; a SavedModel cannot run"):
-        api.to_tflite(cholesky, "f32[3,3]")
+        api.to_tflite(cholesky, "f32[3,3]", route="xla")
 
 
 def test_saved_model_runner_reports_mlir_error_line(tmp_path, monkeypatch):
@@ -338,7 +338,7 @@ def test_legalization_failure_names_op_and_source_line(fn, op, offset, tmp_path)
     line = inspect.getsourcelines(fn)[1] + offset
     out = tmp_path / "m.tflite"
     with pytest.raises(UnsupportedError) as err:
-        api.to_tflite(fn, "f32[3,5]", path=str(out))
+        api.to_tflite(fn, "f32[3,5]", path=str(out), route="xla")
     msg = str(err.value)
     assert msg.startswith("TFLite cannot convert: ") and "\n" not in msg
     assert op in msg and f"test_tf_targets.py:{line}" in msg, msg
@@ -351,8 +351,8 @@ def shifts(x):
 
 def test_tf_op_suggests_flex_and_flex_model_needs_delegate():
     with pytest.raises(UnsupportedError, match=r"tf\.LeftShift x1 at .*--allow-flex"):
-        api.to_tflite(shifts, "i32[4]")
-    data = api.to_tflite(shifts, "i32[4]", allow_flex=True, check=False)
+        api.to_tflite(shifts, "i32[4]", route="xla")
+    data = api.to_tflite(shifts, "i32[4]", allow_flex=True, check=False, route="xla")
     from jaxconv.runtimes.tflite import TFLiteRunner
 
     with pytest.raises(ArtifactError, match="Flex delegate"):
@@ -443,7 +443,7 @@ def test_cli_edge_value_difference_warns_and_strict_fails(tmp_path, capsys):
     """TFLite's RELU turns NaN into 0: a warning naming the output and the elements, exit 0; --strict: exit 9."""
     user, lite = tmp_path / "relu.py", str(tmp_path / "relu.tflite")
     user.write_text(RELU_FILE)
-    assert main(["to-tflite", str(user), "-o", lite, "--specs", "f32[b,6]"]) == 0
+    assert main(["to-tflite", str(user), "-o", lite, "--route", "xla", "--specs", "f32[b,6]"]) == 0
     captured = capsys.readouterr()
     assert f"wrote {lite}" in captured.out and "MISMATCH" not in captured.out
     assert captured.out.count(" ok") == 3 and captured.out.count("differs on edge values") == 1  # 3 random sets, edge set
@@ -459,7 +459,7 @@ def test_cli_edge_value_difference_warns_and_strict_fails(tmp_path, capsys):
     assert err.startswith("jaxconv: error: ") and "output output_0 differs from jax.jit on edge values only" in err
     assert "jax.jit NaN / artifact finite x" in err and err.endswith("(--strict)")
     other = str(tmp_path / "relu2.tflite")  # to-tflite --strict: exit 9 (the file stays, as for any failed check)
-    assert main(["to-tflite", str(user), "-o", other, "--strict", "--specs", "f32[b,6]"]) == 9
+    assert main(["to-tflite", str(user), "-o", other, "--route", "xla", "--strict", "--specs", "f32[b,6]"]) == 9
     assert capsys.readouterr().err.rstrip().endswith("(--strict)") and os.path.exists(other)
     assert main(["to-saved-model", str(user), "-o", str(tmp_path / "sm"), "--strict", "--specs", "f32[b,6]"]) == 0
 
@@ -474,7 +474,7 @@ def test_cli_tflite_failure_one_line_and_no_file(tmp_path, capsys):
     user = tmp_path / "model.py"
     user.write_text(USER_FILE)
     out = tmp_path / "out" / "model.tflite"
-    code = main(["to-tflite", str(user), "-o", str(out), "--specs", "f32[4,3]"])
+    code = main(["to-tflite", str(user), "-o", str(out), "--route", "xla", "--specs", "f32[4,3]"])
     err = capsys.readouterr().err
     assert code == UnsupportedError.exit_code
     assert err.count("\n") == 1 and err.startswith("jaxconv: error: TFLite cannot convert: stablehlo.sort x1 at ")
