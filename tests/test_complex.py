@@ -250,3 +250,14 @@ def test_inspect_shows_the_complex_layout(tmp_path):
     to_onnx(jnp.fft.fft, jax.ShapeDtypeStruct((4, 8), jnp.complex64), path=path, check=False)
     text = inspect_artifact(path)
     assert "complex64 [4,8]" in text and "as float32[4,8,2] (re, im)" in text
+
+
+def test_reductions_with_general_bodies():
+    """Products, lexicographic max/min and their cumulative forms: the body on whole (re, im) tensors."""
+    x = cplx((5, 6), seed=11)
+    x[1, 2] = x[3, 2].real + 1j * (x[3, 2].imag - 1)  # equal real parts: the imaginary parts decide
+    assert_onnx_matches_jax(lambda v: (jnp.prod(v, axis=0), jnp.prod(v, axis=1), jnp.max(v, axis=0),
+                                       jnp.min(v, axis=1)), x)
+    assert_onnx_matches_jax(lambda v: (jnp.cumprod(v, axis=0), jax.lax.cummax(v, axis=1),
+                                       jax.lax.cummin(v, axis=0, reverse=True)), x)
+    assert_onnx_matches_jax(lambda v: jnp.argmax(jnp.abs(v), axis=1), x)

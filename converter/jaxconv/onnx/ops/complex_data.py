@@ -101,10 +101,25 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[s
     return lower_indexed(ctx, op, inputs)
 
 
-@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", check=_check_sum, onnx_ops=("ReduceSum", "CumSum"))
-def lower_sum(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Sums (reduce, windowed) of complex values, per half."""
-    return via_parts(ctx, op, inputs)
+def _check_reduce(op: hir.Op) -> str | None:
+    n = len(op.results)
+    if n == 1 and reducer_kind(op.regions[0]) == "add":
+        return _real_check(op)
+    from jaxconv.onnx.ops.complex_reduce import general_problem
+
+    return general_problem(op)
+
+
+@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", check=_check_reduce,
+                  onnx_ops=("ReduceSum", "CumSum", "Slice"))
+def lower_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Sums (reduce, windowed) of complex values per half; other bodies (product, max, min) applied to
+    whole tensors in a halving tree or a prefix scan (``complex_reduce``)."""
+    if len(op.results) == 1 and reducer_kind(op.regions[0]) == "add":
+        return via_parts(ctx, op, inputs)
+    from jaxconv.onnx.ops.complex_reduce import lower_general
+
+    return lower_general(ctx, op, inputs)
 
 
 @complex_lowering("stablehlo.dot_general", check=_real_check, onnx_ops=("MatMul",))
