@@ -14,10 +14,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 # C++ toolchain for `jaxconv to-cpp` and its tests.
-if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && apt-get install -y -qq cmake g++ >/dev/null
+    apt-get update -qq && apt-get install -y -qq cmake g++ pkg-config >/dev/null
   else
-    echo "setup: cmake and g++ are missing; install them to build the C++ examples" >&2
+    echo "setup: cmake, g++ or pkg-config is missing; install them to build the C++ examples" >&2
   fi
 fi
