@@ -44,6 +44,7 @@ class SortKey:
         signed_nan: NaNs with the sign bit set sort before everything else (total order).
         checks: outer values the comparator assumes are constants, with the value each must hold
             ("zero" or "nan"); verified when lowering.
+        computed: a key the comparator computes from the operands (``operand`` is then -1).
     """
 
     operand: int
@@ -51,6 +52,24 @@ class SortKey:
     signed_zero: bool = False
     signed_nan: bool = False
     checks: tuple[tuple[hir.Value, str], ...] = ()
+    computed: "ComputedKey | None" = None
+
+
+@dataclass(frozen=True)
+class ComputedKey:
+    """A key the comparator computes elementwise from one side's arguments.
+
+    Attributes:
+        ops: the comparator ops computing it, in order (on scalars; lowered on whole operands).
+        value: the key, a value of the comparator's left-hand side (even arguments).
+        args: the comparator's arguments.
+        signature: the computation with argument sides erased (equal for both sides' keys).
+    """
+
+    ops: tuple[hir.Op, ...]
+    value: hir.Value
+    args: tuple[hir.Value, ...]
+    signature: Any
 
 
 class ComparatorError(Exception):
@@ -137,7 +156,9 @@ def _key_compare(cmp: _RawCompare, arg_types: Sequence[hir.TensorType]) -> Any:
 
 
 def _same_key(a: SortKey, b: SortKey) -> bool:
-    return (a.operand, a.signed_zero, a.signed_nan) == (b.operand, b.signed_zero, b.signed_nan)
+    sig_a = a.computed.signature if a.computed is not None else None
+    sig_b = b.computed.signature if b.computed is not None else None
+    return (a.operand, a.signed_zero, a.signed_nan, sig_a) == (b.operand, b.signed_zero, b.signed_nan, sig_b)
 
 
 def _select(cond: Any, on_true: Any, on_false: Any) -> Any:
@@ -147,9 +168,9 @@ def _select(cond: Any, on_true: Any, on_false: Any) -> Any:
         raise ComparatorError("select that is not a -0.0/NaN canonicalization")
     # x == 0 ? 0 : x
     if (cond.direction == "EQ" and not base.zero and isinstance(on_true, _Opaque)
-            and isinstance(cond.rhs, _Opaque) and cond.rhs.value is on_true.value
-            and _as_canon(cond.lhs) == base):
-        return _Canon(base.index, True, base.nan, base.checks + ((on_true.value, "zero"),))
+            and isinstance(cond.rhs, _Opaque) and _as_canon(cond.lhs) == base):
+        checks = ((cond.rhs.value, "zero"),) + (() if cond.rhs.value is on_true.value else ((on_true.value, "zero"),))
+        return _Canon(base.index, True, base.nan, base.checks + checks)
     # x != x ? NaN : x   (x is the raw argument)
     if (cond.direction == "NE" and not base.nan and isinstance(on_true, _Opaque)
             and isinstance(cond.lhs, _Arg) and cond.lhs == cond.rhs and cond.lhs.index == base.index):
@@ -175,18 +196,34 @@ def _combine_and(a: Any, b: Any) -> _EqThen:
 def read_comparator(block: hir.Block) -> list[SortKey]:
     """The keys of a lexicographic comparator, most significant first.
 
+    A comparator over the operands themselves (after JAX's -0.0/NaN canonicalization) gives
+    operand keys; one that computes its keys (the same elementwise computation on each side's
+    arguments, e.g. an integer made from a float's bits) gives computed keys.
+
     Raises:
         ComparatorError: the comparator is something else.
     """
+    try:
+        return _read_direct(block)
+    except ComparatorError as direct:
+        try:
+            return _read_computed(block)
+        except ComparatorError:
+            raise direct from None
+
+
+def _read_direct(block: hir.Block) -> list[SortKey]:
     types = [a.type for a in block.args]
     syms: dict[int, Any] = {a.id: _Arg(i) for i, a in enumerate(block.args)}
 
     def sym(v: hir.Value) -> Any:
         return syms.get(v.id, _Opaque(v))
 
+    local: dict[int, np.ndarray] = {}
     for op in block.ops:
         if op.name == "stablehlo.constant":
-            continue  # stays opaque; its value is checked when lowering
+            local[op.results[0].id] = np.asarray(op.attrs.get("value"))
+            continue  # stays opaque; its value is checked below (outer values when lowering)
         ins = [sym(v) for v in op.operands]
         if op.name == "stablehlo.compare":
             raw = _RawCompare(op.attrs.get("comparison_direction", ""), ins[0], ins[1], op.attrs.get("compare_type"))
@@ -205,7 +242,139 @@ def read_comparator(block: hir.Block) -> list[SortKey]:
     result = sym(block.returns[0])
     if not isinstance(result, _Order):
         raise ComparatorError("comparator is not a strict LT/GT ordering of operands")
-    return list(result.keys)
+    return [_checked_locally(key, local) for key in result.keys]
+
+
+# Ops a computed key may use: elementwise, so a computation on scalars maps over whole operands.
+_KEY_OPS = frozenset(f"stablehlo.{n}" for n in (
+    "abs", "add", "and", "bitcast_convert", "ceil", "compare", "constant", "convert", "divide", "floor", "maximum",
+    "minimum", "multiply", "negate", "not", "or", "remainder", "round_nearest_afz", "round_nearest_even", "select",
+    "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "subtract", "xor", "exponential", "log",
+    "sqrt", "tanh", "is_finite"))
+
+
+def _read_computed(block: hir.Block) -> list[SortKey]:
+    """Keys computed by the comparator: every root compare sets one side's value against the same
+    computation on the other side's arguments (argument 2i is operand i's left-hand side)."""
+    side: dict[int, str] = {}  # "L", "R", "C" (constant or outer value), "M" (both sides)
+    sig: dict[int, Any] = {}
+    producer: dict[int, hir.Op] = {}
+    for i, a in enumerate(block.args):
+        side[a.id] = "LR"[i % 2]
+        sig[a.id] = ("arg", i // 2)
+
+    def side_of(v: hir.Value) -> str:
+        return side.get(v.id, "C")
+
+    def sig_of(v: hir.Value) -> Any:
+        if v.id in sig:
+            return sig[v.id]
+        return ("outer", v.id)
+
+    syms: dict[int, Any] = {}
+    for op in block.ops:
+        if op.name not in _KEY_OPS:
+            raise ComparatorError(f"{op.name} in the comparator")
+        if op.name == "stablehlo.constant":
+            value = np.asarray(op.attrs.get("value"))
+            side[op.results[0].id] = "C"
+            sig[op.results[0].id] = ("const", value.dtype.str, value.shape, value.tobytes())
+            producer[op.results[0].id] = op
+            continue
+        sides = {side_of(v) for v in op.operands} - {"C"}
+        out_side = "M" if len(sides) > 1 or "M" in sides else (sides.pop() if sides else "C")
+        for r in op.results:
+            side[r.id] = out_side
+            producer[r.id] = op
+            sig[r.id] = (op.name, repr(sorted(op.attrs.items())), tuple(sig_of(v) for v in op.operands), r.type.dtype)
+        if out_side != "M":
+            continue
+        if op.name == "stablehlo.compare":
+            syms[op.results[0].id] = _computed_compare(op, side_of, sig_of, producer, block.args)
+        elif op.name in ("stablehlo.or", "stablehlo.and"):
+            a, b = (syms.get(v.id) for v in op.operands)
+            if a is None or b is None:
+                raise ComparatorError(f"{op.name} of values that are not key comparisons")
+            syms[op.results[0].id] = (_combine_or if op.name == "stablehlo.or" else _combine_and)(a, b)
+        else:
+            raise ComparatorError(f"{op.name} mixing both sides of the comparator")
+    if len(block.returns) != 1 or not isinstance(syms.get(block.returns[0].id), _Order):
+        raise ComparatorError("comparator is not a strict LT/GT ordering of computed keys")
+    return list(syms[block.returns[0].id].keys)
+
+
+def _computed_compare(op: hir.Op, side_of, sig_of, producer: dict[int, hir.Op],
+                      args: Sequence[hir.Value]) -> Any:
+    lhs, rhs = op.operands
+    # signatures name arguments by operand, not side: equal signatures are the same computation
+    if {side_of(lhs), side_of(rhs)} != {"L", "R"} or sig_of(lhs) != sig_of(rhs):
+        raise ComparatorError("compare between different computations of the two sides")
+    direction = op.attrs.get("comparison_direction", "")
+    left = lhs
+    if side_of(lhs) == "R":
+        direction, left = _SWAP[direction], rhs
+    ops: list[hir.Op] = []
+    seen: set[int] = set()
+
+    def visit(v: hir.Value) -> None:
+        node = producer.get(v.id)
+        if node is None or id(node) in seen:
+            return
+        for operand in node.operands:
+            visit(operand)
+        seen.add(id(node))
+        ops.append(node)
+
+    visit(left)
+    dtype = left.type.dtype
+    total = dtype in dt.FLOATS and op.attrs.get("compare_type") == "TOTALORDER"
+    key = SortKey(-1, direction == "GT", signed_zero=total, signed_nan=total,
+                  computed=ComputedKey(tuple(ops), left, tuple(args), sig_of(left)))
+    if direction in ("LT", "GT"):
+        return _Order((key,))
+    if direction == "EQ":
+        return _Eq(key)
+    raise ComparatorError(f"{direction} between computed keys")
+
+
+def lower_computed_key(ctx: LoweringContext, key: ComputedKey, operands: Sequence[str],
+                       types: Sequence[hir.TensorType]) -> str:
+    """The computed key over whole operands: the comparator's ops, retyped to the operand shape."""
+    shape = types[0].shape
+    fresh: dict[int, hir.Value] = {}
+    block_args, names = [], []
+    for i, a in enumerate(key.args):
+        if i % 2 == 0:
+            v = hir.Value(hir.TensorType(a.type.dtype, shape))
+            fresh[a.id] = v
+            block_args.append(v)
+            names.append(operands[i // 2])
+    ops = []
+    for op in key.ops:
+        results = [hir.Value(hir.TensorType(r.type.dtype, shape)) for r in op.results]
+        for r, new in zip(op.results, results):
+            fresh[r.id] = new
+        ops.append(hir.Op(op.name, [fresh.get(v.id, v) for v in op.operands], results, op.attrs, [], op.location))
+    block = hir.Block(args=block_args, ops=ops, returns=[fresh[key.value.id]])
+    return ctx.lower_block(block, names)[0]
+
+
+def _checked_locally(key: SortKey, local: dict[int, np.ndarray]) -> SortKey:
+    """``key`` less the checks on constants defined inside the comparator, which are verified here."""
+    outer = []
+    for value, expected in key.checks:
+        if value.id not in local:
+            outer.append((value, expected))
+        elif not _holds(local[value.id], expected):
+            raise ComparatorError("select that canonicalizes with a constant that is not 0.0/NaN")
+    return SortKey(key.operand, key.descending, key.signed_zero, key.signed_nan, tuple(outer), key.computed)
+
+
+def _holds(arr: np.ndarray | None, expected: str) -> bool:
+    if arr is None or arr.size != 1:
+        return False
+    x = np.asarray(arr, dtype=np.float64).reshape(())
+    return bool((expected == "zero" and x == 0) or (expected == "nan" and np.isnan(x)))
 
 
 def comparator_problem(block: hir.Block) -> str | None:
@@ -221,11 +390,8 @@ def comparator_problem(block: hir.Block) -> str | None:
 def _verify_constants(ctx: LoweringContext, keys: Sequence[SortKey]) -> None:
     for key in keys:
         for value, expected in key.checks:
-            arr = ctx.constant_value(ctx.name_of(value))
-            if arr is not None and arr.size == 1:
-                x = np.asarray(arr, dtype=np.float64).reshape(())
-                if (expected == "zero" and x == 0) or (expected == "nan" and np.isnan(x)):
-                    continue
+            if _holds(ctx.constant_value(ctx.name_of(value)), expected):
+                continue
             raise UnsupportedError("sort comparator canonicalizes with a value that is not a known 0.0/NaN constant")
 
 
@@ -305,9 +471,12 @@ def sort_permutation(ctx: LoweringContext, operands: Sequence[str], types: Seque
     full = _axis_size(ctx, operands[0], types[0], axis)
     steps: list[tuple[str, bool, bool]] = []  # (tensor, largest, is the raw key operand)
     for key in reversed(list(keys)):
-        src = operands[key.operand]
-        for tensor, largest in _passes(ctx, src, types[key.operand].dtype, key):
-            steps.append((tensor, largest, tensor == src))
+        if key.computed is not None:
+            src, dtype = lower_computed_key(ctx, key.computed, operands, types), key.computed.value.type.dtype
+        else:
+            src, dtype = operands[key.operand], types[key.operand].dtype
+        for tensor, largest in _passes(ctx, src, dtype, key):
+            steps.append((tensor, largest, tensor == src and key.computed is None))
     perm: str | None = None
     values: str | None = None
     for n, (tensor, largest, raw) in enumerate(steps):
