@@ -1,0 +1,150 @@
+"""The tf-ops translator: jaxconv's ONNX as plain TF ops, compared with jax.jit in TF and in LiteRT.
+
+Each function exercises one op family in a dtype TFLite has no kernel for; the TF function runs in
+TensorFlow (fast), and a few go through TFLite's converter with builtin ops only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+from jaxconv.errors import UnsupportedError
+from jaxconv.program import trace
+
+pytestmark = pytest.mark.tf
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("ai_edge_litert")
+
+
+def _inputs(specs, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec in specs:
+        dtype = np.dtype(ml_dtypes.bfloat16) if spec.dtype == jnp.bfloat16 else np.dtype(spec.dtype)
+        if dtype == np.bool_:
+            out.append(rng.random(spec.shape) > 0.5)
+        elif np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            out.append(rng.integers(info.min, info.max, spec.shape, dtype=dtype, endpoint=True))
+        else:
+            out.append(rng.normal(size=spec.shape).astype(dtype) * 3)
+    return out
+
+
+def _tf_outputs(fn, specs, args):
+    from jaxconv.tf.onnx_to_tf import for_program
+
+    model, function, concrete = for_program(trace(fn, specs))
+    with jax.default_device(jax.devices("cpu")[0]):
+        got = function(*args)
+    return [got[f"output_{i}"].numpy() for i in range(len(got))], concrete
+
+
+def _reference(fn, args):
+    wide = any(np.asarray(a).dtype.itemsize == 8 for a in args)
+    with jax.enable_x64(wide):
+        return [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+
+
+def _assert_same(fn, args, got, exact=True):
+    want = _reference(fn, args)
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+S = jax.ShapeDtypeStruct
+CASES = {
+    # integer arithmetic that wraps in its own width (TFLite computes it in int32/int64)
+    "i8_wrap": (lambda a, b: (a * b + a, a - b, -a), [S((3, 4), np.int8)] * 2, True),
+    "u8_div_rem": (lambda a, b: (a // jnp.maximum(b, 1), a % jnp.maximum(b, 1)), [S((9,), np.uint8)] * 2, True),
+    "i32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((9,), np.int32)] * 2, True),
+    "u32_threefry_mix": (lambda a, b: ((a * b) ^ (a >> 7)) + (b << 13), [S((8,), np.uint32)] * 2, True),
+    # bitwise ops TFLite has no kernel for, on every integer width
+    "bitwise_i32": (lambda a, b: (a & b, a | b, ~a, a ^ b), [S((16,), np.int32)] * 2, True),
+    "bitwise_u16": (lambda a, b: (a & b, a | b, ~a), [S((16,), np.uint16)] * 2, True),
+    "bitwise_i64": (lambda a, b: (a & b, a | b, ~a), [S((16,), np.int64)] * 2, True),
+    "shifts_u32": (lambda a, b: (a << (b % 40), a >> (b % 40), lax.shift_right_logical(a, b % 33)),
+                   [S((16,), np.uint32)] * 2, True),
+    # narrow floats: computed in float32, rounded back after every op as XLA does
+    "bf16_math": (lambda a, b: (a * b + a, jnp.tanh(a) / (jnp.abs(b) + 1)), [S((3, 5), jnp.bfloat16)] * 2, True),
+    "f16_reduce": (lambda a: (jnp.max(a, axis=0), jnp.sum(a, axis=1)), [S((4, 6), np.float16)], False),
+    # structure: sorting, gathers, scatters, loops, convolution, pooling, padding
+    "sort_argsort": (lambda a: (jnp.sort(a, axis=-1), jnp.argsort(a, axis=0)), [S((4, 5), np.float32)], True),
+    "gather_scatter": (lambda a, i: (a[i % 6], a.at[i % 6].add(1.0), jnp.take_along_axis(a, (i[:6, None] % 4), 1)),
+                       [S((6, 4), np.float32), S((8,), np.int32)], True),
+    "fori_loop": (lambda a: lax.fori_loop(0, 4, lambda k, c: c * 2 + k, a), [S((3,), np.int16)], True),
+    "conv_pool_pad": (lambda x, w: (lax.conv(x, w, (1, 1), "SAME"),
+                                    lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
+                                    jnp.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), mode="edge")),
+                      [S((1, 2, 6, 6), np.float32), S((3, 2, 3, 3), np.float32)], False),
+    "trig": (lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)), [S((7,), np.float32)], False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_translation_matches_jax(name):
+    fn, specs, exact = CASES[name]
+    args = _inputs(specs)
+    got, _ = _tf_outputs(fn, specs, args)
+    _assert_same(fn, args, got, exact)
+
+
+def _tflite_outputs(concrete, names, args):
+    from jaxconv.runtimes.tflite import TFLiteRunner
+    from jaxconv.tf.saved_model import quiet_stderr
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], tf.Module())
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # builtin ops only: no flex
+    with quiet_stderr():
+        data = converter.convert()
+    runner = TFLiteRunner(data)
+    order = [runner.input_names.index(n) for n in names]
+    outs = runner.run([args[order.index(i)] for i in range(len(args))])
+    return outs
+
+
+@pytest.mark.parametrize("name", ["u32_threefry_mix", "bitwise_i32", "bf16_math", "sort_argsort", "fori_loop"])
+def test_builtin_only_tflite_matches_jax(name):
+    fn, specs, exact = CASES[name]
+    args = _inputs(specs, seed=1)
+    _, concrete = _tf_outputs(fn, specs, args)
+    program = trace(fn, specs)
+    names = [t.name for t in program.signature.inputs]
+    got = _tflite_outputs(concrete, names, args)
+    _assert_same(fn, args, [np.asarray(g).reshape(np.shape(w)) for g, w in zip(got, _reference(fn, args))], exact)
+
+
+def test_every_emitted_onnx_op_has_a_translation():
+    """The op table covers the ONNX op types the lowering writes most (a missing one is named with its source)."""
+    from jaxconv.tf.onnx_to_tf import HANDLERS
+
+    needed = {"Add", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Cast", "Concat", "Conv", "CumSum",
+              "Equal", "Expand", "Gather", "GatherElements", "GatherND", "If", "Loop", "MatMul", "MaxPool", "Mod",
+              "Pad", "ReduceMax", "ReduceSum", "Reshape", "ScatterND", "Slice", "TopK", "Transpose", "Where"}
+    assert needed <= set(HANDLERS)
+
+
+def test_untranslatable_node_names_op_and_source():
+    import onnx
+    from onnx import helper
+
+    from jaxconv.tf.onnx_to_tf import Untranslatable, serving_function
+
+    node = helper.make_node("Hardmax", ["x"], ["y"])
+    node.metadata_props.add(key="stablehlo.op", value="stablehlo.custom")
+    node.metadata_props.add(key="source", value="model.py:7")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    with pytest.raises(Untranslatable, match=r"no TF translation of ONNX Hardmax \(stablehlo\.custom at model\.py:7\)"):
+        serving_function(tf, helper.make_model(graph), [tf.TensorSpec([2], tf.float32, name="x")])
+    assert issubclass(Untranslatable, UnsupportedError)
