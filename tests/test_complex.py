@@ -261,3 +261,8 @@ def test_reductions_with_general_bodies():
     assert_onnx_matches_jax(lambda v: (jnp.cumprod(v, axis=0), jax.lax.cummax(v, axis=1),
                                        jax.lax.cummin(v, axis=0, reverse=True)), x)
     assert_onnx_matches_jax(lambda v: jnp.argmax(jnp.abs(v), axis=1), x)
+
+
+def test_bitcast_of_complex_to_its_own_type():
+    x = cplx((2, 3))
+    assert_onnx_matches_jax(lambda v: jax.lax.bitcast_convert_type(v, jnp.complex64) * 1j, x)

@@ -224,3 +224,16 @@ def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     if op.attrs.get("comparison_direction") == "EQ":
         return ctx.op("And", [eq_r, eq_i])
     return ctx.op("Or", [ctx.op("Not", [eq_r]), ctx.op("Not", [eq_i])])
+
+
+def _check_bitcast(op: hir.Op) -> str | None:
+    src, dst = op.operands[0].type, op.results[0].type
+    if src.dtype != dst.dtype:
+        return f"bitcast_convert from {src.dtype} to {dst.dtype} is not lowered"
+    return None
+
+
+@complex_lowering("stablehlo.bitcast_convert", check=_check_bitcast, onnx_ops=("Identity",))
+def lower_bitcast_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """A complex value to its own type (what lax.bitcast_convert_type allows): the same bits."""
+    return ctx.op("Identity", inputs)
