@@ -37,8 +37,8 @@ def render_header(model: CppModel) -> str:
     decls = []
     for t in model.outputs:
         if t.exprs is not None:
-            decls.append(f"/* Shape of {t.ident} ({t.doc}): writes {len(t.dims)} sizes to shape; returns 0, or 1 "
-                         "when a dimension overflows. */\n"
+            decls.append(f"/* Shape of {t.ident} ({t.doc}): writes {len(t.dims)} sizes to shape; "
+                         "returns 0, or 1 when a dimension overflows. */\n"
                          f"{model.macro}_C_API int {model.c_prefix}_{t.ident}_shape({_shape_params(model)});")
     return template.render("c_api.h.in", {
         **_values(model), "SHAPE_DECLS": "\n" + "\n".join(decls) + "\n" if decls else "",

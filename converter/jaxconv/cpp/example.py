@@ -14,15 +14,16 @@ def _shape_repr(dims: tuple[int | str, ...]) -> str:
 
 
 def usage(model: CppModel) -> str:
-    opts = "[--model FILE.onnx] [--threads N] [--provider NAME]" + (" [--dim NAME=SIZE]" if model.symbols else "")
+    opts = "[--model FILE.onnx] [--threads N] [--provider NAME]"
+    opts += " [--dim NAME=SIZE]" if model.symbols else ""
     files = " ".join(f"{t.name}.npy" for t in model.inputs)
     return f"usage: {model.cls}_example {opts} --out DIR {files}".rstrip()
 
 
 def render(model: CppModel) -> str:
     c = model.cls
-    help_lines = [f"Runs {model.qualified} (JAX function {model.function}) with ONNX Runtime on .npy inputs and writes "
-                  f"{', '.join(t.name + '.npy' for t in model.outputs)} into DIR.", "inputs:"]
+    help_lines = [f"Runs {model.qualified} (JAX function {model.function}) with ONNX Runtime on .npy inputs "
+                  f"and writes {', '.join(t.name + '.npy' for t in model.outputs)} into DIR.", "inputs:"]
     help_lines += [f"  {t.name}.npy: {t.doc} (npy dtype {t.type.descr})" for t in model.inputs]
     help_lines.append("--model: " + ("load this .onnx instead of the embedded model" if model.embed else
                                      f"the model to load (default: share/{c}/model.onnx of the install, "
@@ -42,7 +43,8 @@ def render(model: CppModel) -> str:
             load.append(f"  match_shape(in{i}, {cpp_string(t.name)}, files[{i}], {expected}, pattern{i}, "
                         f"{len(t.dims)}, dims);")
         else:
-            load.append(f"  match_shape(in{i}, {cpp_string(t.name)}, files[{i}], {expected}, nullptr, 0, dims);")
+            load.append(f"  match_shape(in{i}, {cpp_string(t.name)}, files[{i}], {expected}, nullptr, 0, "
+                        "dims);")
     for s in model.symbols:
         load.append(f"  const int64_t {model.symbol_idents[s]} = dim_value(dims, {cpp_string(s)});")
     for i, t in enumerate(model.inputs):
@@ -56,11 +58,11 @@ def render(model: CppModel) -> str:
     else:
         make = (f"  if (model_path.empty()) model_path = default_model_path(argv[0]);\n"
                 f"  {model.qualified} model(model_path, options);")
-    set_inputs = "".join(f"  inputs.{t.ident} = {{data_of<{t.type.cpp}>(in{i}), count_of<{t.type.cpp}>(in{i})}};\n"
-                         for i, t in enumerate(model.inputs))
+    set_inputs = "".join(f"  inputs.{t.ident} = {{data_of<{t.type.cpp}>(in{i}), "
+                         f"count_of<{t.type.cpp}>(in{i})}};\n" for i, t in enumerate(model.inputs))
     set_inputs += "".join(f"  inputs.{v} = {v};\n" for v in model.symbol_idents.values())
-    save = "".join(f"  save_output(out_dir, {cpp_string(t.name)}, {cpp_string(t.type.descr)}, result.{t.ident}.data, "
-                   f"result.{t.ident}.shape);\n" for t in model.outputs)
+    save = "".join(f"  save_output(out_dir, {cpp_string(t.name)}, {cpp_string(t.type.descr)}, "
+                   f"result.{t.ident}.data, result.{t.ident}.shape);\n" for t in model.outputs)
     return template.render("example.cc.in", {
         "CLS": c, "QUALIFIED": model.qualified,
         "USAGE": cpp_string(usage(model)), "HELP": cpp_string("\n".join(help_lines) + "\n"),

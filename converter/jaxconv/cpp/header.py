@@ -45,8 +45,10 @@ def _constructors(model: CppModel) -> str:
             "  /// Loads another copy of the model from an .onnx file instead.",
         ]
     else:
-        lines.append(f"  /// Loads the model from its .onnx file (model.onnx; installed as share/{c}/model.onnx).")
-    lines += [f"  explicit {c}(const std::string& model_path);", f"  {c}(const std::string& model_path, const Options& options);"]
+        lines.append(f"  /// Loads the model from its .onnx file (model.onnx; installed as "
+                     f"share/{c}/model.onnx).")
+    lines += [f"  explicit {c}(const std::string& model_path);",
+              f"  {c}(const std::string& model_path, const Options& options);"]
     return "\n".join(lines) + "\n"
 
 
@@ -57,15 +59,16 @@ def render(model: CppModel) -> str:
         input_doc += ("/// Symbolic dimensions (trailing int64_t arguments of run): "
                       + ", ".join(model.symbol_idents[s] for s in model.symbols) + ".\n")
     members = "".join(f"    In<{t.type.cpp}> {t.ident};  ///< {t.doc}   [{t.path}]\n" for t in model.inputs)
-    members += "".join(f"    int64_t {model.symbol_idents[s]} = -1;  ///< symbolic dimension {s} (must be set)\n"
-                       for s in model.symbols)
+    members += "".join(f"    int64_t {model.symbol_idents[s]} = -1;  ///< symbolic dimension {s} "
+                       "(must be set)\n" for s in model.symbols)
     metadata = []
     for t in model.outputs:
         dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in t.dims)
         metadata.append(f"  /// {t.ident}: {t.doc}   [{t.path}]")
-        metadata.append(f"  static constexpr std::array<int64_t, {len(t.dims)}> {t.ident}_dims = {{{{{dims}}}}};")
+        array = f"std::array<int64_t, {len(t.dims)}>"
+        metadata.append(f"  static constexpr {array} {t.ident}_dims = {{{{{dims}}}}};")
         if t.exprs is not None:
-            metadata.append(f"  static std::array<int64_t, {len(t.dims)}> {t.ident}_shape({shape_params(model)});")
+            metadata.append(f"  static {array} {t.ident}_shape({shape_params(model)});")
     return template.render("model.h.in", {
         "QUALIFIED": model.qualified, "CLS": c, "FUNCTION": model.function, "MACRO": model.macro,
         "EXTRA_INCLUDES": "#include <complex>\n" if model.complex else "",

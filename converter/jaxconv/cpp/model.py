@@ -118,8 +118,8 @@ def _exprs(dims: tuple[int | str, ...], symbol_idents: dict[str, str]) -> tuple[
 
 
 def _tensor(info: TensorInfo, kind: str, ident: str, symbol_idents: dict[str, str]) -> CppTensor:
-    return CppTensor(info.name, ident, cpp_type(info.dtype, f"{kind} {info.name}"), tuple(info.shape), info.path,
-                     _exprs(tuple(info.shape), symbol_idents))
+    return CppTensor(info.name, ident, cpp_type(info.dtype, f"{kind} {info.name}"), tuple(info.shape),
+                     info.path, _exprs(tuple(info.shape), symbol_idents))
 
 
 def model_from_signature(signature: Signature, function: str, name: str | None = None, embed: bool = False,
@@ -141,7 +141,8 @@ def model_from_signature(signature: Signature, function: str, name: str | None =
     symbol_idents = {s: idents.take(s, "dim_") for s in names}
     inputs = tuple(_tensor(t, "input", i, symbol_idents) for t, i in zip(signature.inputs, in_idents))
     out_idents = IdentAllocator({cls, *namespaces, *_CLASS_MEMBERS})
-    outputs = tuple(_tensor(t, "output", out_idents.take(t.name, "out_"), symbol_idents) for t in signature.outputs)
+    outputs = tuple(_tensor(t, "output", out_idents.take(t.name, "out_"), symbol_idents)
+                    for t in signature.outputs)
     for t in inputs:
         if t.exprs is None:  # every input dimension must be computable in C++
             for d in t.dims:
@@ -149,6 +150,7 @@ def model_from_signature(signature: Signature, function: str, name: str | None =
     return CppModel(namespaces, cls, function, inputs, outputs, tuple(names), symbol_idents, embed, c_api)
 
 
-def build_model(program: Program, name: str | None = None, embed: bool = False, c_api: bool = False) -> CppModel:
+def build_model(program: Program, name: str | None = None, embed: bool = False,
+                c_api: bool = False) -> CppModel:
     """Describe ``program`` for code generation (see ``model_from_signature``)."""
     return model_from_signature(program.signature, program.name, name, embed, c_api)

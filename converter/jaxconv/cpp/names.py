@@ -43,7 +43,8 @@ def class_name(requested: str | None, function_name: str) -> tuple[tuple[str, ..
                                  "letters, digits and underscores, starting with a letter, and :: between "
                                  "namespaces (foo::bar::Mlp)")
             if part in CPP_KEYWORDS or part.startswith("jaxconv_"):
-                raise UsageError(f"--name {requested!r}: {part!r} is reserved in C++ or by jaxconv; pick another name")
+                raise UsageError(f"--name {requested!r}: {part!r} is reserved in C++ or by jaxconv; "
+                                 "pick another name")
         if _reserved(parts[-1]):
             raise UsageError(f"--name {requested!r} is reserved in C++ or CMake (or ends in _example); "
                              "pick another name")

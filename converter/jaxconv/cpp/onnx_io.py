@@ -12,11 +12,13 @@ from jaxconv.signature import Signature, TensorInfo
 def _info(value: onnx.ValueInfoProto, complex_dtype: str | None, kind: str) -> TensorInfo:
     t = value.type.tensor_type
     dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
-    dims: list[int | str] = [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in t.shape.dim]
+    dims: list[int | str] = [d.dim_param if d.HasField("dim_param") else int(d.dim_value)
+                             for d in t.shape.dim]
     if complex_dtype is not None:
         if dtype != COMPONENT[complex_dtype] or not dims or dims[-1] != 2:
-            raise UnsupportedError(f"{kind} {value.name} is listed as {complex_dtype} in the model's jaxconv.complex "
-                                   f"metadata, but is {dtype}{dims} (expected {COMPONENT[complex_dtype]}[..., 2])")
+            raise UnsupportedError(f"{kind} {value.name} is listed as {complex_dtype} in the model's "
+                                   f"jaxconv.complex metadata, but is {dtype}{dims} "
+                                   f"(expected {COMPONENT[complex_dtype]}[..., 2])")
         dtype, dims = complex_dtype, dims[:-1]
     return TensorInfo(value.name, dtype, tuple(dims), value.name)
 

@@ -48,7 +48,8 @@ def project_texts(model: CppModel) -> dict[str, str]:
     from jaxconv.cpp import c_api, cmake, example, header, readme, source, template
 
     c = model.cls
-    texts = {f"{c}.h": header.render(model), f"{c}.cc": source.render(model), "example.cc": example.render(model)}
+    texts = {f"{c}.h": header.render(model), f"{c}.cc": source.render(model),
+             "example.cc": example.render(model)}
     if model.c_api:
         texts[f"{c}_c.h"] = c_api.render_header(model)
         texts[f"{c}_c.cc"] = c_api.render_source(model)
@@ -67,8 +68,8 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
     names = [ONNX_FILE]
     if os.path.exists(onnx_path + ".data"):
         if model.embed:
-            raise UnsupportedError(f"{out_dir} not written: the model is over 2 GB (external data) and cannot be "
-                                   "embedded; drop --embed")
+            raise UnsupportedError(f"{out_dir} not written: the model is over 2 GB (external data) and "
+                                   "cannot be embedded; drop --embed")
         names.append(ONNX_FILE + ".data")
     if model.embed:
         with open(onnx_path, "rb") as f:
@@ -94,13 +95,14 @@ def _check_complex(model: CppModel, onnx_path: str, out_dir: str) -> None:
 
     got = complex_io(onnx.load(onnx_path, load_external_data=False))
     if got != model.complex_io():
-        raise UnsupportedError(f"{out_dir} not written: the ONNX model's jaxconv.complex metadata lists {got}, "
-                               f"the signature has complex tensors {model.complex_io()}")
+        raise UnsupportedError(f"{out_dir} not written: the ONNX model's jaxconv.complex metadata lists "
+                               f"{got}, the signature has complex tensors {model.complex_io()}")
 
 
 def write_project(program: Program, out_dir: str, *, name: str | None = None, embed: bool = False,
-                  c_api: bool = False, opset: int | None = None, check: bool = True, rtol: float | None = None,
-                  atol: float | None = None, overwrite: bool = False, report_to: list | None = None) -> list[str]:
+                  c_api: bool = False, opset: int | None = None, check: bool = True,
+                  rtol: float | None = None, atol: float | None = None, overwrite: bool = False,
+                  report_to: list | None = None) -> list[str]:
     """Write a C++ project for ``program`` into ``out_dir`` (replaced as a whole, or left untouched on error).
 
     The folder gets model.onnx (checked against jax.jit unless ``check`` is False), NAME.h and
@@ -135,10 +137,12 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
     except UnsupportedError as e:
         raise UnsupportedError(f"{out_dir} not written: {e}") from None
     reports: list = [] if report_to is None else report_to
-    with atomic_dir(out_dir, overwrite=overwrite, protect=(program.source_path,), earlier=EARLIER_OUTPUT) as tmp:
+    protect = (program.source_path,)
+    with atomic_dir(out_dir, overwrite=overwrite, protect=protect, earlier=EARLIER_OUTPUT) as tmp:
         onnx_path = os.path.join(tmp, ONNX_FILE)
         try:
-            api.to_onnx(program, path=onnx_path, opset=opset, check=check, rtol=rtol, atol=atol, report_to=reports)
+            api.to_onnx(program, path=onnx_path, opset=opset, check=check, rtol=rtol, atol=atol,
+                        report_to=reports)
         except JaxconvError as e:
             raise _relabel(e, tmp, out_dir, reports) from None
         names = _finish(model, tmp, out_dir)

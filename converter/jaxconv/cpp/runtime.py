@@ -1,4 +1,4 @@
-"""``jaxconv cpp-runtime DEST``: ONNX Runtime's headers and library in one folder, for building the C++ projects.
+"""``jaxconv cpp-runtime DEST``: ONNX Runtime's headers and library in one folder, for C++ builds.
 
 The library is the installed onnxruntime wheel's; the wheel ships no headers, so they come from
 ``headers`` (or ``ORT_INCLUDE_DIR``), a system install, or Debian's ``libonnxruntime-dev`` package
@@ -33,7 +33,8 @@ def prepare(dest: str, headers: str | None = None) -> str:
         env["ORT_INCLUDE_DIR"] = os.path.abspath(headers)
     script = resources.files("jaxconv.cpp").joinpath("get_onnxruntime.sh")
     with resources.as_file(script) as path:
-        r = subprocess.run(["bash", str(path), os.path.abspath(dest)], env=env, capture_output=True, text=True)
+        r = subprocess.run(["bash", str(path), os.path.abspath(dest)], env=env, capture_output=True,
+                           text=True)
     if r.returncode != 0:
         errors = [line for line in r.stderr.splitlines() if "error:" in line]
         message = errors[-1].split("error:", 1)[1].strip() if errors else (r.stderr.strip() or "failed")

@@ -51,7 +51,8 @@ def _shape_functions(model: CppModel) -> str:
     out = []
     for t in model.outputs:
         if t.exprs is not None:
-            out += [f"std::array<int64_t, {len(t.dims)}> {model.cls}::{t.ident}_shape({shape_params(model)}) {{",
+            out += [f"std::array<int64_t, {len(t.dims)}> {model.cls}::{t.ident}_shape("
+                    f"{shape_params(model)}) {{",
                     f"  return {{{{{', '.join(t.exprs)}}}}};", "}", ""]
     return "\n".join(out) + ("\n" if out else "")
 
@@ -59,9 +60,10 @@ def _shape_functions(model: CppModel) -> str:
 def _bind(model: CppModel) -> str:
     out = []
     for i, t in enumerate(model.inputs):
-        out.append(f"  jc_in.push_back(jaxconv_ort::input_tensor(impl_->memory, kClass + {cpp_string(': input ' + t.name)}, "
-                   f"{cpp_string(t.doc)}, inputs.{t.ident}.data(), inputs.{t.ident}.size(), jc_in_shapes[{i}], "
-                   f"sizeof({t.type.cpp}), {str(t.type.pairs).lower()}, {t.type.onnx}));")
+        what = cpp_string(": input " + t.name)
+        out.append(f"  jc_in.push_back(jaxconv_ort::input_tensor(impl_->memory, kClass + {what}, "
+                   f"{cpp_string(t.doc)}, inputs.{t.ident}.data(), inputs.{t.ident}.size(), "
+                   f"jc_in_shapes[{i}], sizeof({t.type.cpp}), {str(t.type.pairs).lower()}, {t.type.onnx}));")
     for i, t in enumerate(model.outputs):
         if t.exprs is None:
             out.append("  jc_out.emplace_back(nullptr);  // shape known after the run")
@@ -69,10 +71,12 @@ def _bind(model: CppModel) -> str:
         what = cpp_string(": output " + t.name)
         out += [
             "  {",
-            f"    size_t n = jaxconv_ort::element_count(kClass + {what}, jc_out_shapes[{i}], sizeof({t.type.cpp}));",
+            f"    size_t n = jaxconv_ort::element_count(kClass + {what}, jc_out_shapes[{i}], "
+            f"sizeof({t.type.cpp}));",
             f"    {t.type.cpp}* p = nullptr;",
             "    if (buffers != nullptr) {",
-            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, {cpp_string(t.doc)}, "
+            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, "
+            f"{cpp_string(t.doc)}, "
             f"jc_out_shapes[{i}], n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
             f"      p = buffers->{t.ident}.data();",
             "    } else {",
@@ -94,12 +98,14 @@ def _fetch(model: CppModel) -> str:
             continue
         out += [
             "  {",
-            f"    std::vector<int64_t> shape = jaxconv_ort::result_shape(jc_out[{i}], {str(t.type.pairs).lower()});",
+            f"    std::vector<int64_t> shape = jaxconv_ort::result_shape(jc_out[{i}], "
+            f"{str(t.type.pairs).lower()});",
             f"    size_t n = jaxconv_ort::element_count(kClass + {cpp_string(': output ' + t.name)}, shape, "
             f"sizeof({t.type.cpp}));",
             f"    {t.type.cpp}* p = nullptr;",
             "    if (buffers != nullptr) {",
-            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, {cpp_string(t.doc)}, "
+            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, "
+            f"{cpp_string(t.doc)}, "
             f"shape, n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
             f"      p = buffers->{t.ident}.data();",
             "    } else {",
@@ -117,13 +123,15 @@ def render(model: CppModel) -> str:
     c = model.cls
     data, size = data_symbols(model)
     spec_dims, in_specs, out_specs = _spec_block(model)
-    check_dims = "".join(
-        f"  const int64_t {model.symbol_idents[s]} = inputs.{model.symbol_idents[s]};\n"
-        f"  if ({model.symbol_idents[s]} < 0)\n"
-        f"    throw std::invalid_argument(kClass + {cpp_string(': dimension ' + s + ' is ')} + "
-        f"std::to_string({model.symbol_idents[s]}) + {cpp_string(', not a size (set Inputs::' + model.symbol_idents[s] + ')')});\n"
-        for s in model.symbols)
-    dims_text = " + \", \" + ".join(f'"{s}=" + std::to_string({model.symbol_idents[s]})' for s in model.symbols)
+    check_dims = ""
+    for s in model.symbols:
+        v = model.symbol_idents[s]
+        check_dims += (f"  const int64_t {v} = inputs.{v};\n  if ({v} < 0)\n"
+                       f"    throw std::invalid_argument(kClass + "
+                       f"{cpp_string(': dimension ' + s + ' is ')} + "
+                       f"std::to_string({v}) + {cpp_string(', not a size (set Inputs::' + v + ')')});\n")
+    dims_text = " + \", \" + ".join(f'"{s}=" + std::to_string({model.symbol_idents[s]})'
+                                    for s in model.symbols)
     positional = "".join(f"  inputs.{t.ident} = {t.ident};\n" for t in model.inputs)
     positional += "".join(f"  inputs.{i} = {i};\n" for i in model.symbol_idents.values())
     shape_list = ", ".join(f"std::vector<int64_t>{{{', '.join(t.exprs or ())}}}" for t in model.inputs)
@@ -131,7 +139,8 @@ def render(model: CppModel) -> str:
                            else "std::vector<int64_t>{}" for t in model.outputs)
     return template.render("model.cc.in", {
         "QUALIFIED": model.qualified, "CLS": c,
-        "EMBED_DECLS": (f"extern const unsigned char {data}[];\nextern const size_t {size};\n\n" if model.embed else ""),
+        "EMBED_DECLS": (f"extern const unsigned char {data}[];\nextern const size_t {size};\n\n"
+                        if model.embed else ""),
         "INPUT_NAMES_OR_NULL": ", ".join(cpp_string(t.name) for t in model.inputs) or "nullptr",
         "OUTPUT_NAMES": ", ".join(cpp_string(t.name) for t in model.outputs),
         "SPEC_DIMS": spec_dims, "INPUT_SPECS": in_specs, "OUTPUT_SPECS": out_specs,

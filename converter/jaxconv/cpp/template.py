@@ -30,5 +30,6 @@ def render(name: str, values: Mapping[str, str]) -> str:
     used = set(_PLACEHOLDER.findall(source))
     missing, unused = used - set(values), set(values) - used
     if missing or unused:
-        raise KeyError(f"template {name}: no value for {sorted(missing)}, no placeholder for {sorted(unused)}")
+        raise KeyError(f"template {name}: no value for {sorted(missing)}, "
+                       f"no placeholder for {sorted(unused)}")
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], source)
