@@ -192,8 +192,10 @@ def test_unsupported_complex_ops_are_named_before_lowering():
     from jaxconv.api import to_onnx
     from jaxconv.errors import UnsupportedError
 
-    with pytest.raises(UnsupportedError, match=r"stablehlo.sort x1 \(no ONNX lowering for this op on complex values\)"):
-        to_onnx(jnp.sort, jax.ShapeDtypeStruct((5,), jnp.complex64), check=False)
+    spec = jax.ShapeDtypeStruct((3, 3), jnp.complex64)
+    with pytest.raises(UnsupportedError, match=r"@lapack_ctrsm_ffi x1 \(complex triangular solve .*: complex LAPACK "
+                                                r"routines are not lowered\)"):
+        to_onnx(lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), spec, spec, check=False)
 
 
 def test_reader_decodes_complex_constants():
@@ -266,3 +268,12 @@ def test_reductions_with_general_bodies():
 def test_bitcast_of_complex_to_its_own_type():
     x = cplx((2, 3))
     assert_onnx_matches_jax(lambda v: jax.lax.bitcast_convert_type(v, jnp.complex64) * 1j, x)
+
+
+def test_sort_uses_jaxs_lexicographic_complex_order():
+    re = np.array([1.0, -0.0, NAN, 1.0, 0.0, -INF, 1.0, 2.0], np.float32)
+    im = np.array([2.0, 1.0, 0.0, -1.0, -3.0, 5.0, NAN, -0.0], np.float32)
+    x = np.empty(8, np.complex64)
+    x.real, x.imag = re, im
+    assert_onnx_matches_jax(lambda v: (jnp.sort(v), jnp.argsort(v), jnp.sort(v, descending=True)), x)
+    assert_onnx_matches_jax(lambda v: jnp.sort(v, axis=0), cplx((5, 3), seed=2))

@@ -109,7 +109,7 @@ def unsupported_reason(target: str) -> str | None:
         return None
     precision, routine = parsed
     if precision in "cz":
-        return f"complex {_describe(routine)}: ONNX Runtime has no complex tensors"
+        return f"complex {_describe(routine)}: complex LAPACK routines are not lowered"
     if routine in _SUPPORTED:
         return None
     return f"{_describe(routine)} has no ONNX lowering"
