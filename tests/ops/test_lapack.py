@@ -238,7 +238,7 @@ def test_unsupported_lapack_routines_are_named(fn, target):
     ("lapack_dgesdd_ffi", "jnp.linalg.svd"),
     ("lapack_sgeev_ffi", "jnp.linalg.eig"),
     ("lapack_sgees_ffi", "jax.scipy.linalg.schur"),
-    ("lapack_cpotrf_ffi", "no complex tensors"),
+    ("lapack_cpotrf_ffi", "complex LAPACK routines are not lowered"),
 ])
 def test_unsupported_reason_names_the_jax_function(target, named):
     from jaxconv.onnx.ops.lapack import unsupported_reason
