@@ -103,8 +103,9 @@ def test_fixed_cpp_files_compile_with_warnings_as_errors(ort_root, tmp_path, hea
 
 
 def _complex_model(path: str) -> None:
-    """z: complex64[3] and x: float32[3] in; y = 2*z (complex64[3]) and w = z as complex128[3] out,
-    in jaxconv's (re, im) layout with the jaxconv.complex metadata, as the ONNX lowering writes them."""
+    """z: complex64[3] and x: float32[b] in; y = 2*z (complex64[3]) and w = z as complex128[3] out, in
+    jaxconv's (re, im) layout with the jaxconv.complex metadata, as the ONNX lowering writes them; and
+    x_out = x, declared float32[n]: a shape the library can only learn from the run."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -115,10 +116,10 @@ def _complex_model(path: str) -> None:
          helper.make_node("Identity", ["x"], ["x_out"])],
         "cplx",
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 2]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2]),
          helper.make_tensor_value_info("w", TensorProto.DOUBLE, [3, 2]),
-         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [3])])
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, ["n"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     helper.set_model_props(model, {"jaxconv.complex": json.dumps(
         {"inputs": {"z": "complex64"}, "outputs": {"y": "complex64", "w": "complex128"}})})
@@ -130,6 +131,7 @@ COMPLEX_CHECK = r"""
 
 #include <complex>
 #include <cstdio>
+#include <stdexcept>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -137,13 +139,14 @@ int main(int argc, char** argv) {
   cplx::Twice model(argv[1]);
   std::vector<std::complex<float>> z = {{1.0f, 2.0f}, {3.0f, -1.0f}, {0.5f, 0.25f}};
   std::vector<float> x = {7.0f, 8.0f, 9.0f};
-  cplx::Twice::Outputs out = model.run(z, x);
+  cplx::Twice::Outputs out = model.run(z, x, 3);
   for (std::complex<float> v : out.y.data) std::printf("%g %g ", v.real(), v.imag());
-  std::printf("| %zu", out.y.shape.size());
+  std::printf("| %zu %lld %g", out.y.shape.size(), (long long)out.x_out.shape[0], out.x_out.data[2]);
   std::vector<std::complex<double>> w(3);
   cplx::Twice::Inputs in;
   in.z = z;
   in.x = x;
+  in.b = 3;
   std::vector<std::complex<float>> y(3);
   std::vector<float> x_out(3);
   cplx::Twice::Buffers buffers;
@@ -153,6 +156,13 @@ int main(int argc, char** argv) {
   model.run(in, buffers);
   std::printf(" |");
   for (std::complex<double> v : w) std::printf(" %g %g", v.real(), v.imag());
+  std::printf(" | %g |", x_out[1]);
+  buffers.x_out = {x_out.data(), 2};
+  try {
+    model.run(in, buffers);
+  } catch (const std::invalid_argument& e) {
+    std::printf(" %s", e.what());
+  }
   std::printf("\n");
   return 0;
 }
@@ -182,13 +192,16 @@ def test_complex_tensors_are_std_complex_buffers(ort_root, tmp_path):
     assert r.returncode == 0, r.stderr
     r = run([exe, str(project / "model.onnx")])
     assert r.returncode == 0, r.stderr
-    y_text, rank, w_text = r.stdout.split("|")
+    y_text, rank, w_text, x_out, error = r.stdout.split("|")
     z = np.array([1 + 2j, 3 - 1j, 0.5 + 0.25j], np.complex64)
     y = np.array(y_text.split(), np.float32)
     np.testing.assert_array_equal(y[0::2] + 1j * y[1::2], 2 * z)
-    assert rank.strip() == "1"  # the C++ shape is [3], not the (re, im) layout [3, 2]
+    assert rank.split() == ["1", "3", "9"]  # y's C++ shape is [3], not the (re, im) layout [3, 2]
     w = np.array(w_text.split(), np.float64)
     np.testing.assert_array_equal(w[0::2] + 1j * w[1::2], z.astype(np.complex128))
+    assert x_out.strip() == "8"  # an output whose shape is known only after the run, into a caller buffer
+    assert error.strip() == ("cplx::Twice: output buffer x_out has 2 elements, but its shape float32[n] is [3] "
+                             "(3 elements)")
 
 
 def test_complex_metadata_must_match_the_layout(tmp_path):
@@ -201,7 +214,7 @@ def test_complex_metadata_must_match_the_layout(tmp_path):
     model = onnx.load(str(tmp_path / "cplx.onnx"))
     model.metadata_props[0].value = json.dumps({"inputs": {"x": "complex64"}, "outputs": {}})
     onnx.save(model, str(tmp_path / "bad.onnx"))
-    with pytest.raises(UnsupportedError, match=r"input x is listed as complex64 .* but is float32\[3\]"):
+    with pytest.raises(UnsupportedError, match=r"input x is listed as complex64 .* but is float32\[b\] \(expected float32\[\.\.\., 2\]\)"):
         write_project_for_onnx(str(tmp_path / "bad.onnx"), str(tmp_path / "p"), function="cplx")
     assert not os.path.exists(tmp_path / "p")
 

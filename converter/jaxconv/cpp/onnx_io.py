@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx
 
+from jaxconv.cpp.dims import shape_text
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx.complex_layout import COMPONENT, complex_io
 from jaxconv.signature import Signature, TensorInfo
@@ -17,7 +18,7 @@ def _info(value: onnx.ValueInfoProto, complex_dtype: str | None, kind: str) -> T
     if complex_dtype is not None:
         if dtype != COMPONENT[complex_dtype] or not dims or dims[-1] != 2:
             raise UnsupportedError(f"{kind} {value.name} is listed as {complex_dtype} in the model's "
-                                   f"jaxconv.complex metadata, but is {dtype}{dims} "
+                                   f"jaxconv.complex metadata, but is {dtype}{shape_text(dims)} "
                                    f"(expected {COMPONENT[complex_dtype]}[..., 2])")
         dtype, dims = complex_dtype, dims[:-1]
     return TensorInfo(value.name, dtype, tuple(dims), value.name)

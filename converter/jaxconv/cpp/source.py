@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxconv.cpp import template
-from jaxconv.cpp.header import namespace_close, namespace_open, run_params, shape_params
+from jaxconv.cpp.header import namespace_close, namespace_open, run_params
 from jaxconv.cpp.model import CppModel, CppTensor
 from jaxconv.cpp.names import cpp_string
 
@@ -51,8 +51,8 @@ def _shape_functions(model: CppModel) -> str:
     out = []
     for t in model.outputs:
         if t.exprs is not None:
-            out += [f"std::array<int64_t, {len(t.dims)}> {model.cls}::{t.ident}_shape("
-                    f"{shape_params(model)}) {{",
+            params = ", ".join(f"[[maybe_unused]] int64_t {model.symbol_idents[s]}" for s in model.symbols)
+            out += [f"std::array<int64_t, {len(t.dims)}> {model.cls}::{t.ident}_shape({params}) {{",
                     f"  return {{{{{', '.join(t.exprs)}}}}};", "}", ""]
     return "\n".join(out) + ("\n" if out else "")
 
