@@ -271,18 +271,19 @@ def _file(tmp_path):
 
 def test_a_difference_from_tf_is_a_mismatch_naming_tensorflow(converted_jax2tf, jax2tf_model):
     from jaxconv.errors import MismatchError
-    from jaxconv.tf import saved_model_to_onnx as smo
+    from jaxconv.tf import saved_model_check as checking
 
     _, out, models = converted_jax2tf
-    converted = smo.Converted("other", models["other"], ["zz", "aa"], ["out"], path=str(out / "m_other.onnx"))
-    runner = smo.SignatureRunner(tf.saved_model.load(jax2tf_model), jax2tf_model, "other", ["zz", "aa"], ["out"])
-    refs = smo.tf_references(runner, smo.jaxconv_signature(converted))
-    report = smo.check_against_tf(converted, refs)
+    path = str(out / "m_other.onnx")
+    runner = checking.SignatureRunner(tf.saved_model.load(jax2tf_model), jax2tf_model, "other", ["zz", "aa"],
+                                      ["out"])
+    refs = checking.tf_references(runner, checking.model_signature(models["other"]))
+    report = checking.check_against_tf(path, path, ["out"], refs)
     assert report.ok and "against TensorFlow" in report.table()
     for r in refs:
         r.outputs = [o + 1.0 for o in r.outputs]
-    report = smo.check_against_tf(converted, refs)
+    report = checking.check_against_tf(path, path, ["out"], refs)
     assert not report.ok
     with pytest.raises(MismatchError, match="differs from TensorFlow on random inputs") as e:
-        smo.raise_on_mismatch(report)
+        checking.raise_on_mismatch(report)
     assert e.value.exit_code == 9

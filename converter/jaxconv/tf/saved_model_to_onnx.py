@@ -1,28 +1,25 @@
-"""``jaxconv saved-model-to-onnx``: a SavedModel (jax2tf's, or TF around JAX) to one ONNX model per signature.
+"""``jaxconv saved-model-to-onnx``: a SavedModel (jax2tf's, or TF around JAX) to one ONNX model per
+signature.
 
-tf2onnx converts the TF graph of each signature (variables frozen into initializers, ``If``/``While``
-into ``If``/``Loop``) and every ``XlaCallModule`` in it goes through jaxconv's StableHLO lowering
-(``tf2onnx_handler``). The model's inputs and outputs are named after the signature's keys, in the
-order the signature lists them (``jaxconv_signature.json``'s order for jaxconv's own SavedModels);
-symbolic dimensions take the names of the module's dimension variables (``b``).
+tf2onnx converts the TF graph of each signature (variables frozen into initializers,
+``If``/``While`` into ``If``/``Loop``) and every ``XlaCallModule`` in it goes through jaxconv's
+StableHLO lowering (``tf2onnx_handler``). The model's inputs and outputs are named after the
+signature's keys, in the signature's order (``signature_keys``); symbolic dimensions take the names
+of the module's dimension variables (``b``).
 
-The check runs the SavedModel's signature in TensorFlow and the ONNX model in ONNX Runtime on the
-same inputs (seeded random values at each symbolic size, then edge values) and judges every
-output with ``compare.judge``: the tolerances, table and exit codes of ``check``.
+The check (``saved_model_check``) runs the SavedModel's signature in TensorFlow and the ONNX model
+in ONNX Runtime on the same inputs and judges every output with ``check``'s rules.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
-from jaxconv.errors import ArtifactError, ConversionError, MismatchError, UnsupportedError, UsageError
-from jaxconv.tf.saved_model import SIGNATURE_FILE, import_tensorflow, quiet_stderr, read_signature
-from jaxconv.verify import CheckReport
+from jaxconv.errors import ArtifactError, ConversionError, UnsupportedError, UsageError
+from jaxconv.tf.saved_model import import_tensorflow, quiet_stderr, read_signature
 
 SAVED_MODEL_FILE = "saved_model.pb"
 
@@ -45,19 +42,6 @@ class Converted:
     outputs: list[str]
     modules: int = 0
     path: str = ""
-
-
-class TFCheckReport(CheckReport):
-    """A CheckReport whose reference is the SavedModel run by TensorFlow, not jax.jit."""
-
-    reference = "TensorFlow"
-
-    def table(self) -> str:
-        return super().table().replace("jax.jit", self.reference)
-
-    def warning(self) -> str | None:
-        text = super().warning()
-        return text.replace("jax.jit", self.reference) if text else text
 
 
 # ---- reading the SavedModel ---------------------------------------------------------------------
@@ -182,7 +166,8 @@ def output_paths(output: str, signatures: Sequence[str], all_of_them: bool) -> d
     if not output:
         raise UsageError("the output path is empty; give a file path such as -o model.onnx")
     if os.path.isdir(output) or output.endswith(("/", os.sep)):
-        raise UsageError(f"output {output} is a folder; give a file path such as {os.path.join(output, 'model.onnx')}")
+        raise UsageError(f"output {output} is a folder; give a file path such as "
+                         f"{os.path.join(output, 'model.onnx')}")
     if not all_of_them:
         return {signatures[0]: output}
     base, ext = os.path.splitext(output)
@@ -190,7 +175,8 @@ def output_paths(output: str, signatures: Sequence[str], all_of_them: bool) -> d
 
     paths = {s: f"{base}_{sanitize(s)}{ext or '.onnx'}" for s in signatures}
     if len(set(paths.values())) != len(paths):
-        raise UsageError(f"signatures {', '.join(signatures)} give the same output file name; pick one with --signature")
+        raise UsageError(f"signatures {', '.join(signatures)} give the same output file name; "
+                         "pick one with --signature")
     return paths
 
 
@@ -214,14 +200,16 @@ class _Problems(logging.Handler):
     def error(self, signature: str) -> Exception | None:
         """One error listing every problem, or None."""
         parts = [str(e) for e in self.failures if isinstance(e, UnsupportedError)]
-        parts += [f"TensorFlow op {op} x{n} (tf2onnx has no conversion for it)" for op, n in sorted(self.unsupported.items())]
+        parts += [f"TensorFlow op {op} x{n} (tf2onnx has no conversion for it)"
+                  for op, n in sorted(self.unsupported.items())]
         if parts:
             return UnsupportedError(f"cannot convert signature {signature!r} to ONNX: " + "; ".join(parts))
         if self.failures:
             e = self.failures[0]
             if isinstance(e, Exception) and hasattr(e, "exit_code"):
                 return e
-            return ConversionError(f"tf2onnx failed on signature {signature!r}: {type(e).__name__}: {_first_line(e)}")
+            return ConversionError(f"tf2onnx failed on signature {signature!r}: {type(e).__name__}: "
+                                   f"{_first_line(e)}")
         return None
 
 
@@ -260,7 +248,8 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
     concrete = imported.signatures[signature]
     captured = {id(t) for t in getattr(concrete, "captured_inputs", ())}
     graph_inputs = [t for t in concrete.inputs if t.dtype != tf.dtypes.resource and id(t) not in captured]
-    structured = [s for s in tf.nest.flatten(concrete.structured_input_signature) if isinstance(s, tf.TensorSpec)]
+    structured = [s for s in tf.nest.flatten(concrete.structured_input_signature)
+                  if isinstance(s, tf.TensorSpec)]
     input_names = [t.name for t in graph_inputs][:len(structured)]
     output_names = [t.name for t in concrete.outputs if t.dtype != tf.dtypes.resource]
     rename = dict(zip(input_names, [s.name for s in structured]))
@@ -273,22 +262,24 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
             with tf.Graph().as_default() as graph:
                 tf.import_graph_def(frozen, name="")
                 with tf2onnx_handler.recording() as records:
-                    g = process_tf_graph(graph, continue_on_error=True, opset=opset, input_names=input_names,
-                                         output_names=output_names, tensors_to_rename=rename,
-                                         initialized_tables=tables)
+                    g = process_tf_graph(graph, continue_on_error=True, opset=opset,
+                                         input_names=input_names, output_names=output_names,
+                                         tensors_to_rename=rename, initialized_tables=tables)
         error = problems.error(signature)
         if error is not None:
             raise error
         with quiet_stderr():
             g = optimizer.optimize_graph(g, catch_errors=True)
-            model = g.make_model(f"converted from {os.path.basename(os.path.abspath(path))} signature {signature}")
+            name = os.path.basename(os.path.abspath(path))
+            model = g.make_model(f"converted from {name} signature {signature}")
     except (UnsupportedError, ConversionError):
         raise
     except Exception as e:  # noqa: BLE001  (tf2onnx and freezing raise anything)
         error = problems.error(signature)
         if error is not None:
             raise error from None
-        raise ConversionError(f"converting signature {signature!r} failed: {type(e).__name__}: {_first_line(e)}") from None
+        raise ConversionError(f"converting signature {signature!r} failed: {type(e).__name__}: "
+                              f"{_first_line(e)}") from None
     finally:
         _restore_logging(saved, problems)
     inputs, outputs = keys
@@ -303,11 +294,13 @@ def _finish(model: Any, inputs: list[str], outputs: list[str], records: list[dic
     by_name = {v.name: v for v in graph.input}
     missing = [k for k in inputs if k not in by_name]
     if missing:
-        raise ConversionError(f"signature {signature!r}: tf2onnx gave no graph input for {', '.join(missing)}")
+        raise ConversionError(f"signature {signature!r}: tf2onnx gave no graph input for "
+                              f"{', '.join(missing)}")
     ordered = [by_name[k] for k in inputs] + [v for v in graph.input if v.name not in inputs]
     _reorder(graph.input, ordered)
     by_name = {v.name: v for v in graph.output}
-    _reorder(graph.output, [by_name[k] for k in outputs if k in by_name] + [v for v in graph.output if v.name not in outputs])
+    _reorder(graph.output, [by_name[k] for k in outputs if k in by_name]
+             + [v for v in graph.output if v.name not in outputs])
     renamed: dict[str, str] = {}
     for record in records:
         for name, dims in record["inputs"].items():
@@ -320,7 +313,8 @@ def _finish(model: Any, inputs: list[str], outputs: list[str], records: list[dic
                     renamed[dim.dim_param] = var
     if renamed:
         _rename_dims(model, renamed)
-    for key, value in (("jaxconv.source", "saved-model-to-onnx"), ("jaxconv.saved_model_signature", signature)):
+    for key, value in (("jaxconv.source", "saved-model-to-onnx"),
+                       ("jaxconv.saved_model_signature", signature)):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
 
@@ -391,159 +385,7 @@ def _copy_field(dst: Any, name: str, value: Any) -> None:
         setattr(dst, name, value)
 
 
-# ---- the check against TensorFlow -----------------------------------------------------------------
-
-def jaxconv_signature(converted: Converted) -> Any:
-    """The model's inputs and outputs as a jaxconv Signature (dimension names as the model has them)."""
-    from jaxconv.onnx.dtypes import ONNX_TYPE
-    from jaxconv.signature import Signature, TensorInfo
-
-    by_type = {v: k for k, v in ONNX_TYPE.items()}
-
-    def info(v: Any) -> TensorInfo:
-        t = v.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{v.name}_d{i}")
-                     for i, d in enumerate(t.shape.dim))
-        return TensorInfo(v.name, by_type.get(t.elem_type, "float32"), dims, v.name)
-
-    graph = converted.model.graph
-    return Signature(tuple(info(v) for v in graph.input), tuple(info(v) for v in graph.output))
-
-
-@dataclass
-class _Reference:
-    label: str
-    arrays: list[np.ndarray]
-    outputs: list[np.ndarray]
-    notes: list[str] = field(default_factory=list)
-
-
-class SignatureRunner:
-    """Runs one signature of a loaded SavedModel in TensorFlow, inputs and outputs by key."""
-
-    def __init__(self, imported: Any, path: str, signature: str, inputs: list[str], outputs: list[str]) -> None:
-        self.fn = imported.signatures[signature]
-        self.path, self.signature, self.inputs, self.outputs = path, signature, inputs, outputs
-
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Raises ArtifactError naming the cause and saying that the lowering does not need TF."""
-        tf = import_tensorflow()
-        from jaxconv.runtimes.tf import error_cause
-
-        try:
-            with quiet_stderr():
-                out = self.fn(**{k: tf.constant(np.asarray(a)) for k, a in zip(self.inputs, arrays)})
-        except Exception as e:  # noqa: BLE001
-            raise ArtifactError(
-                f"TensorFlow cannot run signature {self.signature!r} of {self.path} ({type(e).__name__}: "
-                f"{error_cause(e)}), so the ONNX cannot be checked against it. jaxconv's lowering does not "
-                "need TensorFlow's XLA and converted it: rerun with --no-check to write it unchecked") from None
-        return [np.asarray(out[k].numpy()) for k in self.outputs]
-
-
-_SHAPE_ASSERTION = "do not match the polymorphic shapes"
-
-
-def open_loop(model: Any) -> bool:
-    """Whether the model has a ``Loop`` whose trip count is not a constant (a TF ``while_loop`` or a
-    StableHLO ``while`` whose trip count may depend on the data, and may not end on edge values)."""
-    constants: set[str] = set()
-    loops: list[Any] = []
-    stack = [model.graph]
-    while stack:
-        graph = stack.pop()
-        constants.update(t.name for t in graph.initializer)
-        for node in graph.node:
-            if node.op_type == "Constant":
-                constants.update(node.output)
-            elif node.op_type == "Loop":
-                loops.append(node)
-            stack.extend(a.g for a in node.attribute if a.HasField("g"))
-    return any(not node.input or node.input[0] not in constants for node in loops)
-
-
-def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0, loops: bool = False) -> list[_Reference]:
-    """TensorFlow's outputs on every input set of the check (random at each size, then edge values).
-
-    A size the SavedModel's shape assertions refuse (``2*b`` at an odd size) is left out with a note;
-    edge values are left out when ``loops`` (see ``open_loop``), as ``check`` leaves them out for
-    programs with a while loop.
-
-    Raises:
-        ArtifactError: TensorFlow fails otherwise.
-    """
-    from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, edge_set, random_set, require_small_enough,
-                                      size_sets)
-    from jaxconv.verify import current_options
-
-    options = current_options()
-    sizes = size_sets(signature, options.sizes or DEFAULT_SIZES) or size_sets(signature, SYMBOLIC_SIZES)
-    require_small_enough(signature, sizes)
-    sets = [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
-    notes: list[str] = []
-    out: list[_Reference] = []
-    runnable: list[dict[str, int]] = []
-    for s, inputs in zip(sizes, sets):
-        try:
-            out.append(_Reference(inputs.label, inputs.arrays, runner.run(inputs.arrays)))
-            runnable.append(s)
-        except ArtifactError as e:
-            if _SHAPE_ASSERTION not in str(e):
-                raise
-            notes.append(f"sizes {s} skipped: the SavedModel's shape assertions refuse them")
-    if options.edge and runnable and loops:
-        notes.append("edge values skipped: the model has a while loop, whose trip count on edge values may not end")
-    elif options.edge and runnable:
-        edge = edge_set(signature, max(runnable, key=lambda s: sum(s.values())), seed)
-        out.append(_Reference(edge.label, edge.arrays, runner.run(edge.arrays)))
-    elif not options.edge and options.edge_skipped:
-        notes.append(f"edge values skipped: {options.edge_skipped}")
-    if out:
-        out[0].notes = notes
-    return out
-
-
-def check_against_tf(converted: Converted, references: list[_Reference], rtol: float | None = None,
-                     atol: float | None = None) -> TFCheckReport:
-    """Run the written model in ONNX Runtime on the references' inputs and judge every output.
-
-    Differences on the edge-value set only are ``differs on edge values`` rows (TensorFlow's XLA
-    computed the reference; see ``verify.as_edge_difference``).
-    """
-    from jaxconv.compare import judge
-    from jaxconv.runtimes.onnxrt import OnnxRunner
-    from jaxconv.verify import as_edge_difference
-
-    report = TFCheckReport(artifact=converted.path or f"{converted.signature}.onnx", runtime="onnx")
-    runner = OnnxRunner(converted.path or converted.model.SerializeToString())
-    for ref in references:
-        report.notes.extend(ref.notes)
-        actual = runner.run(ref.arrays)
-        if len(actual) != len(ref.outputs):
-            raise ArtifactError(f"{report.artifact} returned {len(actual)} outputs, the signature has {len(ref.outputs)}")
-        for name, e, a in zip(converted.outputs, ref.outputs, actual):
-            row, cls = judge(name, e, a, rtol, atol, inputs=ref.label)
-            report.rows.append(as_edge_difference(row, "saved-model", e, a, cls))
-    return report
-
-
-def raise_on_mismatch(report: TFCheckReport) -> None:
-    """``verify.raise_on_mismatch`` (same rules and exit codes), naming TensorFlow as the reference."""
-    from jaxconv.verify import raise_on_mismatch as raise_for
-
-    try:
-        raise_for(report)
-    except MismatchError as e:
-        raise MismatchError(str(e).replace("jax.jit", report.reference)) from None
-
-
 # ---- the whole command ----------------------------------------------------------------------------
-
-def default_opset() -> int:
-    from jaxconv.tf.tf2onnx_handler import opset_range
-
-    return opset_range()[1]
-
 
 def check_opset(opset: int | None) -> int:
     """``--opset``: None gives the highest opset tf2onnx and jaxconv's lowering share (18 today)."""
@@ -560,7 +402,8 @@ def check_opset(opset: int | None) -> int:
 
 def saved_model_to_onnx(path: str, output: str | None = None, signature: str | None = None,
                         opset: int | None = None, check: bool = True, rtol: float | None = None,
-                        atol: float | None = None, report_to: list[Any] | None = None) -> dict[str, Converted]:
+                        atol: float | None = None,
+                        report_to: list[Any] | None = None) -> dict[str, Converted]:
     """Convert a SavedModel to ONNX, one model per signature, and check each against TensorFlow.
 
     Args:
@@ -588,25 +431,37 @@ def saved_model_to_onnx(path: str, output: str | None = None, signature: str | N
     missing = [s for s in chosen if s not in imported.signatures]
     if missing:
         raise ArtifactError(f"TensorFlow does not load signature(s) {', '.join(missing)} of {path}")
-    converted = {s: convert_signature(imported, path, s, keys[s], opset) for s in chosen}
+    converted: dict[str, Converted] = {}
+    problems: list[str] = []
+    for s in chosen:  # every signature's unsupported ops, in one message
+        try:
+            converted[s] = convert_signature(imported, path, s, keys[s], opset)
+        except UnsupportedError as e:
+            problems.append(str(e))
+    if problems:
+        raise UnsupportedError("; ".join(problems))
     from jaxconv.onnx import convert
 
     for c in converted.values():
         convert.validate(c.model)
+    from jaxconv.tf import saved_model_check as checking
+
     references = {}
-    if check:
+    if check:  # TensorFlow first: when it cannot run the SavedModel, nothing is written
         for s, c in converted.items():
-            runner = SignatureRunner(imported, path, s, c.inputs, c.outputs)
-            references[s] = tf_references(runner, jaxconv_signature(c), loops=open_loop(c.model))
+            runner = checking.SignatureRunner(imported, path, s, c.inputs, c.outputs)
+            references[s] = checking.tf_references(runner, checking.model_signature(c.model),
+                                                   loops=checking.open_loop(c.model))
     if paths:
         _write_all(converted, paths)
     if not check:
         return converted
-    reports = [check_against_tf(c, references[s], rtol, atol) for s, c in converted.items()]
+    reports = [checking.check_against_tf(c.path or c.model, c.path or f"{s}.onnx", c.outputs, references[s],
+                                         rtol, atol) for s, c in converted.items()]
     if report_to is not None:
         report_to.extend(reports)
     for r in reports:
-        raise_on_mismatch(r)
+        checking.raise_on_mismatch(r)
     return converted
 
 
@@ -629,4 +484,4 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(e).__name__
 
 
-__all__ = ["Converted", "saved_model_to_onnx", "SIGNATURE_FILE"]
+__all__ = ["Converted", "saved_model_to_onnx"]
