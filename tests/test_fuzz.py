@@ -384,4 +384,100 @@ def test_xla_order_flush_and_loop_rows_match_only_their_cases():
     for klass in ("cumprod/f32/inf", "reduce_var/f32/nan", "pow+floor_divide/f32/nan"):
         assert known.match(klass, huge) is not None and known.match(klass) is None, klass
     assert known.match("reduce_var+acos/f32/nan") is not None and known.match("reduce_var/f32/value") is None
-    assert known.match("while_loop/f16/value") is not None and known.match("while_loop/f32/value") is None
+    assert known.match("while_loop/f16/value") is None and known.match("while_loop/f32/value") is None
+
+
+def _program(steps: list[tuple[str, tuple[int, ...], str]], inputs: dict[int, tuple[tuple[int, ...], str]]) -> FuzzProgram:
+    """A fuzz program of ``(op, args, expr)`` steps over typed inputs, each step's value numbered after the inputs."""
+    first = max(inputs) + 1
+    program = FuzzProgram(inputs=list(inputs), steps=[Step(op, args, expr, first + k) for k, (op, args, expr) in
+                                                      enumerate(steps)],
+                          outputs=[first + len(steps) - 1], types={i: Value(*t) for i, t in inputs.items()})
+    typed = infer_types(program)
+    assert typed is not None
+    return typed
+
+
+def test_tan_in_a_loop_is_known_only_for_loops_that_apply_tan():
+    loop = "lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, {f}(s[1])), (0, {{0}}))[1]"
+    tan = _program([("while_loop", (0,), loop.format(f="jnp.tan"))], {0: ((1,), "float32")})
+    sin = _program([("while_loop", (0,), loop.format(f="jnp.sin"))], {0: ((1,), "float32")})
+    x = [np.float32([1.0])]
+    assert known.match("while_loop/f32/value", known.facts(x, (), tan)) is not None
+    assert known.match("while_loop/f16/value", known.facts(x, (), tan)) is not None
+    assert known.match("while_loop/f32/value", known.facts(x, (), sin)) is None
+    assert known.match("while_loop/f32/nan", known.facts(x, (), tan)) is None
+
+
+def test_bfloat16_window_sums_are_known_only_over_four_active_dims():
+    window = "lax.reduce_window({{0}}, np.array(0, jnp.bfloat16), lax.add, {dims}, (1, 1, 1, 1), {pad})"
+    four = _program([("reduce_window_add", (0,), window.format(dims=(3, 3, 3, 2), pad="'SAME'"))],
+                    {0: ((2, 1, 1, 5), "bfloat16")})
+    three = _program([("reduce_window_add", (0,), window.format(dims=(3, 1, 3, 2), pad="'SAME'"))],
+                     {0: ((2, 1, 1, 5), "bfloat16")})
+    padded = _program([("reduce_window_add", (0,), window.format(dims=(3, 1, 3, 2), pad=((0, 0), (1, 0), (0, 0), (0, 0))))],
+                      {0: ((2, 1, 1, 5), "bfloat16")})
+    assert "window-4d" in known.program_facts(four) and "window-4d" in known.program_facts(padded)
+    assert "window-4d" not in known.program_facts(three)
+    assert known.match("reduce_window_add/bf16/value", known.program_facts(four)) is not None
+    assert known.match("reduce_window_add/bf16/value", known.program_facts(three)) is None
+    assert known.match("reduce_window_add/f16/value", known.program_facts(four)) is None
+
+
+def test_conv_with_an_inf_tap_on_padding_is_named_conv_zeros():
+    """XLA skips the padding of this f32 conv (a 1x1 input), ONNX Runtime's Conv multiplies it (0 x inf = NaN)."""
+    from conformance.fuzz import convzeros
+
+    conv = "lax.conv_general_dilated({0}, {1}, window_strides=(1,), padding=[(1, 1)], lhs_dilation=(1,), " \
+           "rhs_dilation=(1,), feature_group_count=1)"
+    p = _program([("conv", (0, 1), conv)], {0: ((1, 1, 1), "float32"), 1: ((1, 1, 1), "float32")})
+    inputs = [np.float32([[[1.5]]]), np.float32([[[np.inf]]])]
+    expected = fuzz_run.reference(p, inputs)
+    assert np.array_equal(expected[0], np.float32([[[0.0, np.inf, 0.0]]]))  # jax.jit skips the padding here
+    multiplied = [np.float32([[[np.nan, np.inf, np.nan]]])]
+    named = convzeros.relabel(Failure(p, inputs, "mismatch", compare_all(expected, multiplied), "", expected, multiplied))
+    assert named.diff.kind == "conv-zeros" and known.match(class_of(named, "onnx")) is not None
+    wrong = [np.float32([[[np.nan, 1.0, np.nan]]])]
+    assert convzeros.relabel(Failure(p, inputs, "mismatch", compare_all(expected, wrong), "", expected, wrong)).diff.kind != "conv-zeros"
+
+
+def test_conv64_multiplies_or_skips_padding_holes_and_group_blocks():
+    from conformance.fuzz.convzeros import conv64
+
+    x = np.array([[[1.0], [2.0]]])  # N=1, C=2, W=1
+    w = np.array([[[np.inf]], [[3.0]]])  # O=2, C/g=1, K=1, two groups
+    params = {"window_strides": (1,), "padding": [(1, 0)], "lhs_dilation": (1,), "rhs_dilation": (1,),
+              "feature_group_count": 2}
+    skipped = conv64(x, w, params, False, False)
+    assert np.array_equal(skipped, [[[0.0, np.inf], [0.0, 6.0]]])
+    groups = conv64(x, w, params, False, True)  # channel 1 of group 0 meets the kernel's zero block: 0 x 2 = 0
+    assert np.array_equal(groups, [[[0.0, np.inf], [0.0, 6.0]]])
+    padded = conv64(x, w, params, True, False)
+    assert np.isnan(padded[0, 0, 0]) and padded[0, 1, 0] == 0.0
+    assert np.array_equal(conv64(x, w, {**params, "padding": "VALID"}, True, True), [[[np.inf], [6.0]]])
+
+
+def test_a_last_bit_move_of_only_the_differing_elements_is_named():
+    """bf16 acos(-0.5195) is 2.125 in XLA, 2.1094 (correctly rounded) in ONNX Runtime; cos magnifies it. Moving the
+    whole intermediate would move the elements that agree too."""
+    import ml_dtypes
+
+    from conformance.fuzz.driver import _relabel_last_bit
+
+    p = _program([("acos", (0,), "jnp.arccos({0})"), ("cos", (1,), "jnp.cos({0})")], {0: ((2,), "bfloat16")})
+    assert p.steps[1].args == (1,)
+    inputs = [np.array([-0.51953125, -0.51953125], ml_dtypes.bfloat16)]
+    expected = fuzz_run.reference(p, inputs)
+    actual = [np.array([-0.51171875, -0.52734375], ml_dtypes.bfloat16)]
+    assert np.asarray(expected[0], np.float32)[0] == np.float32(-0.52734375)
+    named = _relabel_last_bit(Failure(p, inputs, "mismatch", compare_all(expected, actual), "", expected, actual))
+    assert named.diff.kind == "last-bit"
+
+
+def test_zero_sign_of_dots_and_convs_is_known_only_for_signed_zeros():
+    for klass in ("conv/f16/signed-zero", "matmul/f32/signed-zero", "dot_general_f32/bf16/signed-zero"):
+        assert known.match(klass) is not None, klass
+    for klass in ("conv/f32/value", "matmul/f32/nan", "reduce_sum/f32/signed-zero", "conv+reduce_prod/bf16/signed-zero"):
+        assert known.match(klass) is None, klass
+    assert known.match("sinh/f32/inf") is not None and known.match("sinh/f16/inf") is None
+    assert known.match("sinh/f32/value") is None

@@ -8,11 +8,12 @@ the artifact and ``caught`` when it reported a mismatch.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any
 
-from conformance.fuzz import known, reproducer
+from conformance.fuzz import convzeros, known, reproducer
 from conformance.fuzz.generate import generate
 from conformance.fuzz.minimise import Failure, flush_subnormals, minimise
 from conformance.fuzz.compare import compare_all
@@ -101,7 +102,9 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         small = _explain(minimise(failure, target, full=False), target)
     row = _classify(small, target, rec)
     if not row and small.diff is not None:
-        if _relabel_excess_precision(small).diff.kind == "excess-precision" or _relabel_last_bit(small).diff.kind == "last-bit":
+        if convzeros.relabel(small).diff.kind == "conv-zeros" \
+                or _relabel_excess_precision(small).diff.kind == "excess-precision" \
+                or _relabel_last_bit(small).diff.kind == "last-bit":
             row = _classify(small, target, rec)
     if do_minimise and not row and _reproducers_written(folder, rec["class"]) < REPRODUCERS_PER_CLASS:
         small = _fill_outputs(_explain(minimise(small, target, full=True, max_tries=80, max_seconds=30), target), target)
@@ -155,20 +158,42 @@ def _relabel_last_bit(failure: Failure) -> Failure:
         values = intermediates(failure.program, failure.inputs)
     except Invalid:
         return failure
+    differing = _differing(failure)
     for step in failure.program.steps[:-1]:
         value = np.asarray(values.get(step.out))
         if value.dtype.name not in ("float16", "bfloat16", "float32", "float64") or value.size == 0:
             continue
         program = substitute(failure.program, step, values)
-        for up in (True, False):
+        # the whole value, or (same shape as the differing output) only its differing elements
+        masks = [None] + ([differing] if differing is not None and differing.shape == value.shape else [])
+        for mask, up in itertools.product(masks, (True, False)):
+            step_value = _ulp_step(value, up) if mask is None else np.where(mask, _ulp_step(value, up), value)
             try:
-                moved = reference(program, list(failure.inputs) + [_ulp_step(value, up)])
+                moved = reference(program, list(failure.inputs) + [step_value])
             except Invalid:
                 break
             if compare_all(moved, failure.actual) is None:
                 d.kind = "last-bit"
                 return failure
     return failure
+
+
+def _differing(failure: Failure) -> Any:
+    """Where the differing output of a mismatch differs (a bool array), or None."""
+    import numpy as np
+
+    from conformance.fuzz.compare import compare_one
+
+    d = failure.diff
+    if d is None or not failure.expected or d.output >= len(failure.expected):
+        return None
+    e, a = np.asarray(failure.expected[d.output]), np.asarray(failure.actual[d.output])
+    if e.shape != a.shape or e.ndim == 0:
+        return None
+    bad = np.zeros(e.shape, bool)
+    for index in np.ndindex(*e.shape):
+        bad[index] = compare_one(e[index], a[index]) is not None
+    return bad
 
 
 _STRICT_REFERENCE = """
@@ -218,7 +243,7 @@ def _relabel_excess_precision(failure: Failure) -> Failure:
 
 def _classify(failure: Failure, target: str, rec: dict[str, Any]) -> known.Known | None:
     """Fill in class, facts, known reason and description; returns the known row, if any."""
-    seen = known.facts(failure.inputs, [v.size for v in failure.program.types.values()])
+    seen = known.facts(failure.inputs, [v.size for v in failure.program.types.values()], failure.program)
     rec["class"] = class_of(failure, target)
     rec["facts"] = sorted(seen)
     row = known.match(rec["class"], seen)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from conformance.fuzz.program import FuzzProgram
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,8 @@ class Known:
     """A class pattern, the reason, and facts the minimised failure must show (all of them).
 
     Facts: ``nan-input`` (an input holds a NaN), ``negative-nan-input``, ``inf-input``, ``huge-input`` (a finite input within
-    a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements).
+    a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements), and from the program
+    ``tan-in-loop`` and ``window-4d`` (see ``program_facts``).
     """
 
     pattern: str
@@ -45,9 +49,18 @@ POW_FTZ = ("a power of a huge base with a negative exponent is subnormal: XLA on
 VAR_ROUNDING = ("the variance of equal values is the square of the mean's rounding error: XLA's float32 sum rounds the "
                 "mean back to the value (variance 0), ONNX Runtime's sum is one ulp off (variance (1 ulp)^2); acos/asin "
                 "of that is a number in jax.jit and NaN in the artifact")
-F16_LOOP_TAN = ("XLA on CPU's float16 tan inside a while loop body (trip count 2 or more) can be one ulp off its own "
-                "tan outside loops (jax.jit: tan(1.0) gives 1.5566 in the loop, 1.5576 straight; the artifact gives "
-                "the correctly rounded 1.5576); repeated tan near pi/2 magnifies that ulp")
+LOOP_TAN = ("XLA on CPU's float16/float32 tan inside a while loop body (trip count 2 or more) can be one ulp off its "
+            "own tan outside loops (jax.jit: f16 tan(1.0) gives 1.5566 in the loop, 1.5576 straight; the artifact "
+            "gives the correctly rounded 1.5576); repeated tan near pi/2 magnifies that ulp")
+CONV_ZEROS = ("0 x inf is NaN: XLA on CPU multiplies a convolution's padding, lhs-dilation holes or the zero blocks of a "
+              "grouped kernel for some shapes and skips them for others (its emitters differ), so no lowering "
+              "matches every shape; the artifact's result is that conv with those zeros multiplied or skipped")
+ZERO_SIGN_DOT = ("the sign of a zero dot or conv result whose products are all -0 depends on XLA's emitter for the "
+                 "shape (f32 [1,3]x[3,3] keeps -0, [2,8]x[8,4] gives +0); ONNX Runtime's MatMul and Conv add to +0")
+BF16_WINDOW_4D = ("XLA on CPU sums a bfloat16 window over 4 active dims in an order that is neither row-major nor "
+                  "widened (rounding every step shows it); 1-3-D windows are folded exactly like XLA")
+SINH_EDGE = ("XLA's float32 sinh computes exp(|x|)/2 and overflows for |x| in (88.72, 89.42], where the true sinh "
+             "(and the artifact's) is just below the largest float")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -67,15 +80,19 @@ KNOWN: tuple[Known, ...] = (
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
     Known("reduce_var+asin/*/nan", VAR_ROUNDING),
-    Known("while_loop/f16/value", F16_LOOP_TAN),
-    # Not NaN for conv: a NaN there is more often 0 x inf on padding XLA never multiplies.
-    *(Known(f"conv/*/{kind}", SUM_ORDER, HUGE) for kind in ("value", "inf")),
+    Known("while_loop/*/value", LOOP_TAN, frozenset({"tan-in-loop"})),
+    # NaN from 0 x inf on padding is the conv-zeros kind; a NaN left with a huge input is inf - inf.
+    *(Known(f"conv/*/{kind}", SUM_ORDER, HUGE) for kind in ("value", "inf", "nan")),
+    Known("*/*/conv-zeros", CONV_ZEROS),
+    *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32")),
+    Known("reduce_window_add/bf16/value", BF16_WINDOW_4D, frozenset({"window-4d"})),
+    Known("sinh/f32/inf", SINH_EDGE),
 )
 
 
-def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = ()) -> frozenset[str]:
-    """What a failure's inputs show, for rows that need it."""
-    found = set()
+def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: FuzzProgram | None = None) -> frozenset[str]:
+    """What a failure's inputs (and its program's steps) show, for rows that need it."""
+    found = set(program_facts(program)) if program is not None else set()
     for a in inputs:
         a = np.asarray(a)
         if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
@@ -96,6 +113,35 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = ()) -> frozenset[
     if any(n == 0 for n in sizes):
         found.add("zero-size")
     return frozenset(found)
+
+
+def program_facts(program: FuzzProgram) -> frozenset[str]:
+    """``tan-in-loop`` (a loop body applies tan), ``window-4d`` (a reduce_window with 4 or more active dims)."""
+    found = set()
+    for step in program.steps:
+        if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
+            found.add("tan-in-loop")
+        if step.op.startswith("reduce_window") and _active_window_dims(step.expr) >= 4:
+            found.add("window-4d")
+    return frozenset(found)
+
+
+def _active_window_dims(expr: str) -> int:
+    """How many dims a fuzz ``lax.reduce_window`` step's window touches (size, stride or padding)."""
+    import jax.numpy as jnp
+
+    class Lax:
+        add = max = min = None
+
+        @staticmethod
+        def reduce_window(x: object, init: object, op: object, dims: tuple, strides: tuple, padding: object) -> int:
+            pads = [(0, 0)] * len(dims) if padding in ("SAME", "VALID") else list(padding)
+            return sum(1 for d, s, p in zip(dims, strides, pads) if d > 1 or s > 1 or tuple(p) != (0, 0))
+
+    try:
+        return int(eval(expr.format("None"), {"lax": Lax, "np": np, "jnp": jnp}, {}))  # noqa: S307  (our own step)
+    except Exception:  # noqa: BLE001  (an expression of another form: no fact)
+        return 0
 
 
 def match(klass: str, seen: frozenset[str] = frozenset(), table: tuple[Known, ...] = KNOWN) -> Known | None:

@@ -131,7 +131,15 @@ def infer_types(program: FuzzProgram) -> FuzzProgram | None:
 
     from conformance.case import np_dtype
 
-    jax.config.update("jax_enable_x64", program.uses_x64())
+    with jax.enable_x64(program.uses_x64()):
+        return _infer_types(program)
+
+
+def _infer_types(program: FuzzProgram) -> FuzzProgram | None:
+    import jax
+
+    from conformance.case import np_dtype
+
     types = {i: program.types[i] for i in program.inputs}
     for s in program.steps:
         scope: dict[str, Any] = {}

@@ -61,10 +61,10 @@ def reference(program: FuzzProgram, inputs: Sequence[np.ndarray], fn: Callable[.
     """jax.jit of the program on ``inputs`` (``fn``: an already jitted function); raises Invalid when jax fails."""
     import jax
 
-    jax.config.update("jax_enable_x64", program.uses_x64())
     try:
-        out = (fn or jax.jit(program.function()))(*[np.asarray(a) for a in inputs])
-        return [np.asarray(o) for o in out]
+        with jax.enable_x64(program.uses_x64()):
+            out = (fn or jax.jit(program.function()))(*[np.asarray(a) for a in inputs])
+            return [np.asarray(o) for o in out]
     except Exception as e:  # noqa: BLE001  (jax rejecting the program is the generator's miss)
         raise Invalid(f"jax.jit failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
 
@@ -76,9 +76,10 @@ def trace(program: FuzzProgram, fn: Callable[..., Any] | None = None) -> Any:
     from jaxconv.errors import TraceError
     from jaxconv.program import trace as jc_trace
 
-    jax.config.update("jax_enable_x64", program.uses_x64())
     try:
-        return jc_trace(fn or program.function(), program.specs(), name="f", param_names=[f"v{i}" for i in program.inputs])
+        with jax.enable_x64(program.uses_x64()):
+            return jc_trace(fn or program.function(), program.specs(), name="f",
+                            param_names=[f"v{i}" for i in program.inputs])
     except TraceError as e:
         raise Invalid(str(e)) from e
 
