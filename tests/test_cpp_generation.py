@@ -204,6 +204,25 @@ def test_complex_tensors_are_std_complex_buffers(ort_root, tmp_path):
                              "(3 elements)")
 
 
+def test_model_without_inputs_compiles_warning_free(ort_root, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from jaxconv.cpp.project import write_project_for_onnx
+
+    value = helper.make_tensor("c", TensorProto.FLOAT, [2], [1.0, 2.0])
+    graph = helper.make_graph([helper.make_node("Constant", [], ["out"], value=value)], "k", [],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(tmp_path / "k.onnx"))
+    project = tmp_path / "k"
+    write_project_for_onnx(str(tmp_path / "k.onnx"), str(project), function="konst", embed=True, c_api=True)
+    assert "  Outputs run() const;" in (project / "konst.h").read_text()
+    for source in ("konst.cc", "example.cc", "konst_c.cc"):
+        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror", f"-I{project}",
+                 "-isystem", os.path.join(ort_root, "include"), str(project / source)])
+        assert r.returncode == 0, r.stderr
+
+
 def test_complex_metadata_must_match_the_layout(tmp_path):
     import onnx
 
