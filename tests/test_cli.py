@@ -113,8 +113,9 @@ def test_error_paths(case, tmp_path, capsys, user_file):
         "no_specs": (["to-onnx", good, "-o", str(out)], UsageError, "no --specs given"),
         "trace": (["to-onnx", user_file("def f(x):\n    y = x.reshape(7)\n    return y\n", "tr.py"), "--specs", "f32[2,3]", "-o", str(out)],
                   TraceError, "tr.py:2"),
-        "unsupported": (["to-onnx", user_file("import jax.numpy as jnp\ndef f(x):\n    return jnp.fft.fft(x).real\n", "un.py"),
-                         "--specs", "f32[8]", "-o", str(out)], UnsupportedError, "un.py:3"),
+        "unsupported": (["to-onnx", user_file("import jax\ndef f(k):\n    return jax.random.bits(jax.random.wrap_key_data("
+                                              "k, impl='rbg'), (4,))\n", "un.py"),
+                         "--specs", "u32[4]", "-o", str(out)], UnsupportedError, "un.py:3"),
         "opset": (["to-onnx", good, "--specs", "f32[2]", "-o", str(out), "--opset", "12"], UsageError, "--opset 12 is out of range"),
         "bad_artifact": (["check", str(tmp_path / "x.bin"), good, "--specs", "f32[2]"], ArtifactError, "artifact not found"),
         "entry_for_py": (["to-onnx", good, "--specs", "f32[2]", "-o", str(out), "--entry", "main"], UsageError, "--entry applies"),
@@ -130,16 +131,16 @@ def test_error_paths(case, tmp_path, capsys, user_file):
 
 def test_unsupported_lists_every_problem_at_once(tmp_path, capsys, user_file):
     path = user_file("""
-        import jax.numpy as jnp
-        def f(x, z):
-            a = jnp.fft.fft(x).real
-            b = jnp.fft.ifft(x).imag
-            return a + b, z
+        import jax
+        def f(k, a):
+            key = jax.random.wrap_key_data(k, impl="rbg")
+            bits = jax.random.bits(key, (4,)), jax.random.bits(key, (3,))
+            return bits, jax.scipy.linalg.solve_triangular(a, a, lower=True)
     """)
-    code, _, err = run_cli(["to-onnx", path, "--specs", "f32[8]", "c64[2]", "-o", str(tmp_path / "o.onnx")], capsys)
+    code, _, err = run_cli(["to-onnx", path, "--specs", "u32[4]", "c64[2,2]", "-o", str(tmp_path / "o.onnx")], capsys)
     assert code == UnsupportedError.exit_code
-    assert "stablehlo.fft x2" in err
-    assert "complex64" in err
+    assert "stablehlo.rng_bit_generator x2" in err
+    assert "complex triangular solve" in err
     assert "jaxconv list-ops" in err
 
 
