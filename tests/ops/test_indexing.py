@@ -277,3 +277,14 @@ def test_argmax_of_empty_batch():
 def test_float16_argmax_after_log_chain():
     a = np.random.default_rng(0).uniform(0.05, 0.95, (5, 4)).astype(np.float16)
     assert_onnx_matches_jax(lambda a: jnp.argmax(-jnp.log(-jnp.log(a)), -1), a)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int32"])
+@pytest.mark.parametrize("how", ["add", "multiply", "set", "max", "min"])
+def test_scatter_into_a_scalar(dtype, how):
+    """``x.at[()].add(y)`` on a rank-0 operand: no index at all, one update."""
+    x = np.array(1.5 if dtype != "int32" else 3, np_dtype(dtype))
+    y = np.array(-2.25 if dtype != "int32" else -2, np_dtype(dtype))
+    assert_onnx_matches_jax(lambda a, b: getattr(a.at[()], how)(b), x, y)
+    if dtype != "int32":
+        assert_onnx_matches_jax(lambda a, b: getattr(a.at[()], how)(b), x, np.array(np.nan, np_dtype(dtype)))

@@ -342,6 +342,8 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     assert kind is not None
     if xt.rank == 0:
         return _scatter_into_scalar(ctx, op, inputs)
+    if xt.rank == 0:
+        return _scatter_into_scalar(ctx, op, inputs)
     if (ut.is_static and 0 in ut.shape) or (xt.is_static and 0 in xt.shape):
         return x  # nothing to update, or nothing to update into
     dtype = xt.dtype
@@ -428,6 +430,29 @@ def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) ->
                "index_vector_dim": len(batch)}
     as_vector = hir.Op(op.name, [hir.Value(vector), hir.Value(hir.TensorType("int64", batch + (1,))), op.operands[2]],
                        [hir.Value(vector)], {**op.attrs, "scatter_dimension_numbers": numbers}, op.regions, op.location)
+    out = lower_scatter(ctx, as_vector, [ctx.op("Reshape", [x, ctx.i64([1])]),
+                                         ctx.const(np.zeros(batch + (1,), np.int64)), upd])
+    return ctx.op("Reshape", [out, ctx.i64([])])
+
+
+def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """A rank-0 operand (``x.at[()].add(y)``): the same scatter into a one-element vector, reshaped
+    back (the general lowering indexes axis 0)."""
+    x, _, upd = inputs
+    xt, it = op.operands[0].type, op.operands[1].type
+    dn = op.attrs["scatter_dimension_numbers"]
+    batch = tuple(d for i, d in enumerate(it.shape) if i != dn["index_vector_dim"])
+    if any(d is None for d in batch):
+        from jaxconv.errors import UnsupportedError
+
+        raise UnsupportedError("stablehlo.scatter into a scalar with a dynamic number of updates")
+    vector = hir.TensorType(xt.dtype, (1,))
+    numbers = {**dn, "update_window_dims": (), "inserted_window_dims": (0,), "input_batching_dims": (),
+               "scatter_indices_batching_dims": (), "scattered_dims_to_operand_dims": (0,),
+               "index_vector_dim": len(batch)}
+    indices = hir.Value(hir.TensorType("int64", batch + (1,)))
+    as_vector = hir.Op(op.name, [hir.Value(vector), indices, op.operands[2]], [hir.Value(vector)],
+                       {**op.attrs, "scatter_dimension_numbers": numbers}, op.regions, op.location)
     out = lower_scatter(ctx, as_vector, [ctx.op("Reshape", [x, ctx.i64([1])]),
                                          ctx.const(np.zeros(batch + (1,), np.int64)), upd])
     return ctx.op("Reshape", [out, ctx.i64([])])
