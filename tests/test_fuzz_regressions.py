@@ -24,10 +24,11 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
-def _run(fn: Callable[..., Any], *args: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _run(fn: Callable[..., Any], *args: np.ndarray, opset: int | None = None
+         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(jax.jit's outputs, ONNX Runtime's outputs of jaxconv's ONNX) on ``args``."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-    model = jaxconv.to_onnx(fn, *specs, check=False)
+    model = jaxconv.to_onnx(fn, *specs, check=False, opset=opset)
     expected = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     return expected, OnnxRunner(model.SerializeToString()).run(list(args))
 
@@ -87,3 +88,67 @@ def test_float64_dot_with_a_float32_result_multiplies_in_float64():
         b = np.array([[-1.34078079e154], [1e300]], np.float64)
         assert_exact(lambda a, b: (jnp.matmul(a[:1], b[:1], preferred_element_type=jnp.float32),
                                    jnp.matmul(a, b, preferred_element_type=jnp.float32)), a, b)
+
+
+# ---- named differences (conformance/fuzz/known.py, README "Known differences") -------------------------------
+def _conv(padding: list[tuple[int, int]]) -> Callable[..., Any]:
+    return lambda x, w: lax.conv_general_dilated(x, w, (1,), padding)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
+def test_conv_padding_times_inf_depends_on_the_shape_in_xla(dtype):
+    """Named conv-zeros: XLA skips the padding of a conv of a 1x1 input (0 where padding meets an inf tap) but
+    multiplies it for a 3-tap kernel over 4 elements (0 x inf = NaN); ONNX Runtime's Conv multiplies both."""
+    one = (np.ones((1, 1, 1)).astype(dtype), np.full((1, 1, 1), np.inf).astype(dtype))
+    expected, actual = _run(_conv([(1, 1)]), *one)
+    assert np.asarray(expected[0], np.float64).tolist() == [[[0.0, np.inf, 0.0]]]
+    assert np.isnan(np.asarray(actual[0], np.float64)[0, 0, [0, 2]]).all()
+    w = np.ones((1, 1, 3)).astype(dtype)
+    w[..., 0] = np.inf
+    four = (np.ones((1, 1, 4)).astype(dtype), w)
+    expected, actual = _run(_conv([(3, 3)]), *four)
+    np.testing.assert_array_equal(_bits(actual[0]), _bits(expected[0]))
+    assert np.isnan(np.asarray(expected[0], np.float64)).any()
+
+
+def test_zero_sign_of_a_dot_depends_on_the_shape_in_xla():
+    """Named: every product -0; XLA keeps -0 for [1,3]x[3,3] and gives +0 for [2,8]x[8,4]; ONNX Runtime gives +0."""
+    small = (np.full((1, 3), -0.0, np.float32), np.ones((3, 3), np.float32))
+    expected, actual = _run(jnp.matmul, *small)
+    assert np.signbit(expected[0]).all() and not np.signbit(actual[0]).any()
+    large = (np.full((2, 8), -0.0, np.float32), np.ones((8, 4), np.float32))
+    expected, actual = _run(jnp.matmul, *large)
+    assert not np.signbit(expected[0]).any() and not np.signbit(actual[0]).any()
+
+
+def test_sinh_overflows_early_in_xla():
+    """Named: sinh(89.415985) is 3.40282e38 (below FLT_MAX); XLA's float32 sinh overflows to inf."""
+    x = np.array([89.415985, 89.0, -89.415985], np.float32)
+    expected, actual = _run(jnp.sinh, x)
+    assert np.isinf(expected[0][[0, 2]]).all() and np.isfinite(actual[0]).all()
+    assert np.allclose(actual[0], np.sinh(x.astype(np.float64)), rtol=1e-6)
+
+
+def test_tan_in_a_loop_body_differs_from_xla_straight_tan():
+    """Named tan-in-loop: XLA's float32 tan in a 5-trip while loop is off its own tan (one ulp, magnified)."""
+    x = np.array([[0.9784978]], np.float32)
+
+    def loop(v):
+        return lax.while_loop(lambda s: s[0] < 5, lambda s: (s[0] + 1, jnp.tan(s[1])), (0, v))[1]
+
+    def straight(v):
+        return jnp.tan(jnp.tan(jnp.tan(jnp.tan(jnp.tan(v)))))
+
+    expected, actual = _run(loop, x)
+    assert np.array_equal(np.asarray(jax.jit(straight)(x)), actual[0])  # the artifact is XLA's straight tan
+    assert not np.allclose(expected[0], actual[0], rtol=1e-3)
+
+
+def test_top_k_orders_a_negative_nan_like_a_positive_one_below_opset_26():
+    """Named (README: NaN bits): bf16 top_k of [1, -NaN, inf, 1]; jax.jit puts -NaN last, opset 21 first."""
+    x = np.array([[[1.0, -np.nan, np.inf, 1.0]]]).astype(BF16)
+    expected, actual = _run(lambda x: lax.top_k(x, 2)[0], x)
+    assert np.asarray(expected[0], np.float64).tolist() == [[[np.inf, 1.0]]]
+    assert np.isnan(np.asarray(actual[0], np.float64)[0, 0, 0])
+    expected, actual = _run(lambda x: lax.top_k(x, 2)[0], x, opset=26)  # BitCast reads the sign
+    np.testing.assert_array_equal(_bits(actual[0]), _bits(expected[0]))
