@@ -67,6 +67,7 @@ API_CHECK = r"""
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 """ + FILL_CPP + r"""
 using demo::Mlp;
@@ -110,6 +111,22 @@ int main(int argc, char** argv) {
   buffers.output_0 = {mine.data(), mine.size()};
   model.run(in, buffers);
   print("buffers", mine.data(), mine.size());
+  int mismatches = 0;  // one object, four threads running it at once, each into its own buffer
+  std::vector<int> per_thread(4, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&, t] {
+      std::vector<float> result(10);
+      Mlp::Buffers own;
+      own.output_0 = result;
+      for (int k = 0; k < 200; ++k) {
+        model.run(in, own);
+        for (size_t j = 0; j < 10; ++j) per_thread[static_cast<size_t>(t)] += result[j] != mine[j];
+      }
+    });
+  for (std::thread& th : pool) th.join();
+  for (int m : per_thread) mismatches += m;
+  std::printf("threads: %d mismatches\n", mismatches);
   std::array<int64_t, 2> s = Mlp::output_0_shape(7);
   std::printf("output_0_shape(7): %lld %lld %s %s\n", (long long)s[0], (long long)s[1], Mlp::output_names[0],
               Mlp::output_shape_text[0]);
@@ -171,8 +188,8 @@ def test_mlp_library_api_from_cpp(mlp_project, tmp_path, std):
     src = tmp_path / "api_check.cc"
     src.write_text(API_CHECK)
     exe = str(tmp_path / "api_check")
-    r = run(["g++", f"-std={std}", "-Wall", "-Wextra", "-Werror", str(src), f"-I{project}", f"-L{build_dir}", "-lMlp",
-             f"-Wl,-rpath,{build_dir}", "-o", exe])
+    r = run(["g++", f"-std={std}", "-Wall", "-Wextra", "-Werror", "-pthread", str(src), f"-I{project}",
+             f"-L{build_dir}", "-lMlp", f"-Wl,-rpath,{build_dir}", "-o", exe])
     assert r.returncode == 0, r.stderr
     _other_model(str(tmp_path / "other.onnx"))
     r = run([exe, os.path.join(project, "model.onnx"), str(tmp_path / "other.onnx")])
@@ -184,6 +201,7 @@ def test_mlp_library_api_from_cpp(mlp_project, tmp_path, std):
         np.testing.assert_allclose(np.array(lines[label].split(), np.float32).reshape(2, 5), want, rtol=1e-5,
                                    atol=1e-5, err_msg=label)
     assert lines["output_0_shape(7)"] == "7 5 output_0 [b, 5]"
+    assert lines["threads"] == "0 mismatches"
     assert lines["vector size"] == ("invalid_argument: demo::Mlp: input x has 16 elements, but its shape "
                                     "float32[b, 8] is [3, 8] (24 elements)")
     assert lines["pointer count"].startswith("invalid_argument: demo::Mlp: input x has 15 elements")
