@@ -1,4 +1,4 @@
-"""``jaxconv saved-model-to-onnx``: jax2tf and mixed TF + JAX SavedModels to ONNX, compared with TF and jax.jit."""
+"""``jaxconv saved-model-to-onnx``: jax2tf and mixed TF + JAX SavedModels to ONNX, against TF and jax.jit."""
 
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ def test_to_saved_model_output_converts_with_jaxconv_names(tmp_path, capsys):
     assert inputs == [("params_w1", [6, 5]), ("params_w2", [5, 2]), ("x", ["b", 6])]
     assert [n for n, _ in outputs] == ["output_0", "output_1"]
     rng = np.random.default_rng(0)
-    params = {"w1": rng.standard_normal((6, 5)).astype(np.float32), "w2": rng.standard_normal((5, 2)).astype(np.float32)}
+    params = {"w1": rng.standard_normal((6, 5)).astype(np.float32),
+              "w2": rng.standard_normal((5, 2)).astype(np.float32)}
     x = rng.standard_normal((4, 6)).astype(np.float32)
     got = _run(model, {"params_w1": params["w1"], "params_w2": params["w2"], "x": x})
     want = jax.jit(fn)(params, x)
@@ -209,14 +210,14 @@ def test_top_k_that_tf_cannot_run_is_converted_with_no_check(tmp_path, capsys):
                       input_signature=[tf.TensorSpec([None, 5], tf.float32, name="x")], autograph=False)
     path = _save(m, tmp_path / "sm", {"serving_default": m.f.get_concrete_function()})
     out_file = tmp_path / "out" / "k.onnx"
-    code, _, err = run_cli(["saved-model-to-onnx", path, "--signature", "serving_default", "-o", str(out_file)], capsys)
+    args = ["saved-model-to-onnx", path, "--signature", "serving_default", "-o", str(out_file)]
+    code, _, err = run_cli(args, capsys)
     assert code == 8
     assert len(err.strip().splitlines()) == 1
     assert "TensorFlow cannot run signature 'serving_default'" in err and "--no-check" in err
     assert "jaxconv's lowering does not need TensorFlow's XLA and converted it" in err
     assert not out_file.exists()
-    code, _, err = run_cli(["saved-model-to-onnx", path, "--signature", "serving_default", "-o", str(out_file),
-                            "--no-check"], capsys)
+    code, _, err = run_cli(args + ["--no-check"], capsys)
     assert code == 0, err
     import onnx
 
@@ -242,7 +243,8 @@ def test_every_unsupported_op_in_one_message(tmp_path, capsys):
     assert not any(p.suffix == ".onnx" for p in tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "not_saved_model", "unknown_signature", "output_folder", "opset"])
+@pytest.mark.parametrize("case", ["missing", "file", "not_saved_model", "unknown_signature", "output_folder",
+                                  "opset"])
 def test_bad_inputs_one_line_and_nothing_written(case, jax2tf_model, tmp_path, capsys):
     target = str(tmp_path / "o" / "m.onnx")
     (tmp_path / "o").mkdir()
@@ -254,8 +256,10 @@ def test_bad_inputs_one_line_and_nothing_written(case, jax2tf_model, tmp_path, c
         "output_folder": [jax2tf_model, "--signature", "other", "-o", str(tmp_path / "o")],
         "opset": [jax2tf_model, "--opset", "17", "-o", target],
     }[case]
-    expected = {"missing": (2, "not found"), "file": (2, "is a file"), "not_saved_model": (8, "no saved_model.pb"),
-                "unknown_signature": (2, "signatures: other, serving_default"), "output_folder": (2, "is a folder"),
+    expected = {"missing": (2, "not found"), "file": (2, "is a file"),
+                "not_saved_model": (8, "no saved_model.pb"),
+                "unknown_signature": (2, "signatures: other, serving_default"),
+                "output_folder": (2, "is a folder"),
                 "opset": (2, "--opset 17 is out of range")}[case]
     code, _, err = run_cli(["saved-model-to-onnx", *args], capsys)
     assert (code, len(err.strip().splitlines())) == (expected[0], 1), err

@@ -1,4 +1,4 @@
-"""The tf2onnx XlaCallModule handler (Python API and tf2onnx's CLI) and the reading of the op's calling conventions."""
+"""The tf2onnx XlaCallModule handler (Python API, tf2onnx's CLI) and the op's calling conventions."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ module @m {
     %1 = stablehlo.reshape %arg0 : (tensor<i64>) -> tensor<1xi64>
     %2 = stablehlo.constant dense<3> : tensor<1xi64>
     %3 = stablehlo.concatenate %1, %2, dim = 0 : (tensor<1xi64>, tensor<1xi64>) -> tensor<2xi64>
-    %4 = stablehlo.dynamic_broadcast_in_dim %0, %3, dims = [] : (tensor<f32>, tensor<2xi64>) -> tensor<?x3xf32>
+    %4 = stablehlo.dynamic_broadcast_in_dim %0, %3, dims = []
+      : (tensor<f32>, tensor<2xi64>) -> tensor<?x3xf32>
     %5 = stablehlo.add %arg1, %4 : tensor<?x3xf32>
     return %5 : tensor<?x3xf32>
   }
@@ -107,14 +108,15 @@ def _model_fn(x, v):
 def tf_side():
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("tf2onnx")
-    import jaxconv.tf.tf2onnx_handler  # noqa: F401  (registers the handlers)
+    from jaxconv.tf import tf2onnx_handler
 
+    assert tf2onnx_handler.opset_range() == (18, 18)
     return tf
 
 
 @pytest.fixture(scope="module")
 def mixed_fn(tf_side):
-    """TF preprocessing and postprocessing around a jax2tf function, with a tf.Variable and a symbolic batch."""
+    """TF ops before and after a jax2tf function, with a tf.Variable and a symbolic batch."""
     from jax.experimental import jax2tf
 
     tf = tf_side
@@ -132,6 +134,10 @@ def mixed_fn(tf_side):
 
 def _reference(x, v):
     return jnp.max(_model_fn(jax.nn.softplus(x) - 0.5, v), axis=1, keepdims=True) * 3.0
+
+
+def _save(tf, module, path, fn):
+    tf.saved_model.save(module, str(path), signatures={"serving_default": fn.get_concrete_function()})
 
 
 def test_tf2onnx_python_api_converts_a_mixed_graph(tf_side, mixed_fn):
@@ -164,8 +170,9 @@ def test_tf2onnx_below_opset_18_says_which_opset(tf_side, mixed_fn, tmp_path, ca
     tf = tf_side
     module = tf.Module()
     module.v = mixed_fn.v
-    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": mixed_fn.get_concrete_function()})
-    assert main(["--saved-model", str(tmp_path / "sm"), "--output", str(tmp_path / "m.onnx"), "--opset", "15"]) == 6
+    _save(tf, module, tmp_path / "sm", mixed_fn)
+    args = ["--saved-model", str(tmp_path / "sm"), "--output", str(tmp_path / "m.onnx"), "--opset", "15"]
+    assert main(args) == 6
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "m.onnx").exists()
 
@@ -178,7 +185,7 @@ def test_tf2onnx_cli_through_the_module_entry_point(tf_side, mixed_fn, tmp_path)
     tf = tf_side
     module = tf.Module()
     module.v = mixed_fn.v
-    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": mixed_fn.get_concrete_function()})
+    _save(tf, module, tmp_path / "sm", mixed_fn)
     out = tmp_path / "m.onnx"
     assert main(["--saved-model", str(tmp_path / "sm"), "--output", str(out)]) == 0
     model = onnx.load(str(out))

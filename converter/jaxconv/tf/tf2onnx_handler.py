@@ -44,7 +44,8 @@ from tf2onnx import utils as _utils  # noqa: E402
 from tf2onnx.handler import tf_op  # noqa: E402
 
 # Attributes of XlaCallModule that carry nothing the lowering needs, or that onnx.helper cannot hold.
-_SKIPPED_ATTRS = frozenset({"Tin", "Tout", "Sout", "_output_shapes", "disabled_checks", "use_shardy_partitioner"})
+_SKIPPED_ATTRS = frozenset({"Tin", "Tout", "Sout", "_output_shapes", "disabled_checks",
+                            "use_shardy_partitioner"})
 
 
 def opset_range() -> tuple[int, int]:
@@ -98,7 +99,8 @@ if getattr(_tf_utils.read_tf_node_attrs, "original", None) is None:
 
 
 # What a conversion records per XlaCallModule (saved_model_to_onnx names dimensions with it).
-_RECORDS: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar("jaxconv_xla_records", default=None)
+_RECORDS: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "jaxconv_xla_records", default=None)
 
 
 @contextlib.contextmanager
@@ -128,6 +130,9 @@ def call_module_of(node: Any) -> CallModule:
                       function_list=strings("function_list"), name=f"XlaCallModule {node.name}")
 
 
+_PASS_THROUGH = ("Identity", "IdentityN", "PreventGradient", "StopGradient")
+
+
 def _graph_input_of(ctx: Any, name: str) -> str | None:
     """The graph input ``name`` reads through Identity/IdentityN ops, or None."""
     graph_inputs = {n.output[0] for n in ctx.inputs}
@@ -135,7 +140,7 @@ def _graph_input_of(ctx: Any, name: str) -> str | None:
         if name in graph_inputs:
             return name
         producer = ctx.get_node_by_output(name, search_in_parent_graphs=False)
-        if producer is None or producer.type not in ("Identity", "IdentityN", "PreventGradient", "StopGradient"):
+        if producer is None or producer.type not in _PASS_THROUGH:
             return None
         name = producer.input[producer.output.index(name) if producer.type == "IdentityN" else 0]
     return None
@@ -161,13 +166,14 @@ def convert_node(ctx: Any, node: Any) -> None:
     """
     low, high = opset_range()
     if not low <= ctx.opset <= high:
-        raise UnsupportedError(f"XlaCallModule {node.name}: jaxconv lowers StableHLO to ONNX opsets {low}..{high} "
-                               f"with tf2onnx; the conversion asks for opset {ctx.opset}: pass --opset {high}")
+        raise UnsupportedError(f"XlaCallModule {node.name}: jaxconv lowers StableHLO to ONNX opsets "
+                               f"{low}..{high} with tf2onnx; the conversion asks for opset {ctx.opset}: "
+                               f"pass --opset {high}")
     inputs, outputs = list(node.input), list(node.output)
     lowered = lower_call_module(call_module_of(node), ctx.opset, n_inputs=len(inputs))
     if len(lowered.model.graph.output) != len(outputs):
-        raise UnsupportedError(f"XlaCallModule {node.name}: the module returns {len(lowered.model.graph.output)} "
-                               f"arrays, the op has {len(outputs)} outputs")
+        raise UnsupportedError(f"XlaCallModule {node.name}: the module returns "
+                               f"{len(lowered.model.graph.output)} arrays, the op has {len(outputs)} outputs")
     _record(ctx, node, lowered, inputs)
     splice(ctx, node, lowered.model, inputs, outputs)
 
@@ -225,7 +231,8 @@ def splice(ctx: Any, node: Any, model: Any, inputs: list[str], outputs: list[str
     prefix = _utils.make_name(f"{node.name}/jaxconv")
     mapping = {v.name: name for v, name in zip(graph.input, inputs)}
     _renamed(graph, mapping, prefix)
-    shapes, dtypes = GraphUtil._parse_shape_and_type_from_value_infos(list(graph.value_info) + list(graph.output))
+    infos = list(graph.value_info) + list(graph.output)
+    shapes, dtypes = GraphUtil._parse_shape_and_type_from_value_infos(infos)
     out_shapes = [ctx.get_shape(o) for o in outputs]
     out_dtypes = [ctx.get_dtype(o) for o in outputs]
     ctx.remove_node(node.name)

@@ -119,8 +119,9 @@ def _layout(call: CallModule, main: hir.Function, n_inputs: int | None) -> _Layo
         rest = rest[len(call.dim_args_spec):]
     out.inputs = rest
     if n_inputs is not None and len(rest) != n_inputs:
-        raise UnsupportedError(f"{call.name}: the module's main takes {len(rest)} array arguments, the op has "
-                               f"{n_inputs} inputs (version {call.version}, platforms {', '.join(call.platforms)})")
+        raise UnsupportedError(f"{call.name}: the module's main takes {len(rest)} array arguments, the op "
+                               f"has {n_inputs} inputs (version {call.version}, platforms "
+                               f"{', '.join(call.platforms)})")
     return out
 
 
@@ -166,7 +167,8 @@ def entry_function(call: CallModule, module: hir.Module, main: hir.Function, lay
             operands.append(by_main[i])
         elif i == layout.platform_arg:
             v = _value(arg.type.dtype, arg.type.shape)
-            ops.append(hir.Op("stablehlo.constant", [], [v], {"value": np.array(platform, np.dtype(arg.type.dtype))}, []))
+            value = np.array(platform, np.dtype(arg.type.dtype))
+            ops.append(hir.Op("stablehlo.constant", [], [v], {"value": value}, []))
             operands.append(v)
         elif i in layout.dim_args:
             source, dim = layout.dim_args[i]
@@ -210,7 +212,8 @@ def lower_call_module(call: CallModule, opset: int, n_inputs: int | None = None,
 
     if call.function_list:
         raise UnsupportedError(f"{call.name}: the module calls back into TensorFlow functions "
-                               f"({', '.join(call.function_list)}; jax2tf's call_tf), which have no ONNX form here")
+                               f"({', '.join(call.function_list)}; jax2tf's call_tf), which have no ONNX "
+                               "form here")
     module = read_module(call.module)
     try:
         main = module.entry("main")
@@ -227,7 +230,7 @@ def lower_call_module(call: CallModule, opset: int, n_inputs: int | None = None,
         dim_names[k] = dict(named.get(i, {}))
     for source, dim in layout.dim_args.values():  # the older form: name the dimension after its spec
         dim_names.setdefault(source, {}).setdefault(dim, f"d{source}_{dim}")
-    names = list(input_names) if input_names is not None else [f"input_{k}" for k in range(len(layout.inputs))]
+    names = list(input_names or [f"input_{k}" for k in range(len(entry.body.args))])
     inputs = []
     for k, v in enumerate(entry.body.args):
         dims = tuple(d if d is not None else dim_names.get(k, {}).get(j, f"{names[k]}_d{j}")
