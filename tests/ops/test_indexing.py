@@ -288,3 +288,38 @@ def test_scatter_into_a_scalar(dtype, how):
     assert_onnx_matches_jax(lambda a, b: getattr(a.at[()], how)(b), x, y)
     if dtype != "int32":
         assert_onnx_matches_jax(lambda a, b: getattr(a.at[()], how)(b), x, np.array(np.nan, np_dtype(dtype)))
+
+
+@pytest.mark.parametrize("op,upd,expected", [("add", "-5.117190e-01", -3.265625), ("multiply", "2.000000e+00", -5.5)])
+def test_bfloat16_scatter_of_a_scalar_update_from_a_stablehlo_file(tmp_path, op, upd, expected):
+    """StableHLO test data scatter_{add,mul}_bfloat16_1_bfloat16 (not in the shared copy): a scalar bf16 update."""
+    from conformance import testdata
+
+    (tmp_path / "s.mlir").write_text(f"""
+module {{
+  func.func public @main() -> tensor<1xbf16> {{
+    %c = stablehlo.constant dense<0> : tensor<1xi64>
+    %0:2 = call @inputs() : () -> (tensor<1xbf16>, tensor<bf16>)
+    %1 = call @expected() : () -> tensor<1xbf16>
+    %2 = "stablehlo.scatter"(%0#0, %c, %0#1) <{{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0],
+        scatter_dims_to_operand_dims = [0]>, unique_indices = true}}> ({{
+    ^bb0(%arg0: tensor<bf16>, %arg1: tensor<bf16>):
+      %3 = stablehlo.{op} %arg0, %arg1 : tensor<bf16>
+      stablehlo.return %3 : tensor<bf16>
+    }}) : (tensor<1xbf16>, tensor<1xi64>, tensor<bf16>) -> tensor<1xbf16>
+    stablehlo.custom_call @check.expect_close(%2, %1) {{has_side_effect = true}} : (tensor<1xbf16>, tensor<1xbf16>) -> ()
+    return %2 : tensor<1xbf16>
+  }}
+  func.func private @inputs() -> (tensor<1xbf16>, tensor<bf16>) {{
+    %cst = stablehlo.constant dense<-2.750000e+00> : tensor<1xbf16>
+    %cst_0 = stablehlo.constant dense<{upd}> : tensor<bf16>
+    return %cst, %cst_0 : tensor<1xbf16>, tensor<bf16>
+  }}
+  func.func private @expected() -> tensor<1xbf16> {{
+    %cst = stablehlo.constant dense<{expected}> : tensor<1xbf16>
+    return %cst : tensor<1xbf16>
+  }}
+}}
+""")
+    r = testdata.run_file(str(tmp_path / "s.mlir"), str(tmp_path))
+    assert r.status == "pass", f"{r.stage}: {r.error}"
