@@ -244,7 +244,7 @@ def test_every_unsupported_op_in_one_message(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case", ["missing", "file", "not_saved_model", "unknown_signature", "output_folder",
-                                  "opset"])
+                                  "opset", "output_in_saved_model"])
 def test_bad_inputs_one_line_and_nothing_written(case, jax2tf_model, tmp_path, capsys):
     target = str(tmp_path / "o" / "m.onnx")
     (tmp_path / "o").mkdir()
@@ -255,12 +255,15 @@ def test_bad_inputs_one_line_and_nothing_written(case, jax2tf_model, tmp_path, c
         "unknown_signature": [jax2tf_model, "--signature", "predict", "-o", target],
         "output_folder": [jax2tf_model, "--signature", "other", "-o", str(tmp_path / "o")],
         "opset": [jax2tf_model, "--opset", "17", "-o", target],
+        "output_in_saved_model": [jax2tf_model, "--signature", "other", "-o",
+                                  os.path.join(jax2tf_model, "saved_model.pb")],
     }[case]
     expected = {"missing": (2, "not found"), "file": (2, "is a file"),
                 "not_saved_model": (8, "no saved_model.pb"),
                 "unknown_signature": (2, "signatures: other, serving_default"),
                 "output_folder": (2, "is a folder"),
-                "opset": (2, "--opset 17 is out of range")}[case]
+                "opset": (2, "--opset 17 is out of range"),
+                "output_in_saved_model": (2, "is a file of the SavedModel")}[case]
     code, _, err = run_cli(["saved-model-to-onnx", *args], capsys)
     assert (code, len(err.strip().splitlines())) == (expected[0], 1), err
     assert expected[1] in err

@@ -157,11 +157,13 @@ def pick_signatures(available: Sequence[str], wanted: str | None, path: str) -> 
     return [wanted]
 
 
-def output_paths(output: str, signatures: Sequence[str], all_of_them: bool) -> dict[str, str]:
+def output_paths(output: str, signatures: Sequence[str], all_of_them: bool,
+                 saved_model: str | None = None) -> dict[str, str]:
     """``OUT.onnx`` for one chosen signature; ``OUT_<signature>.onnx`` for each when converting all.
 
     Raises:
-        UsageError: the output path is empty, a folder, or two paths would coincide.
+        UsageError: the output path is empty, a folder, a file of the SavedModel, or two paths
+            would coincide.
     """
     if not output:
         raise UsageError("the output path is empty; give a file path such as -o model.onnx")
@@ -169,15 +171,28 @@ def output_paths(output: str, signatures: Sequence[str], all_of_them: bool) -> d
         raise UsageError(f"output {output} is a folder; give a file path such as "
                          f"{os.path.join(output, 'model.onnx')}")
     if not all_of_them:
+        if saved_model is not None:
+            _not_in_saved_model(output, saved_model)
         return {signatures[0]: output}
     base, ext = os.path.splitext(output)
     from jaxconv.signature import sanitize
 
     paths = {s: f"{base}_{sanitize(s)}{ext or '.onnx'}" for s in signatures}
+    if saved_model is not None:
+        for p in paths.values():
+            _not_in_saved_model(p, saved_model)
     if len(set(paths.values())) != len(paths):
         raise UsageError(f"signatures {', '.join(signatures)} give the same output file name; "
                          "pick one with --signature")
     return paths
+
+
+def _not_in_saved_model(output: str, saved_model: str) -> None:
+    """Refuse an output that would replace a file of the SavedModel."""
+    inside = os.path.realpath(output).startswith(os.path.realpath(saved_model).rstrip(os.sep) + os.sep)
+    if inside and os.path.lexists(output):
+        raise UsageError(f"output {output} is a file of the SavedModel {saved_model}; "
+                         "give another output path")
 
 
 # ---- conversion -----------------------------------------------------------------------------------
@@ -302,15 +317,16 @@ def _finish(model: Any, inputs: list[str], outputs: list[str], records: list[dic
     _reorder(graph.output, [by_name[k] for k in outputs if k in by_name]
              + [v for v in graph.output if v.name not in outputs])
     renamed: dict[str, str] = {}
-    for record in records:
+    owner: dict[str, int] = {}  # a variable names dimensions of one module only: another's ``b`` may differ
+    for k, record in enumerate(records):
         for name, dims in record["inputs"].items():
-            v = by_name_input(graph, name)
+            v = _graph_input(graph, name)
             if v is None:
                 continue
             for d, var in dims.items():
                 dim = v.type.tensor_type.shape.dim[d] if d < len(v.type.tensor_type.shape.dim) else None
-                if dim is not None and dim.HasField("dim_param"):
-                    renamed[dim.dim_param] = var
+                if dim is not None and dim.HasField("dim_param") and owner.setdefault(var, k) == k:
+                    renamed.setdefault(dim.dim_param, var)
     if renamed:
         _rename_dims(model, renamed)
     for key, value in (("jaxconv.source", "saved-model-to-onnx"),
@@ -319,7 +335,7 @@ def _finish(model: Any, inputs: list[str], outputs: list[str], records: list[dic
         entry.key, entry.value = key, value
 
 
-def by_name_input(graph: Any, name: str) -> Any:
+def _graph_input(graph: Any, name: str) -> Any:
     return next((v for v in graph.input if v.name == name), None)
 
 
@@ -426,7 +442,7 @@ def saved_model_to_onnx(path: str, output: str | None = None, signature: str | N
     opset = check_opset(opset)
     keys = signature_keys(path)
     chosen = pick_signatures(list(keys), signature, path)
-    paths = output_paths(output, chosen, signature is None) if output is not None else {}
+    paths = output_paths(output, chosen, signature is None, path) if output is not None else {}
     imported = load(path)
     missing = [s for s in chosen if s not in imported.signatures]
     if missing:
