@@ -1,5 +1,10 @@
 """The lowering context on onnx_ir: names map to typed ir.Values, nodes carry their StableHLO origin."""
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -91,3 +96,16 @@ def test_scan_with_outer_weights_round_trips():
         return jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), h), jnp.zeros(4, jnp.float32), xs)
 
     assert_onnx_matches_jax(f, np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
+def test_conversion_does_not_import_sympy_and_symbolic_dims_still_compute():
+    # onnx_ir imports sympy (a fifth of a conversion's CPU time) for dimension arithmetic jaxconv never does
+    code = ("import sys, jax.numpy as jnp, jaxconv\n"
+            "jaxconv.to_onnx(lambda x: jnp.tanh(x) * 2, 'f32[b,3]', check=False)\n"
+            "print('sympy.core' in sys.modules)\n"
+            "import onnx_ir as ir\n"
+            "print(ir.SymbolicDim('t') + 1, ir.SymbolicDim('max(t, 2)').evaluate({'t': 5}))\n")
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[1] / "converter")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["False", "t + 1 5"]

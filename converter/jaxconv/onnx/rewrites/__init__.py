@@ -56,8 +56,51 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
 
 
 def _infer_shapes(model: ir.Model) -> None:
-    """Fill in value shapes where ONNX shape inference can (the rules check broadcasting with them)."""
+    """Fill in value shapes where ONNX shape inference can (the rules check broadcasting with them).
+
+    onnx_ir's ShapeInferencePass reads the inferred model back whole (a second model, a third of
+    a conversion's time); only the inferred types are needed, so they are read from the proto's
+    value_info and set on the values of the same names.
+    """
+    import onnx
+
     try:
-        ir.passes.common.ShapeInferencePass()(model)
+        from onnx_ir.passes.common._c_api_utils import call_onnx_api
+    except ImportError:  # a newer onnx_ir: its pass, slower
+        call_onnx_api = None
+    try:
+        if call_onnx_api is None:
+            ir.passes.common.ShapeInferencePass()(model)
+            return
+        proto = call_onnx_api(lambda p: onnx.shape_inference.infer_shapes(p, check_type=True, strict_mode=True,
+                                                                          data_prop=True), model)
     except Exception:  # shapes are a help, not a need: rules that lack one do not fire
-        pass
+        return
+    types: dict[str, onnx.TypeProto] = {}
+    _collect_types(proto.graph, types)
+    for graph in _match.all_graphs(model.graph):
+        for node in graph:
+            for value in node.outputs:
+                found = types.get(value.name) if value.name else None
+                if found is None or not found.HasField("tensor_type"):
+                    continue
+                shape = ir.serde.deserialize_type_proto_for_shape(found)
+                if shape is not None and shape != value.shape:
+                    value.shape = shape
+                if value.dtype is None and found.tensor_type.elem_type:
+                    value.dtype = ir.DataType(found.tensor_type.elem_type)
+
+
+def _collect_types(graph, types: dict) -> None:
+    """Name -> TypeProto of every value_info and output in ``graph`` and its subgraphs."""
+    import onnx
+
+    for info in (*graph.value_info, *graph.output):
+        types[info.name] = info.type
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _collect_types(attr.g, types)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _collect_types(g, types)

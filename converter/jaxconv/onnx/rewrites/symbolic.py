@@ -453,8 +453,8 @@ def _split(graph: ir.Graph, group: list[ir.Node], shapes: _Shapes) -> int:
     if len(group) < 2:
         return 0
     xs = shapes.shape(group[0].inputs[0])
-    if xs is None:
-        return 0
+    if xs is None or not _varies(group[0].inputs[0]):
+        return 0  # Slices of a constant fold away; a Split (several outputs) would not
     pieces = []
     axis_of = set()
     for node in group:
@@ -484,6 +484,25 @@ def _split(graph: ir.Graph, group: list[ir.Node], shapes: _Shapes) -> int:
         name, old.name = old.name, None
         out.name = name
     return len(pieces) - 1
+
+
+def _varies(value: ir.Value, limit: int = 256) -> bool:
+    """True when ``value`` depends on a graph input (or more than ``limit`` nodes would have to be
+    looked at to tell); False when it is computed from constants only."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is None or id(v) in seen or m.const(v) is not None:
+            continue
+        seen.add(id(v))
+        node = v.producer()
+        if node is None or len(seen) > limit:
+            return True
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            return True
+        stack.extend(node.inputs)
+    return False
 
 
 def _one_axis_cut(node: ir.Node, xs: Dims, shapes: _Shapes) -> tuple[int, int, int] | None:
