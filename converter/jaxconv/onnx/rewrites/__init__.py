@@ -72,8 +72,9 @@ def _infer_shapes(model: ir.Model) -> None:
         if call_onnx_api is None:
             ir.passes.common.ShapeInferencePass()(model)
             return
-        proto = call_onnx_api(lambda p: onnx.shape_inference.infer_shapes(p, check_type=True, strict_mode=True,
-                                                                          data_prop=True), model)
+        infer = lambda p: onnx.shape_inference.infer_shapes(p, check_type=True, strict_mode=True,  # noqa: E731
+                                                            data_prop=True)
+        proto = call_onnx_api(infer, model)
     except Exception:  # shapes are a help, not a need: rules that lack one do not fire
         return
     types: dict[str, onnx.TypeProto] = {}

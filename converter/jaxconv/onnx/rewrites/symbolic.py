@@ -468,7 +468,8 @@ def _split(graph: ir.Graph, group: list[ir.Node], shapes: _Shapes) -> int:
         return 0
     axis = axis_of.pop()
     pieces.sort(key=lambda p: p[0])
-    if pieces[0][0] != 0 or pieces[-1][1] != xs[axis] or any(p[1] != q[0] for p, q in zip(pieces, pieces[1:])):
+    gaps = any(p[1] != q[0] for p, q in zip(pieces, pieces[1:]))
+    if pieces[0][0] != 0 or pieces[-1][1] != xs[axis] or gaps:
         return 0
     sizes = ir.Value(name=None, const_value=ir.tensor(np.array([e - s for s, e, _ in pieces], np.int64)))
     sizes.type, sizes.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(pieces)])
