@@ -152,3 +152,15 @@ def test_top_k_orders_a_negative_nan_like_a_positive_one_below_opset_26():
     assert np.isnan(np.asarray(actual[0], np.float64)[0, 0, 0])
     expected, actual = _run(lambda x: lax.top_k(x, 2)[0], x, opset=26)  # BitCast reads the sign
     np.testing.assert_array_equal(_bits(actual[0]), _bits(expected[0]))
+
+
+def test_bfloat16_window_sums_over_two_active_dims_follow_a_shape_dependent_order():
+    """Named window-2d: XLA sums this bf16 (3,2) SAME window over (2,5) column by column, rounding every step
+    (0.08203 where row-major gives 0.07813, the artifact's); 1-D windows match bit for bit."""
+    x = np.array([1.0, 1.578125, -0.84765625, 1.0, 1.0, 1.0, -0.0194091796875, -0.6328125, 1.0, 1.0]).astype(BF16)
+    zero = np.array(0, BF16)
+    two = lambda x: lax.reduce_window(x.reshape(2, 5), zero, lax.add, (3, 2), (1, 1), "SAME")  # noqa: E731
+    expected, actual = _run(two, x)
+    e, a = (np.asarray(v, np.float64).ravel() for v in (expected[0], actual[0]))
+    assert e[1] == 0.08203125 and a[1] == 0.078125 and np.allclose(a, e, rtol=0.05, atol=0.01)
+    assert_exact(lambda x: lax.reduce_window(x, zero, lax.add, (3,), (1,), "SAME"), x)
