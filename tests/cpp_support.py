@@ -68,7 +68,8 @@ def save_inputs(folder: str, names: list[str], arrays: list[np.ndarray]) -> list
     return paths
 
 
-def run_example(exe: str, out: str, files: list[str], *extra: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_example(exe: str, out: str, files: list[str], *extra: str,
+                cwd: str | None = None) -> subprocess.CompletedProcess:
     return run([exe, *extra, "--out", out, *files], cwd=cwd)
 
 
@@ -83,8 +84,10 @@ def assert_clean_failure(r: subprocess.CompletedProcess, *needles: str) -> None:
 
 def mlp_inputs(b: int, seed: int) -> tuple[dict, np.ndarray]:
     rng = np.random.default_rng(seed)
-    params = {"w1": rng.standard_normal((8, 16)).astype(np.float32), "b1": rng.standard_normal(16).astype(np.float32),
-              "w2": rng.standard_normal((16, 5)).astype(np.float32), "b2": rng.standard_normal(5).astype(np.float32)}
+    params = {"w1": rng.standard_normal((8, 16)).astype(np.float32),
+              "b1": rng.standard_normal(16).astype(np.float32),
+              "w2": rng.standard_normal((16, 5)).astype(np.float32),
+              "b2": rng.standard_normal(5).astype(np.float32)}
     return params, rng.standard_normal((b, 8)).astype(np.float32)
 
 

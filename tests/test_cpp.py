@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cpp_support import (FILL_CPP, MLP_FILE, MLP_INPUT_NAMES, MLP_SPECS, assert_clean_failure, build, cli,
-                         filled_mlp_reference, mlp_flat, mlp_inputs, mlp_reference, ort_root_path, run, run_example,
-                         save_inputs)
+                         filled_mlp_reference, mlp_flat, mlp_inputs, mlp_reference, ort_root_path, run,
+                         run_example, save_inputs)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,8 @@ def ort_root() -> str:
 def mlp_project(ort_root: str, tmp_path_factory) -> tuple[str, str, str]:
     """examples/mlp.py through the CLI as demo::Mlp with the C API, built once: (project, build, stdout)."""
     project = str(tmp_path_factory.mktemp("cpp") / "mlp")
-    code, out = cli("to-cpp", MLP_FILE, "--specs", *MLP_SPECS, "-o", project, "--name", "demo::Mlp", "--c-api")
+    code, out = cli("to-cpp", MLP_FILE, "--specs", *MLP_SPECS, "-o", project, "--name", "demo::Mlp",
+                    "--c-api")
     assert code == 0
     return project, build(project, ort_root), out
 
@@ -205,17 +206,18 @@ def test_mlp_library_api_from_cpp(mlp_project, tmp_path, std):
     assert lines["vector size"] == ("invalid_argument: demo::Mlp: input x has 16 elements, but its shape "
                                     "float32[b, 8] is [3, 8] (24 elements)")
     assert lines["pointer count"].startswith("invalid_argument: demo::Mlp: input x has 15 elements")
-    assert lines["buffer size"] == ("invalid_argument: demo::Mlp: output buffer output_0 has 9 elements, but its "
-                                    "shape float32[b, 5] is [2, 5] (10 elements)")
-    assert lines["unset dimension"] == "invalid_argument: demo::Mlp: dimension b is -1, not a size (set Inputs::b)"
+    assert lines["buffer size"] == ("invalid_argument: demo::Mlp: output buffer output_0 has 9 elements, "
+                                    "but its shape float32[b, 5] is [2, 5] (10 elements)")
+    assert lines["unset dimension"] == ("invalid_argument: demo::Mlp: dimension b is -1, not a size "
+                                        "(set Inputs::b)")
     assert lines["overflow"] == ("invalid_argument: demo::Mlp: input x float32[b, 8] has shape "
-                                 "[1152921504606846980, 8]: its element count overflows (more bytes than memory "
-                                 "can address)")
+                                 "[1152921504606846980, 8]: its element count overflows (more bytes than "
+                                 "memory can address)")
     assert lines["missing file"].startswith("runtime_error: demo::Mlp: cannot load /nonexistent/model.onnx:")
     assert lines["other model"] == (f"runtime_error: demo::Mlp: {tmp_path / 'other.onnx'}: its input x is "
                                     "float32[?, 9], this library expects float32[b, 8] (a different model?)")
-    assert lines["provider"].startswith("runtime_error: demo::Mlp: execution provider cuda (CUDAExecutionProvider) "
-                                        "is not in this ONNX Runtime build (it has: ")
+    assert lines["provider"].startswith("runtime_error: demo::Mlp: execution provider cuda "
+                                        "(CUDAExecutionProvider) is not in this ONNX Runtime build (it has: ")
 
 
 C_CHECK = r"""
@@ -252,23 +254,23 @@ int main(int argc, char** argv) {
 
 
 def test_c_api_from_c(mlp_project, tmp_path):
-    """--c-api: a C program (gcc, C11) creates, sizes, runs and frees the model; errors are codes + messages."""
+    """--c-api: a C program (gcc, C11) creates, sizes, runs and frees the model; errors are return codes."""
     project, build_dir, _ = mlp_project
     src = tmp_path / "c_check.c"
     src.write_text(C_CHECK)
     exe = str(tmp_path / "c_check")
-    r = run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", str(src), f"-I{project}", f"-L{build_dir}", "-lMlp",
-             f"-Wl,-rpath,{build_dir}", "-o", exe])
+    r = run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", str(src), f"-I{project}", f"-L{build_dir}",
+             "-lMlp", f"-Wl,-rpath,{build_dir}", "-o", exe])
     assert r.returncode == 0, r.stderr
     r = run([exe, os.path.join(project, "model.onnx")])
     assert r.returncode == 0, r.stdout + r.stderr
     lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
     assert lines["create error"].startswith("demo::Mlp: cannot load /nonexistent.onnx:")
     assert lines["shape"] == "2 5" and lines["rc"] == "0"
-    np.testing.assert_allclose(np.array(lines["values"].split(), np.float32).reshape(2, 5), filled_mlp_reference(),
-                               rtol=1e-5, atol=1e-5)
-    assert lines["bad count"] == ("1 demo::Mlp: output buffer output_0 has 9 elements, but its shape float32[b, 5] "
-                                  "is [2, 5] (10 elements)")
+    np.testing.assert_allclose(np.array(lines["values"].split(), np.float32).reshape(2, 5),
+                               filled_mlp_reference(), rtol=1e-5, atol=1e-5)
+    assert lines["bad count"] == ("1 demo::Mlp: output buffer output_0 has 9 elements, but its shape "
+                                  "float32[b, 5] is [2, 5] (10 elements)")
 
 
 CONSUMER_CMAKE = """cmake_minimum_required(VERSION 3.16)
@@ -296,17 +298,17 @@ int main() {
 
 
 def test_installed_package_is_found_and_self_contained(mlp_project, ort_root, tmp_path):
-    """cmake --install, moved elsewhere: find_package(Mlp) and pkg-config build consumers that run from another
-    folder; the installed example finds share/Mlp/model.onnx while the generated project is gone."""
+    """cmake --install, moved elsewhere: find_package(Mlp) and pkg-config build consumers that run from
+    another folder; the installed example finds share/Mlp/model.onnx while the generated project is gone."""
     project, build_dir, _ = mlp_project
     r = run(["cmake", "--install", build_dir, "--prefix", str(tmp_path / "first")])
     assert r.returncode == 0, r.stderr
     prefix = tmp_path / "moved" / "prefix"
     prefix.parent.mkdir()
     os.rename(tmp_path / "first", prefix)  # the install is relocatable
-    for f in ("include/Mlp.h", "include/Mlp_c.h", "lib/libMlp.so", "lib/libonnxruntime.so.1", "share/Mlp/model.onnx",
-              "lib/cmake/Mlp/MlpConfig.cmake", "lib/cmake/Mlp/MlpConfigVersion.cmake", "lib/pkgconfig/Mlp.pc",
-              "bin/Mlp_example"):
+    for f in ("include/Mlp.h", "include/Mlp_c.h", "lib/libMlp.so", "lib/libonnxruntime.so.1",
+              "share/Mlp/model.onnx", "lib/cmake/Mlp/MlpConfig.cmake", "lib/cmake/Mlp/MlpConfigVersion.cmake",
+              "lib/pkgconfig/Mlp.pc", "bin/Mlp_example"):
         assert (prefix / f).exists(), f
     consumer = tmp_path / "consumer"
     consumer.mkdir()
@@ -324,11 +326,13 @@ def test_installed_package_is_found_and_self_contained(mlp_project, ort_root, tm
     try:
         r = run([str(consumer / "build" / "app")], cwd=str(elsewhere))
         assert r.returncode == 0, r.stderr
-        np.testing.assert_allclose(np.array(r.stdout.split(), np.float32).reshape(2, 5), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.array(r.stdout.split(), np.float32).reshape(2, 5), want, rtol=1e-5,
+                                   atol=1e-5)
 
         params, x = mlp_inputs(2, seed=5)
         files = save_inputs(str(elsewhere / "in"), MLP_INPUT_NAMES, mlp_flat(params, x))
-        r = run_example(str(prefix / "bin" / "Mlp_example"), str(elsewhere / "out"), files, cwd=str(elsewhere))
+        r = run_example(str(prefix / "bin" / "Mlp_example"), str(elsewhere / "out"), files,
+                        cwd=str(elsewhere))
         assert r.returncode == 0, r.stderr
         np.testing.assert_allclose(np.load(elsewhere / "out" / "output_0.npy"), mlp_reference(params, x),
                                    rtol=1e-5, atol=1e-5)
@@ -339,8 +343,9 @@ def test_installed_package_is_found_and_self_contained(mlp_project, ort_root, tm
             assert flags.returncode == 0, flags.stderr
             (elsewhere / "app.cc").write_text(CONSUMER_APP)
             exe = str(elsewhere / "app_pc")
-            r = run(["g++", "-std=c++17", str(elsewhere / "app.cc"), f'-DMODEL_FILE="{prefix}/share/Mlp/model.onnx"',
-                     *flags.stdout.split(), "-o", exe])
+            model_file = f'-DMODEL_FILE="{prefix}/share/Mlp/model.onnx"'
+            r = run(["g++", "-std=c++17", str(elsewhere / "app.cc"), model_file, *flags.stdout.split(),
+                     "-o", exe])
             assert r.returncode == 0, r.stderr
             r = run([exe], cwd=str(tmp_path))
             assert r.returncode == 0, r.stderr
@@ -360,26 +365,30 @@ def test_mlp_example_rejects_bad_input(mlp_project, tmp_path, case):
     out = str(tmp_path / "out")
     if case == "dtype":
         np.save(files[4], x.astype(np.float64))
-        assert_clean_failure(run_example(exe, out, files), "input x", "dtype '<f8' (float64), expected '<f4' (float32)")
+        assert_clean_failure(run_example(exe, out, files), "input x",
+                             "dtype '<f8' (float64), expected '<f4' (float32)")
     elif case == "shape":
         np.save(files[4], np.zeros((2, 9), np.float32))
         assert_clean_failure(run_example(exe, out, files), "input x", "shape (2, 9), expected (b, 8)")
     elif case == "rank":
         np.save(files[2], np.zeros(128, np.float32))
-        assert_clean_failure(run_example(exe, out, files), "input params_w1", "shape (128,) has 1 dimensions, expected 2")
+        assert_clean_failure(run_example(exe, out, files), "input params_w1",
+                             "shape (128,) has 1 dimensions, expected 2")
     elif case == "batch":
         r = run_example(exe, out, files, "--dim", "b=5")
         assert_clean_failure(r, "input x", "gives b=2", "--dim gives b=5")
     elif case == "count":
         r = run_example(exe, out, files[:4])
-        assert_clean_failure(r, "expected 5 input .npy files (params_b1, params_b2, params_w1, params_w2, x), got 4")
+        assert_clean_failure(r, "expected 5 input .npy files (params_b1, params_b2, params_w1, params_w2, "
+                                "x), got 4")
         assert r.returncode == 2
     elif case == "missing":
         assert_clean_failure(run_example(exe, out, files[:4] + [str(tmp_path / "nope.npy")]),
                              "input x: cannot open", "nope.npy")
     elif case == "not_npy":
         (tmp_path / "x.txt").write_text("1 2 3\n")
-        assert_clean_failure(run_example(exe, out, files[:4] + [str(tmp_path / "x.txt")]), "is not a .npy file")
+        assert_clean_failure(run_example(exe, out, files[:4] + [str(tmp_path / "x.txt")]),
+                             "is not a .npy file")
     elif case == "no_out":
         r = run([exe, *files])
         assert_clean_failure(r, "missing --out DIR")

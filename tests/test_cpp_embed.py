@@ -175,7 +175,8 @@ def test_installed_embedded_package_runs_from_another_folder(mixed_project, tmp_
 
     arrays = [np.arange(1, 7, dtype=np.float32).reshape(2, 3), np.array([2, -3], np.int32),
               np.array([0.5, 0.25, -1, 2], np.float32)]
-    want = np.concatenate([np.ravel(np.asarray(w, np.float64)) for w in jax.tree_util.tree_leaves(jax.jit(_mixed)(*arrays))])
+    leaves = jax.tree_util.tree_leaves(jax.jit(_mixed)(*arrays))
+    want = np.concatenate([np.ravel(np.asarray(w, np.float64)) for w in leaves])
     np.testing.assert_allclose(np.array(r.stdout.split(), np.float64), want, rtol=1e-6)
 
 
@@ -197,10 +198,12 @@ def test_cnn_example_matches_jax(ort_root, tmp_path):
     build_dir = build(project, ort_root)
     rng = np.random.default_rng(2)
     params = {"bias": rng.standard_normal(10), "conv1": rng.standard_normal((3, 3, 1, 8)),
-              "conv2": rng.standard_normal((3, 3, 8, 16)) * 0.3, "dense": rng.standard_normal((784, 10)) * 0.1}
+              "conv2": rng.standard_normal((3, 3, 8, 16)) * 0.3,
+              "dense": rng.standard_normal((784, 10)) * 0.1}
     params = {k: v.astype(np.float32) for k, v in params.items()}
     x = rng.standard_normal((2, 28, 28, 1)).astype(np.float32)
-    files = save_inputs(str(tmp_path / "in"), ["params_bias", "params_conv1", "params_conv2", "params_dense", "x"],
+    names = ["params_bias", "params_conv1", "params_conv2", "params_dense", "x"]
+    files = save_inputs(str(tmp_path / "in"), names,
                         [params["bias"], params["conv1"], params["conv2"], params["dense"], x])
     r = run_example(os.path.join(build_dir, "SmallCnn_example"), str(tmp_path / "out"), files)
     assert r.returncode == 0, r.stderr

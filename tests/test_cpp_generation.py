@@ -11,8 +11,8 @@ import pytest
 
 from cpp_support import HAVE_TOOLCHAIN, MLP_SPECS, cli, mlp_function, ort_root_path, run
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "converter", "jaxconv", "cpp",
-                         "templates")
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "converter", "jaxconv",
+                         "cpp", "templates")
 
 
 def _trace_mlp():
@@ -21,8 +21,8 @@ def _trace_mlp():
     return trace(mlp_function(), MLP_SPECS, name="mlp")
 
 
-@pytest.mark.parametrize("name", ["my-model", "2fast", "class", "test", "x_example", "foo::", "::Mlp", "std::Mlp",
-                                  "foo:bar", "a::class::B"])
+@pytest.mark.parametrize("name", ["my-model", "2fast", "class", "test", "x_example", "foo::", "::Mlp",
+                                  "std::Mlp", "foo:bar", "a::class::B"])
 def test_bad_name_is_a_usage_error(tmp_path, name):
     from jaxconv.cpp.project import write_project
     from jaxconv.errors import UsageError
@@ -97,8 +97,9 @@ def ort_root() -> str:
 def test_fixed_cpp_files_compile_with_warnings_as_errors(ort_root, tmp_path, header):
     src = tmp_path / "use.cc"
     src.write_text(f'#include "{header}"\n')
-    r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wpedantic", "-Wshadow", "-Wconversion",
-             "-Wsign-conversion", "-Werror", f"-I{TEMPLATES}", "-isystem", os.path.join(ort_root, "include"), str(src)])
+    r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wpedantic", "-Wshadow",
+             "-Wconversion", "-Wsign-conversion", "-Werror", f"-I{TEMPLATES}", "-isystem",
+             os.path.join(ort_root, "include"), str(src)])
     assert r.returncode == 0, r.stderr
 
 
@@ -110,7 +111,8 @@ def _complex_model(path: str) -> None:
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])),
+        [helper.make_node("Constant", [], ["two"],
+                          value=helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])),
          helper.make_node("Mul", ["z", "two"], ["y"]),
          helper.make_node("Cast", ["z"], ["w"], to=TensorProto.DOUBLE),
          helper.make_node("Identity", ["x"], ["x_out"])],
@@ -175,20 +177,21 @@ def test_complex_tensors_are_std_complex_buffers(ort_root, tmp_path):
 
     _complex_model(str(tmp_path / "cplx.onnx"))
     project = tmp_path / "proj"
-    write_project_for_onnx(str(tmp_path / "cplx.onnx"), str(project), function="cplx", name="cplx::Twice", c_api=True)
+    write_project_for_onnx(str(tmp_path / "cplx.onnx"), str(project), function="cplx", name="cplx::Twice",
+                           c_api=True)
     header = (project / "Twice.h").read_text()
     assert "#include <complex>" in header
     assert "In<std::complex<float>> z;" in header and "Out<std::complex<double>> w;" in header
     (tmp_path / "check.cc").write_text(COMPLEX_CHECK)
     include = os.path.join(ort_root, "include")
     for generated in ("example.cc", "Twice_c.cc"):  # the example and the C API of a model without dimensions
-        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror", f"-I{project}",
-                 str(project / generated)])
+        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror",
+                 f"-I{project}", str(project / generated)])
         assert r.returncode == 0, r.stderr
     exe = str(tmp_path / "check")
-    r = run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", str(tmp_path / "check.cc"), str(project / "Twice.cc"),
-             f"-I{project}", "-isystem", include, f"-L{ort_root}/lib", "-lonnxruntime", f"-Wl,-rpath,{ort_root}/lib",
-             "-o", exe])
+    r = run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", str(tmp_path / "check.cc"),
+             str(project / "Twice.cc"), f"-I{project}", "-isystem", include, f"-L{ort_root}/lib",
+             "-lonnxruntime", f"-Wl,-rpath,{ort_root}/lib", "-o", exe])
     assert r.returncode == 0, r.stderr
     r = run([exe, str(project / "model.onnx")])
     assert r.returncode == 0, r.stderr
@@ -200,8 +203,8 @@ def test_complex_tensors_are_std_complex_buffers(ort_root, tmp_path):
     w = np.array(w_text.split(), np.float64)
     np.testing.assert_array_equal(w[0::2] + 1j * w[1::2], z.astype(np.complex128))
     assert x_out.strip() == "8"  # an output whose shape is known only after the run, into a caller buffer
-    assert error.strip() == ("cplx::Twice: output buffer x_out has 2 elements, but its shape float32[n] is [3] "
-                             "(3 elements)")
+    assert error.strip() == ("cplx::Twice: output buffer x_out has 2 elements, but its shape float32[n] "
+                             "is [3] (3 elements)")
 
 
 def test_model_without_inputs_compiles_warning_free(ort_root, tmp_path):
@@ -218,8 +221,8 @@ def test_model_without_inputs_compiles_warning_free(ort_root, tmp_path):
     write_project_for_onnx(str(tmp_path / "k.onnx"), str(project), function="konst", embed=True, c_api=True)
     assert "  Outputs run() const;" in (project / "konst.h").read_text()
     for source in ("konst.cc", "example.cc", "konst_c.cc"):
-        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror", f"-I{project}",
-                 "-isystem", os.path.join(ort_root, "include"), str(project / source)])
+        r = run(["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Wshadow", "-Werror",
+                 f"-I{project}", "-isystem", os.path.join(ort_root, "include"), str(project / source)])
         assert r.returncode == 0, r.stderr
 
 
@@ -233,14 +236,15 @@ def test_complex_metadata_must_match_the_layout(tmp_path):
     model = onnx.load(str(tmp_path / "cplx.onnx"))
     model.metadata_props[0].value = json.dumps({"inputs": {"x": "complex64"}, "outputs": {}})
     onnx.save(model, str(tmp_path / "bad.onnx"))
-    with pytest.raises(UnsupportedError, match=r"input x is listed as complex64 .* but is float32\[b\] \(expected float32\[\.\.\., 2\]\)"):
+    expected = r"input x is listed as complex64 .* but is float32\[b\] \(expected float32\[\.\.\., 2\]\)"
+    with pytest.raises(UnsupportedError, match=expected):
         write_project_for_onnx(str(tmp_path / "bad.onnx"), str(tmp_path / "p"), function="cplx")
     assert not os.path.exists(tmp_path / "p")
 
 
 @pytest.mark.skipif(not HAVE_TOOLCHAIN, reason="bash tools of get_onnxruntime.sh")
 def test_cpp_runtime_prepares_headers_and_library_from_the_wheel(ort_root, tmp_path, capsys):
-    """jaxconv cpp-runtime DEST: the installed wheel's library plus headers, laid out like a release archive."""
+    """jaxconv cpp-runtime DEST: the installed wheel's library plus headers, laid out as a release archive."""
     dest = tmp_path / "ort"
     code, out = cli("cpp-runtime", str(dest), "--headers", os.path.join(ort_root, "include"))
     assert code == 0
@@ -262,8 +266,9 @@ def test_unsupported_dtype_is_named():
     from jaxconv.errors import UnsupportedError
     from jaxconv.signature import Signature, TensorInfo
 
-    sig = Signature((TensorInfo("x", "float8_e4m3fn", (4,), "x"),), (TensorInfo("output_0", "float32", (4,), "r"),))
-    with pytest.raises(UnsupportedError, match="input x has dtype float8_e4m3fn, which the C.. API does not support"):
+    sig = Signature((TensorInfo("x", "float8_e4m3fn", (4,), "x"),),
+                    (TensorInfo("output_0", "float32", (4,), "r"),))
+    with pytest.raises(UnsupportedError, match="input x has dtype float8_e4m3fn, which the C.. API does not"):
         model_from_signature(sig, "f")
 
 
