@@ -194,3 +194,24 @@ def test_tf2onnx_cli_through_the_module_entry_point(tf_side, mixed_fn, tmp_path)
     x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_allclose(_session(model).run(None, {"x": x})[0],
                                jax.jit(_reference)(x, mixed_fn.v.numpy()), rtol=1e-5, atol=1e-6)
+
+
+UNSUPPORTED = """
+module @m {
+  func.func public @main(%arg0: tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>, tensor<4xf32>) {
+    %0:2 = stablehlo.rng_bit_generator %arg0, algorithm = DEFAULT
+      : (tensor<2xui64>) -> (tensor<2xui64>, tensor<4xui32>)
+    %1 = stablehlo.custom_call @my_kernel(%0#1) : (tensor<4xui32>) -> tensor<4xf32>
+    %2 = stablehlo.custom_call @my_kernel(%1) : (tensor<4xf32>) -> tensor<4xf32>
+    return %0#0, %0#1, %2 : tensor<2xui64>, tensor<4xui32>, tensor<4xf32>
+  }
+}
+"""
+
+
+def test_every_unsupported_op_of_a_module_in_one_message():
+    with pytest.raises(UnsupportedError) as e:
+        _lower(UNSUPPORTED, version=10)
+    text = str(e.value)
+    assert "\n" not in text
+    assert "stablehlo.rng_bit_generator x1" in text and "stablehlo.custom_call @my_kernel x2" in text
