@@ -256,15 +256,15 @@ def html_page(report: Mapping[str, Any]) -> str:
            "".join(f"<span style='background:{_COLORS[s]}'></span>{s}" for s in STATUSES), "</p><table><tr><th></th>",
            "".join(f"<th>{html.escape(t)}<br>{d}</th>" for t, d in cols), "</tr>"]
     for name in sorted(dict.fromkeys(c.case for c in cells)):
-        out.append(f"<tr><th class='r'>{html.escape(name)}</th>")
+        row = [f"<tr><th class='r'>{html.escape(name)}</th>"]
         for t, d in cols:
             c = index.get((name, t, d))
             status = c.status if c else ""
             tip = "" if status == "pass" else f"{status}" + (f" at {c.stage}: {c.error}" if c and c.error else "") + \
                 (f" ({c.reason})" if c and c.reason else "")
             title = f" title='{html.escape(tip, quote=True)}'" if tip else ""
-            out.append(f"<td class='c' style='background:{_COLORS.get(status, '#eee')}'{title}></td>")
-        out.append("</tr>")
+            row.append(f"<td class='c' style='background:{_COLORS.get(status, '#eee')}'{title}></td>")
+        out.append("".join(row) + "</tr>")
     out.append("</table>")
     td = report.get("testdata")
     if td:
@@ -276,7 +276,7 @@ def html_page(report: Mapping[str, Any]) -> str:
                                          ("unsupported", _COLORS["skip"])))
             out.append(f"<tr><th class='r'>{html.escape(fam)}</th><td>{bar}</td><td>{row['pass']}/{n}</td></tr>")
         out.append("</table>")
-    return "".join(out) + "\n"
+    return "\n".join(out) + "\n"  # one line per table row: a readable file, and diffs of one row
 
 
 def write_all(report: Mapping[str, Any], folder: str = HERE) -> list[str]:

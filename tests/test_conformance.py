@@ -422,7 +422,10 @@ def test_report_gpu_column_and_check():
                            targets=["onnx"], devices=["cpu", "gpu"])
     diffs = report.compare_reports(changed, data)
     assert len(diffs) == 1 and "committed pass, now fail" in diffs[0]
-    assert "<table>" in report.html_page(data)
+    page = report.html_page(data)
+    assert "<table>" in page
+    assert [line for line in page.splitlines() if line.startswith("<tr><th class='r'>a</th>")] == [
+        "<tr><th class='r'>a</th><td class='c' style='background:%s'></td></tr>" % report._COLORS["pass"]]
 
 
 def test_cli_check_fails_on_disagreement(tmp_path, capsys):
