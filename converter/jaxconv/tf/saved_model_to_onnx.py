@@ -255,10 +255,10 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
         ConversionError: freezing or tf2onnx fails otherwise.
     """
     tf = import_tensorflow()
+    from jaxconv.tf import tf2onnx_handler  # first: it says when tf2onnx is missing
+
     from tf2onnx import optimizer, tf_loader
     from tf2onnx.tfonnx import process_tf_graph
-
-    from jaxconv.tf import tf2onnx_handler
 
     concrete = imported.signatures[signature]
     captured = {id(t) for t in getattr(concrete, "captured_inputs", ())}
@@ -404,7 +404,12 @@ def _copy_field(dst: Any, name: str, value: Any) -> None:
 # ---- the whole command ----------------------------------------------------------------------------
 
 def check_opset(opset: int | None) -> int:
-    """``--opset``: None gives the highest opset tf2onnx and jaxconv's lowering share (18 today)."""
+    """``--opset``: None gives the highest opset tf2onnx and jaxconv's lowering share (18 today).
+
+    Raises:
+        UsageError: the opset is outside that range.
+        MissingDependencyError: tf2onnx is not installed.
+    """
     from jaxconv.tf.tf2onnx_handler import opset_range
 
     low, high = opset_range()

@@ -32,16 +32,20 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from jaxconv.errors import JaxconvError, UnsupportedError
+from jaxconv.errors import JaxconvError, MissingDependencyError, UnsupportedError
 from jaxconv.tf.saved_model import import_tensorflow
 from jaxconv.tf.xla_call_module import CallModule, LoweredCall, lower_call_module
 
 import_tensorflow()  # quietly, before tf2onnx imports it
 
-from tf2onnx import constants as _constants  # noqa: E402
-from tf2onnx import tf_utils as _tf_utils  # noqa: E402
-from tf2onnx import utils as _utils  # noqa: E402
-from tf2onnx.handler import tf_op  # noqa: E402
+try:
+    from tf2onnx import constants as _constants
+    from tf2onnx import tf_utils as _tf_utils
+    from tf2onnx import utils as _utils
+    from tf2onnx.handler import tf_op
+except ImportError as _e:
+    raise MissingDependencyError(f"tf2onnx is needed to convert SavedModels ({_e}); install it with: "
+                                 "pip install 'jaxconv[tf]'") from None
 
 # Attributes of XlaCallModule that carry nothing the lowering needs, or that onnx.helper cannot hold.
 _SKIPPED_ATTRS = frozenset({"Tin", "Tout", "Sout", "_output_shapes", "disabled_checks",
