@@ -121,9 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", nargs="?", default="onnxruntime", metavar="DEST", help="folder to fill (default: ./onnxruntime)")
     p.add_argument("--headers", metavar="DIR", help="ONNX Runtime headers to use (default: system, else Debian's)")
 
-    p = sub.add_parser("saved-model-to-onnx", help="a SavedModel (jax2tf's, or TF around JAX) to ONNX, one model per signature",
-                       description="Convert with tf2onnx, jaxconv's lowering taking every XlaCallModule; the check "
-                                   "compares each model with the SavedModel run by TensorFlow (not jax.jit).")
+    p = sub.add_parser("saved-model-to-onnx",
+                       help="a SavedModel (jax2tf's, or TF around JAX) to ONNX, one model per signature",
+                       description="Convert with tf2onnx, jaxconv's lowering taking every XlaCallModule; "
+                                   "the check compares each model with the SavedModel run by TensorFlow "
+                                   "(not jax.jit).")
     p.add_argument("saved_model", metavar="DIR", help="SavedModel folder")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
                    help="output file; without --signature each signature goes to OUT_<signature>.onnx")
