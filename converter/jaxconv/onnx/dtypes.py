@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
+import numpy as np
 from onnx import TensorProto
 
 ONNX_TYPE: dict[str, int] = {
@@ -13,33 +14,104 @@ ONNX_TYPE: dict[str, int] = {
     "uint8": TensorProto.UINT8, "uint16": TensorProto.UINT16, "uint32": TensorProto.UINT32,
     "uint64": TensorProto.UINT64,
 }
-DTYPE_OF_ONNX: dict[int, str] = {v: k for k, v in ONNX_TYPE.items()}
 
 FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 SIGNED = frozenset({"int8", "int16", "int32", "int64"})
 UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
 INTS = SIGNED | UNSIGNED
 
-# ONNX Runtime 1.32 CPU kernel dtypes, measured per op (one single-node model per dtype).
-# bfloat16 has almost no arithmetic kernels: it is computed in float32 and cast back.
-# float16 has kernels only for Cast, data movement (Reshape, Transpose, Concat, Slice, Expand,
-# Gather*, Scatter*), Round, Sign, IsNaN, IsInf, Max, Min, Clip and Mod. For any other op ONNX
-# Runtime inserts Casts to float32 itself and then removes the Cast pairs between neighbouring
-# nodes, dropping the rounding to float16 that XLA does after every op. So float16 is computed
-# in float32 with explicit Casts, like bfloat16, everywhere else.
-ARITH = frozenset({"float32", "float64"}) | INTS  # Add Sub Mul Div Abs Mod(fmod=1)
-FLOAT_MATH = frozenset({"float32", "float64"})  # Floor Ceil Round Exp Log Sqrt Tanh Sin Cos Sigmoid
-F32_F16 = frozenset({"float32"})  # Tan Atan (no float64 kernel; float16 through float32)
-F32_F64 = frozenset({"float32", "float64"})  # where float16 transcendental results are rounded from float32
-MAX_MIN = frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "uint64"})
-NEG = frozenset({"float32", "float64"}) | SIGNED
-SIGN = ARITH | {"float16", "bfloat16"}
-POW = frozenset({"float32", "float64", "int32", "int64"})
-COMPARE = ARITH  # Equal Less Greater LessOrEqual GreaterOrEqual (Equal also takes bool)
-IS_NAN_INF = frozenset({"float16", "float32", "float64", "bfloat16"})
-BITWISE = INTS  # BitwiseAnd/Or/Xor/Not (opset 18)
-WHERE = frozenset({"float32", "float64", "int8", "int32", "int64", "uint8", "uint32"})
-SHIFT_BEFORE_28 = UNSIGNED  # BitShift; all integer types from opset 28
+HALF = frozenset({"float16"})
+F32_F64 = frozenset({"float32", "float64"})
+ALL = FLOATS | INTS | {"bool"}
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """What ONNX Runtime's CPU provider implements for some ONNX ops, for each dtype.
+
+    Attributes:
+        ops: the ONNX ops sharing these facts.
+        dtypes: the dtypes with a kernel.
+        ort_casts: dtypes without a kernel that ONNX Runtime nevertheless accepts: it inserts Casts
+            to float32 around the node itself, and then removes the Cast pairs between neighbouring
+            nodes, dropping the rounding to float16 that XLA does after every op. jaxconv casts
+            explicitly instead, except where a comment at the use says why the difference cannot show.
+        workaround: what jaxconv does for the dtypes without a kernel; the probe test
+            (tests/test_ort_kernels.py) names it when a new ONNX Runtime adds a kernel, so it can go.
+    """
+
+    ops: tuple[str, ...]
+    dtypes: frozenset[str]
+    ort_casts: frozenset[str] = frozenset()
+    workaround: str = ""
+
+
+_WIDER = "computed in a wider type (WIDER) and cast back"
+_F32 = "computed in float32 (float64 in float64) and cast back"
+
+# The one table of ONNX Runtime 1.32 CPU kernels by dtype, measured with one single-node model per
+# op and dtype (tests/test_ort_kernels.py repeats the measurement against the installed version).
+# bfloat16 has almost no arithmetic kernels and float16 few: both are computed in float32.
+ORT_KERNELS: tuple[Kernels, ...] = (
+    Kernels(("Add", "Sub", "Mul", "Div", "Abs"), F32_F64 | INTS, HALF, _WIDER),
+    Kernels(("Mod",), F32_F64 | INTS | HALF, workaround=_WIDER),
+    Kernels(("Neg",), F32_F64 | SIGNED, HALF, _WIDER + "; unsigned negation as 0 - x"),
+    Kernels(("Sign",), F32_F64 | INTS | HALF | {"bfloat16"}),
+    Kernels(("Floor", "Ceil", "Exp", "Log", "Sqrt", "Tanh", "Sin", "Cos", "Sigmoid"), F32_F64, HALF, _F32),
+    Kernels(("Round",), F32_F64 | HALF, workaround=_F32),
+    Kernels(("Tan", "Atan", "Erf", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
+            frozenset({"float32"}), HALF, "half floats in float32; float64 by formulas of float64 ops"),
+    Kernels(("Max", "Min"), frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32",
+                                      "uint64"}), workaround=_WIDER),
+    Kernels(("Pow",), frozenset({"float32", "float64", "int32", "int64"}), HALF, _WIDER),
+    Kernels(("Equal",), F32_F64 | INTS | {"bool"}, HALF, _WIDER),
+    Kernels(("Less", "Greater", "LessOrEqual", "GreaterOrEqual"), F32_F64 | INTS, HALF, _WIDER),
+    Kernels(("IsNaN", "IsInf"), FLOATS, workaround="half floats checked as float32 before opset 20"),
+    Kernels(("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"), INTS),
+    Kernels(("Where",), frozenset({"float32", "float64", "int8", "int32", "int64", "uint8", "uint32"}), HALF,
+            "a same-width or exactly widening type (WHERE_DETOUR) and back"),
+    Kernels(("BitShift",), UNSIGNED, workaround="signed shifts on the same-width unsigned type (before opset 28)"),
+    Kernels(("MatMul",), frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"}), HALF, _WIDER),
+    Kernels(("ReduceSum", "ReduceProd"), frozenset({"float32", "float64", "int32", "int64"}), HALF, _WIDER),
+    Kernels(("ReduceMax", "ReduceMin"), frozenset({"bool", "float32", "float64", "int8", "int32", "int64", "uint8"}),
+            HALF, "an order-preserving type (wider, or uint64 shifted onto int64) and back"),
+    Kernels(("TopK",), frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8"}), HALF,
+            "an order-preserving type (wider, or uint64 shifted onto int64)"),
+    Kernels(("CumSum",), frozenset({"float32", "float64", "int32", "int64"}), HALF, _WIDER),
+    Kernels(("CumProd",), frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"}), HALF, _WIDER),
+    Kernels(("Expand",), ALL - {"bfloat16"}, workaround="bfloat16 moved as float32 (exact)"),
+    Kernels(("Tile",), ALL - {"bfloat16", "float16"}, HALF, "bfloat16 moved as float32 (exact)"),
+    Kernels(("Transpose",), ALL),
+    Kernels(("Pad",), ALL - {"float16", "int16", "uint16"}, HALF, "int16/uint16 padded as int32, float16 as float32"),
+    Kernels(("MaxPool",), frozenset({"float32", "float64", "int8", "uint8"}), HALF, _F32),
+    Kernels(("AveragePool", "Conv"), frozenset({"float32"}), HALF, "half floats in float32; float64 as MatMul"),
+)
+_BY_OP: dict[str, Kernels] = {op: k for k in ORT_KERNELS for op in k.ops}
+
+
+def kernels(op: str) -> frozenset[str]:
+    """The dtypes ONNX Runtime's CPU provider has a kernel of ``op`` for (see ``ORT_KERNELS``)."""
+    return _BY_OP[op].dtypes
+
+
+def ort_accepts(op: str) -> frozenset[str]:
+    """The dtypes ONNX Runtime runs ``op`` in: its kernels, and those it casts to float32 itself."""
+    return _BY_OP[op].dtypes | _BY_OP[op].ort_casts
+
+
+# Dtype sets the lowerings name, read from the table.
+ARITH = kernels("Add")  # Add Sub Mul Div Abs
+FLOAT_MATH = kernels("Exp")  # Floor Ceil Exp Log Sqrt Tanh Sin Cos Sigmoid
+F32_ONLY = kernels("Tan")  # Tan Atan Erf Asin Acos Sinh Cosh Asinh Acosh Atanh: no float64 kernel
+MAX_MIN = kernels("Max")
+NEG = kernels("Neg")
+SIGN = kernels("Sign")
+POW = kernels("Pow")
+COMPARE = kernels("Less")  # Equal also takes bool
+IS_NAN_INF = kernels("IsNaN")
+BITWISE = kernels("BitwiseAnd")
+WHERE = kernels("Where")
+SHIFT_BEFORE_28 = kernels("BitShift")  # all integer types from opset 28
 # A same-width (or exactly widening) stand-in for Where's missing kernels: cast there and back.
 WHERE_DETOUR: dict[str, str] = {"bool": "uint8", "int16": "int32", "uint16": "int32", "uint64": "int64",
                                 "bfloat16": "float32", "float16": "float32"}

@@ -12,12 +12,14 @@ from jaxconv.onnx.registry import Lowering, register
 from jaxconv.stablehlo import ir as hir
 
 
-def compute_in(ctx: LoweringContext, inputs: Sequence[str], types: Sequence[hir.TensorType],
-               native: frozenset[str]) -> tuple[list[str], str]:
-    """Cast ``inputs`` to a dtype ONNX Runtime computes (see dtypes.WIDER); returns (names, dtype)."""
-    src = types[0].dtype
-    work = dt.compute_dtype(src, native)
-    return [ctx.cast_if(n, t.dtype, work) for n, t in zip(inputs, types)], work
+def compute_in(ctx: LoweringContext, names: Sequence[str], dtype: str, native: frozenset[str]) -> tuple[list[str], str]:
+    """Cast ``names`` (all of ``dtype``) to a dtype in ``native``, or a wider one (dtypes.WIDER).
+
+    Returns:
+        (the cast names, the dtype they are in).
+    """
+    work = dt.compute_dtype(dtype, native)
+    return [ctx.cast_if(n, dtype, work) for n in names], work
 
 
 def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str, exact_zeros: bool = True) -> str:
@@ -35,6 +37,36 @@ def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str, exact_zer
     if dtype in dt.FLOATS:
         return float_select(ctx, cond, a, b, dtype)
     return ctx.op("Where", [cond, a, b])
+
+
+def expand(ctx: LoweringContext, x: str, shape: str, dtype: str) -> str:
+    """``Expand`` for any dtype: one without an ONNX Runtime kernel (bfloat16) is moved as float32 (exact)."""
+    if dtype in dt.kernels("Expand"):
+        return ctx.op("Expand", [x, shape])
+    return ctx.cast(ctx.op("Expand", [ctx.cast(x, "float32"), shape]), dtype)
+
+
+# Stand-ins for ops that compare values (ReduceMax, ArgMax, TopK): each holds every value in the same order.
+ORDER_DETOUR: dict[str, str] = {"float16": "float32", "bfloat16": "float32", "bool": "uint8", "int16": "int32",
+                                "uint16": "int32", "uint32": "int64"}
+
+
+def order_preserving(ctx: LoweringContext, x: str, dtype: str, native: frozenset[str]) -> tuple[str, str]:
+    """``x`` in a dtype of ``native`` with the same order; returns (name, dtype).
+
+    A wider type (``ORDER_DETOUR``) holds every value exactly; uint64 is shifted by 2^63 onto
+    int64 (its top bit flipped), which maps its order onto int64's.
+    """
+    if dtype in native:
+        return x, dtype
+    if dtype == "uint64":
+        return ctx.op("BitwiseXor", [ctx.cast(x, "int64"), ctx.scalar(np.iinfo(np.int64).min, "int64")]), "int64"
+    work = ORDER_DETOUR.get(dtype)
+    if work is None or work not in native:
+        from jaxconv.errors import UnsupportedError
+
+        raise UnsupportedError(f"no order-preserving stand-in for {dtype} with an ONNX Runtime kernel")
+    return ctx.cast(x, work), work
 
 
 def float_select(ctx: LoweringContext, cond: str, a: str, b: str, work: str) -> str:
@@ -105,7 +137,7 @@ def may_be_negative_zero(ctx: LoweringContext, name: str, depth: int = 8) -> boo
 
 def unary_in(ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], native: frozenset[str]) -> tuple[str, str]:
     """The single operand of ``op`` cast to a dtype in ``native`` (or a wider one); returns (name, dtype)."""
-    names, work = compute_in(ctx, inputs[:1], [op.operands[0].type], native)
+    names, work = compute_in(ctx, inputs[:1], op.operands[0].type.dtype, native)
     return names[0], work
 
 
@@ -133,7 +165,7 @@ def direct(op_name: str, onnx_op: str, native: frozenset[str] = dt.ARITH, **attr
     """Register a 1:1 elementwise mapping; dtypes outside ``native`` are computed wider and cast back."""
 
     def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-        names, work = compute_in(ctx, inputs, [v.type for v in op.operands], native)
+        names, work = compute_in(ctx, inputs, op.operands[0].type.dtype, native)
         out = ctx.op(onnx_op, names, same_shape_inputs=True, **attrs)
         return ctx.cast_if(out, _result_work_dtype(onnx_op, work), op.results[0].type.dtype)
 

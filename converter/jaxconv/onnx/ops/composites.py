@@ -16,8 +16,8 @@ NATIVE_UNARY: dict[str, str] = {
     "chlo.erf": "Erf", "chlo.asin": "Asin", "chlo.acos": "Acos", "chlo.sinh": "Sinh", "chlo.cosh": "Cosh",
     "chlo.asinh": "Asinh", "chlo.acosh": "Acosh", "chlo.atanh": "Atanh",
 }
-# Computed natively, or (bfloat16) in float32 and rounded back; other dtypes inline the decomposition.
-_UNARY_DTYPES = dt.F32_F16 | {"bfloat16"}
+# Computed in float32 (half floats cast there and back); other dtypes inline the decomposition.
+_UNARY_DTYPES = dt.F32_ONLY | {"float16", "bfloat16"}
 
 
 def _unary_problem(op: hir.Op) -> str | None:
@@ -28,14 +28,14 @@ def _unary_problem(op: hir.Op) -> str | None:
 def lower_native_unary(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """The ONNX function of the same name; bfloat16 computes in float32 and rounds once."""
     src = op.operands[0].type.dtype
-    work = src if src in dt.F32_F16 else "float32"
+    work = src if src in dt.F32_ONLY else "float32"
     out = ctx.op(NATIVE_UNARY[op.attrs["name"]], [ctx.cast_if(inputs[0], src, work)])
     return [ctx.cast_if(out, work, op.results[0].type.dtype)]
 
 
 for _name, _onnx_op in NATIVE_UNARY.items():
     composite(_name, check=_unary_problem, onnx_ops=(_onnx_op,),
-              conditions="float32, float16 (bfloat16 in float32)")(lower_native_unary)
+              conditions="float32, float16, bfloat16 (half floats in float32)")(lower_native_unary)
 
 
 def _top_k_problem(op: hir.Op) -> str | None:

@@ -38,19 +38,13 @@ direct("stablehlo.cosine", "Cos", dt.F32_F64)
 direct("stablehlo.abs", "Abs", dt.ARITH)
 
 
-def _to(ctx: LoweringContext, names: list[str], dtype: str, native: frozenset[str]) -> tuple[list[str], str]:
-    """Cast names of one dtype to the dtype ``native`` computes them in."""
-    work = dt.compute_dtype(dtype, native)
-    return [ctx.cast_if(n, dtype, work) for n in names], work
-
-
 # ---- add, subtract, multiply ----------------------------------------------------------------
 def _binary(onnx_op: str, bool_op: str) -> Callable[[LoweringContext, hir.Op, list[str]], str]:
     def lower(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         dtype = op.results[0].type.dtype
         if dtype == "bool":
             return ctx.op(bool_op, inputs, same_shape_inputs=True)
-        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
         return result(ctx, op, ctx.op(onnx_op, names, same_shape_inputs=True), work)
 
     lower.__doc__ = f"{onnx_op}; integers wrap; booleans use {bool_op}."
@@ -95,7 +89,7 @@ def _extremum_lowering(is_max: bool) -> Callable[[LoweringContext, hir.Op, list[
         dtype = op.results[0].type.dtype
         if dtype == "bool":
             return ctx.op("Or" if is_max else "And", inputs)
-        names, work = _to(ctx, inputs, dtype, dt.MAX_MIN)
+        names, work = compute_in(ctx, inputs, dtype, dt.MAX_MIN)
         return result(ctx, op, extremum(ctx, names[0], names[1], work, is_max), work)
 
     lower.__doc__ = f"{'Max' if is_max else 'Min'}, NaN-propagating, with -0 < +0 like XLA."
@@ -113,7 +107,7 @@ def lower_clamp(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     dtype = op.results[0].type.dtype
     if dtype == "bool":
         return ctx.op("And", [ctx.op("Or", [x, lo]), hi])
-    (lo, x, hi), work = _to(ctx, [lo, x, hi], dtype, dt.MAX_MIN)
+    (lo, x, hi), work = compute_in(ctx, [lo, x, hi], dtype, dt.MAX_MIN)
     return result(ctx, op, extremum(ctx, extremum(ctx, x, lo, work, True), hi, work, False), work)
 
 
@@ -132,7 +126,7 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Div; integers truncate, x / 0 is -1 (all ones unsigned) and INT_MIN / -1 is INT_MIN, like XLA."""
     dtype = op.results[0].type.dtype
     if dtype in dt.FLOATS:
-        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
         return result(ctx, op, ctx.op("Div", names), work)
     lhs, rhs = inputs
     is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
@@ -151,7 +145,7 @@ def lower_remainder(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Mod(fmod=1): truncated remainder with the dividend's sign; integer x % 0 = x, INT_MIN % -1 = 0."""
     dtype = op.results[0].type.dtype
     if dtype in dt.FLOATS:
-        names, work = _to(ctx, inputs, dtype, dt.ARITH)
+        names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
         return result(ctx, op, ctx.op("Mod", names, fmod=1), work)
     lhs, rhs = inputs
     is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
@@ -169,7 +163,7 @@ def lower_power(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     except for bases 1 and -1)."""
     dtype = op.results[0].type.dtype
     if dtype in dt.FLOATS:
-        names, work = _to(ctx, inputs, dtype, dt.F32_F64)
+        names, work = compute_in(ctx, inputs, dtype, dt.F32_F64)
         return result(ctx, op, ctx.op("Pow", names), work)
     work = "int64" if dt.bit_width(dtype) == 64 else "int32"
     x, e = (ctx.cast_if(n, dtype, work) for n in inputs)
@@ -391,7 +385,7 @@ def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     elif kind == "SIGNED" and src in dt.UNSIGNED:
         names = [ctx.cast(n, dt.same_width_signed(src)) for n in names]
     else:
-        names, _ = _to(ctx, names, src, dt.COMPARE)
+        names, _ = compute_in(ctx, names, src, dt.COMPARE)
     out = ctx.op(onnx_op, names, same_shape_inputs=True)
     return ctx.op("Not", [out]) if negate else out
 
@@ -407,7 +401,7 @@ def lower_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     if src == dst:
         return x
     if dst == "bool":
-        (x,), work = _to(ctx, [x], src, dt.COMPARE)
+        (x,), work = compute_in(ctx, [x], src, dt.COMPARE)
         return ctx.op("Not", [ctx.op("Equal", [x, ctx.scalar(0, work)])])
     if src in dt.FLOATS and dst in dt.INTS:
         return float_to_int(ctx, x, src, dst)

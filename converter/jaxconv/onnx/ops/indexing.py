@@ -15,6 +15,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import shape as sh
+from jaxconv.onnx.ops._common import expand, order_preserving, where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -342,8 +343,6 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     assert kind is not None
     if xt.rank == 0:
         return _scatter_into_scalar(ctx, op, inputs)
-    if xt.rank == 0:
-        return _scatter_into_scalar(ctx, op, inputs)
     if (ut.is_static and 0 in ut.shape) or (xt.is_static and 0 in xt.shape):
         return x  # nothing to update, or nothing to update into
     dtype = xt.dtype
@@ -395,7 +394,7 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
             starts[0] = ctx.op("Where", [valid, start0, sh.dim_scalar(ctx, dim0)])
         else:
             mask = _unsqueeze_tail(ctx, valid, nb, ut.rank - nb)
-            u = sh.where(ctx, mask, u, ctx.const(_identity(kind, work)), work)
+            u = where(ctx, mask, u, ctx.const(_identity(kind, work)), work)
 
     grid = _scatter_grid(ctx, idx, nb, starts, grid_window, wsize, k)
     out = ctx.op("ScatterND", [x, grid, u], reduction=None if kind == "none" else kind)
@@ -407,32 +406,11 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         zero = ctx.scalar(-0.0 if kind == "min" else 0.0, work)
         tie = ctx.op("And", [ctx.op("Greater", [hit, ctx.scalar(0.5, work)]),
                              ctx.op("Equal", [out, ctx.scalar(0.0, work)])])
-        out = sh.where(ctx, tie, zero, out, work)
+        out = where(ctx, tie, zero, out, work)
         out = ctx.op("Where", [ctx.op("Greater", [hit, ctx.scalar(1.5, work)]), ctx.scalar(float("nan"), work), out])
     if valid is not None and kind == "none":
         out = ctx.op("Slice", [out, ctx.i64([0]), sh.dim_tensor(ctx, dim0), ctx.i64([0])])
     return ctx.cast_if(out, work, dtype)
-
-
-def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """A rank-0 operand (``x.at[()].add(y)``): the same scatter into a one-element vector, reshaped back."""
-    x, _, upd = inputs
-    xt, it = op.operands[0].type, op.operands[1].type
-    dn = op.attrs["scatter_dimension_numbers"]
-    batch = tuple(d for i, d in enumerate(it.shape) if i != dn["index_vector_dim"])
-    if any(d is None for d in batch):
-        from jaxconv.errors import UnsupportedError
-
-        raise UnsupportedError("stablehlo.scatter into a scalar with a dynamic number of updates")
-    vector = hir.TensorType(xt.dtype, (1,))
-    numbers = {**dn, "update_window_dims": (), "inserted_window_dims": (0,), "input_batching_dims": (),
-               "scatter_indices_batching_dims": (), "scattered_dims_to_operand_dims": (0,),
-               "index_vector_dim": len(batch)}
-    as_vector = hir.Op(op.name, [hir.Value(vector), hir.Value(hir.TensorType("int64", batch + (1,))), op.operands[2]],
-                       [hir.Value(vector)], {**op.attrs, "scatter_dimension_numbers": numbers}, op.regions, op.location)
-    out = lower_scatter(ctx, as_vector, [ctx.op("Reshape", [x, ctx.i64([1])]),
-                                         ctx.const(np.zeros(batch + (1,), np.int64)), upd])
-    return ctx.op("Reshape", [out, ctx.i64([])])
 
 
 def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
@@ -580,19 +558,7 @@ def _isnan(v) -> bool:
 # ReduceMax/ReduceMin kernels in ONNX Runtime (others are moved to an order-preserving dtype).
 # float16 goes through float32 (exact): ONNX Runtime 1.32's float16 Equal against a reduced,
 # broadcast maximum was measured to miss equal values after a Log/Neg chain.
-_ORDER_NATIVE = frozenset({"float32", "float64", "int8", "int32", "int64", "uint8"})
-_ORDER_DETOUR = {"float16": "float32", "bfloat16": "float32", "bool": "uint8", "int16": "int32", "uint16": "int32", "uint32": "int64"}
-
-
-def _ordered(ctx: LoweringContext, x: str, dtype: str) -> tuple[str, str]:
-    """``x`` in a dtype ReduceMax/ArgMax can handle, with the same order; returns (tensor, dtype)."""
-    if dtype in _ORDER_NATIVE:
-        return x, dtype
-    if dtype == "uint64":
-        # Shift the range by 2^63 with wrapping int64 arithmetic: order-preserving.
-        return ctx.op("Add", [ctx.cast(x, "int64"), ctx.scalar(np.iinfo(np.int64).min, "int64")]), "int64"
-    work = _ORDER_DETOUR[dtype]
-    return ctx.cast(x, work), work
+_ORDER_NATIVE = dt.kernels("ReduceMax") - {"bool"}
 
 
 def lower_argminmax(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
@@ -605,8 +571,8 @@ def lower_argminmax(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list
     if any(vt.shape[a] == 0 for a in axes):
         return [_expand_to(ctx, init_v, x, vt, op.results[0].type, axes),
                 _expand_to(ctx, init_i, x, vt, op.results[1].type, axes)]
-    xw, work = _ordered(ctx, x, vt.dtype)
-    iv, _ = _ordered(ctx, init_v, vt.dtype)
+    xw, work = order_preserving(ctx, x, vt.dtype, _ORDER_NATIVE)
+    iv, _ = order_preserving(ctx, init_v, vt.dtype, _ORDER_NATIVE)
     reducer = "ReduceMax" if kind == "max" else "ReduceMin"
     pick = "Max" if kind == "max" else "Min"
     axes_t = ctx.i64(axes)
@@ -622,14 +588,14 @@ def lower_argminmax(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list
         best = ctx.op(pick, [best, iv])
         is_best = ctx.op("Equal", [xw, best])
     idt = it.dtype
-    iw, iwork = _ordered(ctx, ids, idt)
+    iw, iwork = order_preserving(ctx, ids, idt, _ORDER_NATIVE)
     big = ctx.const(np.array(np.iinfo(dt.numpy_dtype(iwork)).max, dt.numpy_dtype(iwork)))
     first = ctx.op("ReduceMin", [ctx.op("Where", [is_best, iw, big]), axes_t], keepdims=1)
     # The init value competes as one more element (JAX's -inf/+inf init never wins over an element).
     init_best = ctx.op("Equal", [iv, best])
     if work in dt.FLOATS:
         init_best = ctx.op("Or", [init_best, ctx.op("And", [ctx.op("IsNaN", [iv]), ctx.op("IsNaN", [best])])])
-    iiw, _ = _ordered(ctx, init_i, idt)
+    iiw, _ = order_preserving(ctx, init_i, idt, _ORDER_NATIVE)
     first = ctx.op("Where", [init_best, ctx.op("Min", [first, iiw]), first])
     squeeze = ctx.i64(axes)
     value = ctx.op("Squeeze", [best, squeeze])
@@ -649,4 +615,4 @@ def _expand_to(ctx: LoweringContext, init: str, x: str, xt: hir.TensorType, resu
                axes: list[int]) -> str:
     kept = [d for d in range(xt.rank) if d not in axes]
     shape = sh.shape_tensor(ctx, [sh.dim(ctx, x, xt, d) for d in kept])
-    return sh.expand(ctx, init, shape, result.dtype)
+    return expand(ctx, init, shape, result.dtype)

@@ -12,8 +12,8 @@ from jaxconv.onnx.ops._common import where
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
-# ONNX Runtime CPU MatMul kernels.
-MATMUL_NATIVE = frozenset({"float16", "float32", "float64", "int32", "int64", "uint32", "uint64"})
+# ONNX Runtime CPU MatMul kernels (float16 cast to float32 by ONNX Runtime itself).
+MATMUL_NATIVE = dt.ort_accepts("MatMul")
 
 
 def matmul_dtype(result: str) -> str:

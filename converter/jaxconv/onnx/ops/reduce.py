@@ -25,10 +25,10 @@ _ELEMENTWISE = {"add": "Add", "mul": "Mul", "max": "Max", "min": "Min"}
 _BITWISE = {"and": "BitwiseAnd", "or": "BitwiseOr", "xor": "BitwiseXor"}
 _LOGICAL = {"and": "And", "or": "Or", "xor": "Xor", "add": "Or", "mul": "And", "max": "Or", "min": "And"}
 # ONNX Runtime CPU kernels of ReduceSum/Prod and ReduceMax/Min.
-_SUM_NATIVE = frozenset({"float32", "float64", "int32", "int64"})
-_MAX_NATIVE = frozenset({"float32", "float64", "int8", "uint8", "int32", "int64"})  # float16 via float32 (dtypes.ARITH)
+_SUM_NATIVE = dt.kernels("ReduceSum")
+_MAX_NATIVE = dt.kernels("ReduceMax") - {"bool"}  # float16 via float32 (dtypes.ARITH)
 # Elementwise Max/Min kernels (no i16/u16).
-_MAXMIN_NATIVE = frozenset({"float16", "float32", "float64", "int8", "uint8", "int32", "int64", "uint32", "uint64"})
+_MAXMIN_NATIVE = dt.kernels("Max")
 
 
 def body_kind(block: hir.Block) -> str | None:
@@ -317,7 +317,7 @@ def _general_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str], dims: l
                 ys = [ctx.op("Concat", [y, part(x, 2 * h, size)], axis=axis) for y, x in zip(ys, xs)]
             xs, size = ys, h + size % 2
     xs = [ctx.op("Squeeze", [x, ctx.i64(dims)]) if dims else x for x in xs]
-    from jaxconv.onnx.ops.reduce_window import expand
+    from jaxconv.onnx.ops._common import expand
 
     accs = [expand(ctx, init, ctx.op("Shape", [x]), xt.dtype) for init, x, xt in zip(inits, xs, xts)]
     return body(accs, xs)

@@ -23,7 +23,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
-from jaxconv.onnx.ops._common import where
+from jaxconv.onnx.ops._common import expand, where
 from jaxconv.onnx.ops.linalg import transpose
 from jaxconv.onnx.registry import custom_call_target
 from jaxconv.onnx.ops.reduce import (combine, identity_value, init_is_noop, is_identity, reducer_kind, with_init,
@@ -33,7 +33,7 @@ from jaxconv.stablehlo import ir as hir
 
 _POOL_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _CONV_SUM_FLOATS = frozenset({"float16", "bfloat16", "float32"})
-_CUMPROD_NATIVE = frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"})
+_CUMPROD_NATIVE = dt.kernels("CumProd")
 MAX_SLICES = 4096
 # Window positions folded one by one when the order of evaluation matters.
 MAX_ORDERED_WINDOW = 1024
@@ -444,13 +444,6 @@ def rounded_combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str)
         out = combine(ctx, kind, ctx.cast(a, "float32"), ctx.cast(b, "float32"), "float32")
         return ctx.cast(out, "float16")
     return combine(ctx, kind, a, b, dtype)
-
-
-def expand(ctx: LoweringContext, x: str, shape: str, dtype: str) -> str:
-    """``Expand`` for any dtype (ONNX Runtime's Expand has no bfloat16 kernel: detour through float32)."""
-    if dtype == "bfloat16":
-        return ctx.cast(ctx.op("Expand", [ctx.cast(x, "float32"), shape]), "bfloat16")
-    return ctx.op("Expand", [x, shape])
 
 
 def _split_shape(ctx: LoweringContext, x: str, rank: int, axis: int, sizes: list[int]) -> str:

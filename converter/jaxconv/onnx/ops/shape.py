@@ -8,13 +8,9 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import where as common_where
+from jaxconv.onnx.ops._common import expand
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
-
-# Expand/Tile have no bf16 kernel in ONNX Runtime: move bf16 data as f32 (exact both ways).
-_MOVE_NATIVE = frozenset({"float16", "float32", "float64", "bool", "int8", "int16", "int32", "int64",
-                          "uint8", "uint16", "uint32", "uint64"})
 
 
 @lowering("stablehlo.constant", onnx_ops=("initializer",))
@@ -37,13 +33,6 @@ def dims_tensor(ctx: LoweringContext, result: hir.TensorType, sources: Sequence[
             name, axis = src
             pieces.append(ctx.op("Shape", [name], start=axis, end=axis + 1))
     return ctx.op("Concat", pieces, axis=0)
-
-
-def expand(ctx: LoweringContext, x: str, shape: str, dtype: str) -> str:
-    """Expand with a cast detour for dtypes without a kernel."""
-    if dtype in _MOVE_NATIVE:
-        return ctx.op("Expand", [x, shape])
-    return ctx.cast(ctx.op("Expand", [ctx.cast(x, "float32"), shape]), dtype)
 
 
 def broadcast_to(ctx: LoweringContext, x: str, operand: hir.TensorType, result: hir.TensorType,
@@ -183,11 +172,6 @@ def lower_get_dimension_size(ctx: LoweringContext, op: hir.Op, inputs: list[str]
 # ---- helpers shared with indexing.py ------------------------------------------------------------
 # A dimension is either a static int or the name of a 1-D int64 tensor of length 1.
 # Pad has no int16/uint16 kernel.
-
-
-def where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
-    """Where(cond, a, b) for any dtype, -0 kept (see _common.where)."""
-    return common_where(ctx, cond, a, b, dtype)
 
 
 def pad(ctx: LoweringContext, x: str, pads: str, value: str, dtype: str) -> str:

@@ -21,12 +21,12 @@ import numpy as np
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import is_inf
+from jaxconv.onnx.ops._common import is_inf, order_preserving
 from jaxconv.onnx.registry import custom_call_target, lowering
 from jaxconv.stablehlo import ir as hir
 
 # Dtypes ONNX Runtime's TopK has a kernel for.
-TOPK_NATIVE = frozenset({"float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64"})
+TOPK_NATIVE = dt.ort_accepts("TopK")  # float16 cast to float32 by ONNX Runtime itself: exact, same order
 # Below this opset there is no BitCast: the sign of a NaN cannot be read.
 BITCAST_OPSET = 26
 
@@ -403,25 +403,6 @@ def _axis_size(ctx: LoweringContext, x: str, t: hir.TensorType, axis: int) -> st
     return ctx.op("Shape", [x], start=axis, end=axis + 1)
 
 
-def _orderable(ctx: LoweringContext, x: str, dtype: str) -> tuple[str, str]:
-    """``x`` in a dtype TopK has a kernel for, with the same order; returns (name, dtype)."""
-    if dtype in TOPK_NATIVE:
-        return x, dtype
-    if dtype == "bfloat16":
-        return ctx.cast(x, "float32"), "float32"
-    if dtype == "bool":
-        return ctx.cast(x, "uint8"), "uint8"
-    if dtype == "uint16":
-        return ctx.cast(x, "int32"), "int32"
-    if dtype == "uint32":
-        return ctx.cast(x, "int64"), "int64"
-    if dtype == "uint64":
-        # Wrap to int64 and flip the sign bit: an order-preserving map onto int64.
-        wrapped = ctx.cast(x, "int64")
-        return ctx.op("BitwiseXor", [wrapped, ctx.scalar(np.iinfo(np.int64).min, "int64")]), "int64"
-    raise UnsupportedError(f"cannot sort {dtype} values")
-
-
 _INT_OF_WIDTH = {32: "int32", 64: "int64"}
 
 
@@ -447,7 +428,7 @@ def _passes(ctx: LoweringContext, x: str, dtype: str, key: SortKey) -> list[tupl
     is_float = dtype in dt.FLOATS
     if is_float and (key.signed_zero or key.signed_nan) and ctx.opset >= BITCAST_OPSET:
         return [(_total_order_int(ctx, x, dtype, key), key.descending)]
-    keyed, kdtype = _orderable(ctx, x, dtype)
+    keyed, kdtype = order_preserving(ctx, x, dtype, TOPK_NATIVE)
     passes: list[tuple[str, bool]] = []
     if is_float and key.signed_zero:
         # Ties of the value pass are only -0.0 vs +0.0 (and NaNs): order those by the sign of zero.
