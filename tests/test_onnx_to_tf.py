@@ -87,6 +87,11 @@ CASES = {
                                     lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
                                     jnp.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), mode="edge")),
                       [S((1, 2, 6, 6), np.float32), S((3, 2, 3, 3), np.float32)], False),
+    "scatter_reductions": (lambda x, i, u: (x.at[i % 4].max(u), x.at[i % 4].min(u), x.at[i % 4].multiply(u)),
+                           [S((4, 3), np.float32), S((5,), np.int32), S((5, 3), np.float32)], True),
+    "fmod_floor_divide": (lambda x, y: (lax.rem(x, y), jnp.floor_divide(x, y)), [S((20,), np.float32)] * 2, True),
+    "i64_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.int64)] * 2, True),
+    "u32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.uint32)] * 2, True),
     "trig": (lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)), [S((7,), np.float32)], False),
 }
 
@@ -113,7 +118,8 @@ def _tflite_outputs(concrete, names, args):
     return outs
 
 
-@pytest.mark.parametrize("name", ["u32_threefry_mix", "bitwise_i32", "bf16_math", "sort_argsort", "fori_loop"])
+@pytest.mark.parametrize("name", ["u32_threefry_mix", "bitwise_i32", "bf16_math", "sort_argsort", "fori_loop",
+                                  "scatter_reductions", "i64_div_rem"])
 def test_builtin_only_tflite_matches_jax(name):
     fn, specs, exact = CASES[name]
     args = _inputs(specs, seed=1)

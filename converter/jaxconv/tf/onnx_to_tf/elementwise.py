@@ -76,11 +76,26 @@ def arith(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 
 def trunc_div(tf: Any, a: Any, b: Any) -> Any:
-    """Integer division rounding toward zero (ONNX Div on integers) from floor division."""
+    """Integer division rounding toward zero (ONNX Div on integers).
+
+    int32 comes from floor division; int64, which TFLite cannot divide, from float32 estimates of
+    the quotient rounded to nearest and refined on the exact remainder (each round gains about 22
+    bits; vectorized float division may be a unit off), then a fix-up of the remainder's sign.
+    """
+    zero = tf.zeros_like(a)
+    if a.dtype == tf.int64:
+        q = zero
+        r = a
+        for _ in range(4):
+            d = tf.cast(tf.round(tf.cast(r, tf.float32) / tf.cast(b, tf.float32)), tf.int64)
+            q, r = q + d, r - d * b
+        one = tf.ones_like(q)
+        wrong = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(r < zero, a < zero))
+        same = tf.equal(r < zero, b < zero)
+        return tf.where(wrong, tf.where(same, q + one, q - one), q)
     q = tf.math.floordiv(a, b)
     r = a - q * b
-    zero = tf.zeros_like(r)
-    fix = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(a < tf.zeros_like(a), b < tf.zeros_like(b)))
+    fix = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(a < zero, b < zero))
     return tf.where(fix, q + tf.ones_like(q), q)
 
 
@@ -105,11 +120,10 @@ def mod(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     a, b = _broadcast(tf, ins[0].t, ins[1].t)
     if not attrs(node).get("fmod", 0):
         return Value(tf.math.floormod(a, b), ins[0].dtype)
-    if ins[0].dtype in FLOATS:
-        r = tf.math.floormod(a, b)
-        zero = tf.zeros_like(r)
-        fix = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(r < zero, a < zero))
-        out = tf.where(fix, r - b, r)
+    if ins[0].dtype in FLOATS:  # C fmod: the magnitude of |a| mod |b|, with the sign of a (-0 kept)
+        m = tf.math.floormod(tf.abs(a), tf.abs(b))
+        zero = tf.zeros_like(m)
+        out = tf.where(a < zero, -m, m)
         return Value(tf.where(tf.equal(out, zero), a * zero, out), ins[0].dtype)
     return Value(a - trunc_div(tf, a, b) * b, ins[0].dtype)
 

@@ -59,7 +59,32 @@ def scatter_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         return Value(tf.tensor_scatter_nd_update(x, idx, upd), ins[0].dtype)
     if reduction == "add":
         return Value(x + tf.scatter_nd(idx, upd, tf.shape(x)), ins[0].dtype)
-    fn = {"max": tf.tensor_scatter_nd_max, "min": tf.tensor_scatter_nd_min}.get(reduction)
-    if fn is None:
+    combine = _COMBINE.get(reduction)
+    if combine is None:
         raise ValueError(f"ScatterND reduction {reduction!r}")
-    return Value(fn(x, idx, upd), ins[0].dtype)
+    return Value(_scatter_one_by_one(tf, x, idx, upd, lambda old, new: combine(tf, old, new)), ins[0].dtype)
+
+
+_COMBINE = {"max": lambda tf, a, b: _max_nan(tf, a, b, True), "min": lambda tf, a, b: _max_nan(tf, a, b, False),
+            "mul": lambda tf, a, b: a * b}
+
+
+def _max_nan(tf: Any, a: Any, b: Any, is_max: bool) -> Any:
+    out = tf.maximum(a, b) if is_max else tf.minimum(a, b)
+    if a.dtype.is_floating:
+        out = tf.where(tf.logical_or(tf.not_equal(a, a), tf.not_equal(b, b)), a + b, out)
+    return out
+
+
+def _scatter_one_by_one(tf: Any, x: Any, idx: Any, upd: Any, combine: Any) -> Any:
+    """Scatter with a reduction TFLite has no kernel for: one index row at a time in a while loop
+    (repeated indices then combine in order, as XLA's CPU scatter does)."""
+    rows = tf.reshape(idx, [-1, 1, idx.shape[-1]])
+    values = tf.reshape(upd, tf.concat([[-1, 1], tf.shape(upd)[len(idx.shape) - 1:]], 0))
+    count = tf.shape(rows)[0]
+
+    def step(i: Any, acc: Any) -> list[Any]:
+        at = rows[i]
+        return [i + 1, tf.tensor_scatter_nd_update(acc, at, combine(tf.gather_nd(acc, at), values[i]))]
+
+    return tf.while_loop(lambda i, acc: i < count, step, [tf.constant(0), x])[1]

@@ -76,7 +76,18 @@ def to_own(tf: Any, v: Value) -> Any:
 
 
 def constant(tf: Any, array: np.ndarray, dtype: str | None = None) -> Value:
-    """A numpy array as a Value (stored in its work dtype)."""
+    """A numpy array as a Value (stored in its work dtype).
+
+    float32 subnormal constants become the smallest normal number of their sign: TF's and TFLite's
+    CPU kernels flush subnormals to zero (as XLA's do), which would turn the lowering's
+    ``x / max(|x|, tiny)`` into 0/0.
+    """
     name = dtype or ("bfloat16" if array.dtype.name == "bfloat16" else array.dtype.name)
-    wide = np.asarray(array).astype(np_dtype(WORK[name])) if name in WORK else array
+    wide = np.asarray(array).astype(np_dtype(WORK[name])) if name in WORK else np.asarray(array)
+    if wide.dtype == np.float32:
+        tiny = np.finfo(np.float32).tiny
+        with np.errstate(invalid="ignore"):
+            sub = (wide != 0) & (np.abs(wide) < tiny)
+        if sub.any():
+            wide = np.where(sub, np.copysign(tiny, wide), wide).astype(np.float32)
     return Value(tf.constant(wide), name)
