@@ -60,23 +60,25 @@ def _shape_functions(model: CppModel) -> str:
 def _bind(model: CppModel) -> str:
     out = []
     for i, t in enumerate(model.inputs):
-        what = cpp_string(": input " + t.name)
-        out.append(f"  jc_in.push_back(jaxconv_ort::input_tensor(impl_->memory, kClass + {what}, "
-                   f"{cpp_string(t.doc)}, inputs.{t.ident}.data(), inputs.{t.ident}.size(), "
-                   f"jc_in_shapes[{i}], sizeof({t.type.cpp}), {str(t.type.pairs).lower()}, {t.type.onnx}));")
+        indent = " " * 44
+        out += [f"  jc_in.push_back(jaxconv_ort::input_tensor(impl_->memory, kClass, "
+                f"{cpp_string('input ' + t.name)}, {cpp_string(t.doc)},",
+                f"{indent}inputs.{t.ident}.data(), inputs.{t.ident}.size(), jc_in_shapes[{i}], "
+                f"sizeof({t.type.cpp}),",
+                f"{indent}{str(t.type.pairs).lower()}, {t.type.onnx}));"]
     for i, t in enumerate(model.outputs):
         if t.exprs is None:
             out.append("  jc_out.emplace_back(nullptr);  // shape known after the run")
             continue
-        what = cpp_string(": output " + t.name)
+        what = cpp_string("output " + t.name)
         out += [
             "  {",
-            f"    size_t n = jaxconv_ort::element_count(kClass + {what}, jc_out_shapes[{i}], "
+            f"    size_t n = jaxconv_ort::element_count(kClass, {what}, nullptr, jc_out_shapes[{i}], "
             f"sizeof({t.type.cpp}));",
             f"    {t.type.cpp}* p = nullptr;",
             "    if (buffers != nullptr) {",
-            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, "
-            f"{cpp_string(t.doc)}, "
+            f"      jaxconv_ort::check_size(kClass, {cpp_string('output buffer ' + t.ident)}, "
+            f"{cpp_string(t.doc)},\n                              "
             f"jc_out_shapes[{i}], n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
             f"      p = buffers->{t.ident}.data();",
             "    } else {",
@@ -100,12 +102,12 @@ def _fetch(model: CppModel) -> str:
             "  {",
             f"    std::vector<int64_t> shape = jaxconv_ort::result_shape(jc_out[{i}], "
             f"{str(t.type.pairs).lower()});",
-            f"    size_t n = jaxconv_ort::element_count(kClass + {cpp_string(': output ' + t.name)}, shape, "
-            f"sizeof({t.type.cpp}));",
+            f"    size_t n = jaxconv_ort::element_count(kClass, {cpp_string('output ' + t.name)}, nullptr, "
+            f"shape, sizeof({t.type.cpp}));",
             f"    {t.type.cpp}* p = nullptr;",
             "    if (buffers != nullptr) {",
-            f"      jaxconv_ort::check_size(kClass + {cpp_string(': output buffer ' + t.ident)}, "
-            f"{cpp_string(t.doc)}, "
+            f"      jaxconv_ort::check_size(kClass, {cpp_string('output buffer ' + t.ident)}, "
+            f"{cpp_string(t.doc)},\n                              "
             f"shape, n, buffers->{t.ident}.size(), buffers->{t.ident}.data());",
             f"      p = buffers->{t.ident}.data();",
             "    } else {",

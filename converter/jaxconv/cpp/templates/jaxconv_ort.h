@@ -27,11 +27,18 @@ inline std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+/// "Mlp: input x float32[b, 8]": the start of an error message about one tensor, built only on error.
+inline std::string subject(const std::string& cls, const char* what, const char* doc) {
+  return cls + ": " + what + (doc != nullptr ? std::string(" ") + doc : std::string());
+}
+
 /// Elements of a tensor of `shape`, checked: no negative dimension, and the element count (and
-/// its size in bytes) fits the address space. `what` starts the error message ("Mlp: input x").
-inline size_t element_count(const std::string& what, const std::vector<int64_t>& shape, size_t elem_size) {
+/// its size in bytes) fits the address space. `cls`, `what` and `doc` name the tensor in errors.
+inline size_t element_count(const std::string& cls, const char* what, const char* doc,
+                            const std::vector<int64_t>& shape, size_t elem_size) {
   for (int64_t d : shape) {
-    if (d < 0) throw std::invalid_argument(what + " gets a negative dimension: " + shape_text(shape));
+    if (d < 0)
+      throw std::invalid_argument(subject(cls, what, doc) + " gets a negative dimension: " + shape_text(shape));
   }
   for (int64_t d : shape) {
     if (d == 0) return 0;
@@ -40,7 +47,7 @@ inline size_t element_count(const std::string& what, const std::vector<int64_t>&
   uint64_t n = 1;
   for (int64_t d : shape) {
     if (n > limit / static_cast<uint64_t>(d))
-      throw std::invalid_argument(what + " has shape " + shape_text(shape) +
+      throw std::invalid_argument(subject(cls, what, doc) + " has shape " + shape_text(shape) +
                                   ": its element count overflows (more bytes than memory can address)");
     n *= static_cast<uint64_t>(d);
   }
@@ -62,21 +69,21 @@ inline std::vector<int64_t> onnx_shape(std::vector<int64_t> shape, bool pairs) {
 }
 
 /// Throws std::invalid_argument unless a caller's buffer has the element count of its shape.
-/// `what` is "Mlp: input x", `doc` the documented shape ("float32[b, 8]").
-inline void check_size(const std::string& what, const char* doc, const std::vector<int64_t>& shape, size_t count,
-                       size_t size, const void* data) {
+/// `what` is "input x" or "output buffer y", `doc` the documented shape ("float32[b, 8]").
+inline void check_size(const std::string& cls, const char* what, const char* doc, const std::vector<int64_t>& shape,
+                       size_t count, size_t size, const void* data) {
   if (size != count)
-    throw std::invalid_argument(what + " has " + std::to_string(size) + " elements, but its shape " + doc + " is " +
-                                shape_text(shape) + " (" + std::to_string(count) + " elements)");
-  if (data == nullptr && count != 0) throw std::invalid_argument(what + " is a null pointer");
+    throw std::invalid_argument(cls + ": " + what + " has " + std::to_string(size) + " elements, but its shape " +
+                                doc + " is " + shape_text(shape) + " (" + std::to_string(count) + " elements)");
+  if (data == nullptr && count != 0) throw std::invalid_argument(cls + ": " + what + " is a null pointer");
 }
 
 /// An input tensor over the caller's buffer, its size checked against `shape` (the C++ shape).
-inline Ort::Value input_tensor(const Ort::MemoryInfo& memory, const std::string& what, const char* doc,
-                               const void* data, size_t size, const std::vector<int64_t>& shape, size_t elem_size,
-                               bool pairs, ONNXTensorElementDataType type) {
-  size_t count = element_count(what + " " + doc, shape, elem_size);
-  check_size(what, doc, shape, count, size, data);
+inline Ort::Value input_tensor(const Ort::MemoryInfo& memory, const std::string& cls, const char* what,
+                               const char* doc, const void* data, size_t size, const std::vector<int64_t>& shape,
+                               size_t elem_size, bool pairs, ONNXTensorElementDataType type) {
+  size_t count = element_count(cls, what, doc, shape, elem_size);
+  check_size(cls, what, doc, shape, count, size, data);
   return tensor(memory, data, count, elem_size, onnx_shape(shape, pairs), type);
 }
 
