@@ -164,3 +164,18 @@ def test_bfloat16_window_sums_over_two_active_dims_follow_a_shape_dependent_orde
     e, a = (np.asarray(v, np.float64).ravel() for v in (expected[0], actual[0]))
     assert e[1] == 0.08203125 and a[1] == 0.078125 and np.allclose(a, e, rtol=0.05, atol=0.01)
     assert_exact(lambda x: lax.reduce_window(x, zero, lax.add, (3,), (1,), "SAME"), x)
+
+
+def test_bfloat16_last_bit_differences_magnified_by_cos_and_remainder():
+    """Named last-bit: XLA's bf16 acos(-0.5195) is 2.125, the artifact's the correctly rounded 2.1094 (true
+    2.1171); cos turns that ulp into 3%. A bf16 scatter-multiply with a repeated index rounds after each update
+    in XLA (-0.03516) and once in the artifact (-0.03491, exact -0.03498); remainder(1, .) magnifies it."""
+    x = np.array([-0.51953125]).astype(BF16)
+    expected, actual = _run(lambda x: (jnp.arccos(x), jnp.cos(jnp.arccos(x))), x)
+    assert float(expected[0][0]) == 2.125 and float(actual[0][0]) == 2.109375
+    assert float(expected[1][0]) == -0.52734375 and float(actual[1][0]) == -0.51171875
+    idx, u, v = np.array([0, 0], np.int8), np.array([[[0.21484375]]]).astype(BF16), np.array([[[-0.7578125]]]).astype(BF16)
+    expected, actual = _run(lambda i, u, v: (v.at[i].mul(u, mode="clip"), jnp.remainder(1.0, v.at[i].mul(u, mode="clip"))),
+                            idx, u, v)
+    assert float(expected[0].ravel()[0]) == -0.03515625 and float(actual[0].ravel()[0]) == -0.034912109375
+    assert float(expected[1].ravel()[0]) == -0.01953125 and abs(float(actual[1].ravel()[0]) + 0.01245) < 1e-4
