@@ -215,3 +215,22 @@ def test_every_unsupported_op_of_a_module_in_one_message():
     text = str(e.value)
     assert "\n" not in text
     assert "stablehlo.rng_bit_generator x1" in text and "stablehlo.custom_call @my_kernel x2" in text
+
+
+def test_older_form_through_tf2onnx_reads_the_op_attributes(tf_side):
+    """A TF graph holding a version-4 XlaCallModule (TF 2.21 no longer runs that form; the lowering does)."""
+    import tf2onnx
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    tf = tf_side
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        y = gen_xla_ops.xla_call_module(args=[x], version=4, module=OLD_FORM.encode(),
+                                        Sout=[tf.TensorShape([None, 3])], Tout=[tf.float32],
+                                        dim_args_spec=["0.0"], platforms=["CPU"])
+        tf.identity(y[0], name="y")
+    model, _ = tf2onnx.convert.from_graph_def(graph.as_graph_def(), input_names=["x:0"], output_names=["y:0"],
+                                              opset=18)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(_session(model).run(None, {"x:0": x})[0], x + 4)
