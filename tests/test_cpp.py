@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
 #if __cplusplus >= 202002L
   std::span<const float> span_x(xs);
   in.x = span_x;
+  in.params_w1 = std::span<float>(w1);  // a span of mutable floats converts too
   std::vector<float> via_span(10);
   buffers.output_0 = std::span<float>(via_span);
   model.run(in, buffers);
