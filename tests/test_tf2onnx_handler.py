@@ -234,3 +234,28 @@ def test_older_form_through_tf2onnx_reads_the_op_attributes(tf_side):
                                               opset=18)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(_session(model).run(None, {"x:0": x})[0], x + 4)
+
+
+def _loop_and_cond(x, n):
+    y = lax.fori_loop(0, n, lambda i, a: a * 0.5 + jnp.sin(a), x)
+    return lax.cond(jnp.sum(y) > 0, lambda a: a * 2.0, lambda a: a - 1.0, y)
+
+
+def test_loops_and_conditionals_inside_the_module_become_onnx_subgraphs(tf_side):
+    import tf2onnx
+    from jax.experimental import jax2tf
+
+    tf = tf_side
+    jax_part = jax2tf.convert(_loop_and_cond, polymorphic_shapes=["(b, 3)", None], with_gradient=False)
+    fn = tf.function(lambda x, n: tf.abs(jax_part(x, n)), autograph=False,
+                     input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x"),
+                                      tf.TensorSpec([], tf.int32, name="n")])
+    model, _ = tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, opset=18)
+    assert {"Loop", "If"} <= {n.op_type for n in model.graph.node}
+    session = _session(model)
+    names = [i.name for i in session.get_inputs()]
+    for n in (0, 3):
+        for sign in (1.0, -1.0):
+            x = sign * np.random.default_rng(n).standard_normal((4, 3)).astype(np.float32)
+            got = session.run(None, dict(zip(names, [x, np.array(n, np.int32)])))[0]
+            np.testing.assert_allclose(got, np.abs(jax.jit(_loop_and_cond)(x, n)), rtol=1e-5, atol=1e-6)
