@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-NAMES = ("mlp", "cnn", "transformer", "lstm", "bert", "resnet18", "mlp_large")
+NAMES = ("mlp", "cnn", "transformer", "lstm", "gru", "bert", "resnet18", "mlp_large")
 EXTRA = ("tiny",)  # small models for tests, not in the default list
 
 
@@ -166,6 +166,30 @@ def lstm(rng) -> Model:
     return Model("lstm", "LSTM lax.scan t64 b16 h256", fn, (xs,), (_spec(xs),), (_spec(xs),), _nbytes(p))
 
 
+def gru(rng) -> Model:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    n_in, hidden, batch, steps = 64, 256, 16, 64
+    p = {"wx": _w(rng, n_in, 3 * hidden), "wh": _w(rng, hidden, 2 * hidden), "whn": _w(rng, hidden, hidden),
+         "b": _w(rng, 3 * hidden, scale=0.01), "out": _w(rng, hidden, 10)}
+
+    def fn(xs):
+        def cell(h, x):
+            gx = x @ p["wx"] + p["b"]
+            r, z = jnp.split(jax.nn.sigmoid(gx[..., :2 * hidden] + h @ p["wh"]), 2, axis=-1)
+            n = jnp.tanh(gx[..., 2 * hidden:] + (r * h) @ p["whn"])
+            h = (1 - z) * n + z * h
+            return h, h
+
+        h, hs = lax.scan(cell, jnp.zeros((xs.shape[1], hidden)), xs)
+        return hs @ p["out"], h
+
+    xs = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+    return Model("gru", "GRU lax.scan t64 b16 h256", fn, (xs,), (_spec(xs),), (_spec(xs),), _nbytes(p))
+
+
 def bert(rng) -> Model:
     import flax.linen as nn
     import jax
@@ -253,6 +277,7 @@ BUILDERS = {
     "cnn": cnn,
     "transformer": transformer,
     "lstm": lstm,
+    "gru": gru,
     "bert": bert,
     "resnet18": resnet18,
     "mlp_large": lambda rng: _mlp(rng, 8, 7168, 7, "mlp_large", "MLP 7x7168 b8 (1.4 GB weights)"),

@@ -13,7 +13,8 @@ faster without changing the numbers:
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
-- ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op.
+- ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
+- ``gru``: a scan whose body is the GRU cell (reset before the recurrent product) as the ONNX GRU op.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import (_match, activations, broadcasts, keepdims, layout, loops, lstm, pooling,
-                                   softmax, symbolic)
+from jaxconv.onnx.rewrites import (_match, activations, broadcasts, gru, keepdims, layout, loops, lstm,
+                                   pooling, softmax, symbolic)
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
@@ -38,7 +39,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         How many times each rule fired.
     """
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
-             "pooling": 0, "layout": 0, "lstm": 0}
+             "pooling": 0, "layout": 0, "lstm": 0, "gru": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -49,6 +50,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["pooling"] += pooling.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
+    fired["gru"] = gru.rewrite(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
@@ -68,12 +70,14 @@ def _infer_shapes(model: ir.Model) -> None:
         from onnx_ir.passes.common._c_api_utils import call_onnx_api
     except ImportError:  # a newer onnx_ir: its pass, slower
         call_onnx_api = None
+
+    def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+
     try:
         if call_onnx_api is None:
             ir.passes.common.ShapeInferencePass()(model)
             return
-        infer = lambda p: onnx.shape_inference.infer_shapes(p, check_type=True, strict_mode=True,  # noqa: E731
-                                                            data_prop=True)
         proto = call_onnx_api(infer, model)
     except Exception:  # shapes are a help, not a need: rules that lack one do not fire
         return

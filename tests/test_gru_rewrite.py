@@ -1,0 +1,87 @@
+"""A GRU cell in lax.scan becomes the ONNX GRU op (jaxconv.onnx.rewrites.gru), with the exact Loop
+kept for non-finite inputs; every variant keeps jax.jit's numbers."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+H, N_IN, T, B = 8, 5, 6, 3
+
+
+def _weights(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((N_IN, 3 * H)).astype(np.float32) / 3,
+            rng.standard_normal((H, 2 * H)).astype(np.float32) / 3,
+            rng.standard_normal((H, H)).astype(np.float32) / 3,
+            rng.standard_normal(3 * H).astype(np.float32) / 10)
+
+
+def _gru(z_first: bool = False, swapped_update: bool = False):
+    wx, wh, whn, b = _weights()
+
+    def fn(xs, h0):
+        def cell(h, x):
+            gx = x @ wx + b
+            a, c = jnp.split(jax.nn.sigmoid(gx[..., :2 * H] + h @ wh), 2, axis=-1)
+            z, r = (a, c) if z_first else (c, a)
+            n = jnp.tanh(gx[..., 2 * H:] + (r * h) @ whn)
+            h = z * n + (1 - z) * h if swapped_update else (1 - z) * n + z * h
+            return h, h
+
+        return lax.scan(cell, h0, xs)
+
+    return fn
+
+
+def _ops(model: onnx.ModelProto) -> set[str]:
+    ops = set()
+    for node in model.graph.node:
+        ops.add(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                ops |= {n.op_type for n in attr.g.node}
+    return ops
+
+
+def _inputs(seed: int, nan: bool = False) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((T, B, N_IN)).astype(np.float32) * 2
+    h0 = rng.standard_normal((B, H)).astype(np.float32)
+    if nan:
+        xs[2, 1, 3] = np.nan
+    return [xs, h0]
+
+
+@pytest.mark.parametrize("z_first", [False, True])
+def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first):
+    fn = _gru(z_first=z_first)
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert "GRU" in _ops(model) and "Loop" in _ops(model)  # the Loop stays for non-finite inputs
+    runner = OnnxRunner(model.SerializeToString())
+    for seed, nan in ((0, False), (1, False), (2, True)):
+        inputs = _inputs(seed, nan)
+        got = runner.run(inputs)
+        want = jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
+        for g, w in zip(got, want):
+            w = np.asarray(w)
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_other_update_rule_is_not_the_gru_op():
+    # h' = z * n + (1 - z) * h is not ONNX's GRU (its gates would be swapped): the Loop runs
+    fn = _gru(swapped_update=True)
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert "GRU" not in _ops(model)
+    inputs = _inputs(0)
+    got = OnnxRunner(model.SerializeToString()).run(inputs)
+    for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
