@@ -261,11 +261,10 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
     from tf2onnx.tfonnx import process_tf_graph
 
     concrete = imported.signatures[signature]
-    captured = {id(t) for t in getattr(concrete, "captured_inputs", ())}
-    graph_inputs = [t for t in concrete.inputs if t.dtype != tf.dtypes.resource and id(t) not in captured]
     structured = [s for s in tf.nest.flatten(concrete.structured_input_signature)
                   if isinstance(s, tf.TensorSpec)]
-    input_names = [t.name for t in graph_inputs][:len(structured)]
+    # the signature's placeholders come first (sorted by key, as ``structured``), captures after them
+    input_names = [t.name for t in concrete.inputs if t.dtype != tf.dtypes.resource][:len(structured)]
     output_names = [t.name for t in concrete.outputs if t.dtype != tf.dtypes.resource]
     rename = dict(zip(input_names, [s.name for s in structured]))
     rename.update(zip(output_names, sorted(concrete.structured_outputs)))
