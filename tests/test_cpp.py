@@ -7,10 +7,23 @@ import shutil
 
 import numpy as np
 import pytest
-
-from cpp_support import (FILL_CPP, MLP_FILE, MLP_INPUT_NAMES, MLP_SPECS, assert_clean_failure, build, cli,
-                         filled_mlp_reference, mlp_flat, mlp_inputs, mlp_reference, ort_root_path, run,
-                         run_example, save_inputs)
+from cpp_support import (
+    FILL_CPP,
+    MLP_FILE,
+    MLP_INPUT_NAMES,
+    MLP_SPECS,
+    assert_clean_failure,
+    build,
+    cli,
+    filled_mlp_reference,
+    mlp_flat,
+    mlp_inputs,
+    mlp_reference,
+    ort_root_path,
+    run,
+    run_example,
+    save_inputs,
+)
 
 
 @pytest.fixture(scope="module")

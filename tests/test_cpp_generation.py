@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-
 from cpp_support import HAVE_TOOLCHAIN, MLP_SPECS, cli, mlp_function, ort_root_path, run
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "converter", "jaxconv",
@@ -69,9 +68,9 @@ def test_templates_fill_every_placeholder_and_refuse_unknown_keys():
 
 def test_package_data_ships_every_template():
     """setup.cfg's package data covers each file under templates/, so a pip install has them."""
-    from setuptools.config.setupcfg import read_configuration
-
     import fnmatch
+
+    from setuptools.config.setupcfg import read_configuration
 
     patterns = read_configuration(os.path.join(os.path.dirname(TEMPLATES), "..", "..", "..", "setup.cfg"))[
         "options"]["package_data"]["jaxconv.cpp"]

@@ -342,7 +342,8 @@ def cmd_list_ops(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
-    "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "cpp-runtime": cmd_cpp_runtime, "check": cmd_check, "inspect": cmd_inspect, "list-ops": cmd_list_ops,
+    "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "cpp-runtime": cmd_cpp_runtime, "check": cmd_check,
+    "inspect": cmd_inspect, "list-ops": cmd_list_ops,
     "saved-model-to-onnx": cmd_saved_model_to_onnx,
 }
 

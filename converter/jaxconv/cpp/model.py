@@ -143,9 +143,9 @@ def model_from_signature(signature: Signature, function: str, name: str | None =
     out_idents = IdentAllocator({cls, *namespaces, *_CLASS_MEMBERS})
     outputs = tuple(_tensor(t, "output", out_idents.take(t.name, "out_"), symbol_idents)
                     for t in signature.outputs)
-    for t in inputs:
-        if t.exprs is None:  # every input dimension must be computable in C++
-            for d in t.dims:
+    for tensor in inputs:
+        if tensor.exprs is None:  # every input dimension must be computable in C++
+            for d in tensor.dims:
                 cdims.cpp_expr(d, symbol_idents)
     return CppModel(namespaces, cls, function, inputs, outputs, tuple(names), symbol_idents, embed, c_api)
 
