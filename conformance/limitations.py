@@ -261,9 +261,6 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
         "convert", r"stablehlo\.rng_bit_generator x\d+ \(no ONNX lowering",
         "XLA's backend-defined bit generator cannot be reproduced bit-exactly"),
-    ("sym.cumsum", "onnx", ANY_DEVICE): fails(
-        "convert", r"dynamic_reduce_window whose window depends on a symbolic dimension",
-        "jnp.cumsum along a symbolic axis: the window size depends on the symbolic dimension"),
     ("edge.max_min_nan", "saved-model", "cpu"): differs(_TF_NAN, outputs=(0, 1), classes=("nan",)),
     ("edge.subnormal.add_mul", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(2,), classes=("subnormal",)),
     ("edge.subnormal.compare", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1), classes=("subnormal",)),

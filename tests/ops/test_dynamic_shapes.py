@@ -151,3 +151,35 @@ def test_floordiv_shapes():
         return x[: 2 * half].reshape(half, 2, 3).sum(1)
 
     check_sizes(f, lambda n: [arr(2 * n + 1, 3)], [spec(B, 3)], sizes=(1, 2, 5))
+
+
+@pytest.mark.parametrize("name,fn,dtype", [
+    ("cumsum", lambda x: jnp.cumsum(x, axis=1), np.float32),
+    ("cumsum_int_mask", lambda x: jnp.cumsum((x > 0).astype(jnp.int32), axis=1) * (x > 0), np.float32),
+    ("reverse_cumsum", lambda x: jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1) + lax_cumsum_reverse(x),
+     np.float32),
+    ("cumsum_int32", lambda x: jnp.cumsum(x, axis=1), np.int32),
+    ("roberta_position_ids", lambda ids: roberta_position_ids(ids, padding_idx=1), np.int32),
+])
+def test_cumulative_window_over_a_symbolic_axis(name, fn, dtype):
+    """jnp.cumsum along a symbolic axis is a stablehlo.dynamic_reduce_window whose window and padding
+    follow the axis length (HF Flax RoBERTa's position ids from a padding mask)."""
+    check_sizes(fn, lambda n: [arr(2, n, dtype=dtype, seed=n)], [spec(2, T, dtype=dtype)])
+
+
+def roberta_position_ids(input_ids, padding_idx):
+    """HF Flax RoBERTa's create_position_ids_from_input_ids."""
+    mask = (input_ids != padding_idx).astype("i4")
+    incremental_indices = jnp.cumsum(mask, axis=1).astype("i4") * mask
+    return incremental_indices.astype("i4") + padding_idx
+
+
+def lax_cumsum_reverse(x):
+    return jax.lax.cumsum(x, axis=1, reverse=True)
+
+
+def test_cumulative_max_over_a_symbolic_axis_is_refused_by_name():
+    from jaxconv.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="dynamic_reduce_window"):
+        check_sizes(lambda x: jax.lax.cummax(x, axis=1), lambda n: [arr(2, n, seed=n)], [spec(2, T)])

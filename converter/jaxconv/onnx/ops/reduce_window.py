@@ -500,8 +500,9 @@ def lower_dynamic_reduce_window(ctx: LoweringContext, op: hir.Op, inputs: list[s
         if problem:
             raise UnsupportedError(f"stablehlo.dynamic_reduce_window: {problem}")
         return [reduce_window(ctx, kind, x, xt, init, w, op.results[0].type)]
-    raise UnsupportedError("stablehlo.dynamic_reduce_window whose window depends on a symbolic dimension "
-                           "is not lowered yet; export with concrete sizes for that axis")
+    from jaxconv.onnx.ops.dynamic_reduce_window import lower_symbolic_window
+
+    return [lower_symbolic_window(ctx, kind, x, xt, init, attr_names)]
 
 
 from jaxconv.onnx.ops import select_and_scatter as _select_and_scatter  # noqa: E402,F401  (registers it)
