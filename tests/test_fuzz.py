@@ -413,8 +413,8 @@ def test_bfloat16_window_sums_are_known_only_over_two_active_dims():
     window = "lax.reduce_window({{0}}, np.array(0, jnp.bfloat16), lax.add, {dims}, (1, 1, 1, 1), {pad})"
     x = {0: ((2, 1, 1, 5), "bfloat16")}
     two = _program([("reduce_window_add", (0,), window.format(dims=(3, 1, 1, 2), pad="'SAME'"))], x)
-    padded = _program([("reduce_window_add", (0,), window.format(dims=(1, 1, 1, 2), pad=((0, 0), (1, 0), (0, 0), (0, 0))))],
-                      x)
+    pads = ((0, 0), (1, 0), (0, 0), (0, 0))
+    padded = _program([("reduce_window_add", (0,), window.format(dims=(1, 1, 1, 2), pad=pads))], x)
     one = _program([("reduce_window_add", (0,), window.format(dims=(1, 1, 1, 2), pad="'SAME'"))], x)
     assert "window-2d" in known.program_facts(two) and "window-2d" in known.program_facts(padded)
     assert "window-2d" not in known.program_facts(one)

@@ -51,8 +51,8 @@ def assert_exact(fn: Callable[..., Any], *args: np.ndarray) -> None:
 def test_sum_over_extent_one_dims_keeps_negative_zero(dtype):
     """XLA folds a sum over dims of extent 1 to a reshape (its +0 init unused): a sum of one -0 is -0."""
     x = np.array([-0.0, 0.0, -1.0, 2.0], np.float64).astype(dtype)
-    assert_exact(lambda x: (jnp.sum(x.reshape(1, 4, 1), axis=2), jnp.sum(x[:1]), jnp.sum(x.reshape(4, 1, 1), axis=(1, 2)),
-                            jnp.sum(x.reshape(2, 2), axis=1)), x)
+    assert_exact(lambda x: (jnp.sum(x.reshape(1, 4, 1), axis=2), jnp.sum(x[:1]),
+                            jnp.sum(x.reshape(4, 1, 1), axis=(1, 2)), jnp.sum(x.reshape(2, 2), axis=1)), x)
 
 
 def test_clip_of_negative_zero_at_a_zero_bound():
@@ -63,7 +63,7 @@ def test_clip_of_negative_zero_at_a_zero_bound():
 
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=str)
 def test_cumsum_over_extent_one_axis(dtype):
-    """XLA keeps the operand of a running sum over an axis of extent 1 (f32/f16: -0 stays -0), bf16 adds +0."""
+    """A running sum keeps its operand over an axis of extent 1 (f32/f16: -0 stays -0); bf16 adds +0."""
     x = np.array([-0.0, 0.0, -1.0], np.float64).astype(dtype)
     assert_exact(lambda x: (jnp.cumsum(x.reshape(1, 3), axis=0), jnp.cumsum(x[:1])), x)
 
@@ -82,7 +82,8 @@ def test_one_element_sum_windows_with_padding(dtype):
 
 
 def test_float64_dot_with_a_float32_result_multiplies_in_float64():
-    """matmul(f64, f64, preferred_element_type=f32): XLA multiplies in f64 (7.5e-155 x -1.3e154 = -1, not 0 x -inf)."""
+    """matmul(f64, f64, preferred_element_type=f32): XLA multiplies in f64 (7.5e-155 x -1.3e154 is -1, not
+    0 x -inf)."""
     with jax.enable_x64(True):
         a = np.array([7.45834073e-155, 2.0], np.float64)
         b = np.array([[-1.34078079e154], [1e300]], np.float64)
@@ -90,7 +91,7 @@ def test_float64_dot_with_a_float32_result_multiplies_in_float64():
                                    jnp.matmul(a, b, preferred_element_type=jnp.float32)), a, b)
 
 
-# ---- named differences (conformance/fuzz/known.py, README "Known differences") -------------------------------
+# ---- named differences (conformance/fuzz/known.py, README "Known differences") ---------------------------
 def _conv(padding: list[tuple[int, int]]) -> Callable[..., Any]:
     return lambda x, w: lax.conv_general_dilated(x, w, (1,), padding)
 
@@ -112,7 +113,7 @@ def test_conv_padding_times_inf_depends_on_the_shape_in_xla(dtype):
 
 
 def test_zero_sign_of_a_dot_depends_on_the_shape_in_xla():
-    """Named: every product -0; XLA keeps -0 for [1,3]x[3,3] and gives +0 for [2,8]x[8,4]; ONNX Runtime gives +0."""
+    """Named: all products -0; XLA keeps -0 for [1,3]x[3,3], gives +0 for [2,8]x[8,4]; ONNX Runtime +0."""
     small = (np.full((1, 3), -0.0, np.float32), np.ones((3, 3), np.float32))
     expected, actual = _run(jnp.matmul, *small)
     assert np.signbit(expected[0]).all() and not np.signbit(actual[0]).any()
@@ -157,7 +158,8 @@ def test_top_k_orders_a_negative_nan_like_a_positive_one_below_opset_26():
 def test_bfloat16_window_sums_over_two_active_dims_follow_a_shape_dependent_order():
     """Named window-2d: XLA sums this bf16 (3,2) SAME window over (2,5) column by column, rounding every step
     (0.08203 where row-major gives 0.07813, the artifact's); 1-D windows match bit for bit."""
-    x = np.array([1.0, 1.578125, -0.84765625, 1.0, 1.0, 1.0, -0.0194091796875, -0.6328125, 1.0, 1.0]).astype(BF16)
+    x = np.array([1.0, 1.578125, -0.84765625, 1.0, 1.0, 1.0, -0.0194091796875, -0.6328125, 1.0, 1.0])
+    x = x.astype(BF16)
     zero = np.array(0, BF16)
     two = lambda x: lax.reduce_window(x.reshape(2, 5), zero, lax.add, (3, 2), (1, 1), "SAME")  # noqa: E731
     expected, actual = _run(two, x)
@@ -168,14 +170,20 @@ def test_bfloat16_window_sums_over_two_active_dims_follow_a_shape_dependent_orde
 
 def test_bfloat16_last_bit_differences_magnified_by_cos_and_remainder():
     """Named last-bit: XLA's bf16 acos(-0.5195) is 2.125, the artifact's the correctly rounded 2.1094 (true
-    2.1171); cos turns that ulp into 3%. A bf16 scatter-multiply with a repeated index rounds after each update
-    in XLA (-0.03516) and once in the artifact (-0.03491, exact -0.03498); remainder(1, .) magnifies it."""
+    2.1171); cos turns that ulp into 3%. A bf16 scatter-multiply with a repeated index rounds after each
+    update in XLA (-0.03516), once in the artifact (-0.03491, exact -0.03498); remainder(1, .) magnifies
+    it."""
     x = np.array([-0.51953125]).astype(BF16)
     expected, actual = _run(lambda x: (jnp.arccos(x), jnp.cos(jnp.arccos(x))), x)
     assert float(expected[0][0]) == 2.125 and float(actual[0][0]) == 2.109375
     assert float(expected[1][0]) == -0.52734375 and float(actual[1][0]) == -0.51171875
-    idx, u, v = np.array([0, 0], np.int8), np.array([[[0.21484375]]]).astype(BF16), np.array([[[-0.7578125]]]).astype(BF16)
-    expected, actual = _run(lambda i, u, v: (v.at[i].mul(u, mode="clip"), jnp.remainder(1.0, v.at[i].mul(u, mode="clip"))),
-                            idx, u, v)
+    idx = np.array([0, 0], np.int8)
+    u, v = np.array([[[0.21484375]]]).astype(BF16), np.array([[[-0.7578125]]]).astype(BF16)
+
+    def scatter(i, u, v):
+        y = v.at[i].mul(u, mode="clip")
+        return y, jnp.remainder(1.0, y)
+
+    expected, actual = _run(scatter, idx, u, v)
     assert float(expected[0].ravel()[0]) == -0.03515625 and float(actual[0].ravel()[0]) == -0.034912109375
     assert float(expected[1].ravel()[0]) == -0.01953125 and abs(float(actual[1].ravel()[0]) + 0.01245) < 1e-4

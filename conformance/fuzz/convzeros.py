@@ -31,10 +31,11 @@ class _Capture:
 
 def conv_params(expr: str) -> dict[str, Any]:
     """window_strides, padding, lhs_dilation, rhs_dilation and feature_group_count of a fuzz conv step."""
-    return eval(expr.format("None", "None"), {"lax": _Capture}, {})  # noqa: S307  (the fuzzer's own expression)
+    return eval(expr.format("None", "None"), {"lax": _Capture}, {})  # noqa: S307  (the fuzzer's own step)
 
 
-def explicit_padding(params: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...]) -> list[tuple[int, int]]:
+def explicit_padding(params: dict[str, Any], spatial: tuple[int, ...], kernel: tuple[int, ...]
+                     ) -> list[tuple[int, int]]:
     """(lo, hi) per spatial dim, with 'SAME'/'VALID' resolved as jax does."""
     from jax import lax
 
@@ -45,8 +46,9 @@ def explicit_padding(params: dict[str, Any], spatial: tuple[int, ...], kernel: t
     return [tuple(p) for p in lax.padtype_to_pads(spatial, dilated, params["window_strides"], padding)]
 
 
-def conv64(x: np.ndarray, w: np.ndarray, params: dict[str, Any], multiply_padding: bool, multiply_groups: bool) -> np.ndarray:
-    """The conv of NCH.. ``x`` by OIH.. ``w`` in float64, multiplying or skipping the zeros not in the data."""
+def conv64(x: np.ndarray, w: np.ndarray, params: dict[str, Any], multiply_padding: bool,
+           multiply_groups: bool) -> np.ndarray:
+    """Conv of NCH.. ``x`` by OIH.. ``w`` in float64, the zeros not in the data multiplied or skipped."""
     nsp = x.ndim - 2
     strides = tuple(params.get("window_strides") or (1,) * nsp)
     lhs = tuple(params.get("lhs_dilation") or (1,) * nsp)
@@ -71,11 +73,13 @@ def conv64(x: np.ndarray, w: np.ndarray, params: dict[str, Any], multiply_paddin
     for g in range(groups):
         dense[g * per:(g + 1) * per, g * cg:(g + 1) * cg] = w[g * per:(g + 1) * per].astype(np.float64)
         block[g * per:(g + 1) * per, g * cg:(g + 1) * cg] = True
-    out_sp = [max((p - (k - 1) * d - 1) // s + 1, 0) for p, k, d, s in zip(xd.shape[2:], w.shape[2:], rhs, strides)]
+    out_sp = [max((p - (k - 1) * d - 1) // s + 1, 0)
+              for p, k, d, s in zip(xd.shape[2:], w.shape[2:], rhs, strides)]
     out = np.zeros((n, o, *out_sp))
     with np.errstate(all="ignore"):
         for tap in itertools.product(*[range(k) for k in w.shape[2:]]):
-            sl = tuple(slice(t * d, t * d + (m - 1) * s + 1, s) for t, d, m, s in zip(tap, rhs, out_sp, strides))
+            sl = tuple(slice(t * d, t * d + (m - 1) * s + 1, s)
+                       for t, d, m, s in zip(tap, rhs, out_sp, strides))
             part = xd[(slice(None), slice(None)) + sl]  # [N, C, out...]
             here = real[sl]
             terms = part[:, None] * dense[(slice(None), slice(None)) + tap].reshape(1, o, c, *([1] * nsp))
@@ -101,13 +105,15 @@ def _pad_axis(a: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
 
 
 def relabel(failure: Failure) -> Failure:
-    """Kind ``conv-zeros`` when one conv, with its non-data zeros multiplied or skipped, gives the target's result."""
+    """Kind ``conv-zeros``: one conv with non-data zeros multiplied or skipped gives the target's result."""
     from conformance.case import np_dtype
     from conformance.fuzz.minimise import intermediates, substitute
     from conformance.fuzz.run import Invalid, reference
 
     d = failure.diff
-    if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
+    if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan"):
+        return failure
+    if not failure.actual:
         return failure
     convs = [s for s in failure.program.steps if s.op == "conv"]
     if not convs:

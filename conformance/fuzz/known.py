@@ -49,19 +49,21 @@ POW_FTZ = ("a power of a huge base with a negative exponent is subnormal: XLA on
 VAR_ROUNDING = ("the variance of equal values is the square of the mean's rounding error: XLA's float32 sum rounds the "
                 "mean back to the value (variance 0), ONNX Runtime's sum is one ulp off (variance (1 ulp)^2); acos/asin "
                 "of that is a number in jax.jit and NaN in the artifact")
-LOOP_TAN = ("XLA on CPU's float16/float32 tan inside a while loop body (trip count 2 or more) can be one ulp off its "
-            "own tan outside loops (jax.jit: f16 tan(1.0) gives 1.5566 in the loop, 1.5576 straight; the artifact "
-            "gives the correctly rounded 1.5576); repeated tan near pi/2 magnifies that ulp")
-CONV_ZEROS = ("0 x inf is NaN: XLA on CPU multiplies a convolution's padding, lhs-dilation holes or the zero blocks of a "
-              "grouped kernel for some shapes and skips them for others (its emitters differ), so no lowering "
-              "matches every shape; the artifact's result is that conv with those zeros multiplied or skipped")
-ZERO_SIGN_DOT = ("the sign of a zero dot or conv result whose products are all -0 depends on XLA's emitter for the "
-                 "shape (f32 [1,3]x[3,3] keeps -0, [2,8]x[8,4] gives +0); ONNX Runtime's MatMul and Conv add to +0")
-BF16_WINDOWS = ("XLA on CPU sums a bfloat16 window over 2 or more active dims in a shape-dependent order (row-major "
-                "for some shapes, column-major or neither for others; measured) and rounds every step, so the last "
-                "bits show it; the artifact folds row-major (exact for 1-D windows and many 2-D ones)")
-SINH_EDGE = ("XLA's float32 sinh computes exp(|x|)/2 and overflows for |x| in (88.72, 89.42], where the true sinh "
-             "(and the artifact's) is just below the largest float")
+LOOP_TAN = ("XLA on CPU's float16/float32 tan inside a while loop body (trip count 2 or more) can be one ulp "
+            "off its own tan outside loops (jax.jit: f16 tan(1.0) gives 1.5566 in the loop, 1.5576 straight; "
+            "the artifact gives the correctly rounded 1.5576); repeated tan near pi/2 magnifies that ulp")
+CONV_ZEROS = ("0 x inf is NaN: XLA on CPU multiplies a convolution's padding, lhs-dilation holes or the zero "
+              "blocks of a grouped kernel for some shapes and skips them for others (emitters differ), so "
+              "no lowering matches every shape; the artifact's result is that conv with those zeros "
+              "multiplied or skipped")
+ZERO_SIGN_DOT = ("the sign of a zero dot or conv result whose products are all -0 depends on XLA's "
+                 "emitter for the shape (f32 [1,3]x[3,3] keeps -0, [2,8]x[8,4] gives +0); ONNX Runtime's "
+                 "MatMul and Conv add to +0")
+BF16_WINDOWS = ("XLA on CPU sums a bfloat16 window over 2 or more active dims in a shape-dependent order "
+                "(row-major for some shapes, column-major or neither for others; measured) and rounds every "
+                "step, so the last bits show it; the artifact folds row-major (exact for 1-D windows)")
+SINH_EDGE = ("XLA's float32 sinh overflows to inf on the last inputs below ln(2 FLT_MAX) = 89.41599 "
+             "(measured: 89.415985), where the true sinh (and the artifact's) is just below FLT_MAX")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -117,7 +119,7 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 
 
 def program_facts(program: FuzzProgram) -> frozenset[str]:
-    """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window with 2 or more active dims)."""
+    """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:

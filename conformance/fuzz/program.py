@@ -129,8 +129,6 @@ def infer_types(program: FuzzProgram) -> FuzzProgram | None:
     """Recompute every step's type with jax.eval_shape; None when the program no longer traces."""
     import jax
 
-    from conformance.case import np_dtype
-
     with jax.enable_x64(program.uses_x64()):
         return _infer_types(program)
 
