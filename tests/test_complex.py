@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import pytest
-
 from cli_support import run_cli
 from lowering_check import assert_onnx_matches_jax, x64_for
 
@@ -28,10 +27,29 @@ def edge_pairs(dtype=np.complex64, big=3e38):
     return out
 
 
-UNARY = {"exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt, "rsqrt": jax.lax.rsqrt, "sin": jnp.sin, "cos": jnp.cos,
-         "tan": jnp.tan, "tanh": jnp.tanh, "abs": jnp.abs, "sign": jnp.sign, "expm1": jnp.expm1, "log1p": jnp.log1p,
-         "neg": jnp.negative, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "sinh": jnp.sinh,
-         "cosh": jnp.cosh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh}
+UNARY = {
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "sqrt": jnp.sqrt,
+    "rsqrt": jax.lax.rsqrt,
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "tan": jnp.tan,
+    "tanh": jnp.tanh,
+    "abs": jnp.abs,
+    "sign": jnp.sign,
+    "expm1": jnp.expm1,
+    "log1p": jnp.log1p,
+    "neg": jnp.negative,
+    "asin": jnp.arcsin,
+    "acos": jnp.arccos,
+    "atan": jnp.arctan,
+    "sinh": jnp.sinh,
+    "cosh": jnp.cosh,
+    "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh,
+    "atanh": jnp.arctanh,
+}
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
@@ -40,7 +58,9 @@ def test_unary_functions_match_jax(name):
     assert_onnx_matches_jax(UNARY[name], x)
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "rsqrt", "tanh", "tan", "sin", "abs", "sign", "expm1"])
+@pytest.mark.parametrize(
+    "name", ["exp", "log", "sqrt", "rsqrt", "tanh", "tan", "sin", "abs", "sign", "expm1"]
+)
 def test_unary_edge_values_match_jax(name):
     """Zeros, infinities and NaN in either half come out as XLA gives them (NaN places, inf signs)."""
     with np.errstate(all="ignore"):
@@ -89,19 +109,41 @@ def test_matmul_sums_and_data_movement():
     assert_onnx_matches_jax(lambda x, y: x @ y, a, b)
     assert_onnx_matches_jax(lambda x, y: x @ y, a.real.copy(), b)
     assert_onnx_matches_jax(lambda x: (jnp.sum(x, axis=1), jnp.cumsum(x, axis=0), x.T.reshape(2, 6)), a)
-    assert_onnx_matches_jax(lambda x: (x[jnp.array([2, 0]), 1:3], x.at[jnp.array([1, 2])].add(x[0]),
-                                       jnp.pad(x, 1, constant_values=1 + 2j), jnp.flip(x, 1),
-                                       jnp.concatenate([x, x]), jnp.where(x.real > 0, x, 0)), a)
+    assert_onnx_matches_jax(
+        lambda x: (
+            x[jnp.array([2, 0]), 1:3],
+            x.at[jnp.array([1, 2])].add(x[0]),
+            jnp.pad(x, 1, constant_values=1 + 2j),
+            jnp.flip(x, 1),
+            jnp.concatenate([x, x]),
+            jnp.where(x.real > 0, x, 0),
+        ),
+        a,
+    )
     i = np.int32(1)
-    assert_onnx_matches_jax(lambda x, k: (jax.lax.dynamic_slice(x, (k, k), (2, 2)),
-                                          jax.lax.dynamic_update_slice(x, x[:1, :2], (k, k))), a, i)
+    assert_onnx_matches_jax(
+        lambda x, k: (
+            jax.lax.dynamic_slice(x, (k, k), (2, 2)),
+            jax.lax.dynamic_update_slice(x, x[:1, :2], (k, k)),
+        ),
+        a,
+        i,
+    )
     assert_onnx_matches_jax(lambda x: jax.lax.fori_loop(0, 3, lambda _, v: v * x + 1j, x), a)
 
 
-FFTS = {"fft": jnp.fft.fft, "ifft": jnp.fft.ifft, "fft2": jnp.fft.fft2, "ifftn": lambda x: jnp.fft.ifftn(x, axes=(0, 1, 2)),
-        "rfft": jnp.fft.rfft, "rfft2": jnp.fft.rfft2, "rfftn": lambda x: jnp.fft.rfftn(x, axes=(0, 1, 2)),
-        "irfft": jnp.fft.irfft, "irfft2": lambda x: jnp.fft.irfft2(x, s=(3, 7)),
-        "irfftn": lambda x: jnp.fft.irfftn(x, s=(2, 3, 6), axes=(0, 1, 2))}
+FFTS = {
+    "fft": jnp.fft.fft,
+    "ifft": jnp.fft.ifft,
+    "fft2": jnp.fft.fft2,
+    "ifftn": lambda x: jnp.fft.ifftn(x, axes=(0, 1, 2)),
+    "rfft": jnp.fft.rfft,
+    "rfft2": jnp.fft.rfft2,
+    "rfftn": lambda x: jnp.fft.rfftn(x, axes=(0, 1, 2)),
+    "irfft": jnp.fft.irfft,
+    "irfft2": lambda x: jnp.fft.irfft2(x, s=(3, 7)),
+    "irfftn": lambda x: jnp.fft.irfftn(x, s=(2, 3, 6), axes=(0, 1, 2)),
+}
 
 
 @pytest.mark.parametrize("method", ["matmul", "dft"])
@@ -129,10 +171,15 @@ def test_dft_op_at_both_opset_forms(opset, monkeypatch):
 
 
 def test_short_axes_use_a_matrix_and_long_ones_the_dft_op():
-    short = assert_onnx_matches_jax(jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 64)).astype(np.float32))
-    long_ = assert_onnx_matches_jax(jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 2048)).astype(np.float32),
-                                    rtol=1e-4, atol=1e-3)
-    assert "DFT" not in [n.op_type for n in short.graph.node] and "MatMul" in [n.op_type for n in short.graph.node]
+    short = assert_onnx_matches_jax(
+        jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 64)).astype(np.float32)
+    )
+    long_ = assert_onnx_matches_jax(
+        jnp.fft.rfft, np.random.default_rng(0).normal(size=(2, 2048)).astype(np.float32), rtol=1e-4, atol=1e-3
+    )
+    assert "DFT" not in [n.op_type for n in short.graph.node] and "MatMul" in [
+        n.op_type for n in short.graph.node
+    ]
     assert "DFT" in [n.op_type for n in long_.graph.node]
 
 
@@ -145,8 +192,12 @@ def test_complex_io_layout_and_metadata():
     from jaxconv.api import to_onnx
     from jaxconv.onnx.complex_layout import complex_io, from_pairs, to_pairs
 
-    model = to_onnx(lambda x, y: (jnp.fft.fft(x), jnp.abs(x) + y), jax.ShapeDtypeStruct((3, 4), jnp.complex64),
-                    jax.ShapeDtypeStruct((3, 4), jnp.float32), check=False)
+    model = to_onnx(
+        lambda x, y: (jnp.fft.fft(x), jnp.abs(x) + y),
+        jax.ShapeDtypeStruct((3, 4), jnp.complex64),
+        jax.ShapeDtypeStruct((3, 4), jnp.float32),
+        check=False,
+    )
     ins, outs = complex_io(model)
     graph_inputs = {i.name: i for i in model.graph.input}
     assert list(ins.values()) == ["complex64"] and len(outs) == 1 and list(outs.values()) == ["complex64"]
@@ -185,7 +236,9 @@ def test_cli_to_onnx_checks_complex_inputs_and_outputs(user_file, tmp_path, caps
     x = cplx((4, 8), seed=9)
     got = OnnxRunner(str(out)).run([x])[0]
     assert got.dtype == np.complex64
-    np.testing.assert_allclose(got, np.asarray(jax.jit(lambda v: jnp.fft.fft(v) * 2)(x)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got, np.asarray(jax.jit(lambda v: jnp.fft.fft(v) * 2)(x)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_unsupported_complex_ops_are_named_before_lowering():
@@ -193,8 +246,11 @@ def test_unsupported_complex_ops_are_named_before_lowering():
     from jaxconv.errors import UnsupportedError
 
     spec = jax.ShapeDtypeStruct((3, 3), jnp.complex64)
-    with pytest.raises(UnsupportedError, match=r"@lapack_ctrsm_ffi x1 \(complex triangular solve .*: complex LAPACK "
-                                                r"routines are not lowered\)"):
+    with pytest.raises(
+        UnsupportedError,
+        match=r"@lapack_ctrsm_ffi x1 \(complex triangular solve .*: complex LAPACK "
+        r"routines are not lowered\)",
+    ):
         to_onnx(lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), spec, spec, check=False)
 
 
@@ -218,7 +274,8 @@ module @jit_main {
     %0 = call @inputs() : () -> tensor<2xcomplex<f32>>
     %1 = call @expected() : () -> tensor<2xcomplex<f32>>
     %2 = stablehlo.negate %0 : tensor<2xcomplex<f32>>
-    stablehlo.custom_call @check.expect_close(%2, %1) {has_side_effect = true} : (tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>) -> ()
+    stablehlo.custom_call @check.expect_close(%2, %1) {has_side_effect = true}
+      : (tensor<2xcomplex<f32>>, tensor<2xcomplex<f32>>) -> ()
     return %2 : tensor<2xcomplex<f32>>
   }
   func.func private @inputs() -> tensor<2xcomplex<f32>> {
@@ -258,10 +315,17 @@ def test_reductions_with_general_bodies():
     """Products, lexicographic max/min and their cumulative forms: the body on whole (re, im) tensors."""
     x = cplx((5, 6), seed=11)
     x[1, 2] = x[3, 2].real + 1j * (x[3, 2].imag - 1)  # equal real parts: the imaginary parts decide
-    assert_onnx_matches_jax(lambda v: (jnp.prod(v, axis=0), jnp.prod(v, axis=1), jnp.max(v, axis=0),
-                                       jnp.min(v, axis=1)), x)
-    assert_onnx_matches_jax(lambda v: (jnp.cumprod(v, axis=0), jax.lax.cummax(v, axis=1),
-                                       jax.lax.cummin(v, axis=0, reverse=True)), x)
+    assert_onnx_matches_jax(
+        lambda v: (jnp.prod(v, axis=0), jnp.prod(v, axis=1), jnp.max(v, axis=0), jnp.min(v, axis=1)), x
+    )
+    assert_onnx_matches_jax(
+        lambda v: (
+            jnp.cumprod(v, axis=0),
+            jax.lax.cummax(v, axis=1),
+            jax.lax.cummin(v, axis=0, reverse=True),
+        ),
+        x,
+    )
     assert_onnx_matches_jax(lambda v: jnp.argmax(jnp.abs(v), axis=1), x)
 
 

@@ -12,22 +12,35 @@ from conformance.case import Tree, arg, case
 T = {"float32": (1e-4, 1e-4), "complex64": (1e-4, 1e-4)}
 
 case("spectral.rfft", jnp.fft.rfft, arg("f32[4,32]"), family="fft", tol=T)
-case("spectral.irfft", lambda re, im: jnp.fft.irfft(lax.complex(re, im), n=32), arg("f32[4,17]"), arg("f32[4,17]"),
-     family="fft", tol=T)
+case(
+    "spectral.irfft",
+    lambda re, im: jnp.fft.irfft(lax.complex(re, im), n=32),
+    arg("f32[4,17]"),
+    arg("f32[4,17]"),
+    family="fft",
+    tol=T,
+)
 case("spectral.fft2", jnp.fft.fft2, arg("c64[6,8]"), family="fft", tol=T)
 case("spectral.ifft_c128", jnp.fft.ifft, arg("c128[3,10]"), family="fft")
-case("spectral.rfft2_power", lambda x: jnp.abs(jnp.fft.rfft2(x)) ** 2, arg("f32[2,12,16]"), family="fft",
-     tol={"float32": (1e-4, 1e-3)})
+case(
+    "spectral.rfft2_power",
+    lambda x: jnp.abs(jnp.fft.rfft2(x)) ** 2,
+    arg("f32[2,12,16]"),
+    family="fft",
+    tol={"float32": (1e-4, 1e-3)},
+)
 
 MODES, WIDTH, GRID = 8, 4, 32
 
 
 def _fno_params(rng: np.random.Generator) -> dict:
     scale = 1.0 / (WIDTH * WIDTH)
-    return {"w_re": (scale * rng.standard_normal((MODES, WIDTH, WIDTH))).astype(np.float32),
-            "w_im": (scale * rng.standard_normal((MODES, WIDTH, WIDTH))).astype(np.float32),
-            "pointwise": (rng.standard_normal((WIDTH, WIDTH)) / WIDTH).astype(np.float32),
-            "bias": (0.1 * rng.standard_normal((WIDTH,))).astype(np.float32)}
+    return {
+        "w_re": (scale * rng.standard_normal((MODES, WIDTH, WIDTH))).astype(np.float32),
+        "w_im": (scale * rng.standard_normal((MODES, WIDTH, WIDTH))).astype(np.float32),
+        "pointwise": (rng.standard_normal((WIDTH, WIDTH)) / WIDTH).astype(np.float32),
+        "bias": (0.1 * rng.standard_normal((WIDTH,))).astype(np.float32),
+    }
 
 
 def fno_layer(params: dict, x: jax.Array) -> jax.Array:
@@ -41,8 +54,15 @@ def fno_layer(params: dict, x: jax.Array) -> jax.Array:
     return jax.nn.gelu(y + x @ params["pointwise"] + params["bias"])
 
 
-case("spectral.fno_layer", fno_layer, Tree(_fno_params), arg(f"f32[2,{GRID},{WIDTH}]"), family="model",
-     tags=("model",), tol=T)
+case(
+    "spectral.fno_layer",
+    fno_layer,
+    Tree(_fno_params),
+    arg(f"f32[2,{GRID},{WIDTH}]"),
+    family="model",
+    tags=("model",),
+    tol=T,
+)
 
 FRAME, HOP = 64, 32
 

@@ -26,7 +26,7 @@ def is_complex(dtype: str) -> bool:
 
 
 def metadata_value(inputs: Mapping[str, str], outputs: Mapping[str, str]) -> str | None:
-    """The JSON stored under ``METADATA_KEY`` for these complex inputs and outputs (None when both are empty)."""
+    """The JSON stored under ``METADATA_KEY`` for these complex inputs and outputs (None when none is)."""
     if not inputs and not outputs:
         return None
     return json.dumps({"inputs": dict(inputs), "outputs": dict(outputs)}, sort_keys=True)

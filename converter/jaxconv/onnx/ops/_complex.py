@@ -57,8 +57,12 @@ def parts(ctx: LoweringContext, name: str) -> tuple[str, str]:
 def pack(ctx: LoweringContext, re: str, im: str) -> str:
     """The complex tensor with halves ``re`` and ``im`` (same shape and real dtype)."""
     axis = ctx.i64([-1])
-    out = ctx.op("Concat", [ctx.op("Unsqueeze", [re, axis]), ctx.op("Unsqueeze", [im, axis])], axis=-1,
-                 name_hint="cplx")
+    out = ctx.op(
+        "Concat",
+        [ctx.op("Unsqueeze", [re, axis]), ctx.op("Unsqueeze", [im, axis])],
+        axis=-1,
+        name_hint="cplx",
+    )
     ctx.complex_parts[(id(ctx.scope), out)] = (re, im)
     return out
 
@@ -87,17 +91,27 @@ class _RealView:
     def value(self, v: hir.Value) -> hir.Value:
         found = self.seen.get(v.id)
         if found is None:
-            found = self.seen[v.id] = hir.Value(hir.TensorType(component(v.type.dtype), v.type.shape), id=v.id)
+            found = self.seen[v.id] = hir.Value(
+                hir.TensorType(component(v.type.dtype), v.type.shape), id=v.id
+            )
         return found
 
     def block(self, block: hir.Block) -> hir.Block:
-        return hir.Block(args=[self.value(a) for a in block.args], ops=[self.op(o) for o in block.ops],
-                         returns=[self.value(r) for r in block.returns])
+        return hir.Block(
+            args=[self.value(a) for a in block.args],
+            ops=[self.op(o) for o in block.ops],
+            returns=[self.value(r) for r in block.returns],
+        )
 
     def op(self, op: hir.Op, name: str | None = None) -> hir.Op:
-        return hir.Op(name=name or op.name, operands=[self.value(v) for v in op.operands],
-                      results=[self.value(v) for v in op.results], attrs=op.attrs,
-                      regions=[self.block(b) for b in op.regions], location=op.location)
+        return hir.Op(
+            name=name or op.name,
+            operands=[self.value(v) for v in op.operands],
+            results=[self.value(v) for v in op.results],
+            attrs=op.attrs,
+            regions=[self.block(b) for b in op.regions],
+            location=op.location,
+        )
 
 
 def real_view(op: hir.Op, name: str | None = None) -> hir.Op:
@@ -105,7 +119,9 @@ def real_view(op: hir.Op, name: str | None = None) -> hir.Op:
     return _RealView().op(op, name)
 
 
-def real_lowering(ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], name: str | None = None) -> list[str]:
+def real_lowering(
+    ctx: LoweringContext, op: hir.Op, inputs: Sequence[str], name: str | None = None
+) -> list[str]:
     """Run the real lowering of ``name`` (default: ``op``'s) on ``op``'s real view."""
     out = REGISTRY[name or op.name].fn(ctx, real_view(op, name), list(inputs))
     return [out] if isinstance(out, str) else list(out or [])
@@ -118,5 +134,6 @@ def via_parts(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     for k in (0, 1):
         ins = [parts(ctx, n)[k] if is_complex(v.type) else n for n, v in zip(inputs, op.operands)]
         halves.append(real_lowering(ctx, op, ins))
-    return [pack(ctx, re, im) if is_complex(v.type) else re
-            for v, re, im in zip(op.results, halves[0], halves[1])]
+    return [
+        pack(ctx, re, im) if is_complex(v.type) else re for v, re, im in zip(op.results, halves[0], halves[1])
+    ]

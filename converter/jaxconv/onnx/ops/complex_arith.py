@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._complex import component, complex_const, is_complex, pack, parts, real_lowering, select
+from jaxconv.onnx.ops._complex import complex_const, component, is_complex, pack, parts, real_lowering, select
 from jaxconv.onnx.registry import complex_lowering, lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -63,13 +63,25 @@ def lower_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         return pack(ctx, ctx.cast_if(re, component(src.dtype), to), ctx.cast_if(im, component(src.dtype), to))
     if is_complex(dst):
         to = component(dst.dtype)
-        real_op = hir.Op("stablehlo.convert", op.operands, [hir.Value(hir.TensorType(to, dst.shape), id=-1)],
-                         {}, [], op.location)
+        real_op = hir.Op(
+            "stablehlo.convert",
+            op.operands,
+            [hir.Value(hir.TensorType(to, dst.shape), id=-1)],
+            {},
+            [],
+            op.location,
+        )
         re = real_lowering(ctx, real_op, inputs)[0]
         return pack(ctx, re, zeros_like(ctx, re, to))
     re = parts(ctx, inputs[0])[0]
-    real_op = hir.Op("stablehlo.convert", [hir.Value(hir.TensorType(component(src.dtype), src.shape), id=-2)],
-                     op.results, {}, [], op.location)
+    real_op = hir.Op(
+        "stablehlo.convert",
+        [hir.Value(hir.TensorType(component(src.dtype), src.shape), id=-2)],
+        op.results,
+        {},
+        [],
+        op.location,
+    )
     return real_lowering(ctx, real_op, [re])[0]
 
 
@@ -118,10 +130,20 @@ def divide(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: s
     di = op("Add", [br, op("Mul", [ri, bi])])
     abs_br, abs_bi = op("Abs", [br]), op("Abs", [bi])
     lt = op("Less", [abs_br, abs_bi])
-    cr = select(ctx, lt, op("Div", [op("Add", [op("Mul", [rb, ar]), ai]), db]),
-                op("Div", [op("Add", [op("Mul", [ri, ai]), ar]), di]), work)
-    ci = select(ctx, lt, op("Div", [op("Sub", [op("Mul", [rb, ai]), ar]), db]),
-                op("Div", [op("Sub", [ai, op("Mul", [ri, ar])]), di]), work)
+    cr = select(
+        ctx,
+        lt,
+        op("Div", [op("Add", [op("Mul", [rb, ar]), ai]), db]),
+        op("Div", [op("Add", [op("Mul", [ri, ai]), ar]), di]),
+        work,
+    )
+    ci = select(
+        ctx,
+        lt,
+        op("Div", [op("Sub", [op("Mul", [rb, ai]), ar]), db]),
+        op("Div", [op("Sub", [ai, op("Mul", [ri, ar])]), di]),
+        work,
+    )
 
     def isnan(x: str) -> str:
         return op("IsNaN", [x])
@@ -130,8 +152,13 @@ def divide(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: s
         return op("Not", [isnan(x)])
 
     # 1. zero denominator
-    zero_den = op("And", [op("And", [op("Equal", [abs_br, zero]), op("Equal", [abs_bi, zero])]),
-                          op("Or", [notnan(ar), notnan(ai)])])
+    zero_den = op(
+        "And",
+        [
+            op("And", [op("Equal", [abs_br, zero]), op("Equal", [abs_bi, zero])]),
+            op("Or", [notnan(ar), notnan(ai)]),
+        ],
+    )
     inf_b = _copysign(ctx, inf, br, work)
     z_r, z_i = op("Mul", [inf_b, ar]), op("Mul", [inf_b, ai])
     # 2. infinite numerator, finite denominator
@@ -153,7 +180,9 @@ def divide(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: s
     c_nan = op("And", [isnan(cr), isnan(ci)])
     out = []
     for c, z, n, d in ((cr, z_r, n_r, d_r), (ci, z_i, n_i, d_i)):
-        fixed = select(ctx, zero_den, z, select(ctx, inf_num, n, select(ctx, inf_den, d, c, work), work), work)
+        fixed = select(
+            ctx, zero_den, z, select(ctx, inf_num, n, select(ctx, inf_den, d, c, work), work), work
+        )
         out.append(select(ctx, c_nan, fixed, c, work))
     return out[0], out[1]
 
@@ -186,7 +215,9 @@ def magnitude(ctx: LoweringContext, re: str, im: str, work: str, root: float = 1
         out = ctx.op("Mul", [ctx.op("Sqrt", [hi]), ctx.op("Sqrt", [ctx.op("Sqrt", [s])])])
         fallback = ctx.op("Sqrt", [lo])
     else:
-        out = ctx.op("Div", [ctx.op("Reciprocal", [ctx.op("Sqrt", [hi])]), ctx.op("Sqrt", [ctx.op("Sqrt", [s])])])
+        out = ctx.op(
+            "Div", [ctx.op("Reciprocal", [ctx.op("Sqrt", [hi])]), ctx.op("Sqrt", [ctx.op("Sqrt", [s])])]
+        )
         fallback = ctx.op("Reciprocal", [ctx.op("Sqrt", [lo])])
     return select(ctx, ctx.op("IsNaN", [out]), fallback, out, work)
 
@@ -205,8 +236,11 @@ def lower_sign(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     r = magnitude(ctx, re, im, work)
     zero = ctx.scalar(0.0, work)
     is_zero = ctx.op("Equal", [r, zero])
-    return pack(ctx, select(ctx, is_zero, zero, ctx.op("Div", [re, r]), work),
-                select(ctx, is_zero, zero, ctx.op("Div", [im, r]), work))
+    return pack(
+        ctx,
+        select(ctx, is_zero, zero, ctx.op("Div", [re, r]), work),
+        select(ctx, is_zero, zero, ctx.op("Div", [im, r]), work),
+    )
 
 
 def _check_compare(op: hir.Op) -> str | None:

@@ -18,12 +18,30 @@ from jaxconv.onnx.ops.reduce import reducer_kind
 from jaxconv.onnx.registry import REGISTRY, complex_lowering
 from jaxconv.stablehlo import ir as hir
 
-_PER_HALF = ("stablehlo.reshape", "stablehlo.dynamic_reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim",
-             "stablehlo.dynamic_broadcast_in_dim", "stablehlo.slice",
-             "stablehlo.real_dynamic_slice", "stablehlo.concatenate", "stablehlo.reverse", "stablehlo.pad",
-             "stablehlo.dynamic_gather", "stablehlo.select")
-_PASS_THROUGH = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "stablehlo.optimization_barrier", "stablehlo.composite",
-                 "stablehlo.tuple", "stablehlo.get_tuple_element", "stablehlo.custom_call")
+_PER_HALF = (
+    "stablehlo.reshape",
+    "stablehlo.dynamic_reshape",
+    "stablehlo.transpose",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.dynamic_broadcast_in_dim",
+    "stablehlo.slice",
+    "stablehlo.real_dynamic_slice",
+    "stablehlo.concatenate",
+    "stablehlo.reverse",
+    "stablehlo.pad",
+    "stablehlo.dynamic_gather",
+    "stablehlo.select",
+)
+_PASS_THROUGH = (
+    "stablehlo.while",
+    "stablehlo.if",
+    "stablehlo.case",
+    "stablehlo.optimization_barrier",
+    "stablehlo.composite",
+    "stablehlo.tuple",
+    "stablehlo.get_tuple_element",
+    "stablehlo.custom_call",
+)
 
 
 def _real_check(op: hir.Op) -> str | None:
@@ -55,8 +73,9 @@ def _packed_value(v: hir.Value) -> hir.Value:
     return hir.Value(hir.TensorType(component(t.dtype), t.shape + (2,)), id=v.id) if is_complex(t) else v
 
 
-def packed(ctx: LoweringContext, op: hir.Op, inputs: list[str], attrs: dict[str, Any],
-           zero_starts: int = 0) -> list[str]:
+def packed(
+    ctx: LoweringContext, op: hir.Op, inputs: list[str], attrs: dict[str, Any], zero_starts: int = 0
+) -> list[str]:
     """The real lowering applied to the [..., 2] tensors themselves, the trailing axis made an ordinary
     one by ``attrs`` (and ``zero_starts`` extra start indices of 0), with index computations done once."""
     operands = [_packed_value(v) for v in op.operands]
@@ -64,14 +83,25 @@ def packed(ctx: LoweringContext, op: hir.Op, inputs: list[str], attrs: dict[str,
     for _ in range(zero_starts):
         operands.append(hir.Value(hir.TensorType("int64", ())))
         names.append(ctx.const(np.array(0, np.int64)))
-    view = hir.Op(op.name, operands, [_packed_value(v) for v in op.results], {**op.attrs, **attrs},
-                  [real_view(op).regions[i] for i in range(len(op.regions))], op.location)
+    view = hir.Op(
+        op.name,
+        operands,
+        [_packed_value(v) for v in op.results],
+        {**op.attrs, **attrs},
+        [real_view(op).regions[i] for i in range(len(op.regions))],
+        op.location,
+    )
     out = REGISTRY[op.name].fn(ctx, view, names)
     return [out] if isinstance(out, str) else list(out)
 
 
-@complex_lowering("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice", "stablehlo.gather",
-                  check=_real_check, onnx_ops=("Slice", "ScatterND", "GatherND"))
+@complex_lowering(
+    "stablehlo.dynamic_slice",
+    "stablehlo.dynamic_update_slice",
+    "stablehlo.gather",
+    check=_real_check,
+    onnx_ops=("Slice", "ScatterND", "GatherND"),
+)
 def lower_indexed(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Indexed reads and writes move (re, im) pairs together: the pair axis is one more full window axis."""
     if op.name == "stablehlo.dynamic_slice":
@@ -81,7 +111,9 @@ def lower_indexed(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[s
     if op.name == "stablehlo.gather":
         dn = dict(op.attrs["dimension_numbers"])
         dn["offset_dims"] = list(dn.get("offset_dims", ())) + [op.results[0].type.rank]
-        return packed(ctx, op, inputs, {"dimension_numbers": dn, "slice_sizes": list(op.attrs["slice_sizes"]) + [2]})
+        return packed(
+            ctx, op, inputs, {"dimension_numbers": dn, "slice_sizes": list(op.attrs["slice_sizes"]) + [2]}
+        )
     dn = dict(op.attrs["scatter_dimension_numbers"])
     dn["update_window_dims"] = list(dn.get("update_window_dims", ())) + [op.operands[2].type.rank]
     return packed(ctx, op, inputs, {"scatter_dimension_numbers": dn})
@@ -89,7 +121,11 @@ def lower_indexed(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[s
 
 def _check_sum(op: hir.Op) -> str | None:
     n = len(op.results)
-    kind = scatter_kind(op) if op.name == "stablehlo.scatter" else (reducer_kind(op.regions[0]) if n == 1 else None)
+    kind = (
+        scatter_kind(op)
+        if op.name == "stablehlo.scatter"
+        else (reducer_kind(op.regions[0]) if n == 1 else None)
+    )
     if kind not in ("add", "none"):
         return f"complex {op.short_name} with a combiner other than add is not lowered"
     return _real_check(op)
@@ -110,8 +146,12 @@ def _check_reduce(op: hir.Op) -> str | None:
     return general_problem(op)
 
 
-@complex_lowering("stablehlo.reduce", "stablehlo.reduce_window", check=_check_reduce,
-                  onnx_ops=("ReduceSum", "CumSum", "Slice"))
+@complex_lowering(
+    "stablehlo.reduce",
+    "stablehlo.reduce_window",
+    check=_check_reduce,
+    onnx_ops=("ReduceSum", "CumSum", "Slice"),
+)
 def lower_reduce(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Sums (reduce, windowed) of complex values per half; other bodies (product, max, min) applied to
     whole tensors in a halving tree or a prefix scan (``complex_reduce``)."""

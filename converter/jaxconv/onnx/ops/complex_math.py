@@ -48,8 +48,13 @@ def _expm1(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     cosm1 = ctx.op("Mul", [ctx.scalar(-2.0, w), ctx.op("Mul", [s, s])])
     cos_b = ctx.op("Add", [cosm1, one])
     re = ctx.op("Add", [ctx.op("Mul", [em1, cos_b]), cosm1])
-    im = select(ctx, ctx.op("Equal", [b, zero]), zero,
-                ctx.op("Mul", [ctx.op("Add", [em1, one]), ctx.op("Sin", [b])]), w)
+    im = select(
+        ctx,
+        ctx.op("Equal", [b, zero]),
+        zero,
+        ctx.op("Mul", [ctx.op("Add", [em1, one]), ctx.op("Sin", [b])]),
+        w,
+    )
     return re, im
 
 
@@ -66,8 +71,13 @@ def _log1p(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     hi, lo = ctx.op("Max", [abs_a1, abs_b]), ctx.op("Min", [abs_a1, abs_b])
     hi_m1 = select(ctx, ctx.op("Greater", [a1, abs_b]), a, ctx.op("Sub", [hi, one]), w)
     q = ctx.op("Div", [lo, hi])
-    r = ctx.op("Add", [ctx.op("Mul", [ctx.scalar(0.5, w), real_fn(ctx, "log_plus_one", [ctx.op("Mul", [q, q])], w)]),
-                       real_fn(ctx, "log_plus_one", [hi_m1], w)])
+    r = ctx.op(
+        "Add",
+        [
+            ctx.op("Mul", [ctx.scalar(0.5, w), real_fn(ctx, "log_plus_one", [ctx.op("Mul", [q, q])], w)]),
+            real_fn(ctx, "log_plus_one", [hi_m1], w),
+        ],
+    )
     re = select(ctx, ctx.op("IsNaN", [r]), lo, r, w)
     return re, real_fn(ctx, "atan2", [b, a1], w)
 
@@ -79,13 +89,31 @@ def _sqrt(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     t = ctx.op("Mul", [real_fn(ctx, "atan2", [b, a], w), ctx.scalar(0.5, w)])
     cos, sin = ctx.op("Cos", [t]), ctx.op("Sin", [t])
     abs_b = ctx.op("Abs", [b])
-    b_inf, a_pinf, a_ninf = (ctx.op("Equal", [abs_b, inf]), ctx.op("Equal", [a, inf]),
-                             ctx.op("Equal", [a, ctx.scalar(-math.inf, w)]))
-    re = select(ctx, ctx.op("Or", [b_inf, a_pinf]), inf,
-                select(ctx, ctx.op("And", [a_ninf, ctx.op("Not", [b_inf])]), zero, ctx.op("Mul", [r, cos]), w), w)
-    im = select(ctx, ctx.op("Or", [b_inf, a_ninf]), _copysign(ctx, inf, b, w),
-                select(ctx, ctx.op("IsNaN", [r]), ctx.scalar(math.nan, w),
-                       select(ctx, ctx.op("Equal", [sin, zero]), sin, ctx.op("Mul", [r, sin]), w), w), w)
+    b_inf, a_pinf, a_ninf = (
+        ctx.op("Equal", [abs_b, inf]),
+        ctx.op("Equal", [a, inf]),
+        ctx.op("Equal", [a, ctx.scalar(-math.inf, w)]),
+    )
+    re = select(
+        ctx,
+        ctx.op("Or", [b_inf, a_pinf]),
+        inf,
+        select(ctx, ctx.op("And", [a_ninf, ctx.op("Not", [b_inf])]), zero, ctx.op("Mul", [r, cos]), w),
+        w,
+    )
+    im = select(
+        ctx,
+        ctx.op("Or", [b_inf, a_ninf]),
+        _copysign(ctx, inf, b, w),
+        select(
+            ctx,
+            ctx.op("IsNaN", [r]),
+            ctx.scalar(math.nan, w),
+            select(ctx, ctx.op("Equal", [sin, zero]), sin, ctx.op("Mul", [r, sin]), w),
+            w,
+        ),
+        w,
+    )
     r_zero = ctx.op("Equal", [r, zero])
     return select(ctx, r_zero, zero, re, w), select(ctx, r_zero, zero, im, w)
 
@@ -97,11 +125,18 @@ def _rsqrt(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     t = ctx.op("Mul", [real_fn(ctx, "atan2", [b, a], w), ctx.scalar(-0.5, w)])
     re, im = ctx.op("Mul", [r, ctx.op("Cos", [t])]), ctx.op("Mul", [r, ctx.op("Sin", [t])])
     zz = ctx.op("And", [ctx.op("Equal", [a, zero]), ctx.op("Equal", [b, zero])])
-    edge = ctx.op("Or", [ctx.op("And", [ctx.op("Equal", [ctx.op("Abs", [b]), inf]), ctx.op("IsNaN", [a])]),
-                         ctx.op("Equal", [ctx.op("Abs", [a]), inf])])
+    edge = ctx.op(
+        "Or",
+        [
+            ctx.op("And", [ctx.op("Equal", [ctx.op("Abs", [b]), inf]), ctx.op("IsNaN", [a])]),
+            ctx.op("Equal", [ctx.op("Abs", [a]), inf]),
+        ],
+    )
     a0, nb0 = _copysign(ctx, zero, a, w), ctx.op("Neg", [_copysign(ctx, zero, b, w)])
-    return (select(ctx, zz, inf, select(ctx, edge, a0, re, w), w),
-            select(ctx, zz, ctx.scalar(math.nan, w), select(ctx, edge, nb0, im, w), w))
+    return (
+        select(ctx, zz, inf, select(ctx, edge, a0, re, w), w),
+        select(ctx, zz, ctx.scalar(math.nan, w), select(ctx, edge, nb0, im, w), w),
+    )
 
 
 def _sin_cos(is_sin: bool) -> Callable[[LoweringContext, Halves, str], Halves]:
@@ -129,13 +164,20 @@ def _tanh_of(ctx: LoweringContext, a: str, b: str, w: str) -> Halves:
     num_i = ctx.op("Mul", [four, ctx.op("Mul", [cos_b, sin_b])])
     sum_m2 = ctx.op("Add", [e2, en2])
     denom = ctx.op("Add", [sum_m2, ctx.op("Mul", [ctx.op("Mul", [cos_b, cos_b]), four])])
-    real = select(ctx, ctx.op("Equal", [sum_m2, inf]), _copysign(ctx, ctx.scalar(1.0, w), a, w),
-                  ctx.op("Div", [num_r, denom]), w)
+    real = select(
+        ctx,
+        ctx.op("Equal", [sum_m2, inf]),
+        _copysign(ctx, ctx.scalar(1.0, w), a, w),
+        ctx.op("Div", [num_r, denom]),
+        w,
+    )
     imag = ctx.op("Div", [num_i, denom])
     a_inf = ctx.op("Equal", [ctx.op("Abs", [a]), inf])
     sin2b_nan = ctx.op("IsNaN", [num_i])
     real = select(ctx, ctx.op("And", [sin2b_nan, ctx.op("Not", [a_inf])]), ctx.scalar(math.nan, w), real, w)
-    imag = select(ctx, ctx.op("Or", [ctx.op("Equal", [b, zero]), ctx.op("And", [a_inf, sin2b_nan])]), zero, imag, w)
+    imag = select(
+        ctx, ctx.op("Or", [ctx.op("Equal", [b, zero]), ctx.op("And", [a_inf, sin2b_nan])]), zero, imag, w
+    )
     return real, imag
 
 
@@ -148,9 +190,18 @@ def _tan(ctx: LoweringContext, z: Halves, w: str) -> Halves:
     return im, ctx.op("Neg", [re])
 
 
-_UNARY = {"exponential": _exp, "exponential_minus_one": _expm1, "log": _log, "log_plus_one": _log1p,
-          "sqrt": _sqrt, "rsqrt": _rsqrt, "sine": _sin_cos(True), "cosine": _sin_cos(False),
-          "tanh": _tanh, "tan": _tan}
+_UNARY = {
+    "exponential": _exp,
+    "exponential_minus_one": _expm1,
+    "log": _log,
+    "log_plus_one": _log1p,
+    "sqrt": _sqrt,
+    "rsqrt": _rsqrt,
+    "sine": _sin_cos(True),
+    "cosine": _sin_cos(False),
+    "tanh": _tanh,
+    "tan": _tan,
+}
 
 
 @complex_lowering(*(f"stablehlo.{k}" for k in _UNARY), onnx_ops=("Exp", "Sin", "Cos", "Log", "Sqrt", "Atan"))
@@ -179,8 +230,11 @@ def lower_power(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         re, im = select(ctx, cond, vr, re, w), select(ctx, cond, vi, im, w)
 
     d0, c0 = o("Equal", [d, zero]), o("Equal", [c, zero])
-    case(o("And", [o("And", [o("Equal", [r, zero]), d0]), o("LessOrEqual", [zero, c])]),
-         select(ctx, c0, one, zero, w), zero)
+    case(
+        o("And", [o("And", [o("Equal", [r, zero]), d0]), o("LessOrEqual", [zero, c])]),
+        select(ctx, c0, one, zero, w),
+        zero,
+    )
     case(o("And", [c0, d0]), one, zero)
     case(o("And", [o("Equal", [a, one]), o("Equal", [b, zero])]), one, zero)
     inf_real = o("And", [o("And", [o("Equal", [a, inf]), o("Equal", [b, zero])]), d0])

@@ -21,7 +21,11 @@ def _cumulative_axis(op: hir.Op) -> tuple[int, bool] | None:
     t = op.operands[0].type
     dims = list(op.attrs.get("window_dimensions") or ())
     pad = op.attrs.get("padding")
-    pads = [(0, 0)] * t.rank if pad is None else [tuple(int(v) for v in row) for row in np.asarray(pad).reshape(t.rank, 2)]
+    pads = (
+        [(0, 0)] * t.rank
+        if pad is None
+        else [tuple(int(v) for v in row) for row in np.asarray(pad).reshape(t.rank, 2)]
+    )
     for key in ("window_strides", "base_dilations", "window_dilations"):
         if any(int(v) != 1 for v in (op.attrs.get(key) or ())):
             return None
@@ -68,15 +72,19 @@ def lower_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[s
             return xs
         if any(t.shape[d] == 0 for d in dims):
             kept = [d for i, d in enumerate(t.shape) if i not in dims]
-            return [ctx.op("Expand", [init, ctx.i64(kept + ([2] if v.type.dtype.startswith("complex") else []))])
-                    for init, v in zip(inits, op.operands)]
+            return [
+                ctx.op("Expand", [init, ctx.i64(kept + ([2] if v.type.dtype.startswith("complex") else []))])
+                for init, v in zip(inits, op.operands)
+            ]
         for axis in dims:
             size = t.shape[axis]
             while size > 1:
                 h = size // 2
                 ys = body([part(x, 0, h, axis) for x in xs], [part(x, h, 2 * h, axis) for x in xs])
                 if size % 2:
-                    ys = [ctx.op("Concat", [y, part(x, 2 * h, size, axis)], axis=axis) for y, x in zip(ys, xs)]
+                    ys = [
+                        ctx.op("Concat", [y, part(x, 2 * h, size, axis)], axis=axis) for y, x in zip(ys, xs)
+                    ]
                 xs, size = ys, h + size % 2
         xs = [ctx.op("Squeeze", [x, ctx.i64(dims)]) for x in xs]
         return body([ctx.op("Expand", [init, ctx.op("Shape", [x])]) for init, x in zip(inits, xs)], xs)

@@ -57,7 +57,13 @@ def lower_sort(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]
     half = hir.TensorType(component(t.dtype), t.shape)
     keys = [SortKey(0, descending), SortKey(1, descending)]
     perm, _ = sort_permutation(ctx, [re, im], [half, half], keys, axis)
-    out = [pack(ctx, gather_sorted(ctx, re, half.dtype, perm, axis), gather_sorted(ctx, im, half.dtype, perm, axis))]
+    out = [
+        pack(
+            ctx,
+            gather_sorted(ctx, re, half.dtype, perm, axis),
+            gather_sorted(ctx, im, half.dtype, perm, axis),
+        )
+    ]
     for name, v in zip(inputs[1:], op.operands[1:]):
         out.append(gather_sorted(ctx, name, v.type.dtype, perm, axis))
     return out

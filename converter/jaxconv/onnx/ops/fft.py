@@ -99,13 +99,20 @@ def fft_axis(ctx: LoweringContext, x: str, rank: int, axis: int, n: int, inverse
         y = _dft_op(ctx, x, rank - 1, inverse)
     else:
         flat = _flat(ctx, x, rank - 1, [2 * n])
-        y = _flat(ctx, ctx.op("MatMul", [flat, ctx.const(complex_matrix(n, inverse).astype(dtype))]), rank - 1, [n, 2])
+        y = _flat(
+            ctx,
+            ctx.op("MatMul", [flat, ctx.const(complex_matrix(n, inverse).astype(dtype))]),
+            rank - 1,
+            [n, 2],
+        )
     return _swap(ctx, y, rank + 1, axis, rank - 1)
 
 
 def _dft_op(ctx: LoweringContext, x: str, axis: int, inverse: bool, onesided: bool = False) -> str:
     if ctx.opset >= 20:
-        return ctx.op("DFT", [x, "", ctx.const(np.array(axis, np.int64))], inverse=int(inverse), onesided=int(onesided))
+        return ctx.op(
+            "DFT", [x, "", ctx.const(np.array(axis, np.int64))], inverse=int(inverse), onesided=int(onesided)
+        )
     return ctx.op("DFT", [x], axis=axis, inverse=int(inverse), onesided=int(onesided))
 
 
@@ -121,7 +128,8 @@ def irfft_last(ctx: LoweringContext, x: str, rank: int, n: int, dtype: str) -> s
     """The real inverse transform, length ``n``, of the packed half spectrum ``x`` along its last axis."""
     m = n // 2 + 1
     if _use_dft_op(n, "IRFFT"):
-        # the full spectrum: X_k for k <= n/2, conj(X_{n-k}) above, imaginary parts of X_0 (and X_{n/2}) dropped
+        # the full spectrum: X_k for k <= n/2, conj(X_{n-k}) above; the imaginary parts of X_0
+        # (and X_{n/2}) dropped
         re = ctx.op("Gather", [x, ctx.const(np.array(0, np.int64))], axis=-1)
         im = ctx.op("Gather", [x, ctx.const(np.array(1, np.int64))], axis=-1)
         keep = np.ones(m)
@@ -134,7 +142,9 @@ def irfft_last(ctx: LoweringContext, x: str, rank: int, n: int, dtype: str) -> s
         im_hi = ctx.op("Neg", [ctx.op("Gather", [im, ctx.const(mirror)], axis=-1)])
         full_re, full_im = ctx.op("Concat", [re, re_hi], axis=-1), ctx.op("Concat", [im, im_hi], axis=-1)
         axis_ = ctx.i64([-1])
-        full = ctx.op("Concat", [ctx.op("Unsqueeze", [full_re, axis_]), ctx.op("Unsqueeze", [full_im, axis_])], axis=-1)
+        full = ctx.op(
+            "Concat", [ctx.op("Unsqueeze", [full_re, axis_]), ctx.op("Unsqueeze", [full_im, axis_])], axis=-1
+        )
         y = _dft_op(ctx, full, rank - 1, True)
         return ctx.op("Gather", [y, ctx.const(np.array(0, np.int64))], axis=-1)
     return ctx.op("MatMul", [_flat(ctx, x, rank - 1, [2 * m]), ctx.const(c2r_matrix(n).astype(dtype))])
@@ -145,7 +155,9 @@ def _check_fft(op: hir.Op) -> str | None:
     t = op.operands[0].type
     if not 1 <= len(lengths) <= 3:
         return f"fft over {len(lengths)} axes"
-    if any(d is None for d in t.shape[t.rank - len(lengths):]) or any(d is None for d in op.results[0].type.shape[t.rank - len(lengths):]):
+    if any(d is None for d in t.shape[t.rank - len(lengths) :]) or any(
+        d is None for d in op.results[0].type.shape[t.rank - len(lengths) :]
+    ):
         return "fft over a dynamic axis is not lowered"
     return None
 
