@@ -5,6 +5,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     composites,
     control,
     convolution,
+    dynamic_pad,
     elementwise,
     indexing,
     lapack,
