@@ -162,6 +162,24 @@ def test_to_saved_model_output_converts_with_jaxconv_names(tmp_path, capsys):
     np.testing.assert_allclose(got["output_1"], want[1], rtol=1e-5, atol=1e-6)
 
 
+def test_dimension_expression_names_the_input_and_sizes_the_check(tmp_path, capsys):
+    """A ``2*b`` dimension: the check must feed even sizes, or TensorFlow refuses the inputs."""
+    import onnx
+
+    from jaxconv import api
+
+    def fn(x):
+        return jnp.reshape(x, (-1, 2, 3)).sum(axis=1)
+
+    api.to_saved_model(fn, "f32[2*b,3]", path=str(tmp_path / "sm"))
+    code, _, err = run_cli(["saved-model-to-onnx", str(tmp_path / "sm"), "-o", str(tmp_path / "m.onnx")], capsys)
+    assert code == 0, err
+    model = onnx.load(str(tmp_path / "m_serving_default.onnx"))
+    assert _io(model)[0] == [("x", ["2*b", 3])]
+    x = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(model, {"x": x})["output_0"], jax.jit(fn)(x), rtol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def mixed_model(tmp_path_factory):
     """TF ops around three XlaCallModule ops: in the main graph, in a tf.cond branch, in a while_loop body."""

@@ -88,6 +88,14 @@ def test_dimension_variables_name_the_symbolic_dimensions():
     assert _session(lowered.model).get_inputs()[0].shape == ["batch", 4]
 
 
+@pytest.mark.parametrize("spec", ["2*b", "c+1", "3*d+2"])
+def test_dimension_expressions_are_named_as_check_sizes_read_them(spec):
+    exported = export.export(jax.jit(lambda x: x * 2.0))(
+        jax.ShapeDtypeStruct(export.symbolic_shape(f"{spec}, 3"), np.float32))
+    lowered = _lower(exported.mlir_module_serialized, version=10)
+    assert lowered.dim_names == {0: {0: spec}}
+
+
 def test_tf_callbacks_and_unknown_conventions_are_refused():
     exported = export.export(jax.jit(jnp.sin))(jax.ShapeDtypeStruct((3,), np.float32))
     with pytest.raises(UnsupportedError, match=r"calls back into TensorFlow functions \(f_1"):

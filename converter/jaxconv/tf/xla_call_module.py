@@ -126,29 +126,59 @@ def _layout(call: CallModule, main: hir.Function, n_inputs: int | None) -> _Layo
 
 
 def dimension_names(main: hir.Function, module: hir.Module) -> dict[int, dict[int, str]]:
-    """Per ``main`` argument, the dimension variable each of its symbolic dimensions holds.
+    """Per ``main`` argument, the dimension expression each of its symbolic dimensions holds.
 
-    From version 9 on, ``main`` reads a dimension with ``get_dimension_size`` (perhaps converted)
-    and passes it to the wrapped function, whose argument says ``jax.global_constant = "b"``.
+    From version 9 on, ``main`` reads a dimension with ``get_dimension_size`` and passes the
+    dimension variable it computes from it to the wrapped function, whose argument says
+    ``jax.global_constant = "b"``. A dimension ``2*b + 1`` reaches ``b`` through a subtraction and
+    jax's ``divmod`` helper (or a division); those are followed, and the dimension is named
+    ``2*b+1``, an expression ``check``'s sizes understand.
     """
-    source: dict[int, tuple[int, int]] = {}  # value id -> (main arg, dimension)
+    # value id -> (main arg, dimension, f, o): the value is (dimension - o) / f
+    source: dict[int, tuple[int, int, int, int]] = {}
+    constants: dict[int, int] = {}
     arg_index = {v.id: i for i, v in enumerate(main.body.args)}
     names: dict[int, dict[int, str]] = {}
     for op in main.body.ops:
-        if op.name == "stablehlo.get_dimension_size" and op.operands[0].id in arg_index:
-            source[op.results[0].id] = (arg_index[op.operands[0].id], int(op.attrs.get("dimension", 0)))
-        elif op.name in ("stablehlo.convert", "stablehlo.reshape") and op.operands[0].id in source:
-            source[op.results[0].id] = source[op.operands[0].id]
-        elif op.name == "func.call":
-            callee = module.functions.get(op.attrs.get("callee", ""))
-            if callee is None:
-                continue
-            for k, v in enumerate(op.operands):
-                name = callee.arg_attrs[k].get("jax.global_constant") if k < len(callee.arg_attrs) else None
-                if isinstance(name, str) and name and name != PLATFORM_INDEX and v.id in source:
-                    arg, dim = source[v.id]
-                    names.setdefault(arg, {}).setdefault(dim, name)
+        operands = [v.id for v in op.operands]
+        if op.name == "stablehlo.constant" and np.ndim(op.attrs.get("value")) == 0:
+            value = np.asarray(op.attrs["value"])
+            if value.dtype.kind in "iu":
+                constants[op.results[0].id] = int(value)
+        elif op.name == "stablehlo.get_dimension_size" and operands[0] in arg_index:
+            source[op.results[0].id] = (arg_index[operands[0]], int(op.attrs.get("dimension", 0)), 1, 0)
+        elif op.name in ("stablehlo.convert", "stablehlo.reshape") and operands[0] in source:
+            source[op.results[0].id] = source[operands[0]]
+        elif op.name in _ARITHMETIC and len(operands) == 2 and operands[0] in source \
+                and operands[1] in constants:
+            arg, dim, f, o = source[operands[0]]
+            c = constants[operands[1]]
+            if op.name == "stablehlo.subtract":
+                source[op.results[0].id] = (arg, dim, f, o + c * f)
+            elif op.name == "stablehlo.add":
+                source[op.results[0].id] = (arg, dim, f, o - c * f)
+            elif c > 0 and (op.name == "stablehlo.divide" or op.attrs.get("callee") == "divmod"):
+                source[op.results[0].id] = (arg, dim, f * c, o)
+        if op.name == "func.call":
+            _name_call_arguments(op, module, source, names)
     return names
+
+
+_ARITHMETIC = ("stablehlo.subtract", "stablehlo.add", "stablehlo.divide", "func.call")
+
+
+def _name_call_arguments(op: hir.Op, module: hir.Module, source: dict[int, tuple[int, int, int, int]],
+                         names: dict[int, dict[int, str]]) -> None:
+    """Name the dimensions whose variables a call passes to arguments marked ``jax.global_constant``."""
+    callee = module.functions.get(op.attrs.get("callee", ""))
+    if callee is None:
+        return
+    for k, v in enumerate(op.operands):
+        name = callee.arg_attrs[k].get("jax.global_constant") if k < len(callee.arg_attrs) else None
+        if isinstance(name, str) and name and name != PLATFORM_INDEX and v.id in source:
+            arg, dim, f, o = source[v.id]
+            text = (f"{f}*{name}" if f != 1 else name) + (f"+{o}" if o > 0 else f"{o}" if o < 0 else "")
+            names.setdefault(arg, {}).setdefault(dim, text)
 
 
 def _value(dtype: str, shape: tuple[int | None, ...] = ()) -> hir.Value:
