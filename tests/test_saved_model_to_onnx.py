@@ -172,7 +172,8 @@ def test_dimension_expression_names_the_input_and_sizes_the_check(tmp_path, caps
         return jnp.reshape(x, (-1, 2, 3)).sum(axis=1)
 
     api.to_saved_model(fn, "f32[2*b,3]", path=str(tmp_path / "sm"))
-    code, _, err = run_cli(["saved-model-to-onnx", str(tmp_path / "sm"), "-o", str(tmp_path / "m.onnx")], capsys)
+    args = ["saved-model-to-onnx", str(tmp_path / "sm"), "-o", str(tmp_path / "m.onnx")]
+    code, _, err = run_cli(args, capsys)
     assert code == 0, err
     model = onnx.load(str(tmp_path / "m_serving_default.onnx"))
     assert _io(model)[0] == [("x", ["2*b", 3])]
