@@ -10,12 +10,12 @@ import os
 
 import numpy as np
 import pytest
+from lowering_check import OPS_SEEN_ENV
 
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx.convert import stablehlo_file_to_onnx
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from jaxconv.stablehlo.quant_types import mask, parse
-from lowering_check import OPS_SEEN_ENV
 
 
 def _run(tmp_path, text: str, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -170,3 +170,20 @@ func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
     path.write_text(text)
     with pytest.raises(UnsupportedError, match=r"stablehlo\.reverse x1 \(no quantized form"):
         stablehlo_file_to_onnx(str(path))
+
+
+def test_quantized_argument_and_bitcast_to_storage(tmp_path):
+    """A quantized graph input holds its storage integers; bitcast_convert to and from i8 (as TF's
+    quantizer emits) keeps them."""
+    text = """
+func.func @main(%q: tensor<4x!quant.uniform<i8:f32, 0.5:1>>) -> (tensor<4xi8>, tensor<4xf32>) {
+  %0 = stablehlo.bitcast_convert %q : (tensor<4x!quant.uniform<i8:f32, 0.5:1>>) -> tensor<4xi8>
+  %1 = stablehlo.bitcast_convert %0 : (tensor<4xi8>) -> tensor<4x!quant.uniform<i8:f32, 0.5:1>>
+  %2 = stablehlo.uniform_dequantize %1 : (tensor<4x!quant.uniform<i8:f32, 0.5:1>>) -> tensor<4xf32>
+  return %0, %2 : tensor<4xi8>, tensor<4xf32>
+}
+"""
+    q = np.array([-128, 0, 1, 127], np.int8)
+    bits, values = _run(tmp_path, text, q)
+    np.testing.assert_array_equal(bits, q)
+    np.testing.assert_array_equal(values, (q.astype(np.float32) - 1) * np.float32(0.5))

@@ -111,6 +111,13 @@ def parse(text: str) -> QuantType:
                      axis=int(axis) if axis is not None else None)
 
 
+def _stand_in(quant: QuantType, storage: bool) -> str:
+    """The MLIR element type standing in for ``quant`` in the masked text."""
+    if storage:
+        return f"{'i' if quant.signed else 'ui'}{quant.bits}"
+    return _MLIR_FLOAT[quant.expressed]
+
+
 @dataclass
 class Masked:
     """Text the MLIR bindings can parse, and what ``mask`` took out of it.
@@ -131,17 +138,23 @@ def mask(text: str) -> Masked:
     types: dict[str, str] = {}
     by_text: dict[str, str] = {}
     constants: list[str] = []
+    # A type that a bitcast_convert reinterprets is stood in for by its storage integers (the
+    # bitcast must keep the bit width); every other one by its expressed float, so float-only ops
+    # (tanh, cbrt, ...) on it still verify.
+    as_storage = {m.group(2) for line in text.splitlines() if "bitcast_convert" in line
+                  for m in _QUANT_ELEMENT.finditer(line)}
 
     def encoding(body: str) -> str:
         full = PREFIX + body + ">"
         quant = parse(full)
         key = by_text.setdefault(full, f"{ENCODING}{len(by_text)}")
         types[key] = full
-        return _MLIR_FLOAT[quant.expressed] + f', "{key}"'
+        return _stand_in(quant, body in as_storage) + f', "{key}"'
 
     def constant(m: re.Match) -> str:
         constants.append(m.group(1))
-        return f"dense<0.0>{m.group(2)}!quant.uniform<{m.group(3)}>>"
+        zero = "0" if m.group(3) in as_storage else "0.0"
+        return f"dense<{zero}>{m.group(2)}!quant.uniform<{m.group(3)}>>"
 
     text = _QUANT_CONSTANT.sub(constant, text)
     text = _QUANT_ELEMENT.sub(lambda m: m.group(1) + encoding(m.group(2)), text)
