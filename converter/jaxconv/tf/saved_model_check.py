@@ -137,8 +137,14 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
         UsageError: the inputs and outputs would exceed the check's memory limit.
         ArtifactError: TensorFlow fails otherwise.
     """
-    from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, edge_set, random_set,
-                                      require_small_enough, size_sets)
+    from jaxconv.check_inputs import (
+        DEFAULT_SIZES,
+        SYMBOLIC_SIZES,
+        edge_set,
+        random_set,
+        require_small_enough,
+        size_sets,
+    )
     from jaxconv.verify import current_options
 
     options = current_options()

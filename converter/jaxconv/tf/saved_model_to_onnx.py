@@ -255,10 +255,12 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
         ConversionError: freezing or tf2onnx fails otherwise.
     """
     tf = import_tensorflow()
+    # isort: off
     from jaxconv.tf import tf2onnx_handler  # first: it says when tf2onnx is missing
 
     from tf2onnx import optimizer, tf_loader
     from tf2onnx.tfonnx import process_tf_graph
+    # isort: on
 
     concrete = imported.signatures[signature]
     structured = [s for s in tf.nest.flatten(concrete.structured_input_signature)
