@@ -92,6 +92,8 @@ CASES = {
     "fmod_floor_divide": (lambda x, y: (lax.rem(x, y), jnp.floor_divide(x, y)), [S((20,), np.float32)] * 2, True),
     "i64_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.int64)] * 2, True),
     "u32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.uint32)] * 2, True),
+    "bitcast_threefry": (lambda x, k: (lax.bitcast_convert_type(x, jnp.uint32), x + jax.random.uniform(
+        jax.random.wrap_key_data(k), x.shape)), [S((6,), np.float32), S((2,), np.uint32)], True),
     "trig": (lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)), [S((7,), np.float32)], False),
 }
 

@@ -107,9 +107,9 @@ def _check_float64(program: Program) -> None:
     if not names and "f64" not in program.exported.mlir_module():
         return
     from jaxconv.onnx import convert as onnx_convert
-    from jaxconv.tf.onnx_to_tf import float64_nodes
+    from jaxconv.tf.onnx_to_tf import OPSET, float64_nodes
 
-    where = float64_nodes(onnx_convert.program_to_onnx(program)) if not names else []
+    where = float64_nodes(onnx_convert.program_to_onnx(program, OPSET)) if not names else []
     if names or where:
         found = ", ".join(names) if names else "; ".join(where[:4]) + (f" (+{len(where) - 4} more)" if len(where) > 4 else "")
         raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}; compute in float32, "

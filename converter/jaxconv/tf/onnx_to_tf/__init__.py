@@ -15,7 +15,10 @@ from jaxconv.tf.onnx_to_tf.graph import Translator, Untranslatable, where
 from jaxconv.tf.onnx_to_tf.table import HANDLERS
 from jaxconv.tf.onnx_to_tf.values import to_own, widen
 
-__all__ = ["HANDLERS", "Untranslatable", "for_program", "serving_function", "unsupported_nodes", "float64_nodes"]
+# Opset 26 brings BitCast: bit reinterpretation as one TF bitcast, not the float64 arithmetic that
+# stands in for it below 26 (TFLite has no float64 kernels).
+OPSET = 26
+__all__ = ["OPSET", "HANDLERS", "Untranslatable", "for_program", "serving_function", "unsupported_nodes", "float64_nodes"]
 
 
 def serving_function(tf: Any, model: Any, input_specs: list[Any]) -> Any:
@@ -51,7 +54,7 @@ def for_program(program: Any) -> tuple[Any, Any, Any]:
     from jaxconv.tf.saved_model import import_tensorflow, quiet_stderr, tensor_specs
 
     tf = import_tensorflow()
-    model = convert.program_to_onnx(program)
+    model = convert.program_to_onnx(program, OPSET)
     function = serving_function(tf, model, tensor_specs(program))
     try:
         with quiet_stderr():

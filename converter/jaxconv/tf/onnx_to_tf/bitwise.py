@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxconv.tf.onnx_to_tf.graph import attrs
 from jaxconv.tf.onnx_to_tf.table import handles
-from jaxconv.tf.onnx_to_tf.values import BITS, Value
+from jaxconv.tf.onnx_to_tf.values import BITS, ONNX_DTYPES, Value, tf_dtype, to_own, widen
 
 
 def and32(tf: Any, a: Any, b: Any) -> Any:
@@ -91,3 +91,11 @@ def shift(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     else:
         out = tf.bitwise.right_shift(x, tf.clip_by_value(s, 0, 31))
     return Value(tf.where(big, tf.zeros_like(out), out), dtype)
+
+
+@handles("BitCast", exact=True)
+def bitcast(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """Reinterpret the bits of a value in its own dtype (opset 26's BitCast) as another same-width dtype."""
+    tf = tr.tf
+    dst = ONNX_DTYPES[attrs(node)["to"]]
+    return widen(tf, tf.bitcast(to_own(tf, ins[0]), tf_dtype(tf, dst)), dst)
