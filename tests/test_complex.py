@@ -341,3 +341,14 @@ def test_sort_uses_jaxs_lexicographic_complex_order():
     x.real, x.imag = re, im
     assert_onnx_matches_jax(lambda v: (jnp.sort(v), jnp.argsort(v), jnp.sort(v, descending=True)), x)
     assert_onnx_matches_jax(lambda v: jnp.sort(v, axis=0), cplx((5, 3), seed=2))
+
+
+def test_multiplication_fuses_like_xla():
+    """XLA's CPU complex product has an FMA in each half: exact cancellation leaves the rounding
+    residual, and a product that overflows alone need not make the half NaN."""
+    e = edge_pairs(big=1e30).reshape(-1)
+    with np.errstate(all="ignore"):
+        assert_onnx_matches_jax(jnp.multiply, np.repeat(e, e.size), np.tile(e, e.size))
+    a = np.array([1.5 + 1.5j, 3e20 + 3e20j, 0.1 + 0.3j], np.complex64)
+    b = np.array([1e30 + 1e30j, 3e20 + 3e20j, 0.7 - 0.2j], np.complex64)
+    assert_onnx_matches_jax(jnp.multiply, a, b, rtol=0, atol=0)

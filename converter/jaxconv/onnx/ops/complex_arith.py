@@ -97,18 +97,31 @@ def lower_negate(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return ctx.op("Neg", inputs)
 
 
-def multiply(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str]) -> tuple[str, str]:
-    """(ar br - ai bi, ar bi + ai br), as XLA computes it."""
+def multiply(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: str) -> tuple[str, str]:
+    """XLA's complex product on the CPU, where LLVM fuses one product of each half into an FMA:
+    re = fma(ar, br, -(ai bi)), im = fma(ai, br, ar bi). For float32 halves the FMA is exact through
+    float64 (a product of two float32 is exact there, NaN and overflow included); float64 halves use
+    plain products (an FMA differs from them only in the last bits, or where they cancel exactly)."""
     (ar, ai), (br, bi) = a, b
-    re = ctx.op("Sub", [ctx.op("Mul", [ar, br]), ctx.op("Mul", [ai, bi])])
-    im = ctx.op("Add", [ctx.op("Mul", [ar, bi]), ctx.op("Mul", [ai, br])])
+    o = ctx.op
+    if work != "float32":
+        re = o("Sub", [o("Mul", [ar, br]), o("Mul", [ai, bi])])
+        im = o("Add", [o("Mul", [ai, br]), o("Mul", [ar, bi])])
+        return re, im
+
+    def wide(x: str) -> str:
+        return ctx.cast(x, "float64")
+
+    re = ctx.cast(o("Sub", [o("Mul", [wide(ar), wide(br)]), wide(o("Mul", [ai, bi]))]), "float32")
+    im = ctx.cast(o("Add", [o("Mul", [wide(ai), wide(br)]), wide(o("Mul", [ar, bi]))]), "float32")
     return re, im
 
 
 @complex_lowering("stablehlo.multiply", onnx_ops=("Mul", "Sub", "Add"))
 def lower_multiply(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Complex product without special-casing infinities (XLA's formula)."""
-    return pack(ctx, *multiply(ctx, parts(ctx, inputs[0]), parts(ctx, inputs[1])))
+    """Complex product without special-casing infinities (XLA's formula, with its FMAs)."""
+    work = component(op.results[0].type.dtype)
+    return pack(ctx, *multiply(ctx, parts(ctx, inputs[0]), parts(ctx, inputs[1]), work))
 
 
 def _copysign(ctx: LoweringContext, magnitude: str, sign_of: str, work: str) -> str:
