@@ -4,7 +4,8 @@ Cases are declared once (``conformance/cases/``: a function, seeded argument gen
 optional symbolic dimensions, per-dtype tolerances, tags) and expand over targets
 (stablehlo, saved-model, tflite, onnx) x devices (cpu, gpu). Known limitations are explicit
 rows with a reason and the failure they expect (``limitations.py``) and are strict: a limited
-cell that fails another way, or passes, fails the run. A second suite runs the StableHLO test data (openxla/stablehlo) through the ONNX lowering.
+cell that fails another way, or passes, fails the run. A second suite runs the StableHLO test data
+(openxla/stablehlo) through the ONNX lowering.
 
 Run ``python -m conformance`` from the repository root; see ``--help``.
 """

@@ -13,9 +13,9 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from conformance.results import BAD, CellResult
+from conformance.targets import TARGETS
 from conformance.testdata import DYNAMIC_SIZE, RAN_LABEL, FileResult, summarize
 from conformance.testdata import STATUSES as TESTDATA_STATUSES
-from conformance.targets import TARGETS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JSON_PATH = os.path.join(HERE, "report.json")

@@ -1,7 +1,6 @@
 """A two-layer MLP with its parameters as a pytree argument."""
 
 import jax
-import jax.numpy as jnp
 
 
 def mlp(params, x):

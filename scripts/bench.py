@@ -267,7 +267,8 @@ def table(rows: list[Row]) -> str:
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         cells = [r.title, _fmt(r.jax_ms), _fmt(r.ms.get("ort")), _fmt(r.ratio.get("ort")), _fmt(r.ratio.get("ort 1t")),
-                 _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []), _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
+                 _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []),
+                 _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
                  _fmt(r.peer_nodes, "d"), _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
                  f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")

@@ -262,7 +262,7 @@ def resnet18(rng) -> Model:
     variables = jax.jit(module.init)(jax.random.key(0), x)
     # non-trivial batch statistics, as in a trained model
     leaves, tree = jax.tree_util.tree_flatten(variables["batch_stats"])
-    stats = [np.abs(_w(rng, *l.shape, scale=0.5)) + 0.5 for l in leaves]
+    stats = [np.abs(_w(rng, *leaf.shape, scale=0.5)) + 0.5 for leaf in leaves]
     variables = {"params": variables["params"], "batch_stats": jax.tree_util.tree_unflatten(tree, stats)}
 
     def fn(x):

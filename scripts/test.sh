@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up .venv, then run the test suite and the conformance check. Extra arguments go to pytest.
+# Set up .venv, then run lint and type checks, the test suite and the conformance check.
+# Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/lint.sh
 export JAXCONV_TEST=1
 set +e
 .venv/bin/python -m pytest -n 2 -p no:cacheprovider "$@" tests

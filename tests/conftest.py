@@ -23,6 +23,15 @@ KNOWN_UNSUPPORTED: dict[str, str] = {
 }
 
 
+@pytest.fixture
+def x64():
+    """jax_enable_x64 for the test only (64-bit dtypes; JAX narrows them otherwise)."""
+    import jax
+
+    with jax.enable_x64(True):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _x64_left_alone():
     """No test, and nothing jaxconv does, leaves JAX's global jax_enable_x64 changed (jaxconv scopes it)."""

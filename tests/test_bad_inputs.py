@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jaxconv.cli import main
-from jaxconv.errors import (ArtifactError, FileLoadError, ModuleParseError, SpecError, TraceError, UsageError)
+from jaxconv.errors import ArtifactError, FileLoadError, ModuleParseError, SpecError, TraceError, UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,8 +17,8 @@ import bench  # noqa: E402
 
 def test_quick_run_prints_table_and_writes_chart(tmp_path):
     png = tmp_path / "chart.png"
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "tiny", "--quick", "--no-jax2onnx", "--compare-rewrites",
-                           "--png", str(png)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "bench.py"), "--models", "tiny", "--quick", "--no-jax2onnx",
+                           "--compare-rewrites", "--png", str(png)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Machine: ") and "load average" in lines[0]

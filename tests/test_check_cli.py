@@ -6,12 +6,10 @@ import os
 import numpy as np
 import onnx
 import pytest
+from cli_support import run_cli
 from onnx import numpy_helper
 
-from cli_support import run_cli
 from jaxconv.errors import FileLoadError, MismatchError, UsageError
-
-
 
 
 def edit_constant(path, old, new):

@@ -6,8 +6,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxconv.check_inputs import (check_bytes, edge_set, edge_values, flatten_examples, load_inputs, max_check_bytes,
-                                  parse_sizes, require_small_enough, size_sets)
+from jaxconv.check_inputs import (
+    check_bytes,
+    edge_set,
+    edge_values,
+    flatten_examples,
+    load_inputs,
+    max_check_bytes,
+    parse_sizes,
+    require_small_enough,
+    size_sets,
+)
 from jaxconv.errors import UsageError
 from jaxconv.program import trace
 

@@ -7,11 +7,18 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from cli_support import run_cli
+
 from jaxconv.cli import main
-from jaxconv.errors import (ArtifactError, FileLoadError, MismatchError, SpecError, TraceError, UnsupportedError,
-                            UsageError)
+from jaxconv.errors import (
+    ArtifactError,
+    FileLoadError,
+    MismatchError,
+    SpecError,
+    TraceError,
+    UnsupportedError,
+    UsageError,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLP = os.path.join(ROOT, "examples", "mlp.py")
@@ -106,10 +113,12 @@ def test_error_paths(case, tmp_path, capsys, user_file):
     good = user_file("import jax.numpy as jnp\ndef f(x):\n    return jnp.tanh(x)\n", "good.py")
     args, exc, words = {
         "missing_file": (["to-onnx", str(tmp_path / "nope.py"), "--specs", "f32[2]", "-o", str(out)], FileLoadError, "file not found"),
-        "syntax": (["to-onnx", user_file("def f(x):\n  return (x\n", "syn.py"), "--specs", "f32[2]", "-o", str(out)], FileLoadError, "syn.py:"),
+        "syntax": (["to-onnx", user_file("def f(x):\n  return (x\n", "syn.py"), "--specs", "f32[2]", "-o", str(out)],
+                   FileLoadError, "syn.py:"),
         "missing_fn": (["to-onnx", good + ":g", "--specs", "f32[2]", "-o", str(out)], FileLoadError, "has no function 'g'"),
         "bad_spec": (["to-onnx", good, "--specs", "f32[2,,3]", "-o", str(out)], SpecError, "at character 7"),
-        "spec_count": (["to-onnx", good, "--specs", "f32[2]", "f32[2]", "-o", str(out)], UsageError, "takes 1 positional argument(s) (x) but 2 spec(s)"),
+        "spec_count": (["to-onnx", good, "--specs", "f32[2]", "f32[2]", "-o", str(out)], UsageError,
+                       "takes 1 positional argument(s) (x) but 2 spec(s)"),
         "no_specs": (["to-onnx", good, "-o", str(out)], UsageError, "no --specs given"),
         "trace": (["to-onnx", user_file("def f(x):\n    y = x.reshape(7)\n    return y\n", "tr.py"), "--specs", "f32[2,3]", "-o", str(out)],
                   TraceError, "tr.py:2"),

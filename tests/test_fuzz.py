@@ -15,12 +15,12 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from conformance.fuzz import known, reproducer  # noqa: E402
+from conformance.fuzz import run as fuzz_run  # noqa: E402
 from conformance.fuzz.compare import compare_all, compare_one  # noqa: E402
 from conformance.fuzz.driver import class_of, fuzz_program  # noqa: E402
 from conformance.fuzz.generate import generate, input_values  # noqa: E402
 from conformance.fuzz.minimise import Failure, minimise  # noqa: E402
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types  # noqa: E402
-from conformance.fuzz import run as fuzz_run  # noqa: E402
 
 
 def test_generator_is_deterministic_for_a_seed():
@@ -286,8 +286,8 @@ def _a(values, dtype, shape):
 
 def test_a_difference_from_a_subnormal_intermediate_is_classified_subnormal(monkeypatch):
     """square(5e-20) is subnormal in bfloat16: XLA flushes it (False), a runtime that keeps it says True."""
-    from conformance.fuzz import driver
     from conformance.case import np_dtype
+    from conformance.fuzz import driver
 
     p = infer_types(FuzzProgram(inputs=[0], steps=[Step("square", (0,), "jnp.square({0})", 1),
                                                    Step("convert_bf16_bool", (1,), "{0}.astype(jnp.bool)", 2)],

@@ -64,7 +64,7 @@ def test_float64_arbitration_accepts_an_ill_conditioned_but_accurate_artifact():
     import jax
 
     from jaxconv.program import trace
-    from jaxconv.verify import check_runner, compare, reference_outputs
+    from jaxconv.verify import check_runner
 
     program = trace(lambda x: _cancelling_sum(x)[0], ["f32[20000]"])
 

@@ -35,7 +35,8 @@ for dt in ALL:
          _a(dt), _a(dt), family="concatenate", tags={"dtype"})
     case(f"dtype.{s}.to_f32", lambda x: x.astype(jnp.float32), _a(dt), family="convert", tags={"dtype"})
     if dt != "float32":
-        src = arg("f32[3,5]", "uniform", low=-3, high=120) if dt.startswith("u") or dt == "bool" else arg("f32[3,5]", "uniform", low=-100, high=100)
+        unsigned = dt.startswith("u") or dt == "bool"
+        src = arg("f32[3,5]", "uniform", low=-3, high=120) if unsigned else arg("f32[3,5]", "uniform", low=-100, high=100)
         case(f"dtype.{s}.from_f32", lambda x, _t=np.dtype(jnp.dtype(dt)): x.astype(_t), src, family="convert", tags={"dtype"})
     if is_bool:
         case(f"dtype.{s}.reduce", lambda x: (jnp.any(x, axis=1), jnp.all(x, axis=0)), _a(dt), family="reduce", tags={"dtype"})

@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from conformance.fuzz import convzeros, known, reproducer
+from conformance.fuzz.compare import compare_all
 from conformance.fuzz.generate import generate
 from conformance.fuzz.minimise import Failure, flush_subnormals, minimise
-from conformance.fuzz.compare import compare_all
 from conformance.fuzz.program import SHORT, FuzzProgram
 from conformance.fuzz.run import attempt, evaluate
 
@@ -265,10 +265,10 @@ def _bitcast_kind(failure: Failure) -> Failure:
     step = next((s for s in failure.program.steps if s.out == out), None)
     if step is None or not step.op.startswith("bitcast_"):
         return failure
+    import numpy as np
+
     from conformance.case import np_dtype
     from conformance.fuzz.compare import compare_one
-
-    import numpy as np
 
     source = np_dtype(failure.program.types[step.args[0]].dtype)
     e, a = np.asarray(failure.expected[d.output]), np.asarray(failure.actual[d.output])

@@ -7,6 +7,7 @@ The same seed always gives the same program and the same inputs: the generator u
 from __future__ import annotations
 
 import random
+
 import numpy as np
 
 from conformance.fuzz.ops import MAKERS, kind_of

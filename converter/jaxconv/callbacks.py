@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sysconfig
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 PUBLIC_NAMES = {
     "debug_print": "jax.debug.print",
@@ -98,7 +98,7 @@ def find_callbacks(jaxpr: Any, source_path: str | None = None) -> list[Callback]
     return found
 
 
-def callbacks_of(jitted: Callable[..., Any], arg_specs: Sequence[Any],
+def callbacks_of(jitted: Any, arg_specs: Sequence[Any],
                  source_path: str | None = None) -> list[Callback]:
     """Trace ``jitted`` (a ``jax.jit`` object) on ``arg_specs`` and list its host callbacks; [] if tracing fails."""
     try:

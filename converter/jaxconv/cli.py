@@ -52,7 +52,8 @@ def _add_check_args(p: argparse.ArgumentParser, *, optional: bool = True) -> Non
         p.add_argument("--no-check", action="store_true", help="skip running the artifact against jax.jit")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default depends on dtype)")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default depends on dtype)")
-    p.add_argument("--strict", action="store_true", help="fail (exit 9) when the check cannot decide an output, or a TF target differs on edge values only")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 9) when the check cannot decide an output, or a TF target differs on edge values only")
     p.add_argument("--check-sizes", metavar="N,M", help="sizes of symbolic dimensions for the check (default 2,5,1)")
 
 

@@ -173,8 +173,11 @@ def _describe_tflite(path: str) -> dict[str, Any]:
         runner = interp.get_signature_runner(key)
         ins = runner.get_input_details()
         outs = runner.get_output_details()
-        info["inputs"] = [{"name": n, "dtype": d["dtype"].__name__, "shape": [int(x) if x >= 0 else "?" for x in d["shape_signature"]]} for n, d in ins.items()]
-        info["outputs"] = [{"name": n, "dtype": d["dtype"].__name__, "shape": [int(x) if x >= 0 else "?" for x in d["shape_signature"]]} for n, d in outs.items()]
+        def described(details: dict) -> list[dict]:
+            return [{"name": n, "dtype": d["dtype"].__name__,
+                     "shape": [int(x) if x >= 0 else "?" for x in d["shape_signature"]]} for n, d in details.items()]
+
+        info["inputs"], info["outputs"] = described(ins), described(outs)
     else:
         info["inputs"] = info["outputs"] = []
     del details

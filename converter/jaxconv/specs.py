@@ -28,7 +28,6 @@ DTYPE_ALIASES: dict[str, str] = {
     "bool": "bool", "c64": "complex64", "c128": "complex128",
 }
 CANONICAL_DTYPES = frozenset(DTYPE_ALIASES.values())
-SHORT_NAME = {v: k for k, v in DTYPE_ALIASES.items()}
 WIDE_DTYPES = frozenset({"float64", "int64", "uint64", "complex128"})
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -264,9 +263,3 @@ def check_spec_count(n_specs: int, n_params: int | None, fn_name: str, param_nam
         raise UsageError(
             f"{fn_name} takes {n_params} positional argument(s) ({', '.join(param_names) or 'none'}) "
             f"but {n_specs} spec(s) were given; pass one --specs entry per argument, in order")
-
-
-def format_spec(sds: Any) -> str:
-    """Short text for a ShapeDtypeStruct, e.g. ``f32[b,784]``."""
-    name = np.dtype(sds.dtype).name
-    return f"{SHORT_NAME.get(name, name)}[{','.join(str(d) for d in sds.shape)}]"

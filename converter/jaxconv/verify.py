@@ -26,11 +26,37 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from jaxconv.check_inputs import (DEFAULT_SIZES, SYMBOLIC_SIZES, InputSet, _dim_sizes, check_arrays,  # noqa: F401
-                                  concrete_shape, edge_set, flush_subnormals, load_inputs, make_inputs, random_array, random_set,
-                                  require_small_enough, size_sets)
-from jaxconv.compare import (MISMATCH, OK, SUBNORMAL, TOLERANCES, UNDECIDED, OutputCheck, References,  # noqa: F401
-                             as_float64, compare, is_float, is_narrow_float, judge, tolerance)
+from jaxconv.check_inputs import (  # noqa: F401
+    DEFAULT_SIZES,
+    SYMBOLIC_SIZES,
+    InputSet,
+    _dim_sizes,
+    check_arrays,
+    concrete_shape,
+    edge_set,
+    flush_subnormals,
+    load_inputs,
+    make_inputs,
+    random_array,
+    random_set,
+    require_small_enough,
+    size_sets,
+)
+from jaxconv.compare import (  # noqa: F401
+    MISMATCH,
+    OK,
+    SUBNORMAL,
+    TOLERANCES,
+    UNDECIDED,
+    OutputCheck,
+    References,
+    as_float64,
+    compare,
+    is_float,
+    is_narrow_float,
+    judge,
+    tolerance,
+)
 from jaxconv.errors import ArtifactError, MismatchError
 
 
@@ -267,6 +293,9 @@ def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seq
             name = eqn.primitive.name
             if name in names:
                 found.add(name)
+            if name == "dot_general" and "dot_general_complex" in names and any(
+                    getattr(getattr(v, "aval", None), "dtype", np.dtype("f4")).kind == "c" for v in eqn.invars):
+                found.add("dot_general_complex")
             body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
             if name == "reduce_window" and hasattr(body, "eqns"):
                 found.update(f"reduce_window_{e.primitive.name}" for e in body.eqns if e.primitive.name in ("max", "min"))
@@ -313,7 +342,8 @@ def as_pooling_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None]
             for r, n in zip(rows, counts)]
 
 
-FFT_OVERFLOW_NOTE = "XLA's FFT overflows in other intermediate sums than a DFT matrix product"
+FFT_OVERFLOW_NOTE = ("XLA's FFT and complex matrix products overflow in other intermediate sums than the "
+                     "ONNX model's real matrix products")
 
 
 def only_non_finite_differences(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> int:
@@ -330,11 +360,12 @@ def only_non_finite_differences(expected: np.ndarray, actual: np.ndarray, cls: n
 def as_fft_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                     arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
                     actual: Sequence[np.ndarray]) -> list[OutputCheck]:
-    """Mismatches on edge values that are only infinities or NaN on one side, in a program with an FFT,
-    as ``undecided`` rows naming why (where sums overflow depends on the transform's order); others unchanged."""
+    """Mismatches on edge values that are only infinities or NaN on one side, in a program with an FFT or
+    a complex matrix product, as ``undecided`` rows naming why (where sums overflow depends on their
+    order); others unchanged."""
     counts = [only_non_finite_differences(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
               for r, c, e, a in zip(rows, classes, expected, actual)]
-    if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, frozenset({"fft"})):
+    if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, frozenset({"fft", "dot_general_complex"})):
         return rows
     return [dataclasses.replace(r, ok=True, verdict="undecided",
                                 note=f"{FFT_OVERFLOW_NOTE}: {n} elements are infinite or NaN on one side only; "

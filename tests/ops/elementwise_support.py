@@ -7,16 +7,11 @@ never emits on XLA itself, so such ops are still compared with XLA.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-import pytest
-from jax import lax
-
 from lowering_check import record_ops
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -29,13 +24,6 @@ Spec = jax.ShapeDtypeStruct
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-@pytest.fixture
-def x64():
-    """jax_enable_x64 for the test only."""
-    with jax.enable_x64(True):
-        yield
-
-
 def float_values(dtype: np.dtype) -> np.ndarray:
     """Edge values representable (as normal numbers, zero, inf or NaN) in ``dtype``."""
     v = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5,

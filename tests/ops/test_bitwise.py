@@ -5,9 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from elementwise_support import INTS, X64_INTS, check, each, grid, int_values
 from jax import lax
-
-from elementwise_support import INTS, X64_INTS, check, each, grid, int_values, x64  # noqa: F401
 
 BOOLS = grid(np.array([True, False]))
 

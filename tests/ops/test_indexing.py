@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
-
-from lowering_check import assert_onnx_matches_jax
-from lowering_check import onnx_op_types
+from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]
@@ -19,7 +14,6 @@ NUMERIC = [d for d in DTYPES if d != "bool"]
 
 
 from dtype_support import WIDE, data, np_dtype, x64_for  # noqa: E402,F401
-
 
 IDX = np.array([0, 4, -1, 7, -9, 2], np.int32)  # in range, negative (wrapped by jnp), too large, too small
 

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
-
-from lowering_check import assert_onnx_matches_jax
-from lowering_check import onnx_op_types
+from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",
           "uint8", "uint16", "uint32", "uint64", "bool"]

@@ -6,9 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
-
 from elementwise_support import check
+from jax import lax
 
 E = np.zeros((0, 3), np.float32)
 EI = np.zeros((0, 3), np.int32)

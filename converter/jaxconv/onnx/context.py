@@ -238,7 +238,8 @@ class LoweringContext:
 
     def require_opset(self, needed: int, what: str) -> None:
         if self.opset < needed:
-            raise UnsupportedError(f"{what} needs ONNX opset >= {needed}; the model is being built for opset {self.opset} (use --opset {needed})")
+            raise UnsupportedError(f"{what} needs ONNX opset >= {needed}; the model is being built for opset "
+                                   f"{self.opset} (use --opset {needed})")
 
     def fold(self, name: str, limit: int = 64) -> np.ndarray | None:
         """The value of ``name`` when it is computed from constants only (at most ``limit`` nodes), else None."""

@@ -9,9 +9,9 @@ import onnx
 import onnx_ir as ir
 
 from jaxconv.errors import ConversionError, JaxconvError, UnsupportedError
+from jaxconv.onnx.complex_layout import COMPONENT, METADATA_KEY, metadata_value
 from jaxconv.onnx.context import LoweringContext, ir_dtype, ir_shape
 from jaxconv.onnx.preflight import preflight
-from jaxconv.onnx.complex_layout import COMPONENT, METADATA_KEY, metadata_value
 from jaxconv.onnx.registry import lookup_for
 from jaxconv.stablehlo import ir as hir
 
@@ -170,6 +170,6 @@ def _version() -> str:
 
 
 def _max_ir_version(opset: int) -> int:
-    """Highest IR version onnxruntime accepts alongside ``opset`` (ORT lags onnx by a version)."""
-    table = {18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11, 25: 12, 26: 12, 27: 13, 28: 13}
-    return table.get(opset, 10)
+    """The IR version that came with ``opset`` (onnx's own table): the lowest a model of that opset may
+    declare, and one every ONNX Runtime that implements the opset reads."""
+    return onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)])

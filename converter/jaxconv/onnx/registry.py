@@ -16,7 +16,7 @@ twice, or an op with a malformed name, fails at import. An op that is not regist
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:

@@ -23,7 +23,8 @@ def artifact_kind(path: str) -> str:
     kinds = {".onnx": "onnx", ".tflite": "tflite", ".jaxexport": "jaxexport", ".mlir": "stablehlo", ".mlirbc": "stablehlo"}
     if ext in kinds:
         return kinds[ext]
-    raise ArtifactError(f"unknown artifact type {ext or '(no extension)'} for {path}: expected .onnx, .tflite, .jaxexport or a SavedModel folder")
+    raise ArtifactError(f"unknown artifact type {ext or '(no extension)'} for {path}: "
+                        "expected .onnx, .tflite, .jaxexport or a SavedModel folder")
 
 
 def open_artifact(path: str) -> Runner:

@@ -19,8 +19,16 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
-from jaxconv.onnx.ops._common import (compute_in, direct, is_inf, known_values, result, unary_in, where,
-                                      without_negative_zero)
+from jaxconv.onnx.ops._common import (
+    compute_in,
+    direct,
+    is_inf,
+    known_values,
+    result,
+    unary_in,
+    where,
+    without_negative_zero,
+)
 from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir

@@ -25,10 +25,16 @@ from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops._common import expand, where
 from jaxconv.onnx.ops.linalg import transpose
-from jaxconv.onnx.registry import custom_call_target
-from jaxconv.onnx.ops.reduce import (combine, identity_value, init_is_noop, is_identity, reducer_kind, with_init,
-                                     work_dtype)
-from jaxconv.onnx.registry import lowering
+from jaxconv.onnx.ops.reduce import (
+    combine,
+    identity_value,
+    init_is_noop,
+    is_identity,
+    reducer_kind,
+    with_init,
+    work_dtype,
+)
+from jaxconv.onnx.registry import custom_call_target, lowering
 from jaxconv.stablehlo import ir as hir
 
 _POOL_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})

@@ -11,7 +11,6 @@ from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 
 
-
 @dataclass(frozen=True)
 class Window:
     """Window attributes of reduce_window / select_and_scatter, with defaults filled in."""

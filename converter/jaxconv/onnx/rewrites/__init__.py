@@ -22,9 +22,21 @@ faster without changing the numbers:
 from __future__ import annotations
 
 import onnx_ir as ir
+import onnx_ir.passes.common  # noqa: F401  (ir.passes.common below)
 
-from jaxconv.onnx.rewrites import (_match, activations, broadcasts, gru, keepdims, layout, loops, lstm,
-                                   pooling, softmax, symbolic)
+from jaxconv.onnx.rewrites import (
+    _match,
+    activations,
+    broadcasts,
+    gru,
+    keepdims,
+    layout,
+    loops,
+    lstm,
+    pooling,
+    softmax,
+    symbolic,
+)
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:

@@ -77,7 +77,8 @@ def _same_value(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
     pa, pb = a.producer(), b.producer()
     if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain or len(pa.inputs) != len(pb.inputs):
         return False
-    if a.index() != b.index() or pa.attributes.keys() != pb.attributes.keys() or pa.attributes.keys() & {"body", "then_branch", "else_branch"}:
+    if a.index() != b.index() or pa.attributes.keys() != pb.attributes.keys() \
+            or pa.attributes.keys() & {"body", "then_branch", "else_branch"}:
         return False
     if any(pa.attributes[k].value != pb.attributes[k].value for k in pa.attributes):
         return False
