@@ -187,3 +187,51 @@ func.func @main(%q: tensor<4x!quant.uniform<i8:f32, 0.5:1>>) -> (tensor<4xi8>, t
     bits, values = _run(tmp_path, text, q)
     np.testing.assert_array_equal(bits, q)
     np.testing.assert_array_equal(values, (q.astype(np.float32) - 1) * np.float32(0.5))
+
+
+def _q(x: np.ndarray, scale: float, zp: int) -> np.ndarray:
+    return _quantize(x, np.float32(scale), np.float32(zp), -128, 127).astype(np.int64)
+
+
+def test_dot_general_with_zero_points_is_exact_integer_arithmetic(tmp_path):
+    """Zero points on both sides and a long contraction: the int32 dot of the centred operands, as
+    legalize-quant-to-math computes it; float arithmetic would lose integers past 2**24."""
+    k = 4096
+    text = f"""
+func.func @main(%a: tensor<2x{k}xf32>, %b: tensor<{k}x3xf32>) -> tensor<2x3xf32> {{
+  %0 = stablehlo.uniform_quantize %a : (tensor<2x{k}xf32>) -> tensor<2x{k}x!quant.uniform<i8:f32, 0.5:-3>>
+  %1 = stablehlo.uniform_quantize %b : (tensor<{k}x3xf32>) -> tensor<{k}x3x!quant.uniform<i8:f32, 0.25:5>>
+  %2 = stablehlo.dot_general %0, %1, contracting_dims = [1] x [0] : (tensor<2x{k}x!quant.uniform<i8:f32, 0.5:-3>>, tensor<{k}x3x!quant.uniform<i8:f32, 0.25:5>>) -> tensor<2x3x!quant.uniform<i32:f32, 0.125>>
+  %3 = stablehlo.uniform_dequantize %2 : (tensor<2x3x!quant.uniform<i32:f32, 0.125>>) -> tensor<2x3xf32>
+  return %3 : tensor<2x3xf32>
+}}
+"""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(55, 63, size=(2, k)).astype(np.float32)
+    b = rng.uniform(25, 31, size=(k, 3)).astype(np.float32)
+    acc = (_q(a, 0.5, -3) + 3) @ (_q(b, 0.25, 5) - 5)
+    assert acc.max() > 2 ** 24
+    (got,) = _run(tmp_path, text, a, b)
+    np.testing.assert_array_equal(got, acc.astype(np.float32) * np.float32(0.125))
+
+
+def test_nhwc_convolution_is_integer_arithmetic_with_the_input_zero_point_padded(tmp_path):
+    """SAME padding pads the input with its zero point (a zero after centring); kernel zero point 0."""
+    text = """
+func.func @main(%x: tensor<1x4x4x512xf32>, %w: tensor<3x3x512x2xf32>) -> tensor<1x4x4x2xf32> {
+  %0 = stablehlo.uniform_quantize %x : (tensor<1x4x4x512xf32>) -> tensor<1x4x4x512x!quant.uniform<i8:f32, 0.5:7>>
+  %1 = stablehlo.uniform_quantize %w : (tensor<3x3x512x2xf32>) -> tensor<3x3x512x2x!quant.uniform<i8:f32, 0.25>>
+  %2 = stablehlo.convolution(%0, %1) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f], window = {pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<1x4x4x512x!quant.uniform<i8:f32, 0.5:7>>, tensor<3x3x512x2x!quant.uniform<i8:f32, 0.25>>) -> tensor<1x4x4x2x!quant.uniform<i32:f32, 0.125>>
+  %3 = stablehlo.uniform_dequantize %2 : (tensor<1x4x4x2x!quant.uniform<i32:f32, 0.125>>) -> tensor<1x4x4x2xf32>
+  return %3 : tensor<1x4x4x2xf32>
+}
+"""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(40, 60, size=(1, 4, 4, 512)).astype(np.float32)
+    w = rng.uniform(20, 30, size=(3, 3, 512, 2)).astype(np.float32)
+    centred = np.pad(_q(x, 0.5, 7) - 7, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    patches = np.lib.stride_tricks.sliding_window_view(centred, (3, 3), axis=(1, 2))  # 1,4,4,512,3,3
+    acc = np.einsum("bhwcij,ijco->bhwo", patches, _q(w, 0.25, 0))
+    assert acc.max() > 2 ** 24
+    (got,) = _run(tmp_path, text, x, w)
+    np.testing.assert_array_equal(got, acc.astype(np.float32) * np.float32(0.125))

@@ -8,9 +8,13 @@ This module does the same on jaxconv's IR, op for op:
   (``QuantType.carrier``) and the expressed float, with the quantized type in ``attrs["quant"]``
   (and the operand's in ``attrs["operand_quant"]`` for a requantization). The ONNX lowering
   turns them into DequantizeLinear and the quantize arithmetic (``onnx/ops/quantized.py``).
-- ``add`` of three per-tensor quantized values, and ``dot_general``/``dot`` of quantized
-  operands without zero points, are computed on integers the way the pass does (requantize to
-  int32 and add; an int32 dot product scaled by ``lhs_scale * rhs_scale / result_scale``).
+- ``add`` of three per-tensor quantized values, and ``dot_general``/``dot``/``convolution`` of
+  per-tensor quantized operands, are computed on integers the way the pass does (requantize to
+  int32 and add; an int32 dot product of the zero-point-centred operands, scaled by
+  ``lhs_scale * rhs_scale / result_scale`` unless that is within 0.001 of 1). Where the pass
+  scales its zero-point offsets apart (zero points and a scale away from 1), and for the
+  convolutions it leaves to the fallback (a kernel zero point, lhs dilation, other layouts),
+  the op is computed in float as below.
   ``dot_general``, ``dot`` and ``convolution`` with a float lhs and a quantized rhs dequantize
   the rhs and compute in float (weight-only quantization).
 - Data movement ops (reshape, transpose, gather, slice, pad, concatenate, select, ...) move the
@@ -206,18 +210,23 @@ class _Rewriter:
             operands = [lhs, self.dequantize(rhs, op.location, out)] + list(op.operands[2:])
             out.append(hir.Op(op.name, operands, list(op.results), op.attrs, op.regions, op.location))
             return out
-        if op.name == "stablehlo.convolution" or ql is None or qr is None or qres is None:
-            return None
-        if ql.per_axis or qr.per_axis or qres.per_axis or ql.zero_points[0] or qr.zero_points[0]:
+        if ql is None or qr is None or qres is None or ql.per_axis or qr.per_axis or qres.per_axis:
             return None
         shape = res.type.shape
-        if any(d is None for d in shape):
+        if any(d is None for d in list(shape) + list(lhs.type.shape) + list(rhs.type.shape)):
             return None
-        out = []
+        zl, zr = ql.zero_points[0], qr.zero_points[0]
+        combined = ql.scales[0] * qr.scales[0] / qres.scales[0]
+        if op.name == "stablehlo.convolution" and (zr or not _integer_conv(op)):
+            return None
+        if (zl or zr) and abs(combined - 1.0) > 0.001:
+            return None  # the pass scales its zero-point offsets apart, truncating each: computed in float
+        out: list[hir.Op] = []
+        # dot(lhs - zl, rhs - zr) is the pass's dot(lhs, rhs) less its zero-point offsets, in exact integers
+        operands = [_centred(v, z, out, op.location) for v, z in ((lhs, zl), (rhs, zr))]
         i32 = hir.TensorType("int32", shape)
         acc = hir.Value(i32)
-        out.append(hir.Op(op.name, [lhs, rhs], [acc], op.attrs, [], op.location))
-        combined = ql.scales[0] * qr.scales[0] / qres.scales[0]
+        out.append(hir.Op(op.name, operands, [acc], op.attrs, [], op.location))
         if abs(combined - 1.0) > 0.001:
             f = hir.Value(hir.TensorType("float32", shape))
             out.append(_op("stablehlo.convert", [acc], [f], {}, op.location))
@@ -239,6 +248,43 @@ _SPECIAL: dict[str, Callable[[_Rewriter, hir.Op], "list[hir.Op] | None"]] = {
     "stablehlo.add": _Rewriter.add,
     **{name: _Rewriter.dot_like for name in _DOT_LIKE},
 }
+
+
+# The convolution layouts the pass computes on integers: (input, kernel, output) dimension orders.
+_INTEGER_CONV_LAYOUTS = (
+    ((0, 3, (1, 2)), (2, 3, (0, 1)), (0, 3, (1, 2))),  # NHWC, HWIO
+    ((0, 1, (2, 3)), (1, 0, (2, 3)), (0, 1, (2, 3))),  # NCHW, OIHW
+    ((0, 4, (1, 2, 3)), (3, 4, (0, 1, 2)), (0, 4, (1, 2, 3))),  # NDHWC
+    ((0, 1, (2, 3, 4)), (1, 0, (2, 3, 4)), (0, 1, (2, 3, 4))),  # NCDHW
+)
+
+
+def _integer_conv(op: hir.Op) -> bool:
+    """A convolution the pass computes on integers: no lhs dilation, one of its four layouts."""
+    if any(d != 1 for d in op.attrs.get("lhs_dilation") or ()):
+        return False
+    dn = op.attrs.get("dimension_numbers")
+    if dn is None:
+        return False
+    layout = ((dn["input_batch_dimension"], dn["input_feature_dimension"],
+               tuple(dn["input_spatial_dimensions"])),
+              (dn["kernel_input_feature_dimension"], dn["kernel_output_feature_dimension"],
+               tuple(dn["kernel_spatial_dimensions"])),
+              (dn["output_batch_dimension"], dn["output_feature_dimension"],
+               tuple(dn["output_spatial_dimensions"])))
+    return layout in _INTEGER_CONV_LAYOUTS
+
+
+def _centred(v: hir.Value, zero_point: int, out: list[hir.Op], loc: str) -> hir.Value:
+    """``v``'s storage integers as int32, less ``zero_point``."""
+    wide = hir.Value(hir.TensorType("int32", v.type.shape))
+    out.append(_op("stablehlo.convert", [v], [wide], {}, loc))
+    if not zero_point:
+        return wide
+    zp = _constant(np.full(v.type.shape, zero_point, np.int32), out, loc)
+    centred = hir.Value(hir.TensorType("int32", v.type.shape))
+    out.append(_op("stablehlo.subtract", [wide, zp], [centred], {}, loc))
+    return centred
 
 
 def _op(name: str, operands, results, attrs: dict, loc: str) -> hir.Op:
