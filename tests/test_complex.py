@@ -352,3 +352,14 @@ def test_multiplication_fuses_like_xla():
     a = np.array([1.5 + 1.5j, 3e20 + 3e20j, 0.1 + 0.3j], np.complex64)
     b = np.array([1e30 + 1e30j, 3e20 + 3e20j, 0.7 - 0.2j], np.complex64)
     assert_onnx_matches_jax(jnp.multiply, a, b, rtol=0, atol=0)
+
+
+def test_default_check_passes_complex_means_and_matrix_products():
+    """Edge inputs: a mean divides by a constant (XLA multiplies by its reciprocal); a complex matrix
+    product overflows in XLA's own order (such elements are undecided, not mismatches)."""
+    from jaxconv.api import to_onnx
+
+    report: list = []
+    to_onnx(lambda x: jnp.mean(x, axis=0), "c64[6,3]", report_to=report)
+    to_onnx(lambda a, b: jnp.einsum("bij,bjk->bik", a, b), "c64[2,3,4]", "c64[2,4,5]", report_to=report)
+    assert all(r.ok for rep in report for r in rep.rows)

@@ -13,7 +13,9 @@ edge values" with the class of the differing elements, not as a mismatch. On eve
 difference on any other input set is a mismatch, and on the ONNX target (whose lowering is
 jaxconv's own) so is a difference on edge values, with one exception: elements NaN in the artifact
 where jax.jit has a number, in a program with max/min pooling or argmax/argmin, are ``undecided``
-(XLA on the CPU keeps or drops NaN there depending on the tensor's size, so jax.jit is no reference).
+(XLA on the CPU keeps or drops NaN there depending on the tensor's size, so jax.jit is no reference);
+and elements infinite or NaN on one side only, in a program with an FFT or a complex matrix product,
+are ``undecided`` too (where their sums overflow depends on the order XLA adds them in).
 """
 
 from __future__ import annotations

@@ -202,8 +202,18 @@ def divide(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: s
 
 @complex_lowering("stablehlo.divide", onnx_ops=("Div", "Where"))
 def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Overflow-safe complex division (Smith's algorithm, XLA's edge cases)."""
+    """Overflow-safe complex division (Smith's algorithm, XLA's edge cases); by a constant, a product
+    with its reciprocal, which is what XLA's algebraic simplifier makes of it."""
     work = component(op.results[0].type.dtype)
+    known = ctx.fold(inputs[1])
+    if known is not None:
+        with np.errstate(all="ignore"):
+            c = known.astype(np.float64)
+            norm = c[..., 0] ** 2 + c[..., 1] ** 2
+            recip = np.stack([c[..., 0] / norm, -c[..., 1] / norm + 0.0], axis=-1).astype(work)
+        if np.isfinite(recip).all():
+            b = ctx.const(recip[..., 0]), ctx.const(recip[..., 1])
+            return pack(ctx, *multiply(ctx, parts(ctx, inputs[0]), b, work))
     return pack(ctx, *divide(ctx, parts(ctx, inputs[0]), parts(ctx, inputs[1]), work))
 
 
