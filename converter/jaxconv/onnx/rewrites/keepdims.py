@@ -2,9 +2,11 @@
 
 StableHLO reductions drop the reduced axes and ``jnp.mean(..., keepdims=True)`` puts them back
 with a broadcast: ``Unsqueeze(ReduceSum(x, axes, keepdims=0), axes)``, often with the lowering's
-pointwise fix of a sum's zero sign, ``Where(Equal(s, 0), +0, s)``, in between. The same values
-come out of ``ReduceSum(x, axes, keepdims=1)`` and the pointwise nodes on it (their other inputs
-are scalars), one node fewer per mean.
+pointwise fix of a sum's zero sign, ``Where(Equal(s, 0), +0, s)``, in between, or a variance
+computed from two such means (Flax's LayerNorm). The same values come out of the reductions with
+``keepdims=1`` and the pointwise nodes on them (their other inputs are one-element constants), when
+everything outside the region reads it through an Unsqueeze of the reduced axes: one node fewer
+per Unsqueeze.
 """
 
 from __future__ import annotations
@@ -17,88 +19,95 @@ from jaxconv.onnx.rewrites import _match as m
 _REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
                      "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
 _POINTWISE = frozenset({"Where", "Equal", "Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Sqrt",
-                        "Cast", "IsNaN", "Not", "Or", "And"})
+                        "Cast", "IsNaN", "Not", "Or", "And", "Relu", "Reciprocal", "Exp", "Log"})
 
 
 def rewrite(graph: ir.Graph) -> int:
     """Fold Unsqueezes of reduced axes into their reductions in ``graph``; returns how many."""
     count = 0
     for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "Unsqueeze" and _fold(graph, node):
-            count += 1
+        if node.domain in ("", "ai.onnx") and node.op_type == "Unsqueeze" and node.graph is graph:
+            count += _fold(node)
     return count
 
 
-def _fold(graph: ir.Graph, unsqueeze: ir.Node) -> bool:
+def _fold(unsqueeze: ir.Node) -> int:
+    """Fold ``unsqueeze`` and the other Unsqueezes of the same region; returns how many went."""
     axes = m.const(unsqueeze.inputs[1]) if len(unsqueeze.inputs) > 1 else None
     if axes is None or unsqueeze.inputs[0] is None:
-        return False
-    chain = _chain(unsqueeze.inputs[0])
-    if chain is None:
-        return False
-    reduce, members = chain
-    x = reduce.inputs[0]
+        return 0
+    region = _region(unsqueeze.inputs[0])
+    if region is None:
+        return 0
+    reduces = [n for n in region if n.op_type in _REDUCE]
+    x = reduces[0].inputs[0]
     rank = m.rank(x)
-    raxes = m.reduce_axes(reduce)
-    if rank is None or raxes is None or not raxes or m.attr(reduce, "keepdims", 1) != 0:
-        return False
-    if m.attr(reduce, "noop_with_empty_axes", 0):
-        return False
-    if sorted(a % rank for a in raxes) != sorted(int(a) % rank for a in np.atleast_1d(axes)):
-        return False
-    reduce.attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
+    if rank is None or any(r.inputs[0].shape != x.shape for r in reduces):
+        return 0
+    want = sorted(int(a) % rank for a in np.atleast_1d(axes))
+    for r in reduces:
+        raxes = m.reduce_axes(r)
+        if (not raxes or m.attr(r, "keepdims", 1) != 0 or m.attr(r, "noop_with_empty_axes", 0)
+                or sorted(a % rank for a in raxes) != want):
+            return 0
+    inside = {id(n) for n in region}
+    exits = []
+    for n in region:
+        out = n.outputs[0]
+        if out.is_graph_output():
+            return 0
+        for use in out.uses():
+            if id(use.node) in inside:
+                continue
+            if not _same_unsqueeze(use.node, want, rank) or use.idx != 0:
+                return 0
+            exits.append(use.node)
+    for r in reduces:
+        r.attributes["keepdims"] = ir.AttrInt64("keepdims", 1)
     dims = list(x.shape)
-    for a in raxes:
-        dims[a % rank] = 1
-    for v in [reduce.outputs[0], *(n.outputs[0] for n in members)]:
-        v.shape = ir.Shape(dims)
-    out = unsqueeze.outputs[0]
-    source = unsqueeze.inputs[0]
-    out.replace_all_uses_with(source, replace_graph_outputs=True)
-    return True
+    for a in want:
+        dims[a] = 1
+    for n in region:
+        n.outputs[0].shape = ir.Shape(dims)
+    for node in exits:
+        node.outputs[0].replace_all_uses_with(node.inputs[0], replace_graph_outputs=True)
+    return len(exits)
 
 
-def _chain(value: ir.Value) -> tuple[ir.Node, list[ir.Node]] | None:
-    """(the reduction, the pointwise nodes after it) when ``value`` is a reduction's result, possibly
-    through pointwise nodes whose other inputs are scalar constants; every value used only there."""
-    members: list[ir.Node] = []
+def _same_unsqueeze(node: ir.Node, want: list[int], rank: int) -> bool:
+    if node.op_type != "Unsqueeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+        return False
+    axes = m.const(node.inputs[1])
+    return axes is not None and sorted(int(a) % rank for a in np.atleast_1d(axes)) == want
+
+
+def _region(value: ir.Value) -> list[ir.Node] | None:
+    """The reductions (``keepdims=0``) ``value`` is computed from and the pointwise nodes between,
+    whose other inputs are one-element constants; None when ``value`` is computed otherwise."""
+    region: list[ir.Node] = []
     seen: set[int] = set()
     frontier = [value]
-    reduce = None
     while frontier:
         v = frontier.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
         node = v.producer()
-        if node is None or node.domain not in ("", "ai.onnx") or v.is_graph_output():
+        if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
             return None
-        if len(node.outputs) != 1:
-            return None
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        region.append(node)
         if node.op_type in _REDUCE:
-            if reduce is not None and reduce is not node:
-                return None
-            reduce = node
             continue
         if node.op_type not in _POINTWISE or node.attributes.keys() - {"to"}:
             return None
-        members.append(node)
         for i in node.inputs:
             if i is None:
                 return None
             arr = m.const(i)
-            if arr is not None:
-                if arr.size != 1 or arr.ndim > 1:
-                    return None
-                continue
-            frontier.append(i)
-    if reduce is None:
-        return None
-    inside = {id(n) for n in members} | {id(reduce)}
-    for n in [reduce, *members]:
-        for use in n.outputs[0].uses():
-            if id(use.node) not in inside and n.outputs[0] is not value:
+            if arr is None:
+                frontier.append(i)
+            elif arr.size != 1 or arr.ndim > 1:
                 return None
-    if len(value.uses()) != 1:
+    if not any(n.op_type in _REDUCE for n in region):
         return None
-    return reduce, members
+    return region

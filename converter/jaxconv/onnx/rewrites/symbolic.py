@@ -396,48 +396,77 @@ def _single_use(v: ir.Value) -> bool:
 
 
 def _matmul_without_reshapes(graph: ir.Graph, after: ir.Node, shapes: _Shapes) -> bool:
-    """``Reshape(MatMul(Reshape(x, [P, K]), W), A + [N])`` -> ``MatMul(x', W)``.
+    """``Reshape(MatMul(Reshape(x, [P, K]), W), A + T)`` -> ``MatMul(x', W)`` (and ``Reshape(.., A + T)``).
 
     ``x'`` is ``x`` when its leading dimensions are ``A``, else ``x`` reshaped to ``A + [K]``
-    (dims copied with 0 where ``x`` has them in place). W must be 2-D.
+    (dims copied with 0 where ``x`` has them in place). W must be 2-D with N columns; T is ``[N]``,
+    or two int dims whose product is N (heads split off a dense layer's output), which a last
+    Reshape makes. The first Reshape may feed other nodes (q, k and v projections of one input).
     """
     mm = m.producer(after.inputs[0], "MatMul")
     if mm is None or not _single_use(after.inputs[0]) or len(mm.inputs) != 2:
         return False
     before = m.producer(mm.inputs[0], "Reshape")
     w = shapes.shape(mm.inputs[1])
-    if before is None or w is None or len(w) != 2 or not _single_use(mm.inputs[0]):
+    if before is None or w is None or len(w) != 2 or mm.inputs[0].is_graph_output():
         return False
     x, flat, out = before.inputs[0], shapes.shape(mm.inputs[0]), shapes.shape(after.outputs[0])
     xs = shapes.shape(x)
-    if xs is None or flat is None or out is None or len(flat) != 2 or len(out) < 2 or out[-1] != w[1]:
+    if xs is None or flat is None or out is None or len(flat) != 2 or len(out) < 2:
+        return False
+    if out[-1] == w[1]:
+        tail: tuple = ()
+    elif (len(out) >= 3 and all(isinstance(d, int) for d in (*out[-2:], w[1]))
+          and out[-2] * out[-1] == w[1]):
+        tail = tuple(out[-2:])
+    else:
         return False
     # both Reshapes are valid, so prod(lead) * K == P * K == prod(x's dims)
-    lead = out[:-1]
+    lead = out[:-1] if not tail else out[:-2]
+    new: list[ir.Node] = []
     if xs[:-1] == lead and xs[-1] == w[0]:
-        source, new = x, []
+        source = x
     else:
-        dims = []
-        for k, d in enumerate(lead):
-            if k < len(xs) and xs[k] == d and not (isinstance(d, int) and d == 0):
-                dims.append(0)
-            elif isinstance(d, int):
-                dims.append(d)
-            else:
-                return False
-        if not isinstance(w[0], int):
+        dims = _copied(lead, xs)
+        if dims is None or not isinstance(w[0], int):
             return False
-        shape = ir.Value(name=None, const_value=ir.tensor(np.array(dims + [w[0]], np.int64)))
-        shape.type, shape.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(dims) + 1])
-        graph.register_initializer(_named_initializer(graph, shape, "matmul_shape"))
-        reshape = ir.node("Reshape", [x, shape])
+        reshape = ir.node("Reshape", [x, _int64s(graph, dims + [w[0]], "matmul_shape")])
         shapes.shapes[id(reshape.outputs[0])] = tuple(lead) + (w[0],)
-        source, new = reshape.outputs[0], [reshape]
+        source = reshape.outputs[0]
+        new.append(reshape)
     matmul = ir.node("MatMul", [source, mm.inputs[1]])
     matmul.outputs[0].dtype = after.outputs[0].dtype
-    shapes.shapes[id(matmul.outputs[0])] = out
-    m.replace(graph, after.outputs[0], [*new, matmul], after)
+    shapes.shapes[id(matmul.outputs[0])] = tuple(lead) + (w[1],)
+    new.append(matmul)
+    if tail:
+        heads = _int64s(graph, [0] * len(lead) + list(tail), "heads_shape")
+        split = ir.node("Reshape", [matmul.outputs[0], heads])
+        split.outputs[0].dtype = after.outputs[0].dtype
+        shapes.shapes[id(split.outputs[0])] = out
+        new.append(split)
+    m.replace(graph, after.outputs[0], new, after)
     return True
+
+
+def _copied(lead: Dims, xs: Dims) -> list[int] | None:
+    """A Reshape target for ``lead``: 0 (copy) where ``xs`` has the same dim in place, else ints."""
+    dims = []
+    for k, d in enumerate(lead):
+        if k < len(xs) and xs[k] == d:
+            dims.append(0)
+        elif isinstance(d, int) and d != 0:
+            dims.append(d)
+        else:
+            return None
+    return dims
+
+
+def _int64s(graph: ir.Graph, values: list[int], base: str) -> ir.Value:
+    """A new 1-D int64 initializer of ``graph``."""
+    value = ir.Value(name=None, const_value=ir.tensor(np.array(values, np.int64)))
+    value.type, value.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(values)])
+    graph.register_initializer(_named_initializer(graph, value, base))
+    return value
 
 
 def _named_initializer(graph: ir.Graph, value: ir.Value, base: str) -> ir.Value:
@@ -471,9 +500,7 @@ def _split(graph: ir.Graph, group: list[ir.Node], shapes: _Shapes) -> int:
     gaps = any(p[1] != q[0] for p, q in zip(pieces, pieces[1:]))
     if pieces[0][0] != 0 or pieces[-1][1] != xs[axis] or gaps:
         return 0
-    sizes = ir.Value(name=None, const_value=ir.tensor(np.array([e - s for s, e, _ in pieces], np.int64)))
-    sizes.type, sizes.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(pieces)])
-    graph.register_initializer(_named_initializer(graph, sizes, "split_sizes"))
+    sizes = _int64s(graph, [e - s for s, e, _ in pieces], "split_sizes")
     order = {id(n): k for k, n in enumerate(graph)}
     first = min(group, key=lambda n: order[id(n)])
     split = ir.node("Split", [group[0].inputs[0], sizes], {"axis": axis}, num_outputs=len(pieces))
