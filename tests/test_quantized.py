@@ -235,3 +235,22 @@ func.func @main(%x: tensor<1x4x4x512xf32>, %w: tensor<3x3x512x2xf32>) -> tensor<
     assert acc.max() > 2 ** 24
     (got,) = _run(tmp_path, text, x, w)
     np.testing.assert_array_equal(got, acc.astype(np.float32) * np.float32(0.125))
+
+
+@pytest.mark.parametrize("storage", ["i8", "u8", "i16", "u16", "i32"])
+def test_dequantize_feeding_a_transpose_loads_in_onnx_runtime(tmp_path, storage):
+    """ONNX Runtime's QDQ propagation puts a QuantizeLinear after a Transpose that a DequantizeLinear
+    feeds; for int8 and int32 storage it then cannot load its own model, so those dequantize by
+    arithmetic."""
+    q = f"!quant.uniform<{storage}:f32, 0.5>"
+    text = f"""
+func.func @main(%x: tensor<2x3xf32>) -> tensor<3x2xf32> {{
+  %0 = stablehlo.uniform_quantize %x : (tensor<2x3xf32>) -> tensor<2x3x{q}>
+  %1 = stablehlo.uniform_dequantize %0 : (tensor<2x3x{q}>) -> tensor<2x3xf32>
+  %2 = stablehlo.transpose %1, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return %2 : tensor<3x2xf32>
+}}
+"""
+    x = np.array([[0.0, 1.0, 2.5], [3.0, 7.25, 60.0]], np.float32)
+    (got,) = _run(tmp_path, text, x)
+    np.testing.assert_array_equal(got, (np.round(x / 0.5) * 0.5).T)

@@ -6,8 +6,7 @@ StableHLO's ``legalize-quant-to-math`` pass, which the StableHLO interpreter (an
 data) uses:
 
 - dequantize: ``float(q - zero_point) * scale`` is DequantizeLinear exactly (uint8 and 16-bit
-  storage, and int32 without zero points); int8 and other storage go through the same arithmetic
-  (see ``_DQ_STORAGE``).
+  storage); int8, int32 and other storage go through the same arithmetic (see ``_DQ_STORAGE``).
 - quantize: ``round_half_even(clamp(x / scale + zero_point, storage_min, storage_max))`` in float
   arithmetic. QuantizeLinear adds the zero point after rounding, so ties and values near them
   differ for odd zero points.
@@ -28,9 +27,10 @@ from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 from jaxconv.stablehlo.quant_types import QuantType
 
-# Storage types whose DequantizeLinear ONNX Runtime runs as written. Not int8: at opset 21 its QDQ
-# propagation puts a QuantizeLinear after a Transpose or Reshape that an int8 DequantizeLinear feeds,
-# and then refuses its own model ("output_dtype INT8 does not match y_zero_point type UINT8").
+# Storage types whose DequantizeLinear ONNX Runtime runs as written. Not int8 or int32: at opset 21
+# its QDQ propagation puts a QuantizeLinear after a Transpose or Reshape that the DequantizeLinear
+# feeds, and then refuses its own model ("output_dtype INT8 does not match y_zero_point type UINT8";
+# no int32 QuantizeLinear kernel).
 _DQ_STORAGE = frozenset({"uint8", "int16", "uint16"})
 
 
@@ -54,11 +54,10 @@ def lower_uniform_dequantize(ctx: LoweringContext, op: hir.Op, inputs: list[str]
     q: QuantType = op.attrs["quant"]
     src = op.operands[0].type.dtype
     rank = op.operands[0].type.rank
-    if src in _DQ_STORAGE or (src == "int32" and not any(q.zero_points)):
+    if src in _DQ_STORAGE:
         scale = ctx.const(np.asarray(q.scales if q.per_axis else q.scales[0], np.float32))
         zp = ctx.const(np.asarray(q.zero_points if q.per_axis else q.zero_points[0], dt.numpy_dtype(src)))
-        out = ctx.op("DequantizeLinear", [inputs[0], scale, None if src == "int32" else zp],
-                     axis=q.axis if q.per_axis else None)
+        out = ctx.op("DequantizeLinear", [inputs[0], scale, zp], axis=q.axis if q.per_axis else None)
     else:
         zp = _param(ctx, q.zero_points, q, rank, "int64")
         centred = ctx.op("Sub", [ctx.cast_if(inputs[0], src, "int64"), zp])
