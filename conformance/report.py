@@ -50,6 +50,27 @@ def summary(cells: Iterable[CellResult]) -> dict[str, dict[str, dict[str, int]]]
     return out
 
 
+def route_table(cells: Iterable[CellResult]) -> list[str]:
+    """REPORT.md lines: per target with routes (TFLite: xla, tf-ops), how many cells of each status each
+    route gave; "none" counts cells where every route failed before an artifact existed."""
+    counts: dict[tuple[str, str, str], dict[str, int]] = {}
+    routed = {c.target for c in cells if c.route}
+    for c in cells:
+        if c.target in routed and c.status != "skip":
+            row = counts.setdefault((c.target, c.device, c.route or "none"), {s: 0 for s in STATUSES})
+            row[c.status] = row.get(c.status, 0) + 1
+    if not counts:
+        return []
+    lines = ["", "### Per route", "",
+             "`tflite` runs `to_tflite(route=\"auto\")`: the xla route (jax2tf), else tf-ops (jaxconv's ONNX as plain "
+             "TF ops) when xla fails to convert, to run, or to match jax.jit; `saved-model` takes tf-ops for LAPACK "
+             "calls. Each cell counts under the route its artifact came from.", "",
+             "| target | device | route | ✓ pass | ✗ fail | xfail | XPASS |", "|---|---|---|---|---|---|---|"]
+    for (t, d, r), row in sorted(counts.items()):
+        lines.append(f"| {t} | {d} | {r} | {row['pass']} | {row['fail']} | {row['xfail']} | {row['xpass']} |")
+    return lines
+
+
 def coverage(cells: Iterable[CellResult]) -> dict[str, list[str]]:
     """Registered lowerings no case exercises, and ops the cases meet that have no lowering."""
     from jaxconv.onnx.registry import all_lowerings
@@ -173,6 +194,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {t} | {d} | {row['pass']} | {row['fail']} | {row['xfail']} | {row['xpass']} | {row['skip']} | {rate} |")
     if "gpu" in devices and not gpu_ran:
         lines.append(f"| all | gpu | {report['gpu']} | | | | | |")
+    lines += route_table(cells)
     cov = report.get("coverage", {})
     if cov:
         lines += ["", f"Registered ONNX lowerings no case exercises: {', '.join(cov['registered_not_exercised']) or 'none'}.", "",
