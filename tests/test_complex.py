@@ -363,3 +363,14 @@ def test_default_check_passes_complex_means_and_matrix_products():
     to_onnx(lambda x: jnp.mean(x, axis=0), "c64[6,3]", report_to=report)
     to_onnx(lambda a, b: jnp.einsum("bij,bjk->bik", a, b), "c64[2,3,4]", "c64[2,4,5]", report_to=report)
     assert all(r.ok for rep in report for r in rep.rows)
+
+
+def test_symbolic_batch_through_complex_ops_and_ffts():
+    from jaxconv.api import to_onnx
+
+    report: list = []
+    to_onnx(jnp.fft.fft, "c64[b,8]", report_to=report)
+    to_onnx(lambda x: jnp.fft.irfft(x, n=16), "c64[b,9]", report_to=report)
+    to_onnx(lambda x, y: x * y / (y + 1), "c64[b]", "c64[b]", report_to=report)
+    assert all(r.ok for rep in report for r in rep.rows)
+    assert all(r.verdict != "mismatch" for rep in report for r in rep.rows if r.inputs != "edge")

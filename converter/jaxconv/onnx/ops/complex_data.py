@@ -41,6 +41,7 @@ _PASS_THROUGH = (
     "stablehlo.tuple",
     "stablehlo.get_tuple_element",
     "stablehlo.custom_call",
+    "stablehlo.get_dimension_size",
 )
 
 
