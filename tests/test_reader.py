@@ -51,3 +51,28 @@ def test_constants_of_every_dtype_are_read_exactly(values):
     got = consts[0]
     assert got.dtype == values.dtype and got.shape == values.shape
     np.testing.assert_array_equal(got.view(np.uint8), values.view(np.uint8))
+
+
+def test_dimension_numbers_are_typed_records_named_as_in_the_spec():
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from jaxconv.stablehlo import ir as hir
+    from jaxconv.stablehlo.reader import read_module
+
+    def f(x, i):
+        return x[i], x @ x.T, x.at[i].add(1.0)
+
+    exported = export.export(jax.jit(f))(jax.ShapeDtypeStruct((4, 4), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.int32))
+    module = read_module(exported.mlir_module_serialized)
+    found = {op.name: op.attrs.get("dimension_numbers", op.attrs.get("dot_dimension_numbers",
+                                                                      op.attrs.get("scatter_dimension_numbers")))
+             for fn in module.functions.values() for op in hir.walk_ops(fn.body)}
+    gather, dot, scatter = found["stablehlo.gather"], found["stablehlo.dot_general"], found["stablehlo.scatter"]
+    assert isinstance(gather, hir.GatherDimensionNumbers) and gather.index_vector_dim == 1
+    assert gather.start_index_map == (0,) and gather.collapsed_slice_dims == (0,) and gather.offset_dims == (1,)
+    assert isinstance(dot, hir.DotDimensionNumbers) and dot.lhs_contracting_dimensions == (1,)
+    assert isinstance(scatter, hir.ScatterDimensionNumbers) and scatter.scattered_dims_to_operand_dims == (0,)
+    assert dict(gather)["index_vector_dim"] == 1 and gather["offset_dims"] == (1,)  # still readable as a mapping
+    assert hir.GatherDimensionNumbers.of(dict(gather)) == gather

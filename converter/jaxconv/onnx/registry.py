@@ -73,13 +73,14 @@ def register(entry: Lowering) -> None:
     REGISTRY[entry.op_name] = entry
 
 
-def lowering(*op_names: str, check: CheckFn | None = None, onnx_ops: Iterable[str] = ()) -> Callable[[LowerFn], LowerFn]:
-    """Decorator registering ``fn`` as the lowering of each of ``op_names``."""
+def lowering(*op_names: str, check: CheckFn | None = None, onnx_ops: Iterable[str] = (),
+             conditions: str = "") -> Callable[[LowerFn], LowerFn]:
+    """Decorator registering ``fn`` as the lowering of each of ``op_names`` (``conditions``: see ``Lowering``)."""
 
     def wrap(fn: LowerFn) -> LowerFn:
         for name in op_names:
-            register(Lowering(op_name=name, fn=fn, family=_family_of(fn), check=check,
-                              onnx_ops=tuple(onnx_ops), doc=(fn.__doc__ or "").strip().split("\n")[0]))
+            register(Lowering(op_name=name, fn=fn, family=_family_of(fn), check=check, onnx_ops=tuple(onnx_ops),
+                              doc=(fn.__doc__ or "").strip().split("\n")[0], conditions=conditions))
         return fn
 
     return wrap

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
 _ids = itertools.count()
@@ -68,7 +69,8 @@ class Op:
     Attributes:
         name: full op name, e.g. ``stablehlo.add``.
         operands, results: SSA values.
-        attrs: decoded attributes (ints, floats, strs, bools, tuples, numpy arrays, dicts).
+        attrs: decoded attributes (ints, floats, strs, bools, tuples, numpy arrays, dicts, and the
+            dimension-numbers records above).
         regions: bodies (reduce, sort, while, case, ...), one Block each.
         location: MLIR location text, e.g. ``model.py:12``; "" when unknown.
     """
@@ -86,6 +88,85 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name}, {self.operands} -> {self.results})"
+
+
+class _Record(Mapping[str, Any]):
+    """A dimension-numbers record; also a read-only mapping of its fields, for code that reads it as a dict."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any]) -> Any:
+        """``value`` as this record (a record is returned as it is; a mapping of the fields is converted)."""
+        return value if isinstance(value, cls) else cls(**{k: value[k] for k in cls._names()})
+
+
+@dataclass(frozen=True, eq=False)
+class DotDimensionNumbers(_Record):
+    """``stablehlo.dot_general``'s ``dot_dimension_numbers``, fields named as in the StableHLO spec."""
+
+    lhs_batching_dimensions: tuple[int, ...]
+    rhs_batching_dimensions: tuple[int, ...]
+    lhs_contracting_dimensions: tuple[int, ...]
+    rhs_contracting_dimensions: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ConvDimensionNumbers(_Record):
+    """``stablehlo.convolution``'s ``dimension_numbers``: where batch, feature and spatial axes are."""
+
+    input_batch_dimension: int
+    input_feature_dimension: int
+    input_spatial_dimensions: tuple[int, ...]
+    kernel_input_feature_dimension: int
+    kernel_output_feature_dimension: int
+    kernel_spatial_dimensions: tuple[int, ...]
+    output_batch_dimension: int
+    output_feature_dimension: int
+    output_spatial_dimensions: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class GatherDimensionNumbers(_Record):
+    """``stablehlo.gather``'s ``dimension_numbers`` (and ``dynamic_gather``'s)."""
+
+    offset_dims: tuple[int, ...]
+    collapsed_slice_dims: tuple[int, ...]
+    operand_batching_dims: tuple[int, ...]
+    start_indices_batching_dims: tuple[int, ...]
+    start_index_map: tuple[int, ...]
+    index_vector_dim: int
+
+
+@dataclass(frozen=True, eq=False)
+class ScatterDimensionNumbers(_Record):
+    """``stablehlo.scatter``'s ``scatter_dimension_numbers``."""
+
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    input_batching_dims: tuple[int, ...]
+    scatter_indices_batching_dims: tuple[int, ...]
+    scattered_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+
+
+DIMENSION_NUMBERS: dict[str, type[_Record]] = {
+    "DotDimensionNumbers": DotDimensionNumbers, "ConvDimensionNumbers": ConvDimensionNumbers,
+    "GatherDimensionNumbers": GatherDimensionNumbers, "ScatterDimensionNumbers": ScatterDimensionNumbers,
+}
 
 
 @dataclass(eq=False)

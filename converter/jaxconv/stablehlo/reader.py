@@ -30,9 +30,9 @@ _TERMINATORS = {"stablehlo.return", "func.return"}
 
 def _mlir():
     from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
     from jaxlib.mlir.dialects import chlo, mhlo, sdy
     from jaxlib.mlir.dialects import stablehlo as shlo
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 
     return ir, shlo, chlo, sdy, mhlo, _jax_mlir_ext
 
@@ -338,7 +338,9 @@ def decode_attr(attr) -> Any:
             wrapped = klass(attr)
             if fields is None:
                 return wrapped.value
-            return {f: _plain(getattr(wrapped, f)) for f in fields}
+            plain = {f: _plain(getattr(wrapped, f)) for f in fields}
+            record = hir.DIMENSION_NUMBERS.get(cls)
+            return record(**plain) if record is not None else plain
     return str(attr)
 
 

@@ -48,7 +48,7 @@ def _window_attr(op: hir.Op, name: str, nsp: int) -> list[int] | None:
 
 
 def _check(op: hir.Op) -> str | None:
-    nsp = len(op.attrs["dimension_numbers"]["input_spatial_dimensions"])
+    nsp = len(hir.ConvDimensionNumbers.of(op.attrs["dimension_numbers"]).input_spatial_dimensions)
     for name in ("window_strides", "lhs_dilation", "rhs_dilation"):
         if _window_attr(op, name, nsp) is None:
             return (f"convolution {name} {list(op.attrs.get(name))} does not have one entry per spatial "
@@ -63,13 +63,13 @@ def _check(op: hir.Op) -> str | None:
         return None
     if work not in MATMUL_NATIVE:
         return f"convolution producing {op.results[0].type.dtype} has no ONNX Runtime kernel"
-    dn = op.attrs["dimension_numbers"]
+    dn = hir.ConvDimensionNumbers.of(op.attrs["dimension_numbers"])
     lt, kt = op.operands[0].type, op.operands[1].type
-    if op.name == "stablehlo.dynamic_conv" or any(lt.shape[d] is None for d in dn["input_spatial_dimensions"]) \
-            or not kt.is_static or lt.shape[dn["input_feature_dimension"]] is None:
+    if op.name == "stablehlo.dynamic_conv" or any(lt.shape[d] is None for d in dn.input_spatial_dimensions) \
+            or not kt.is_static or lt.shape[dn.input_feature_dimension] is None:
         return (f"{lt.dtype} convolution with dynamic spatial dims is not lowered yet "
                 f"(ONNX Conv has no {lt.dtype} kernel)")
-    if int(np.prod([kt.shape[d] for d in dn["kernel_spatial_dimensions"]])) > MAX_KERNEL_OFFSETS:
+    if int(np.prod([kt.shape[d] for d in dn.kernel_spatial_dimensions])) > MAX_KERNEL_OFFSETS:
         return f"{lt.dtype} convolution with more than {MAX_KERNEL_OFFSETS} kernel positions is not lowered"
     return None
 
@@ -78,11 +78,11 @@ def _check(op: hir.Op) -> str | None:
           onnx_ops=("Conv", "Transpose", "Pad", "MatMul"))
 def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Conv for f32/f16/bf16 (any layout, dilation, padding, groups); shifted slices + MatMul for f64 and ints."""
-    dn = op.attrs["dimension_numbers"]
+    dn = hir.ConvDimensionNumbers.of(op.attrs["dimension_numbers"])
     lt, kt, result = op.operands[0].type, op.operands[1].type, op.results[0].type
     work, use_conv = _work(op)
-    isp = list(dn["input_spatial_dimensions"])
-    ksp = list(dn["kernel_spatial_dimensions"])
+    isp = list(dn.input_spatial_dimensions)
+    ksp = list(dn.kernel_spatial_dimensions)
     nsp = len(isp)
     strides = _window_attr(op, "window_strides", nsp)
     lhs_dil = _window_attr(op, "lhs_dilation", nsp)
@@ -91,8 +91,8 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     if result.is_static and 0 in result.shape:
         return _zeros(ctx, result)
 
-    lhs_perm = [dn["input_batch_dimension"], dn["input_feature_dimension"]] + isp
-    rhs_perm = [dn["kernel_output_feature_dimension"], dn["kernel_input_feature_dimension"]] + ksp
+    lhs_perm = [dn.input_batch_dimension, dn.input_feature_dimension] + isp
+    rhs_perm = [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension] + ksp
     x = transpose(ctx, ctx.cast_if(inputs[0], lt.dtype, work), lhs_perm)
     shape: list[int | None] = [lt.shape[d] for d in lhs_perm]
     k = transpose(ctx, ctx.cast_if(inputs[1], kt.dtype, work), rhs_perm)
@@ -104,8 +104,8 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
             and all(s == 1 for s in strides) and op.name == "stablehlo.convolution":
         padding = np.asarray(op.attrs.get("padding", np.zeros((nsp, 2), np.int64))).reshape(nsp, 2)
         out = _transposed(ctx, x, k, kshape, strides, lhs_dil, rhs_dil, padding, fgc)
-        out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
-                                              + list(dn["output_spatial_dimensions"])))
+        out = transpose(ctx, out, win.inverse([dn.output_batch_dimension, dn.output_feature_dimension]
+                                              + list(dn.output_spatial_dimensions)))
         return ctx.cast_if(out, work, result.dtype)
     real = None
     if not use_conv and work in dt.FLOATS and op.name == "stablehlo.convolution":
@@ -135,8 +135,8 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
                      kernel_shape=kshape[2:])
     else:
         out = _shifted_matmul(ctx, x, shape, k, kshape, strides, rhs_dil, groups, real)
-    out = transpose(ctx, out, win.inverse([dn["output_batch_dimension"], dn["output_feature_dimension"]]
-                                          + list(dn["output_spatial_dimensions"])))
+    out = transpose(ctx, out, win.inverse([dn.output_batch_dimension, dn.output_feature_dimension]
+                                          + list(dn.output_spatial_dimensions)))
     return ctx.cast_if(out, work, result.dtype)
 
 

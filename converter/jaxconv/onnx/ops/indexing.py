@@ -7,6 +7,7 @@ clamp and mask explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,13 +22,13 @@ from jaxconv.stablehlo import ir as hir
 
 
 # ---- shared index plumbing -----------------------------------------------------------------------
-def _indices_last(ctx: LoweringContext, idx: str, it: hir.TensorType, ivd: int) -> tuple[str, list[int]]:
+def _indices_last(ctx: LoweringContext, idx: str, it: hir.TensorType, index_vector_dim: int) -> tuple[str, list[int]]:
     """int64 indices with the index vector as the last axis; also the indices' batch axes (in order)."""
-    batch = [a for a in range(it.rank) if a != ivd]
-    if ivd == it.rank:
+    batch = [a for a in range(it.rank) if a != index_vector_dim]
+    if index_vector_dim == it.rank:
         idx = ctx.op("Unsqueeze", [idx, ctx.i64([it.rank])])
-    elif ivd != it.rank - 1:
-        idx = ctx.op("Transpose", [idx], perm=batch + [ivd])
+    elif index_vector_dim != it.rank - 1:
+        idx = ctx.op("Transpose", [idx], perm=batch + [index_vector_dim])
     return sh.index_scalar(ctx, idx, it.dtype), batch
 
 
@@ -70,14 +71,15 @@ class _Gather:
     xt: hir.TensorType
     idx: str
     it: hir.TensorType
-    dn: dict
+    dn: hir.GatherDimensionNumbers
     sizes: list  # int or 1-D int64 tensor per operand dim
     result: hir.TensorType
 
 
 def _check_gather(op: hir.Op) -> str | None:
-    dn = op.attrs.get("dimension_numbers")
-    if not isinstance(dn, dict):
+    try:
+        hir.GatherDimensionNumbers.of(op.attrs["dimension_numbers"])
+    except (KeyError, TypeError):
         return "gather without readable dimension numbers"
     return None
 
@@ -85,7 +87,8 @@ def _check_gather(op: hir.Op) -> str | None:
 @lowering("stablehlo.gather", check=_check_gather, onnx_ops=("Gather", "GatherElements", "GatherND"))
 def lower_gather(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Gather / GatherElements / Slice / GatherND with start indices clamped like StableHLO."""
-    g = _Gather(inputs[0], op.operands[0].type, inputs[1], op.operands[1].type, op.attrs["dimension_numbers"],
+    g = _Gather(inputs[0], op.operands[0].type, inputs[1], op.operands[1].type,
+                hir.GatherDimensionNumbers.of(op.attrs["dimension_numbers"]),
                 list(op.attrs["slice_sizes"]), op.results[0].type)
     return _gather(ctx, g)
 
@@ -100,7 +103,8 @@ def lower_dynamic_gather(ctx: LoweringContext, op: hir.Op, inputs: list[str]) ->
         sizes: list = [int(v) for v in known.reshape(-1)]
     else:
         sizes = [ctx.op("Slice", [sizes_name, ctx.i64([d]), ctx.i64([d + 1])]) for d in range(rank)]
-    g = _Gather(inputs[0], op.operands[0].type, inputs[1], op.operands[1].type, op.attrs["dimension_numbers"],
+    g = _Gather(inputs[0], op.operands[0].type, inputs[1], op.operands[1].type,
+                hir.GatherDimensionNumbers.of(op.attrs["dimension_numbers"]),
                 sizes, op.results[0].type)
     return _gather(ctx, g)
 
@@ -110,11 +114,10 @@ def _gather(ctx: LoweringContext, g: _Gather) -> str:
     if empty is not None:
         return empty
     dn = g.dn
-    ivd = dn["index_vector_dim"]
-    nbatch = g.it.rank - (1 if ivd < g.it.rank else 0)
+    nbatch = g.it.rank - (1 if dn.index_vector_dim < g.it.rank else 0)
     if nbatch == 0:
         return _gather_one_slice(ctx, g)
-    path = _gather_take_path(g) if not dn["operand_batching_dims"] else None
+    path = _gather_take_path(g) if not dn.operand_batching_dims else None
     if path is not None:
         return _gather_take(ctx, g, path)
     if _gather_elements_ok(g):
@@ -134,21 +137,21 @@ def _gather_one_slice(ctx: LoweringContext, g: _Gather) -> str:
     if g.it.rank == 0:
         idx = ctx.op("Unsqueeze", [idx, ctx.i64([0])])
     starts = [ctx.scalar(0, "int64")] * g.xt.rank
-    for k, d in enumerate(dn["start_index_map"]):
+    for k, d in enumerate(dn.start_index_map):
         if _full(g, d):
             continue
         s = ctx.op("Squeeze", [ctx.op("Slice", [idx, ctx.i64([k]), ctx.i64([k + 1])]), ctx.i64([0])])
         starts[d] = sh.clamp(ctx, s, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, d), g.sizes[d]))
     out = sh.slice_at(ctx, g.x, g.xt, starts, g.sizes)
-    collapsed = list(dn["collapsed_slice_dims"])
+    collapsed = list(dn.collapsed_slice_dims)
     return ctx.op("Squeeze", [out, ctx.i64(collapsed)]) if collapsed else out
 
 
 def _result_perm(g: _Gather, natural: Sequence[str | int]) -> list[int]:
     """Transpose taking a layout of labels (('b', i) batch axis i, ('o', d) operand dim d) to the result's."""
-    offset_dims = list(g.dn["offset_dims"])
-    window = [d for d in range(g.xt.rank) if d not in g.dn["collapsed_slice_dims"]
-              and d not in g.dn["operand_batching_dims"]]
+    offset_dims = list(g.dn.offset_dims)
+    window = [d for d in range(g.xt.rank) if d not in g.dn.collapsed_slice_dims
+              and d not in g.dn.operand_batching_dims]
     target = []
     b = 0
     for r in range(g.result.rank):
@@ -163,22 +166,22 @@ def _result_perm(g: _Gather, natural: Sequence[str | int]) -> list[int]:
 def _gather_take_path(g: _Gather) -> int | None:
     """The operand axis when the gather is a Gather along one axis (x[i], x[:, i], take)."""
     dn = g.dn
-    if len(dn["start_index_map"]) != 1:
+    if len(dn.start_index_map) != 1:
         return None
-    a = dn["start_index_map"][0]
+    a = dn.start_index_map[0]
     if g.sizes[a] != 1 or any(not _full(g, d) for d in range(g.xt.rank) if d != a):
         return None
     return a
 
 
 def _gather_take(ctx: LoweringContext, g: _Gather, a: int) -> str:
-    idx, batch = _indices_last(ctx, g.idx, g.it, g.dn["index_vector_dim"])
+    idx, batch = _indices_last(ctx, g.idx, g.it, g.dn.index_vector_dim)
     nb = len(batch)
     i = ctx.op("Squeeze", [idx, ctx.i64([nb])])
     i = sh.clamp(ctx, i, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, a), 1))
     out = ctx.op("Gather", [g.x, i], axis=a)
     natural: list = [("o", d) for d in range(a)] + [("b", k) for k in range(nb)]
-    if a not in g.dn["collapsed_slice_dims"]:
+    if a not in g.dn.collapsed_slice_dims:
         out = ctx.op("Unsqueeze", [out, ctx.i64([a + nb])])
         natural.append(("o", a))
     natural += [("o", d) for d in range(a + 1, g.xt.rank)]
@@ -188,27 +191,27 @@ def _gather_take(ctx: LoweringContext, g: _Gather, a: int) -> str:
 def _gather_elements_ok(g: _Gather) -> bool:
     """take_along_axis: one indexed axis, every other operand axis a batching axis, slices of size 1."""
     dn = g.dn
-    if len(dn["start_index_map"]) != 1 or dn["offset_dims"]:
+    if len(dn.start_index_map) != 1 or dn.offset_dims:
         return False
-    a = dn["start_index_map"][0]
-    others = sorted(dn["operand_batching_dims"])
-    if others != [d for d in range(g.xt.rank) if d != a] or list(dn["collapsed_slice_dims"]) != [a]:
+    a = dn.start_index_map[0]
+    others = sorted(dn.operand_batching_dims)
+    if others != [d for d in range(g.xt.rank) if d != a] or list(dn.collapsed_slice_dims) != [a]:
         return False
-    nbatch = g.it.rank - (1 if dn["index_vector_dim"] < g.it.rank else 0)
+    nbatch = g.it.rank - (1 if dn.index_vector_dim < g.it.rank else 0)
     return nbatch == g.xt.rank and all(s == 1 for s in g.sizes if isinstance(s, int)) and \
         all(isinstance(s, int) for s in g.sizes)
 
 
 def _gather_elements(ctx: LoweringContext, g: _Gather) -> str:
     dn = g.dn
-    a = dn["start_index_map"][0]
-    idx, batch = _indices_last(ctx, g.idx, g.it, dn["index_vector_dim"])
+    a = dn.start_index_map[0]
+    idx, batch = _indices_last(ctx, g.idx, g.it, dn.index_vector_dim)
     nb = len(batch)
     i = ctx.op("Squeeze", [idx, ctx.i64([nb])])
     i = sh.clamp(ctx, i, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, a), 1))
     # Batch axis (position in `batch`) that feeds each operand axis.
     feeds = {}
-    for od, idim in zip(dn["operand_batching_dims"], dn["start_indices_batching_dims"]):
+    for od, idim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         feeds[od] = batch.index(idim)
     free = [p for p in range(nb) if p not in feeds.values()]
     feeds[a] = free[0]
@@ -221,40 +224,50 @@ def _gather_elements(ctx: LoweringContext, g: _Gather) -> str:
 def _gather_nd(ctx: LoweringContext, g: _Gather) -> str:
     """General gather: full element coordinates, one GatherND, then Transpose into place."""
     dn = g.dn
-    idx, batch = _indices_last(ctx, g.idx, g.it, dn["index_vector_dim"])
+    idx, batch = _indices_last(ctx, g.idx, g.it, dn.index_vector_dim)
     nb = len(batch)
     rank = g.xt.rank
-    collapsed = set(dn["collapsed_slice_dims"]) | set(dn["operand_batching_dims"])
+    collapsed = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
     window = [d for d in range(rank) if d not in collapsed]
     # Trailing operand dims that are taken whole need no coordinates.
     k = rank
     while k > 1 and (k - 1) in window and _full(g, k - 1):
         k -= 1
     grid_window = [d for d in window if d < k]
-    total = nb + len(grid_window)
     starts: dict[int, str] = {}
-    for c, d in enumerate(dn["start_index_map"]):
+    for c, d in enumerate(dn.start_index_map):
         if d >= k:
             continue
         s = _component(ctx, idx, c)
         starts[d] = sh.clamp(ctx, s, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, d), g.sizes[d]))
-    for od, idim in zip(dn["operand_batching_dims"], dn["start_indices_batching_dims"]):
+    for od, idim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         if od < k:
             starts[od] = _batch_iota(ctx, idx, batch.index(idim), nb)
+    full = _coordinate_grid(ctx, idx, nb, starts, grid_window, g.sizes, k)
+    out = ctx.op("GatherND", [g.x, full])
+    natural = [("b", p) for p in range(nb)] + [("o", d) for d in grid_window] + [("o", d) for d in range(k, rank)]
+    return _permute(ctx, out, _result_perm(g, natural))
+
+
+def _coordinate_grid(ctx: LoweringContext, idx: str, nb: int, starts: dict[int, str], grid_window: list[int],
+                     sizes: Sequence | dict, k: int) -> str:
+    """int64 element coordinates [batch..., window dims < k..., k] for GatherND and ScatterND.
+
+    Coordinate ``d`` is the window's start along operand dim ``d`` (``starts``, of the batch shape)
+    plus, for dims in ``grid_window``, the offset within a window of ``sizes[d]`` elements.
+    """
+    total = nb + len(grid_window)
+    full_shape = _grid_shape(ctx, idx, nb, [sizes[d] for d in grid_window])
     coords = []
-    full_shape = _grid_shape(ctx, idx, nb, [g.sizes[d] for d in grid_window])
     for d in range(k):
-        coord = _unsqueeze_tail(ctx, starts[d], nb, len(grid_window)) if d in starts else None
+        coord = _unsqueeze_tail(ctx, starts[d], nb, len(grid_window)) if d in starts and nb else starts.get(d)
         if d in grid_window:
-            iota = sh.iota_along(ctx, g.sizes[d], nb + grid_window.index(d), total)
+            iota = sh.iota_along(ctx, sizes[d], nb + grid_window.index(d), total)
             coord = iota if coord is None else ctx.op("Add", [coord, iota])
         if coord is None:
             coord = ctx.scalar(0, "int64")
         coords.append(ctx.op("Unsqueeze", [ctx.op("Expand", [coord, full_shape]), ctx.i64([total])]))
-    full = coords[0] if len(coords) == 1 else ctx.op("Concat", coords, axis=-1)
-    out = ctx.op("GatherND", [g.x, full])
-    natural = [("b", p) for p in range(nb)] + [("o", d) for d in grid_window] + [("o", d) for d in range(k, rank)]
-    return _permute(ctx, out, _result_perm(g, natural))
+    return coords[0] if len(coords) == 1 else ctx.op("Concat", coords, axis=-1)
 
 
 def _grid_shape(ctx: LoweringContext, idx_last: str, nb: int, window_sizes: Sequence) -> str:
@@ -320,25 +333,25 @@ def _constant_starts_valid(ctx: LoweringContext, idx_name: str, op: hir.Op, wsiz
     """True when the indices are constants whose every window is in range (no masks needed)."""
     values = ctx.constant_value(idx_name)
     xt = op.operands[0].type
-    dn = op.attrs["scatter_dimension_numbers"]
+    dn = hir.ScatterDimensionNumbers.of(op.attrs["scatter_dimension_numbers"])
     if values is None or not xt.is_static or not all(isinstance(v, int) for v in wsize.values()):
         return False
-    ivd = dn["index_vector_dim"]
     v = values.astype(np.int64)
-    v = v[..., None] if ivd == v.ndim else np.moveaxis(v, ivd, -1)
-    for c, d in enumerate(dn["scattered_dims_to_operand_dims"]):
+    v = v[..., None] if dn.index_vector_dim == v.ndim else np.moveaxis(v, dn.index_vector_dim, -1)
+    for c, d in enumerate(dn.scattered_dims_to_operand_dims):
         comp = v[..., c]
         if comp.size and (comp.min() < 0 or comp.max() > xt.shape[d] - wsize[d]):
             return False
     return True
 
 
-@lowering("stablehlo.scatter", check=_check_scatter, onnx_ops=("ScatterND",))
+@lowering("stablehlo.scatter", check=_check_scatter, onnx_ops=("ScatterND",),
+          conditions="one operand; a set, add, multiply, maximum or minimum combiner")
 def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """ScatterND (reduction none/add/mul/max/min); out-of-range windows are dropped like StableHLO."""
     x, idx_in, upd = inputs
     xt, it, ut = (v.type for v in op.operands)
-    dn = op.attrs["scatter_dimension_numbers"]
+    dn = hir.ScatterDimensionNumbers.of(op.attrs["scatter_dimension_numbers"])
     kind = scatter_kind(op)
     assert kind is not None
     if xt.rank == 0:
@@ -348,28 +361,59 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     dtype = xt.dtype
     work = dtype if kind == "none" else _REDUCTION_DETOUR.get(dtype, dtype)
     x = ctx.cast_if(x, dtype, work)
+    wsize, grid_window, k = _scatter_windows(ctx, dn, xt, ut, upd)
+    window_dims = list(dn.update_window_dims)
+    u = _permute(ctx, ctx.cast_if(upd, dtype, work), [d for d in range(ut.rank) if d not in window_dims] + window_dims)
+    idx, batch = _indices_last(ctx, idx_in, it, dn.index_vector_dim)
+    nb = len(batch)
+    checked = not _constant_starts_valid(ctx, idx_in, op, wsize)
+    starts, valid = _scatter_starts(ctx, dn, x, xt, idx, batch, wsize, checked)
+    dim0 = sh.dim(ctx, x, xt, 0)
+    if valid is not None and kind == "none":
+        # Invalid windows write into rows appended past the end of axis 0, sliced off afterwards.
+        x = _pad_axis0(ctx, x, xt.rank, wsize[0], work)
+        starts[0] = ctx.op("Where", [valid, starts.get(0, ctx.scalar(0, "int64")), sh.dim_scalar(ctx, dim0)])
+    elif valid is not None:
+        u = where(ctx, _unsqueeze_tail(ctx, valid, nb, ut.rank - nb), u, ctx.const(_identity(kind, work)), work)
+    grid = _coordinate_grid(ctx, idx, nb, starts, grid_window, wsize, k)
+    out = ctx.op("ScatterND", [x, grid, u], reduction=None if kind == "none" else kind)
+    if kind in ("max", "min") and work in dt.FLOATS:
+        out = _nan_and_zero_ties(ctx, kind, work, x, u, grid, out)
+    if valid is not None and kind == "none":
+        out = ctx.op("Slice", [out, ctx.i64([0]), sh.dim_tensor(ctx, dim0), ctx.i64([0])])
+    return ctx.cast_if(out, work, dtype)
+
+
+def _scatter_windows(ctx: LoweringContext, dn: hir.ScatterDimensionNumbers, xt: hir.TensorType,
+                     ut: hir.TensorType, upd: str) -> tuple[dict[int, int | str], list[int], int]:
+    """(window size per operand dim, the window dims that need coordinates, the number of coordinates k).
+
+    Trailing operand dims that each window covers whole, and that no index addresses, need no coordinates.
+    """
     rank = xt.rank
-    uwd = list(dn["update_window_dims"])
-    inserted = set(dn["inserted_window_dims"]) | set(dn["input_batching_dims"])
+    inserted = set(dn.inserted_window_dims) | set(dn.input_batching_dims)
     window = [d for d in range(rank) if d not in inserted]
     wsize: dict[int, int | str] = {d: 1 for d in inserted}
     for j, d in enumerate(window):
-        wsize[d] = sh.dim(ctx, upd, ut, uwd[j])
-    u = ctx.cast_if(upd, dtype, work)
-    u = _permute(ctx, u, [d for d in range(ut.rank) if d not in uwd] + uwd)
-    idx, batch = _indices_last(ctx, idx_in, it, dn["index_vector_dim"])
-    nb = len(batch)
-    scattered = list(dn["scattered_dims_to_operand_dims"])
+        wsize[d] = sh.dim(ctx, upd, ut, dn.update_window_dims[j])
+    scattered = list(dn.scattered_dims_to_operand_dims)
     k = rank
     while k > 1 and (k - 1) in window and (k - 1) not in scattered and xt.shape[k - 1] is not None \
             and wsize[k - 1] == xt.shape[k - 1]:
         k -= 1
-    grid_window = [d for d in window if d < k]
+    return wsize, [d for d in window if d < k], k
 
+
+def _scatter_starts(ctx: LoweringContext, dn: hir.ScatterDimensionNumbers, x: str, xt: hir.TensorType, idx: str,
+                    batch: list[int], wsize: dict[int, int | str], checked: bool) -> tuple[dict[int, str], str | None]:
+    """Each window's start per operand dim, clamped, and (when ``checked``) whether it was in range.
+
+    Returns:
+        (starts by operand dim, a bool tensor of the batch shape or None when every window is in range).
+    """
     starts: dict[int, str] = {}
     valid = None
-    checked = not _constant_starts_valid(ctx, idx_in, op, wsize)
-    for c, d in enumerate(scattered):
+    for c, d in enumerate(dn.scattered_dims_to_operand_dims):
         s = _component(ctx, idx, c)
         hi = sh.dim_arith(ctx, "Sub", sh.dim(ctx, x, xt, d), wsize[d])
         if checked:
@@ -378,39 +422,32 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
             valid = ok if valid is None else ctx.op("And", [valid, ok])
             s = sh.clamp(ctx, s, hi)
         starts[d] = s
-    for od, idim in zip(dn["input_batching_dims"], dn["scatter_indices_batching_dims"]):
-        starts[od] = _batch_iota(ctx, idx, batch.index(idim), nb)
+    for od, idim in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+        starts[od] = _batch_iota(ctx, idx, batch.index(idim), len(batch))
+    return starts, valid
 
-    dim0 = sh.dim(ctx, x, xt, 0)
-    if valid is not None:
-        if kind == "none":
-            # Invalid windows write into rows appended past the end of axis 0, sliced off afterwards.
-            pads = [0] * (2 * rank)
-            x = sh.pad(ctx, x, ctx.op("Concat", [ctx.i64([0] * rank), sh.dim_tensor(ctx, wsize[0]),
-                                                 ctx.i64([0] * (rank - 1))], axis=0) if isinstance(wsize[0], str)
-                       else ctx.i64(pads[:rank] + [wsize[0]] + [0] * (rank - 1)),
-                       ctx.const(np.zeros((), dt.numpy_dtype(work))), work)
-            start0 = starts.get(0, ctx.scalar(0, "int64"))
-            starts[0] = ctx.op("Where", [valid, start0, sh.dim_scalar(ctx, dim0)])
-        else:
-            mask = _unsqueeze_tail(ctx, valid, nb, ut.rank - nb)
-            u = where(ctx, mask, u, ctx.const(_identity(kind, work)), work)
 
-    grid = _scatter_grid(ctx, idx, nb, starts, grid_window, wsize, k)
-    out = ctx.op("ScatterND", [x, grid, u], reduction=None if kind == "none" else kind)
-    if kind in ("max", "min") and work in dt.FLOATS:
-        # ScatterND max/min do not propagate NaN like StableHLO, and settle a +0/-0 tie either way where
-        # XLA orders -0 below +0: per location, 2 if a NaN reached it, else 1 if the tie's winner did.
-        hit = ctx.cast(ctx.op("ScatterND", [_nan_or_zero_code(ctx, x, kind, work), grid,
-                                            _nan_or_zero_code(ctx, u, kind, work)], reduction="max"), work)
-        zero = ctx.scalar(-0.0 if kind == "min" else 0.0, work)
-        tie = ctx.op("And", [ctx.op("Greater", [hit, ctx.scalar(0.5, work)]),
-                             ctx.op("Equal", [out, ctx.scalar(0.0, work)])])
-        out = where(ctx, tie, zero, out, work)
-        out = ctx.op("Where", [ctx.op("Greater", [hit, ctx.scalar(1.5, work)]), ctx.scalar(float("nan"), work), out])
-    if valid is not None and kind == "none":
-        out = ctx.op("Slice", [out, ctx.i64([0]), sh.dim_tensor(ctx, dim0), ctx.i64([0])])
-    return ctx.cast_if(out, work, dtype)
+def _pad_axis0(ctx: LoweringContext, x: str, rank: int, rows: int | str, work: str) -> str:
+    """``x`` with ``rows`` zero rows appended to axis 0."""
+    if isinstance(rows, str):
+        pads = ctx.op("Concat", [ctx.i64([0] * rank), sh.dim_tensor(ctx, rows), ctx.i64([0] * (rank - 1))], axis=0)
+    else:
+        pads = ctx.i64([0] * rank + [rows] + [0] * (rank - 1))
+    return sh.pad(ctx, x, pads, ctx.const(np.zeros((), dt.numpy_dtype(work))), work)
+
+
+def _nan_and_zero_ties(ctx: LoweringContext, kind: str, work: str, x: str, u: str, grid: str, out: str) -> str:
+    """A float ScatterND max/min made to agree with XLA: NaN propagates, and -0 orders below +0.
+
+    ONNX Runtime's does neither; per location, a second ScatterND finds 2 where a NaN reached it, else 1
+    where the zero that wins the tie did.
+    """
+    hit = ctx.cast(ctx.op("ScatterND", [_nan_or_zero_code(ctx, x, kind, work), grid,
+                                        _nan_or_zero_code(ctx, u, kind, work)], reduction="max"), work)
+    zero = ctx.scalar(-0.0 if kind == "min" else 0.0, work)
+    tie = ctx.op("And", [ctx.op("Greater", [hit, ctx.scalar(0.5, work)]), ctx.op("Equal", [out, ctx.scalar(0.0, work)])])
+    out = where(ctx, tie, zero, out, work)
+    return ctx.op("Where", [ctx.op("Greater", [hit, ctx.scalar(1.5, work)]), ctx.scalar(float("nan"), work), out])
 
 
 def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
@@ -418,16 +455,16 @@ def _scatter_into_scalar(ctx: LoweringContext, op: hir.Op, inputs: list[str]) ->
     back (the general lowering indexes axis 0)."""
     x, _, upd = inputs
     xt, it = op.operands[0].type, op.operands[1].type
-    dn = op.attrs["scatter_dimension_numbers"]
-    batch = tuple(d for i, d in enumerate(it.shape) if i != dn["index_vector_dim"])
+    dn = hir.ScatterDimensionNumbers.of(op.attrs["scatter_dimension_numbers"])
+    batch = tuple(d for i, d in enumerate(it.shape) if i != dn.index_vector_dim)
     if any(d is None for d in batch):
         from jaxconv.errors import UnsupportedError
 
         raise UnsupportedError("stablehlo.scatter into a scalar with a dynamic number of updates")
     vector = hir.TensorType(xt.dtype, (1,))
-    numbers = {**dn, "update_window_dims": (), "inserted_window_dims": (0,), "input_batching_dims": (),
-               "scatter_indices_batching_dims": (), "scattered_dims_to_operand_dims": (0,),
-               "index_vector_dim": len(batch)}
+    numbers = dataclasses.replace(dn, update_window_dims=(), inserted_window_dims=(0,), input_batching_dims=(),
+                                  scatter_indices_batching_dims=(), scattered_dims_to_operand_dims=(0,),
+                                  index_vector_dim=len(batch))
     indices = hir.Value(hir.TensorType("int64", batch + (1,)))
     as_vector = hir.Op(op.name, [hir.Value(vector), indices, op.operands[2]], [hir.Value(vector)],
                        {**op.attrs, "scatter_dimension_numbers": numbers}, op.regions, op.location)
@@ -444,24 +481,6 @@ def _nan_or_zero_code(ctx: LoweringContext, v: str, kind: str, work: str) -> str
     return ctx.op("Where", [ctx.op("IsNaN", [v]), ctx.const(np.array(2, np.uint8)), ctx.cast(winner, "uint8")])
 
 
-def _scatter_grid(ctx: LoweringContext, idx: str, nb: int, starts: dict, grid_window: list[int], wsize: dict,
-                  k: int) -> str:
-    """int64 ScatterND indices [batch..., window dims < k..., k]."""
-    total = nb + len(grid_window)
-    full_shape = _grid_shape(ctx, idx, nb, [wsize[d] for d in grid_window])
-    coords = []
-    for d in range(k):
-        coord = None
-        if d in starts:
-            s = starts[d]
-            coord = _unsqueeze_tail(ctx, s, nb, len(grid_window)) if nb else s
-        if d in grid_window:
-            iota = sh.iota_along(ctx, wsize[d], nb + grid_window.index(d), total)
-            coord = iota if coord is None else ctx.op("Add", [coord, iota])
-        if coord is None:
-            coord = ctx.scalar(0, "int64")
-        coords.append(ctx.op("Unsqueeze", [ctx.op("Expand", [coord, full_shape]), ctx.i64([total])]))
-    return coords[0] if len(coords) == 1 else ctx.op("Concat", coords, axis=-1)
 
 
 # ---- argmax / argmin (two-operand reduce) --------------------------------------------------------

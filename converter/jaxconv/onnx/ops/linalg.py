@@ -41,11 +41,11 @@ def _check_dot(op: hir.Op) -> str | None:
 @lowering("stablehlo.dot_general", check=_check_dot, onnx_ops=("MatMul", "Transpose", "Reshape"))
 def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Transpose to [batch, free, contract] x [batch, contract, free], flatten, MatMul, reshape back."""
-    dn = op.attrs["dot_dimension_numbers"]
+    dn = hir.DotDimensionNumbers.of(op.attrs["dot_dimension_numbers"])
     lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
     result = op.results[0].type
-    lb, rb = list(dn["lhs_batching_dimensions"]), list(dn["rhs_batching_dimensions"])
-    lc, rc = list(dn["lhs_contracting_dimensions"]), list(dn["rhs_contracting_dimensions"])
+    lb, rb = list(dn.lhs_batching_dimensions), list(dn.rhs_batching_dimensions)
+    lc, rc = list(dn.lhs_contracting_dimensions), list(dn.rhs_contracting_dimensions)
     lf = [d for d in range(lhs_t.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs_t.rank) if d not in rb and d not in rc]
     work = matmul_dtype(result.dtype)
@@ -142,7 +142,8 @@ def _check_triangular_solve(op: hir.Op) -> str | None:
     return _check_square(op, "triangular_solve")
 
 
-@lowering("stablehlo.triangular_solve", check=_check_triangular_solve, onnx_ops=("MatMul", "Div", "Concat"))
+@lowering("stablehlo.triangular_solve", check=_check_triangular_solve, onnx_ops=("MatMul", "Div", "Concat"),
+          conditions=f"float types; static matrix sizes up to {MAX_SOLVE_SIZE} (unrolled)")
 def lower_triangular_solve(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Row-by-row substitution (unrolled), in float32 (float64 for float64); only a's triangle is read."""
     at, bt = op.operands[0].type, op.operands[1].type
@@ -199,7 +200,8 @@ def _check_cholesky(op: hir.Op) -> str | None:
     return _check_square(op, "cholesky")
 
 
-@lowering("stablehlo.cholesky", check=_check_cholesky, onnx_ops=("MatMul", "Sqrt", "Div", "Concat"))
+@lowering("stablehlo.cholesky", check=_check_cholesky, onnx_ops=("MatMul", "Sqrt", "Div", "Concat"),
+          conditions=f"float types; static matrix sizes up to {MAX_SOLVE_SIZE} (unrolled)")
 def lower_cholesky(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Column-by-column Cholesky (unrolled), zeros in the other triangle; NaN where a is not positive definite."""
     at = op.operands[0].type
