@@ -151,3 +151,37 @@ def test_unsqueezed_sum_keeps_its_axis_and_zero_sign(keepdims_consumer):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_shared_projection_into_heads_is_matmul_then_one_reshape():
+    rng = np.random.default_rng(0)
+    wq, wk = (rng.standard_normal((D, D)).astype(np.float32) for _ in range(2))
+
+    def fn(x):  # q and k heads from one [b, t, d] input (Flax's DenseGeneral)
+        q = jnp.einsum("btd,dhk->bthk", x, wq.reshape(D, HEADS, D // HEADS))
+        k = jnp.einsum("btd,dhk->bthk", x, wk.reshape(D, HEADS, D // HEADS))
+        return q * k
+
+    model = jaxconv.to_onnx(fn, f"f32[2,5,{D}]", check=False)
+    ops = _ops(model)
+    before = _ops(_convert_without(fn, f"f32[2,5,{D}]", "symbolic"))
+    assert ops["MatMul"] == 2 and ops["Reshape"] == 2 < before["Reshape"]
+    x = rng.standard_normal((2, 5, D)).astype(np.float32)
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=1e-4, atol=1e-5)
+
+
+def test_variance_from_two_means_keeps_the_reduced_axis():
+    def fn(x):  # Flax's LayerNorm statistics: var = max(0, E[x^2] - E[x]^2)
+        mean = jnp.mean(x, axis=-1)
+        var = jnp.maximum(0.0, jnp.mean(x * x, axis=-1) - mean * mean)
+        return (x - mean[..., None]) * jax.lax.rsqrt(var[..., None] + 1e-6)
+
+    x = np.array([[1.0, 2.0, 4.0], [-0.0, -0.0, -0.0], [3.0, 3.0, 3.0], [np.nan, 1.0, 0.0]], np.float32)
+    model = jaxconv.to_onnx(fn, "f32[4,3]", check=False)
+    assert _ops(model)["Unsqueeze"] < _ops(_convert_without(fn, "f32[4,3]", "keepdims"))["Unsqueeze"]
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))

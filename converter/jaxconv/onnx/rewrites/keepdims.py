@@ -24,11 +24,18 @@ _POINTWISE = frozenset({"Where", "Equal", "Add", "Sub", "Mul", "Div", "Max", "Mi
 
 def rewrite(graph: ir.Graph) -> int:
     """Fold Unsqueezes of reduced axes into their reductions in ``graph``; returns how many."""
+    _drop_dead(graph)  # earlier rules leave unused nodes, whose uses would hide a region's real readers
     count = 0
     for node in list(graph):
         if node.domain in ("", "ai.onnx") and node.op_type == "Unsqueeze" and node.graph is graph:
             count += _fold(node)
     return count
+
+
+def _drop_dead(graph: ir.Graph) -> None:
+    for node in reversed(list(graph)):
+        if all(not out.uses() and not out.is_graph_output() for out in node.outputs):
+            graph.remove(node, safe=True)
 
 
 def _fold(unsqueeze: ir.Node) -> int:
@@ -103,7 +110,7 @@ def _region(value: ir.Value) -> list[ir.Node] | None:
         for i in node.inputs:
             if i is None:
                 return None
-            arr = m.const(i)
+            arr = m.folded(i, limit=1)
             if arr is None:
                 frontier.append(i)
             elif arr.size != 1 or arr.ndim > 1:
