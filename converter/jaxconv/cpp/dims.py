@@ -32,8 +32,8 @@ def symbols(dims: Sequence[int | str]) -> list[str]:
 def _parse(text: str) -> ast.expr:
     try:
         return ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
-        raise UnsupportedError(f"symbolic dimension {text!r} cannot be written in C++") from None
+    except SyntaxError as e:
+        raise UnsupportedError(f"symbolic dimension {text!r} cannot be written in C++") from e
 
 
 def cpp_expr(dim: int | str, idents: Mapping[str, str]) -> str:

@@ -135,7 +135,7 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
     try:
         model = build_model(program, name=name, embed=embed, c_api=c_api)
     except UnsupportedError as e:
-        raise UnsupportedError(f"{out_dir} not written: {e}") from None
+        raise UnsupportedError(f"{out_dir} not written: {e}") from e
     reports: list = [] if report_to is None else report_to
     protect = (program.source_path,)
     with atomic_dir(out_dir, overwrite=overwrite, protect=protect, earlier=EARLIER_OUTPUT) as tmp:
@@ -144,7 +144,7 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
             api.to_onnx(program, path=onnx_path, opset=opset, check=check, rtol=rtol, atol=atol,
                         report_to=reports)
         except JaxconvError as e:
-            raise _relabel(e, tmp, out_dir, reports) from None
+            raise _relabel(e, tmp, out_dir, reports) from e
         names = _finish(model, tmp, out_dir)
     return [os.path.join(out_dir, n) for n in names]
 

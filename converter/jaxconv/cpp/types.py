@@ -62,6 +62,6 @@ def cpp_type(dtype: str, what: str) -> CppType:
     """
     try:
         return CPP_TYPES[dtype]
-    except KeyError:
+    except KeyError as e:
         raise UnsupportedError(f"{what} has dtype {dtype}, which the C++ API does not support "
-                               f"(supported: {', '.join(CPP_TYPES)})") from None
+                               f"(supported: {', '.join(CPP_TYPES)})") from e

@@ -103,7 +103,7 @@ class SignatureRunner:
             raise TFRunError(
                 f"TensorFlow cannot run signature {self.signature!r} of {self.path} ({cause}), so the ONNX "
                 "cannot be checked against it. jaxconv's lowering does not need TensorFlow's XLA and "
-                "converted it: rerun with --no-check to write it unchecked", cause) from None
+                "converted it: rerun with --no-check to write it unchecked", cause) from e
         return [np.asarray(out[k].numpy()) for k in self.outputs]
 
 
@@ -214,4 +214,4 @@ def raise_on_mismatch(report: TFCheckReport) -> None:
     try:
         raise_for(report)
     except MismatchError as e:
-        raise MismatchError(str(e).replace("jax.jit", report.reference)) from None
+        raise MismatchError(str(e).replace("jax.jit", report.reference)) from e

@@ -77,7 +77,7 @@ def signature_keys(path: str) -> dict[str, tuple[list[str], list[str]]]:
         with open(os.path.join(path, SAVED_MODEL_FILE), "rb") as f:
             proto.ParseFromString(f.read())
     except Exception as e:  # noqa: BLE001  (any parse failure is an unreadable artifact)
-        raise ArtifactError(f"cannot read {path}/{SAVED_MODEL_FILE}: {_first_line(e)}") from None
+        raise ArtifactError(f"cannot read {path}/{SAVED_MODEL_FILE}: {_first_line(e)}") from e
     out: dict[str, tuple[list[str], list[str]]] = {}
     for meta in proto.meta_graphs[:1]:
         wrappers = _signature_wrappers(meta)
@@ -139,7 +139,7 @@ def load(path: str) -> Any:
         with quiet_stderr():
             return tf.saved_model.load(path)
     except Exception as e:  # noqa: BLE001
-        raise ArtifactError(f"TensorFlow cannot load {path}: {_first_line(e)}") from None
+        raise ArtifactError(f"TensorFlow cannot load {path}: {_first_line(e)}") from e
 
 
 def pick_signatures(available: Sequence[str], wanted: str | None, path: str) -> list[str]:
@@ -293,9 +293,9 @@ def convert_signature(imported: Any, path: str, signature: str, keys: tuple[list
     except Exception as e:  # noqa: BLE001  (tf2onnx and freezing raise anything)
         error = problems.error(signature)
         if error is not None:
-            raise error from None
+            raise error from e
         raise ConversionError(f"converting signature {signature!r} failed: {type(e).__name__}: "
-                              f"{_first_line(e)}") from None
+                              f"{_first_line(e)}") from e
     finally:
         _restore_logging(saved, problems)
     inputs, outputs = keys

@@ -45,7 +45,7 @@ try:
     from tf2onnx.handler import tf_op
 except ImportError as _e:
     raise MissingDependencyError(f"tf2onnx is needed to convert SavedModels ({_e}); install it with: "
-                                 "pip install 'jaxconv[tf]'") from None
+                                 "pip install 'jaxconv[tf]'") from _e
 
 # Attributes of XlaCallModule that carry nothing the lowering needs, or that onnx.helper cannot hold.
 _SKIPPED_ATTRS = frozenset({"Tin", "Tout", "Sout", "_output_shapes", "disabled_checks",

@@ -247,9 +247,9 @@ def lower_call_module(call: CallModule, opset: int, n_inputs: int | None = None,
     module = read_module(call.module)
     try:
         main = module.entry("main")
-    except KeyError:
+    except KeyError as e:
         raise UnsupportedError(f"{call.name}: the module has no main function "
-                               f"(functions: {', '.join(module.functions) or 'none'})") from None
+                               f"(functions: {', '.join(module.functions) or 'none'})") from e
     layout = _layout(call, main, n_inputs)
     platform = pick_platform(call.platforms) if call.platforms else 0
     entry = entry_function(call, module, main, layout, platform)
