@@ -149,6 +149,7 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
     (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
     (_flex("BitwiseAnd"), ("op.and.i32", "op.bitcast_convert.u32_f32", "op.nextafter.f32")),
     (_flex("BitwiseOr"), ("op.or.i32",)),
+    (_flex("Complex"), ("op.complex.abs",)),
     (_flex("LeftShift"), ("edge.shift_out_of_range", "op.shift_left.i32")),
     (_flex("PopulationCount"), ("op.popcnt.u32",)),
     (_no_kernel("abs", "int64"), ("dtype.i64.negate_abs",)),
