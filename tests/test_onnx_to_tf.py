@@ -94,6 +94,8 @@ CASES = {
     "u32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.uint32)] * 2, True),
     "bitcast_threefry": (lambda x, k: (lax.bitcast_convert_type(x, jnp.uint32), x + jax.random.uniform(
         jax.random.wrap_key_data(k), x.shape)), [S((6,), np.float32), S((2,), np.uint32)], True),
+    "conv_transpose": (lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+                       [S((1, 4, 4, 3), np.float32), S((3, 3, 3, 2), np.float32)], False),
     "trig": (lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)), [S((7,), np.float32)], False),
 }
 

@@ -88,6 +88,54 @@ def conv(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     return Value(out, ins[0].dtype)
 
 
+def _upsample(tf: Any, x: Any, axis: int, stride: int) -> Any:
+    """Insert ``stride - 1`` zeros between the elements of ``x`` along ``axis`` (static sizes)."""
+    if stride == 1:
+        return x
+    moved = tf.experimental.numpy.moveaxis(x, axis, -1)
+    zeros = tf.zeros_like(moved)
+    spread = tf.stack([moved] + [zeros] * (stride - 1), axis=-1)
+    shape = moved.shape.as_list()
+    flat = tf.reshape(spread, shape[:-1] + [shape[-1] * stride])[..., : (shape[-1] - 1) * stride + 1]
+    return tf.experimental.numpy.moveaxis(flat, -1, axis)
+
+
+@handles("ConvTranspose")
+def conv_transpose(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """A transposed convolution as a convolution of the zero-upsampled input with the flipped kernel
+    (TFLite's TRANSPOSE_CONV rejects some of XLA's padding)."""
+    tf = tr.tf
+    a = attrs(node)
+    x, w = ins[0].t, ins[1].t
+    n = len(x.shape) - 2
+    if a.get("group", 1) != 1 or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or "output_shape" in a:
+        raise ValueError("ConvTranspose with groups, auto_pad or output_shape")
+    strides = list(a.get("strides", [1] * n))
+    dilations = list(a.get("dilations", [1] * n))
+    pads = list(a.get("pads", [0] * 2 * n))
+    extra = list(a.get("output_padding", [0] * n))
+    kernel = w.shape.as_list()[2:]
+    xl = tf.transpose(x, _last(n))
+    for i in range(n):
+        xl = _upsample(tf, xl, i + 1, strides[i])
+    spec = [[0, 0]]
+    for i in range(n):
+        edge = (kernel[i] - 1) * dilations[i]
+        spec.append([edge - pads[i], edge - pads[i + n] + extra[i]])
+    spec.append([0, 0])
+    crop = [[max(-b, 0), max(-e, 0)] for b, e in spec]
+    xl = tf.pad(xl, [[max(b, 0), max(e, 0)] for b, e in spec])
+    if any(b or e for b, e in crop):
+        size = xl.shape.as_list()
+        xl = xl[tuple(slice(b, size[i] - e) for i, (b, e) in enumerate(crop))]
+    wl = tf.reverse(tf.transpose(w, list(range(2, n + 2)) + [0, 1]), list(range(n)))  # [k..., C_in, C_out]
+    out = tf.nn.convolution(xl, wl, strides=1, padding="VALID", dilations=dilations)
+    out = tf.transpose(out, _first(n))
+    if len(ins) > 2 and ins[2] is not None:
+        out = out + tf.reshape(ins[2].t, [1, -1] + [1] * n)
+    return Value(out, ins[0].dtype)
+
+
 @handles("MaxPool", exact=True)
 def max_pool(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
