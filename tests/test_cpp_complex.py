@@ -16,18 +16,12 @@ def _twice(z, x):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> str:
     from jaxconv.cpp.project import write_project
-    from jaxconv.errors import UnsupportedError
     from jaxconv.program import trace
 
     ort_root = ort_root_path()
     program = trace(_twice, ["c64[4]", "f32[4]"], name="twice")
     folder = str(tmp_path_factory.mktemp("cpp") / "twice")
-    try:
-        write_project(program, folder, name="cplx::Twice")
-    except UnsupportedError as e:
-        if "complex" in str(e):
-            pytest.skip(f"the ONNX lowering cannot convert this complex function yet: {e}")
-        raise
+    write_project(program, folder, name="cplx::Twice")
     return build(folder, ort_root)
 
 

@@ -179,16 +179,8 @@ def test_installed_embedded_package_runs_from_another_folder(mixed_project, tmp_
     np.testing.assert_allclose(np.array(r.stdout.split(), np.float64), want, rtol=1e-6)
 
 
-def _convolution_lowered() -> bool:
-    from jaxconv.onnx.registry import all_lowerings
-
-    return "stablehlo.convolution" in all_lowerings()
-
-
 @pytest.mark.slow
 def test_cnn_example_matches_jax(ort_root, tmp_path):
-    if not _convolution_lowered():
-        pytest.skip("the ONNX lowering has no stablehlo.convolution yet")
     import jax
 
     project = str(tmp_path / "cnn")
