@@ -66,37 +66,76 @@ S = jax.ShapeDtypeStruct
 CASES = {
     # integer arithmetic that wraps in its own width (TFLite computes it in int32/int64)
     "i8_wrap": (lambda a, b: (a * b + a, a - b, -a), [S((3, 4), np.int8)] * 2, True),
-    "u8_div_rem": (lambda a, b: (a // jnp.maximum(b, 1), a % jnp.maximum(b, 1)), [S((9,), np.uint8)] * 2, True),
+    "u8_div_rem": (
+        lambda a, b: (a // jnp.maximum(b, 1), a % jnp.maximum(b, 1)),
+        [S((9,), np.uint8)] * 2,
+        True,
+    ),
     "i32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((9,), np.int32)] * 2, True),
     "u32_threefry_mix": (lambda a, b: ((a * b) ^ (a >> 7)) + (b << 13), [S((8,), np.uint32)] * 2, True),
     # bitwise ops TFLite has no kernel for, on every integer width
     "bitwise_i32": (lambda a, b: (a & b, a | b, ~a, a ^ b), [S((16,), np.int32)] * 2, True),
     "bitwise_u16": (lambda a, b: (a & b, a | b, ~a), [S((16,), np.uint16)] * 2, True),
     "bitwise_i64": (lambda a, b: (a & b, a | b, ~a), [S((16,), np.int64)] * 2, True),
-    "shifts_u32": (lambda a, b: (a << (b % 40), a >> (b % 40), lax.shift_right_logical(a, b % 33)),
-                   [S((16,), np.uint32)] * 2, True),
+    "shifts_u32": (
+        lambda a, b: (a << (b % 40), a >> (b % 40), lax.shift_right_logical(a, b % 33)),
+        [S((16,), np.uint32)] * 2,
+        True,
+    ),
     # narrow floats: computed in float32, rounded back after every op as XLA does
-    "bf16_math": (lambda a, b: (a * b + a, jnp.tanh(a) / (jnp.abs(b) + 1)), [S((3, 5), jnp.bfloat16)] * 2, True),
+    "bf16_math": (
+        lambda a, b: (a * b + a, jnp.tanh(a) / (jnp.abs(b) + 1)),
+        [S((3, 5), jnp.bfloat16)] * 2,
+        True,
+    ),
     "f16_reduce": (lambda a: (jnp.max(a, axis=0), jnp.sum(a, axis=1)), [S((4, 6), np.float16)], False),
     # structure: sorting, gathers, scatters, loops, convolution, pooling, padding
     "sort_argsort": (lambda a: (jnp.sort(a, axis=-1), jnp.argsort(a, axis=0)), [S((4, 5), np.float32)], True),
-    "gather_scatter": (lambda a, i: (a[i % 6], a.at[i % 6].add(1.0), jnp.take_along_axis(a, (i[:6, None] % 4), 1)),
-                       [S((6, 4), np.float32), S((8,), np.int32)], True),
+    "gather_scatter": (
+        lambda a, i: (a[i % 6], a.at[i % 6].add(1.0), jnp.take_along_axis(a, (i[:6, None] % 4), 1)),
+        [S((6, 4), np.float32), S((8,), np.int32)],
+        True,
+    ),
     "fori_loop": (lambda a: lax.fori_loop(0, 4, lambda k, c: c * 2 + k, a), [S((3,), np.int16)], True),
-    "conv_pool_pad": (lambda x, w: (lax.conv(x, w, (1, 1), "SAME"),
-                                    lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
-                                    jnp.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), mode="edge")),
-                      [S((1, 2, 6, 6), np.float32), S((3, 2, 3, 3), np.float32)], False),
-    "scatter_reductions": (lambda x, i, u: (x.at[i % 4].max(u), x.at[i % 4].min(u), x.at[i % 4].multiply(u)),
-                           [S((4, 3), np.float32), S((5,), np.int32), S((5, 3), np.float32)], True),
-    "fmod_floor_divide": (lambda x, y: (lax.rem(x, y), jnp.floor_divide(x, y)), [S((20,), np.float32)] * 2, True),
+    "conv_pool_pad": (
+        lambda x, w: (
+            lax.conv(x, w, (1, 1), "SAME"),
+            lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"),
+            jnp.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), mode="edge"),
+        ),
+        [S((1, 2, 6, 6), np.float32), S((3, 2, 3, 3), np.float32)],
+        False,
+    ),
+    "scatter_reductions": (
+        lambda x, i, u: (x.at[i % 4].max(u), x.at[i % 4].min(u), x.at[i % 4].multiply(u)),
+        [S((4, 3), np.float32), S((5,), np.int32), S((5, 3), np.float32)],
+        True,
+    ),
+    "fmod_floor_divide": (
+        lambda x, y: (lax.rem(x, y), jnp.floor_divide(x, y)),
+        [S((20,), np.float32)] * 2,
+        True,
+    ),
     "i64_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.int64)] * 2, True),
     "u32_div_rem": (lambda a, b: (lax.div(a, b | 1), lax.rem(a, b | 1)), [S((64,), np.uint32)] * 2, True),
-    "bitcast_threefry": (lambda x, k: (lax.bitcast_convert_type(x, jnp.uint32), x + jax.random.uniform(
-        jax.random.wrap_key_data(k), x.shape)), [S((6,), np.float32), S((2,), np.uint32)], True),
-    "conv_transpose": (lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
-                       [S((1, 4, 4, 3), np.float32), S((3, 3, 3, 2), np.float32)], False),
-    "trig": (lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)), [S((7,), np.float32)], False),
+    "bitcast_threefry": (
+        lambda x, k: (
+            lax.bitcast_convert_type(x, jnp.uint32),
+            x + jax.random.uniform(jax.random.wrap_key_data(k), x.shape),
+        ),
+        [S((6,), np.float32), S((2,), np.uint32)],
+        True,
+    ),
+    "conv_transpose": (
+        lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        [S((1, 4, 4, 3), np.float32), S((3, 3, 3, 2), np.float32)],
+        False,
+    ),
+    "trig": (
+        lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)),
+        [S((7,), np.float32)],
+        False,
+    ),
 }
 
 
@@ -122,8 +161,18 @@ def _tflite_outputs(concrete, names, args):
     return outs
 
 
-@pytest.mark.parametrize("name", ["u32_threefry_mix", "bitwise_i32", "bf16_math", "sort_argsort", "fori_loop",
-                                  "scatter_reductions", "i64_div_rem"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "u32_threefry_mix",
+        "bitwise_i32",
+        "bf16_math",
+        "sort_argsort",
+        "fori_loop",
+        "scatter_reductions",
+        "i64_div_rem",
+    ],
+)
 def test_builtin_only_tflite_matches_jax(name):
     fn, specs, exact = CASES[name]
     args = _inputs(specs, seed=1)
@@ -131,16 +180,45 @@ def test_builtin_only_tflite_matches_jax(name):
     program = trace(fn, specs)
     names = [t.name for t in program.signature.inputs]
     got = _tflite_outputs(concrete, names, args)
-    _assert_same(fn, args, [np.asarray(g).reshape(np.shape(w)) for g, w in zip(got, _reference(fn, args))], exact)
+    _assert_same(
+        fn, args, [np.asarray(g).reshape(np.shape(w)) for g, w in zip(got, _reference(fn, args))], exact
+    )
 
 
 def test_every_emitted_onnx_op_has_a_translation():
-    """The op table covers the ONNX op types the lowering writes most (a missing one is named with its source)."""
+    """The op table covers the ONNX op types the lowering writes most (a missing one is named)."""
     from jaxconv.tf.onnx_to_tf import HANDLERS
 
-    needed = {"Add", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Cast", "Concat", "Conv", "CumSum",
-              "Equal", "Expand", "Gather", "GatherElements", "GatherND", "If", "Loop", "MatMul", "MaxPool", "Mod",
-              "Pad", "ReduceMax", "ReduceSum", "Reshape", "ScatterND", "Slice", "TopK", "Transpose", "Where"}
+    needed = {
+        "Add",
+        "BitShift",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "Cast",
+        "Concat",
+        "Conv",
+        "CumSum",
+        "Equal",
+        "Expand",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "If",
+        "Loop",
+        "MatMul",
+        "MaxPool",
+        "Mod",
+        "Pad",
+        "ReduceMax",
+        "ReduceSum",
+        "Reshape",
+        "ScatterND",
+        "Slice",
+        "TopK",
+        "Transpose",
+        "Where",
+    }
     assert needed <= set(HANDLERS)
 
 
@@ -153,8 +231,14 @@ def test_untranslatable_node_names_op_and_source():
     node = helper.make_node("Hardmax", ["x"], ["y"])
     node.metadata_props.add(key="stablehlo.op", value="stablehlo.custom")
     node.metadata_props.add(key="source", value="model.py:7")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
-    with pytest.raises(Untranslatable, match=r"no TF translation of ONNX Hardmax \(stablehlo\.custom at model\.py:7\)"):
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(
+        Untranslatable, match=r"no TF translation of ONNX Hardmax \(stablehlo\.custom at model\.py:7\)"
+    ):
         serving_function(tf, helper.make_model(graph), [tf.TensorSpec([2], tf.float32, name="x")])
     assert issubclass(Untranslatable, UnsupportedError)

@@ -58,7 +58,9 @@ def test_forced_routes():
 
 def test_bfloat16_through_tf_ops_is_checked(tmp_path):
     reports: list = []
-    api.to_tflite(bf16_mix, "bf16[6]", "bf16[6]", path=str(tmp_path / "m.tflite"), route="tf-ops", report_to=reports)
+    api.to_tflite(
+        bf16_mix, "bf16[6]", "bf16[6]", path=str(tmp_path / "m.tflite"), route="tf-ops", report_to=reports
+    )
     assert reports[0].ok and {row.dtype for row in reports[0].rows} == {"bfloat16"}
 
 

@@ -18,7 +18,15 @@ from jaxconv.tf.onnx_to_tf.values import to_own, widen
 # Opset 26 brings BitCast: bit reinterpretation as one TF bitcast, not the float64 arithmetic that
 # stands in for it below 26 (TFLite has no float64 kernels).
 OPSET = 26
-__all__ = ["OPSET", "HANDLERS", "Untranslatable", "for_program", "serving_function", "unsupported_nodes", "float64_nodes"]
+__all__ = [
+    "OPSET",
+    "HANDLERS",
+    "Untranslatable",
+    "for_program",
+    "serving_function",
+    "unsupported_nodes",
+    "float64_nodes",
+]
 
 
 def serving_function(tf: Any, model: Any, input_specs: list[Any]) -> Any:
@@ -62,8 +70,9 @@ def for_program(program: Any) -> tuple[Any, Any, Any]:
     except Untranslatable:
         raise
     except Exception as e:
-        raise ConversionError(f"building TF ops for {program.name} failed: {type(e).__name__}: "
-                              f"{str(e).strip()[:300]}") from e
+        raise ConversionError(
+            f"building TF ops for {program.name} failed: {type(e).__name__}: {str(e).strip()[:300]}"
+        ) from e
     return model, function, concrete
 
 
@@ -95,8 +104,11 @@ def float64_nodes(model: Any) -> list[str]:
         inferred = shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001  (a diagnosis aid only)
         inferred = model
-    f64 = {v.name for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
-           if v.type.tensor_type.elem_type == TensorProto.DOUBLE}
+    f64 = {
+        v.name
+        for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+        if v.type.tensor_type.elem_type == TensorProto.DOUBLE
+    }
     f64 |= {i.name for i in inferred.graph.initializer if i.data_type == TensorProto.DOUBLE}
     out: list[str] = []
     for node in _nodes(inferred.graph):

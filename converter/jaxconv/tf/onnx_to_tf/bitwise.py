@@ -81,7 +81,7 @@ def shift(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         raise ValueError(f"no shifts of {dtype}")
     x, s = _broadcast(tf, x, s)
     if attrs(node)["direction"] == "LEFT":
-        table = tf.constant([2 ** i for i in range(bits)] + [0], x.dtype)
+        table = tf.constant([2**i for i in range(bits)] + [0], x.dtype)
         pow2 = tf.gather(table, tf.cast(tf.clip_by_value(s, 0, bits), tf.int32))
         return Value(x * pow2, dtype)
     big = s >= tf.constant(bits, s.dtype)

@@ -31,8 +31,9 @@ def loop(tr: Any, node: Any, ins: list[Value | None], env: Any) -> list[Value]:
         return [i + 1, tf.reshape(outs[0].t, [])] + [o.t for o in outs[1:]]
 
     c0 = tf.reshape(cond0.t, []) if cond0 is not None else tf.constant(True)
-    result = tf.while_loop(keep_going, step, [tf.constant(0, tf.int64), c0] + [v.t for v in carried],
-                           maximum_iterations=None)
+    result = tf.while_loop(
+        keep_going, step, [tf.constant(0, tf.int64), c0] + [v.t for v in carried], maximum_iterations=None
+    )
     return [Value(t, d) for t, d in zip(result[2:], dtypes)]
 
 

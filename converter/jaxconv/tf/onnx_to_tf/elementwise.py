@@ -66,7 +66,6 @@ def sign(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 @handles("Add", "Sub", "Mul")
 def arith(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
-    tf = tr.tf
     a, b = ins[0].t, ins[1].t
     if node.op_type == "Add":
         return Value(a + b, ins[0].dtype)
@@ -169,8 +168,13 @@ def _as_int(tf: Any, v: Value) -> Any:
     return tf.cast(v.t, tf.int32) if v.dtype == "bool" else v.t
 
 
-_COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
-            "GreaterOrEqual": "greater_equal"}
+_COMPARE = {
+    "Equal": "equal",
+    "Less": "less",
+    "Greater": "greater",
+    "LessOrEqual": "less_equal",
+    "GreaterOrEqual": "greater_equal",
+}
 
 
 @handles(*_COMPARE, exact=True)

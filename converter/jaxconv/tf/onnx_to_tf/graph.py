@@ -34,7 +34,9 @@ class Translator:
         self.tf = tf
         self.node: Any = None
 
-    def run(self, graph: Any, feeds: Mapping[str, Value], outer: Mapping[str, Value] | None = None) -> list[Value]:
+    def run(
+        self, graph: Any, feeds: Mapping[str, Value], outer: Mapping[str, Value] | None = None
+    ) -> list[Value]:
         """Translate ``graph`` with its inputs bound to ``feeds``; names not found look in ``outer``."""
         from onnx import numpy_helper
 
@@ -57,9 +59,10 @@ class Translator:
         except UnsupportedError:
             raise
         except Exception as e:
-            raise Untranslatable(f"ONNX {node.op_type} ({where(node) or node.name}) could not be built from TF ops: "
-                                 f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-                                 ) from e
+            raise Untranslatable(
+                f"ONNX {node.op_type} ({where(node) or node.name}) could not be built from TF ops: "
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            ) from e
         finally:
             self.node = outer
         outs = out if isinstance(out, (list, tuple)) else [out]

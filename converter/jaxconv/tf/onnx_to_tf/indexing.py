@@ -65,8 +65,11 @@ def scatter_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     return Value(_scatter_one_by_one(tf, x, idx, upd, lambda old, new: combine(tf, old, new)), ins[0].dtype)
 
 
-_COMBINE = {"max": lambda tf, a, b: _max_nan(tf, a, b, True), "min": lambda tf, a, b: _max_nan(tf, a, b, False),
-            "mul": lambda tf, a, b: a * b}
+_COMBINE = {
+    "max": lambda tf, a, b: _max_nan(tf, a, b, True),
+    "min": lambda tf, a, b: _max_nan(tf, a, b, False),
+    "mul": lambda tf, a, b: a * b,
+}
 
 
 def _max_nan(tf: Any, a: Any, b: Any, is_max: bool) -> Any:
@@ -80,7 +83,7 @@ def _scatter_one_by_one(tf: Any, x: Any, idx: Any, upd: Any, combine: Any) -> An
     """Scatter with a reduction TFLite has no kernel for: one index row at a time in a while loop
     (repeated indices then combine in order, as XLA's CPU scatter does)."""
     rows = tf.reshape(idx, [-1, 1, idx.shape[-1]])
-    values = tf.reshape(upd, tf.concat([[-1, 1], tf.shape(upd)[len(idx.shape) - 1:]], 0))
+    values = tf.reshape(upd, tf.concat([[-1, 1], tf.shape(upd)[len(idx.shape) - 1 :]], 0))
     count = tf.shape(rows)[0]
 
     def step(i: Any, acc: Any) -> list[Any]:

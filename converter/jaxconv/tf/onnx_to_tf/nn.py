@@ -80,8 +80,13 @@ def conv(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     else:
         xs = tf.split(xl, group, axis=-1)
         ws = tf.split(wl, group, axis=-1)
-        out = tf.concat([tf.nn.convolution(xi, wi, strides=strides, padding="VALID", dilations=dilations)
-                         for xi, wi in zip(xs, ws)], axis=-1)
+        out = tf.concat(
+            [
+                tf.nn.convolution(xi, wi, strides=strides, padding="VALID", dilations=dilations)
+                for xi, wi in zip(xs, ws)
+            ],
+            axis=-1,
+        )
     out = tf.transpose(out, _first(n))
     if len(ins) > 2 and ins[2] is not None:
         out = out + tf.reshape(ins[2].t, [1, -1] + [1] * n)
@@ -108,7 +113,11 @@ def conv_transpose(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     a = attrs(node)
     x, w = ins[0].t, ins[1].t
     n = len(x.shape) - 2
-    if a.get("group", 1) != 1 or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or "output_shape" in a:
+    if (
+        a.get("group", 1) != 1
+        or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")
+        or "output_shape" in a
+    ):
         raise ValueError("ConvTranspose with groups, auto_pad or output_shape")
     strides = list(a.get("strides", [1] * n))
     dilations = list(a.get("dilations", [1] * n))

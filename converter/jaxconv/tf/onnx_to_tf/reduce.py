@@ -40,8 +40,13 @@ def reduce(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     if ins[0].dtype == "bool":
         fn = tf.reduce_any if op in ("ReduceMax", "ReduceSum") else tf.reduce_all
         return Value(fn(x, axis=axes, keepdims=keep), "bool")
-    fn = {"ReduceSum": tf.reduce_sum, "ReduceMax": tf.reduce_max, "ReduceMin": tf.reduce_min,
-          "ReduceProd": tf.reduce_prod, "ReduceMean": tf.reduce_mean}[op]
+    fn = {
+        "ReduceSum": tf.reduce_sum,
+        "ReduceMax": tf.reduce_max,
+        "ReduceMin": tf.reduce_min,
+        "ReduceProd": tf.reduce_prod,
+        "ReduceMean": tf.reduce_mean,
+    }[op]
     out = fn(x, axis=axes, keepdims=keep)
     if op in ("ReduceMax", "ReduceMin") and ins[0].dtype in FLOATS:  # NaN wins, as in XLA
         nan = tf.reduce_any(tf.not_equal(x, x), axis=axes, keepdims=keep)
@@ -75,7 +80,9 @@ def cumsum(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     a = attrs(node)
     axis = int(np.asarray(static(tf, ins[1])).reshape(()))
-    out = tf.cumsum(ins[0].t, axis=axis, exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))
+    out = tf.cumsum(
+        ins[0].t, axis=axis, exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0))
+    )
     return Value(out, ins[0].dtype)
 
 

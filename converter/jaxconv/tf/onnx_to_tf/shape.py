@@ -34,8 +34,12 @@ def const(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         value = a["value"]
         dtype = _dtype_of_array(node)
         return constant(tr.tf, value, dtype)
-    for key, kind in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32),
-                      ("value_ints", np.int64)):
+    for key, kind in (
+        ("value_float", np.float32),
+        ("value_int", np.int64),
+        ("value_floats", np.float32),
+        ("value_ints", np.int64),
+    ):
         if key in a:
             return constant(tr.tf, np.asarray(a[key], kind))
     raise ValueError(f"Constant with attributes {sorted(a)}")
@@ -79,7 +83,9 @@ def reshape(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
                 target = [dims[i] if d == 0 else d for i, d in enumerate(target)]
             else:
                 dyn = tf.shape(x, out_type=tf.int64)
-                spec = tf.stack([dyn[i] if d == 0 else tf.constant(d, tf.int64) for i, d in enumerate(target)])
+                spec = tf.stack(
+                    [dyn[i] if d == 0 else tf.constant(d, tf.int64) for i, d in enumerate(target)]
+                )
                 return Value(tf.reshape(x, spec), ins[0].dtype)
         return Value(tf.reshape(x, target), ins[0].dtype)
     return Value(tf.reshape(x, tf.cast(ins[1].t, tf.int64)), ins[0].dtype)
@@ -176,7 +182,7 @@ def slice_(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     stride = [1] * rank
     for a, st in zip(axes, steps):
         stride[a] = st
-    limit = 2 ** 31 - 1  # ONNX clamps starts and ends like Python slicing, as strided_slice does
+    limit = 2**31 - 1  # ONNX clamps starts and ends like Python slicing, as strided_slice does
     starts, ends = static(tf, ins[1]), static(tf, ins[2])
     if starts is not None and ends is not None:
         begin, end = [0] * rank, [0] * rank
@@ -238,7 +244,6 @@ def cast(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         return Value(tf.not_equal(x, tf.zeros_like(x)), dst)
     x = tf.cast(x, work(tf, dst))
     return Value(narrow(tf, x, dst), dst)
-
 
 
 @handles("Split", exact=True)

@@ -13,17 +13,55 @@ from typing import Any
 
 import numpy as np
 
-WORK = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64",
-        "int8": "int32", "uint8": "int32", "int16": "int32", "uint16": "int32", "int32": "int32",
-        "uint32": "int64", "int64": "int64", "uint64": "int64", "bool": "bool"}
+WORK = {
+    "float16": "float32",
+    "bfloat16": "float32",
+    "float32": "float32",
+    "float64": "float64",
+    "int8": "int32",
+    "uint8": "int32",
+    "int16": "int32",
+    "uint16": "int32",
+    "int32": "int32",
+    "uint32": "int64",
+    "int64": "int64",
+    "uint64": "int64",
+    "bool": "bool",
+}
 FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 INTS = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
-BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64,
-        "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "bool": 8}
+BITS = {
+    "int8": 8,
+    "uint8": 8,
+    "int16": 16,
+    "uint16": 16,
+    "int32": 32,
+    "uint32": 32,
+    "int64": 64,
+    "uint64": 64,
+    "float16": 16,
+    "bfloat16": 16,
+    "float32": 32,
+    "float64": 64,
+    "bool": 8,
+}
 # ONNX TensorProto element type -> dtype name.
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-               10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+ONNX_DTYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
+}
 
 
 @dataclass
@@ -58,7 +96,7 @@ def work(tf: Any, name: str) -> Any:
 
 
 def narrow(tf: Any, t: Any, dtype: str) -> Any:
-    """``t`` (in the work dtype) rounded or wrapped to the values ``dtype`` can hold, still in the work dtype."""
+    """``t`` (in the work dtype) rounded or wrapped to what ``dtype`` holds, still in the work dtype."""
     if WORK.get(dtype, dtype) == dtype or dtype in ("uint64",):
         return t
     return tf.cast(tf.cast(t, tf_dtype(tf, dtype)), t.dtype)
