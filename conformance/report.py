@@ -62,10 +62,11 @@ def route_table(cells: Iterable[CellResult]) -> list[str]:
     if not counts:
         return []
     lines = ["", "### Per route", "",
-             "`tflite` runs `to_tflite(route=\"auto\")`: the xla route (jax2tf), else tf-ops (jaxconv's ONNX as plain "
-             "TF ops) when xla fails to convert, to run, or to match jax.jit; `saved-model` takes tf-ops for LAPACK "
-             "calls. Each cell counts under the route its artifact came from.", "",
-             "| target | device | route | ✓ pass | ✗ fail | xfail | XPASS |", "|---|---|---|---|---|---|---|"]
+             "`tflite` runs `to_tflite(route=\"auto\")`: the xla route (jax2tf), else tf-ops (jaxconv's "
+             "ONNX as plain TF ops) when xla fails to convert, to run, or to match jax.jit; `saved-model` takes "
+             "tf-ops for LAPACK calls. Each cell counts under the route its artifact came from.", "",
+             "| target | device | route | ✓ pass | ✗ fail | xfail | XPASS |",
+             "|---|---|---|---|---|---|---|"]
     for (t, d, r), row in sorted(counts.items()):
         lines.append(f"| {t} | {d} | {r} | {row['pass']} | {row['fail']} | {row['xfail']} | {row['xpass']} |")
     return lines

@@ -116,7 +116,8 @@ def _check_unsaved_onnx(program: Program, model: Any, rtol: float | None, atol: 
 
 def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),
                    check: bool = True, rtol: float | None = None, atol: float | None = None,
-                   report_to: list[CheckReport] | None = None, overwrite: bool = False, route: str = "auto") -> str:
+                   report_to: list[CheckReport] | None = None, overwrite: bool = False,
+                   route: str = "auto") -> str:
     """Write a TF SavedModel with one ``serving_default`` signature; returns ``path``.
 
     ``path`` must be new, empty or an earlier jaxconv output unless ``overwrite`` (which replaces it whole).

@@ -58,7 +58,8 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None, route: 
     return converter
 
 
-def convert(program: Program, *, allow_flex: bool = False, quantize: str | None = None, route: str = "xla") -> bytes:
+def convert(program: Program, *, allow_flex: bool = False, quantize: str | None = None,
+            route: str = "xla") -> bytes:
     """Convert the program to a TFLite flatbuffer by one route (``xla`` or ``tf-ops``).
 
     Args:
@@ -111,7 +112,8 @@ def _check_float64(program: Program) -> None:
 
     where = float64_nodes(onnx_convert.program_to_onnx(program, OPSET)) if not names else []
     if names or where:
-        found = ", ".join(names) if names else "; ".join(where[:4]) + (f" (+{len(where) - 4} more)" if len(where) > 4 else "")
+        more = f" (+{len(where) - 4} more)" if len(where) > 4 else ""
+        found = ", ".join(names) if names else "; ".join(where[:4]) + more
         raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}; compute in float32, "
                                "or convert to SavedModel or ONNX instead")
 
@@ -130,7 +132,8 @@ def tf_ops_error(message: str, *, allow_flex: bool) -> JaxconvError:
     return UnsupportedError(f"TFLite cannot convert (tf-ops route): {summarize(failures)}; {hint}")
 
 
-def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = False, quantize: str | None = None,
+def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = False,
+                   quantize: str | None = None,
                    judge: Callable[[bytes], Any] | None = None) -> tuple[bytes, Any]:
     """Convert by ``route``; with ``auto``, fall back from ``xla`` to ``tf-ops`` per model.
 
@@ -158,7 +161,8 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
         except (UnsupportedError, ConversionError, ArtifactError) as e:
             errors.append((r, e))
             continue
-        badness = 0 if report is None or (report.ok and not report.edge_differences) else 1 if report.ok else 2
+        clean = report is None or (report.ok and not report.edge_differences)
+        badness = 0 if clean else 1 if report.ok else 2
         if badness == 0:
             return data, report
         kept.append((badness, data, report))
