@@ -169,7 +169,7 @@ class _Rewriter:
             if not any(qres.zero_points):
                 return [_op("stablehlo.add", [lhs, rhs], [res], {}, op.location)]
             total = hir.Value(hir.TensorType("int32", res.type.shape))
-            out = [_op("stablehlo.add", [lhs, rhs], [total], {}, op.location)]
+            out: list[hir.Op] = [_op("stablehlo.add", [lhs, rhs], [total], {}, op.location)]
             zps = _axis_constant(np.asarray(qres.zero_points, np.int32), qres.axis, res.type.shape, out,
                                  op.location)
             out.append(_op("stablehlo.subtract", [total, zps], [res], {}, op.location))
@@ -177,7 +177,7 @@ class _Rewriter:
         shape = res.type.shape
         if any(d is None for d in shape):
             return None
-        out: list[hir.Op] = []
+        out = []
         i32 = hir.TensorType("int32", shape)
         parts = []
         for v, qv in ((lhs, ql), (rhs, qr)):
@@ -221,7 +221,7 @@ class _Rewriter:
             return None
         if (zl or zr) and abs(combined - 1.0) > 0.001:
             return None  # the pass scales its zero-point offsets apart, truncating each: computed in float
-        out: list[hir.Op] = []
+        out = []
         # dot(lhs - zl, rhs - zr) is the pass's dot(lhs, rhs) less its zero-point offsets, in exact integers
         operands = [_centred(v, z, out, op.location) for v, z in ((lhs, zl), (rhs, zr))]
         i32 = hir.TensorType("int32", shape)
