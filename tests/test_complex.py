@@ -374,3 +374,10 @@ def test_symbolic_batch_through_complex_ops_and_ffts():
     to_onnx(lambda x, y: x * y / (y + 1), "c64[b]", "c64[b]", report_to=report)
     assert all(r.ok for rep in report for r in rep.rows)
     assert all(r.verdict != "mismatch" for rep in report for r in rep.rows if r.inputs != "edge")
+
+
+def test_complex128_multiplication_keeps_the_fma_residual():
+    a = np.array([1.5 + 1.5j, 0.1 + 0.3j, 1 / 3 + 1j / 7, np.inf + 1j], np.complex128)
+    b = np.array([1e30 + 1e30j, 0.7 - 0.2j, 3 + 7j, 2 + 0j], np.complex128)
+    with x64_for(a), np.errstate(all="ignore"):  # (the residual -1.4e14 is 100% of the real part there)
+        assert_onnx_matches_jax(jnp.multiply, a, b)

@@ -97,23 +97,42 @@ def lower_negate(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return ctx.op("Neg", inputs)
 
 
+def _two_product_error(ctx: LoweringContext, a: str, b: str, p: str) -> str:
+    """a * b - p exactly, for p = fl(a * b) (Dekker's product with Veltkamp's split of float64 values);
+    0 where that is not finite (infinite or huge operands: the plain product is all there is)."""
+    o = ctx.op
+    k = ctx.scalar(134217729.0, "float64")  # 2^27 + 1
+
+    def split(x: str) -> tuple[str, str]:
+        t = o("Mul", [x, k])
+        hi = o("Sub", [t, o("Sub", [t, x])])
+        return hi, o("Sub", [x, hi])
+
+    (ah, al), (bh, bl) = split(a), split(b)
+    err = o("Add", [o("Sub", [o("Mul", [ah, bh]), p]), o("Mul", [ah, bl])])
+    err = o("Add", [o("Add", [err, o("Mul", [al, bh])]), o("Mul", [al, bl])])
+    zero = ctx.scalar(0.0, "float64")
+    finite = o("Not", [o("Or", [o("IsNaN", [err]), o("IsInf", [err])])])
+    return o("Where", [finite, err, zero])
+
+
+def _fma(ctx: LoweringContext, a: str, b: str, c: str, work: str) -> str:
+    """a * b + c with one rounding, as the FMA LLVM emits: exact through float64 for float32; for
+    float64, (fl(a b) + c) + the product's exact error (exact whenever the sum cancels)."""
+    o = ctx.op
+    if work == "float32":
+        wide = [ctx.cast(x, "float64") for x in (a, b, c)]
+        return ctx.cast(o("Add", [o("Mul", wide[:2]), wide[2]]), "float32")
+    p = o("Mul", [a, b])
+    return o("Add", [o("Add", [p, c]), _two_product_error(ctx, a, b, p)])
+
+
 def multiply(ctx: LoweringContext, a: tuple[str, str], b: tuple[str, str], work: str) -> tuple[str, str]:
     """XLA's complex product on the CPU, where LLVM fuses one product of each half into an FMA:
-    re = fma(ar, br, -(ai bi)), im = fma(ai, br, ar bi). For float32 halves the FMA is exact through
-    float64 (a product of two float32 is exact there, NaN and overflow included); float64 halves use
-    plain products (an FMA differs from them only in the last bits, or where they cancel exactly)."""
+    re = fma(ar, br, -(ai bi)), im = fma(ai, br, ar bi) (NaN, overflow and cancellation included)."""
     (ar, ai), (br, bi) = a, b
-    o = ctx.op
-    if work != "float32":
-        re = o("Sub", [o("Mul", [ar, br]), o("Mul", [ai, bi])])
-        im = o("Add", [o("Mul", [ai, br]), o("Mul", [ar, bi])])
-        return re, im
-
-    def wide(x: str) -> str:
-        return ctx.cast(x, "float64")
-
-    re = ctx.cast(o("Sub", [o("Mul", [wide(ar), wide(br)]), wide(o("Mul", [ai, bi]))]), "float32")
-    im = ctx.cast(o("Add", [o("Mul", [wide(ai), wide(br)]), wide(o("Mul", [ar, bi]))]), "float32")
+    re = _fma(ctx, ar, br, ctx.op("Neg", [ctx.op("Mul", [ai, bi])]), work)
+    im = _fma(ctx, ai, br, ctx.op("Mul", [ar, bi]), work)
     return re, im
 
 
