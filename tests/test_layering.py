@@ -61,3 +61,19 @@ def test_start_up_path_has_no_heavy_top_level_imports(rel):
 def test_no_not_implemented_stubs():
     for rel, path in ALL:
         assert "NotImplementedError" not in open(path).read(), f"{rel}: unsupported means unregistered, not a stub"
+
+
+def test_errors_keep_their_cause():
+    """``raise X(...) from None`` hides the ONNX Runtime, onnx.checker or MLIR error from ``--debug``.
+
+    Only re-raising an error caught earlier, with a later failure of a fallback as the context, may drop it.
+    """
+    allowed = {("onnx/ops/sort.py", "direct")}
+    found = []
+    for rel, path in ALL:
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.Raise) and isinstance(node.cause, ast.Constant) and node.cause.value is None:
+                raised = node.exc.id if isinstance(node.exc, ast.Name) else None
+                if (rel, raised) not in allowed:
+                    found.append(f"{rel}:{node.lineno}")
+    assert found == [], "raise ... from None (chain the cause: from e): " + ", ".join(found)
