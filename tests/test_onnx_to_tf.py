@@ -131,6 +131,13 @@ CASES = {
         [S((1, 4, 4, 3), np.float32), S((3, 3, 3, 2), np.float32)],
         False,
     ),
+    "loop_swapping_carries": (
+        lambda x, r: lax.while_loop(
+            lambda c: c[0] < 3, lambda c: (c[0] + 1, c[2], c[1], c[3] * 2 + c[1][0]), (0, r[:2], r[2:], x)
+        )[3],
+        [S((3,), np.float32), S((4,), np.float32)],
+        True,
+    ),
     "trig": (
         lambda a: (jnp.sin(a), jnp.cos(a), jnp.arctan(a), jnp.tan(a * 0.3)),
         [S((7,), np.float32)],
@@ -171,6 +178,8 @@ def _tflite_outputs(concrete, names, args):
         "fori_loop",
         "scatter_reductions",
         "i64_div_rem",
+        "bitcast_threefry",
+        "loop_swapping_carries",
     ],
 )
 def test_builtin_only_tflite_matches_jax(name):

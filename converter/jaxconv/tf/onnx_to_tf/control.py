@@ -28,13 +28,24 @@ def loop(tr: Any, node: Any, ins: list[Value | None], env: Any) -> list[Value]:
     def step(i: Any, c: Any, *vals: Any) -> list[Any]:
         feeds = [Value(i, "int64"), Value(c, "bool")] + [Value(t, d) for t, d in zip(vals, dtypes)]
         outs = tr.subgraph(body, feeds, env)
-        return [i + 1, tf.reshape(outs[0].t, [])] + [o.t for o in outs[1:]]
+        return [i + 1, tf.reshape(outs[0].t, [])] + _unpermuted(tf, i, list(vals), [o.t for o in outs[1:]])
 
     c0 = tf.reshape(cond0.t, []) if cond0 is not None else tf.constant(True)
     result = tf.while_loop(
         keep_going, step, [tf.constant(0, tf.int64), c0] + [v.t for v in carried], maximum_iterations=None
     )
     return [Value(t, d) for t, d in zip(result[2:], dtypes)]
+
+
+def _unpermuted(tf: Any, i: Any, inputs: list[Any], outputs: list[Any]) -> list[Any]:
+    """Outputs where a body passes carried value k on unchanged as value j != k become
+    ``where(i >= 0, value_k, value_j)`` (always value k): TFLite's converter mistakes such a pure
+    permutation of loop-carried values for loop-invariant ones and computes the loop wrongly."""
+    out = []
+    for j, t in enumerate(outputs):
+        moved = any(t is v for k, v in enumerate(inputs) if k != j)
+        out.append(tf.where(i >= 0, t, inputs[j]) if moved and t.shape == inputs[j].shape else t)
+    return out
 
 
 @handles("If", exact=True)
