@@ -1,14 +1,5 @@
-"""Quantized element types (``!quant.uniform``) for the StableHLO reader.
-
-The MLIR bindings bundled in jaxlib have no ``quant`` dialect, so a module with quantized
-types cannot be parsed as written. ``mask`` rewrites its text into one the bindings accept:
-each distinct ``!quant.uniform<...>`` element type becomes its expressed float type tagged
-with a tensor encoding (``tensor<4xf32, "jaxconv.quant.0">``), ``uniform_quantize`` and
-``uniform_dequantize`` become ``convert``, and the literal of each quantized constant is set
-aside (its storage integers would not survive a float type). The reader then reads the
-encodings back into dtype names (the original ``!quant.uniform<...>`` text), restores the op
-names and the constants, and ``quant_math`` rewrites the quantized ops into plain ones.
-"""
+"""Quantized element types (``!quant.uniform``): the reader names a quantized value's dtype by
+its MLIR type text, and ``parse`` reads the scales, zero points and storage range from it."""
 
 from __future__ import annotations
 
@@ -17,14 +8,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 PREFIX = "!quant.uniform<"
-ENCODING = "jaxconv.quant."
-_BODY = r"((?:[^<>]|<[^<>]*>)*)"
-_QUANT_ELEMENT = re.compile(r"(x?)!quant\.uniform<" + _BODY + r">")
-_QUANT_CONSTANT = re.compile(r"dense<([^<>]*)>(\s*:\s*tensor<[0-9x?]*)!quant\.uniform<" + _BODY + r">>")
-_QDQ_OPS = re.compile(r"\bstablehlo\.uniform_(?:de)?quantize\b")
 _STORAGE = re.compile(r"^(u|ui|i|si)(\d+)(?:<\s*(-?\d+)\s*:\s*(-?\d+)\s*>)?$")
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
-_MLIR_FLOAT = {v: k for k, v in _FLOAT_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -109,54 +94,3 @@ def parse(text: str) -> QuantType:
     return QuantType(text=text, signed=signed, bits=bits, storage_min=lo, storage_max=hi,
                      expressed=_FLOAT_NAMES[expressed], scales=tuple(scales), zero_points=tuple(zps),
                      axis=int(axis) if axis is not None else None)
-
-
-def _stand_in(quant: QuantType, storage: bool) -> str:
-    """The MLIR element type standing in for ``quant`` in the masked text."""
-    if storage:
-        return f"{'i' if quant.signed else 'ui'}{quant.bits}"
-    return _MLIR_FLOAT[quant.expressed]
-
-
-@dataclass
-class Masked:
-    """Text the MLIR bindings can parse, and what ``mask`` took out of it.
-
-    Attributes:
-        text: the rewritten module text.
-        types: quantized type text by encoding string (``jaxconv.quant.0``).
-        constants: the literals of quantized constants, in text order.
-    """
-
-    text: str
-    types: dict[str, str]
-    constants: list[str]
-
-
-def mask(text: str) -> Masked:
-    """Rewrite quantized types out of ``text`` (see the module docstring)."""
-    types: dict[str, str] = {}
-    by_text: dict[str, str] = {}
-    constants: list[str] = []
-    # A type that a bitcast_convert reinterprets is stood in for by its storage integers (the
-    # bitcast must keep the bit width); every other one by its expressed float, so float-only ops
-    # (tanh, cbrt, ...) on it still verify.
-    as_storage = {m.group(2) for line in text.splitlines() if "bitcast_convert" in line
-                  for m in _QUANT_ELEMENT.finditer(line)}
-
-    def encoding(body: str) -> str:
-        full = PREFIX + body + ">"
-        quant = parse(full)
-        key = by_text.setdefault(full, f"{ENCODING}{len(by_text)}")
-        types[key] = full
-        return _stand_in(quant, body in as_storage) + f', "{key}"'
-
-    def constant(m: re.Match) -> str:
-        constants.append(m.group(1))
-        zero = "0" if m.group(3) in as_storage else "0.0"
-        return f"dense<{zero}>{m.group(2)}!quant.uniform<{m.group(3)}>>"
-
-    text = _QUANT_CONSTANT.sub(constant, text)
-    text = _QUANT_ELEMENT.sub(lambda m: m.group(1) + encoding(m.group(2)), text)
-    text = _QDQ_OPS.sub("stablehlo.convert", text)
-    return Masked(text=text, types=types, constants=constants)

@@ -6,7 +6,7 @@ This is the only place in jaxconv that imports ``jaxlib.mlir``.
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import functools
 import os
 import re
 from typing import Any, Iterator
@@ -77,9 +77,8 @@ def read_module(data: bytes | str) -> hir.Module:
     """
     ir, shlo, *_ = _mlir()
     ctx = make_context()
-    masked = _mask_quantized(data)
-    if masked is not None:
-        data = masked.text
+    if _mentions_quantized(data):
+        _load_quant_dialect(ctx)
     with ctx, ir.Location.unknown():
         try:
             if isinstance(data, bytes) and data[:4] == b"ML\xefR":
@@ -94,9 +93,7 @@ def read_module(data: bytes | str) -> hir.Module:
             raise parse_error(e) from e
         legalize_chlo(module)
         try:
-            if masked is not None:
-                return _read_quantized(module, masked)
-            return _Reader().module(module)
+            return _legalize_quantized(_Reader().module(module))
         except TypeError as e:
             if "complex" in str(e) or "unknown element type" in str(e):
                 from jaxconv.errors import UnsupportedError
@@ -105,33 +102,57 @@ def read_module(data: bytes | str) -> hir.Module:
             raise
 
 
-def _mask_quantized(data: bytes | str) -> Any:
-    """The text of a module with ``!quant.uniform`` types rewritten for the bindings (see quant_types), or None."""
-    from jaxconv.stablehlo import quant_types
+_QUANT_PREFIX = "!quant.uniform<"
 
+
+def _mentions_quantized(data: bytes | str) -> bool:
     if isinstance(data, bytes):
-        if data[:4] == b"ML\xefR" or quant_types.PREFIX.encode() not in data:
-            return None
-        data = data.decode("utf-8", errors="replace")
-    return quant_types.mask(data) if quant_types.PREFIX in data else None
+        return data[:4] != b"ML\xefR" and _QUANT_PREFIX.encode() in data
+    return _QUANT_PREFIX in data
 
 
-def _read_quantized(module, masked: Any) -> hir.Module:
-    """Read a masked module back with its quantized types, then rewrite the quantized ops (quant_math)."""
-    from jaxconv.stablehlo import quant_math
+@functools.lru_cache(maxsize=1)
+def _quant_artifact() -> bytes:
+    """A portable artifact holding a quantized type (serialized by the bindings' own context)."""
+    _, shlo, *_ = _mlir()
+    text = ("module {\n  func.func @main(%x: tensor<f32>) -> tensor<!quant.uniform<i8:f32, 1.0>> {\n"
+            "    %0 = stablehlo.uniform_quantize %x : (tensor<f32>) -> tensor<!quant.uniform<i8:f32, 1.0>>\n"
+            "    return %0 : tensor<!quant.uniform<i8:f32, 1.0>>\n  }\n}\n")
+    return shlo.serialize_portable_artifact_str(text, shlo.get_minimum_version())
 
-    token = _QUANT_MASK.set(masked)
+
+def _load_quant_dialect(ctx) -> None:
+    """Load the ``quant`` dialect into ``ctx``: jaxlib registers no Python binding for it, but reading
+    a portable artifact that holds a quantized type loads it, after which text parses with it."""
+    ir, shlo, *_ = _mlir()
     try:
-        reader = _Reader()
-        reader.quant_constants = list(masked.constants)
-        out = reader.module(module)
-    finally:
-        _QUANT_MASK.reset(token)
-    quant_math.legalize(out)
-    return out
+        with ctx, ir.Location.unknown(), _silenced_stderr():
+            shlo.deserialize_portable_artifact(ctx, _quant_artifact())
+    except Exception as e:  # noqa: BLE001  (reported as what it means for the module)
+        from jaxconv.errors import UnsupportedError
+
+        raise UnsupportedError(f"quantized types (!quant.uniform): these MLIR bindings cannot load the quant "
+                               f"dialect ({_first_line(e)})") from e
 
 
-_QUANT_MASK: contextvars.ContextVar[Any] = contextvars.ContextVar("jaxconv_quant_mask", default=None)
+def _first_line(e: BaseException) -> str:
+    lines = [t.strip() for t in str(e).splitlines() if t.strip()]
+    return (lines[0] if lines else type(e).__name__)[:200]
+
+
+def _legalize_quantized(module: hir.Module) -> hir.Module:
+    """Rewrite quantized ops into plain ones (quant_math) when the module has quantized values."""
+    from jaxconv.stablehlo import quant_math
+    from jaxconv.stablehlo.quant_types import is_quant
+
+    for fn in module.functions.values():
+        values = list(fn.body.args) + [v for op in hir.walk_ops(fn.body) for v in op.results]
+        if any(is_quant(v.type.dtype) for v in values):
+            quant_math.legalize(module)
+            break
+    return module
+
+
 _LOCATION = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)')
 
 
@@ -176,7 +197,6 @@ def legalize_chlo(module) -> None:
 class _Reader:
     def __init__(self) -> None:
         self.values: dict[Any, hir.Value] = {}
-        self.quant_constants: list[str] = []
 
     def module(self, module) -> hir.Module:
         ir, *_ = _mlir()
@@ -234,37 +254,12 @@ class _Reader:
             text = str(operation)
             attrs = {"value": _parse_dense_text(text[text.index("dense<"):], numpy_dtype(ty.dtype),
                                                 tuple(int(d) for d in ty.shape))}
-        elif _QUANT_MASK.get() is not None:
-            attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()
-                     if name != "value" or operation.name != "stablehlo.constant"}
-            return hir.Op(name=self._unmask(operation, operands, results, attrs), operands=operands,
-                          results=results, attrs=attrs, regions=regions, location=_location_text(operation.location))
         else:
             attrs = {name: decode_attr(attr) for name, attr in operation.attributes.items()}
         if operation.name == "stablehlo.constant" and "value" not in attrs:
             attrs["value"] = constant_value(operation)
         return hir.Op(name=operation.name, operands=operands, results=results, attrs=attrs,
                       regions=regions, location=_location_text(operation.location))
-
-    def _unmask(self, operation, operands: list[hir.Value], results: list[hir.Value], attrs: dict[str, Any]) -> str:
-        """Undo quant_types.mask on one op: its quantize/dequantize name and its constant's value."""
-        from jaxconv.stablehlo.quant_types import is_quant, parse
-
-        name = operation.name
-        quant_out = bool(results) and is_quant(results[0].type.dtype)
-        if name == "stablehlo.convert" and quant_out:
-            return "stablehlo.uniform_quantize"
-        if name == "stablehlo.convert" and operands and is_quant(operands[0].type.dtype):
-            return "stablehlo.uniform_dequantize"
-        if name == "stablehlo.constant" and quant_out:
-            ty = results[0].type
-            literal = self.quant_constants.pop(0)
-            attrs["value"] = _parse_dense_text(f"dense<{literal}>", numpy_dtype(parse(ty.dtype).carrier),
-                                               tuple(int(d) for d in ty.shape))
-        elif name == "stablehlo.constant":
-            attrs["value"] = constant_value(operation)
-        return name
-
 
 def _dict_list(operation, key: str, n: int) -> list[dict[str, Any]]:
     if key not in operation.attributes:
@@ -287,11 +282,6 @@ def tensor_type(t) -> hir.TensorType:
     ir, *_ = _mlir()
     if isinstance(t, ir.RankedTensorType):
         shape = tuple(None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank))
-        masked = _QUANT_MASK.get()
-        if masked is not None and t.encoding is not None:
-            quant = masked.types.get(str(t.encoding).strip('"'))
-            if quant is not None:
-                return hir.TensorType(quant, shape)
         return hir.TensorType(element_dtype(t.element_type), shape)
     text = str(t)
     if "token" in text:
@@ -395,8 +385,13 @@ def constant_value(operation) -> np.ndarray:
 
 
 def dense_value(attr) -> np.ndarray:
-    """Decode a DenseElementsAttr, including bf16, complex, NaN/Inf bit patterns and hex blobs."""
+    """Decode a DenseElementsAttr, including bf16, complex, NaN/Inf bit patterns and hex blobs
+    (a quantized one as its storage integers)."""
     ty = tensor_type(attr.type)
+    if ty.dtype.startswith(_QUANT_PREFIX):
+        from jaxconv.stablehlo.quant_types import parse
+
+        ty = hir.TensorType(parse(ty.dtype).carrier, ty.shape)
     dtype = numpy_dtype(ty.dtype)
     shape = tuple(int(d) for d in ty.shape)
     if ty.dtype in ("float16", "float32", "float64", "bool") or ty.dtype.startswith(("int", "uint")):
