@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.rewrites import _match as m
 
 _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater",
                           "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr"})
 MIN_ELEMENTS = 16
 # ONNX Runtime's CPU Expand has no kernel for these: an Expand must not be moved onto them.
-_NO_ORT_EXPAND = frozenset({ir.DataType.BFLOAT16})
+_NO_ORT_EXPAND = frozenset(ir.DataType(dt.onnx_type(d)) for d in dt.ALL - dt.kernels("Expand"))  # bfloat16
 
 
 def _shrunk(arr: np.ndarray, other: ir.Value) -> np.ndarray | None:

@@ -30,6 +30,7 @@ from typing import Union
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.rewrites import _match as m
 
 Dim = Union[int, str]
@@ -48,7 +49,7 @@ _SHAPE_PASS = frozenset({"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", 
 _REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
                      "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
 _INT_TYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
-_NO_ORT_EXPAND = frozenset({ir.DataType.BFLOAT16})
+_NO_ORT_EXPAND = frozenset(ir.DataType(dt.onnx_type(d)) for d in dt.ALL - dt.kernels("Expand"))  # bfloat16
 
 
 class _Shapes:
