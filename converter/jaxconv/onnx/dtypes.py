@@ -186,13 +186,9 @@ def exponent_bits(dtype: str) -> int:
 
 def pad_work_dtype(dtype: str, opset: int) -> str | None:
     """The dtype to run ONNX Runtime's Pad in, or None when ``dtype`` has a Pad kernel at ``opset``."""
-    if dtype in ("int16", "uint16"):
-        return "int32"
-    if dtype == "float16":  # no float16 Pad kernel (see ARITH)
+    if dtype == "bfloat16" and opset < 21:  # bfloat16 Pad came with opset 21
         return "float32"
-    if dtype == "bfloat16" and opset < 21:
-        return "float32"
-    return None
+    return None if dtype in kernels("Pad") else WIDER[dtype]
 
 
 def isinf_work_dtype(dtype: str, opset: int) -> str | None:
