@@ -124,14 +124,20 @@ def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, con
     ``route``: ``xla`` (jax2tf), ``tf-ops`` (jaxconv's ONNX as plain TF ops) or ``auto`` (``tf-ops`` for
     LAPACK custom calls, else ``xla``, rewritten as ``tf-ops`` when the check finds it does not run in TF).
     """
-    from jaxconv.errors import ArtifactError
+    from jaxconv.errors import ArtifactError, UnsupportedError
     from jaxconv.tf import saved_model
 
     program = _as_program(fn, specs, constraints)
     _refuse_a_check_too_large(program, check)
     chosen = saved_model.first_route(program, route)
     with program.jax_scope():
-        saved_model.write(program, path, overwrite=overwrite, route=chosen)
+        try:
+            saved_model.write(program, path, overwrite=overwrite, route=chosen)
+        except UnsupportedError:
+            if route != "auto" or chosen != "tf-ops":
+                raise
+            chosen = "xla"  # no ONNX lowering for some op: jax2tf's model, which TF may still fail to run
+            saved_model.write(program, path, overwrite=overwrite, route=chosen)
     if check:
         from jaxconv.runtimes.tf import SavedModelRunner
 
