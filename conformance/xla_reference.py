@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 _MAIN = re.compile(r"func\.func public @main\((?P<args>.*?)\)(?P<rest>\s*->.*?)?\s*\{\s*\n")
-_ARG = re.compile(r"(?P<name>%[\w.]+): (?P<type>tensor<[^>]*>)(?P<attrs> \{[^{}]*\})?")
+_ARG = re.compile(r"(?P<name>%[\w.]+): (?P<type>tensor<(?:[^<>]|<[^<>]*>)*>)(?P<attrs> \{[^{}]*\})?")
 _SCALAR_INT = re.compile(r"tensor<u?i(8|16|32|64)>")
 
 
@@ -50,7 +50,7 @@ def specialize(text: str, size: int) -> tuple[str, list[int]]:
             kept.append(f"{name}: {ty}")
             continue
         static = ty.replace("?", str(size))
-        dims = static[len("tensor<"):-1].split("x")[:-1]
+        dims = re.findall(r"(\d+)x", static[len("tensor<"):-1])  # (not split("x"): complex<f32> holds an x)
         kept.append(f"{name}_static: {static}")
         shape_ty = f"tensor<{len(dims)}xi64>"
         prologue.append(f"    {name}_shape = stablehlo.constant dense<[{', '.join(dims)}]> : {shape_ty}\n")

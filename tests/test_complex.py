@@ -381,3 +381,42 @@ def test_complex128_multiplication_keeps_the_fma_residual():
     b = np.array([1e30 + 1e30j, 0.7 - 0.2j, 3 + 7j, 2 + 0j], np.complex128)
     with x64_for(a), np.errstate(all="ignore"):  # (the residual -1.4e14 is 100% of the real part there)
         assert_onnx_matches_jax(jnp.multiply, a, b)
+
+
+SOLVE = """
+module @solve {
+  func.func public @main(%a: tensor<3x3xcomplex<f32>>, %b: tensor<B>) -> tensor<B> {
+    %0 = "stablehlo.triangular_solve"(%a, %b) {left_side = LEFT, lower = LOWER,
+      transpose_a = #stablehlo<transpose MODE>, unit_diagonal = UNIT} : (tensor<3x3xcomplex<f32>>, tensor<B>) -> tensor<B>
+    return %0 : tensor<B>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("left, lower, mode, unit", [("true", "true", "NO_TRANSPOSE", "false"),
+                                                     ("true", "false", "ADJOINT", "false"),
+                                                     ("false", "true", "TRANSPOSE", "true"),
+                                                     ("false", "false", "ADJOINT", "false")])
+def test_complex_triangular_solve_matches_xla(tmp_path, left, lower, mode, unit):
+    from conformance.xla_reference import run_with_xla
+    from jaxconv.onnx.convert import stablehlo_file_to_onnx
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    b_type = "3x2xcomplex<f32>" if left == "true" else "2x3xcomplex<f32>"
+    text = (SOLVE.replace("tensor<B>", f"tensor<{b_type}>").replace("LEFT", left).replace("LOWER", lower)
+            .replace("MODE", mode).replace("UNIT", unit))
+    a = cplx((3, 3), seed=7) + 4 * np.eye(3, dtype=np.complex64)
+    b = cplx((3, 2) if left == "true" else (2, 3), seed=8)
+    path = tmp_path / "solve.mlir"
+    path.write_text(text)
+    got = OnnxRunner(stablehlo_file_to_onnx(str(path)).SerializeToString()).run([a, b])[0]
+    np.testing.assert_allclose(got, run_with_xla(text, [a, b], 3)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_xla_reference_specializes_complex_arguments():
+    from conformance.xla_reference import specialize
+
+    text = "func.func public @main(%x: tensor<?x4xcomplex<f32>>) -> tensor<?x4xcomplex<f32>> {\n  return %x\n}"
+    special, kept = specialize(text, 3)
+    assert "%x_static: tensor<3x4xcomplex<f32>>" in special and "dense<[3, 4]>" in special and kept == [0]

@@ -18,4 +18,4 @@ from jaxconv.onnx.ops import (  # noqa: F401
 )
 
 # complex lowerings wrap the real ones: they register last
-from jaxconv.onnx.ops import complex_arith, complex_data, complex_math, complex_sort, fft  # noqa: F401,E402  isort: skip
+from jaxconv.onnx.ops import complex_arith, complex_data, complex_linalg, complex_math, complex_sort, fft  # noqa: F401,E402  isort: skip
