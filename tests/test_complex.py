@@ -420,3 +420,15 @@ def test_xla_reference_specializes_complex_arguments():
     text = "func.func public @main(%x: tensor<?x4xcomplex<f32>>) -> tensor<?x4xcomplex<f32>> {\n  return %x\n}"
     special, kept = specialize(text, 3)
     assert "%x_static: tensor<3x4xcomplex<f32>>" in special and "dense<[3, 4]>" in special and kept == [0]
+
+
+def test_two_loops_reading_one_outer_complex_value():
+    """Halves split inside one loop body are not reused by another loop's body."""
+    x = cplx((3,), seed=12)
+
+    def f(v):
+        a = jax.lax.fori_loop(0, 3, lambda _, c: c * v, v)
+        b = jax.lax.fori_loop(0, 2, lambda _, c: c + v.real, v)
+        return a + b * v
+
+    assert_onnx_matches_jax(f, x)

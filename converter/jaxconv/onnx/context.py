@@ -128,7 +128,7 @@ class LoweringContext:
         self.current_op: hir.Op | None = None
         self.call_depth = 0
         self.created: list[ir.Node] = []
-        self.complex_parts: dict[tuple[int, str], tuple[str, str]] = {}  # (scope id, name) -> (re, im)
+        self.complex_parts: dict[tuple[Any, str], tuple[str, str]] = {}  # (scope, name) -> (re, im) halves
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:

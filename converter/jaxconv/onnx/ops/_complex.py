@@ -32,7 +32,7 @@ def component(dtype: str) -> str:
 def _cached(ctx: LoweringContext, name: str) -> tuple[str, str] | None:
     scope = ctx.scope
     while scope is not None:
-        found = ctx.complex_parts.get((id(scope), name))
+        found = ctx.complex_parts.get((scope, name))
         if found is not None:
             return found
         scope = scope.parent
@@ -50,7 +50,7 @@ def parts(ctx: LoweringContext, name: str) -> tuple[str, str]:
     else:
         re = ctx.op("Gather", [name, ctx.const(np.array(0, np.int64))], axis=-1, name_hint="re")
         im = ctx.op("Gather", [name, ctx.const(np.array(1, np.int64))], axis=-1, name_hint="im")
-    ctx.complex_parts[(id(ctx.scope), name)] = (re, im)
+    ctx.complex_parts[(ctx.scope, name)] = (re, im)
     return re, im
 
 
@@ -63,7 +63,7 @@ def pack(ctx: LoweringContext, re: str, im: str) -> str:
         axis=-1,
         name_hint="cplx",
     )
-    ctx.complex_parts[(id(ctx.scope), out)] = (re, im)
+    ctx.complex_parts[(ctx.scope, out)] = (re, im)
     return out
 
 
@@ -73,7 +73,7 @@ def complex_const(ctx: LoweringContext, value: np.ndarray) -> str:
     work = COMPONENT[value.dtype.name]
     re, im = ctx.const(value.real.astype(work)), ctx.const(value.imag.astype(work))
     out = ctx.const(np.stack([value.real, value.imag], axis=-1).astype(work))
-    ctx.complex_parts[(id(ctx.scope), out)] = (re, im)
+    ctx.complex_parts[(ctx.scope, out)] = (re, im)
     return out
 
 
