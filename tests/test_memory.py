@@ -220,3 +220,30 @@ def test_to_onnx_without_path_checks_from_a_temporary_file(monkeypatch):
     x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_allclose(onnxrt.OnnxRunner(model.SerializeToString()).run([x])[0], np.asarray(program.fn(x)),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_program_to_onnx_frees_the_lowered_graph_and_the_module_of_a_program_used_once():
+    """The onnx_ir model holds a copy of the weights in reference cycles: it goes before the check."""
+    import gc
+
+    import jax.numpy as jnp
+    import onnx_ir as ir
+
+    from jaxconv.program import trace
+    from jaxconv.specs import parse_spec
+
+    w = np.random.default_rng(0).standard_normal((2, 2048, 2048), dtype=np.float32)  # 32 MiB
+
+    def fn(x):
+        return jnp.tanh(x @ w[0]) @ w[1]
+
+    program = trace(fn, [parse_spec("f32[2,2048]")])
+    program.keep_module = False
+    gc.disable()  # only the conversion's own collection may free the model
+    try:
+        model = convert.program_to_onnx(program)
+        alive = [o for o in gc.get_objects() if isinstance(o, (ir.Model, ir.Graph, ir.Node))]
+    finally:
+        gc.enable()
+    assert program.exported is None and not alive
+    assert len(model.graph.initializer) == 2

@@ -40,7 +40,29 @@ def program_to_onnx(program: Program, opset: int | None = None) -> onnx.ModelPro
     inputs = [GraphIO(t.name, t.dtype, t.shape, position.get(i)) for i, t in enumerate(program.signature.inputs)]
     outputs = [GraphIO(t.name, t.dtype, t.shape) for t in program.signature.outputs]
     meta = {"jaxconv.signature": json.dumps(program.signature.to_json()), "jaxconv.function": program.name}
-    return lower_module(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name, metadata=meta)
+    if not program.keep_module:
+        program.exported = None  # the module read holds the constants now: one copy of the weights fewer
+    model = lower_module(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name,
+                         metadata=meta)
+    del module
+    _collect_graph_cycles(model)
+    return model
+
+
+COLLECT_BYTES = 32 << 20
+
+
+def _collect_graph_cycles(model: onnx.ModelProto) -> None:
+    """Free the onnx_ir model the lowering built, now serialized, when its weights are big.
+
+    Its nodes and values refer to each other, so it waits for Python's cycle collector, and with
+    it the module's copy of the weights: the size of the weights, held through the check. A
+    collection costs a tenth of a second with jax loaded, so small models leave it to Python.
+    """
+    import gc
+
+    if sum(t.ByteSize() for t in model.graph.initializer) >= COLLECT_BYTES:
+        gc.collect()
 
 
 def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | None = None) -> onnx.ModelProto:
