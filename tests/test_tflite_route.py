@@ -104,3 +104,32 @@ def test_cli_route_and_inspect(tmp_path, capsys):
     assert main(["inspect", sm]) == 0
     out = capsys.readouterr().out
     assert "route: tf-ops" in out and "XlaCallModule" not in out
+
+
+def test_no_check_auto_skips_a_check_over_the_memory_limit(monkeypatch):
+    """--no-check with auto: a model too large to check is converted (xla first) without judging it."""
+    from jaxconv.runtimes.tflite import read_route
+
+    monkeypatch.setenv("JAXCONV_CHECK_MAX_BYTES", "16")
+    assert read_route(api.to_tflite(plain, "f32[64]", check=False)) == "xla"
+    with pytest.raises(UsageError, match="JAXCONV_CHECK_MAX_BYTES"):
+        api.to_tflite(plain, "f32[64]")
+
+
+def test_report_counts_cells_per_route():
+    from conformance.report import route_table
+    from conformance.results import CellResult
+
+    cells = [
+        CellResult("a", "tflite", "cpu", status="pass", route="xla"),
+        CellResult("b", "tflite", "cpu", status="pass", route="tf-ops"),
+        CellResult("c", "tflite", "cpu", status="xfail", route="tf-ops"),
+        CellResult("d", "tflite", "cpu", status="xfail"),
+        CellResult("e", "onnx", "cpu", status="pass"),
+    ]
+    rows = [line for line in route_table(cells) if line.startswith("| tflite")]
+    assert rows == [
+        "| tflite | cpu | none | 0 | 0 | 1 | 0 |",
+        "| tflite | cpu | tf-ops | 1 | 0 | 1 | 0 |",
+        "| tflite | cpu | xla | 1 | 0 | 0 | 0 |",
+    ]

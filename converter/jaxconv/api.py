@@ -26,6 +26,17 @@ def _refuse_a_check_too_large(program: Program, check: bool) -> None:
         require_checkable(program.signature, program.constraints)
 
 
+def _checkable(program: Program) -> bool:
+    """Whether the check's inputs and outputs fit the memory limit (``require_checkable``)."""
+    from jaxconv.verify import require_checkable
+
+    try:
+        require_checkable(program.signature, program.constraints)
+    except UsageError:
+        return False
+    return True
+
+
 def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: float | None, atol: float | None,
              report_to: list[CheckReport] | None) -> None:
     if not check:
@@ -179,8 +190,9 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
             return check_runner(TFLiteRunner(data), path or "model.tflite", program.fn, program.arg_specs,
                                 program.signature, rtol=rtol, atol=atol, constraints=program.constraints)
 
+    choose = check or (route == "auto" and _checkable(program))  # auto judges xla to choose a route
     data, report = tflite.convert_routed(program, route=route, allow_flex=allow_flex, quantize=quantize,
-                                         judge=judge if check or route == "auto" else None)
+                                         judge=judge if choose else None)
     if path is not None:
         write_bytes(path, data)
     if check and report is not None:
