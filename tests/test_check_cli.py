@@ -6,9 +6,9 @@ import os
 import numpy as np
 import onnx
 import pytest
-from cli_support import run_cli
 from onnx import numpy_helper
 
+from cli_support import run_cli
 from jaxconv.errors import FileLoadError, MismatchError, UsageError
 
 

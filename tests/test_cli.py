@@ -7,8 +7,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from cli_support import run_cli
 
+from cli_support import run_cli
 from jaxconv.cli import main
 from jaxconv.errors import (
     ArtifactError,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import pytest
+
 from cli_support import run_cli
 from lowering_check import assert_onnx_matches_jax, x64_for
 

@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+
 from cpp_support import (
     FILL_CPP,
     MLP_FILE,

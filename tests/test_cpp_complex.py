@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+
 from cpp_support import build, ort_root_path, run_example, save_inputs
 
 

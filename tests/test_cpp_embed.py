@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from cpp_support import ROOT, assert_clean_failure, build, cli, ort_root_path, run, run_example, save_inputs
 
 CNN_FILE = os.path.join(ROOT, "examples", "cnn.py")

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+
 from cpp_support import HAVE_TOOLCHAIN, MLP_SPECS, cli, mlp_function, ort_root_path, run
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "converter", "jaxconv",

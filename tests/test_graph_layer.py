@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
-from lowering_check import assert_onnx_matches_jax
 
 from jaxconv.onnx.context import SAME_SHAPE_KEY, GraphScope, LoweringContext
 from jaxconv.stablehlo import ir as hir
+from lowering_check import assert_onnx_matches_jax
 
 
 def _ctx() -> LoweringContext:

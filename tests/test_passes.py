@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 from jaxconv.onnx.passes import clean_up, drop_redundant_expands, optimize
+from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 
 def test_transposes_that_cancel_are_removed():

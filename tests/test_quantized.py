@@ -10,12 +10,12 @@ import os
 
 import numpy as np
 import pytest
-from lowering_check import OPS_SEEN_ENV
 
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx.convert import stablehlo_file_to_onnx
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from jaxconv.stablehlo.quant_types import parse
+from lowering_check import OPS_SEEN_ENV
 
 
 def _run(tmp_path, text: str, *inputs: np.ndarray) -> list[np.ndarray]:

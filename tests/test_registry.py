@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
 import pytest
-from lowering_check import assert_onnx_matches_jax, onnx_op_types, x64_for
 
 from jaxconv.onnx import registry
+from lowering_check import assert_onnx_matches_jax, onnx_op_types, x64_for
 
 
 def test_every_construct_has_a_family_and_a_doc_line():

@@ -3,10 +3,10 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from lowering_check import assert_onnx_matches_jax
 
 from jaxconv.errors import ArtifactError
 from jaxconv.runtimes import artifact_kind, open_artifact
+from lowering_check import assert_onnx_matches_jax
 
 
 def test_bfloat16_inputs_and_outputs_round_trip():

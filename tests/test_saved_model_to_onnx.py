@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_support import run_cli
 from jax import lax
+
+from cli_support import run_cli
 
 pytestmark = pytest.mark.tf
 tf = pytest.importorskip("tensorflow")

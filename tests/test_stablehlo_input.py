@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from lowering_check import record_ops
 
 from jaxconv.cli import main
 from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import record_ops
 
 RNG = np.random.default_rng(0)
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import jax
 import ml_dtypes
 import numpy as np
+
 from lowering_check import record_ops
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

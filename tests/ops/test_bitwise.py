@@ -5,8 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from elementwise_support import INTS, X64_INTS, check, each, grid, int_values
 from jax import lax
+
+from elementwise_support import INTS, X64_INTS, check, each, grid, int_values
 
 BOOLS = grid(np.array([True, False]))
 

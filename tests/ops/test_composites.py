@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
-from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 from jaxconv.errors import UnsupportedError
+from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 _EDGES = [0.0, -0.0, 1e-7, -1e-7, 1e-30]
 UNIT = np.concatenate([np.linspace(-1, 1, 81), _EDGES, [0.999999, -0.999999, 1.5, -2.0]])

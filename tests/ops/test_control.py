@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
+
 from lowering_check import OPS_SEEN_ENV, assert_onnx_matches_jax, onnx_op_types
 
 RNG = np.random.default_rng(0)

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from jax import lax
+
 from elementwise_support import (  # noqa: F401
     BF16,
     F16,
@@ -22,7 +24,6 @@ from elementwise_support import (  # noqa: F401
     patched,
     replace_op,
 )
-from jax import lax
 
 SATURATION = [3e9, -3e9, 2147483520.0, -2147483648.0, 4294967040.0, 1e19, -1e19, 1.9e19, 9.2e18, 300.0, -300.0,
               255.9, -128.9, 32767.5, 65535.9, -0.9, 0.9, 127.5, -129.0]

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
+
 from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 RNG = np.random.default_rng(3)

@@ -7,11 +7,11 @@ import os
 
 import numpy as np
 import pytest
-from lowering_check import OPS_SEEN_ENV
 
 from jaxconv.errors import UnsupportedError
 from jaxconv.onnx.convert import stablehlo_file_to_onnx
 from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import OPS_SEEN_ENV
 
 MODULE = """
 func.func @main(%x: tensor<?x3xf32>, %v: tensor<f32>, %lo: tensor<2xi32>, %hi: tensor<2xi32>) -> tensor<?x?xf32> {

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from lowering_check import assert_onnx_matches_jax
 
 B, T = jax.export.symbolic_shape("b, t")

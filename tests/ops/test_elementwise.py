@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from jax import lax
+
 from elementwise_support import (
     BF16,
     F16,
@@ -34,7 +36,6 @@ from elementwise_support import (
     replace_op,
     values,
 )
-from jax import lax
 
 BINARY = {"add": lax.add, "subtract": lax.sub, "multiply": lax.mul, "divide": lax.div, "remainder": lax.rem,
           "maximum": lax.max, "minimum": lax.min}

@@ -10,8 +10,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from elementwise_support import BF16, F16, check
 from jax import lax
+
+from elementwise_support import BF16, F16, check
 
 BIG = {F16: 65504.0, BF16: 3.3e38}
 

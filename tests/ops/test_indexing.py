@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64",

@@ -8,9 +8,9 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 from jax import lax
-from lowering_check import assert_onnx_matches_jax
 
 from jaxconv.errors import UnsupportedError
+from lowering_check import assert_onnx_matches_jax
 
 RNG = np.random.default_rng(0)
 S = jax.ShapeDtypeStruct

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+
 from lowering_check import assert_onnx_matches_jax
 
 BF16 = ml_dtypes.bfloat16

@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from elementwise_support import BF16, F16, F32, F64, check, grid
 from jax import lax
+
+from elementwise_support import BF16, F16, F32, F64, check, grid
 
 OPSETS = [18, 21, 25, 26]
 EDGES = [-0.0, 0.0, -0.4, 0.4, 3.0, -3.0, np.inf, -np.inf, np.nan, -1e-3]

@@ -15,9 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
-from lowering_check import assert_onnx_matches_jax, onnx_op_types, x64_for
 
 from jaxconv.errors import UnsupportedError
+from lowering_check import assert_onnx_matches_jax, onnx_op_types, x64_for
 
 SPECIALS = np.array([1.0, -0.0, 0.0, np.nan, -np.nan, 2.0, -np.inf, np.inf, 0.0, -0.0, 1.0, np.nan], np.float32)
 TIES = np.array([3, 1, 2, 3, 1, 0, 2, 3, 1, 0, 0, 1])

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import export
+
 from lowering_check import assert_onnx_matches_jax, onnx_op_types
 
 

@@ -4,11 +4,11 @@ import os
 
 import numpy as np
 import onnxruntime as ort
-from lowering_check import OPS_SEEN_ENV
 
 from jaxconv.onnx.convert import stablehlo_file_to_onnx, validate
 from jaxconv.stablehlo import ir
 from jaxconv.stablehlo.reader import read_module
+from lowering_check import OPS_SEEN_ENV
 
 MODULE = """
 func.func public @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, tensor<i32>) {

@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from elementwise_support import check
 from jax import lax
+
+from elementwise_support import check
 
 E = np.zeros((0, 3), np.float32)
 EI = np.zeros((0, 3), np.int32)
