@@ -480,3 +480,33 @@ def test_zero_sign_of_dots_and_convs_is_known_only_for_signed_zeros():
         assert known.match(klass) is None, klass
     assert known.match("sinh/f32/inf") is not None and known.match("sinh/f16/inf") is None
     assert known.match("sinh/f32/value") is None
+
+
+def test_conv_overflow_order_needs_terms_that_reach_the_largest_float():
+    """-inf in XLA, NaN (inf - inf) in the artifact: the window sums 8.5e37 and 3.4e38 terms of both signs."""
+    from conformance.fuzz import convzeros
+
+    conv = "lax.conv_general_dilated({0}, {1}, window_strides=(1,), padding='SAME', lhs_dilation=(1,), " \
+           "rhs_dilation=(1,), feature_group_count=1)"
+    p = _program([("conv", (0, 1), conv)], {0: ((1, 3, 1), "float32"), 1: ((1, 3, 2), "float32")})
+    inputs = [np.float32([[[8.5e37], [3.4e38], [1.0]]]), np.float32([[[-4.0, 1.0], [-2.0, 1.0], [1.0, 1.0]]])]
+    expected = fuzz_run.reference(p, inputs)
+    nan = [np.where(np.isinf(expected[0]), np.float32(np.nan), expected[0])]
+    assert np.isinf(expected[0]).any()
+    named = convzeros.relabel(Failure(p, inputs, "mismatch", compare_all(expected, nan), "", expected, nan))
+    assert named.diff.kind == "overflow-order" and known.match(class_of(named, "onnx")) is not None
+    small = [np.float32([[[1.0], [2.0], [1.0]]]), inputs[1]]
+    expected = fuzz_run.reference(p, small)
+    wrong = [np.full_like(expected[0], np.nan)]
+    failure = Failure(p, small, "mismatch", compare_all(expected, wrong), "", expected, wrong)
+    named = convzeros.relabel(failure)
+    assert named.diff.kind == "nan" and known.match("conv/f32/nan", frozenset({"huge-input"})) is None
+
+
+def test_conv64_flushes_subnormal_products_when_asked():
+    from conformance.fuzz.convzeros import conv64
+
+    params = {"window_strides": (1,), "padding": "VALID", "feature_group_count": 1}
+    x, w = np.array([[[0.5]]]), np.array([[[1.17549435e-38]]])
+    assert conv64(x, w, params, True, True)[0, 0, 0] > 0
+    assert conv64(x, w, params, True, True, float(np.finfo(np.float32).tiny))[0, 0, 0] == 0

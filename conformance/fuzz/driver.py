@@ -102,7 +102,7 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         small = _explain(minimise(failure, target, full=False), target)
     row = _classify(small, target, rec)
     if not row and small.diff is not None:
-        if convzeros.relabel(small).diff.kind == "conv-zeros" \
+        if convzeros.relabel(small).diff.kind in ("conv-zeros", "overflow-order") \
                 or _relabel_excess_precision(small).diff.kind == "excess-precision" \
                 or _relabel_last_bit(small).diff.kind == "last-bit":
             row = _classify(small, target, rec)
