@@ -103,7 +103,7 @@ def test_cli_route_and_inspect(tmp_path, capsys):
     assert "route: tf-ops" in capsys.readouterr().out
     assert main(["inspect", sm]) == 0
     out = capsys.readouterr().out
-    assert "route: tf-ops" in out and "XlaCallModule" not in out
+    assert "route: tf-ops" in out and "XlaCallModule" not in out and "plain TF ops" in out
 
 
 def test_no_check_auto_skips_a_check_over_the_memory_limit(monkeypatch):

@@ -212,6 +212,8 @@ def _describe_saved_model(path: str) -> dict[str, Any]:
 
     if read_route(path):
         info["route"] = read_route(path)
+        if info["route"] == "tf-ops":
+            info["producer"] = "TF SavedModel (plain TF ops from jaxconv's ONNX)"
     info["ops"] = describe_ops(path)
     return info
 
