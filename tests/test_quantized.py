@@ -6,8 +6,6 @@ formulas of StableHLO's legalize-quant-to-math pass written out here in numpy.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -15,7 +13,7 @@ from jaxconv.errors import UnsupportedError
 from jaxconv.onnx.convert import stablehlo_file_to_onnx
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from jaxconv.stablehlo.quant_types import parse
-from lowering_check import OPS_SEEN_ENV
+from lowering_check import note_ops
 
 
 def _run(tmp_path, text: str, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -28,10 +26,7 @@ def _run(tmp_path, text: str, *inputs: np.ndarray) -> list[np.ndarray]:
 
 def _record(onnx_ops: set[str]) -> None:
     """Count the quantize/dequantize lowerings as exercised for the coverage check."""
-    folder = os.environ.get(OPS_SEEN_ENV)
-    if folder:
-        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
-            f.write("stablehlo.uniform_quantize\nstablehlo.uniform_dequantize\n")
+    note_ops(["stablehlo.uniform_quantize", "stablehlo.uniform_dequantize"])
 
 
 def _quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, lo: int, hi: int) -> np.ndarray:

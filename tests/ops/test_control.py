@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lowering_check import OPS_SEEN_ENV, assert_onnx_matches_jax, onnx_op_types
+from lowering_check import assert_onnx_matches_jax, note_ops, onnx_op_types
 
 RNG = np.random.default_rng(0)
 
@@ -222,10 +222,7 @@ def _runner_for(mlir_text: str, ops: set[str]):
             f.write("module {\n" + mlir_text + "\n}\n")
         model = stablehlo_file_to_onnx(path)
     validate(model)
-    folder = os.environ.get(OPS_SEEN_ENV)
-    if folder:
-        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
-            f.write("\n".join(sorted(ops)) + "\n")
+    note_ops(ops)
     runner = OnnxRunner(model.SerializeToString())
     run = lambda *args: runner.run([np.asarray(a) for a in args])  # noqa: E731
     run.model = model

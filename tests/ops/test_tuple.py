@@ -1,6 +1,5 @@
 """stablehlo.tuple / get_tuple_element: JAX no longer emits them, other frontends still do."""
 
-import os
 
 import numpy as np
 import onnxruntime as ort
@@ -8,7 +7,7 @@ import onnxruntime as ort
 from jaxconv.onnx.convert import stablehlo_file_to_onnx, validate
 from jaxconv.stablehlo import ir
 from jaxconv.stablehlo.reader import read_module
-from lowering_check import OPS_SEEN_ENV
+from lowering_check import note_ops
 
 MODULE = """
 func.func public @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, tensor<i32>) {
@@ -28,11 +27,7 @@ func.func public @main(%x: tensor<3xf32>, %n: tensor<i32>) -> (tensor<3xf32>, te
 def test_tuples_of_tuples_convert(tmp_path):
     path = tmp_path / "tuples.mlir"
     path.write_text(MODULE)
-    folder = os.environ.get(OPS_SEEN_ENV)
-    if folder:  # feed the lowering coverage check, as assert_onnx_matches_jax does for JAX programs
-        module = read_module(MODULE)
-        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
-            f.write("\n".join(sorted({op.name for op in ir.walk_ops(module.entry().body)})) + "\n")
+    note_ops(op.name for op in ir.walk_ops(read_module(MODULE).entry().body))  # as assert_onnx_matches_jax does
     model = stablehlo_file_to_onnx(str(path))
     validate(model)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
