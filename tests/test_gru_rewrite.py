@@ -11,9 +11,15 @@ import pytest
 from jax import lax
 
 import jaxconv
+from jaxconv.onnx.rewrites import gru
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
 H, N_IN, T, B = 8, 5, 6, 3
+
+
+@pytest.fixture
+def gru_on(monkeypatch):
+    monkeypatch.setattr(gru, "ENABLED", True)
 
 
 def _weights(seed: int = 0):
@@ -61,7 +67,7 @@ def _inputs(seed: int, nan: bool = False) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("z_first", [False, True])
-def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first):
+def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     fn = _gru(z_first=z_first)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert "GRU" in _ops(model) and "Loop" in _ops(model)  # the Loop stays for non-finite inputs
@@ -76,7 +82,7 @@ def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-def test_other_update_rule_is_not_the_gru_op():
+def test_other_update_rule_is_not_the_gru_op(gru_on):
     # h' = z * n + (1 - z) * h is not ONNX's GRU (its gates would be swapped): the Loop runs
     fn = _gru(swapped_update=True)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
@@ -85,3 +91,8 @@ def test_other_update_rule_is_not_the_gru_op():
     got = OnnxRunner(model.SerializeToString()).run(inputs)
     for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
+
+
+def test_gru_rule_is_off_by_default():
+    model = jaxconv.to_onnx(_gru(), f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert "GRU" not in _ops(model) and "Loop" in _ops(model)

@@ -14,7 +14,8 @@ faster without changing the numbers:
   pool layers stay NCHW;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
-- ``gru``: a scan whose body is the GRU cell (reset before the recurrent product) as the ONNX GRU op.
+- ``gru``: a scan whose body is the GRU cell (reset before the recurrent product) as the ONNX GRU op
+  (off by default: slower than the Loop with ORT's default threads).
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -62,7 +63,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["pooling"] += pooling.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
-    fired["gru"] = gru.rewrite(model.graph)
+    fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
     fired["layout"] = layout.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
