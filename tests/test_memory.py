@@ -239,10 +239,13 @@ def test_program_to_onnx_frees_the_lowered_graph_and_the_module_of_a_program_use
 
     program = trace(fn, [parse_spec("f32[2,2048]")])
     program.keep_module = False
+    kinds = (ir.Model, ir.Graph, ir.Node)
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if isinstance(o, kinds)}  # other tests' graphs
     gc.disable()  # only the conversion's own collection may free the model
     try:
         model = convert.program_to_onnx(program)
-        alive = [o for o in gc.get_objects() if isinstance(o, (ir.Model, ir.Graph, ir.Node))]
+        alive = [o for o in gc.get_objects() if isinstance(o, kinds) and id(o) not in before]
     finally:
         gc.enable()
     assert program.exported is None and not alive
