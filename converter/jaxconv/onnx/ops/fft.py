@@ -17,9 +17,10 @@ error over max |X| against numpy's float64 transform):
     error  1.5e-07..5.4e-07 (matmul), 2.4e-07..8.7e-07 (DFT op), any n and kind
 
 Both are as accurate as float32 allows; the matrix is faster for short axes and costs O(n^2)
-weights, so each kind switches to the DFT op at the length in ``DFT_OP_FROM``. ONNX's DFT has
-no c2r form: IRFFT rebuilds the Hermitian spectrum first. The matrices are built in float64 from
-exact angles (j * k mod n) and rounded once to the component type.
+weights, so each kind switches to the DFT op at the length in ``DFT_OP_FROM``. ONNX Runtime 1.32
+runs DFT in both forms the lowering emits (opsets 18-19: ``axis`` attribute; 20+: ``axis`` input);
+it has no c2r form, so IRFFT rebuilds the Hermitian spectrum first. The matrices are built in
+float64 from exact angles (j * k mod n) and rounded once to the component type.
 """
 
 from __future__ import annotations
