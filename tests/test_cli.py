@@ -122,9 +122,9 @@ def test_error_paths(case, tmp_path, capsys, user_file):
         "no_specs": (["to-onnx", good, "-o", str(out)], UsageError, "no --specs given"),
         "trace": (["to-onnx", user_file("def f(x):\n    y = x.reshape(7)\n    return y\n", "tr.py"), "--specs", "f32[2,3]", "-o", str(out)],
                   TraceError, "tr.py:2"),
-        "unsupported": (["to-onnx", user_file("import jax\ndef f(k):\n    return jax.random.bits(jax.random.wrap_key_data("
-                                              "k, impl='rbg'), (4,))\n", "un.py"),
-                         "--specs", "u32[4]", "-o", str(out)], UnsupportedError, "un.py:3"),
+        "unsupported": (["to-onnx", user_file("from jax import lax\ndef f(x):\n    return lax.reduce_window(x, 1 + 0j, lax.mul, "
+                                              "(2,), (1,), 'VALID')\n", "un.py"),
+                         "--specs", "c64[5]", "-o", str(out)], UnsupportedError, "un.py:3"),
         "opset": (["to-onnx", good, "--specs", "f32[2]", "-o", str(out), "--opset", "12"], UsageError, "--opset 12 is out of range"),
         "bad_artifact": (["check", str(tmp_path / "x.bin"), good, "--specs", "f32[2]"], ArtifactError, "artifact not found"),
         "entry_for_py": (["to-onnx", good, "--specs", "f32[2]", "-o", str(out), "--entry", "main"], UsageError, "--entry applies"),
@@ -141,14 +141,14 @@ def test_error_paths(case, tmp_path, capsys, user_file):
 def test_unsupported_lists_every_problem_at_once(tmp_path, capsys, user_file):
     path = user_file("""
         import jax
-        def f(k, a):
-            key = jax.random.wrap_key_data(k, impl="rbg")
-            bits = jax.random.bits(key, (4,)), jax.random.bits(key, (3,))
-            return bits, jax.scipy.linalg.solve_triangular(a, a, lower=True)
+        import jax.numpy as jnp
+        def f(b, a):
+            factors = jnp.linalg.cholesky(b), jnp.linalg.cholesky(a)
+            return factors, jax.scipy.linalg.solve_triangular(a, a, lower=True)
     """)
-    code, _, err = run_cli(["to-onnx", path, "--specs", "u32[4]", "c64[2,2]", "-o", str(tmp_path / "o.onnx")], capsys)
+    code, _, err = run_cli(["to-onnx", path, "--specs", "c64[3,3]", "c64[2,2]", "-o", str(tmp_path / "o.onnx")], capsys)
     assert code == UnsupportedError.exit_code
-    assert "stablehlo.rng_bit_generator x2" in err
+    assert "@lapack_cpotrf_ffi x2" in err
     assert "complex triangular solve" in err
     assert "jaxconv list-ops" in err
 
