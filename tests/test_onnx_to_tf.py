@@ -251,3 +251,18 @@ def test_untranslatable_node_names_op_and_source():
     ):
         serving_function(tf, helper.make_model(graph), [tf.TensorSpec([2], tf.float32, name="x")])
     assert issubclass(Untranslatable, UnsupportedError)
+
+
+def test_nan_survives_exp_tanh_logistic_in_tflite():
+    """TFLite's exp gives 0 and its logistic 1 for NaN; the tf-ops route keeps XLA's NaN."""
+
+    def fn(x):
+        return jnp.exp(x), jnp.tanh(x), jax.nn.sigmoid(x), jnp.isinf(x)
+
+    specs = [S((4,), np.float32)]
+    x = np.array([np.nan, 1.0, -np.inf, np.inf], np.float32)
+    got, concrete = _tf_outputs(fn, specs, [x])
+    _assert_same(fn, [x], got, exact=False)
+    names = [t.name for t in trace(fn, specs).signature.inputs]
+    lite = _tflite_outputs(concrete, names, [x])
+    _assert_same(fn, [x], [np.asarray(g) for g in lite], exact=False)

@@ -120,9 +120,11 @@ def _check_float64(program: Program) -> None:
 
 def tf_ops_error(message: str, *, allow_flex: bool) -> JaxconvError:
     """The error for a converter failure on the tf-ops route: the TF ops TFLite has no builtin for."""
-    from jaxconv.tf.tflite_errors import failures_from_text, summarize
+    from jaxconv.tf.tflite_errors import Failure, failures_from_text, summarize
 
     failures, _ = failures_from_text(message, None)
+    # The converter's locations are the translator's TF calls, not the user's source: leave them out.
+    failures = [Failure(f.op, "", f.needs_flex) for f in failures]
     if not failures:
         first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
         return ConversionError(f"the TFLite converter failed on the tf-ops route: {first[:300]}")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxconv.tf.onnx_to_tf.graph import attrs
+import numpy as np
+
+from jaxconv.tf.onnx_to_tf.graph import attrs, static
 from jaxconv.tf.onnx_to_tf.table import handles
 from jaxconv.tf.onnx_to_tf.values import FLOATS, Value
 
@@ -26,14 +28,14 @@ _UNARY = {
     "Abs": lambda tf, x: tf.where(x < tf.zeros_like(x), -x, x) if x.dtype == tf.int64 else tf.abs(x),
     "Reciprocal": lambda tf, x: tf.math.reciprocal(x),
     "Sqrt": lambda tf, x: tf.sqrt(x),
-    "Exp": lambda tf, x: tf.exp(x),
+    "Exp": lambda tf, x: _keep_nan(tf, x, tf.exp(x)),
     "Log": lambda tf, x: tf.math.log(x),
     "Sin": lambda tf, x: tf.sin(x),
     "Cos": lambda tf, x: tf.cos(x),
     "Tan": lambda tf, x: tf.sin(x) / tf.cos(x),
     "Atan": lambda tf, x: tf.math.atan2(x, tf.ones_like(x)),
-    "Tanh": lambda tf, x: tf.tanh(x),
-    "Sigmoid": lambda tf, x: tf.sigmoid(x),
+    "Tanh": lambda tf, x: _keep_nan(tf, x, tf.tanh(x)),
+    "Sigmoid": lambda tf, x: _keep_nan(tf, x, tf.sigmoid(x)),
     "Erf": lambda tf, x: tf.math.erf(x),
     "Floor": lambda tf, x: tf.floor(x),
     "Ceil": lambda tf, x: tf.math.ceil(x),
@@ -48,6 +50,13 @@ _UNARY = {
     "Acosh": lambda tf, x: tf.math.acosh(x),
     "Atanh": lambda tf, x: tf.math.atanh(x),
 }
+
+
+def _keep_nan(tf: Any, x: Any, y: Any) -> Any:
+    """``y`` with NaN where ``x`` is NaN (TFLite's exp gives 0 and its logistic 1 for NaN)."""
+    return tf.where(tf.not_equal(x, x), x, y)
+
+
 for _name in _UNARY:
     handles(_name)(_unary(_name))
 
@@ -182,6 +191,19 @@ def compare(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     if node.op_type == "Equal" and ins[0].dtype == "bool":
         return Value(tf.equal(ins[0].t, ins[1].t), "bool")
+    if node.op_type == "Equal" and ins[0].dtype in FLOATS:
+        for x, other in ((ins[0], ins[1]), (ins[1], ins[0])):
+            known = static(tf, other)
+            if (
+                known is not None
+                and known.size
+                and np.all(np.isinf(known))
+                and len(set(np.sign(known.flat))) == 1
+            ):
+                # x == ±inf as |x| beyond the largest finite value: TFLite's converter turns an inf
+                # constant into FLT_MAX, which a finite x may equal.
+                big = tf.constant(x.t.dtype.max, x.t.dtype)
+                return Value(x.t > big if known.flat[0] > 0 else x.t < -big, "bool")
     fn = getattr(tf.math, _COMPARE[node.op_type])
     return Value(fn(_as_int(tf, ins[0]), _as_int(tf, ins[1])), "bool")
 
@@ -193,13 +215,18 @@ def isnan(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 @handles("IsInf", exact=True)
 def isinf(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """``|x| > max finite`` (TFLite's converter turns an inf constant into FLT_MAX, so comparing with
+    inf would miss infinities)."""
     tf = tr.tf
     a = attrs(node)
     x = ins[0].t
-    inf = tf.constant(float("inf"), x.dtype)
-    pos = tf.equal(x, inf) if a.get("detect_positive", 1) else tf.zeros_like(x) > tf.zeros_like(x)
-    neg = tf.equal(x, -inf) if a.get("detect_negative", 1) else tf.zeros_like(x) > tf.zeros_like(x)
-    return Value(tf.logical_or(pos, neg), "bool")
+    zero = tf.zeros_like(x)
+    inf = tf.abs(x) > tf.constant(x.dtype.max, x.dtype)
+    if not a.get("detect_positive", 1):
+        inf = tf.logical_and(inf, x < zero)
+    if not a.get("detect_negative", 1):
+        inf = tf.logical_and(inf, x > zero)
+    return Value(inf, "bool")
 
 
 @handles("Not", exact=True)
