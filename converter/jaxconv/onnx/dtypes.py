@@ -85,6 +85,9 @@ ORT_KERNELS: tuple[Kernels, ...] = (
     Kernels(("Pad",), ALL - {"float16", "int16", "uint16"}, HALF, "int16/uint16 padded as int32, float16 as float32"),
     Kernels(("MaxPool",), frozenset({"float32", "float64", "int8", "uint8"}), HALF, _F32),
     Kernels(("AveragePool", "Conv"), frozenset({"float32"}), HALF, "half floats in float32; float64 as MatMul"),
+    # With reduction="max" or "min": the dtype is refused when the model runs, not when it loads.
+    Kernels(("ScatterND",), ALL - {"float16", "bfloat16", "bool"},
+            workaround="half floats reduced in float32, bool in uint8 (add and multiply become max and min)"),
 )
 _BY_OP: dict[str, Kernels] = {op: k for k in ORT_KERNELS for op in k.ops}
 

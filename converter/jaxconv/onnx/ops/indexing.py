@@ -359,7 +359,7 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     if (ut.is_static and 0 in ut.shape) or (xt.is_static and 0 in xt.shape):
         return x  # nothing to update, or nothing to update into
     dtype = xt.dtype
-    work = dtype if kind == "none" else _REDUCTION_DETOUR.get(dtype, dtype)
+    work = dtype if kind == "none" or dtype in dt.kernels("ScatterND") else _REDUCTION_DETOUR[dtype]
     x = ctx.cast_if(x, dtype, work)
     wsize, grid_window, k = _scatter_windows(ctx, dn, xt, ut, upd)
     window_dims = list(dn.update_window_dims)
