@@ -510,3 +510,22 @@ def test_conv64_flushes_subnormal_products_when_asked():
     x, w = np.array([[[0.5]]]), np.array([[[1.17549435e-38]]])
     assert conv64(x, w, params, True, True)[0, 0, 0] > 0
     assert conv64(x, w, params, True, True, float(np.finfo(np.float32).tiny))[0, 0, 0] == 0
+
+
+def test_half_float_scatter_rounding_is_known_only_with_a_repeated_index():
+    scatter = "{0}.at[{1}].add({2}, mode='clip')"
+    p = _program([("scatter_add", (0, 1, 2), scatter)], {0: ((3, 1), "float16"), 1: ((3,), "int32"),
+                                                        2: ((3, 1), "float16")})
+    x, u = np.float16([[1.0], [2.0], [3.0]]), np.float16([[1.0], [-255.9], [255.9]])
+    repeated = known.facts([x, np.int32([0, 0, 0]), u], (), p)
+    clipped = known.facts([x, np.int32([0, 5, 7]), u], (), p)
+    distinct = known.facts([x, np.int32([0, 1, 2]), u], (), p)
+    assert known.match("scatter_add/f16/value", repeated) is not None
+    assert known.match("scatter_add/f16/value", clipped) is not None
+    assert known.match("scatter_add/f16/value", distinct) is None
+    assert known.match("scatter_add/f32/value", repeated) is None
+
+
+def test_signbit_of_a_negative_nan_is_known_only_with_one():
+    assert known.match("signbit/f32/value", known.facts([np.float32([-np.nan])])) is not None
+    assert known.match("signbit/f32/value", known.facts([np.float32([np.nan, -0.0])])) is None

@@ -187,3 +187,23 @@ def test_bfloat16_last_bit_differences_magnified_by_cos_and_remainder():
     expected, actual = _run(scatter, idx, u, v)
     assert float(expected[0].ravel()[0]) == -0.03515625 and float(actual[0].ravel()[0]) == -0.034912109375
     assert float(expected[1].ravel()[0]) == -0.01953125 and abs(float(actual[1].ravel()[0]) + 0.01245) < 1e-4
+
+
+def test_half_float_scatter_add_to_a_repeated_index_rounds_once():
+    """Named repeated-index: XLA adds f16 updates to one row one at a time (-3.455 + 1 - 255.9 + 255.9 rounds
+    to -2.375 at 256's ulp), the artifact sums in f32 and rounds once (-2.455, the exact result)."""
+    x = np.array([[-3.455078125], [1.0], [1.0]], np.float16)
+    u = np.array([[1.0], [-255.875], [255.875]], np.float16)
+    expected, actual = _run(lambda x, i, u: x.at[i].add(u, mode="drop"), x, np.array([0, 0, 0], np.int32), u)
+    assert float(expected[0][0, 0]) == -2.375 and float(actual[0][0, 0]) == np.float16(-2.455078125)
+    assert_exact(lambda x, i, u: x.at[i].add(u, mode="drop"), x, np.array([0, 1, 2], np.int32), u)
+
+
+def test_signbit_of_a_negative_nan_needs_opset_26():
+    """Named (README: NaN bits): signbit(-NaN) is True in jax.jit, the artifact without BitCast says False."""
+    x = np.array([1.0, -np.nan, np.nan, -0.0], np.float32)
+    expected, actual = _run(jnp.signbit, x)
+    assert expected[0].tolist() == [False, True, False, True]
+    assert actual[0].tolist() == [False, False, False, True]
+    expected, actual = _run(jnp.signbit, x, opset=26)
+    assert actual[0].tolist() == expected[0].tolist()

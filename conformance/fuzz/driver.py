@@ -100,19 +100,26 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     small = _explain(failure, target)  # cheap, and a flushed difference needs no minimising
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
         small = _explain(minimise(failure, target, full=False), target)
-    row = _classify(small, target, rec)
-    if not row and small.diff is not None:
-        if convzeros.relabel(small).diff.kind in ("conv-zeros", "overflow-order") \
-                or _relabel_excess_precision(small).diff.kind == "excess-precision" \
-                or _relabel_last_bit(small).diff.kind == "last-bit":
-            row = _classify(small, target, rec)
+    row = _classify(small, target, rec) or _relabel(small, target, rec)
     if do_minimise and not row and _reproducers_written(folder, rec["class"]) < REPRODUCERS_PER_CLASS:
         small = _fill_outputs(_explain(minimise(small, target, full=True, max_tries=80, max_seconds=30), target), target)
-        row = _classify(small, target, rec)
+        row = _classify(small, target, rec) or _relabel(small, target, rec)  # smaller: one mechanism left
         if not row:
             rec["reproducer"] = reproducer.write(small, rec["class"], rec["verdict"], rec["description"], target, folder,
                                                  f"seed{seed}")
     return rec
+
+
+def _relabel(small: Failure, target: str, rec: dict[str, Any]) -> known.Known | None:
+    """Try the experiments that name a difference (conv zeros or overflow order, XLA's excess precision,
+    a one-ulp intermediate); the known row of the renamed class, if one explains it."""
+    if small.diff is None:
+        return None
+    if convzeros.relabel(small).diff.kind in ("conv-zeros", "overflow-order") \
+            or _relabel_excess_precision(small).diff.kind == "excess-precision" \
+            or _relabel_last_bit(small).diff.kind == "last-bit":
+        return _classify(small, target, rec)
+    return None
 
 
 def _explain(failure: Failure, target: str) -> Failure:

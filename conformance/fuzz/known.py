@@ -24,7 +24,7 @@ class Known:
 
     Facts: ``nan-input`` (an input holds a NaN), ``negative-nan-input``, ``inf-input``, ``huge-input`` (a finite input within
     a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements), and from the program
-    ``tan-in-loop`` and ``window-2d`` (see ``program_facts``).
+    ``tan-in-loop``, ``window-2d`` (see ``program_facts``) and ``repeated-index`` (a scatter's index input).
     """
 
     pattern: str
@@ -62,6 +62,9 @@ ZERO_SIGN_DOT = ("the sign of a zero dot or conv result whose products are all -
 BF16_WINDOWS = ("XLA on CPU sums a bfloat16 window over 2 or more active dims in a shape-dependent order "
                 "(row-major for some shapes, column-major or neither for others; measured) and rounds every "
                 "step, so the last bits show it; the artifact folds row-major (exact for 1-D windows)")
+SCATTER_ROUNDING = ("XLA on CPU applies a float16/bfloat16 scatter-add or -multiply's updates to a repeated "
+                    "index one at a time, rounding after each; the artifact combines them in float32 and rounds "
+                    "once (closer to the exact result)")
 SINH_EDGE = ("XLA's float32 sinh overflows to inf on the last inputs below ln(2 FLT_MAX) = 89.41599 "
              "(measured: 89.415985), where the true sinh (and the artifact's) is just below FLT_MAX")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
@@ -91,12 +94,15 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32")),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
     Known("sinh/f32/inf", SINH_EDGE),
+    Known("signbit/*/value", NAN_BITS, frozenset({"negative-nan-input"})),
+    *(Known(f"scatter_{op}/{dtype}/value", SCATTER_ROUNDING, frozenset({"repeated-index"}))
+      for op in ("add", "mul") for dtype in ("f16", "bf16")),
 )
 
 
 def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: FuzzProgram | None = None) -> frozenset[str]:
     """What a failure's inputs (and its program's steps) show, for rows that need it."""
-    found = set(program_facts(program)) if program is not None else set()
+    found = set(program_facts(program) | _index_facts(program, inputs)) if program is not None else set()
     for a in inputs:
         a = np.asarray(a)
         if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
@@ -128,6 +134,20 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
         if step.op.startswith("reduce_window") and _active_window_dims(step.expr) >= 2:
             found.add("window-2d")
     return frozenset(found)
+
+
+def _index_facts(program: FuzzProgram, inputs: Sequence[np.ndarray]) -> frozenset[str]:
+    """``repeated-index``: a scatter's index input names one row twice (also once clipped into range)."""
+    given = dict(zip(program.inputs, inputs))
+    for step in program.steps:
+        if not step.op.startswith("scatter_") or len(step.args) < 2 or step.args[1] not in given:
+            continue
+        idx = np.asarray(given[step.args[1]]).astype(np.int64).ravel()
+        rows = program.types[step.args[0]].shape[0] if program.types[step.args[0]].shape else 1
+        clipped = np.clip(idx, 0, max(rows - 1, 0))
+        if len(set(idx.tolist())) < idx.size or len(set(clipped.tolist())) < idx.size:
+            return frozenset({"repeated-index"})
+    return frozenset()
 
 
 def _active_window_dims(expr: str) -> int:
