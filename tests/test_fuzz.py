@@ -529,3 +529,10 @@ def test_half_float_scatter_rounding_is_known_only_with_a_repeated_index():
 def test_signbit_of_a_negative_nan_is_known_only_with_one():
     assert known.match("signbit/f32/value", known.facts([np.float32([-np.nan])])) is not None
     assert known.match("signbit/f32/value", known.facts([np.float32([np.nan, -0.0])])) is None
+
+
+def test_xla_division_rewrite_and_zero_ties_rows_are_narrow():
+    assert known.match("div+div/f16/nan") is not None and known.match("div/f16/nan") is None
+    assert known.match("div+div/f32/signed-zero") is None
+    assert known.match("reduce_window_min/f16/signed-zero") is not None
+    assert known.match("reduce_window_min/f16/value") is None and known.match("reduce_sum/f16/signed-zero") is None

@@ -65,6 +65,11 @@ BF16_WINDOWS = ("XLA on CPU sums a bfloat16 window over 2 or more active dims in
 SCATTER_ROUNDING = ("XLA on CPU applies a float16/bfloat16 scatter-add or -multiply's updates to a repeated "
                     "index one at a time, rounding after each; the artifact combines them in float32 and rounds "
                     "once (closer to the exact result)")
+XLA_DIV_DIV = ("XLA's algebraic simplifier rewrites (a / b) / c as a / (b * c): where a / b underflows to 0 "
+               "or b * c overflows, jax.jit differs from IEEE division (jax without jit, and the artifact)")
+ZERO_TIES = ("+0/-0 ties in max/min reductions and pooling follow ONNX Runtime's ReduceMax/ReduceMin/"
+             "MaxPool, "
+             "which may pick the other zero than jax.jit (README: Known differences)")
 SINH_EDGE = ("XLA's float32 sinh overflows to inf on the last inputs below ln(2 FLT_MAX) = 89.41599 "
              "(measured: 89.415985), where the true sinh (and the artifact's) is just below FLT_MAX")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
@@ -94,6 +99,9 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32")),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
     Known("sinh/f32/inf", SINH_EDGE),
+    *(Known(f"div+div/*/{kind}", XLA_DIV_DIV) for kind in ("nan", "inf", "value")),
+    *(Known(f"{op}/*/signed-zero", ZERO_TIES)
+      for op in ("reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min")),
     Known("signbit/*/value", NAN_BITS, frozenset({"negative-nan-input"})),
     *(Known(f"scatter_{op}/{dtype}/value", SCATTER_ROUNDING, frozenset({"repeated-index"}))
       for op in ("add", "mul") for dtype in ("f16", "bf16")),
