@@ -158,8 +158,8 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("spectral.fft2", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("spectral.ifft_c128", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
-        "convert", r"stablehlo\.rng_bit_generator x\d+ \(no ONNX lowering",
-        "XLA's backend-defined bit generator cannot be reproduced bit-exactly"),
+        "convert", r"stablehlo\.rng_bit_generator x\d+ \(rng_bit_generator with algorithm DEFAULT",
+        "XLA's backend-defined (DEFAULT) bit generator cannot be reproduced bit-exactly; THREE_FRY is lowered"),
     ("edge.max_min_nan", "saved-model", "cpu"): differs(_TF_NAN, outputs=(0, 1), classes=("nan",)),
     ("edge.subnormal.add_mul", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(2,), classes=("subnormal",)),
     ("edge.subnormal.compare", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1), classes=("subnormal",)),

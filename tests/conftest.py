@@ -19,7 +19,6 @@ from lowering_check import OPS_SEEN_ENV  # noqa: E402
 
 # Ops the tests may meet that are deliberately not lowered, each with the reason.
 KNOWN_UNSUPPORTED: dict[str, str] = {
-    "stablehlo.rng_bit_generator": "XLA's backend-defined bit generator cannot be reproduced bit-exactly",
 }
 
 

@@ -12,6 +12,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     linalg,
     quantized,
     reduce,
+    rng,
     shape,
     sort,
     special,

@@ -11,7 +11,7 @@ from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
 
-@lowering("stablehlo.dynamic_pad", onnx_ops=("Pad",))
+@lowering("stablehlo.dynamic_pad", onnx_ops=("Pad",), conditions="interior padding that folds to zeros")
 def lower_dynamic_pad(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """One constant-mode Pad with the low and high edges from the operands (negative edges crop);
     interior padding must fold to zeros."""
