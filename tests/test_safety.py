@@ -116,10 +116,10 @@ def test_new_and_empty_folders_are_written_with_a_marker(work, capsys):
 
 def test_earlier_output_is_replaced_and_stale_files_go(work, capsys):
     assert _cli(_to_cpp("proj", "--embed"), capsys)[0] == 0
-    assert "model_data.cc" in os.listdir(work / "proj")
+    assert "f_data.cc" in os.listdir(work / "proj")
     code, _, err = _cli(_to_cpp("proj"), capsys)  # a second run replaces jaxconv's own output without --overwrite
     assert code == 0, err
-    assert "model_data.cc" not in os.listdir(work / "proj")
+    assert "f_data.cc" not in os.listdir(work / "proj")
     _no_staging(work)
 
 

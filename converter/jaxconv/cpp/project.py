@@ -59,6 +59,14 @@ def project_texts(model: CppModel) -> dict[str, str]:
     return texts
 
 
+def _earlier_output(model: CppModel) -> tuple[str, ...]:
+    """Top-level names an earlier unmarked project for ``model`` may hold: the old fixed names and
+    the files named after the model that this version writes."""
+    named = (f"{model.cls}_data.cc", f"{model.cls}_c.h", f"{model.cls}_c.cc")
+    header = f"{model.cls}.h"  # the first name is the one that marks such a folder (artifacts.foreign_entries)
+    return (header, *EARLIER_OUTPUT, *named, *project_texts(model))
+
+
 def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
     """Write the sources next to ``tmp``/model.onnx; returns the file names, model.onnx first."""
     from jaxconv.cpp import embed as embed_src
@@ -138,7 +146,7 @@ def write_project(program: Program, out_dir: str, *, name: str | None = None, em
         raise UnsupportedError(f"{out_dir} not written: {e}") from e
     reports: list = [] if report_to is None else report_to
     protect = (program.source_path,)
-    with atomic_dir(out_dir, overwrite=overwrite, protect=protect, earlier=EARLIER_OUTPUT) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, protect=protect, earlier=_earlier_output(model)) as tmp:
         onnx_path = os.path.join(tmp, ONNX_FILE)
         try:
             api.to_onnx(program, path=onnx_path, opset=opset, check=check, rtol=rtol, atol=atol,
@@ -164,7 +172,7 @@ def write_project_for_onnx(onnx_path: str, out_dir: str, *, function: str, name:
 
     signature = onnx_signature(onnx.load(onnx_path, load_external_data=False))
     model = model_from_signature(signature, function, name=name, embed=embed, c_api=c_api)
-    with atomic_dir(out_dir, overwrite=overwrite, earlier=EARLIER_OUTPUT) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, earlier=_earlier_output(model)) as tmp:
         shutil.copyfile(onnx_path, os.path.join(tmp, ONNX_FILE))
         if os.path.exists(onnx_path + ".data"):
             shutil.copyfile(onnx_path + ".data", os.path.join(tmp, ONNX_FILE + ".data"))

@@ -23,7 +23,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops import windowing as win
-from jaxconv.onnx.ops._common import expand, where
+from jaxconv.onnx.ops._common import expand, known_values, where, without_negative_zero
 from jaxconv.onnx.ops.linalg import transpose
 from jaxconv.onnx.ops.reduce import (
     combine,
@@ -440,12 +440,25 @@ def _sequential_scan(ctx: LoweringContext, fold: Combiner, xs: list[str], inits:
     return accs
 
 
+def _is_positive_zero(ctx: LoweringContext, name: str) -> bool:
+    """True when ``name`` is known to hold only +0."""
+    value = known_values(ctx, name)
+    if value is None or value.size == 0:
+        return False
+    v = np.asarray(value, np.float64)
+    return not v.any() and not np.signbit(v).any()
+
+
 def rounded_combine(ctx: LoweringContext, kind: str, a: str, b: str, dtype: str) -> str:
     """``combine`` rounding to ``dtype`` after every step.
 
     float16 goes through explicit float32 arithmetic: ONNX Runtime runs float16 Add/Mul in
     float32 and drops the roundings between consecutive float16 nodes.
     """
+    if kind == "add" and dtype in ("float16", "bfloat16") and _is_positive_zero(ctx, a):
+        # a first step from the +0 init: ORT's NoopElimination would drop the Add and keep -0
+        work = dt.float_work(dtype)
+        return ctx.cast_if(without_negative_zero(ctx, ctx.cast_if(b, dtype, work), work), work, dtype)
     if dtype == "float16" and kind in ("add", "mul"):
         out = combine(ctx, kind, ctx.cast(a, "float32"), ctx.cast(b, "float32"), "float32")
         return ctx.cast(out, "float16")
