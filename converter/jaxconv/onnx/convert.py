@@ -130,13 +130,13 @@ def write_model(model: onnx.ModelProto, f: BinaryIO) -> None:
     head, tail = onnx.GraphProto(), onnx.GraphProto()
     for field, value in graph.ListFields():
         if field.name != "initializer":
-            _copy_fields_named(graph, head if field.number < _INITIALIZER_FIELD else tail, field.name)
+            copy_proto_field(graph, head if field.number < _INITIALIZER_FIELD else tail, field.name)
     tensors = [(t, t.ByteSize()) for t in graph.initializer]
     graph_size = head.ByteSize() + tail.ByteSize() + sum(_tag_size(_INITIALIZER_FIELD, n) + n for _, n in tensors)
     before, after = onnx.ModelProto(), onnx.ModelProto()
     for field, _ in model.ListFields():
         if field.name != "graph":
-            _copy_fields_named(model, before if field.number < _GRAPH_FIELD else after, field.name)
+            copy_proto_field(model, before if field.number < _GRAPH_FIELD else after, field.name)
     f.write(before.SerializeToString())
     if model.HasField("graph"):
         f.write(_tag(_GRAPH_FIELD, graph_size))
@@ -152,7 +152,8 @@ _GRAPH_FIELD = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZER_FIELD = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
 
 
-def _copy_fields_named(src, dst, name: str) -> None:
+def copy_proto_field(src, dst, name: str) -> None:
+    """Field ``name`` of protobuf message ``src`` copied into ``dst`` (repeated, message or scalar)."""
     value = getattr(src, name)
     if hasattr(value, "extend"):
         getattr(dst, name).extend(value)

@@ -374,13 +374,15 @@ def _without_output_params(model: Any) -> Any:
     inputs (shape inference reads small constants such as axes), outputs' ``unk__N`` dimensions unknown."""
     import onnx
 
+    from jaxconv.onnx.convert import copy_proto_field
+
     light = onnx.ModelProto()
     for field_, value in model.ListFields():
         if field_.name != "graph":
-            _copy_field(light, field_.name, value)
+            copy_proto_field(model, light, field_.name)
     for field_, value in model.graph.ListFields():
         if field_.name != "initializer":
-            _copy_field(light.graph, field_.name, value)
+            copy_proto_field(model.graph, light.graph, field_.name)
     for t in model.graph.initializer:
         if t.ByteSize() < 1024:
             light.graph.initializer.append(t)
@@ -392,14 +394,6 @@ def _without_output_params(model: Any) -> Any:
                 dim.Clear()
     return light
 
-
-def _copy_field(dst: Any, name: str, value: Any) -> None:
-    if hasattr(value, "extend"):
-        getattr(dst, name).extend(value)
-    elif hasattr(value, "CopyFrom"):
-        getattr(dst, name).CopyFrom(value)
-    else:
-        setattr(dst, name, value)
 
 
 # ---- the whole command ----------------------------------------------------------------------------

@@ -221,33 +221,38 @@ def rewrite(graph: ir.Graph) -> int:
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], counter_dtype.numpy() if counter_dtype else np.int64))})
         fast = [h0, c0, lstm, ys, h_last, c_last, final]
         fast_out = [final.outputs[0], h_last.outputs[0], c_last.outputs[0], ys.outputs[0]]
-        sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in (got["xs"], got["h0"], got["c0"])]
-        total = ir.node("Sum", [n.outputs[0] for n in sums])
-        diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
-        bad = ir.node("IsNaN", [diff.outputs[0]])
-        old_outputs = list(loop.outputs)
-        graph.insert_before(loop, [*sums, total, diff, bad])
-        anchor = bad
-        graph.remove(loop)
-        exact = ir.Graph([], list(loop.outputs), nodes=[loop], name="scan_exact")
-        quick = ir.Graph([], fast_out, nodes=fast, name="scan_lstm")
-        branch = ir.node("If", [bad.outputs[0]], {"then_branch": exact, "else_branch": quick}, num_outputs=4)
-        graph.insert_after(anchor, branch)
-        proj = got["proj"]
-        body = loop.attributes["body"].value
-        if all(u.node.graph is body for u in proj.outputs[0].uses()):  # xs @ wx only feeds the exact Loop
-            graph.remove(proj)
-            exact.insert_before(loop, proj)
-        for old, new in zip(old_outputs, branch.outputs):
-            new.type, new.shape = old.type, old.shape
-            name = old.name
-            for use in list(old.uses()):
-                if use.node.graph is not exact:
-                    use.node.replace_input_with(use.idx, new)
-            for k, v in enumerate(graph.outputs):
-                if v is old:
-                    graph.outputs[k] = new
-            old.name = f"{name}_exact" if name else None
-            new.name = name
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]], got["proj"])
         count += 1
     return count
+
+
+def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
+             finite: list[ir.Value], proj: ir.Node) -> None:
+    """Put ``If(IsNaN(sum - sum))`` in the Loop's place: the Loop for non-finite inputs, else ``fast``."""
+    sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in finite]
+    total = ir.node("Sum", [n.outputs[0] for n in sums])
+    diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
+    bad = ir.node("IsNaN", [diff.outputs[0]])
+    old_outputs = list(loop.outputs)
+    graph.insert_before(loop, [*sums, total, diff, bad])
+    graph.remove(loop)
+    exact = ir.Graph([], list(loop.outputs), nodes=[loop], name="scan_exact")
+    quick = ir.Graph([], fast_out, nodes=fast, name="scan_gru")
+    branch = ir.node("If", [bad.outputs[0]], {"then_branch": exact, "else_branch": quick},
+                     num_outputs=len(old_outputs))
+    graph.insert_after(bad, branch)
+    body = loop.attributes["body"].value
+    if all(u.node.graph is body for u in proj.outputs[0].uses()):  # xs @ wx only feeds the exact Loop
+        graph.remove(proj)
+        exact.insert_before(loop, proj)
+    for old, new in zip(old_outputs, branch.outputs):
+        new.type, new.shape = old.type, old.shape
+        name = old.name
+        for use in list(old.uses()):
+            if use.node.graph is not exact:
+                use.node.replace_input_with(use.idx, new)
+        for k, v in enumerate(graph.outputs):
+            if v is old:
+                graph.outputs[k] = new
+        old.name = f"{name}_exact" if name else None
+        new.name = name
