@@ -40,7 +40,6 @@ _PASS_THROUGH = (
     "stablehlo.composite",
     "stablehlo.tuple",
     "stablehlo.get_tuple_element",
-    "stablehlo.custom_call",
     "stablehlo.get_dimension_size",
 )
 
@@ -67,6 +66,22 @@ def _pass_check(op: hir.Op) -> str | None:
 
 for _name in _PASS_THROUGH:
     complex_lowering(_name, check=_pass_check, onnx_ops=REGISTRY[_name].onnx_ops)(_pass_through)
+
+
+@complex_lowering("stablehlo.custom_call", check=_pass_check,
+                  onnx_ops=REGISTRY["stablehlo.custom_call"].onnx_ops)
+def lower_custom_call(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str] | str | None:
+    """By call target; a ``stablehlo.dynamic_reduce_window`` sum (cumsum over a symbolic axis) per half."""
+    if op.attrs.get("call_target_name") != "stablehlo.dynamic_reduce_window":
+        return _pass_through(ctx, op, inputs)
+    from jaxconv.errors import UnsupportedError
+    from jaxconv.onnx.ops.complex_reduce import dynamic_cumsum
+
+    body = ctx.module.functions[op.attrs["called_computations"][0]].body
+    if len(op.results) != 1 or reducer_kind(body) != "add":
+        raise UnsupportedError("stablehlo.custom_call @stablehlo.dynamic_reduce_window on complex values: "
+                               "only a sum is lowered (a product, max or min window needs static sizes)")
+    return dynamic_cumsum(ctx, op, inputs)
 
 
 def _packed_value(v: hir.Value) -> hir.Value:

@@ -107,3 +107,33 @@ def lower_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[s
             x = body([shifted], [x])[0]
         k *= 2
     return [x]
+
+
+def dynamic_cumsum(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """A complex ``dynamic_reduce_window`` sum that is a scan along a symbolic axis (jnp.cumsum): the real
+    scan on each half, its window read from the complex operand's run-time shape.
+
+    Raises:
+        UnsupportedError: any other window over symbolic sizes.
+    """
+    from jaxconv.errors import UnsupportedError
+    from jaxconv.onnx.ops._complex import component, pack, parts
+    from jaxconv.onnx.ops.dynamic_reduce_window import cumulative_window
+    from jaxconv.onnx.ops.reduce import init_is_noop, with_init
+    from jaxconv.onnx.ops.reduce_window import cumulative
+
+    t = op.operands[0].type
+    scan = cumulative_window(ctx, inputs[0], t.rank, inputs[2:7])
+    if scan is None:
+        raise UnsupportedError("stablehlo.custom_call @stablehlo.dynamic_reduce_window on complex values "
+                               "whose window depends on a symbolic dimension and is not a cumulative sum "
+                               "(jnp.cumsum) is not lowered; export with a concrete size for that axis")
+    axis, reverse = scan
+    work = component(t.dtype)
+    halves = []
+    for x, init in zip(parts(ctx, inputs[0]), parts(ctx, inputs[1])):
+        out = cumulative(ctx, "add", x, work, t.shape, axis, reverse)
+        if not init_is_noop(ctx.constant_value(init), "add", work):
+            out = with_init(ctx, "add", out, ctx.op("Reshape", [init, ctx.i64([])]), work)
+        halves.append(out)
+    return pack(ctx, halves[0], halves[1])
