@@ -433,3 +433,49 @@ def test_two_loops_reading_one_outer_complex_value():
         return a + b * v
 
     assert_onnx_matches_jax(f, x)
+
+
+COMPARE = """
+module @cmp {
+  func.func public @main(%a: tensor<Nxcomplex<f32>>, %b: tensor<Nxcomplex<f32>>) -> tensor<Nxi1> {
+    %0 = stablehlo.compare DIR, %a, %b TYPE: (tensor<Nxcomplex<f32>>, tensor<Nxcomplex<f32>>) -> tensor<Nxi1>
+    return %0 : tensor<Nxi1>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("direction", ["LT", "LE", "GT", "GE", "EQ", "NE"])
+def test_ordered_complex_compares_match_xla(tmp_path, direction):
+    """XLA's CPU order: LT and GT lexicographic (real part, then imaginary part), LE and GE on the real
+    parts alone; NaN unordered."""
+    from conformance.xla_reference import run_with_xla
+    from jaxconv.onnx.convert import stablehlo_file_to_onnx
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    text = (COMPARE.replace("DIR", direction).replace("TYPE", ", FLOAT " if direction == "GE" else "")
+            .replace("tensor<N", "tensor<4096"))
+    e = edge_pairs().reshape(-1)  # 64 values: every pairing of 8 edge values as (re, im)
+    a, b = np.repeat(e, 64), np.tile(e, 64)  # every pairing of those
+    path = tmp_path / "cmp.mlir"
+    path.write_text(text)
+    got = OnnxRunner(stablehlo_file_to_onnx(str(path)).SerializeToString()).run([a, b])[0]
+    np.testing.assert_array_equal(got, run_with_xla(text, [a, b], 3)[0])
+
+
+def test_complex_total_order_compare_and_remainder_are_refused_by_name(tmp_path):
+    """XLA's verifier rejects TOTALORDER on complex values, and it has no complex remainder (lax.rem
+    refuses complex operands); both are named before anything is written."""
+    from jaxconv.errors import UnsupportedError
+    from jaxconv.onnx.convert import stablehlo_file_to_onnx
+
+    path = tmp_path / "cmp.mlir"
+    path.write_text(COMPARE.replace("DIR", "LT").replace("TYPE", ", TOTALORDER ").replace("<N", "<64"))
+    with pytest.raises(UnsupportedError, match=r"compare x1 \(complex comparison LT with TOTALORDER: XLA"):
+        stablehlo_file_to_onnx(str(path))
+    path.write_text(COMPARE.replace("stablehlo.compare DIR, %a, %b TYPE", "stablehlo.remainder %a, %b")
+                    .replace("(tensor<Nxcomplex<f32>>, tensor<Nxcomplex<f32>>) -> tensor<Nxi1>",
+                             "tensor<Nxcomplex<f32>>").replace("tensor<Nxi1>", "tensor<Nxcomplex<f32>>")
+                    .replace("tensor<N", "tensor<64"))
+    with pytest.raises(UnsupportedError, match=r"remainder x1 \(no ONNX lowering for this op on complex"):
+        stablehlo_file_to_onnx(str(path))

@@ -285,19 +285,34 @@ def lower_sign(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     )
 
 
+_ORDERED = {"LT": "Less", "LE": "LessOrEqual", "GT": "Greater", "GE": "GreaterOrEqual"}
+
+
 def _check_compare(op: hir.Op) -> str | None:
     direction = op.attrs.get("comparison_direction")
-    if direction not in ("EQ", "NE"):
-        return f"complex comparison {direction}: complex numbers are not ordered"
+    if direction not in ("EQ", "NE") and op.attrs.get("compare_type") == "TOTALORDER":
+        return (f"complex comparison {direction} with TOTALORDER: XLA accepts only FLOAT comparisons of "
+                "complex values")
     return None
 
 
-@complex_lowering("stablehlo.compare", check=_check_compare, onnx_ops=("Equal", "And", "Or"))
+@complex_lowering("stablehlo.compare", check=_check_compare, onnx_ops=("Equal", "Less", "And", "Or"))
 def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """EQ: both halves equal; NE: either half differs (NaN differs from everything)."""
+    """EQ: both halves equal; NE: either half differs (NaN differs from everything). The orders are
+    XLA's CPU ones, ordered float comparisons (a NaN in a compared half makes them false): LT and GT
+    are lexicographic (``a.re < b.re or (a.re == b.re and a.im < b.im)``), while LE and GE compare the
+    real parts only (``a.re <= b.re``), as jax.jit computes them (checked on every pairing of zeros,
+    infinities, NaN and finite values)."""
     (ar, ai), (br, bi) = parts(ctx, inputs[0]), parts(ctx, inputs[1])
-    eq_r, eq_i = ctx.op("Equal", [ar, br]), ctx.op("Equal", [ai, bi])
-    if op.attrs.get("comparison_direction") == "EQ":
+    direction = op.attrs.get("comparison_direction")
+    if direction in ("LE", "GE"):
+        return ctx.op(_ORDERED[direction], [ar, br])
+    eq_r = ctx.op("Equal", [ar, br])
+    if direction in ("LT", "GT"):
+        then = ctx.op("And", [eq_r, ctx.op(_ORDERED[direction], [ai, bi])])
+        return ctx.op("Or", [ctx.op(_ORDERED[direction], [ar, br]), then])
+    eq_i = ctx.op("Equal", [ai, bi])
+    if direction == "EQ":
         return ctx.op("And", [eq_r, eq_i])
     return ctx.op("Or", [ctx.op("Not", [eq_r]), ctx.op("Not", [eq_i])])
 
