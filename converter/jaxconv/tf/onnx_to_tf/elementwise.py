@@ -1,7 +1,7 @@
 """Arithmetic, math and comparisons.
 
 Floats keep XLA's NaN behaviour where TFLite's kernels drop it (max/min). Integer division
-truncates toward zero as ONNX (and XLA) do, built from TFLite's floor division.
+truncates toward zero as ONNX (and XLA) do, exactly on every width (``intdiv``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxconv.tf.onnx_to_tf import intdiv
 from jaxconv.tf.onnx_to_tf.graph import attrs, static
 from jaxconv.tf.onnx_to_tf.table import handles
 from jaxconv.tf.onnx_to_tf.values import FLOATS, Value
@@ -83,30 +84,6 @@ def arith(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     return Value(a * b, ins[0].dtype)
 
 
-def trunc_div(tf: Any, a: Any, b: Any) -> Any:
-    """Integer division rounding toward zero (ONNX Div on integers).
-
-    int32 comes from floor division; int64, which TFLite cannot divide, from float32 estimates of
-    the quotient rounded to nearest and refined on the exact remainder (each round gains about 22
-    bits; vectorized float division may be a unit off), then a fix-up of the remainder's sign.
-    """
-    zero = tf.zeros_like(a)
-    if a.dtype == tf.int64:
-        q = zero
-        r = a
-        for _ in range(4):
-            d = tf.cast(tf.round(tf.cast(r, tf.float32) / tf.cast(b, tf.float32)), tf.int64)
-            q, r = q + d, r - d * b
-        one = tf.ones_like(q)
-        wrong = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(r < zero, a < zero))
-        same = tf.equal(r < zero, b < zero)
-        return tf.where(wrong, tf.where(same, q + one, q - one), q)
-    q = tf.math.floordiv(a, b)
-    r = a - q * b
-    fix = tf.logical_and(tf.not_equal(r, zero), tf.not_equal(a < zero, b < zero))
-    return tf.where(fix, q + tf.ones_like(q), q)
-
-
 @handles("Div")
 def div(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
@@ -114,7 +91,7 @@ def div(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     if ins[0].dtype in FLOATS:
         return Value(a / b, ins[0].dtype)
     a, b = _broadcast(tf, a, b)
-    return Value(trunc_div(tf, a, b), ins[0].dtype)
+    return Value(intdiv.divide(tf, a, b, ins[0].dtype), ins[0].dtype)
 
 
 def _broadcast(tf: Any, a: Any, b: Any) -> tuple[Any, Any]:
@@ -126,6 +103,8 @@ def _broadcast(tf: Any, a: Any, b: Any) -> tuple[Any, Any]:
 def mod(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     a, b = _broadcast(tf, ins[0].t, ins[1].t)
+    if ins[0].dtype == "uint64":  # floor and truncation agree on unsigned values
+        return Value(intdiv.remainder(tf, a, b, "uint64"), "uint64")
     if not attrs(node).get("fmod", 0):
         return Value(tf.math.floormod(a, b), ins[0].dtype)
     if ins[0].dtype in FLOATS:  # C fmod: the magnitude of |a| mod |b|, with the sign of a (-0 kept)
@@ -133,7 +112,7 @@ def mod(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         zero = tf.zeros_like(m)
         out = tf.where(a < zero, -m, m)
         return Value(tf.where(tf.equal(out, zero), a * zero, out), ins[0].dtype)
-    return Value(a - trunc_div(tf, a, b) * b, ins[0].dtype)
+    return Value(intdiv.remainder(tf, a, b, ins[0].dtype), ins[0].dtype)
 
 
 @handles("Pow")

@@ -103,13 +103,17 @@ def narrow(tf: Any, t: Any, dtype: str) -> Any:
 
 
 def widen(tf: Any, t: Any, dtype: str) -> Value:
-    """A tensor of ``dtype`` (as given to the model) as a Value."""
+    """A tensor of ``dtype`` (as given to the model) as a Value (uint64 by its bits: TFLite casts none)."""
+    if dtype == "uint64":
+        return Value(tf.bitcast(t, tf.int64), dtype)
     return Value(tf.cast(t, work(tf, dtype)) if WORK[dtype] != dtype else t, dtype)
 
 
 def to_own(tf: Any, v: Value) -> Any:
     """The value as a tensor of its own dtype (for the model's outputs)."""
     own = tf_dtype(tf, v.dtype)
+    if v.dtype == "uint64" and v.t.dtype == tf.int64:
+        return tf.bitcast(v.t, own)
     return v.t if v.t.dtype == own else tf.cast(v.t, own)
 
 
