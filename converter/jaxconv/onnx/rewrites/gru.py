@@ -1,22 +1,34 @@
 """A GRU cell written in a lax.scan, as the ONNX GRU op.
 
-Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved ``xs @ wx`` out of it)
-whose body is the GRU cell ONNX calls ``linear_before_reset=0``::
+Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved the input projections
+``xs @ w`` out of it) whose body is a GRU cell, in either of ONNX's two forms::
 
-    gx = x @ wx + b;   r, z = split(sigmoid(gx[:, :2H] + h @ wh));   n = tanh(gx[:, 2H:] + (r * h) @ whn)
+    r = sigmoid(x @ wr + h @ ur + br);   z = sigmoid(x @ wz + h @ uz + bz)
+    n = tanh(x @ wn + bn + (r * h) @ un)            # linear_before_reset=0 (reset first)
+    n = tanh(x @ wn + bn + r * (h @ un + bun))      # linear_before_reset=1 (flax.linen.GRUCell, PyTorch)
     h' = (1 - z) * n + z * h;   carry h', emit h'
 
-with the r and z columns in either order, sigmoid written exactly as ``1 / (1 + exp(-a))``, and
-the weights constants. ORT's GRU kernel runs the whole sequence in one op; like the LSTM rule,
-it runs only when the sequence and the initial state are finite, else the exact Loop does.
+Each gate's pre-activation is read as a sum of terms, so the weights may be fused (one
+``x @ wx`` whose columns are sliced or split, r and z in either order, one sigmoid over both)
+or separate (one Dense per gate, as flax writes it). Sigmoid must be written exactly as
+``1 / (1 + exp(-a))`` and the weights must be constants. ORT's GRU kernel runs the whole sequence
+in one op; like the LSTM rule, it runs only when the sequence and the initial state are finite,
+else the exact Loop does.
 
-Off by default (``ENABLED``), by measurement: on the benchmark's GRU (t64 b16 h256, 2 cores)
-the GRU op beats the Loop with one intra-op thread (6.3 vs 7.3 ms; jax.jit 8.1) but with ORT's
-default two threads it takes 19.8 ms against the Loop's 8.9: its kernel hands every step's small
-products to the thread pool, and waking the pool 64 times costs more than the products.
+Off by default (``ENABLED``), by measurement on the benchmark GRU (t64 b16 h256, 2-core machine,
+ORT 1.32, alternating in one process, p10 ratios to jax.jit): on a quiet machine (load 0.4-1.8)
+the GRU op ran at 0.65-0.74x against the Loop's 0.86-0.88x, with ORT's default threads and with
+one; with both cores contended (load 6-11) the GRU op with two intra-op threads ran at 2.5-3.1x
+against the Loop's 0.6-1.2x (flax's form: 2.5x against 1.2x), at one thread about even. Its
+kernel runs two GEMMs per step with the recurrent weights transposed (packed again on every
+call) and splits each over the pool; the Loop's MatMuls use weights ORT packed once. The LSTM op,
+whose kernel packs its weights once, showed no such loss. A Loop that can lose 3x is the wrong
+default; ``ENABLED = True`` for deployments with one intra-op thread or idle cores.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -24,7 +36,107 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites.lstm import _const, _guarded, _is_counter_index, _sigmoid_of
 
-ENABLED = False  # see the module docstring: slower than the Loop at ORT's default thread count
+ENABLED = False  # see the module docstring for the measurement
+
+
+@dataclass
+class _Linear:
+    """A gate pre-activation ``x_t @ wx + h @ wh + b`` restricted to some columns.
+
+    ``wx``/``wh`` are None when the term is absent; ``projs`` are the outer ``MatMul(xs, w)``
+    nodes the x part came from.
+    """
+
+    wx: np.ndarray | None = None
+    wh: np.ndarray | None = None
+    b: np.ndarray | None = None
+    projs: list = field(default_factory=list)
+
+    def plus(self, other: "_Linear") -> "_Linear | None":
+        if (self.wx is not None and other.wx is not None) or (self.wh is not None and other.wh is not None):
+            return None
+        if self.b is not None and other.b is not None:
+            b = self.b + other.b
+        else:
+            b = self.b if self.b is not None else other.b
+        return _Linear(self.wx if self.wx is not None else other.wx, self.wh if self.wh is not None else other.wh,
+                       b, self.projs + other.projs)
+
+
+class _Cell:
+    """What the terms of one loop body share: the state value, the counter, the sequence, the rows kept."""
+
+    def __init__(self, loop: ir.Node, h_in: ir.Value, counter: ir.Value):
+        self.loop, self.h_in, self.counter = loop, h_in, counter
+        self.xs: ir.Value | None = None
+        self.rows: list[int] = []
+
+    def linear(self, value: ir.Value | None, cols: tuple[int, int] | None = None, depth: int = 8) -> _Linear | None:
+        """``value`` (columns ``cols`` of it, all when None) as a ``_Linear``, else None."""
+        if value is None or depth == 0:
+            return None
+        sel = _columns(value, self.rows)
+        if sel is not None:
+            src, start, stop = sel
+            if cols is not None:
+                if cols[1] > stop - start:
+                    return None
+                start, stop = start + cols[0], start + cols[1]
+            return self.linear(src, (start, stop), depth - 1)
+        add = m.binary(m.producer(value), "Add")
+        if add is not None:
+            a, b = self.linear(add[0], cols, depth - 1), self.linear(add[1], cols, depth - 1)
+            return a.plus(b) if a is not None and b is not None else None
+        bias = m.folded(value)
+        if bias is not None:
+            return self._bias(bias, cols)
+        mm = m.producer(value, "MatMul")
+        if mm is not None and mm.inputs[0] is self.h_in:
+            w = m.const(mm.inputs[1])
+            return None if w is None or w.ndim != 2 else _Linear(wh=_cut(w, cols))
+        return self._projection(value, cols)
+
+    def _bias(self, bias: np.ndarray, cols: tuple[int, int] | None) -> _Linear | None:
+        if bias.dtype != np.float32 or bias.ndim > 2:
+            return None
+        rows = bias.reshape(-1, bias.shape[-1]) if bias.ndim else bias.reshape(1, 1)
+        if not np.all(rows == rows[:1]):
+            return None
+        return _Linear(b=_cut(rows[0], cols))
+
+    def _projection(self, value: ir.Value, cols: tuple[int, int] | None) -> _Linear | None:
+        """``Squeeze(Slice(MatMul(xs, w), t, t + 1, axes=[0]))`` with the MatMul before the Loop."""
+        sq = m.producer(value, "Squeeze")
+        sl = m.producer(sq.inputs[0], "Slice") if sq is not None else None
+        outer = m.producer(sl.inputs[0], "MatMul") if sl is not None and len(sl.inputs) >= 4 else None
+        if outer is None or outer.graph is not self.loop.graph:
+            return None
+        axes = m.const(sl.inputs[3])
+        w = m.const(outer.inputs[1])
+        if axes is None or list(np.atleast_1d(axes)) != [0] or w is None or w.ndim != 2:
+            return None
+        if not _is_counter_index(sl.inputs[1], self.counter):
+            return None
+        if self.xs is None:
+            self.xs = outer.inputs[0]
+        if outer.inputs[0] is not self.xs:
+            return None
+        return _Linear(wx=_cut(w, cols), projs=[outer])
+
+    def gate(self, value: ir.Value | None) -> _Linear | None:
+        """The pre-activation of ``value = sigmoid(a)`` or of columns of ``sigmoid(a)``."""
+        pre = _sigmoid_of(value)
+        if pre is not None:
+            return self.linear(pre)
+        sel = _columns(value, self.rows)
+        if sel is None:
+            return None
+        pre = _sigmoid_of(sel[0])
+        return self.linear(pre, sel[1:]) if pre is not None else None
+
+
+def _cut(arr: np.ndarray, cols: tuple[int, int] | None) -> np.ndarray:
+    return arr if cols is None else arr[..., cols[0]:cols[1]]
 
 
 def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value, int, int] | None:
@@ -58,7 +170,7 @@ def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value
     spans = {int(a) % 2: (int(s), int(e)) for a, s, e in zip(np.atleast_1d(axes), np.atleast_1d(starts),
                                                               np.atleast_1d(ends))}
     rows = spans.get(0, (0, 1 << 62))
-    if 1 not in spans or rows[0] != 0:
+    if 1 not in spans or rows[0] != 0 or spans[1][0] < 0 or spans[1][1] < 0:
         return None
     rows_at_least.append(rows[1])
     return src, spans[1][0], spans[1][1]
@@ -89,6 +201,62 @@ def _loop_shape(loop: ir.Node) -> int | None:
     return int(m.folded(less[1]))
 
 
+def _update(h_out: ir.Value, h_in: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+    """(z, n) for ``h_out = (1 - z) * n + z * h_in`` (any operand order)."""
+    terms = _pair(h_out, "Add")
+    if terms is None:
+        return None
+    for t1, t2 in (terms, terms[::-1]):
+        a, b = _pair(t1, "Mul") or (None, None), _pair(t2, "Mul") or (None, None)
+        for zz, hh in ((b[0], b[1]), (b[1], b[0])):
+            if hh is not h_in or zz is None:
+                continue
+            for one_minus, nn in ((a[0], a[1]), (a[1], a[0])):
+                sub = _pair(one_minus, "Sub")
+                if sub is not None and sub[1] is zz and m.is_scalar_const(sub[0], 1.0):
+                    return zz, nn
+    return None
+
+
+def _candidate(cell: _Cell, n_pre: ir.Value) -> tuple[ir.Value, _Linear, _Linear, bool] | None:
+    """(r, the x part of n, the h part of n, linear_before_reset) from ``n = tanh(n_pre)``."""
+    terms = _add_terms(n_pre)
+    for k, term in enumerate(terms):
+        rest = terms[:k] + terms[k + 1:]
+        mm = m.producer(term, "MatMul")
+        rh = _pair(mm.inputs[0], "Mul") if mm is not None else None
+        un = m.const(mm.inputs[1]) if mm is not None else None
+        if rh is not None and un is not None and un.ndim == 2:  # (r * h) @ un
+            for r, hh in (rh, rh[::-1]):
+                if hh is cell.h_in:
+                    x_part = _sum(cell, rest)
+                    return (r, x_part, _Linear(wh=un), False) if x_part is not None else None
+        mul = _pair(term, "Mul")
+        for r, hn in ((mul, mul[::-1]) if mul is not None else ()):  # r * (h @ un + bun)
+            h_part = cell.linear(hn)
+            if h_part is not None and h_part.wh is not None and h_part.wx is None:
+                x_part = _sum(cell, rest)
+                return (r, x_part, h_part, True) if x_part is not None else None
+    return None
+
+
+def _add_terms(value: ir.Value, depth: int = 4) -> list[ir.Value]:
+    pair = _pair(value, "Add")
+    if pair is None or depth == 0:
+        return [value]
+    return _add_terms(pair[0], depth - 1) + _add_terms(pair[1], depth - 1)
+
+
+def _sum(cell: _Cell, values: list[ir.Value]) -> _Linear | None:
+    total = _Linear()
+    for v in values:
+        part = cell.linear(v)
+        total = total.plus(part) if part is not None else None
+        if total is None or total.wh is not None:
+            return None
+    return total
+
+
 def _match(loop: ir.Node) -> dict | None:
     body = loop.attributes["body"].value
     if len(loop.inputs) != 4 or len(body.inputs) != 4 or len(body.outputs) != 4 or len(loop.outputs) != 3:
@@ -103,120 +271,50 @@ def _match(loop: ir.Node) -> dict | None:
     ident = m.producer(ys, "Identity")
     if (ident.inputs[0] if ident is not None else ys) is not h_out:
         return None
-    # h' = (1 - z) * n + z * h
-    terms = _pair(h_out, "Add")
-    if terms is None:
+    zn = _update(h_out, h_in)
+    tanh = m.producer(zn[1], "Tanh") if zn is not None else None
+    if tanh is None:
         return None
-    z = n = None
-    for t1, t2 in (terms, terms[::-1]):
-        a, b = _pair(t1, "Mul") or (None, None), _pair(t2, "Mul") or (None, None)
-        for zz, hh in ((b[0], b[1]), (b[1], b[0])):
-            if hh is h_in and zz is not None:
-                for one_minus, nn in ((a[0], a[1]), (a[1], a[0])):
-                    sub = _pair(one_minus, "Sub")
-                    if sub is not None and sub[1] is zz and m.is_scalar_const(sub[0], 1.0):
-                        z, n = zz, nn
-    if z is None or m.producer(n, "Tanh") is None:
+    cell = _Cell(loop, h_in, counter)
+    found = _candidate(cell, tanh.inputs[0])
+    if found is None:
         return None
-    # n = tanh(gx_n + (r * h) @ whn)
-    inner = _pair(m.producer(n, "Tanh").inputs[0], "Add")
-    if inner is None:
+    r_value, n_x, n_h, before = found
+    z, r = cell.gate(zn[0]), cell.gate(r_value)
+    xs = cell.xs
+    if z is None or r is None or xs is None or xs.shape is None or len(xs.shape) != 3:
         return None
-    r = whn = gx_n = None
-    for mm_v, gx_v in (inner, inner[::-1]):
-        mm = m.producer(mm_v, "MatMul")
-        rh = _pair(mm.inputs[0], "Mul") if mm is not None else None
-        if rh is None or m.const(mm.inputs[1]) is None:
-            continue
-        for rr, hh in (rh, rh[::-1]):
-            if hh is h_in:
-                r, whn, gx_n = rr, m.const(mm.inputs[1]), gx_v
-    if r is None:
+    batch, n_in = xs.shape[1], xs.shape[2]
+    if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
         return None
-    # r, z: columns of sigmoid(gx_rz + h @ wh)
-    rows: list[int] = []
-    rc, zc = _columns(r, rows), _columns(z, rows)
-    if rc is None or zc is None or rc[0] is not zc[0]:
+    if min(cell.rows, default=batch) < batch:  # every Slice keeps all rows
         return None
-    pre = _sigmoid_of(rc[0])
-    add = _pair(pre, "Add")
-    if add is None:
+    hidden = n_h.wh.shape[0]
+    parts = {"z": z, "r": r, "n": n_x}
+    wx = {k: p.wx if p.wx is not None else np.zeros((n_in, hidden), np.float32) for k, p in parts.items()}
+    wh = {k: p.wh if p.wh is not None else np.zeros((hidden, hidden), np.float32) for k, p in (("z", z), ("r", r))}
+    wh["n"] = n_h.wh
+    bias = {k: p.b if p.b is not None else np.zeros(hidden, np.float32) for k, p in parts.items()}
+    bias["rn"] = n_h.b if n_h.b is not None else np.zeros(hidden, np.float32)
+    if any(w.shape != (n_in, hidden) or w.dtype != np.float32 for w in wx.values()):
         return None
-    wh = gx_rz = None
-    for mm_v, gx_v in (add, add[::-1]):
-        mm = m.producer(mm_v, "MatMul")
-        if mm is not None and mm.inputs[0] is h_in and m.const(mm.inputs[1]) is not None:
-            wh, gx_rz = m.const(mm.inputs[1]), gx_v
-    if wh is None:
+    if any(w.shape != (hidden, hidden) or w.dtype != np.float32 for w in wh.values()):
         return None
-    # gx_rz and gx_n: columns of gx = xs[t] @ wx + b
-    a_cols, n_cols = _columns(gx_rz, rows), _columns(gx_n, rows)
-    if a_cols is None or n_cols is None or a_cols[0] is not n_cols[0]:
+    if any(b.shape != (hidden,) for b in bias.values()):
         return None
-    gx = a_cols[0]
-    proj, bias = _projection(gx, loop, counter)
-    if proj is None:
-        return None
-    xs, wx = proj.inputs[0], m.const(proj.inputs[1])
-    hidden = whn.shape[0] if whn.ndim == 2 else 0
-    if not hidden or whn.shape != (hidden, hidden) or wx is None or wx.dtype != np.float32:
-        return None
-    if xs.shape is None or len(xs.shape) != 3 or xs.shape[0] != steps or wx.shape[0] != xs.shape[2]:
-        return None
-    if not isinstance(xs.shape[1], int) or min(rows, default=xs.shape[1]) < xs.shape[1]:
-        return None  # every Slice keeps all rows
-    if bias is None:
-        bias = np.zeros(wx.shape[1], np.float32)
-    bias = bias.reshape(-1, bias.shape[-1])
-    if not np.all(bias == bias[:1]) or bias.shape[-1] != wx.shape[1]:
-        return None
-    # column spans: r and z within the sigmoid input (= gx_rz's columns), n within gx
-    width = a_cols[2] - a_cols[1]
-    if wh.shape != (hidden, width) or n_cols[2] - n_cols[1] != hidden:
-        return None
-    if rc[2] - rc[1] != hidden or zc[2] - zc[1] != hidden or max(rc[2], zc[2]) > width:
-        return None
-    if n_cols[2] > wx.shape[1] or a_cols[2] > wx.shape[1]:
-        return None
-    cols = {"r": (a_cols[1] + rc[1], rc[1]), "z": (a_cols[1] + zc[1], zc[1]), "n": (n_cols[1], None)}
-    return {"proj": proj, "xs": xs, "wx": wx, "wh": wh, "whn": whn, "b": bias[0], "hidden": hidden,
-            "steps": steps, "h0": loop.inputs[3], "cols": cols}
+    projs = list(dict.fromkeys(p for part in (z, r, n_x) for p in part.projs))
+    return {"projs": projs, "xs": xs, "wx": wx, "wh": wh, "b": bias, "hidden": hidden, "steps": steps,
+            "h0": loop.inputs[3], "linear_before_reset": before}
 
 
-def _projection(gx: ir.Value, loop: ir.Node, counter: ir.Value) -> tuple[ir.Node | None, np.ndarray | None]:
-    """(the outer ``MatMul(xs, wx)``, the bias) for ``gx = Squeeze(Slice(xs @ wx, t)) (+ b)``."""
-    bias = None
-    terms = [gx]
-    add = _pair(gx, "Add")
-    if add is not None:
-        terms = list(add)
-    proj = None
-    for term in terms:
-        sq = m.producer(term, "Squeeze")
-        sl = m.producer(sq.inputs[0], "Slice") if sq is not None else None
-        outer = m.producer(sl.inputs[0], "MatMul") if sl is not None else None
-        if outer is not None:
-            if (outer.graph is not loop.graph or m.const(outer.inputs[1]) is None
-                    or list(np.atleast_1d(m.const(sl.inputs[3]))) != [0]
-                    or not _is_counter_index(sl.inputs[1], counter)):
-                return None, None
-            proj = outer
-        elif m.folded(term) is not None:
-            bias = m.folded(term).astype(np.float32)
-        else:
-            return None, None
-    return proj, bias
-
-
-def _zrh(got: dict, w: np.ndarray, n_w: np.ndarray | None = None) -> np.ndarray:
-    """ONNX's (z, r, h) gate rows from jax's columns of ``w`` (``n_w`` holds h's when separate)."""
-    hidden = got["hidden"]
-    cols = got["cols"]
-    index = 0 if n_w is None else 1
-    z = w[..., cols["z"][index]:cols["z"][index] + hidden]
-    r = w[..., cols["r"][index]:cols["r"][index] + hidden]
-    n = w[..., cols["n"][0]:cols["n"][0] + hidden] if n_w is None else n_w
-    return np.ascontiguousarray(np.concatenate([z, r, n], axis=-1).T)
+def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX's W [1, 3H, I], R [1, 3H, H] and B [1, 6H] (gates z, r, h) from the matched parts."""
+    w = np.concatenate([got["wx"][k].T for k in "zrn"])[None]
+    r = np.concatenate([got["wh"][k].T for k in "zrn"])[None]
+    b = got["b"]
+    zero = np.zeros_like(b["z"])
+    b = np.concatenate([b["z"], b["r"], b["n"], zero, zero, b["rn"]])[None]
+    return tuple(np.ascontiguousarray(a, np.float32) for a in (w, r, b))
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -224,18 +322,18 @@ def rewrite(graph: ir.Graph) -> int:
     count = 0
     for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
         got = _match(loop)
-        if got is None or not all(np.isfinite(got[k]).all() for k in ("wx", "wh", "whn", "b")):
+        if got is None:
+            continue
+        w_arr, r_arr, b_arr = _onnx_weights(got)
+        if not all(np.isfinite(a).all() for a in (w_arr, r_arr, b_arr)):
             continue
         hdim = got["hidden"]
-        w = _const(graph, "gru_w", _zrh(got, got["wx"])[None])
-        r = _const(graph, "gru_r", _zrh(got, got["wh"], got["whn"])[None])
-        b = _const(graph, "gru_b", np.concatenate([_zrh(got, got["b"][None])[:, 0],
-                                                   np.zeros(3 * hdim, np.float32)])[None])
+        w, r, b = _const(graph, "gru_w", w_arr), _const(graph, "gru_r", r_arr), _const(graph, "gru_b", b_arr)
         axis0 = _const(graph, "gru_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "gru_axis1", np.array([1], np.int64))
         h0 = ir.node("Unsqueeze", [got["h0"], axis0])
         gru = ir.node("GRU", [got["xs"], w, r, b, None, h0.outputs[0]],
-                      {"hidden_size": hdim, "linear_before_reset": 0}, num_outputs=2)
+                      {"hidden_size": hdim, "linear_before_reset": int(got["linear_before_reset"])}, num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
         counter_dtype = loop.outputs[0].dtype
@@ -243,6 +341,6 @@ def rewrite(graph: ir.Graph) -> int:
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
         fast = [h0, gru, ys, h_last, final]
         fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]]
-        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]], got["proj"])
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]], got["projs"])
         count += 1
     return count

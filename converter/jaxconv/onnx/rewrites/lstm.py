@@ -221,13 +221,13 @@ def rewrite(graph: ir.Graph) -> int:
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], counter_dtype.numpy() if counter_dtype else np.int64))})
         fast = [h0, c0, lstm, ys, h_last, c_last, final]
         fast_out = [final.outputs[0], h_last.outputs[0], c_last.outputs[0], ys.outputs[0]]
-        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]], got["proj"])
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]], [got["proj"]])
         count += 1
     return count
 
 
 def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
-             finite: list[ir.Value], proj: ir.Node) -> None:
+             finite: list[ir.Value], projs: list[ir.Node]) -> None:
     """Put ``If(IsNaN(sum - sum))`` in the Loop's place: the Loop for non-finite inputs, else ``fast``."""
     sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in finite]
     total = ir.node("Sum", [n.outputs[0] for n in sums])
@@ -242,9 +242,10 @@ def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list
                      num_outputs=len(old_outputs))
     graph.insert_after(bad, branch)
     body = loop.attributes["body"].value
-    if all(u.node.graph is body for u in proj.outputs[0].uses()):  # xs @ wx only feeds the exact Loop
-        graph.remove(proj)
-        exact.insert_before(loop, proj)
+    for proj in projs:
+        if all(u.node.graph is body for u in proj.outputs[0].uses()):  # xs @ wx only feeds the exact Loop
+            graph.remove(proj)
+            exact.insert_before(loop, proj)
     for old, new in zip(old_outputs, branch.outputs):
         new.type, new.shape = old.type, old.shape
         name = old.name

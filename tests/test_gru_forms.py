@@ -1,0 +1,139 @@
+"""The GRU rule reads each gate as a sum of terms: flax.linen.GRUCell (one Dense per gate, the
+reset applied after the recurrent product: ONNX's linear_before_reset=1) becomes the GRU op too,
+and keeps jax.jit's numbers, NaN and inf inputs included (the exact Loop runs for those)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+
+import jaxconv
+from jaxconv.onnx.rewrites import gru
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+H, N_IN, T, B = 8, 5, 6, 3
+
+
+@pytest.fixture
+def gru_on(monkeypatch):
+    monkeypatch.setattr(gru, "ENABLED", True)
+
+
+def _gru_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    found = []
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found += [n for n in attr.g.node if n.op_type == "GRU"]
+    return found
+
+
+def _flax_gru():
+    nn = pytest.importorskip("flax.linen")
+    cell = nn.GRUCell(features=H)
+    params = cell.init(jax.random.PRNGKey(0), jnp.zeros((B, H)), jnp.zeros((B, N_IN)))
+    leaves, tree = jax.tree_util.tree_flatten(params)
+    rng = np.random.default_rng(3)  # non-zero biases, so every bias lands in its ONNX slot
+    params = jax.tree_util.tree_unflatten(tree, [rng.standard_normal(np.shape(x)).astype(np.float32) / 3
+                                                 for x in leaves])
+
+    def fn(xs, h0):
+        return jax.lax.scan(lambda h, x: cell.apply(params, h, x), h0, xs)
+
+    return fn
+
+
+def _hand_written_lbr1():
+    rng = np.random.default_rng(4)
+    wx = rng.standard_normal((N_IN, 3 * H)).astype(np.float32) / 3
+    wh = rng.standard_normal((H, 3 * H)).astype(np.float32) / 3
+    bx, bh = (rng.standard_normal(3 * H).astype(np.float32) / 5 for _ in range(2))
+
+    def fn(xs, h0):
+        def cell(h, x):
+            gx, gh = x @ wx + bx, h @ wh + bh
+            r = jax.nn.sigmoid(gx[:, :H] + gh[:, :H])
+            z = jax.nn.sigmoid(gx[:, H:2 * H] + gh[:, H:2 * H])
+            n = jnp.tanh(gx[:, 2 * H:] + r * gh[:, 2 * H:])
+            h = (1 - z) * n + z * h
+            return h, h
+
+        return jax.lax.scan(cell, h0, xs)
+
+    return fn
+
+
+def _inputs(seed: int, odd: bool = False) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((T, B, N_IN)).astype(np.float32) * 2
+    h0 = rng.standard_normal((B, H)).astype(np.float32)
+    if odd:
+        xs[2, 1, 3], xs[4, 0, 0], xs[1, 2, 2] = np.nan, np.inf, -np.inf
+    return [xs, h0]
+
+
+@pytest.mark.parametrize("make", [_flax_gru, _hand_written_lbr1], ids=["flax", "hand"])
+def test_reset_after_the_recurrent_product_is_the_gru_op(make, gru_on):
+    fn = make()
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    grus = _gru_nodes(model)
+    assert len(grus) == 1
+    assert {a.name: a.i for a in grus[0].attribute}["linear_before_reset"] == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for seed, odd in ((0, False), (1, False), (2, True)):
+        inputs = _inputs(seed, odd)
+        got = runner.run(inputs)
+        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+
+
+def test_a_gate_without_the_state_still_is_the_gru_op(gru_on):
+    # z = sigmoid(x @ wz) with no h term is still ONNX's GRU (zero Rz): the op runs, numbers agree
+    rng = np.random.default_rng(6)
+    wx = rng.standard_normal((N_IN, 3 * H)).astype(np.float32) / 3
+    wh = rng.standard_normal((H, 2 * H)).astype(np.float32) / 3
+
+    def fn(xs, h0):
+        def cell(h, x):
+            gx = x @ wx
+            r = jax.nn.sigmoid(gx[:, :H] + h @ wh[:, :H])
+            z = jax.nn.sigmoid(gx[:, H:2 * H])
+            n = jnp.tanh(gx[:, 2 * H:] + r * (h @ wh[:, H:]))
+            h = (1 - z) * n + z * h
+            return h, h
+
+        return jax.lax.scan(cell, h0, xs)
+
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert len(_gru_nodes(model)) == 1
+    inputs = _inputs(7)
+    for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)
+
+
+def test_tanh_of_the_state_alone_is_not_a_gru(gru_on):
+    # n = tanh(x @ wn + h): the state enters n without a weight, which ONNX's GRU cannot express
+    rng = np.random.default_rng(8)
+    wx = rng.standard_normal((N_IN, 3 * H)).astype(np.float32) / 3
+    wh = rng.standard_normal((H, 2 * H)).astype(np.float32) / 3
+
+    def fn(xs, h0):
+        def cell(h, x):
+            gx = x @ wx
+            r, z = jnp.split(jax.nn.sigmoid(gx[:, :2 * H] + h @ wh), 2, axis=-1)
+            n = jnp.tanh(gx[:, 2 * H:] + r * h)
+            h = (1 - z) * n + z * h
+            return h, h
+
+        return jax.lax.scan(cell, h0, xs)
+
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert not _gru_nodes(model)
+    inputs = _inputs(9)
+    for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
