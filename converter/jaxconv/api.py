@@ -11,11 +11,11 @@ from jaxconv.verify import CheckReport, check_runner, raise_on_mismatch
 
 
 def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constraints: Sequence[str] = (),
-                platforms: Sequence[str] = ("cpu",)) -> Program:
+                platforms: Sequence[str] = ("cpu",), hoist_constants: bool = False) -> Program:
     if isinstance(fn, Program):
         return fn
     require_specs(specs)
-    return trace(fn, specs, constraints=constraints, platforms=platforms)
+    return trace(fn, specs, constraints=constraints, platforms=platforms, hoist_constants=hoist_constants)
 
 
 def _refuse_a_check_too_large(program: Program, check: bool) -> None:
@@ -89,7 +89,7 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
     from jaxconv.onnx import convert
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
-    program = _as_program(fn, specs, constraints)
+    program = _as_program(fn, specs, constraints, hoist_constants=True)
     _refuse_a_check_too_large(program, check)
     model = convert.program_to_onnx(program, opset)
     if not isinstance(fn, Program) or not program.keep_module:

@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_program(args: argparse.Namespace):
+def _load_program(args: argparse.Namespace, hoist_constants: bool = False):
     from jaxconv.loading import load_function
     from jaxconv.program import require_specs, trace
 
@@ -154,7 +154,8 @@ def _load_program(args: argparse.Namespace):
         check_not_input(args.output, loaded.path)
     platforms = tuple(p.strip() for p in getattr(args, "platforms", "cpu").split(",") if p.strip())
     program = trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
-                    constraints=args.constraints, platforms=platforms, source_path=loaded.path)
+                    constraints=args.constraints, platforms=platforms, source_path=loaded.path,
+                    hoist_constants=hoist_constants)
     _configure_check(args, loaded, program)
     return program
 
@@ -210,7 +211,7 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
         return _stablehlo_file_to_onnx(args)
     if args.entry:
         raise UsageError("--entry applies to StableHLO modules (.mlir/.mlirbc); for a Python file use --fn or FILE:NAME")
-    program = _load_program(args)
+    program = _load_program(args, hoist_constants=True)  # weights stay the caller's arrays, not module copies
     program.keep_module = False  # converted once: to_onnx frees the exported module before the check
     import jax
 

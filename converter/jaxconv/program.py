@@ -28,6 +28,9 @@ class Program:
             serialized module, which holds a copy of every closed-over weight, before the check.
         x64: the specs hold a 64-bit dtype, so JAX ran (and must run again, for jax2tf or the check)
             with ``jax_enable_x64``; ``jax_scope()`` switches it on for that code only.
+        constants: closed-over arrays hoisted out of the module (``trace(..., hoist_constants=True)``):
+            the module takes them as its first flat arguments, before the function's inputs. They are
+            the caller's own buffers, not copies; the ONNX lowering makes them initializers.
     """
 
     fn: Callable[..., Any]
@@ -40,6 +43,7 @@ class Program:
     platforms: tuple[str, ...] = ("cpu",)
     keep_module: bool = True
     x64: bool = False
+    constants: tuple[Any, ...] = ()
 
     def jax_scope(self) -> ContextManager[Any]:
         """A context in which JAX keeps this program's 64-bit dtypes (see ``x64_scope``)."""
@@ -48,7 +52,14 @@ class Program:
     @property
     def kept_inputs(self) -> tuple[int, ...]:
         """Indices of flat inputs the exported module still takes (jax.export drops unused ones)."""
-        return tuple(sorted(self.exported.module_kept_var_idx))
+        n = len(self.constants)
+        return tuple(sorted(i - n for i in self.exported.module_kept_var_idx if i >= n))
+
+    @property
+    def kept_constants(self) -> tuple[int, ...]:
+        """Indices into ``constants`` of those the exported module takes, in argument order."""
+        n = len(self.constants)
+        return tuple(sorted(i for i in self.exported.module_kept_var_idx if i < n))
 
 
 def x64_scope(on: bool) -> ContextManager[Any]:
@@ -66,11 +77,16 @@ def x64_scope(on: bool) -> ContextManager[Any]:
 
 def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = None,
           param_names: Sequence[str] | None = None, constraints: Sequence[str] = (),
-          platforms: Sequence[str] = ("cpu",), source_path: str | None = None) -> Program:
+          platforms: Sequence[str] = ("cpu",), source_path: str | None = None,
+          hoist_constants: bool = False) -> Program:
     """Export ``fn`` with jax.export for the given specs.
 
     Args:
         specs: spec strings, parsed specs, or ShapeDtypeStruct pytrees; one per positional argument.
+        hoist_constants: export closed-over arrays of ``HOIST_BYTES`` and more as module arguments
+            (``Program.constants``) instead of embedding them: jax.export copies embedded constants
+            into the module and again into its serialized bytes. Only the ONNX target reads such a
+            program; the StableHLO, SavedModel and TFLite targets need the constants embedded.
 
     Raises:
         SpecError: a spec does not parse.
@@ -85,12 +101,12 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
     with x64_scope(x64):
         arg_specs = to_shape_dtype_structs(parsed, constraints)
         return _export(fn, arg_specs, x64, name=name, param_names=param_names, constraints=constraints,
-                       platforms=platforms, source_path=source_path)
+                       platforms=platforms, source_path=source_path, hoist=hoist_constants)
 
 
 def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: str | None,
             param_names: Sequence[str] | None, constraints: Sequence[str], platforms: Sequence[str],
-            source_path: str | None) -> Program:
+            source_path: str | None, hoist: bool = False) -> Program:
     """``trace`` once the specs are ShapeDtypeStructs, inside the x64 scope they need."""
     import jax
     from jax import export
@@ -104,8 +120,12 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
     if param_names is not None:
         check_spec_count(len(arg_specs), len(param_names), fn_name, param_names)
     jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
+    constants: tuple[Any, ...] = ()
     try:
-        exported = export.export(jitted, platforms=tuple(platforms))(*arg_specs)
+        if hoist:
+            exported, constants = _export_hoisted(jitted, arg_specs, tuple(platforms))
+        else:
+            exported = export.export(jitted, platforms=tuple(platforms))(*arg_specs)
     except Exception as e:
         from jaxconv.callbacks import callback_message, callbacks_of
 
@@ -117,7 +137,58 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
         raise TraceError(_no_outputs_message(fn, fn_name, exported.out_tree))
     signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
     return Program(fn=fn, name=fn_name, arg_specs=list(arg_specs), exported=exported, signature=signature,
-                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), x64=x64)
+                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), x64=x64,
+                   constants=constants)
+
+
+HOIST_BYTES = 1 << 16
+"""Closed-over arrays of this many bytes and more become module arguments with ``hoist_constants``;
+smaller ones stay embedded, where the lowering may fold them."""
+
+_HOISTED_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "bool", "int8", "int16", "int32",
+                             "int64", "uint8", "uint16", "uint32", "uint64"})
+
+
+def _export_hoisted(jitted: Any, arg_specs: list[Any], platforms: tuple[str, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """jax.export of ``jitted`` with its big closed-over constants as leading arguments.
+
+    The function is traced once to a jaxpr; its constants are the caller's buffers (numpy views or
+    jax arrays). The exported function evaluates that jaxpr with the big constants passed in, so the
+    module holds their shapes only. Returns the Exported and the hoisted constants in argument order.
+    """
+    import jax
+    import numpy as np
+    from jax import export
+    from jax.core import eval_jaxpr
+
+    traced = jitted.trace(*arg_specs)
+    closed = traced.jaxpr
+    big = [i for i, c in enumerate(closed.consts) if _hoistable(c)]
+    hoisted = tuple(closed.consts[i] for i in big)
+    out_tree = traced.out_tree
+
+    def hoisted_fn(consts, *args):
+        values = list(closed.consts)
+        for i, c in zip(big, consts):
+            values[i] = c
+        flat = jax.tree_util.tree_leaves(args)
+        return jax.tree_util.tree_unflatten(out_tree, eval_jaxpr(closed.jaxpr, values, *flat))
+
+    hoisted_fn.__name__ = getattr(jitted, "__name__", "fn")
+    specs = [jax.ShapeDtypeStruct(np.shape(c), c.dtype, weak_type=_weak_type(c)) for c in hoisted]
+    exported = export.export(jax.jit(hoisted_fn), platforms=platforms)(specs, *arg_specs)
+    return exported, tuple(np.asarray(c) for c in hoisted)
+
+
+def _hoistable(c: Any) -> bool:
+    dtype = getattr(c, "dtype", None)
+    return (dtype is not None and getattr(dtype, "name", "") in _HOISTED_DTYPES
+            and int(getattr(c, "nbytes", 0)) >= HOIST_BYTES)
+
+
+def _weak_type(c: Any) -> bool:
+    aval = getattr(c, "aval", None)
+    return bool(getattr(aval, "weak_type", False))
 
 
 def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> str:

@@ -36,15 +36,17 @@ def program_to_onnx(program: Program, opset: int | None = None) -> onnx.ModelPro
     opset = check_opset(opset)
     module = read_module(program.exported.mlir_module_serialized)
     kept = program.kept_inputs
-    position = {flat: k for k, flat in enumerate(kept)}
+    hoisted = program.kept_constants  # the module's leading arguments (see Program.constants)
+    constants = {k: program.constants[i] for k, i in enumerate(hoisted)}
+    position = {flat: len(hoisted) + k for k, flat in enumerate(kept)}
     inputs = [GraphIO(t.name, t.dtype, t.shape, position.get(i)) for i, t in enumerate(program.signature.inputs)]
     outputs = [GraphIO(t.name, t.dtype, t.shape) for t in program.signature.outputs]
     meta = {"jaxconv.signature": json.dumps(program.signature.to_json()), "jaxconv.function": program.name}
     if not program.keep_module:
         program.exported = None  # the module read holds the constants now: one copy of the weights fewer
     model = lower_module(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name,
-                         metadata=meta)
-    del module
+                         metadata=meta, constants=constants)
+    del module, constants
     _collect_graph_cycles(model)
     return model
 

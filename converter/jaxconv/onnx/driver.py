@@ -81,8 +81,13 @@ def lower_call(ctx: LoweringContext, op: hir.Op) -> list[str]:
 
 def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
                  entry: str | None = None, opset: int = DEFAULT_OPSET,
-                 graph_name: str = "jaxconv", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
+                 graph_name: str = "jaxconv", metadata: dict[str, str] | None = None,
+                 constants: dict[int, Any] | None = None) -> onnx.ModelProto:
     """Lower ``module``'s entry function to an ONNX model, cleaned up by ``passes.optimize``.
+
+    Args:
+        constants: entry-function arguments that are constants (hoisted out of the module), by
+            argument index: they become initializers, as a ``stablehlo.constant`` would.
 
     Raises:
         UnsupportedError: listing every unsupported op/dtype, before anything is lowered.
@@ -90,15 +95,16 @@ def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequ
     from jaxconv.onnx.passes import optimize
 
     model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
-                        graph_name=graph_name, metadata=metadata)
+                        graph_name=graph_name, metadata=metadata, constants=constants)
     optimize(model, opset)
     return ir.serde.serialize_model(model)
 
 
 def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
                 entry: str | None = None, opset: int = DEFAULT_OPSET,
-                graph_name: str = "jaxconv", metadata: dict[str, str] | None = None) -> ir.Model:
-    """The lowered graph as an ``onnx_ir`` model, before any clean-up."""
+                graph_name: str = "jaxconv", metadata: dict[str, str] | None = None,
+                constants: dict[int, Any] | None = None) -> ir.Model:
+    """The lowered graph as an ``onnx_ir`` model, before any clean-up (``constants``: see ``lower_module``)."""
     fn = module.entry(entry)
     preflight(module, fn)
     ctx = LoweringContext(module, opset)
@@ -110,6 +116,8 @@ def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
         graph_inputs.append(v)
         if io.arg_index is not None:
             bound[io.arg_index] = io.name
+    for index, value in sorted((constants or {}).items()):
+        bound[index] = ctx.const(value, fn.body.args[index].type.dtype, name_hint="w")
     missing = [i for i, b in enumerate(bound) if b is None]
     if missing:
         raise ConversionError(f"internal: entry arguments {missing} have no graph input")
