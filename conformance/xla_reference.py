@@ -81,12 +81,8 @@ def run_with_xla(text: str, feeds: Sequence[np.ndarray], size: int) -> list[np.n
     devices = _jax.DeviceList(tuple(backend.devices()[:1]))
     executable = backend.compile_and_load(refined, devices, compiler.get_compile_options(num_replicas=1, num_partitions=1))
     device = backend.devices()[0]
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)  # device_put would narrow 64-bit inputs otherwise
-    try:
+    with jax.enable_x64(True):  # device_put would narrow 64-bit inputs otherwise
         outputs = executable.execute([jax.device_put(np.asarray(feeds[i]), device) for i in indices])
-    finally:
-        jax.config.update("jax_enable_x64", x64)
     return [np.asarray(o) for o in outputs]
 
 

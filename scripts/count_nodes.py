@@ -46,8 +46,8 @@ def traced(case, cache: str | None):
     from conformance.targets import _trace
     from jaxconv.onnx.driver import GraphIO
 
-    jax.config.update("jax_enable_x64", case.x64)
-    program = _trace(case, "cpu")
+    with jax.enable_x64(case.x64):
+        program = _trace(case, "cpu")
     position = {flat: k for k, flat in enumerate(program.kept_inputs)}
     inputs = [GraphIO(t.name, t.dtype, t.shape, position.get(i)) for i, t in enumerate(program.signature.inputs)]
     outputs = [GraphIO(t.name, t.dtype, t.shape) for t in program.signature.outputs]
