@@ -34,7 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.lstm import _const, _guarded, _is_counter_index, _sigmoid_of
+from jaxconv.onnx.rewrites.lstm import _const, _guarded, _initial_state, _is_counter_index, _sigmoid_of
 
 ENABLED = False  # see the module docstring for the measurement
 
@@ -331,16 +331,16 @@ def rewrite(graph: ir.Graph) -> int:
         w, r, b = _const(graph, "gru_w", w_arr), _const(graph, "gru_r", r_arr), _const(graph, "gru_b", b_arr)
         axis0 = _const(graph, "gru_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "gru_axis1", np.array([1], np.int64))
-        h0 = ir.node("Unsqueeze", [got["h0"], axis0])
-        gru = ir.node("GRU", [got["xs"], w, r, b, None, h0.outputs[0]],
+        h0 = _initial_state(got["h0"], axis0)
+        gru = ir.node("GRU", [got["xs"], w, r, b, None, h0.outputs[0] if h0 else None],
                       {"hidden_size": hdim, "linear_before_reset": int(got["linear_before_reset"])}, num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
         counter_dtype = loop.outputs[0].dtype
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
-        fast = [h0, gru, ys, h_last, final]
+        fast = [n for n in (h0, gru, ys, h_last, final) if n]
         fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]]
-        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]], got["projs"])
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]])
         count += 1
     return count

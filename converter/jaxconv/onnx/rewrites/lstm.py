@@ -210,42 +210,53 @@ def rewrite(graph: ir.Graph) -> int:
         b = _const(graph, "lstm_b", np.concatenate([_iofc(got["b"][None], hdim)[:, 0], np.zeros(4 * hdim, np.float32)])[None])
         axis0 = _const(graph, "lstm_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "lstm_axis1", np.array([1], np.int64))
-        h0 = ir.node("Unsqueeze", [got["h0"], axis0])
-        c0 = ir.node("Unsqueeze", [got["c0"], axis0])
-        lstm = ir.node("LSTM", [got["xs"], w, r, b, None, h0.outputs[0], c0.outputs[0]], {"hidden_size": hdim},
-                       num_outputs=3)
+        h0, c0 = _initial_state(got["h0"], axis0), _initial_state(got["c0"], axis0)
+        lstm = ir.node("LSTM", [got["xs"], w, r, b, None, *(n.outputs[0] if n else None for n in (h0, c0))],
+                       {"hidden_size": hdim}, num_outputs=3)
         ys = ir.node("Squeeze", [lstm.outputs[0], axis1])
         h_last = ir.node("Squeeze", [lstm.outputs[1], axis0])
         c_last = ir.node("Squeeze", [lstm.outputs[2], axis0])
         counter_dtype = loop.outputs[0].dtype
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], counter_dtype.numpy() if counter_dtype else np.int64))})
-        fast = [h0, c0, lstm, ys, h_last, c_last, final]
+        fast = [n for n in (h0, c0) if n] + [lstm, ys, h_last, c_last, final]
         fast_out = [final.outputs[0], h_last.outputs[0], c_last.outputs[0], ys.outputs[0]]
-        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]], [got["proj"]])
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]])
         count += 1
     return count
 
 
+def _initial_state(value: ir.Value, axis0: ir.Value) -> ir.Node | None:
+    """``Unsqueeze(value, [0])`` for an RNN op's initial state; None (the op's default) for +0.0 zeros."""
+    arr = m.repeated_const(value)
+    if arr is not None and arr.dtype.kind == "f" and not np.any(arr) and not np.any(np.signbit(arr)):
+        return None
+    return ir.node("Unsqueeze", [value, axis0])
+
+
 def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
-             finite: list[ir.Value], projs: list[ir.Node]) -> None:
-    """Put ``If(IsNaN(sum - sum))`` in the Loop's place: the Loop for non-finite inputs, else ``fast``."""
+             finite: list[ir.Value]) -> None:
+    """Put ``If(IsNaN(sum - sum))`` in the Loop's place: the Loop for non-finite inputs, else ``fast``.
+
+    Inputs known finite (constants) stay out of the sum; the If returns only the Loop outputs
+    something reads; nodes before it that only the exact Loop reads move into its branch.
+    """
+    finite = list(dict.fromkeys(v for v in finite if not _known_finite(v)))
     sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in finite]
-    total = ir.node("Sum", [n.outputs[0] for n in sums])
-    diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
+    total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
+    diff = ir.node("Sub", [(total or sums)[-1].outputs[0]] * 2)
     bad = ir.node("IsNaN", [diff.outputs[0]])
-    old_outputs = list(loop.outputs)
-    graph.insert_before(loop, [*sums, total, diff, bad])
+    used = [k for k, v in enumerate(loop.outputs) if v.uses() or v.is_graph_output()] or [0]
+    old_outputs = [loop.outputs[k] for k in used]
+    graph.insert_before(loop, [*sums, *total, diff, bad])
     graph.remove(loop)
-    exact = ir.Graph([], list(loop.outputs), nodes=[loop], name="scan_exact")
-    quick = ir.Graph([], fast_out, nodes=fast, name="scan_gru")
+    exact = ir.Graph([], old_outputs, nodes=[loop], name="scan_exact")
+    quick = ir.Graph([], [fast_out[k] for k in used], nodes=fast, name="scan_fast")
+    for node in list(quick):  # outputs the If does not return
+        if not any(o.uses() or o.is_graph_output() for o in node.outputs):
+            quick.remove(node)
     branch = ir.node("If", [bad.outputs[0]], {"then_branch": exact, "else_branch": quick},
                      num_outputs=len(old_outputs))
     graph.insert_after(bad, branch)
-    body = loop.attributes["body"].value
-    for proj in projs:
-        if all(u.node.graph is body for u in proj.outputs[0].uses()):  # xs @ wx only feeds the exact Loop
-            graph.remove(proj)
-            exact.insert_before(loop, proj)
     for old, new in zip(old_outputs, branch.outputs):
         new.type, new.shape = old.type, old.shape
         name = old.name
@@ -257,3 +268,28 @@ def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list
                 graph.outputs[k] = new
         old.name = f"{name}_exact" if name else None
         new.name = name
+    _sink_into(graph, branch, exact)
+
+
+def _known_finite(value: ir.Value) -> bool:
+    arr = m.repeated_const(value)
+    return arr is not None and arr.dtype.kind == "f" and bool(np.isfinite(arr).all())
+
+
+def _sink_into(graph: ir.Graph, branch: ir.Node, exact: ir.Graph) -> None:
+    """Move nodes of ``graph`` whose outputs only ``exact`` (or its subgraphs) reads into ``exact``
+    (the input projections, the broadcasts of the Loop's constants)."""
+    inside = {id(g) for g in m.all_graphs(exact)}
+    moved = True
+    while moved:
+        moved = False
+        for node in reversed(list(graph)):
+            if node is branch or node.graph is not graph:
+                continue
+            uses = [u for o in node.outputs for u in o.uses()]
+            if not uses or any(o.is_graph_output() for o in node.outputs):
+                continue
+            if all(id(u.node.graph) in inside for u in uses):
+                graph.remove(node)
+                exact.insert_before(exact.node(0), node)
+                moved = True

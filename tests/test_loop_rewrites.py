@@ -1,0 +1,91 @@
+"""Loop rewrites (jaxconv.onnx.rewrites.loops / lstm): each fires where it should and keeps
+jax.jit's numbers, NaN and inf inputs included."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+
+def _same(got, want, rtol=1e-5, atol=1e-6):
+    want = np.asarray(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def _ops(graph: onnx.GraphProto) -> list[str]:
+    return [n.op_type for n in graph.node]
+
+
+def _lstm(hidden: int = 8, n_in: int = 6, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    wx = rng.standard_normal((n_in, 4 * hidden)).astype(np.float32) / 3
+    wh = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32) / 3
+    b = rng.standard_normal(4 * hidden).astype(np.float32) / 10
+
+    def fn(xs):
+        def cell(carry, x):
+            h, c = carry
+            i, f, g, o = jnp.split(x @ wx + h @ wh + b, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        zeros = jnp.zeros((xs.shape[1], hidden))
+        (h, _), hs = jax.lax.scan(cell, (zeros, zeros), xs)
+        return hs, h
+
+    return fn
+
+
+def test_lstm_from_zero_state_leaves_only_the_guard_around_the_op():
+    fn = _lstm()
+    xs = np.random.default_rng(1).standard_normal((7, 3, 6)).astype(np.float32) * 2
+    model = jaxconv.to_onnx(fn, f"f32[{xs.shape[0]},{xs.shape[1]},{xs.shape[2]}]", check=False)
+    # the zero initial state is the LSTM op's default; its broadcast only feeds the exact Loop
+    assert _ops(model.graph) == ["ReduceSum", "Sub", "IsNaN", "If"]
+    branch = model.graph.node[-1]
+    graphs = {a.name: a.g for a in branch.attribute}
+    lstm = next(n for n in graphs["else_branch"].node if n.op_type == "LSTM")
+    assert len([i for i in lstm.input if i]) == 4  # X, W, R, B: no initial_h / initial_c
+    assert len(branch.output) == 2  # the final c and the counter are not returned
+    runner = OnnxRunner(model.SerializeToString())
+    for g, w in zip(runner.run([xs]), jax.jit(fn)(xs)):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)
+    odd = xs.copy()
+    odd[2, 1, 0], odd[4, 0, 3], odd[5, 2, 1] = np.nan, np.inf, -np.inf
+    for g, w in zip(runner.run([odd]), jax.jit(fn)(odd)):  # the exact Loop
+        _same(g, w)
+
+
+def test_lstm_with_given_state_checks_the_state_too():
+    rng = np.random.default_rng(2)
+    hidden, n_in = 8, 6
+    wx = rng.standard_normal((n_in, 4 * hidden)).astype(np.float32) / 3
+    wh = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32) / 3
+
+    def fn(xs, h0, c0):
+        def cell(carry, x):
+            h, c = carry
+            i, f, g, o = jnp.split(x @ wx + h @ wh, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+
+        return jax.lax.scan(cell, (h0, c0), xs)
+
+    model = jaxconv.to_onnx(fn, "f32[5,3,6]", "f32[3,8]", "f32[3,8]", check=False)
+    assert _ops(model.graph).count("ReduceSum") == 3 and "If" in _ops(model.graph)
+    runner = OnnxRunner(model.SerializeToString())
+    xs = rng.standard_normal((5, 3, n_in)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((3, hidden)).astype(np.float32) for _ in range(2))
+    for g, w in zip(runner.run([xs, h0, c0]), jax.tree_util.tree_leaves(jax.jit(fn)(xs, h0, c0))):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)
+    c0[1, 2] = np.inf  # only the state is not finite: the exact Loop runs
+    for g, w in zip(runner.run([xs, h0, c0]), jax.tree_util.tree_leaves(jax.jit(fn)(xs, h0, c0))):
+        _same(g, w)
