@@ -89,3 +89,52 @@ def test_lstm_with_given_state_checks_the_state_too():
     c0[1, 2] = np.inf  # only the state is not finite: the exact Loop runs
     for g, w in zip(runner.run([xs, h0, c0]), jax.tree_util.tree_leaves(jax.jit(fn)(xs, h0, c0))):
         _same(g, w)
+
+
+def _loop_bodies(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    return [a.g for n in graph.node if n.op_type == "Loop" for a in n.attribute if a.name == "body"]
+
+
+def test_outer_transposes_and_broadcasts_leave_the_loop():
+    rng = np.random.default_rng(3)
+
+    def fn(x, w, s, n):
+        def body(i, y):
+            return jnp.tanh(y @ w.T) + jnp.broadcast_to(jnp.exp(s), y.shape)  # w.T, exp, broadcast: invariant
+        return jax.lax.fori_loop(0, n, body, x)
+
+    x, w = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+    s = rng.standard_normal(4).astype(np.float32)
+    model = jaxconv.to_onnx(fn, "f32[2,4]", "f32[4,4]", "f32[4]", "i32[]", check=False)
+    (body,) = _loop_bodies(model.graph)
+    assert not {"Transpose", "Exp", "Expand"} & set(_ops(body)), _ops(body)
+    assert {"Transpose", "Exp"} <= set(_ops(model.graph))
+    runner = OnnxRunner(model.SerializeToString())
+    s_odd = s.copy()
+    s_odd[1], s_odd[2] = np.nan, np.inf
+    for args in ((x, w, s, np.int32(5)), (x, w, s_odd, np.int32(3)), (x, w, s, np.int32(0))):
+        (got,) = runner.run([np.asarray(a) for a in args])
+        _same(got, jax.jit(fn)(*args))
+
+
+def test_invariants_of_an_inner_loop_climb_out_of_both_loops():
+    rng = np.random.default_rng(4)
+
+    def fn(x, s, n):
+        def outer(i, y):
+            def inner(j, z):
+                return jnp.sin(z) + jnp.exp(s) * 3.0  # reads only the main graph's s
+            return jax.lax.fori_loop(0, n, inner, y) * 0.5
+        return jax.lax.fori_loop(0, n, outer, x)
+
+    x, s = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    model = jaxconv.to_onnx(fn, "f32[2,4]", "f32[4]", "i32[]", check=False)
+    (outer,) = _loop_bodies(model.graph)
+    (inner,) = _loop_bodies(outer)
+    assert "Exp" in _ops(model.graph) and "Exp" not in _ops(outer) + _ops(inner)
+    runner = OnnxRunner(model.SerializeToString())
+    s_odd = s.copy()
+    s_odd[0] = -np.inf
+    for args in ((x, s, np.int32(3)), (x, s_odd, np.int32(2)), (x, s, np.int32(0))):
+        (got,) = runner.run([np.asarray(a) for a in args])
+        _same(got, jax.jit(fn)(*args))

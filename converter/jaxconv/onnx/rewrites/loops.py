@@ -112,7 +112,8 @@ def _i64(graph: ir.Graph, values: list[int]) -> ir.Value:
 def rewrite(main: ir.Graph) -> int:
     """Hoist loop-invariant work out of every Loop in ``main`` (nested ones too); returns how many nodes moved."""
     count = 0
-    for loop in [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Loop" and n.domain == ""]:
+    loops = [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Loop" and n.domain == ""]
+    for loop in reversed(loops):  # inner loops first: what leaves an inner body may leave the outer one too
         body = loop.attributes["body"].value
         count += _hoist_projection(loop, body, main)
         count += _hoist_invariants(loop, body)
