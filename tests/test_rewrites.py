@@ -372,7 +372,7 @@ def test_zero_sign_fix_goes_where_no_consumer_sees_it():
     rewrites.apply(model, 21)
     matmul = next(n for n in model.graph if n.op_type == "MatMul")
     assert matmul.inputs[0].producer().op_type == "Relu"  # the fix before the MatMul is gone
-    assert model.graph.outputs[1].producer().op_type == "Where"  # the one at an output stays
+    assert model.graph.outputs[1].producer().op_type == "Sum"  # the one at an output stays (as Sum(x, +0))
 
 
 def test_zero_sign_fix_after_relu_is_one_abs():
