@@ -9,7 +9,9 @@ spinning off), with one thread, and with ORT's own defaults (spinning on, measur
 rotation beside jax.jit because spinning slows whatever runs next); jax2onnx's ONNX when jax2onnx
 is installed; the TFLite interpreter with --tflite. Ratios are medians over jax.jit's median (below
 1 means faster than jax.jit); compare ratios, not absolute times, across machines. The load average
-is printed with every row because other work on the machine moves the figures.
+is printed with every row because other work on the machine moves the figures. The "CPU:" columns
+are process CPU time per call (every thread of the process) over jax.jit's, from the same rotation:
+on a busy machine they move far less than the wall-time ratios, so they compare graph forms there.
 
 Conversion is measured in cold processes: ``jaxconv to-onnx --no-check`` against ``jax.export``
 alone on the same function, with the converting process's peak RSS.
@@ -49,6 +51,7 @@ class Row:
     jax_ms: float = float("nan")
     ms: dict[str, float] = field(default_factory=dict)  # contender -> median ms
     ratio: dict[str, float] = field(default_factory=dict)  # contender -> median / jax.jit median
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # contender -> median process CPU ms per call
     nodes: int = 0
     peer_nodes: int | None = None
     size_mb: float = 0.0
@@ -60,19 +63,30 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
-def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float) -> dict[str, float]:
-    """Median seconds per call of each function, calling them in turn (rotating the order)."""
+def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float,
+              cpu: dict[str, float] | None = None) -> dict[str, float]:
+    """Median seconds per call of each function, calling them in turn (rotating the order).
+
+    Args:
+        cpu: when given, filled with each function's median process CPU seconds per call (all
+            threads of the process: jax.jit's and ORT's pools included). On a busy machine the
+            CPU time moves far less than the wall time, so it compares graph forms there.
+    """
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
     start = time.perf_counter()
     for i in range(iters):
         order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             fns[n]()
             times[n].append(time.perf_counter() - t)
+            cpus[n].append(time.process_time() - c)
         if i >= 4 and time.perf_counter() - start > budget_s:
             break
+    if cpu is not None:
+        cpu.update({n: statistics.median(v) for n, v in cpus.items()})
     return {n: statistics.median(v) for n, v in times.items()}
 
 
@@ -199,7 +213,9 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
             row.notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
             del fns[name]
     iters, budget = (7, 2.0) if args.quick else (args.iters, args.budget)
-    med = alternate(fns, iters, budget * len(fns))
+    cpu: dict[str, float] = {}
+    med = alternate(fns, iters, budget * len(fns), cpu)
+    row.cpu_ms = {name: s * 1e3 for name, s in cpu.items()}
     row.jax_ms = med.pop("jax") * 1e3
     for name, s in med.items():
         row.ms[name] = s * 1e3
@@ -258,17 +274,24 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
     return "–" if x is None or x != x else format(x, spec)
 
 
+def cpu_ratio(row: Row, contender: str) -> float | None:
+    """The contender's process CPU time per call over jax.jit's, or None when either is missing."""
+    jax_cpu, cpu = row.cpu_ms.get("jax"), row.cpu_ms.get(contender)
+    return None if not jax_cpu or cpu is None else cpu / jax_cpu
+
+
 def table(rows: list[Row]) -> str:
     """The Markdown table of ``rows``."""
     plain = any("ort plain" in r.ratio for r in rows)
     head = ("| model | jax.jit ms | ORT ms | ORT/jit | ORT 1t/jit | ORT spin/jit | " + ("no-rewrites/jit | " if plain else "") +
-            "jax2onnx/jit | TFLite/jit "
+            "jax2onnx/jit | TFLite/jit | CPU: ORT/jit | CPU: ORT 1t/jit | CPU: jax2onnx/jit "
             "| nodes | jax2onnx nodes | ONNX MB | to-onnx s | jax.export s | to-onnx RSS MB | load |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         cells = [r.title, _fmt(r.jax_ms), _fmt(r.ms.get("ort")), _fmt(r.ratio.get("ort")), _fmt(r.ratio.get("ort 1t")),
                  _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []),
-                 _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), str(r.nodes),
+                 _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), _fmt(cpu_ratio(r, "ort")), _fmt(cpu_ratio(r, "ort 1t")),
+                 _fmt(cpu_ratio(r, "jax2onnx")), str(r.nodes),
                  _fmt(r.peer_nodes, "d"), _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
                  f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")

@@ -78,3 +78,27 @@ def test_check_runner_does_not_spin():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     runner = OnnxRunner(model.SerializeToString())
     assert runner.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_alternate_reports_cpu_time_apart_from_wall_time():
+    import time
+
+    def busy():
+        end = time.process_time() + 0.003
+        while time.process_time() < end:
+            pass
+
+    cpu: dict[str, float] = {}
+    wall = bench.alternate({"sleep": lambda: time.sleep(0.003), "busy": busy}, iters=7, budget_s=10, cpu=cpu)
+    assert wall["sleep"] >= 0.003 and cpu["sleep"] < 0.001
+    assert cpu["busy"] >= 0.003
+
+
+def test_table_shows_cpu_ratios():
+    row = bench.Row("m", "model M", jax_ms=2.0, ms={"ort 1t": 3.0}, ratio={"ort 1t": 1.5}, nodes=7,
+                    cpu_ms={"jax": 4.0, "ort 1t": 3.0, "ort": 5.0}, load=(1.0, 1.0))
+    lines = bench.table([row]).splitlines()
+    cols = [c.strip() for c in lines[0].split("|")]
+    cells = [c.strip() for c in lines[2].split("|")]
+    assert cells[cols.index("CPU: ORT 1t/jit")] == "0.75" and cells[cols.index("CPU: ORT/jit")] == "1.25"
+    assert cells[cols.index("CPU: jax2onnx/jit")] == "–"
