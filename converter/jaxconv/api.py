@@ -80,48 +80,53 @@ def to_stablehlo(fn: Callable[..., Any] | Program, *specs: Any, path: str | None
 
 def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None, opset: int | None = None,
             constraints: Sequence[str] = (), check: bool = True, rtol: float | None = None, atol: float | None = None,
-            report_to: list[CheckReport] | None = None):
+            report_to: list[CheckReport] | None = None, keep_weights: bool = True):
     """Lower to ONNX through jaxconv's StableHLO -> ONNX lowering.
+
+    The file is written from the weights' own buffers; a model over 2 GB gets them in PATH.data.
+
+    Args:
+        keep_weights: False (with ``path``): the returned model lacks the data of its big
+            initializers (it is in the file), so no copy of the weights is made in memory.
 
     Returns:
         The ``onnx.ModelProto``.
     """
-    from jaxconv.onnx import convert
+    from jaxconv.onnx import convert, stream
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     program = _as_program(fn, specs, constraints, hoist_constants=True)
     _refuse_a_check_too_large(program, check)
-    model = convert.program_to_onnx(program, opset)
+    parts = convert.program_to_parts(program, opset)
     if not isinstance(fn, Program) or not program.keep_module:
         program.exported = None  # its module copies the weights; the check needs fn and the signature only
-    convert.validate(model)
+    convert.validate(parts.model)
     if path is not None:
-        convert.save(model, path)
-        if convert.is_large(model):
-            convert.validate(model, path)
+        if stream.save(parts, path):
+            convert.validate_file(path)
         runner = OnnxRunner(path, defer=True) if check else None
         name = path
     elif check:
-        _check_unsaved_onnx(program, model, rtol, atol, report_to)
-        return model
+        _check_unsaved_onnx(program, parts, rtol, atol, report_to)
+        return parts.full()
     else:
         runner, name = None, "model.onnx"
     _checked(program, runner, name, check, rtol, atol, report_to)
-    return model
+    return parts.full() if keep_weights or path is None else parts.model
 
 
-def _check_unsaved_onnx(program: Program, model: Any, rtol: float | None, atol: float | None,
+def _check_unsaved_onnx(program: Program, parts: Any, rtol: float | None, atol: float | None,
                         report_to: list[CheckReport] | None) -> None:
     """Check a model that has no path: ONNX Runtime loads it from a temporary file (removed afterwards),
     not from ``SerializeToString()``, a further copy of the weights held through the check."""
     import tempfile
 
-    from jaxconv.onnx import convert
+    from jaxconv.onnx import stream
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     with tempfile.TemporaryDirectory(prefix="jaxconv-check-") as folder:
         path = os.path.join(folder, "model.onnx")
-        convert.save(model, path)
+        stream.save(parts, path)
         _checked(program, OnnxRunner(path, defer=True), "model.onnx", True, rtol, atol, report_to)
 
 

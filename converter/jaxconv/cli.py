@@ -219,10 +219,15 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
     reports: list = []
     try:
         model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
-                            rtol=args.rtol, atol=args.atol, report_to=reports)
+                            rtol=args.rtol, atol=args.atol, report_to=reports, keep_weights=False)
     finally:
         _print_reports(reports)
-    print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes)")
+    data = args.output + ".data"
+    beside = f"; weights in {data}, keep it beside the model" if any(
+        e.key == "location" and e.value == os.path.basename(data) for t in model.graph.initializer
+        for e in t.external_data) else ""
+    opset = model.opset_import[0].version
+    print(f"wrote {args.output} (opset {opset}, {len(model.graph.node)} nodes{beside})")
     return 0
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import BinaryIO
+from typing import Any, BinaryIO, Sequence
 
 import onnx
 
 from jaxconv.errors import ArtifactError, UsageError
 from jaxconv.onnx.driver import DEFAULT_OPSET, MIN_OPSET, GraphIO, lower_module
+from jaxconv.onnx.stream import Parts
 from jaxconv.program import Program
 
 MAX_OPSET = 28
@@ -31,6 +32,17 @@ def check_opset(opset: int | None) -> int:
 
 def program_to_onnx(program: Program, opset: int | None = None) -> onnx.ModelProto:
     """Lower a traced program; graph inputs/outputs follow the program's signature."""
+    return program_to_parts(program, opset).full()
+
+
+def program_to_parts(program: Program, opset: int | None = None) -> Parts:
+    """``program_to_onnx`` as a light model plus its big initializers' tensors (see ``stream``).
+
+    Closed-over weights hoisted out of the module (``Program.constants``) stay the caller's arrays:
+    writing the parts with ``stream.save`` copies no weight in memory.
+    """
+    from jaxconv.onnx.driver import lower_to_ir
+    from jaxconv.onnx.stream import split
     from jaxconv.stablehlo.reader import read_module
 
     opset = check_opset(opset)
@@ -44,26 +56,28 @@ def program_to_onnx(program: Program, opset: int | None = None) -> onnx.ModelPro
     meta = {"jaxconv.signature": json.dumps(program.signature.to_json()), "jaxconv.function": program.name}
     if not program.keep_module:
         program.exported = None  # the module read holds the constants now: one copy of the weights fewer
-    model = lower_module(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name,
-                         metadata=meta, constants=constants)
+    model = lower_to_ir(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name,
+                        metadata=meta, constants=constants)
     del module, constants
-    _collect_graph_cycles(model)
-    return model
+    parts = split(model)
+    del model
+    _collect_graph_cycles(parts)
+    return parts
 
 
 COLLECT_BYTES = 32 << 20
 
 
-def _collect_graph_cycles(model: onnx.ModelProto) -> None:
+def _collect_graph_cycles(parts: Parts) -> None:
     """Free the onnx_ir model the lowering built, now serialized, when its weights are big.
 
     Its nodes and values refer to each other, so it waits for Python's cycle collector, and with
-    it the module's copy of the weights: the size of the weights, held through the check. A
-    collection costs a tenth of a second with jax loaded, so small models leave it to Python.
+    it the module's copy of any weights not hoisted: held through the check. A collection costs a
+    tenth of a second with jax loaded, so small models leave it to Python.
     """
     import gc
 
-    if sum(t.ByteSize() for t in model.graph.initializer) >= COLLECT_BYTES:
+    if parts.payload_bytes + sum(t.ByteSize() for t in parts.model.graph.initializer) >= COLLECT_BYTES:
         gc.collect()
 
 
@@ -107,8 +121,8 @@ def _arg_name(fn, i: int) -> str:
 EXTERNAL_DATA_BYTES = 2_000_000_000  # protobuf's limit is 2 GiB; stay below it
 
 
-def is_large(model: onnx.ModelProto) -> bool:
-    """True when the model must keep its weights in an external data file.
+def is_large(model: onnx.ModelProto, extra_bytes: int = 0) -> bool:
+    """True when the model (plus ``extra_bytes`` held apart) must keep its weights in an external data file.
 
     The size is summed one graph entry at a time (an upper bound): ``ModelProto.ByteSize()``
     serializes the whole model, a transient copy of every weight.
@@ -118,23 +132,30 @@ def is_large(model: onnx.ModelProto) -> bool:
     size += sum(len(value) + 16 for _, value in graph_fields if isinstance(value, (str, bytes)))
     size += sum(x.ByteSize() + 16 for field, value in model.ListFields() if field.name != "graph"
                 for x in (value if hasattr(value, "extend") else [value]) if hasattr(x, "ByteSize"))
-    return size + 4096 > EXTERNAL_DATA_BYTES
+    return size + extra_bytes + 4096 > EXTERNAL_DATA_BYTES
 
 
-def write_model(model: onnx.ModelProto, f: BinaryIO) -> None:
+def write_model(model: onnx.ModelProto, f: BinaryIO,
+                initializers: Sequence[tuple[int, Any]] | None = None) -> None:
     """Write the bytes of ``model.SerializeToString()`` one initializer at a time.
 
     Serializing the whole model builds its bytes in a growing buffer and copies them out: up to
     three times the weights at once. Protobuf writes fields in field-number order, so the same
     bytes are the fields before the graph's initializers, each initializer, then the rest.
+
+    Args:
+        initializers: ``(size, write)`` per initializer, to write them some other way (``stream``):
+            ``write(f)`` writes that many bytes of the serialized TensorProto.
     """
     graph = model.graph
     head, tail = onnx.GraphProto(), onnx.GraphProto()
     for field, value in graph.ListFields():
         if field.name != "initializer":
             copy_proto_field(graph, head if field.number < _INITIALIZER_FIELD else tail, field.name)
-    tensors = [(t, t.ByteSize()) for t in graph.initializer]
-    graph_size = head.ByteSize() + tail.ByteSize() + sum(_tag_size(_INITIALIZER_FIELD, n) + n for _, n in tensors)
+    tensors = initializers if initializers is not None else [
+        (t.ByteSize(), lambda out, t=t: out.write(t.SerializeToString())) for t in graph.initializer]
+    graph_size = head.ByteSize() + tail.ByteSize()
+    graph_size += sum(_tag_size(_INITIALIZER_FIELD, n) + n for n, _ in tensors)
     before, after = onnx.ModelProto(), onnx.ModelProto()
     for field, _ in model.ListFields():
         if field.name != "graph":
@@ -143,9 +164,9 @@ def write_model(model: onnx.ModelProto, f: BinaryIO) -> None:
     if model.HasField("graph"):
         f.write(_tag(_GRAPH_FIELD, graph_size))
         f.write(head.SerializeToString())
-        for t, n in tensors:
+        for n, write in tensors:
             f.write(_tag(_INITIALIZER_FIELD, n))
-            f.write(t.SerializeToString())
+            write(f)
         f.write(tail.SerializeToString())
     f.write(after.SerializeToString())
 
@@ -217,17 +238,27 @@ def validate(model: onnx.ModelProto, path: str | None = None) -> None:
     from jaxconv.errors import ConversionError
 
     if is_large(model):
-        if path is None:
-            return
-        target: onnx.ModelProto | str = path
-    else:
-        target = model
+        if path is not None:
+            validate_file(path)
+        return
+    target = model
     try:
         if isinstance(target, onnx.ModelProto):
             target = _without_large_initializers(target)
         onnx.checker.check_model(target, full_check=True)
     except Exception as e:
         raise ConversionError(f"the ONNX model does not pass onnx.checker: {str(e).strip().splitlines()[0][:300]}") from e
+
+
+def validate_file(path: str) -> None:
+    """onnx.checker (full check) of a saved model, reading its external data from beside it."""
+    from jaxconv.errors import ConversionError
+
+    try:
+        onnx.checker.check_model(path, full_check=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0][:300]
+        raise ConversionError(f"the ONNX model does not pass onnx.checker: {first}") from e
 
 
 LARGE_INITIALIZER_BYTES = 1 << 20
@@ -244,20 +275,27 @@ def _without_large_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnx import helper
 
     graph = model.graph
-    if not any(t.ByteSize() >= LARGE_INITIALIZER_BYTES for t in graph.initializer):
+    if not any(_held_apart(t) or t.ByteSize() >= LARGE_INITIALIZER_BYTES for t in graph.initializer):
         return model
     light = onnx.ModelProto()
     _copy_fields(model, light, skip="graph")
     _copy_fields(graph, light.graph, skip="initializer")
     inputs = {i.name for i in graph.input}
     for t in graph.initializer:
-        if t.ByteSize() >= LARGE_INITIALIZER_BYTES:
-            onnx.checker.check_tensor(t)
+        if _held_apart(t) or t.ByteSize() >= LARGE_INITIALIZER_BYTES:
+            if not _held_apart(t):  # a payload's data is a numpy array's, of its type and dims by construction
+                onnx.checker.check_tensor(t)
             if t.name not in inputs:
                 light.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         else:
             light.graph.initializer.append(t)
     return light
+
+
+def _held_apart(t: onnx.TensorProto) -> bool:
+    from jaxconv.onnx.stream import _is_payload
+
+    return _is_payload(t)
 
 
 def _copy_fields(src, dst, skip: str) -> None:

@@ -92,12 +92,21 @@ def lower_module(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequ
     Raises:
         UnsupportedError: listing every unsupported op/dtype, before anything is lowered.
     """
+    model = lower_to_ir(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
+                        graph_name=graph_name, metadata=metadata, constants=constants)
+    return ir.serde.serialize_model(model)
+
+
+def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
+                entry: str | None = None, opset: int = DEFAULT_OPSET, graph_name: str = "jaxconv",
+                metadata: dict[str, str] | None = None, constants: dict[int, Any] | None = None) -> ir.Model:
+    """``lower_module`` before serialization: the cleaned-up ``onnx_ir`` model."""
     from jaxconv.onnx.passes import optimize
 
     model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
                         graph_name=graph_name, metadata=metadata, constants=constants)
     optimize(model, opset)
-    return ir.serde.serialize_model(model)
+    return model
 
 
 def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],
