@@ -206,7 +206,7 @@ def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     if upper:
         a = _swap_last(ctx, a, rank)  # the upper triangle of a is the lower one of a^T; U = L^T
     pivots: list[str] = []
-    factor = cholesky_lower(ctx, a, rank, n, at.dtype, pivots)
+    factor = cholesky_lower(ctx, a, rank, n, at.dtype, pivots, lapack_scaling=True)
     factor = where(ctx, ctx.const(np.tril(np.ones((n, n), dtype=bool))), factor, a, at.dtype)
     if upper:
         factor = _swap_last(ctx, factor, rank)

@@ -217,11 +217,14 @@ def lower_cholesky(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return ctx.cast_if(out, work, op.results[0].type.dtype)
 
 
-def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, pivots: list[str] | None = None) -> str:
+def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, pivots: list[str] | None = None,
+                   lapack_scaling: bool = False) -> str:
     """L with a = L L^T from the lower triangle of ``a`` ([..., m, m]); zeros above the diagonal.
 
     Column j: v = a[:, j] - L[:, :j] @ L[j, :j]^T, L[j, j] = sqrt(v[j]), L[i, j] = v[i] / L[j, j] below.
-    Each v[j] ([..., 1, 1]) is appended to ``pivots`` when given.
+    Each v[j] ([..., 1, 1]) is appended to ``pivots`` when given. ``lapack_scaling`` scales the column
+    as LAPACK's potf2 does (OpenBLAS, as jax calls it): by 1 / L[j, j], writing zeros when that is 0,
+    so an infinite pivot leaves zeros below it (also for ±inf entries) instead of inf / inf = NaN.
     """
 
     cols: list[str] = []
@@ -235,7 +238,12 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, 
         if pivots is not None:
             pivots.append(pivot)
         d = ctx.op("Sqrt", [pivot])
-        col = ctx.op("Div", [v, d])
+        if lapack_scaling:
+            zero = ctx.const(np.zeros((), dtype=np.dtype(dtype)))
+            inv = ctx.op("Reciprocal", [d])
+            col = where(ctx, ctx.op("Equal", [inv, zero]), zero, ctx.op("Mul", [v, inv]), dtype)
+        else:
+            col = ctx.op("Div", [v, d])
         below = np.arange(m) > j
         at_j = np.arange(m) == j
         shape = [m, 1]
