@@ -90,14 +90,7 @@ class Minimiser:
                 if got is not None:
                     best = got
                     break
-        if best.status in ("mismatch", "crash"):
-            for step in best.program.steps[:-1]:  # the earliest value that already differs (or crashes)
-                p = best.program.copy()
-                p.outputs = [step.out]
-                got = self.still_fails(*_compact(p.prune(), best.inputs), best)
-                if got is not None:
-                    best = got
-                    break
+        best = self.earliest(best)
         changed = True
         while changed and not self.exhausted():
             changed = False
@@ -116,7 +109,24 @@ class Minimiser:
                 if got is not None:
                     best, changed = got, True
                     break
-        return best
+        return self.earliest(best)
+
+    def earliest(self, failure: Failure) -> Failure:
+        """The program cut at the earliest value that already differs (or crashes), if any does.
+
+        Run again after steps were replaced by values and after shapes shrank: a difference a later
+        step only passes on (a -0 from a dot through top_k, where XLA's dot emitter depends on the
+        shape) then shows at its source.
+        """
+        if failure.status not in ("mismatch", "crash"):
+            return failure
+        for step in failure.program.steps[:-1]:
+            p = failure.program.copy()
+            p.outputs = [step.out]
+            got = self.still_fails(*_compact(p.prune(), failure.inputs), failure)
+            if got is not None:
+                return got
+        return failure
 
     def shapes(self, failure: Failure) -> Failure:
         """Pass 3: slice inputs (grouped by shape) down along each axis."""
@@ -241,6 +251,7 @@ def minimise(failure: Failure, target: str, full: bool = True, max_tries: int = 
     if full:
         best = m.shapes(best)
         best = m.values(best)
+        best = m.earliest(best)  # smaller shapes can make an earlier value differ on its own
     return best
 
 
