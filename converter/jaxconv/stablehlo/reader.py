@@ -28,6 +28,7 @@ _ELEMENT_TYPES = {
 _TERMINATORS = {"stablehlo.return", "func.return"}
 
 
+@functools.lru_cache(maxsize=1)
 def _mlir():
     from jaxlib.mlir import ir
     from jaxlib.mlir._mlir_libs import _jax_mlir_ext
