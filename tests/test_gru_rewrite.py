@@ -70,7 +70,7 @@ def _inputs(seed: int, nan: bool = False) -> list[np.ndarray]:
 def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     fn = _gru(z_first=z_first)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
-    assert "GRU" in _ops(model) and "Loop" in _ops(model)  # the Loop stays for non-finite inputs
+    assert "GRU" in _ops(model) and "Scan" in _ops(model)  # the loop stays for non-finite inputs
     runner = OnnxRunner(model.SerializeToString())
     for seed, nan in ((0, False), (1, False), (2, True)):
         inputs = _inputs(seed, nan)
@@ -95,4 +95,4 @@ def test_other_update_rule_is_not_the_gru_op(gru_on):
 
 def test_gru_rule_is_off_by_default():
     model = jaxconv.to_onnx(_gru(), f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
-    assert "GRU" not in _ops(model) and "Loop" in _ops(model)
+    assert "GRU" not in _ops(model) and "Scan" in _ops(model)

@@ -138,3 +138,75 @@ def test_invariants_of_an_inner_loop_climb_out_of_both_loops():
     for args in ((x, s, np.int32(3)), (x, s_odd, np.int32(2)), (x, s, np.int32(0))):
         (got,) = runner.run([np.asarray(a) for a in args])
         _same(got, jax.jit(fn)(*args))
+
+
+def _loop_ops(graph: onnx.GraphProto) -> dict[str, list[str]]:
+    """op type of each Loop/Scan in ``graph`` -> its body's op types."""
+    return {n.op_type: _ops(next(a.g for a in n.attribute if a.name == "body"))
+            for n in graph.node if n.op_type in ("Loop", "Scan")}
+
+
+def _scan_cell(reverse: bool = False):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 8)).astype(np.float32) / 3
+
+    def fn(xs, h0):
+        def cell(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, (h, jnp.exp(h) - x)
+        return jax.lax.scan(cell, h0, xs, reverse=reverse)
+
+    return fn
+
+
+def _check(fn, model, args):
+    runner = OnnxRunner(model.SerializeToString())
+    for g, w in zip(runner.run(args), jax.tree_util.tree_leaves(jax.jit(fn)(*args))):
+        _same(g, w)
+
+
+def _scan_args(seed: int, odd: bool = False):
+    rng = np.random.default_rng(seed)
+    xs, h0 = rng.standard_normal((6, 3, 8)).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
+    if odd:
+        xs[1, 0, 2], xs[3, 2, 5], h0[0, 1] = np.nan, np.inf, -np.inf
+    return [xs, h0]
+
+
+def test_scan_with_outputs_becomes_a_scan_that_reads_rows():
+    fn = _scan_cell()
+    model = jaxconv.to_onnx(fn, "f32[6,3,8]", "f32[3,8]", check=False)
+    loops = _loop_ops(model.graph)
+    assert list(loops) == ["Scan"], loops
+    # the rows of xs are scan inputs: no step slices, casts or counts
+    assert not {"Slice", "Cast", "Clip", "Less"} & set(loops["Scan"]), loops
+    for seed, odd in ((0, False), (1, True)):
+        _check(fn, model, _scan_args(seed, odd))
+
+
+def test_reverse_scan_becomes_a_scan_that_counts():
+    fn = _scan_cell(reverse=True)
+    model = jaxconv.to_onnx(fn, "f32[6,3,8]", "f32[3,8]", check=False)
+    assert list(_loop_ops(model.graph)) == ["Scan"]
+    for seed, odd in ((2, False), (3, True)):
+        _check(fn, model, _scan_args(seed, odd))
+
+
+def test_scan_over_a_length_alone_becomes_a_scan():
+    def fn(x):
+        return jax.lax.scan(lambda c, _: (jnp.sin(c) * 1.5, c * c), x, None, length=5)
+
+    model = jaxconv.to_onnx(fn, "f32[4]", check=False)
+    assert list(_loop_ops(model.graph)) == ["Scan"]
+    x = np.array([0.5, -2.0, np.nan, np.inf], np.float32)
+    _check(fn, model, [x])
+
+
+def test_fori_loop_without_outputs_stays_a_loop():
+    # no scan outputs: the Loop the SavedModel/TFLite translation reads
+    def fn(x):
+        return jax.lax.fori_loop(0, 4, lambda i, c: c * 2.0 + i.astype(jnp.float32), x)
+
+    model = jaxconv.to_onnx(fn, "f32[3]", check=False)
+    assert list(_loop_ops(model.graph)) == ["Loop"]
+    _check(fn, model, [np.array([1.0, np.nan, -np.inf], np.float32)])

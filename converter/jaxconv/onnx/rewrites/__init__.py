@@ -14,6 +14,7 @@ faster without changing the numbers:
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
+- ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
 - ``gru``: a scan whose body is the GRU cell (reset before the recurrent product) as the ONNX GRU op
   (off by default: slower than the Loop with ORT's default threads).
@@ -67,6 +68,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
+    fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)

@@ -34,6 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites.loops import trip_count as _loop_shape
 from jaxconv.onnx.rewrites.lstm import _const, _guarded, _initial_state, _is_counter_index, _sigmoid_of
 
 ENABLED = False  # see the module docstring for the measurement
@@ -178,27 +179,6 @@ def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value
 
 def _pair(value: ir.Value | None, op: str) -> tuple[ir.Value, ir.Value] | None:
     return m.binary(m.producer(value), op)
-
-
-def _loop_shape(loop: ir.Node) -> int | None:
-    """The trip count of a Loop that counts from 0 by 1 while ``counter + 1 < T``, else None."""
-    body = loop.attributes["body"].value
-    counter = body.inputs[2]
-    start = m.folded(loop.inputs[2])
-    step = _pair(body.outputs[1], "Add")
-    less = _pair(body.outputs[0], "Less")
-    if start is None or int(start) != 0 or step is None or step[0] is not counter:
-        return None
-    if not m.is_scalar_const(step[1], 1.0):
-        return None
-    if less is None or less[0] is not body.outputs[1] or m.folded(less[1]) is None:
-        return None
-    first, pair = m.folded(loop.inputs[1]), _pair(loop.inputs[1], "Less")
-    if first is None and pair is not None and m.folded(pair[0]) is not None and m.folded(pair[1]) is not None:
-        first = int(m.folded(pair[0])) < int(m.folded(pair[1]))  # the first step's condition, not folded yet
-    if first is None or not bool(first):
-        return None
-    return int(m.folded(less[1]))
 
 
 def _update(h_out: ir.Value, h_in: ir.Value) -> tuple[ir.Value, ir.Value] | None:
