@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.passes import FOLD_MAX_ELEMENTS
 from jaxconv.onnx.rewrites import _match as m
 
 _UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Reciprocal", "Erf", "Sigmoid",
@@ -20,6 +21,7 @@ _UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Recipro
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater",
                      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
+_CONTROL = frozenset({"If", "Loop", "Scan"})
 MAX_ROUNDS = 64
 
 
@@ -50,6 +52,48 @@ def _const_for(graph: ir.Graph, value: ir.Value, perm: list[int]) -> ir.Value | 
         new.name += "_"
     graph.register_initializer(new)
     return new
+
+
+def _const_expr(value: ir.Value | None, depth: int = 0) -> bool:
+    """True when ``value`` is computed from constants only (folded by the clean-up after the rules)."""
+    if value is None or m.const(value) is not None:
+        return value is not None
+    node = value.producer()
+    if node is None or depth > 8 or node.domain != "" or not node.inputs or node.op_type in _CONTROL:
+        return False
+    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        return False
+    return all(i is None or _const_expr(i, depth + 1) for i in node.inputs)
+
+
+def _const_expr_for(graph: ir.Graph, use: ir.Node, value: ir.Value, perm: list[int]) -> ir.Value | None:
+    """``value`` (computed from constants, broadcast against a transposed tensor) laid out for the
+    untransposed one by an Unsqueeze and a Transpose the clean-up folds."""
+    rank = m.rank(value)
+    if rank is None or rank > len(perm) or value.shape is None or not value.shape.is_static() \
+            or int(np.prod(value.shape.numpy())) > FOLD_MAX_ELEMENTS or not _const_expr(value):
+        return None
+    nodes = []
+    if rank < len(perm):
+        axes = ir.node("Constant", [], {"value": ir.tensor(np.arange(len(perm) - rank, dtype=np.int64))})
+        nodes += [axes, ir.node("Unsqueeze", [value, axes.outputs[0]])]
+        value = nodes[-1].outputs[0]
+    nodes.append(ir.node("Transpose", [value], {"perm": [int(i) for i in np.argsort(perm)]}))
+    graph.insert_before(use, nodes)
+    return nodes[-1].outputs[0]
+
+
+def _sweep(graph: ir.Graph) -> None:
+    """Remove nodes whose outputs nothing reads (other rules leave them until the clean-up; a dead
+    reader would keep a Transpose from moving)."""
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(list(graph)):
+            if node.outputs and all(not o.uses() and not o.is_graph_output() for o in node.outputs) \
+                    and node.op_type not in _CONTROL:
+                graph.remove(node, safe=True)
+                changed = True
 
 
 def _emit(graph: ir.Graph, node: ir.Node, new: ir.Node, perm: list[int] | None) -> None:
@@ -98,6 +142,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
             source = _transposed(v, perm)
             if source is None and single and v is not None and m.folded(v) is not None:
                 source = _const_for(graph, v, perm)
+            elif source is None and single and v is not None:
+                source = _const_expr_for(graph, use, v, perm)
             if source is None:
                 return False
             inputs.append(source)
@@ -127,6 +173,7 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
 def rewrite(graph: ir.Graph) -> int:
     """Push Transposes down through layout-blind ops until they cancel; returns how many moves."""
     count = 0
+    _sweep(graph)
     for _ in range(MAX_ROUNDS):
         moved = False
         for t in list(graph):

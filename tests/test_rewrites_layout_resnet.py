@@ -1,0 +1,72 @@
+"""The layout rule on a Flax ResNet-style network: batch-norm affine (its scale computed from constants),
+residual adds, relu, max and mean pooling stay NCHW, with one Transpose at the input, also in ONNX
+Runtime's optimized graph; jax.jit's numbers kept."""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+nn = pytest.importorskip("flax.linen")
+
+
+class _Block(nn.Module):
+    features: int
+    stride: int
+
+    @nn.compact
+    def __call__(self, x):
+        bn = lambda: nn.BatchNorm(use_running_average=True)  # noqa: E731
+        y = nn.relu(bn()(nn.Conv(self.features, (3, 3), self.stride, use_bias=False)(x)))
+        y = bn()(nn.Conv(self.features, (3, 3), use_bias=False)(y))
+        if self.stride != 1 or x.shape[-1] != self.features:
+            x = bn()(nn.Conv(self.features, (1, 1), self.stride, use_bias=False)(x))
+        return nn.relu(x + y)
+
+
+class _Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(8, (3, 3), 2, use_bias=False)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=True)(x))
+        x = nn.max_pool(x, (3, 3), (2, 2), "SAME")
+        x = _Block(8, 1)(x)
+        x = _Block(16, 2)(x)
+        return nn.Dense(5)(jnp.mean(x, axis=(1, 2)))
+
+
+def _model():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16, 16, 3)).astype(np.float32)
+    module = _Net()
+    variables = jax.jit(module.init)(jax.random.key(0), x)
+    leaves, tree = jax.tree_util.tree_flatten(variables["batch_stats"])
+    stats = [np.abs(rng.standard_normal(leaf.shape)).astype(np.float32) + 0.5 for leaf in leaves]
+    variables = {"params": variables["params"], "batch_stats": jax.tree_util.tree_unflatten(tree, stats)}
+    return (lambda x: module.apply(variables, x)), x
+
+
+def test_resnet_block_stays_nchw_with_one_input_transpose(tmp_path):
+    fn, x = _model()
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert ops["Transpose"] == 1 and model.graph.node[0].op_type == "Transpose", ops
+    assert ops["Conv"] == 6, ops
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    np.testing.assert_allclose(got, jax.jit(fn)(x), rtol=1e-4, atol=1e-5)
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = os.fspath(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(options.optimized_model_filepath)
+    assert sum(n.op_type == "Transpose" for n in optimized.graph.node) == 1
