@@ -36,14 +36,18 @@ def check_dtypes(program: Program) -> None:
                                "convert to SavedModel instead")
 
 
-def _converter(program: Program, allow_flex: bool, quantize: str | None, route: str) -> Any:
+def _converter(program: Program, allow_flex: bool, quantize: str | None, route: str) -> tuple[Any, Any, Any]:
+    """The TFLite converter, the ONNX model (tf-ops route; else None) and the traced function."""
     from jaxconv.tf.saved_model import import_tensorflow, module_for
 
     tf = import_tensorflow()
+    model = None
     if route == "tf-ops":
         from jaxconv.tf.onnx_to_tf import for_program
 
-        module, concrete = tf.Module(), for_program(program)[2]
+        module = tf.Module()
+        model, _, concrete = for_program(program)
+        _check_float64(program, model)
     else:
         module, concrete = module_for(program, clamp_gathers=True)  # TFLite's GATHER_ND does not clamp
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], module)
@@ -55,7 +59,7 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None, route: 
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
-    return converter
+    return converter, model, concrete
 
 
 def convert(program: Program, *, allow_flex: bool = False, quantize: str | None = None,
@@ -81,9 +85,7 @@ def convert(program: Program, *, allow_flex: bool = False, quantize: str | None 
     if route not in ROUTES[:2]:
         raise UsageError(f"unknown TFLite route {route!r}; use one of: {', '.join(ROUTES)}")
     check_dtypes(program)
-    if route == "tf-ops":
-        _check_float64(program)
-    converter = _converter(program, allow_flex, quantize, route)
+    converter, model, concrete = _converter(program, allow_flex, quantize, route)
     with quiet_stderr() as captured:
         try:
             data = converter.convert()
@@ -92,7 +94,7 @@ def convert(program: Program, *, allow_flex: bool = False, quantize: str | None 
             error = e
     if error is not None:
         if route == "tf-ops":
-            raise tf_ops_error(str(error), allow_flex=allow_flex) from error
+            raise tf_ops_error(str(error), allow_flex=allow_flex, model=model, concrete=concrete) from error
         raise converter_error(program, str(error), captured.text, allow_flex=allow_flex) from error
     if not data:
         raise ConversionError("the TFLite converter returned an empty model")
@@ -101,30 +103,31 @@ def convert(program: Program, *, allow_flex: bool = False, quantize: str | None 
     return data
 
 
-def _check_float64(program: Program) -> None:
-    """Raise UnsupportedError naming where the program computes in float64 (TFLite has no float64 kernels)."""
+def _check_float64(program: Program, model: Any) -> None:
+    """Raise UnsupportedError naming the float64 inputs and outputs and where the ONNX ``model`` computes
+    in float64 (TFLite has no float64 kernels)."""
+    from jaxconv.tf.onnx_to_tf import float64_nodes
+
     sig = program.signature
     names = [t.name for t in list(sig.inputs) + list(sig.outputs) if t.dtype == "float64"]
-    if not names and "f64" not in program.exported.mlir_module():
-        return
-    from jaxconv.onnx import convert as onnx_convert
-    from jaxconv.tf.onnx_to_tf import OPSET, float64_nodes
-
-    where = float64_nodes(onnx_convert.program_to_onnx(program, OPSET)) if not names else []
+    where = float64_nodes(model)
     if names or where:
         more = f" (+{len(where) - 4} more)" if len(where) > 4 else ""
-        found = ", ".join(names) if names else "; ".join(where[:4]) + more
-        raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}; compute in float32, "
-                               "or convert to SavedModel or ONNX instead")
+        found = "; ".join(([", ".join(names)] if names else []) + where[:4]) + more
+        ours = "" if names or "f64" in program.exported.mlir_module() else " (the ONNX lowering widens these)"
+        hint = "compute in float32, or convert" if not ours else "convert"
+        raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}{ours}; {hint} to SavedModel "
+                               "or ONNX instead")
 
 
-def tf_ops_error(message: str, *, allow_flex: bool) -> JaxconvError:
-    """The error for a converter failure on the tf-ops route: the TF ops TFLite has no builtin for."""
-    from jaxconv.tf.tflite_errors import Failure, failures_from_text, summarize
+def tf_ops_error(message: str, *, allow_flex: bool, model: Any = None, concrete: Any = None) -> JaxconvError:
+    """The error for a converter failure on the tf-ops route: the TF ops TFLite has no builtin for,
+    each with the StableHLO op and source line it was translated from (given the ONNX ``model`` and
+    the traced ``concrete`` function)."""
+    from jaxconv.tf.tflite_errors import summarize, tf_ops_failures
 
-    failures, _ = failures_from_text(message, None)
-    # The converter's locations are the translator's TF calls, not the user's source: leave them out.
-    failures = [Failure(f.op, "", f.needs_flex) for f in failures]
+    # The converter's own locations are the translator's TF calls, not the user's source.
+    failures = tf_ops_failures(message, _locator(model, concrete))
     if not failures:
         first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "unknown error")
         return ConversionError(f"the TFLite converter failed on the tf-ops route: {first[:300]}")
@@ -132,6 +135,26 @@ def tf_ops_error(message: str, *, allow_flex: bool) -> JaxconvError:
     if not allow_flex and all(f.needs_flex for f in failures):
         hint = "these are TF ops: retry with --allow-flex (allow_flex=True), or convert to SavedModel or ONNX"
     return UnsupportedError(f"TFLite cannot convert (tf-ops route): {summarize(failures)}; {hint}")
+
+
+def _locator(model: Any, concrete: Any) -> Callable[[str, str], list[str]]:
+    """``(tf.AddV2 | tfl.add, element)`` -> where the ONNX nodes that built such TF ops came from."""
+    import re
+
+    from jaxconv.tf.onnx_to_tf.origins import sources_of
+
+    def locate(name: str, element: str) -> list[str]:
+        if model is None or concrete is None:
+            return []
+        dialect, _, op = name.partition(".")
+        key = op.replace("_", "").lower()
+        if dialect == "tf":
+            return sources_of(model, concrete, lambda t: t == op, element)
+        if dialect == "tfl":  # tfl.batch_matmul <- BatchMatMulV2, tfl.add <- AddV2
+            return sources_of(model, concrete, lambda t: re.sub(r"v\d+$", "", t.lower()) == key, element)
+        return []
+
+    return locate
 
 
 def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = False,
@@ -160,8 +183,11 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
         try:
             data = convert(program, allow_flex=allow_flex, quantize=quantize, route=r)
             report = judge(data) if judge is not None else None
-        except (UnsupportedError, ConversionError, ArtifactError) as e:
+        except (UnsupportedError, ConversionError) as e:
             errors.append((r, e))
+            continue
+        except ArtifactError as e:
+            errors.append((r, run_error(program, e)))
             continue
         clean = report is None or (report.ok and not report.edge_differences)
         badness = 0 if clean else 1 if report.ok else 2
@@ -176,6 +202,21 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
     first = errors[0][1]
     rest = "; ".join(f"the {r} route: {e}" for r, e in errors[1:])
     raise type(first)(f"{first}; {rest}") from first
+
+
+def run_error(program: Program, error: ArtifactError) -> ArtifactError:
+    """``error`` (LiteRT failed to run a model) naming the zero-size tensors and the ops making them,
+    with source lines, when it is LiteRT's zero-size limit ("Invalid tensor size")."""
+    from jaxconv.tf.tflite_errors import summarize, zero_size_failures
+
+    if "Invalid tensor size" not in str(error):
+        return error
+    inputs = [f"{t.name} {t.dtype}{list(t.shape)}" for t in program.signature.inputs if 0 in t.shape]
+    found = zero_size_failures(program)
+    if not found and not inputs:
+        return error
+    parts = ([f"input {', '.join(inputs)}"] if inputs else []) + ([summarize(found)] if found else [])
+    return ArtifactError(f"{error} (LiteRT rejects zero-size tensors: {'; '.join(parts)})")
 
 
 def with_signature_metadata(data: bytes, program: Program, route: str = "xla") -> bytes:

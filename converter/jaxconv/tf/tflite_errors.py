@@ -19,7 +19,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from jaxconv.errors import ConversionError, JaxconvError, UnsupportedError
 from jaxconv.program import Program
@@ -27,7 +27,7 @@ from jaxconv.program import Program
 _DIAG = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?::(?P<col>\d+))?: (?P<kind>error|note|warning): (?P<msg>.*)$")
 _MLIR_LOC_DIAG = re.compile(r"^loc\((?P<loc>.*)\): error: (?P<msg>.*)$")
 _QUOTED_OP = re.compile(r"'([A-Za-z_][\w]*\.[\w.$]+)'")
-_OPERAND_TYPE = re.compile(r":\s*\(?tensor<(?:[^<>]|<[^<>]*>)*?([a-z]+\d*|complex<[a-z0-9]+>)>")
+_OPERAND_TYPE = re.compile(r":\s*\(?tensor<(?:[^<>]*x)?([a-z]+\d*|complex<[a-z0-9]+>)>")  # <?x5xf64>: f64
 _VERSIONED = re.compile(r"_v\d+$")
 _GENERIC = ("failed while converting", "mhlo to TFLite legalization failed", "failed to deserialize")
 _ELEMENT = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool", "i8": "int8",
@@ -150,6 +150,35 @@ def failures_from_text(text: str, source_path: str | None) -> tuple[list[Failure
     return failures, unreadable
 
 
+def tf_ops_failures(text: str, locate: Callable[[str, str], list[str]]) -> list[Failure]:
+    """The ops the converter rejected on the tf-ops route, each at the origins ``locate`` finds.
+
+    Args:
+        text: the converter's error text.
+        locate: ``(op, element)`` -> ``stablehlo.add at model.py:3`` labels of where the translated
+            op (``tf.AddV2``, on ``f64``) came from.
+    """
+    out: list[Failure] = []
+    seen: set[tuple[str, str]] = set()
+    for d in parse_diagnostics(text):
+        if d.message.startswith(_GENERIC + (UNREADABLE_MODULE,)):
+            continue
+        quoted = _QUOTED_OP.search(d.message)
+        typed = _OPERAND_TYPE.search(d.operation)
+        element = typed.group(1) if typed else ""
+        name = quoted.group(1) if quoted else ""
+        if (name or d.message, element) in seen:
+            continue
+        seen.add((name or d.message, element))
+        label = op_label(d.message, d.operation)
+        if name.startswith("tf.") and _ELEMENT.get(element, "float32") not in _COMMON_DTYPES:
+            label = f"{label} on {_ELEMENT[element]}"
+        flex = d.code == "ERROR_NEEDS_FLEX_OPS"
+        origins = locate(name, element) if name else []
+        out.extend(Failure(label, w, flex) for w in origins) if origins else out.append(Failure(label, "", flex))
+    return out
+
+
 _COMMON_DTYPES = frozenset({"float32", "int32", "bool"})
 
 
@@ -193,6 +222,25 @@ def failures_in_module(program: Program) -> list[Failure]:
             else:
                 continue
             out.append(Failure(label, _short(op.location, program.source_path)))
+    return out
+
+
+def zero_size_failures(program: Program) -> list[Failure]:
+    """The StableHLO ops with a zero-size result (LiteRT rejects zero-size tensors at run time:
+    "Invalid tensor size")."""
+    from jaxconv.stablehlo import ir as hir
+    from jaxconv.stablehlo.reader import read_module
+
+    out: list[Failure] = []
+    try:
+        module = read_module(program.exported.mlir_module_serialized)
+    except Exception:  # a diagnosis aid only
+        return out
+    for fn in module.functions.values():
+        for op in hir.walk_ops(fn.body):
+            if op.name != "func.return" and any(0 in (r.type.shape or ()) for r in op.results
+                                                 if isinstance(r.type, hir.TensorType)):
+                out.append(Failure(op.name, _short(op.location, program.source_path)))
     return out
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from jaxconv.tf.onnx_to_tf import bitwise, control, elementwise, indexing, nn, reduce, shape  # noqa: F401
 from jaxconv.tf.onnx_to_tf.graph import Translator, Untranslatable, where
+from jaxconv.tf.onnx_to_tf.origins import origin
 from jaxconv.tf.onnx_to_tf.table import HANDLERS
 from jaxconv.tf.onnx_to_tf.values import to_own, widen
 
@@ -97,7 +98,7 @@ def unsupported_nodes(graph: Any) -> list[str]:
 
 
 def float64_nodes(model: Any) -> list[str]:
-    """Where the model computes in float64: ``stablehlo.add at model.py:3`` per distinct origin."""
+    """Where the model computes in float64: ``model.py:3 (stablehlo.add)`` per distinct origin."""
     from onnx import TensorProto, shape_inference
 
     try:
@@ -113,7 +114,7 @@ def float64_nodes(model: Any) -> list[str]:
     out: list[str] = []
     for node in _nodes(inferred.graph):
         if any(n in f64 for n in list(node.output) + list(node.input)):
-            label = where(node) or f"ONNX {node.op_type}"
+            label = origin(node)
             if label not in out:
                 out.append(label)
     return out

@@ -65,3 +65,47 @@ def if_(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
     outs = tf.cond(tf.reshape(ins[0].t, []), branch(a["then_branch"]), branch(a["else_branch"]))
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     return [Value(t, d) for t, d in zip(outs, kinds)]
+
+
+@handles("Scan", exact=True)
+def scan(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
+    """Scan (axis 0, forward, at least one step: what the lowering's Loop-to-Scan rewrite writes).
+
+    Step 0 runs before a while_loop (it gives the rows' shapes); each later step reads row ``i``
+    of every scan input with a gather and writes row ``i`` of every scan output with a
+    scatter-update (builtins; TensorArrays would need ops TFLite lacks).
+    """
+    tf = tr.tf
+    a = attrs(node)
+    body, m = a["body"], a["num_scan_inputs"]
+    for key in ("scan_input_axes", "scan_output_axes", "scan_input_directions", "scan_output_directions"):
+        if any(a.get(key, [])):
+            raise ValueError(f"Scan with {key} {list(a[key])}")
+    states, xs = ins[: len(ins) - m], ins[len(ins) - m :]
+    n = len(states)
+    steps = tf.shape(xs[0].t, out_type=tf.int32)[0]
+
+    def run(i: Any, carried: list[Value]) -> tuple[list[Value], list[Value]]:
+        outs = tr.subgraph(body, carried + [Value(tf.gather(x.t, i), x.dtype) for x in xs], env)
+        return outs[:n], outs[n:]
+
+    first, rows = run(tf.constant(0, tf.int32), list(states))
+    out_dtypes, state_dtypes = [r.dtype for r in rows], [v.dtype for v in first]
+    stacks = [
+        tf.tensor_scatter_nd_update(
+            tf.zeros(tf.concat([[steps], tf.shape(r.t, out_type=tf.int32)], 0), r.t.dtype), [[0]], [r.t]
+        )
+        for r in rows
+    ]
+
+    def step(i: Any, *vals: Any) -> list[Any]:
+        carried, stacked = list(vals[:n]), list(vals[n:])
+        nxt, new_rows = run(i, [Value(t, d) for t, d in zip(carried, state_dtypes)])
+        nxt_t = _unpermuted(tf, i, carried, [v.t for v in nxt])
+        return [i + 1] + nxt_t + [tf.tensor_scatter_nd_update(s, [[i]], [r.t]) for s, r in zip(stacked, new_rows)]
+
+    result = tf.while_loop(
+        lambda i, *vals: i < steps, step, [tf.constant(1, tf.int32)] + [v.t for v in first] + stacks
+    )
+    finals = [Value(t, d) for t, d in zip(result[1 : 1 + n], state_dtypes)]
+    return finals + [Value(t, d) for t, d in zip(result[1 + n :], out_dtypes)]

@@ -84,6 +84,23 @@ def arith(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     return Value(a * b, ins[0].dtype)
 
 
+@handles("Sum")
+def sum_(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """Variadic Add. ``Sum(v, +0.0)`` (the lowering's -0 -> +0 fix) becomes ``where(v == 0, +0, v)``:
+    the same for every value, and no converter can fold the add of zero away."""
+    tf = tr.tf
+    zeros = [static(tf, v) for v in ins]
+    if len(ins) == 2 and ins[0].dtype in FLOATS and zeros[1] is not None and np.size(zeros[1]) == 1:
+        if float(np.reshape(zeros[1], ())) == 0.0 and not np.signbit(np.reshape(zeros[1], ())):
+            x = ins[0].t + tf.zeros_like(ins[1].t)  # the broadcast shape; -0 + +0 is what is fixed below
+            x = ins[0].t if x.shape == ins[0].t.shape else tf.broadcast_to(ins[0].t, tf.shape(x))
+            return Value(tf.where(tf.equal(x, tf.zeros_like(x)), tf.zeros_like(x), x), ins[0].dtype)
+    out = ins[0].t
+    for v in ins[1:]:
+        out = out + v.t
+    return Value(out, ins[0].dtype)
+
+
 @handles("Div")
 def div(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf

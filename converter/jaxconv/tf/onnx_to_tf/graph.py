@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jaxconv.errors import UnsupportedError
+from jaxconv.tf.onnx_to_tf.origins import scope_name
 from jaxconv.tf.onnx_to_tf.table import EXACT, HANDLERS
 from jaxconv.tf.onnx_to_tf.values import Value, constant, narrow
 
@@ -44,18 +45,19 @@ class Translator:
         for init in graph.initializer:
             env[init.name] = constant(self.tf, numpy_helper.to_array(init), _dtype_of(init.data_type))
         env.update(feeds)
-        for node in graph.node:
-            self._node(node, env)
+        for i, node in enumerate(graph.node):
+            self._node(node, env, i)
         return [env[o.name] for o in graph.output]
 
-    def _node(self, node: Any, env: dict[str, Value]) -> None:
+    def _node(self, node: Any, env: dict[str, Value], index: int) -> None:
         handler = HANDLERS.get(node.op_type)
         if handler is None or node.domain not in ("", "ai.onnx"):
             raise Untranslatable(f"no TF translation of ONNX {node.op_type} ({where(node) or node.name})")
         inputs = [env[n] if n else None for n in node.input]
         outer, self.node = self.node, node
         try:
-            out = handler(self, node, inputs, env)
+            with self.tf.name_scope(scope_name(node, index)):  # origins.sources_of reads it back
+                out = handler(self, node, inputs, env)
         except UnsupportedError:
             raise
         except Exception as e:
