@@ -52,6 +52,8 @@ def _fold(unsqueeze: ir.Node) -> int:
     if rank is None or any(r.inputs[0].shape != x.shape for r in reduces):
         return 0
     want = sorted(int(a) % rank for a in np.atleast_1d(axes))
+    if _const_rank(region) > rank - len(want):
+        return 0  # a one-element constant of higher rank would broadcast the region's values
     for r in reduces:
         raxes = m.reduce_axes(r)
         if (not raxes or m.attr(r, "keepdims", 1) != 0 or m.attr(r, "noop_with_empty_axes", 0)
@@ -81,6 +83,15 @@ def _fold(unsqueeze: ir.Node) -> int:
     return len(exits)
 
 
+def _const_rank(region: list[ir.Node]) -> int:
+    """The highest rank of the one-element constants the region's pointwise nodes read."""
+    ranks = [0]
+    for n in region:
+        if n.op_type not in _REDUCE:
+            ranks += [arr.ndim for arr in (m.folded(i, limit=1) for i in n.inputs) if arr is not None]
+    return max(ranks)
+
+
 def _same_unsqueeze(node: ir.Node, want: list[int], rank: int) -> bool:
     if node.op_type != "Unsqueeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
         return False
@@ -90,7 +101,8 @@ def _same_unsqueeze(node: ir.Node, want: list[int], rank: int) -> bool:
 
 def _region(value: ir.Value) -> list[ir.Node] | None:
     """The reductions (``keepdims=0``) ``value`` is computed from and the pointwise nodes between,
-    whose other inputs are one-element constants; None when ``value`` is computed otherwise."""
+    whose other inputs are one-element constants (of a rank the caller checks); None when ``value``
+    is computed otherwise."""
     region: list[ir.Node] = []
     seen: set[int] = set()
     frontier = [value]
@@ -113,7 +125,7 @@ def _region(value: ir.Value) -> list[ir.Node] | None:
             arr = m.folded(i, limit=1)
             if arr is None:
                 frontier.append(i)
-            elif arr.size != 1 or arr.ndim > 1:
+            elif arr.size != 1:
                 return None
     if not any(n.op_type in _REDUCE for n in region):
         return None

@@ -1,0 +1,46 @@
+"""Node-count rewrites on the forms real models produce (Flax's LayerNorm, causal masks with a symbolic
+length): each fires and keeps jax.jit's numbers."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+
+def _convert(fn, *inputs: np.ndarray, specs=None) -> tuple[collections.Counter, list[np.ndarray]]:
+    specs = specs or [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def _same(got: np.ndarray, want, rtol: float = 2e-6, atol: float = 1e-6) -> None:
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    exact_zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))
+
+
+def test_flax_style_layer_norm_on_3d_input_keeps_dims_in_the_reductions():
+    """Means of a [b, t, d] input divided by a [1, 1] count: the Unsqueezes go into keepdims=1."""
+    def fn(x):
+        mu = jnp.mean(x, -1)
+        var = jnp.maximum(jnp.mean(x * x, -1) - mu * mu, 0.0)
+        return (x - mu[..., None]) * jax.lax.rsqrt(var + 1e-6)[..., None]
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    x[0, 0] = -0.0
+    x[1, 2, 3] = np.nan
+    x[2, 4, 1] = np.inf
+    ops, (got,) = _convert(fn, x)
+    assert ops["Unsqueeze"] == 0, ops
+    _same(got, jax.jit(fn)(x), rtol=1e-5)
