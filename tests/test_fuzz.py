@@ -559,3 +559,47 @@ def test_minimiser_cuts_at_a_dot_that_differs_only_once_shapes_shrank():
     small = minimise(Failure(p, [x, y], status, diff, detail, expected, actual), "onnx", try_fn=fake)
     assert class_of(small, "onnx") == "matmul/f32/signed-zero"
     assert known.match(class_of(small, "onnx")) is not None
+
+
+def test_a_float_to_float_bitcast_of_differing_nan_bits_is_named_nan_bits():
+    """f16 NaN bits read as bf16 are a NaN (0xFFFF) in one runtime and a number (0xFE00) in the other."""
+    from conformance.fuzz.driver import _bitcast_kind
+
+    p = _program([("bitcast_f16_bf16", (0,), "lax.bitcast_convert_type({0}, jnp.bfloat16)")], {0: ((1,), "float16")})
+    import ml_dtypes
+
+    e = np.uint16([0xFFFF]).view(ml_dtypes.bfloat16)
+    for a, kind in ((np.uint16([0xFE00]).view(ml_dtypes.bfloat16), "nan-bits"),
+                    (np.array([2.0], ml_dtypes.bfloat16), "nan")):
+        failure = Failure(p, [np.float16([1.0])], "mismatch", compare_all([e], [a]), "", [e], [a])
+        assert _bitcast_kind(failure).diff.kind == kind
+    assert known.match("log+reverse+bitcast_f16_bf16/f16/nan-bits") is not None
+
+
+def test_nan_sign_rows_need_a_negative_nan_and_a_sign_read_in_the_body():
+    loop = _program([("fori_loop", (0, 1), "lax.fori_loop(0, 2, lambda i, c: jnp.copysign(c, {1}), {0})")],
+                    {0: ((1,), "float64"), 1: ((1,), "float64")})
+    plain = _program([("fori_loop", (0, 1), "lax.fori_loop(0, 2, lambda i, c: c * {1}, {0})")],
+                     {0: ((1,), "float64"), 1: ((1,), "float64")})
+    neg, pos = [np.float64([np.inf]), np.float64([-np.nan])], [np.float64([np.inf]), np.float64([np.nan])]
+    assert known.match("fori_loop/f64/inf", known.facts(neg, (), loop)) is not None
+    assert known.match("fori_loop/f64/inf", known.facts(pos, (), loop)) is None
+    assert known.match("fori_loop/f64/inf", known.facts(neg, (), plain)) is None
+    assert known.match("copysign/f32/value", known.facts([np.float32([-np.nan])])) is not None
+    assert known.match("copysign/f32/value", known.facts([np.float32([np.nan])])) is None
+
+
+def test_a_dot_converted_after_it_is_known_only_with_huge_inputs():
+    huge = known.facts([np.float32([-1.8e19, 3.4e38])])
+    assert known.match("matmul+convert_bf16_u16/bf16/value", huge) is not None
+    assert known.match("matmul+convert_bf16_u16/bf16/value") is None
+    assert known.match("matmul+top_k/f32/value", huge) is None
+
+
+def test_cumlogsumexp_is_generated_for_floats_only():
+    """jax rejects an integer cumlogsumexp (its -inf init): such programs were counted invalid, not run."""
+    from conformance.fuzz.generate import generate
+
+    steps = [(p, s) for seed in range(105 * 1_000_003 + 600, 105 * 1_000_003 + 800)
+             for p in [generate(seed)] for s in p.steps if s.op == "cumlogsumexp"]
+    assert steps and all(p.types[s.args[0]].dtype in ("float16", "bfloat16", "float32", "float64") for p, s in steps)

@@ -29,3 +29,41 @@ def test_cholesky_with_an_infinite_pivot_zeroes_the_column_below(dtype):
         assert not np.isnan(expected[0]).all()
         np.testing.assert_allclose(_bits(actual[0]), _bits(expected[0]), rtol=1e-6)
         assert (np.isnan(actual[0]) == np.isnan(expected[0])).all()
+
+
+def test_copysign_by_a_negative_nan_needs_opset_26():
+    """Named (README: NaN bits): copysign(x, -NaN) is -|x| in jax.jit; without BitCast the artifact reads
+    the NaN's sign as + (also inside a fori_loop body, as the fuzzer found it)."""
+    x, s = np.array([np.inf, 2.0, -3.0], F64), np.array([-np.nan, -np.nan, 1.0], F64)
+    for fn in (jnp.copysign, lambda x, s: lax.fori_loop(0, 2, lambda i, c: jnp.copysign(c, s), x)):
+        expected, actual = _run(fn, x, s)
+        assert expected[0].tolist() == [-np.inf, -2.0, 3.0] and actual[0].tolist() == [np.inf, 2.0, 3.0]
+        expected, actual = _run(fn, x, s, opset=26)
+        np.testing.assert_array_equal(_bits(actual[0]), _bits(expected[0]))
+
+
+def test_nan_made_by_an_op_has_each_runtime_s_own_bits():
+    """Named (README: NaN bits): XLA's f16 log(-1.013) is the NaN 0xFFFF, ONNX Runtime's is 0xFE00 (read
+    with BitCast, opset 26; below it the artifact writes the positive quiet NaN 0x7E00)."""
+    x = np.array([-1.013, 1.0], np.float16)
+    fn = lambda x: lax.bitcast_convert_type(jnp.log(x), jnp.uint16)  # noqa: E731
+    expected, actual = _run(fn, x)
+    assert expected[0].tolist()[0] == 0xFFFF and actual[0].tolist()[0] == 0x7E00
+    assert expected[0][1] == actual[0][1] == 0
+    expected, actual = _run(fn, x, opset=26)
+    assert actual[0].tolist() == [0xFE00, 0]
+
+
+def test_a_bfloat16_dot_over_huge_values_keeps_inf_in_xla():
+    """Named (SUM_ORDER, huge inputs): XLA's bf16 dot gives inf for 1.8e19 * 3.4e38 - 1.8e19 * 3.4e38 + 2
+    (as with a fused multiply-add: inf + the exact finite product stays inf); the artifact rounds each product
+    to ±inf first and gives NaN, which the convert makes 0. The fuzzer meets it as matmul+convert."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    a = np.array([[-1.83747e19, -1.83747e19, 1, 1]]).astype(bf16)
+    b = np.array([[-3.38953e38], [3.38953e38], [1], [1]]).astype(bf16)
+    expected, actual = _run(lambda a, b: jnp.matmul(a, b).astype(jnp.uint16), a, b)
+    assert expected[0].tolist() == [[65535]] and actual[0].tolist() == [[0]]
+    expected, actual = _run(jnp.matmul, a, b)
+    assert np.isposinf(expected[0].astype(np.float32)).all() and np.isnan(actual[0].astype(np.float32)).all()

@@ -263,10 +263,12 @@ def _bitcast_kind(failure: Failure) -> Failure:
     """Read a bitcast's differing integers as the floats they came from.
 
     ``nan-bits`` when both are NaN (sign or payload differ), ``last-bit`` when the floats agree
-    within tolerance, ``subnormal`` when one of them is; otherwise the kind stays ``value``.
+    within tolerance, ``subnormal`` when one of them is; otherwise the kind stays ``value``. A float
+    to float bitcast (f16 -> bf16) reads a NaN's bits as a NaN, inf or number: kinds ``nan``/``inf`` too.
     """
     d = failure.diff
-    if failure.status != "mismatch" or d is None or d.kind != "value" or not failure.expected or not failure.actual:
+    if failure.status != "mismatch" or d is None or d.kind not in ("value", "nan", "inf") or not failure.expected \
+            or not failure.actual:
         return failure
     out = failure.program.outputs[d.output] if d.output < len(failure.program.outputs) else None
     step = next((s for s in failure.program.steps if s.out == out), None)

@@ -24,7 +24,8 @@ class Known:
 
     Facts: ``nan-input`` (an input holds a NaN), ``negative-nan-input``, ``inf-input``, ``huge-input`` (a finite input within
     a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements), and from the program
-    ``tan-in-loop``, ``window-2d`` (see ``program_facts``) and ``repeated-index`` (a scatter's index input).
+    ``tan-in-loop``, ``window-2d``, ``nan-sign-in-body`` (see ``program_facts``) and ``repeated-index`` (a
+    scatter's index input).
     """
 
     pattern: str
@@ -33,7 +34,11 @@ class Known:
 
 
 FTZ = "XLA on CPU flushes subnormal floats to zero, ONNX Runtime keeps them (README: Known differences)"
-NAN_BITS = "without ONNX BitCast (opset < 26) the sign and payload of a NaN cannot be read (README: Known differences)"
+NAN_BITS = ("without ONNX BitCast (opset < 26) the sign and payload of a NaN cannot be read, and a NaN an op makes "
+            "carries its runtime's sign and payload (XLA's float16 log(-1) is 0xFFFF, ONNX Runtime's 0xFE00) "
+            "(README: Known differences)")
+NAN_SIGN = ("without ONNX BitCast (opset < 26) the sign of a NaN cannot be read: copysign(x, -NaN) gives +|x| "
+            "(README: Known differences)")
 
 ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); a later "
             "op (bitcast, rem, a cancellation, a cast to integer) magnifies it: jax.jit gives the artifact's result when "
@@ -86,7 +91,7 @@ KNOWN: tuple[Known, ...] = (
       for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "inf", "value")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
-                 "matmul", "dot_general_f32")
+                 "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*")
       for kind in ("value", "nan", "inf")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
@@ -103,6 +108,9 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/signed-zero", ZERO_TIES)
       for op in ("reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min")),
     Known("signbit/*/value", NAN_BITS, frozenset({"negative-nan-input"})),
+    *(Known(f"{op}/*/{kind}", NAN_SIGN,
+            frozenset({"negative-nan-input"} | ({"nan-sign-in-body"} if op != "copysign" else set())))
+      for op in ("copysign", "fori_loop", "while_loop", "scan", "cond") for kind in ("value", "inf", "signed-zero")),
     *(Known(f"scatter_{op}/{dtype}/value", SCATTER_ROUNDING, frozenset({"repeated-index"}))
       for op in ("add", "mul") for dtype in ("f16", "bf16")),
 )
@@ -134,13 +142,17 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 
 
 def program_facts(program: FuzzProgram) -> frozenset[str]:
-    """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims)."""
+    """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims),
+    ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
             found.add("tan-in-loop")
         if step.op.startswith("reduce_window") and _active_window_dims(step.expr) >= 2:
             found.add("window-2d")
+        if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
+                                                                         or "signbit(" in step.expr):
+            found.add("nan-sign-in-body")
     return frozenset(found)
 
 

@@ -184,7 +184,7 @@ class Minimiser:
 
 def _same_kind(new: str, old: str) -> bool:
     """Bitcast kinds (``last-bit``, ``nan-bits``) are refinements of ``value`` made after comparing."""
-    return new == old or (new == "value" and old in ("last-bit", "nan-bits"))
+    return new == old or (new in ("value", "nan", "inf") and old in ("last-bit", "nan-bits"))
 
 
 def _slices(extent: int, failure: Failure, axis: int) -> list[slice]:
