@@ -210,3 +210,45 @@ def test_fori_loop_without_outputs_stays_a_loop():
     model = jaxconv.to_onnx(fn, "f32[3]", check=False)
     assert list(_loop_ops(model.graph)) == ["Loop"]
     _check(fn, model, [np.array([1.0, np.nan, -np.inf], np.float32)])
+
+
+def _wide_scan(steps: int):
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((64, 64)).astype(np.float32) / 8
+
+    def fn(xs, h0):
+        def cell(h, x):
+            h = jnp.tanh(h @ w + x)
+            h = jax.lax.cond(jnp.sum(h) > 0, lambda a: a * 0.5, lambda a: a - x, h)  # a branch reading x
+            return h, h * 2.0
+        return jax.lax.scan(cell, h0, xs)
+
+    return fn, [f"f32[{steps},16,64]", "f32[16,64]"]
+
+
+def _wide_args(steps: int, odd: bool):
+    rng = np.random.default_rng(steps)
+    xs, h0 = rng.standard_normal((steps, 16, 64)).astype(np.float32), rng.standard_normal((16, 64)).astype(np.float32)
+    if odd:
+        xs[0, 3, 4], xs[-1, 5, 6], h0[2, 2] = np.nan, np.inf, -np.inf
+    return [xs, h0]
+
+
+def test_few_steps_of_a_wide_state_are_unrolled():
+    fn, specs = _wide_scan(3)  # 3 steps, 16 x 64 = 1024 carried elements: the measured rule unrolls
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    ops = _ops(model.graph)
+    assert not {"Loop", "Scan"} & set(ops) and ops.count("MatMul") == 3 and ops.count("If") == 3, ops
+    for odd in (False, True):
+        _check(fn, model, _wide_args(3, odd))
+
+
+def test_more_steps_or_a_narrow_state_stay_a_scan():
+    fn, specs = _wide_scan(5)
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    assert list(_loop_ops(model.graph)) == ["Scan"]
+    _check(fn, model, _wide_args(5, True))
+    narrow = _scan_cell()  # 6 steps of 3 x 8
+    assert list(_loop_ops(jaxconv.to_onnx(narrow, "f32[6,3,8]", "f32[3,8]", check=False).graph)) == ["Scan"]
+    short = jaxconv.to_onnx(narrow, "f32[2,3,8]", "f32[3,8]", check=False)  # 2 steps, 24 elements
+    assert list(_loop_ops(short.graph)) == ["Scan"]

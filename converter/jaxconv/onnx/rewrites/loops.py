@@ -8,13 +8,19 @@
   result in the body. Each row of the big product is the same dot product as the per-step one.
 
 ``to_scan`` (after them): a Loop with a fixed trip count and scan outputs (a ``lax.scan`` with
-``ys``) becomes a Scan; a Loop without them (``fori_loop``) stays one, the form the SavedModel/TFLite
-translation of jaxconv's ONNX (``tf/onnx_to_tf``) reads. The Loop's counter becomes a
-scan input (``Range(0, T)``), and the body's ``Slice(xs, i, i + 1)`` of outer values become scan
-inputs too, so no step computes an index or slices. Measured (ORT 1.32, 2 cores, a
-``tanh(h @ w + x)`` cell, p25 times relative to the Loop): Scan 0.19-0.53 with batch 1 x 8 and
-0.73-0.80 with batch 16 x 256, for 2-64 steps, at one and two threads; unrolling was 0.32-0.57
-and 0.53-0.93 (better than Scan only at 2-4 steps of the large body), so loops are not unrolled.
+``ys``) becomes a Scan, or straight-line code for a few steps of a wide state; a Loop without scan
+outputs (``fori_loop``) stays one, the form the SavedModel/TFLite translation of jaxconv's ONNX
+(``tf/onnx_to_tf``) reads. The Loop's counter becomes a scan input (``Range(0, T)``), and the
+body's ``Slice(xs, i, i + 1)`` of outer values become scan inputs too, so no step computes an
+index or slices. Each step runs the same ops as before, so the numbers do not change.
+
+The rule, measured (ORT 1.32, 2 cores, load 12-13, a ``tanh(h @ w + x)`` cell, p25 wall and
+median CPU time relative to the Loop, one and two threads alike): the Scan takes 0.25-0.55 of the
+Loop's time with a 1 x 8 or 4 x 64 state, for 2-16 steps, and 0.77-0.90 with 16 x 256; unrolled,
+0.36-0.57 and 0.54-0.87. Unrolling wins only for 2-4 steps of the 16 x 256 state (0.54-0.71 against
+the Scan's 0.78-0.90): there the unrolled MatMul reads a main-graph initializer, which ORT prepacks.
+So a loop of at most ``_UNROLL_STEPS`` steps carrying at least ``_UNROLL_MIN_CARRY`` elements is
+unrolled, and every other fixed-count scan is a Scan.
 """
 
 from __future__ import annotations
@@ -210,19 +216,78 @@ def _to_scan(loop: ir.Node) -> int:
     old_inputs = list(body.inputs)
     body.inputs.clear()
     body.inputs.extend(old_inputs[3:] + body_in)
-    scan_in = [_const_value(graph, loop, v) if isinstance(v, np.ndarray) else v for v in scan_in]
-    scan = ir.node("Scan", [*loop.inputs[3:], *scan_in],
-                   {"body": body, "num_scan_inputs": len(scan_in)}, num_outputs=len(loop.outputs) - 1)
-    graph.insert_before(loop, scan)
+    if _unrolls(loop, steps):
+        results = _unroll(graph, loop, body, n_carry, [v if isinstance(v, ir.Value) else None for v in scan_in],
+                          steps, dtype)
+    else:
+        scan_in = [_const_value(graph, loop, v) if isinstance(v, np.ndarray) else v for v in scan_in]
+        scan = ir.node("Scan", [*loop.inputs[3:], *scan_in],
+                       {"body": body, "num_scan_inputs": len(scan_in)}, num_outputs=len(loop.outputs) - 1)
+        graph.insert_before(loop, scan)
+        results = list(scan.outputs)
     final = loop.outputs[0]
     if final.uses() or final.is_graph_output():
         last = ir.node("Constant", [], {"value": ir.tensor(np.array(steps, dtype.numpy()))})
         graph.insert_before(loop, last)
         _take_over(graph, final, last.outputs[0])
-    for old, new in zip(loop.outputs[1:], scan.outputs):
+    for old, new in zip(loop.outputs[1:], results):
         _take_over(graph, old, new)
     graph.remove(loop)
     return 1
+
+
+_UNROLL_STEPS = 4  # unrolled up to this many steps ...
+_UNROLL_MIN_CARRY = 1024  # ... when the carried state has at least this many elements
+
+
+def _unrolls(loop: ir.Node, steps: int) -> bool:
+    """The measured rule: a few steps of a body carrying at least ``_UNROLL_MIN_CARRY`` elements."""
+    if steps > _UNROLL_STEPS:
+        return False
+    size = 0
+    for v in loop.inputs[3:]:
+        if v.shape is None or not v.shape.is_static():
+            return False
+        size += int(np.prod(v.shape.numpy())) if len(v.shape) else 1
+    return size >= _UNROLL_MIN_CARRY
+
+
+def _unroll(graph: ir.Graph, loop: ir.Node, body: ir.Graph, n_carry: int, scan_in: list[ir.Value | None],
+            steps: int, dtype: ir.DataType) -> list[ir.Value]:
+    """The scan-form ``body`` (inputs: carries, then one per ``scan_in``, None for the counter) copied
+    ``steps`` times before ``loop``; returns the final carries and the stacked outputs."""
+    from onnx_ir._cloner import Cloner
+
+    carries = list(loop.inputs[3:])
+    stacked: list[list[ir.Value]] = [[] for _ in body.outputs[n_carry:]]
+    axis0 = _const_value(graph, loop, np.array([0], np.int64))
+    for t in range(steps):
+        value_map: dict = dict(zip(body.inputs[:n_carry], carries))
+        for inp, xs in zip(body.inputs[n_carry:], scan_in):
+            if xs is None:
+                value_map[inp] = _const_value(graph, loop, np.array(t, dtype.numpy()))
+            else:
+                row = ir.node("Gather", [xs, _const_value(graph, loop, np.array(t, np.int64))], {"axis": 0})
+                graph.insert_before(loop, row)
+                value_map[inp] = row.outputs[0]
+        cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, allow_outer_scope_values=True)
+        for node in body:
+            graph.insert_before(loop, cloner.clone_node(node))
+        outs = [value_map.get(v, v) for v in body.outputs]
+        carries = outs[:n_carry]
+        for k, y in enumerate(outs[n_carry:]):
+            row = ir.node("Unsqueeze", [y, axis0])
+            graph.insert_before(loop, row)
+            stacked[k].append(row.outputs[0])
+    results = list(carries)
+    for rows in stacked:
+        if len(rows) == 1:
+            results.append(rows[0])
+            continue
+        cat = ir.node("Concat", rows, {"axis": 0})
+        graph.insert_before(loop, cat)
+        results.append(cat.outputs[0])
+    return results
 
 
 def _sliced_inputs(body: ir.Graph, counter: ir.Value, inside: set[int], steps: int) -> dict:
