@@ -44,3 +44,35 @@ def test_flax_style_layer_norm_on_3d_input_keeps_dims_in_the_reductions():
     ops, (got,) = _convert(fn, x)
     assert ops["Unsqueeze"] == 0, ops
     _same(got, jax.jit(fn)(x), rtol=1e-5)
+
+
+def test_causal_mask_over_a_symbolic_length_is_one_range_and_no_broadcasts():
+    """jnp.tril over a symbolic t: one Shape -> Range, no Gather/Concat round trip, no Unsqueeze/Expand of
+    the mask, no int32 <-> int64 Cast pairs; the numbers at several lengths are jax.jit's."""
+    def fn(x):
+        t = x.shape[1]
+        logits = jnp.einsum("btd,bsd->bts", x, x)
+        logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -jnp.inf)
+        return jax.nn.softmax(logits, axis=-1)
+
+    model = jaxconv.to_onnx(fn, "f32[2,t,8]", check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert ops["Range"] == 1 and ops["Gather"] == 0 and ops["Concat"] == 0 and ops["Expand"] == 0, ops
+    assert ops["Cast"] <= 1 and ops["Where"] == 1, ops
+    runner = OnnxRunner(model.SerializeToString())
+    rng = np.random.default_rng(0)
+    for t in (1, 5, 17):
+        x = rng.standard_normal((2, t, 8)).astype(np.float32)
+        (got,) = runner.run([x])
+        _same(got, jax.jit(fn)(x), rtol=1e-5)
+
+
+def test_integer_add_of_zero_goes():
+    def fn(i):
+        return i + jnp.zeros_like(i), i[:, None] + jnp.zeros((1, 3), jnp.int32)
+
+    i = np.array([0, 3, -2, 7], np.int32)
+    ops, got = _convert(fn, i)
+    assert ops["Add"] == 1, ops  # the one that broadcasts stays
+    for g, w in zip(got, jax.jit(fn)(i)):
+        np.testing.assert_array_equal(g, np.asarray(w))
