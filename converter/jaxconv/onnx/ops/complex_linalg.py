@@ -31,9 +31,18 @@ def lower_triangular_solve(ctx: LoweringContext, op: hir.Op, inputs: list[str]) 
     """Row-by-row substitution (unrolled) with complex products and XLA's complex division; ADJOINT
     conjugates the transposed matrix; only a's triangle is read."""
     at = op.operands[0].type
-    rank, m = at.rank, at.shape[-1]
-    assert m is not None
-    work = component(at.dtype)
+    assert at.shape[-1] is not None
+    y = solve(ctx, parts(ctx, inputs[0]), parts(ctx, inputs[1]), at.rank, at.shape[-1], component(at.dtype),
+              left_side=bool(op.attrs.get("left_side")), lower=bool(op.attrs.get("lower")),
+              mode=str(op.attrs.get("transpose_a", "NO_TRANSPOSE")),
+              unit_diagonal=bool(op.attrs.get("unit_diagonal")))
+    return pack(ctx, y[0], y[1])
+
+
+def solve(ctx: LoweringContext, t: Halves, c: Halves, rank: int, m: int, work: str, *, left_side: bool,
+          lower: bool, mode: str, unit_diagonal: bool) -> Halves:
+    """op(a) x = c (``left_side``) or x op(a) = c, for the halves ``t`` of a ([..., m, m]) and ``c``;
+    op is NO_TRANSPOSE, TRANSPOSE or ADJOINT; only a's ``lower`` (else upper) triangle is read."""
     o = ctx.op
 
     def swap(x: str) -> str:
@@ -42,14 +51,11 @@ def lower_triangular_solve(ctx: LoweringContext, op: hir.Op, inputs: list[str]) 
     def rows(x: str, start: int, stop: int, axis: int) -> str:
         return o("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
 
-    mode = str(op.attrs.get("transpose_a", "NO_TRANSPOSE"))
-    left_side = bool(op.attrs.get("left_side"))
-    t, low = parts(ctx, inputs[0]), bool(op.attrs.get("lower"))
+    low = lower
     if mode != "NO_TRANSPOSE":
         t, low = _each(swap, t), not low
         if mode == "ADJOINT":
             t = (t[0], o("Neg", [t[1]]))
-    c = parts(ctx, inputs[1])
     if not left_side:
         t, low, c = _each(swap, t), not low, _each(swap, c)
     solved: dict[int, Halves] = {}
@@ -57,18 +63,20 @@ def lower_triangular_solve(ctx: LoweringContext, op: hir.Op, inputs: list[str]) 
         row = _each(lambda x, i=i: rows(x, i, i + 1, rank - 2), c)
         done = sorted(solved)
         if done:
-            ys = tuple(o("Concat", [solved[j][k] for j in done], axis=rank - 2) if len(done) > 1 else solved[done[0]][k]
-                       for k in (0, 1))
+            ys = tuple(o("Concat", [solved[j][k] for j in done], axis=rank - 2) if len(done) > 1
+                       else solved[done[0]][k] for k in (0, 1))
             lo, hi = (0, i) if low else (i + 1, m)
             cr, ci = _each(lambda x, i=i: rows(rows(x, i, i + 1, rank - 2), lo, hi, rank - 1), t)
             pr = o("Sub", [o("MatMul", [cr, ys[0]]), o("MatMul", [ci, ys[1]])])
             pi = o("Add", [o("MatMul", [cr, ys[1]]), o("MatMul", [ci, ys[0]])])
             row = (o("Sub", [row[0], pr]), o("Sub", [row[1], pi]))
-        if not op.attrs.get("unit_diagonal"):
+        if not unit_diagonal:
             diag = _each(lambda x, i=i: rows(rows(x, i, i + 1, rank - 2), i, i + 1, rank - 1), t)
             row = divide(ctx, row, diag, work)
         solved[i] = row
-    y = tuple(o("Concat", [solved[j][k] for j in range(m)], axis=rank - 2) if m > 1 else solved[0][k] for k in (0, 1))
-    if not left_side:
-        y = _each(swap, y)
-    return pack(ctx, y[0], y[1])
+    y = tuple(o("Concat", [solved[j][k] for j in range(m)], axis=rank - 2) if m > 1 else solved[0][k]
+              for k in (0, 1))
+    return _each(swap, y) if not left_side else (y[0], y[1])
+
+
+from jaxconv.onnx.ops import complex_lapack  # noqa: E402,F401  (registers the complex LAPACK calls)

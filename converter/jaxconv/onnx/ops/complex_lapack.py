@@ -1,0 +1,242 @@
+"""Complex LAPACK FFI calls of JAX CPU exports: cgetrf/zgetrf, ctrsm/ztrsm, cpotrf/zpotrf, unrolled.
+
+``jnp.linalg.inv``/``solve``/``det``/``slogdet`` and ``jax.scipy.linalg.lu``/``lu_factor`` of complex
+matrices start with ``lapack_{c,z}getrf_ffi``, ``solve_triangular``/``cho_solve``/``lu_solve`` call
+``lapack_{c,z}trsm_ffi`` and ``jnp.linalg.cholesky`` calls ``lapack_{c,z}potrf_ffi``. They are the
+real lowerings of ``lapack`` on (re, im) halves: partial pivoting picks the first row of largest
+``|re| + |im|`` (LAPACK's icamax), the multipliers are the column times the pivot's reciprocal,
+divisions are XLA's complex division, and the Cholesky factor is Hermitian (``a = L L^H``, the
+diagonal's imaginary parts ignored). Sizes are static and at most ``MAX_LAPACK_SIZE``; eigen,
+singular value and QR decompositions of complex matrices stay refused by ``lapack``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxconv.errors import UnsupportedError
+from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops._complex import pack, parts, select
+from jaxconv.onnx.ops.complex_arith import divide
+from jaxconv.onnx.ops.complex_linalg import solve
+from jaxconv.onnx.ops.lapack import (
+    MAX_LAPACK_SIZE,
+    _data_inputs,
+    _data_operands,
+    _first_failure,
+    _option,
+    _zeros_like_batch,
+)
+from jaxconv.onnx.registry import custom_call_target
+from jaxconv.stablehlo import ir as hir
+
+Halves = tuple[str, str]
+_PRECISIONS = {"c": "complex64", "z": "complex128"}
+_WORK = {"complex64": "float32", "complex128": "float64"}
+_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1}
+# Options each routine reads from mhlo.backend_config: name -> (default, allowed values).
+_OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "potrf": {"uplo": ("L", "L")},
+    "trsm": {"side": ("L", "LR"), "uplo": ("L", "LU"), "trans_x": ("N", "NTC"), "diag": ("N", "NU")},
+    "getrf": {},
+}
+_MODES = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}
+
+
+def _routine(op: hir.Op) -> tuple[str, str]:
+    """(complex dtype, routine) of a ``lapack_{c,z}<routine>_ffi`` call."""
+    target = str(op.attrs.get("call_target_name", ""))
+    return _PRECISIONS[target[7]], target[8:-4]
+
+
+def check_complex_lapack_call(op: hir.Op) -> str | None:
+    """Why this complex LAPACK call cannot be lowered (operands, size, options), else None."""
+    target = str(op.attrs.get("call_target_name", ""))
+    dtype, routine = _routine(op)
+    data = _data_operands(op)
+    if len(data) != _ARITY[routine]:
+        return f"{target} takes {_ARITY[routine]} matrix operand(s), got {len(data)}"
+    if any(t.dtype != dtype for t in data):
+        return f"{target} on {', '.join(t.dtype for t in data)} (expects {dtype})"
+    a = data[0]
+    if a.rank < 2:
+        return f"{target} on a rank-{a.rank} operand (expects matrices)"
+    rows, cols = a.shape[-2], a.shape[-1]
+    if rows is None or cols is None:
+        return (f"complex LAPACK {routine} with a dynamic matrix size is not lowered "
+                "(it is unrolled over the rows)")
+    if routine != "getrf" and rows != cols:
+        return f"LAPACK {routine} of {rows}x{cols} matrices (expects square ones)"
+    if max(rows, cols) > MAX_LAPACK_SIZE:
+        return (f"complex LAPACK {routine} of {rows}x{cols} matrices is not lowered "
+                f"(it is unrolled, up to {MAX_LAPACK_SIZE}x{MAX_LAPACK_SIZE})")
+    for name, (_, allowed) in _OPTIONS[routine].items():
+        value = _option(op, routine, name)
+        if value not in allowed:
+            return f"complex LAPACK {routine} with {name}={value!r} (expects one of {', '.join(allowed)})"
+    return None
+
+
+def _checked(op: hir.Op) -> None:
+    reason = check_complex_lapack_call(op)
+    if reason is not None:
+        raise UnsupportedError(f"stablehlo.custom_call @{op.attrs.get('call_target_name')}: {reason}")
+
+
+def _slice(ctx: LoweringContext, x: str, start: int, stop: int, axis: int) -> str:
+    return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
+
+
+def _each(fn, x: Halves) -> Halves:  # noqa: ANN001
+    return fn(x[0]), fn(x[1])
+
+
+def _mul(ctx: LoweringContext, a: Halves, b: Halves) -> Halves:
+    """The plain complex product (broadcasting), as LAPACK's compiled Fortran forms it."""
+    o = ctx.op
+    return (o("Sub", [o("Mul", [a[0], b[0]]), o("Mul", [a[1], b[1]])]),
+            o("Add", [o("Mul", [a[0], b[1]]), o("Mul", [a[1], b[0]])]))
+
+
+# ---- getrf: LU with partial pivoting -----------------------------------------------------------------
+
+def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info, as the real
+    lowering computes them, the pivot row chosen by the largest |re| + |im|."""
+    _checked(op)
+    at = op.operands[0].type
+    work, rank = _WORK[at.dtype], at.rank
+    m, n = at.shape[-2], at.shape[-1]
+    k = min(m, n)
+    row_axis, col_axis = rank - 2, rank - 1
+    zero, one = ctx.scalar(0, work), ctx.scalar(1, work)
+    packed = _data_inputs(op, inputs)[0]
+    if k == 0:
+        return [packed, _zeros_like_batch(ctx, packed, rank, [0], "int32"),
+                _zeros_like_batch(ctx, packed, rank, [], "int32")]
+    active: Halves | None = parts(ctx, packed)  # rows j..m-1, all n columns
+    final_rows: list[Halves] = []
+    pivot_index: list[str] = []
+    pivot_zero: list[str] = []
+    for j in range(k):
+        assert active is not None
+        r = m - j
+        column = _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), active)  # [..., r, 1]
+        size = ctx.op("Add", [ctx.op("Abs", [column[0]]), ctx.op("Abs", [column[1]])])
+        p = ctx.op("ArgMax", [size], axis=row_axis, keepdims=1)  # [..., 1, 1], the first largest
+        pivot_index.append(p)
+        if r > 1:
+            rows = ctx.const(np.arange(r, dtype=np.int64).reshape(r, 1))
+            perm = ctx.op("Where", [ctx.op("Equal", [rows, ctx.i64([0])]), p,
+                                    ctx.op("Where", [ctx.op("Equal", [rows, p]), ctx.i64([0]), rows])])
+            perm = ctx.op("Expand", [perm, ctx.op("Shape", [active[0]])])
+            active = _each(lambda x: ctx.op("GatherElements", [x, perm], axis=row_axis), active)
+        top = _each(lambda x: _slice(ctx, x, 0, 1, row_axis), active)  # [..., 1, n], final row j
+        final_rows.append(top)
+        pivot = _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), top)  # [..., 1, 1]
+        is_zero = ctx.op("And", [ctx.op("Equal", [pivot[0], zero]), ctx.op("Equal", [pivot[1], zero])])
+        pivot_zero.append(is_zero)
+        if r == 1:
+            active = None
+            break
+        rest = _each(lambda x, r=r: _slice(ctx, x, 1, r, row_axis), active)  # [..., r-1, n]
+        safe = (select(ctx, is_zero, one, pivot[0], work), pivot[1])
+        recip = divide(ctx, (one, zero), safe, work)
+        multipliers = _mul(ctx, _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), rest), recip)
+        pieces: list[Halves] = [_each(lambda x, j=j: _slice(ctx, x, 0, j, col_axis), rest)] if j > 0 else []
+        pieces.append(multipliers)
+        if j + 1 < n:
+            trailing = _each(lambda x, j=j: _slice(ctx, x, j + 1, n, col_axis), rest)
+            update = _mul(ctx, multipliers, _each(lambda x, j=j: _slice(ctx, x, j + 1, n, col_axis), top))
+            pieces.append((ctx.op("Sub", [trailing[0], update[0]]), ctx.op("Sub", [trailing[1], update[1]])))
+        active = pieces[0] if len(pieces) == 1 else tuple(
+            ctx.op("Concat", [pc[h] for pc in pieces], axis=col_axis)
+            for h in (0, 1))  # type: ignore[assignment]
+    if active is not None:  # m > n: the rows below the last pivot hold L only
+        final_rows.append(active)
+    lu = final_rows[0] if len(final_rows) == 1 else tuple(
+        ctx.op("Concat", [fr[h] for fr in final_rows], axis=row_axis) for h in (0, 1))
+    squeeze_rows = ctx.i64([row_axis])
+    relative = pivot_index[0] if k == 1 else ctx.op("Concat", pivot_index, axis=col_axis)  # [..., 1, k]
+    relative = ctx.op("Squeeze", [relative, squeeze_rows])
+    pivots = ctx.cast(ctx.op("Add", [relative, ctx.const(np.arange(1, k + 1, dtype=np.int64))]), "int32")
+    zeros = pivot_zero[0] if k == 1 else ctx.op("Concat", pivot_zero, axis=col_axis)
+    info = _first_failure(ctx, ctx.op("Squeeze", [zeros, squeeze_rows]), rank - 2)
+    return [pack(ctx, lu[0], lu[1]), pivots, info]
+
+
+# ---- trsm: triangular solve --------------------------------------------------------------------------
+
+def _trsm(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """op(a) x = b (side L) or x op(a) = b (side R), op = a, a^T or a^H (trans_x N, T, C), by
+    substitution with XLA's complex division; only a's ``uplo`` triangle is read."""
+    _checked(op)
+    at = op.operands[0].type
+    a, b = _data_inputs(op, inputs)
+    if at.shape[-1] == 0:
+        return [b]
+    y = solve(ctx, parts(ctx, a), parts(ctx, b), at.rank, at.shape[-1], _WORK[at.dtype],
+              left_side=_option(op, "trsm", "side") == "L", lower=_option(op, "trsm", "uplo") == "L",
+              mode=_MODES[_option(op, "trsm", "trans_x")], unit_diagonal=_option(op, "trsm", "diag") == "U")
+    return [pack(ctx, y[0], y[1])]
+
+
+# ---- potrf: Hermitian Cholesky -----------------------------------------------------------------------
+
+def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """L with a = L L^H in the lower triangle (the upper one as given); info = first pivot <= 0.
+
+    Column j: v = a[:, j] - L[:, :j] conj(L[j, :j])^T; L[j, j] = sqrt(re v[j]) (real), L[i, j] =
+    v[i] / L[j, j] below. JAX replaces the whole factor with NaN when info != 0.
+    """
+    _checked(op)
+    at = op.operands[0].type
+    rank, n, work = at.rank, at.shape[-1], _WORK[at.dtype]
+    a = _data_inputs(op, inputs)[0]
+    if n == 0:
+        return [a, _zeros_like_batch(ctx, a, rank, [], "int32")]
+    o = ctx.op
+    halves = parts(ctx, a)
+    zero = ctx.const(np.zeros((), np.dtype(work)))
+    index = np.arange(n)[:, None]
+    cols: list[Halves] = []
+    pivots: list[str] = []
+    for j in range(n):
+        v = _each(lambda x, j=j: _slice(ctx, x, j, j + 1, rank - 1), halves)  # [..., n, 1]
+        if cols:
+            done = tuple(cols[0][h] if j == 1 else o("Concat", [c[h] for c in cols], axis=rank - 1)
+                         for h in (0, 1))  # [..., n, j]
+            row = _each(lambda x, j=j: o("Transpose", [_slice(ctx, x, j, j + 1, rank - 2)],
+                                         perm=list(range(rank - 2)) + [rank - 1, rank - 2]),
+                        done)  # [..., j, 1]
+            # L[:, :j] conj(row): (Lr + i Li)(Rr - i Ri)
+            sr = o("Add", [o("MatMul", [done[0], row[0]]), o("MatMul", [done[1], row[1]])])
+            si = o("Sub", [o("MatMul", [done[1], row[0]]), o("MatMul", [done[0], row[1]])])
+            v = (o("Sub", [v[0], sr]), o("Sub", [v[1], si]))
+        pivot = _slice(ctx, v[0], j, j + 1, rank - 2)  # [..., 1, 1], the real part only
+        pivots.append(pivot)
+        d = o("Sqrt", [pivot])
+        lower = ctx.const(index > j)
+        below = select(ctx, lower, o("Div", [v[0], d]), zero, work)
+        cols.append((select(ctx, ctx.const(index == j), d, below, work),
+                     select(ctx, lower, o("Div", [v[1], d]), zero, work)))
+    factor = tuple(cols[0][h] if n == 1 else o("Concat", [c[h] for c in cols], axis=rank - 1) for h in (0, 1))
+    keep = ctx.const(np.tril(np.ones((n, n), dtype=bool)))
+    factor = (select(ctx, keep, factor[0], halves[0], work), select(ctx, keep, factor[1], halves[1], work))
+    pivot = pivots[0] if n == 1 else o("Concat", pivots, axis=rank - 1)  # [..., 1, n]
+    failed = o("LessOrEqual", [o("Squeeze", [pivot, ctx.i64([rank - 2])]), ctx.scalar(0, work)])
+    return [pack(ctx, factor[0], factor[1]), _first_failure(ctx, failed, rank - 2)]
+
+
+_ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
+_ONNX_OPS = {"potrf": ("Sqrt", "Div", "MatMul"), "trsm": ("MatMul", "Div", "Concat"),
+             "getrf": ("ArgMax", "GatherElements", "Div")}
+
+for _precision, _dtype in _PRECISIONS.items():
+    for _name, _handler in _ROUTINES.items():
+        _conditions = (f"{_dtype}; static matrix sizes up to {MAX_LAPACK_SIZE} (unrolled)"
+                       + ("; square matrices" if _name != "getrf" else "")
+                       + "".join(f"; {key} {' or '.join(allowed)}"
+                                 for key, (_, allowed) in _OPTIONS[_name].items()))
+        custom_call_target(f"lapack_{_precision}{_name}_ffi", check=check_complex_lapack_call,
+                           onnx_ops=_ONNX_OPS[_name], conditions=_conditions)(_handler)
