@@ -36,7 +36,7 @@ def test_lapack_targets_state_their_dtype_and_size_limit():
 
 @pytest.mark.parametrize("target,words", [
     ("lapack_sgeqrf_ffi", "Householder QR (LAPACK geqrf, from jnp.linalg.qr"),
-    ("lapack_cpotrf_ffi", "complex Cholesky"),
+    ("lapack_cheevd_ffi", "complex Hermitian eigendecomposition"),
     ("my_kernel", "custom call target 'my_kernel' has no ONNX equivalent"),
 ])
 def test_an_unregistered_target_is_named_with_its_reason(target, words):

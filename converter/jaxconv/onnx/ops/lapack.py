@@ -109,7 +109,8 @@ def unsupported_reason(target: str) -> str | None:
         return None
     precision, routine = parsed
     if precision in "cz":
-        return f"complex {_describe(routine)}: complex LAPACK routines are not lowered"
+        return (f"complex {_describe(routine)}: complex LAPACK routines are not lowered "
+                "beyond getrf, potrf, trsm")
     if routine in _SUPPORTED:
         return None
     return f"{_describe(routine)} has no ONNX lowering"
