@@ -16,14 +16,15 @@ in one op; like the LSTM rule, it runs only when the sequence and the initial st
 else the exact Loop does.
 
 Off by default (``ENABLED``), by measurement on the benchmark GRU (t64 b16 h256, 2-core machine,
-ORT 1.32, alternating in one process, p10 ratios to jax.jit): on a quiet machine (load 0.4-1.8)
-the GRU op ran at 0.65-0.74x against the Loop's 0.86-0.88x, with ORT's default threads and with
-one; with both cores contended (load 6-11) the GRU op with two intra-op threads ran at 2.5-3.1x
-against the Loop's 0.6-1.2x (flax's form: 2.5x against 1.2x), at one thread about even. Its
-kernel runs two GEMMs per step with the recurrent weights transposed (packed again on every
-call) and splits each over the pool; the Loop's MatMuls use weights ORT packed once. The LSTM op,
-whose kernel packs its weights once, showed no such loss. A Loop that can lose 3x is the wrong
-default; ``ENABLED = True`` for deployments with one intra-op thread or idle cores.
+ORT 1.32, alternating in one process, ratios to jax.jit): on a quiet machine (load 0.4-1.8,
+medians) the GRU op ran at 0.65-0.74x against the Loop's 0.86-0.88x, with ORT's default threads
+and with one; with both cores contended (load 6-11, p10 times) the GRU op with two intra-op
+threads ran at 2.5-3.1x against the Loop's 0.6-1.2x (flax's form: 2.5x against 1.2x), and about
+even at one thread. Its kernel runs two GEMMs per step with the recurrent weights passed
+transposed (MLAS packs them again on every call) and splits each over the thread pool, the likely
+cause; it was not profiled further. The LSTM op, whose kernel prepacks its weights, showed no
+such loss. A rule that can lose 3x is the wrong default; ``ENABLED = True`` suits deployments
+with one intra-op thread or idle cores.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ The rule, measured (ORT 1.32, 2 cores, load 12-13, a ``tanh(h @ w + x)`` cell, p
 median CPU time relative to the Loop, one and two threads alike): the Scan takes 0.25-0.55 of the
 Loop's time with a 1 x 8 or 4 x 64 state, for 2-16 steps, and 0.77-0.90 with 16 x 256; unrolled,
 0.36-0.57 and 0.54-0.87. Unrolling wins only for 2-4 steps of the 16 x 256 state (0.54-0.71 against
-the Scan's 0.78-0.90): there the unrolled MatMul reads a main-graph initializer, which ORT prepacks.
+the Scan's 0.78-0.90); why was not isolated (the weight as an initializer of the Scan body instead
+of an outer value changed nothing, so it is not weight prepacking).
 So a loop of at most ``_UNROLL_STEPS`` steps carrying at least ``_UNROLL_MIN_CARRY`` elements is
 unrolled, and every other fixed-count scan is a Scan.
 """
