@@ -163,3 +163,25 @@ def test_to_onnx_copies_no_weight_in_memory(tmp_path):
     growth = float(proc.stdout.strip().splitlines()[-1])
     assert growth < 0.5
     assert os.path.getsize(tmp_path / "m.onnx") > 8 * 2048 * 2048 * 4
+
+
+def test_an_initializer_whose_tensor_has_another_name_is_written_under_the_values_name(tmp_path):
+    """A rewrite may rename a value and leave its tensor's name behind (the LSTM rewrite does)."""
+    w = np.linspace(-1, 1, 512 * 512, dtype=np.float32).reshape(512, 512)
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 512]))
+    wv = ir.Value(name="weight", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([512, 512]),
+                  const_value=ir.Tensor(w, name="old_name"))
+    node = ir.Node("", "MatMul", [x, wv], num_outputs=1)
+    node.outputs[0].name, node.outputs[0].dtype = "y", ir.DataType.FLOAT
+    node.outputs[0].shape = ir.Shape([2, 512])
+    graph = ir.Graph([x], node.outputs, nodes=[node], opset_imports={"": 21}, name="g")
+    graph.register_initializer(wv)
+    parts = stream.split(ir.Model(graph, ir_version=10))
+    assert list(parts.payloads) == ["weight"]
+    path = str(tmp_path / "m.onnx")
+    stream.save(parts, path)
+    loaded = onnx.load(path)
+    assert [t.name for t in loaded.graph.initializer] == ["weight"]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(loaded.graph.initializer[0]), w)
+    xv = np.ones((2, 512), np.float32)
+    np.testing.assert_allclose(OnnxRunner(path).run([xv])[0], xv @ w.astype(np.float64), rtol=1e-5, atol=1e-2)

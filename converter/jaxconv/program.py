@@ -137,8 +137,8 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
         raise TraceError(_no_outputs_message(fn, fn_name, exported.out_tree))
     signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
     return Program(fn=fn, name=fn_name, arg_specs=list(arg_specs), exported=exported, signature=signature,
-                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms), x64=x64,
-                   constants=constants)
+                   source_path=source_path, constraints=tuple(constraints), platforms=tuple(platforms),
+                   x64=x64, constants=constants)
 
 
 HOIST_BYTES = 1 << 16
@@ -149,7 +149,8 @@ _HOISTED_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "bool"
                              "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
-def _export_hoisted(jitted: Any, arg_specs: list[Any], platforms: tuple[str, ...]) -> tuple[Any, tuple[Any, ...]]:
+def _export_hoisted(jitted: Any, arg_specs: list[Any],
+                    platforms: tuple[str, ...]) -> tuple[Any, tuple[Any, ...]]:
     """jax.export of ``jitted`` with its big closed-over constants as leading arguments.
 
     The function is traced once to a jaxpr; its constants are the caller's buffers (numpy views or

@@ -76,9 +76,9 @@ def split(model: ir.Model) -> Parts:
         if (t is None or isinstance(t, (ir.ExternalTensor, ir.StringTensor)) or t.dtype not in _RAW_DTYPES
                 or t.nbytes < PAYLOAD_BYTES):
             continue
-        payloads[t.name] = t
+        payloads[value.name] = t  # serialization names each initializer's tensor after its value
         swapped.append((value, t))
-        value.const_value = ir.ExternalTensor(PAYLOAD_MARK, None, None, t.dtype, shape=t.shape, name=t.name,
+        value.const_value = ir.ExternalTensor(PAYLOAD_MARK, None, None, t.dtype, shape=t.shape, name=value.name,
                                               doc_string=t.doc_string, metadata_props=dict(t.metadata_props))
     try:
         proto = ir.serde.serialize_model(model)
