@@ -603,3 +603,19 @@ def test_cumlogsumexp_is_generated_for_floats_only():
     steps = [(p, s) for seed in range(105 * 1_000_003 + 600, 105 * 1_000_003 + 800)
              for p in [generate(seed)] for s in p.steps if s.op == "cumlogsumexp"]
     assert steps and all(p.types[s.args[0]].dtype in ("float16", "bfloat16", "float32", "float64") for p, s in steps)
+
+
+def test_a_subnormal_conv_product_under_sqrt_is_classified_subnormal():
+    """0.18 * -1.2e-38 is subnormal: XLA flushes it to -0 (sqrt -0), ONNX Runtime keeps it (sqrt NaN). Flushing
+    the input gives +0 in jax.jit (a zero of another sign): still explained by flushing."""
+    from conformance.fuzz import driver
+
+    conv = ("lax.conv_general_dilated({0}, {1}, window_strides=(1,), padding=[(1, 0)], lhs_dilation=(2,), "
+            "rhs_dilation=(1,), feature_group_count=1)")
+    p = _program([("conv", (0, 1), conv), ("sqrt", (2,), "jnp.sqrt({0})")],
+                 {0: ((1, 1, 1), "float32"), 1: ((1, 1, 1), "float32")})
+    inputs = [np.float32([[[0.17997248]]]), np.float32([[[-1.1754944e-38]]])]
+    status, diff, expected, actual, detail = fuzz_run.attempt(p, "onnx", inputs)
+    assert status == "mismatch" and diff.kind == "nan"
+    relabelled = driver._relabel_subnormal(Failure(p, inputs, status, diff, detail, expected, actual), "onnx")
+    assert relabelled.diff.kind == "subnormal"
