@@ -17,7 +17,7 @@ faster without changing the numbers:
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
-- ``gru``: a scan whose body is the GRU cell (reset before the recurrent product) as the ONNX GRU op
+- ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell too) as the ONNX GRU op
   (off by default: slower than the Loop with ORT's default threads).
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
