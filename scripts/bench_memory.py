@@ -1,8 +1,9 @@
 """Peak memory of a cold ``jaxconv to-onnx`` on an MLP whose weights are closed over by the function.
 
-Closed-over weights become constants in the StableHLO and initializers in the ONNX model, so every
-copy the conversion makes of them shows in the converting process's peak RSS (VmHWM). The figure
-printed is that peak divided by the weight bytes.
+Closed-over weights become initializers in the ONNX model, so every copy the conversion makes of
+them shows in the converting process's peak RSS (VmHWM). The figures printed are that peak divided
+by the weight bytes, and what converting adds to the peak of a process that only imports the same
+modules and builds the model (jax and the libraries take about 200 MB of their own).
 
     python scripts/bench_memory.py --mb 200 800 [--check]
 """
@@ -45,8 +46,9 @@ def width_for(mb: float, layers: int = 4) -> int:
     return max(8, int((mb * 2**20 / 4 / layers) ** 0.5))
 
 
-def peak_rss(mb: float, check: bool, workdir: str) -> tuple[int, int]:
-    """(weight bytes, peak RSS bytes) of one cold ``jaxconv to-onnx`` process."""
+def peak_rss(mb: float, check: bool, workdir: str, convert: bool = True) -> tuple[int, int]:
+    """(weight bytes, peak RSS bytes) of one cold ``jaxconv to-onnx`` process; without ``convert``, of a
+    process that imports the model and jaxconv's ONNX modules and stops there."""
     width = width_for(mb)
     src = os.path.join(workdir, f"mlp_{width}.py")
     with open(src, "w") as f:
@@ -57,6 +59,8 @@ def peak_rss(mb: float, check: bool, workdir: str) -> tuple[int, int]:
         argv.append("--no-check")
     hwm = os.path.join(workdir, "hwm.txt")
     code = _HWM + f"sys.argv = {argv!r}\nfrom jaxconv.cli import main\nsys.exit(main())\n"
+    if not convert:
+        code = _HWM + f"sys.path.insert(0, {workdir!r})\nimport mlp_{width}\nimport jaxconv.api, jaxconv.onnx.convert\n"
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "converter"), "BENCH_HWM_FILE": hwm}
     proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -74,13 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=float, nargs="+", default=[200.0], help="weight MiB of each model (default 200)")
     parser.add_argument("--check", action="store_true", help="also run the check against jax.jit (default --no-check)")
     args = parser.parse_args(argv)
-    print("| weights MB | check | peak RSS MB | RSS / weights |")
-    print("|---|---|---|---|")
+    print("| weights MB | check | peak RSS MB | RSS / weights | model alone MB | added / weights |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jaxconv-mem-") as workdir:
         for mb in args.mb:
             weights, rss = peak_rss(mb, args.check, workdir)
-            print(f"| {weights / 2**20:.0f} | {'yes' if args.check else 'no'} | {rss / 2**20:.0f} | {rss / weights:.2f} |",
-                  flush=True)
+            _, alone = peak_rss(mb, args.check, workdir, convert=False)
+            print(f"| {weights / 2**20:.0f} | {'yes' if args.check else 'no'} | {rss / 2**20:.0f} | {rss / weights:.2f} "
+                  f"| {alone / 2**20:.0f} | {(rss - alone) / weights:.2f} |", flush=True)
     return 0
 
 

@@ -97,9 +97,11 @@ def test_bench_memory_prints_the_ratio():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_memory.py"), "--mb", "4"],
                           capture_output=True, text=True, check=True)
     row = proc.stdout.strip().splitlines()[-1].strip("|").split("|")
-    weights, check, rss, ratio = (c.strip() for c in row)
+    weights, check, rss, ratio, alone, added = (c.strip() for c in row)
     assert weights == "4" and check == "no"
     assert float(ratio) == pytest.approx(float(rss) / float(weights), rel=0.05)
+    assert 0 < float(alone) <= float(rss)
+    assert float(added) == pytest.approx((float(rss) - float(alone)) / float(weights), abs=0.5)
 
 
 def test_write_model_writes_the_serialized_bytes():
