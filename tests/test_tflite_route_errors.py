@@ -112,9 +112,10 @@ def test_zero_size_run_failure_names_ops_and_lines_on_both_routes():
         api.to_tflite(empty_exp, S((0, 3), np.float32))
     message = str(info.value)
     line = _line(empty_exp, "on zero rows")
-    assert message.count(f"stablehlo.exponential x1 at {line}") == 2  # xla, then the tf-ops route
-    assert "the tf-ops route: LiteRT failed while running" in message
-    assert "input x float32[0, 3]" in message
+    both = "Invalid tensor size.; the tf-ops route: LiteRT failed while running the TFLite model: Invalid tensor size."
+    assert message.startswith("LiteRT failed while running the TFLite model: " + both)  # xla, then tf-ops
+    assert message.endswith(f"(LiteRT rejects zero-size tensors: input x float32[0, 3]; stablehlo.exponential "
+                            f"x1 at {line}; stablehlo.broadcast_in_dim x1 at {line}; stablehlo.add x1 at {line})")
 
 
 def test_zero_size_run_failure_names_ops_with_route_forced():

@@ -175,8 +175,9 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
     """Convert to TFLite (builtins; ``allow_flex`` adds TF select ops); returns the flatbuffer bytes.
 
     ``route``: ``xla`` (jax2tf), ``tf-ops`` (jaxconv's ONNX as plain TF ops) or ``auto`` (``xla``,
-    falling back to ``tf-ops`` when it fails to convert or run, or differs from jax.jit; auto runs
-    that check even when ``check`` is False).
+    falling back to ``tf-ops`` when it fails to convert or run, or differs from jax.jit; with ``check``
+    False nothing is compared: auto runs each model once in LiteRT on random inputs, without jax.jit,
+    and falls back only when it fails to convert or run).
     """
     from jaxconv.artifacts import write_bytes
     from jaxconv.tf import tflite
@@ -195,9 +196,10 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
             return check_runner(TFLiteRunner(data), path or "model.tflite", program.fn, program.arg_specs,
                                 program.signature, rtol=rtol, atol=atol, constraints=program.constraints)
 
-    choose = check or (route == "auto" and _checkable(program))  # auto judges xla to choose a route
+    # Without the check, auto still runs each model once in LiteRT (no jax.jit) to see that it runs.
+    smoke = tflite.run_once(program) if route == "auto" and _checkable(program) else None
     data, report = tflite.convert_routed(program, route=route, allow_flex=allow_flex, quantize=quantize,
-                                         judge=judge if choose else None)
+                                         judge=judge if check else smoke)
     if path is not None:
         write_bytes(path, data)
     if check and report is not None:

@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["float16", "dynamic-range"], help="post-training quantization")
     p.add_argument("--route", choices=["xla", "tf-ops", "auto"], default="auto",
                    help="xla: jax2tf's XlaCallModule; tf-ops: plain TF ops from jaxconv's ONNX; auto (default): "
-                        "xla, else tf-ops when xla fails to convert, run or match jax.jit")
+                        "xla, else tf-ops when xla fails to convert, run or match jax.jit (with --no-check: "
+                        "fails to convert or run once; nothing is compared)")
     _add_check_args(p)
 
     p = sub.add_parser("to-onnx", help="ONNX via jaxconv's StableHLO lowering (FILE may be .py, .mlir or .mlirbc)")
@@ -269,11 +270,16 @@ def cmd_to_tflite(args: argparse.Namespace) -> int:
     program = _load_program(args)
     reports: list = []
     try:
-        api.to_tflite(program, path=args.output, allow_flex=args.allow_flex, quantize=args.quantize,
-                      check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports,
-                      route=args.route)
+        data = api.to_tflite(program, path=args.output, allow_flex=args.allow_flex, quantize=args.quantize,
+                             check=not args.no_check, rtol=args.rtol, atol=args.atol, report_to=reports,
+                             route=args.route)
     finally:
         _print_reports(reports)
+    if args.no_check:
+        from jaxconv.runtimes.tflite import read_route
+
+        how = " (auto: it converted and ran once in LiteRT on random inputs)" if args.route == "auto" else ""
+        print(f"route {read_route(data)}{how}; not compared with jax.jit (--no-check)")
     print(f"wrote {args.output}")
     return 0
 

@@ -163,7 +163,8 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
     """Convert by ``route``; with ``auto``, fall back from ``xla`` to ``tf-ops`` per model.
 
     ``auto`` keeps the ``xla`` model when it converts, LiteRT runs it and ``judge`` (a check against
-    jax.jit returning a CheckReport) finds no differing output. Otherwise the ``tf-ops`` model is
+    jax.jit returning a CheckReport, or ``run_once``, which returns None and only runs the model)
+    finds no differing output. Otherwise the ``tf-ops`` model is
     taken, unless it fails worse (conversion, run or check), when the ``xla`` outcome stands.
 
     Returns:
@@ -183,11 +184,8 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
         try:
             data = convert(program, allow_flex=allow_flex, quantize=quantize, route=r)
             report = judge(data) if judge is not None else None
-        except (UnsupportedError, ConversionError) as e:
+        except (UnsupportedError, ConversionError, ArtifactError) as e:
             errors.append((r, e))
-            continue
-        except ArtifactError as e:
-            errors.append((r, run_error(program, e)))
             continue
         clean = report is None or (report.ok and not report.edge_differences)
         badness = 0 if clean else 1 if report.ok else 2
@@ -197,16 +195,33 @@ def convert_routed(program: Program, *, route: str = "auto", allow_flex: bool = 
     if kept:
         best = min(kept, key=lambda k: k[0])
         return best[1], best[2]
-    if len(errors) == 1:
-        raise errors[0][1]
     first = errors[0][1]
+    if len(errors) == 1:
+        explained = run_error(program, first)
+        if explained is first:
+            raise first
+        raise explained from first
     rest = "; ".join(f"the {r} route: {e}" for r, e in errors[1:])
-    raise type(first)(f"{first}; {rest}") from first
+    raise run_error(program, type(first)(f"{first}; {rest}")) from first
 
 
-def run_error(program: Program, error: ArtifactError) -> ArtifactError:
-    """``error`` (LiteRT failed to run a model) naming the zero-size tensors and the ops making them,
-    with source lines, when it is LiteRT's zero-size limit ("Invalid tensor size")."""
+def run_once(program: Program) -> Callable[[bytes], None]:
+    """A judge for ``convert_routed`` that compares nothing: it runs the model once in LiteRT on
+    seeded random inputs (no jax.jit) and lets only a failure to run send ``auto`` to ``tf-ops``."""
+
+    def judge(data: bytes) -> None:
+        from jaxconv.check_inputs import make_inputs
+        from jaxconv.runtimes.tflite import TFLiteRunner
+
+        TFLiteRunner(data).run(make_inputs(program.signature, constraints=program.constraints))
+        return None
+
+    return judge
+
+
+def run_error(program: Program, error: JaxconvError) -> JaxconvError:
+    """``error`` (of any route) followed by the zero-size tensors and the ops making them, with source
+    lines, when LiteRT failed to run a model at its zero-size limit ("Invalid tensor size")."""
     from jaxconv.tf.tflite_errors import summarize, zero_size_failures
 
     if "Invalid tensor size" not in str(error):
@@ -216,7 +231,7 @@ def run_error(program: Program, error: ArtifactError) -> ArtifactError:
     if not found and not inputs:
         return error
     parts = ([f"input {', '.join(inputs)}"] if inputs else []) + ([summarize(found)] if found else [])
-    return ArtifactError(f"{error} (LiteRT rejects zero-size tensors: {'; '.join(parts)})")
+    return type(error)(f"{error} (LiteRT rejects zero-size tensors: {'; '.join(parts)})")
 
 
 def with_signature_metadata(data: bytes, program: Program, route: str = "xla") -> bytes:
