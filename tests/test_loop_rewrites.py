@@ -7,8 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import onnx
+import pytest
 
 import jaxconv
+from jaxconv.onnx.rewrites import loops
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
 
@@ -252,3 +254,27 @@ def test_more_steps_or_a_narrow_state_stay_a_scan():
     assert list(_loop_ops(jaxconv.to_onnx(narrow, "f32[6,3,8]", "f32[3,8]", check=False).graph)) == ["Scan"]
     short = jaxconv.to_onnx(narrow, "f32[2,3,8]", "f32[3,8]", check=False)  # 2 steps, 24 elements
     assert list(_loop_ops(short.graph)) == ["Scan"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lowered_scan_rows_are_loop_scan_outputs_then_scan_outputs(reverse, monkeypatch):
+    # the lowering (ops/control.py) writes each stacked row as a Loop scan output, reading xs from
+    # the outer scope; the Scan the rewrite makes of it reads xs's rows as a scan input
+    def fn(xs, c0):
+        def step(c, x):
+            return c + x, (c * x, x > 0, (c * 2).astype(jnp.bfloat16))
+        c, (a, b, h) = jax.lax.scan(step, c0, xs, reverse=reverse)
+        return c, a, b, h.astype(jnp.float32)
+
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    args[0][1, 1] = np.nan
+    scan_model = jaxconv.to_onnx(fn, "f32[5,3]", "f32[3]", check=False)
+    monkeypatch.setattr(loops, "to_scan", lambda graph: 0)
+    loop_model = jaxconv.to_onnx(fn, "f32[5,3]", "f32[3]", check=False)
+    for model, kind, inputs in ((loop_model, "Loop", 2 + 2), (scan_model, "Scan", 1 + 1)):
+        (body,) = [a.g for n in model.graph.node if n.op_type == kind for a in n.attribute if a.name == "body"]
+        assert not any(n.op_type in ("ScatterND", "ScatterElements") for n in body.node)
+        assert len(body.input) == inputs  # Loop: iteration, cond, counter, c; Scan: c, a row of xs
+        assert len(body.output) == (1 + 2 + 3 if kind == "Loop" else 1 + 3)  # (cond, counter,) c, 3 rows
+        _check(fn, model, args)
