@@ -132,3 +132,17 @@ def test_converter_operand_types_are_read_through_shapes():
     assert op_label("'tfl.add' op failed", '%2 = "tfl.add"(%0, %1) : (tensor<f64>, tensor<f64>)') == (
         "tfl.add on float64"
     )
+
+
+def strided_conv(w, x):
+    dn = ("NWC", "WIO", "NWC")
+    return lax.conv_general_dilated(x[..., None], w, (2,), "SAME", dimension_numbers=dn)  # symbolic padding
+
+
+def test_untranslatable_node_names_op_and_relative_source_line():
+    from jaxconv.tf import tflite
+
+    program = trace(strided_conv, [S((5, 1, 3), np.float32), "f32[2,t]"])
+    with pytest.raises(UnsupportedError) as info:
+        tflite.convert(program, route="tf-ops")
+    assert f"stablehlo.dynamic_conv at {_line(strided_conv, 'symbolic padding')})" in str(info.value)

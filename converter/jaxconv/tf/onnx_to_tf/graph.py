@@ -18,10 +18,11 @@ class Untranslatable(UnsupportedError):
 
 def where(node: Any) -> str:
     """``stablehlo.sort at model.py:12`` for a node written by jaxconv's lowering ('' when unknown)."""
+    from jaxconv.tf.onnx_to_tf.origins import source_of
+
     props = {p.key: p.value for p in node.metadata_props}
-    origin = props.get("stablehlo.op", "")
-    source = props.get("source", "")
-    return f"{origin}{' at ' + source if source else ''}".strip()
+    source = source_of(node)
+    return f"{props.get('stablehlo.op', '')}{' at ' + source if source else ''}".strip()
 
 
 class Translator:

@@ -50,17 +50,22 @@ def _element(node_def: Any) -> str:
     return ""
 
 
-def origin(node: Any) -> str:
-    """``model.py:3 (stablehlo.add)`` for a node of jaxconv's lowering; ``ONNX Add`` when unknown."""
+def source_of(node: Any) -> str:
+    """The node's JAX source line as the lowering recorded it, relative to the working folder when below it."""
     import os
 
     from jaxconv.tf.tflite_errors import display_path
 
-    props = {p.key: p.value for p in node.metadata_props}
-    op, source = props.get("stablehlo.op", ""), props.get("source", "")
+    source = next((p.value for p in node.metadata_props if p.key == "source"), "")
     path, _, line = source.rpartition(":")
     if path and line.isdigit() and os.path.isabs(path):
-        source = display_path(path, int(line))
+        return display_path(path, int(line))
+    return source
+
+
+def origin(node: Any) -> str:
+    """``model.py:3 (stablehlo.add)`` for a node of jaxconv's lowering; ``ONNX Add`` when unknown."""
+    op, source = next((p.value for p in node.metadata_props if p.key == "stablehlo.op"), ""), source_of(node)
     if source:
         return f"{source} ({op or 'ONNX ' + node.op_type})"
     return op or f"ONNX {node.op_type}"
