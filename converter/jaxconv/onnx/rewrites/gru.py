@@ -20,11 +20,15 @@ ORT 1.32, alternating in one process, ratios to jax.jit): on a quiet machine (lo
 medians) the GRU op ran at 0.65-0.74x against the Loop's 0.86-0.88x, with ORT's default threads
 and with one; with both cores contended (load 6-11, p10 times) the GRU op with two intra-op
 threads ran at 2.5-3.1x against the Loop's 0.6-1.2x (flax's form: 2.5x against 1.2x), and about
-even at one thread. Its kernel runs two GEMMs per step with the recurrent weights passed
-transposed (MLAS packs them again on every call) and splits each over the thread pool, the likely
-cause; it was not profiled further. The LSTM op, whose kernel prepacks its weights, showed no
-such loss. A rule that can lose 3x is the wrong default; ``ENABLED = True`` suits deployments
-with one intra-op thread or idle cores.
+even at one thread. Process CPU time per call says why (load 15, against the Scan the Loop
+becomes): one thread, the GRU op takes 0.85-0.91x the Scan's CPU time (hand-written 6.4 ms
+against 7.0; flax 6.7 against 7.6); two threads, 2.4-2.8x (18.4 and 21.1 ms) while the Scan takes
+1.1x. The kernel splits each step's two small GEMMs (the recurrent weights passed transposed, so
+MLAS packs them on every call) over the thread pool and waits for both threads 128 times a call;
+the extra CPU time is most likely that waiting, which a contended machine cannot spare. The LSTM
+op, whose kernel prepacks its weights, costs 1.15x its one-thread CPU time with two threads. A rule
+that can lose 3x is the wrong default; ``ENABLED = True`` suits deployments with one intra-op
+thread or idle cores.
 """
 
 from __future__ import annotations
