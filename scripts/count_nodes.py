@@ -3,6 +3,7 @@
     python scripts/count_nodes.py                    # trace, lower, count
     python scripts/count_nodes.py --cache /tmp/shlo  # keep the traced modules; later runs reuse them
     python scripts/count_nodes.py -k model --per-case
+    python scripts/count_nodes.py --cache /tmp/shlo --without zeros,shapes   # what two rewrite rules save
 
 Nodes inside Loop/If/Scan bodies count too. Tracing dominates the run time, so ``--cache`` stores
 each case's serialized StableHLO and signature, and a second run only lowers (this is how before
@@ -58,12 +59,27 @@ def traced(case, cache: str | None):
     return item
 
 
+def _switch_off(rules: list[str]) -> None:
+    """Make the named rewrite rules fire nowhere (each module's ``rewrite`` returns 0)."""
+    import importlib
+
+    for rule in rules:
+        try:
+            module = importlib.import_module(f"jaxconv.onnx.rewrites.{rule}")
+        except ModuleNotFoundError:
+            raise SystemExit(f"count_nodes.py: no rewrite rule {rule!r} in jaxconv.onnx.rewrites") from None
+        module.rewrite = lambda *args, **kwargs: 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-k", default="", help="comma-separated substrings of case names")
     parser.add_argument("--cache", help="folder for traced modules (created when missing)")
     parser.add_argument("--per-case", action="store_true", help="print one line per case")
+    parser.add_argument("--without", default="", help="comma-separated rewrite rules (jaxconv.onnx.rewrites "
+                        "modules, e.g. zeros,layout) to switch off")
     args = parser.parse_args()
+    _switch_off([r for r in args.without.split(",") if r])
     from conformance.case import load_all
     from jaxconv.onnx.driver import lower_module
     from jaxconv.stablehlo.reader import read_module

@@ -158,6 +158,9 @@ def test_ort_keeps_a_sum_with_zero_and_drops_an_add_of_zero(dtype):
     np.testing.assert_array_equal(np.signbit(summed), np.signbit(-(x + dtype(0))))
     added = _ort(negs + [helper.make_node("Add", ["b", "z"], ["c"]), helper.make_node("Neg", ["c"], ["y"])], zero, x)
     assert not np.signbit(added[0, 0])  # -(-0.0): the Add was dropped
+    bias = {"z": np.zeros(x.shape[1], dtype)}  # a zero bias of more than one element is added
+    added = _ort(negs + [helper.make_node("Add", ["b", "z"], ["c"]), helper.make_node("Neg", ["c"], ["y"])], bias, x)
+    assert np.signbit(added[0, 0])
 
 
 def test_ort_reduce_mean_is_reduce_sum_over_count_bit_for_bit():

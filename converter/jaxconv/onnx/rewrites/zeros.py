@@ -13,8 +13,8 @@ dropped where it provably changes nothing, in ORT's arithmetic:
   (added to a value that is never -0.0, e.g. a constant bias with no zeros; compared; squared),
   through ops whose results then differ at most in the sign of a zero (sums, products, Conv).
 
-ORT's NoopElimination drops an ``Add``/``Sub`` of an all-zero constant, so such a constant proves
-nothing. Once a sum's fix is gone, ``ReduceSum(x) / n`` with ``n`` the count of the reduced elements
+ORT's NoopElimination drops an ``Add``/``Sub`` of a one-element zero constant, so such a constant
+proves nothing (a zero bias of more elements is added, and turns -0.0 into +0.0). Once a sum's fix is gone, ``ReduceSum(x) / n`` with ``n`` the count of the reduced elements
 becomes ``ReduceMean`` (ORT's ReduceMean is its ReduceSum divided by n, bit for bit, in float32 and
 float64). A fix that stays becomes ``Sum(v, +0.0)``, one node where it was two (ORT drops an
 ``Add(v, +0.0)`` as a no-op, but not a Sum).
@@ -46,13 +46,13 @@ _MAX_VISITS = 256
 
 
 def _const_no_neg_zero(arr: np.ndarray, droppable: bool) -> bool:
-    """A constant has no -0.0 (and, where ORT would drop an Add/Sub of it, is not all zero)."""
+    """A constant has no -0.0 (and, where ORT would drop an Add/Sub of it, is not a one-element zero)."""
     if arr.dtype.kind != "f":
         return True
     zero = arr == 0
     if np.any(zero & np.signbit(arr)):
         return False
-    return not (droppable and bool(np.all(zero)))
+    return not (droppable and arr.size == 1 and bool(np.all(zero)))
 
 
 def _is_fix(value: ir.Value) -> ir.Value | None:
