@@ -14,7 +14,8 @@ For each setting (below) and model (scripts/bench_models.py) it prints:
 Settings, joined with ``+``: ``off`` (jaxconv's: no spinning, ``session_options()``), ``spin``
 (ORT's default), ``stop`` (``session.force_spinning_stop``: spin during a run, stop after it),
 ``usN`` (``session.intra_op.spin_duration_us``: spin N microseconds before sleeping), ``Nt``
-(N intra-op threads; ORT pins its threads to cores only when it picks the count itself).
+(N intra-op threads; without it, one per physical core, set explicitly; ``0t`` lets ORT pick the
+count, and then ORT pins its threads to cores).
 The load average is printed with every row: compare settings from one run.
 """
 
@@ -34,7 +35,7 @@ sys.path.insert(0, HERE)
 import bench  # noqa: E402
 import bench_models  # noqa: E402
 
-DEFAULT_SETTINGS = "off,spin,spin+stop,spin+us100,spin+us1000,off+2t"
+DEFAULT_SETTINGS = "off,off+0t,spin,spin+stop,spin+us100,spin+us1000"
 
 
 def options(setting: str):

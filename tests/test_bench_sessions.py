@@ -23,7 +23,9 @@ def test_off_is_jaxconvs_session_options():
     opts = bench_sessions.options("off")
     assert _entry(opts, "session.intra_op.allow_spinning") == "0"
     assert _entry(opts, "session.inter_op.allow_spinning") == "0"
-    assert opts.intra_op_num_threads == 0
+    from jaxconv.runtimes.onnxrt import default_threads
+
+    assert opts.intra_op_num_threads == (default_threads() or 0)
 
 
 def test_spin_parts_set_ort_config_entries():
@@ -32,6 +34,7 @@ def test_spin_parts_set_ort_config_entries():
     assert _entry(opts, "session.force_spinning_stop") == "1"
     assert _entry(opts, "session.intra_op.spin_duration_us") == "100"
     assert opts.intra_op_num_threads == 2
+    assert bench_sessions.options("off+0t").intra_op_num_threads == 0
 
 
 @pytest.mark.parametrize("setting, message", [("spin+foo", "unknown part 'foo'"), ("off+spin", "exactly one"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import numpy as np
@@ -11,21 +12,49 @@ from jaxconv.errors import ArtifactError
 _BF16 = 16  # TensorProto.BFLOAT16
 
 
+def default_threads() -> int | None:
+    """One intra-op thread per physical core this process may run on, or None where that is unknown.
+
+    It is the count ORT picks itself, but given explicitly: ORT pins its pool threads to cores only
+    when it picks the count, and on a busy machine a pinned thread waits for its one core while
+    the other is free (scripts/bench_sessions.py: BERT 1.08-1.17 x jax.jit with the count set,
+    1.18-2.30 pinned, load 14-19). Linux only (sysfs topology); elsewhere ORT chooses.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = set()
+    for cpu in os.sched_getaffinity(0):
+        siblings = None
+        for name in ("core_cpus_list", "thread_siblings_list"):
+            try:
+                with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/{name}") as f:
+                    siblings = f.read().strip()
+                break
+            except OSError:
+                continue
+        cores.add(siblings if siblings is not None else str(cpu))
+    return len(cores) or None
+
+
 def session_options(threads: int | None = None, spinning: bool = False):
     """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
 
     ORT's intra-op thread pool spins after each run by default; on a machine with few cores
     the spinning threads take CPU from whatever runs next in the process (another session,
-    jax.jit, the application), so spinning is off unless asked for.
+    jax.jit, the application), so spinning is off unless asked for. Bounded spinning
+    (``session.intra_op.spin_duration_us``) and ``session.force_spinning_stop`` spare the next
+    caller but made the model itself slower on a busy machine (README, "Session settings").
 
     Args:
-        threads: intra-op threads; None lets ORT choose (one per physical core).
+        threads: intra-op threads; None: one per physical core (``default_threads``), not pinned.
         spinning: keep pool threads spinning between runs (ORT's own default).
     """
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if threads is None:
+        threads = default_threads()
     if threads is not None:
         opts.intra_op_num_threads = threads
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
