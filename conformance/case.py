@@ -1,8 +1,13 @@
-"""How a conformance case is declared: a function, argument generators, tolerances, tags.
+"""How a case is declared: a function, its inputs, the targets, how outputs must agree with jax.jit.
 
-A case is declared once and expands over targets x devices. Arguments are seeded numpy
-generators (``Arg``) whose shapes may use symbolic names (``("b", 4)``): the exported
-artifact is then shape-polymorphic and every target runs at each size in ``Case.sizes``.
+One row type serves the conformance suite and the op tests (``tests/ops/test_rows.py``). A case is
+declared once and expands over targets x devices (x opsets for ONNX). Its inputs are either seeded
+numpy generators (``Arg``) whose shapes may use symbolic names (``("b", 4)``): the exported
+artifact is then shape-polymorphic and every target runs at each size in ``Case.sizes``; or
+example inputs (``examples``: concrete values, one tuple per run, edge values written out).
+
+Rows declared with ``case`` belong to the conformance suite (``suite=True``: the report counts
+them); rows declared with ``op_row`` are op tests that pytest runs (ONNX only by default).
 """
 
 from __future__ import annotations
@@ -121,6 +126,18 @@ class Case:
         tol: per-dtype ``(rtol, atol)`` overrides of the default tolerances.
         sizes: values of the symbolic dimensions; each dict is one run.
         constraints: jax.export symbolic constraints.
+        examples: concrete inputs instead of ``args``, one tuple (of arrays or pytrees) per run.
+        arg_specs: specs to export with (``jax.ShapeDtypeStruct``, symbolic dims allowed); by default
+            those of ``args`` or of the first example.
+        expect: how outputs must agree with jax.jit: ``close`` (``jaxconv.verify.compare`` within
+            ``tol``), ``exact`` (bit for bit: values, NaN places, signed zeros; an XLA-flushed
+            subnormal result may be a subnormal of the same sign), ``bits`` (the bytes identical: NaN
+            signs too) or ``allclose`` (``tol["*"]`` element by element, NaN places equal, signed
+            zeros equal).
+        signed_zeros: for ``exact``/``allclose``: the sign of a zero result must match.
+        targets: the targets the row runs on (empty: every target); ``("onnx",)`` for ONNX-only.
+        opsets: ONNX opsets the row runs at (``None``: the converter's default).
+        suite: part of the conformance suite (and its report); else an op test that pytest runs.
     """
 
     name: str
@@ -131,6 +148,13 @@ class Case:
     tol: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     sizes: tuple[Mapping[str, int], ...] = ()
     constraints: tuple[str, ...] = ()
+    examples: tuple[tuple[Any, ...], ...] = ()
+    arg_specs: tuple[Any, ...] | None = None
+    expect: str = "close"
+    signed_zeros: bool = True
+    targets: tuple[str, ...] = ()
+    opsets: tuple[int | None, ...] = (None,)
+    suite: bool = True
 
     @property
     def symbolic(self) -> bool:
@@ -138,13 +162,24 @@ class Case:
 
     @property
     def x64(self) -> bool:
-        return any(isinstance(a, Arg) and a.long_dtype in WIDE for a in self.args) or "x64" in self.tags
+        """Whether the case needs ``jax.enable_x64`` (64-bit inputs, specs or the ``x64`` tag)."""
+        import jax
+
+        if "x64" in self.tags or any(isinstance(a, Arg) and a.long_dtype in WIDE for a in self.args):
+            return True
+        leaves = jax.tree_util.tree_leaves([list(self.arg_specs or ()), [list(e) for e in self.examples]])
+        return any(_x64_leaf(x) for x in leaves)
+
+    def runs_on(self, target: str) -> bool:
+        return not self.targets or target in self.targets
 
     @property
     def slow(self) -> bool:
         return "slow" in self.tags
 
     def size_sets(self) -> tuple[Mapping[str, int], ...]:
+        if self.examples:
+            return tuple({"example": i} for i in range(len(self.examples)))
         if not self.symbolic:
             return ({},)
         if self.sizes:
@@ -157,6 +192,8 @@ class Case:
 
     def inputs(self, sizes: Mapping[str, int]) -> list[Any]:
         """Argument values (numpy arrays or pytrees of them) for one size set; deterministic."""
+        if self.examples:
+            return list(self.examples[sizes["example"]])
         rng = np.random.default_rng(self.seed())
         return [a.make(rng) if isinstance(a, Tree) else a.generate(rng, sizes) for a in self.args]
 
@@ -164,14 +201,26 @@ class Case:
         """Specs for jaxconv.program.trace: strings for ``Arg``, ShapeDtypeStruct pytrees for ``Tree``."""
         import jax
 
+        def spec_of(x: Any) -> Any:
+            return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(np.shape(v), np.asarray(v).dtype), x)
+
+        if self.arg_specs is not None:
+            return list(self.arg_specs)
+        if self.examples:
+            return [spec_of(x) for x in self.examples[0]]
         out: list[Any] = []
         rng = np.random.default_rng(self.seed())
         for a in self.args:
             if isinstance(a, Tree):
-                out.append(jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), a.make(rng)))
+                out.append(spec_of(a.make(rng)))
             else:
                 out.append(a.spec())
         return out
+
+
+def _x64_leaf(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.dtype(dtype).name in WIDE
 
 
 CASES: dict[str, Case] = {}
@@ -196,6 +245,31 @@ def case(name: str, fn: Callable[..., Any], *args: Arg | Tree, family: str, tags
                          tol=dict(tol or {}), sizes=tuple(sizes), constraints=tuple(constraints)))
 
 
+EXPECTS = ("close", "exact", "bits", "allclose")
+
+
+def op_row(name: str, fn: Callable[..., Any], *example: Any, runs: Sequence[Sequence[Any]] = (),
+           specs: Sequence[Any] | None = None, expect: str = "close", signed_zeros: bool = True,
+           tol: Mapping[str, tuple[float | None, float | None]] | tuple[float | None, float | None] | None = None,
+           opsets: Sequence[int | None] = (None,), targets: Sequence[str] = ("onnx",), family: str = "",
+           tags: Iterable[str] = (), suite: bool = False) -> Case:
+    """Declare and register one op test row: ``fn`` on the concrete inputs ``example`` (and on each
+    input tuple in ``runs``), compared with jax.jit as ``expect`` says, at each of ``opsets``.
+
+    ``tol`` is ``(rtol, atol)`` for every output dtype, or a per-dtype mapping; ``specs`` exports with
+    other specs than the example's (symbolic dimensions). See ``Case`` for the fields.
+    """
+    if expect not in EXPECTS:
+        raise ValueError(f"op row {name!r}: expect must be one of {EXPECTS}, not {expect!r}")
+    tols = {"*": tuple(tol)} if isinstance(tol, tuple) else dict(tol or {})
+    if expect == "allclose" and "*" not in tols:
+        raise ValueError(f"op row {name!r}: expect='allclose' needs tol=(rtol, atol)")
+    return register(Case(name=name, fn=fn, args=(), family=family or name.split(".")[0], tags=frozenset(tags),
+                         tol=tols, examples=(tuple(example),) + tuple(tuple(r) for r in runs),
+                         arg_specs=None if specs is None else tuple(specs), expect=expect,
+                         signed_zeros=signed_zeros, targets=tuple(targets), opsets=tuple(opsets), suite=suite))
+
+
 def arg(spec: str, kind: str = "default", **kw: Any) -> Arg:
     """``arg("f32[3,4]")`` / ``arg("i32[b]", "int", low=0, high=5)``: an ``Arg`` from a spec string."""
     m = re.fullmatch(r"\s*([a-z0-9]+)\[(.*)\]\s*", spec)
@@ -208,7 +282,14 @@ def arg(spec: str, kind: str = "default", **kw: Any) -> Arg:
 
 
 def load_all() -> dict[str, Case]:
-    """Import every case module (idempotent) and return the suite by name."""
+    """Import every case module (idempotent) and return the conformance suite by name."""
     import conformance.cases  # noqa: F401
 
-    return CASES
+    return {name: c for name, c in CASES.items() if c.suite}
+
+
+def load_op_rows() -> dict[str, Case]:
+    """Import every case module (idempotent) and return the op test rows (not in the suite) by name."""
+    import conformance.cases  # noqa: F401
+
+    return {name: c for name, c in CASES.items() if not c.suite}

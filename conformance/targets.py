@@ -8,10 +8,11 @@ the worst absolute/relative error:
 - ``saved-model``: ``api.to_saved_model`` then TensorFlow (``SavedModelRunner``), route recorded
 - ``tflite``: ``api.to_tflite(route="auto")`` then ``TFLiteRunner``; the route taken (``xla`` or
   ``tf-ops``) is recorded on the cell
-- ``onnx``: ``program_to_onnx`` + ``validate`` then ONNX Runtime (``OnnxRunner``)
+- ``onnx``: ``program_to_onnx`` (at the cell's opset) + ``validate`` then ONNX Runtime (``OnnxRunner``)
 
 The reference is ``jax.jit`` of the case's function on the same device. Each target is one row of
-``ADAPTERS``: adding a target is one function and one row.
+``ADAPTERS``: adding a target is one function and one row. A case runs under ``jax.enable_x64``
+when it needs 64-bit dtypes, for its cell only (JAX's global flag is left as it was).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from conformance.case import Case
 from conformance.elements import describe, element_classes, explain_by_flushing, flush_subnormals, summarize
+from conformance.expect import mismatch
 from conformance.results import CellResult, failure
 
 DEVICES = ("cpu", "gpu")
@@ -111,12 +113,13 @@ def _flat(args: list[Any]) -> list[np.ndarray]:
 def _trace(case: Case, platform: str):
     from jaxconv.program import trace
 
-    return trace(case.fn, case.specs(), name=case.name.replace(".", "_").replace("-", "_"),
-                 param_names=[f"a{i}" for i in range(len(case.args))], constraints=case.constraints,
+    specs = case.specs()
+    return trace(case.fn, specs, name=case.name.replace(".", "_").replace("-", "_"),
+                 param_names=[f"a{i}" for i in range(len(specs))], constraints=case.constraints,
                  platforms=(platform,))
 
 
-def _stablehlo(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+def _stablehlo(case: Case, program: Any, tmp: str, result: CellResult, opset: int | None = None) -> Any:
     from jaxconv import api
     from jaxconv.runtimes.jaxexport import JaxExportRunner
 
@@ -125,7 +128,7 @@ def _stablehlo(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
     return _stage("load", lambda: JaxExportRunner(base + ".jaxexport"))
 
 
-def _saved_model(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+def _saved_model(case: Case, program: Any, tmp: str, result: CellResult, opset: int | None = None) -> Any:
     from jaxconv import api
     from jaxconv.runtimes import open_artifact
     from jaxconv.tf.saved_model import read_route
@@ -136,14 +139,13 @@ def _saved_model(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
     return _stage("load", lambda: open_artifact(path))
 
 
-def _tflite(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+def _tflite(case: Case, program: Any, tmp: str, result: CellResult, opset: int | None = None) -> Any:
     """``to_tflite`` with ``route="auto"``: the xla route, else tf-ops when xla fails to convert, to
     run, or to match jax.jit in the converter's own check."""
     from jaxconv import api
+    from jaxconv.errors import MismatchError
     from jaxconv.runtimes import open_artifact
     from jaxconv.runtimes.tflite import read_route
-
-    from jaxconv.errors import MismatchError
 
     path = os.path.join(tmp, "model.tflite")
 
@@ -159,11 +161,11 @@ def _tflite(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
     return _stage("load", lambda: open_artifact(path))
 
 
-def _onnx(case: Case, program: Any, tmp: str, result: CellResult) -> Any:
+def _onnx(case: Case, program: Any, tmp: str, result: CellResult, opset: int | None = None) -> Any:
     from jaxconv.onnx import convert
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
-    model = _stage("convert", lambda: convert.program_to_onnx(program))
+    model = _stage("convert", lambda: convert.program_to_onnx(program, opset))
     _stage("validate", lambda: convert.validate(model))
     return _stage("load", lambda: OnnxRunner(model.SerializeToString()))
 
@@ -173,14 +175,14 @@ class Adapter:
     """How the suite drives one target.
 
     Attributes:
-        make: ``(case, program, tmp, result) -> runner``: convert (and validate), then load; may
-            record facts about the artifact (its route) on ``result``.
+        make: ``(case, program, tmp, result, opset) -> runner``: convert (and validate), then load; may
+            record facts about the artifact (its route) on ``result``; ``opset`` (ONNX) may be None.
         needs: (module, skip reason) when the target's runtime may be missing.
         cpu_export: export for the CPU whatever the device (the target runs on the CPU only).
         runs_on_device: the runner runs on the cell's device (under ``jax.default_device``).
     """
 
-    make: Callable[[Case, Any, str, CellResult], Any]
+    make: Callable[..., Any]
     needs: tuple[str, str] | None = None
     cpu_export: bool = False
     runs_on_device: bool = False
@@ -196,11 +198,12 @@ TARGETS = tuple(ADAPTERS)
 TF_TARGETS = frozenset(t for t, a in ADAPTERS.items() if a.needs and a.needs[0] == "tensorflow")
 
 
-def _make_runner(case: Case, target: str, program: Any, tmp: str, result: CellResult) -> Any:
+def _make_runner(case: Case, target: str, program: Any, tmp: str, result: CellResult,
+                 opset: int | None = None) -> Any:
     """Convert (and validate) then load; returns a Runner."""
     if target not in ADAPTERS:
         raise StageError("export", f"unknown target {target!r}; known: {', '.join(TARGETS)}")
-    return ADAPTERS[target].make(case, program, tmp, result)
+    return ADAPTERS[target].make(case, program, tmp, result, opset)
 
 
 def ops_of(program: Any) -> list[str]:
@@ -216,9 +219,10 @@ def ops_of(program: Any) -> list[str]:
 
 
 def tolerance(case: Case, dtype: str) -> tuple[float | None, float | None]:
+    """The case's ``(rtol, atol)`` for ``dtype`` (``"*"``: any dtype); None: the compare defaults."""
     if dtype in case.tol:
         return case.tol[dtype]
-    return None, None
+    return case.tol.get("*", (None, None))
 
 
 def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[np.ndarray], actual: list[Any],
@@ -250,19 +254,57 @@ def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[n
             for i, check in failed]
 
 
-def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) -> CellResult:
-    """Export, convert, load, run and compare one cell; never raises for a failing cell."""
+def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False,
+             opset: int | None = None) -> CellResult:
+    """Export, convert, load, run and compare one cell (ONNX at ``opset``); never raises for a failing cell."""
     import jax
 
     result = CellResult(case=case.name, target=target, device=device)
     start = time.perf_counter()
     skip = missing_runtime(target)
+    if skip is None and not case.runs_on(target):
+        skip = f"the case runs on {', '.join(case.targets)} only"
     if skip is None and device == "gpu" and gpu_device() is None:
         skip = "no GPU"
     if skip is not None:
         result.status, result.reason = "skip", skip
         return result
-    jax.config.update("jax_enable_x64", case.x64)
+    with jax.enable_x64(case.x64):
+        _run_cell(case, target, device, result, with_ops, opset)
+    result.seconds = round(time.perf_counter() - start, 3)
+    return result
+
+
+def _compare_outputs(case: Case, expected: list[np.ndarray], actual: list[Any]) -> tuple[list[tuple[int, Any]], float,
+                                                                                          float, list[str]]:
+    """(failed (index, check) pairs, worst abs, worst rel, notes of ``exact``/``allclose`` mismatches) for one run."""
+    from jaxconv.verify import compare
+
+    failed: list[tuple[int, Any]] = []
+    notes: list[str] = []
+    worst_abs = worst_rel = 0.0
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if case.expect != "close":
+            why = _stage("compare", lambda: mismatch(e, np.asarray(a), case.expect, tolerance(case, "*"),
+                                                      case.signed_zeros, f"output_{i} ({e.dtype})"))
+            if why is not None:
+                notes.append(why)
+            continue
+        rtol, atol = tolerance(case, e.dtype.name)
+        with np.errstate(all="ignore"):
+            check = _stage("compare", lambda: compare(f"output_{i}", e, np.asarray(a), rtol, atol))
+        if not math.isnan(check.max_abs):
+            worst_abs = max(worst_abs, check.max_abs)
+        if not math.isnan(check.max_rel):
+            worst_rel = max(worst_rel, check.max_rel)
+        if not check.ok:
+            failed.append((i, check))
+    return failed, worst_abs, worst_rel, notes
+
+
+def _run_cell(case: Case, target: str, device: str, result: CellResult, with_ops: bool, opset: int | None) -> None:
+    import jax
+
     try:
         adapter = ADAPTERS.get(target)
         if adapter is None:
@@ -275,7 +317,7 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
             except Exception:  # noqa: BLE001  (the op list is informative only)
                 result.ops = []
         with tempfile.TemporaryDirectory(prefix="jaxconv-conf-") as tmp:
-            runner = _make_runner(case, target, program, tmp, result)
+            runner = _make_runner(case, target, program, tmp, result, opset)
             worst_abs, worst_rel, ok = 0.0, 0.0, True
             notes: list[str] = []
             for sizes in case.size_sets():
@@ -293,20 +335,12 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                     actual = _stage("run", lambda: runner.run(_flat(args)))
                 if len(actual) != len(expected):
                     raise StageError("compare", f"{len(actual)} outputs, jax.jit gives {len(expected)}")
-                from jaxconv.verify import compare
-
-                failed: list[tuple[int, Any]] = []
-                for i, (e, a) in enumerate(zip(expected, actual)):
-                    rtol, atol = tolerance(case, e.dtype.name)
-                    with np.errstate(all="ignore"):
-                        check = _stage("compare", lambda: compare(f"output_{i}", e, np.asarray(a), rtol, atol))
-                    if not math.isnan(check.max_abs):
-                        worst_abs = max(worst_abs, check.max_abs)
-                    if not math.isnan(check.max_rel):
-                        worst_rel = max(worst_rel, check.max_rel)
-                    if not check.ok:
-                        ok = False
-                        failed.append((i, check))
+                failed, run_abs, run_rel, exact_notes = _compare_outputs(case, expected, actual)
+                worst_abs, worst_rel = max(worst_abs, run_abs), max(worst_rel, run_rel)
+                if failed or exact_notes:
+                    ok = False
+                where = f" at {dict(sizes)}" if sizes else ""
+                notes.extend(f"{n}{where}" for n in exact_notes)
                 records = _stage("compare", lambda: _classify_outputs(case, runner, args, expected, actual, failed, sizes))
                 for record, check in records:
                     result.diffs.append(record)
@@ -321,5 +355,3 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False) ->
                 failure(result, "compare", f"{len(notes)} output check(s) differ; {notes[0]}")
     except StageError as e:
         failure(result, e.stage, e.error)
-    result.seconds = round(time.perf_counter() - start, 3)
-    return result

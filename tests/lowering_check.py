@@ -1,17 +1,15 @@
 """Test helper: lower a JAX function to ONNX and compare ONNX Runtime with jax.jit on given inputs.
 
-Every call records the StableHLO ops it lowered, so the coverage check in conftest.py can tell
-which registered lowerings the tests exercise.
+Op comparisons are rows (``conformance.case.op_row``, run by ``tests/ops/test_rows.py``, which also
+checks that every registered lowering is exercised); this helper serves the plain tests that look
+at more than the numbers (error messages, graph structure, metadata).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-
-OPS_SEEN_ENV = "JAXCONV_TEST_OPS_SEEN_DIR"
 
 
 def _spec_of(a: Any) -> Any:
@@ -29,26 +27,18 @@ def x64_for(*args: Any) -> Any:
 
 
 def record_ops(program: Any) -> set[str]:
-    """Names of every StableHLO op the program's ONNX lowering walks (written for the coverage check)."""
+    """Names of every StableHLO op the program's ONNX lowering walks."""
     from jaxconv.onnx.preflight import reachable_ops
     from jaxconv.stablehlo.reader import read_module
 
     module = read_module(program.exported.mlir_module_serialized)
-    names = {op.name for op in reachable_ops(module, module.entry())}
-    note_ops(names)
-    return names
+    return {op.name for op in reachable_ops(module, module.entry())}
 
 
 def note_ops(names: Iterable[str]) -> None:
-    """Count ``names`` (StableHLO op names) as exercised, for the coverage check in conftest.py.
-
-    Each test process appends to its own file in the folder conftest.py names in ``OPS_SEEN_ENV``
-    (pytest-xdist workers are separate processes); nothing is written outside a test run.
-    """
-    folder = os.environ.get(OPS_SEEN_ENV)
-    if folder:
-        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a") as f:
-            f.write("".join(f"{name}\n" for name in sorted(set(names))))
+    """Kept for callers of the former coverage files; coverage is ``tests/ops/test_rows.py``'s (rows and
+    its ``PLAIN_TESTS`` table), so this records nothing."""
+    del names
 
 
 def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None,
@@ -67,7 +57,6 @@ def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[
 
     arg_specs = list(specs) if specs is not None else [_spec_of(a) for a in args]
     program = trace(fn, arg_specs)
-    record_ops(program)
     model = program_to_onnx(program, opset)
     validate(model)
     runner = OnnxRunner(model.SerializeToString())

@@ -1,55 +1,37 @@
-"""Shared helpers for the elementwise, bitwise and convert lowering tests.
+"""Shared helpers for the plain elementwise, bitwise and convert lowering tests (the edge values live in
+``conformance/values.py``, shared with the op rows).
 
-Exact ops are compared bit for bit (signed zeros included); ``patched`` runs StableHLO that JAX
-never emits on XLA itself, so such ops are still compared with XLA.
+Exact ops are compared bit for bit (signed zeros included).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import jax
 import ml_dtypes
 import numpy as np
 
-from lowering_check import record_ops
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
-F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-FLOATS = [F32, F16, BF16]
-INTS = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32)]
-X64_FLOATS = [F64]
-X64_INTS = [np.dtype(np.int64), np.dtype(np.uint64)]
-Spec = jax.ShapeDtypeStruct
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-def float_values(dtype: np.dtype) -> np.ndarray:
-    """Edge values representable (as normal numbers, zero, inf or NaN) in ``dtype``."""
-    v = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5,
-         0.49999997, -0.49999997, 3.7, -3.7, 1e-3, -1e-3, 100.25, -7.0, 1e4, 6e4, -6e4, 1e30, -3e38]
-    with np.errstate(over="ignore"):
-        a = np.array(v, np.float64).astype(dtype)
-    keep = ~np.isfinite(a.astype(np.float64)) | (a == 0) | (np.abs(a.astype(np.float64)) >= float(ml_dtypes.finfo(dtype).tiny))
-    return a[keep]
-
-
-def int_values(dtype: np.dtype) -> np.ndarray:
-    info = np.iinfo(dtype)
-    v = [info.min, info.min + 1, -100, -7, -2, -1, 0, 1, 2, 3, 7, 100, info.max - 1, info.max]
-    return np.array(sorted({x for x in v if info.min <= x <= info.max}), dtype)
-
-
-def values(dtype: np.dtype) -> np.ndarray:
-    return float_values(dtype) if dtype.kind == "f" or dtype == BF16 else int_values(dtype)
-
-
-def grid(v: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair (v[i], w[j]) as two flat arrays."""
-    w = v if w is None else w
-    a, b = np.meshgrid(v, w, indexing="ij")
-    return a.ravel(), b.ravel()
+from conformance.values import (  # noqa: E402,F401  (re-exported for the op tests)
+    BF16,
+    F16,
+    F32,
+    F64,
+    FLOATS,
+    INTS,
+    PERIODIC_ATOL,
+    TRANSCENDENTAL_TOL,
+    X64_FLOATS,
+    X64_INTS,
+    Spec,
+    each,
+    float_values,
+    grid,
+    int_values,
+    patched,
+    replace_op,
+    values,
+)
 
 
 def _spec(a: Any) -> Any:
@@ -119,7 +101,6 @@ def check(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None
     if isinstance(fn, jax.export.Exported):
         fn = fn.call
     program = trace(fn, list(specs) if specs is not None else [_spec(a) for a in args])
-    record_ops(program)
     model = program_to_onnx(program, opset)
     validate(model)
     runner = OnnxRunner(_bf16_outputs_to_f32(model).SerializeToString())
@@ -130,45 +111,6 @@ def check(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None
     for i, (e, a) in enumerate(zip(expected, actual)):
         assert_same(e, a, tol, f"output {i} ({e.dtype})", signed_zeros)
     return model
-
-
-def patched(fn: Callable[..., Any], specs: Sequence[Any], edit: Callable[[str], str]) -> jax.export.Exported:
-    """Export ``fn`` and rewrite its StableHLO text with ``edit``; calling the result runs the rewritten
-    module on XLA, so ops JAX itself never emits (integer power, logistic, TOTALORDER compares,
-    scalar clamp bounds) are still checked against XLA."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo as shlo
-
-    from jaxconv.stablehlo.reader import make_context
-
-    exp = jax.export.export(jax.jit(fn))(*specs)
-    text = edit(exp.mlir_module())
-    with make_context():
-        module = ir.Module.parse(text)
-        version = shlo.get_version_from_compatibility_requirement(shlo.StablehloCompatibilityRequirement.WEEK_4)
-        data = shlo.serialize_portable_artifact_str(str(module), version)
-    return dataclasses.replace(exp, mlir_module_serialized=data)
-
-
-def replace_op(old: str, new: str) -> Callable[[str], str]:
-    def edit(text: str) -> str:
-        assert old in text, f"{old} not in the exported module"
-        return text.replace(old, new)
-
-    return edit
-
-
-TRANSCENDENTAL_TOL = {F32: (2e-6, 1e-30), F16: (1e-3, 1e-7), BF16: (8e-3, 1e-30), F64: (1e-13, 1e-300)}
-# sin/cos/tan near their roots: libm and XLA differ by an ulp of the argument's reduction.
-PERIODIC_ATOL = {F32: 1e-7, F16: 1e-3, BF16: 1e-2, F64: 1e-15}
-
-
-def each(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` applied to each argument (or argument pair): one export covers several dtypes."""
-    def many(*args):
-        return tuple(fn(*a) if isinstance(a, tuple) else fn(a) for a in args)
-
-    return many
 
 
 # ---- binary arithmetic ------------------------------------------------------------------------

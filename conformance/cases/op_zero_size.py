@@ -1,14 +1,14 @@
-"""Every lowering handles a dimension of size 0 (conversion passes onnx.checker, ONNX Runtime runs it)."""
+"""Op rows: every lowering handles a dimension of size 0 (conversion passes onnx.checker, ONNX Runtime runs
+it), compared bit for bit."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
 
-from elementwise_support import check
+from conformance.case import op_row
 
 E = np.zeros((0, 3), np.float32)
 EI = np.zeros((0, 3), np.int32)
@@ -85,8 +85,5 @@ CASES = {
     "layer_norm_axis_empty": (lambda x: (x - x.mean(0)) / (x.std(0) + 1.0), E),
 }
 
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_zero_size(name):
-    fn, *args = CASES[name]
-    check(fn, *args)
+for _name, (_fn, *_args) in sorted(CASES.items()):
+    op_row(f"zero_size.{_name}", _fn, *_args, expect="exact")
