@@ -67,3 +67,14 @@ def test_a_bfloat16_dot_over_huge_values_keeps_inf_in_xla():
     assert expected[0].tolist() == [[65535]] and actual[0].tolist() == [[0]]
     expected, actual = _run(jnp.matmul, a, b)
     assert np.isposinf(expected[0].astype(np.float32)).all() and np.isnan(actual[0].astype(np.float32)).all()
+
+
+def test_unsigned_division_by_a_broadcast_scalar_converts():
+    """lax.div(u8[1,1,1], u8[]) broadcasts the divisor into the guarded division's Equal, Div and Where:
+    removing both leading Unsqueezes left the Where's operands rank 0 with its result declared rank 3
+    (onnx.checker error, exit 7)."""
+    a, b = np.array([[[14]]], np.uint8), np.array(3, np.uint8)
+    expected, actual = _run(lax.div, a, b)
+    assert actual[0].shape == expected[0].shape == (1, 1, 1) and actual[0].tolist() == expected[0].tolist()
+    expected, actual = _run(lax.div, a, np.array(0, np.uint8))
+    assert actual[0].tolist() == expected[0].tolist()

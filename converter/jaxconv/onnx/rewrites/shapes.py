@@ -142,8 +142,15 @@ def _cast_of_select(node: ir.Node) -> bool:
 
 
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
-    ranks = [m.rank(i) for i in node.inputs if i is not None and i is not value]
+    """The largest rank of ``node``'s other operands, an Unsqueeze's output counted at its input's rank
+    (that Unsqueeze may be removed too: two leading Unsqueezes into one Where must not vouch for each other)."""
+    ranks = [m.rank(_before_unsqueeze(i)) for i in node.inputs if i is not None and i is not value]
     return -1 if any(r is None for r in ranks) else max(ranks, default=-1)
+
+
+def _before_unsqueeze(value: ir.Value) -> ir.Value:
+    p = value.producer()
+    return p.inputs[0] if p is not None and p.domain == "" and p.op_type == "Unsqueeze" else value
 
 
 def _restores_rank(node: ir.Node, value: ir.Value, rank: int, changed: list[ir.Value], depth: int = 0) -> bool:
