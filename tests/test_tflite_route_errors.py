@@ -146,3 +146,15 @@ def test_untranslatable_node_names_op_and_relative_source_line():
     with pytest.raises(UnsupportedError) as info:
         tflite.convert(program, route="tf-ops")
     assert f"stablehlo.dynamic_conv at {_line(strided_conv, 'symbolic padding')})" in str(info.value)
+
+
+def eigenvalues(a):
+    return jnp.linalg.eigh(a + a.T)[0]  # a LAPACK call inside JAX's private function
+
+
+def test_xla_route_names_the_line_calling_into_a_private_function():
+    from jaxconv.tf import tflite
+
+    with pytest.raises(UnsupportedError) as info:
+        tflite.convert(trace(eigenvalues, [S((4, 4), np.float32)]), route="xla")
+    assert f"stablehlo.custom_call @lapack_ssyevd_ffi x1 at {_line(eigenvalues, 'LAPACK call')};" in str(info.value)

@@ -213,7 +213,8 @@ def failures_in_module(program: Program) -> list[Failure]:
 
     module = read_module(program.exported.mlir_module_serialized)
     out: list[Failure] = []
-    for fn in module.functions.values():
+    sites = call_sites(module)
+    for name, fn in module.functions.items():
         for op in hir.walk_ops(fn.body):
             if op.name == "stablehlo.composite":
                 label = f"stablehlo.composite {op.attrs.get('name')}"
@@ -221,8 +222,32 @@ def failures_in_module(program: Program) -> list[Failure]:
                 label = f"stablehlo.custom_call @{op.attrs.get('call_target_name')}"
             else:
                 continue
-            out.append(Failure(label, _short(op.location, program.source_path)))
+            out.append(Failure(label, located(op.location, name, sites, program.source_path)))
     return out
+
+
+def call_sites(module: object) -> dict[str, tuple[str, str]]:
+    """callee -> (caller, location of the call) for the module's ``func.call`` ops."""
+    from jaxconv.stablehlo import ir as hir
+
+    out: dict[str, tuple[str, str]] = {}
+    for name, fn in module.functions.items():  # type: ignore[attr-defined]
+        for op in hir.walk_ops(fn.body):
+            if op.name == "func.call" and op.attrs.get("callee"):
+                out.setdefault(str(op.attrs["callee"]), (name, op.location))
+    return out
+
+
+def located(location: str, function: str, sites: dict[str, tuple[str, str]], source_path: str | None) -> str:
+    """``model.py:12`` for an op; an op inside a private function (``loc("eigh")``, JAX's
+    jnp.linalg wrappers) takes the user's line of the call into it."""
+    where = _short(location, source_path)
+    for _ in range(16):
+        if where or function not in sites:
+            break
+        function, location = sites[function]
+        where = _short(location, source_path)
+    return where
 
 
 def zero_size_failures(program: Program) -> list[Failure]:
@@ -236,11 +261,12 @@ def zero_size_failures(program: Program) -> list[Failure]:
         module = read_module(program.exported.mlir_module_serialized)
     except Exception:  # a diagnosis aid only
         return out
-    for fn in module.functions.values():
+    sites = call_sites(module)
+    for name, fn in module.functions.items():
         for op in hir.walk_ops(fn.body):
             if op.name != "func.return" and any(0 in (r.type.shape or ()) for r in op.results
                                                  if isinstance(r.type, hir.TensorType)):
-                out.append(Failure(op.name, _short(op.location, program.source_path)))
+                out.append(Failure(op.name, located(op.location, name, sites, program.source_path)))
     return out
 
 
