@@ -154,6 +154,11 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("spectral.rfft", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("spectral.fft2", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("spectral.ifft_c128", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
+    ("spectral.complex_cumsum_symbolic", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
+    ("complex.linalg.*", "tflite", ANY_DEVICE): fails(
+        "convert", r"TFLite cannot convert: stablehlo\.custom_call @lapack_c\w+_ffi x\d",
+        "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and on the tf-ops route "
+        "the ONNX lowering computes complex products and quotients in float64, which TFLite lacks"),
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
         "convert", r"stablehlo\.rng_bit_generator x\d+ \(rng_bit_generator with algorithm DEFAULT",
         "XLA's backend-defined (DEFAULT) bit generator cannot be reproduced bit-exactly; THREE_FRY is lowered"),

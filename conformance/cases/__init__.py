@@ -1,6 +1,7 @@
 """Every conformance case, one module per theme; importing this package registers them all."""
 
 from conformance.cases import (  # noqa: F401
+    complex_extra,
     control,
     dtypes,
     edges,
@@ -9,25 +10,6 @@ from conformance.cases import (  # noqa: F401
     linalg,
     models,
     models_ext,
-    op_bitwise,  # op_*: op test rows (pytest runs them; not in the suite)
-    op_complex,
-    op_composites,
-    op_control,
-    op_convert,
-    op_convolution,
-    op_dynamic_shapes,
-    op_elementwise,
-    op_half_precision,
-    op_indexing,
-    op_lapack,
-    op_linalg,
-    op_reduce,
-    op_reduce_window,
-    op_rng,
-    op_shape,
-    op_signed_zeros,
-    op_sort,
-    op_zero_size,
     reduce,
     shape,
     spectral,
