@@ -287,7 +287,8 @@ def test_saved_model_runner_error_names_the_real_cause(tmp_path):
     import inspect
 
     line = inspect.getsourcelines(cholesky)[1] + 1  # the line calling jnp.linalg.cholesky
-    with pytest.raises(UnsupportedError, match=rf"stablehlo\.custom_call @lapack_spotrf_ffi x1 at tests/test_tf_targets\.py:{line}; a SavedModel cannot run"):
+    want = rf"stablehlo\.custom_call @lapack_spotrf_ffi x1 at tests/test_tf_targets\.py:{line}; a SavedModel cannot run"
+    with pytest.raises(UnsupportedError, match=want):
         api.to_tflite(cholesky, "f32[3,3]", route="xla")
 
 

@@ -113,7 +113,9 @@ def test_route_divides_edge_values_like_jax(name):
     a, b = (np.array(v, dtype=dtype) for v in zip(*itertools.product(edges, edges)))
     spec = jax.ShapeDtypeStruct(a.shape, dtype)
     with jax.enable_x64(True):
-        data = api.to_tflite(lambda x, y: (lax.div(x, y), lax.rem(x, y)), spec, spec, route="tf-ops", check=False)
+        data = api.to_tflite(
+            lambda x, y: (lax.div(x, y), lax.rem(x, y)), spec, spec, route="tf-ops", check=False
+        )
     got = TFLiteRunner(data).run([a, b])
     want = _xla(a, b)
     for g, w in zip(got, want):

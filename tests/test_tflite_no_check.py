@@ -68,13 +68,17 @@ def test_no_check_auto_falls_back_when_xla_does_not_convert(no_jax_jit):
 
 def test_no_check_auto_runs_the_model_once(monkeypatch, no_jax_jit):
     """The one run is real: a model LiteRT cannot run fails on both routes, naming why."""
-    with pytest.raises(ArtifactError, match=r"Invalid tensor size.*the tf-ops route: LiteRT failed while running"):
+    with pytest.raises(
+        ArtifactError, match=r"Invalid tensor size.*the tf-ops route: LiteRT failed while running"
+    ):
         api.to_tflite(empty, jax.ShapeDtypeStruct((0, 3), np.float32), check=False)
     ran: list = []
     from jaxconv.runtimes import tflite as runtime
 
     real = runtime.TFLiteRunner.run
-    monkeypatch.setattr(runtime.TFLiteRunner, "run", lambda self, inputs: ran.append(inputs) or real(self, inputs))
+    monkeypatch.setattr(
+        runtime.TFLiteRunner, "run", lambda self, inputs: ran.append(inputs) or real(self, inputs)
+    )
     api.to_tflite(exp_nan, "f32[8]", check=False)
     assert len(ran) == 1 and ran[0][0].shape == (8,)
     api.to_tflite(exp_nan, "f32[8]", check=False, route="xla")  # a forced route is not run at all
@@ -89,6 +93,8 @@ def test_cli_no_check_says_the_result_was_not_compared(tmp_path, capsys, no_jax_
     text = capsys.readouterr().out
     assert "route tf-ops (auto: it converted and ran once in LiteRT on random inputs)" in text
     assert "not compared with jax.jit (--no-check)" in text
-    assert main(["to-tflite", str(src), "--specs", "f32[5]", "-o", out, "--no-check", "--route", "tf-ops"]) == 0
+    assert (
+        main(["to-tflite", str(src), "--specs", "f32[5]", "-o", out, "--no-check", "--route", "tf-ops"]) == 0
+    )
     text = capsys.readouterr().out
     assert "route tf-ops; not compared with jax.jit (--no-check)" in text

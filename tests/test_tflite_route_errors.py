@@ -54,9 +54,9 @@ def empty_exp(x):
 def _rejection(op: str, element: str) -> str:
     """The converter's text for a TF op with no builtin, as TF 2.21 prints it."""
     return (
-        f"Could not translate MLIR to FlatBuffer./somewhere/translator.py:40:1: error: '{op}' op is neither a "
-        "custom op nor a flex op\n"
-        f"/somewhere/translator.py:40:1: note: see current operation: %3 = \"{op}\"(%1, %2) {{device = \"\"}} : "
+        "Could not translate MLIR to FlatBuffer./somewhere/translator.py:40:1: error: "
+        f"'{op}' op is neither a custom op nor a flex op\n"
+        f'/somewhere/translator.py:40:1: note: see current operation: %3 = "{op}"(%1, %2) {{device = ""}} : '
         f"(tensor<?x5x{element}>, tensor<?x5x{element}>) -> tensor<?x5x{element}>\n"
         "/somewhere/translator.py:40:1: note: Error code: ERROR_NEEDS_FLEX_OPS\n"
         "<unknown>:0: error: failed while converting: 'main': \n"
@@ -112,14 +112,19 @@ def test_zero_size_run_failure_names_ops_and_lines_on_both_routes():
         api.to_tflite(empty_exp, S((0, 3), np.float32))
     message = str(info.value)
     line = _line(empty_exp, "on zero rows")
-    both = "Invalid tensor size.; the tf-ops route: LiteRT failed while running the TFLite model: Invalid tensor size."
+    size = "Invalid tensor size."
+    both = f"{size}; the tf-ops route: LiteRT failed while running the TFLite model: {size}"
     assert message.startswith("LiteRT failed while running the TFLite model: " + both)  # xla, then tf-ops
-    assert message.endswith(f"(LiteRT rejects zero-size tensors: input x float32[0, 3]; stablehlo.exponential "
-                            f"x1 at {line}; stablehlo.broadcast_in_dim x1 at {line}; stablehlo.add x1 at {line})")
+    assert message.endswith(
+        f"(LiteRT rejects zero-size tensors: input x float32[0, 3]; stablehlo.exponential "
+        f"x1 at {line}; stablehlo.broadcast_in_dim x1 at {line}; stablehlo.add x1 at {line})"
+    )
 
 
 def test_zero_size_run_failure_names_ops_with_route_forced():
-    with pytest.raises(ArtifactError, match=r"stablehlo\.exponential x1 at .*test_tflite_route_errors\.py:\d+"):
+    with pytest.raises(
+        ArtifactError, match=r"stablehlo\.exponential x1 at .*test_tflite_route_errors\.py:\d+"
+    ):
         api.to_tflite(empty_exp, S((0, 3), np.float32), route="tf-ops")
 
 
@@ -157,4 +162,6 @@ def test_xla_route_names_the_line_calling_into_a_private_function():
 
     with pytest.raises(UnsupportedError) as info:
         tflite.convert(trace(eigenvalues, [S((4, 4), np.float32)]), route="xla")
-    assert f"stablehlo.custom_call @lapack_ssyevd_ffi x1 at {_line(eigenvalues, 'LAPACK call')};" in str(info.value)
+    assert f"stablehlo.custom_call @lapack_ssyevd_ffi x1 at {_line(eigenvalues, 'LAPACK call')};" in str(
+        info.value
+    )

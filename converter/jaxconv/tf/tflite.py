@@ -116,8 +116,9 @@ def _check_float64(program: Program, model: Any) -> None:
         found = "; ".join(([", ".join(names)] if names else []) + where[:4]) + more
         ours = "" if names or "f64" in program.exported.mlir_module() else " (the ONNX lowering widens these)"
         hint = "compute in float32, or convert" if not ours else "convert"
-        raise UnsupportedError(f"TFLite has no float64 kernels: float64 in {found}{ours}; {hint} to SavedModel "
-                               "or ONNX instead")
+        raise UnsupportedError(
+            f"TFLite has no float64 kernels: float64 in {found}{ours}; {hint} to SavedModel or ONNX instead"
+        )
 
 
 def tf_ops_error(message: str, *, allow_flex: bool, model: Any = None, concrete: Any = None) -> JaxconvError:

@@ -175,7 +175,7 @@ def tf_ops_failures(text: str, locate: Callable[[str, str], list[str]]) -> list[
             label = f"{label} on {_ELEMENT[element]}"
         flex = d.code == "ERROR_NEEDS_FLEX_OPS"
         origins = locate(name, element) if name else []
-        out.extend(Failure(label, w, flex) for w in origins) if origins else out.append(Failure(label, "", flex))
+        out.extend(Failure(label, w, flex) for w in origins or [""])
     return out
 
 

@@ -102,7 +102,8 @@ def scan(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
         carried, stacked = list(vals[:n]), list(vals[n:])
         nxt, new_rows = run(i, [Value(t, d) for t, d in zip(carried, state_dtypes)])
         nxt_t = _unpermuted(tf, i, carried, [v.t for v in nxt])
-        return [i + 1] + nxt_t + [tf.tensor_scatter_nd_update(s, [[i]], [r.t]) for s, r in zip(stacked, new_rows)]
+        written = [tf.tensor_scatter_nd_update(s, [[i]], [r.t]) for s, r in zip(stacked, new_rows)]
+        return [i + 1] + nxt_t + written
 
     result = tf.while_loop(
         lambda i, *vals: i < steps, step, [tf.constant(1, tf.int32)] + [v.t for v in first] + stacks

@@ -15,8 +15,21 @@ from typing import Any, Callable, Iterator
 _INVALID = re.compile(r"[^A-Za-z0-9_.\-]")
 _UNIQUIFIED = re.compile(r"_\d+$")
 # TF DataType enum -> the element type names the converter prints (tensor<5xf64>).
-_TF_ELEMENT = {1: "f32", 2: "f64", 3: "i32", 4: "ui8", 5: "i16", 6: "i8", 9: "i64", 10: "i1", 14: "bf16",
-               17: "ui16", 19: "f16", 22: "ui32", 23: "ui64"}
+_TF_ELEMENT = {
+    1: "f32",
+    2: "f64",
+    3: "i32",
+    4: "ui8",
+    5: "i16",
+    6: "i8",
+    9: "i64",
+    10: "i1",
+    14: "bf16",
+    17: "ui16",
+    19: "f16",
+    22: "ui32",
+    23: "ui64",
+}
 
 
 def scope_name(node: Any, index: int) -> str:
@@ -51,7 +64,7 @@ def _element(node_def: Any) -> str:
 
 
 def source_of(node: Any) -> str:
-    """The node's JAX source line as the lowering recorded it, relative to the working folder when below it."""
+    """The node's JAX source line as the lowering recorded it (relative to the working folder below it)."""
     import os
 
     from jaxconv.tf.tflite_errors import display_path
@@ -76,7 +89,9 @@ def _owner(name: str, by_scope: dict[str, Any]) -> Any:
     for part in reversed(name.split("/")[:-1]):
         if part.startswith("jx_"):
             key = part[3:]
-            return by_scope.get(key) or by_scope.get(_UNIQUIFIED.sub("", key))  # TF appends _1 to reused scopes
+            return by_scope.get(key) or by_scope.get(
+                _UNIQUIFIED.sub("", key)
+            )  # TF appends _1 to reused scopes
     return None
 
 
