@@ -2,8 +2,10 @@
 
 XLA truncates toward zero; ``x / 0`` is -1 (all ones unsigned), ``x % 0`` is ``x``, and
 ``INT_MIN / -1`` is ``INT_MIN`` (``% -1`` is 0). int32 (and the narrower types computed in it)
-divide with TFLite's ``FLOOR_DIV``. TFLite has no 64-bit division, but its ``FLOOR_MOD`` is exact
-on int64, so 64-bit values (int64, and uint32/uint64 held in int64) take three steps:
+divide with TFLite's ``FLOOR_DIV``. TFLite has no 64-bit division (measured with TF 2.21: int64
+``FloorDiv``, ``TruncateDiv``, shifts and bitwise AND do not convert to builtins), but its
+``FLOOR_MOD`` converts and is exact on int64, so 64-bit values (int64, and uint32/uint64 held in
+int64) take three steps:
 
 1. the truncated remainder ``r`` from ``FLOOR_MOD`` (exact);
 2. ``n = a - r``, an exact multiple of ``b`` with ``|n| <= |a|`` (no overflow);
