@@ -107,3 +107,29 @@ def test_hoisted_constants_of_other_dtypes(dtype):
     i = np.array([0, 3, 511, 7], np.int32)
     got = OnnxRunner(model.SerializeToString()).run([i])[0]
     np.testing.assert_array_equal(got, table[i])
+
+
+def test_hoisted_float64_constants_under_x64():
+    w = np.linspace(-1, 1, 128 * 128, dtype=np.float64).reshape(128, 128)  # 128 KiB
+
+    def fn(x):
+        return jnp.sin(x @ w)
+
+    program = trace(fn, ["f64[2,128]"], hoist_constants=True)
+    assert program.x64 and len(program.constants) == 1 and program.constants[0].dtype == np.float64
+    model = convert.program_to_onnx(program)
+    assert _digest(model) == _digest(convert.program_to_onnx(trace(fn, ["f64[2,128]"])))
+    x = np.linspace(0, 1, 256, dtype=np.float64).reshape(2, 128)
+    with jax.enable_x64(True):
+        want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_allclose(OnnxRunner(model.SerializeToString()).run([x])[0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_jitted_function_is_hoisted_too():
+    jitted = jax.jit(lambda x: jnp.tanh(x @ _W1) @ _W2)
+    program = trace(jitted, ["f32[3,128]"], hoist_constants=True)
+    assert len(program.constants) == 2
+    model = convert.program_to_onnx(program)
+    x = _RNG.standard_normal((3, 128), dtype=np.float32)
+    np.testing.assert_allclose(OnnxRunner(model.SerializeToString()).run([x])[0], np.asarray(jitted(x)),
+                               rtol=1e-5, atol=1e-5)
