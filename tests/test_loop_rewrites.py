@@ -278,3 +278,37 @@ def test_lowered_scan_rows_are_loop_scan_outputs_then_scan_outputs(reverse, monk
         assert len(body.input) == inputs  # Loop: iteration, cond, counter, c; Scan: c, a row of xs
         assert len(body.output) == (1 + 2 + 3 if kind == "Loop" else 1 + 3)  # (cond, counter,) c, 3 rows
         _check(fn, model, args)
+
+
+@pytest.mark.parametrize("cell_name", ["LSTMCell", "OptimizedLSTMCell"])
+def test_flax_lstm_cells_become_the_lstm_op(cell_name):
+    # flax carries (c, h) and writes one Dense per gate (LSTMCell) or one fused Dense (Optimized)
+    nn = pytest.importorskip("flax.linen")
+    hidden, n_in, steps, batch = 8, 5, 6, 3
+    cell = getattr(nn, cell_name)(features=hidden)
+    params = cell.init(jax.random.PRNGKey(0), (jnp.zeros((batch, hidden)),) * 2, jnp.zeros((batch, n_in)))
+    leaves, tree = jax.tree_util.tree_flatten(params)
+    rng = np.random.default_rng(8)  # non-zero biases: each lands in its ONNX slot
+    params = jax.tree_util.tree_unflatten(tree, [rng.standard_normal(np.shape(x)).astype(np.float32) / 3
+                                                 for x in leaves])
+
+    def fn(xs, c0, h0):
+        return jax.lax.scan(lambda carry, x: cell.apply(params, carry, x), (c0, h0), xs)
+
+    model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]",
+                            f"f32[{batch},{hidden}]", check=False)
+    branch = next(n for n in model.graph.node if n.op_type == "If")
+    fast = next(a.g for a in branch.attribute if a.name == "else_branch")
+    assert [n.op_type for n in fast.node].count("LSTM") == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for odd in (False, True):
+        xs = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+        c0, h0 = (rng.standard_normal((batch, hidden)).astype(np.float32) for _ in range(2))
+        if odd:
+            xs[2, 1, 0], h0[0, 0] = np.nan, np.inf
+        want = jax.tree_util.tree_leaves(jax.jit(fn)(xs, c0, h0))
+        for g, w in zip(runner.run([xs, c0, h0]), want):
+            if odd:
+                _same(g, w)
+            else:
+                np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)

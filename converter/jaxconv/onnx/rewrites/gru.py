@@ -93,12 +93,12 @@ class _Cell:
         if add is not None:
             a, b = self.linear(add[0], cols, depth - 1), self.linear(add[1], cols, depth - 1)
             return a.plus(b) if a is not None and b is not None else None
-        bias = m.folded(value)
+        bias = _weight(value)
         if bias is not None:
             return self._bias(bias, cols)
         mm = m.producer(value, "MatMul")
         if mm is not None and mm.inputs[0] is self.h_in:
-            w = m.const(mm.inputs[1])
+            w = _weight(mm.inputs[1])
             return None if w is None or w.ndim != 2 else _Linear(wh=_cut(w, cols))
         return self._projection(value, cols)
 
@@ -118,7 +118,7 @@ class _Cell:
         if outer is None or outer.graph is not self.loop.graph:
             return None
         axes = m.const(sl.inputs[3])
-        w = m.const(outer.inputs[1])
+        w = _weight(outer.inputs[1])
         if axes is None or list(np.atleast_1d(axes)) != [0] or w is None or w.ndim != 2:
             return None
         if not _is_counter_index(sl.inputs[1], self.counter):
@@ -141,6 +141,27 @@ class _Cell:
         return self.linear(pre, sel[1:]) if pre is not None else None
 
 
+def _weight(value: ir.Value | None, depth: int = 4) -> np.ndarray | None:
+    """A constant, or a Concat / Reshape of constants (flax's fused Dense kernels and biases, before
+    constant folding runs)."""
+    arr = m.folded(value)
+    if arr is not None or depth == 0:
+        return arr
+    node = m.producer(value, "Concat", "Reshape")
+    if node is None or any(v is None for v in node.inputs):
+        return None
+    parts = [_weight(v, depth - 1) for v in node.inputs]
+    if any(p is None for p in parts):
+        return None
+    try:
+        if node.op_type == "Reshape":
+            shape = [int(d) for d in np.atleast_1d(parts[1])]
+            return None if 0 in shape else parts[0].reshape(shape)
+        return np.concatenate(parts, axis=m.attr(node, "axis", 0))
+    except ValueError:
+        return None
+
+
 def _cut(arr: np.ndarray, cols: tuple[int, int] | None) -> np.ndarray:
     return arr if cols is None else arr[..., cols[0]:cols[1]]
 
@@ -159,7 +180,7 @@ def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value
         axis = m.attr(node, "axis", 0)
         src = node.inputs[0]
         sizes = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-        if src is None or m.rank(src) != 2 or axis not in (1, -1) or sizes is None:
+        if src is None or m.rank(src) not in (2, None) or axis not in (1, -1) or sizes is None:
             return None
         k = value.index()
         start = int(np.sum(sizes[:k]))

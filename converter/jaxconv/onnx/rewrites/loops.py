@@ -101,18 +101,18 @@ def _hoist_projection(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
         a, w = mm.inputs
         if w is None or id(w) in inside or m.rank(w) != 2 or not _visible_in(w, outer, main):
             continue
-        reshape = m.producer(a, "Reshape")
-        if reshape is None:
-            continue
-        sl = _step_slice(reshape.inputs[0], inside)
+        row = m.producer(a, "Reshape", "Squeeze")
+        sl = _step_slice(row.inputs[0], inside) if row is not None else None
         if sl is None:
             continue
         xs = sl.inputs[0]
-        target = m.const(reshape.inputs[1])
-        if (xs.shape is None or not xs.shape.is_static() or len(xs.shape) < 2 or target is None or
-                list(target) != list(xs.shape)[1:] or not _visible_in(xs, outer, main)):
+        if (xs.shape is None or not xs.shape.is_static() or len(xs.shape) < 2 or not _drops_axis0(row, xs)
+                or not _visible_in(xs, outer, main)):
             continue
         projected = ir.node("MatMul", [xs, w])
+        if w.shape is not None and isinstance(w.shape[1], int):
+            projected.outputs[0].shape = ir.Shape([*list(xs.shape)[:-1], w.shape[1]])
+            projected.outputs[0].type = xs.type
         outer.insert_before(loop, projected)
         step = ir.node("Slice", [projected.outputs[0], *sl.inputs[1:]])
         squeeze = ir.node("Squeeze", [step.outputs[0], _i64(body, [0])])
@@ -133,8 +133,8 @@ def rewrite(main: ir.Graph) -> int:
     loops = [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Loop" and n.domain == ""]
     for loop in reversed(loops):  # inner loops first: what leaves an inner body may leave the outer one too
         body = loop.attributes["body"].value
+        count += _hoist_invariants(loop, body)  # first: a weight the body builds from constants leaves too
         count += _hoist_projection(loop, body, main)
-        count += _hoist_invariants(loop, body)
     return count
 
 
@@ -212,8 +212,8 @@ def _to_scan(loop: ir.Node) -> int:
         scan_in.append(value)
         body_in.append(row)
     _drop_dead(body)
-    if not index.uses() and len(body_in) > 1:  # rows of xs are all the body reads of the counter
-        body_in, scan_in = body_in[1:], scan_in[1:]
+    kept = [k for k, v in enumerate(body_in) if v.uses()] or [0]  # inputs the body still reads
+    body_in, scan_in = [body_in[k] for k in kept], [scan_in[k] for k in kept]
     old_inputs = list(body.inputs)
     body.inputs.clear()
     body.inputs.extend(old_inputs[3:] + body_in)

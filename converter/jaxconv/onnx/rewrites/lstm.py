@@ -52,34 +52,6 @@ def _sig_times(value: ir.Value, other_test) -> tuple[ir.Value, ir.Value] | None:
     return None
 
 
-def _add_terms(value: ir.Value, depth: int = 3) -> list[ir.Value]:
-    pair = m.binary(m.producer(value), "Add")
-    if pair is None or depth == 0:
-        return [value]
-    return _add_terms(pair[0], depth - 1) + _add_terms(pair[1], depth - 1)
-
-
-def _column_slice(value: ir.Value, gates: list) -> tuple[int, int] | None:
-    """(start, stop) of a Slice taking whole rows and columns start:stop of a 2-D value."""
-    sl = m.producer(value, "Slice")
-    if sl is None or len(sl.inputs) < 4:
-        return None
-    if gates and sl.inputs[0] is not gates[0]:
-        return None
-    starts, ends, axes = (m.const(v) for v in sl.inputs[1:4])
-    steps = m.const(sl.inputs[4]) if len(sl.inputs) > 4 and sl.inputs[4] is not None else None
-    if starts is None or ends is None or axes is None or (steps is not None and np.any(steps != 1)):
-        return None
-    spans = {int(a) % 2: (int(s), int(e)) for a, s, e in zip(np.atleast_1d(axes), np.atleast_1d(starts), np.atleast_1d(ends))}
-    rows = spans.get(0, (0, 1 << 62))
-    if rows[0] != 0 or 1 not in spans:
-        return None
-    if not gates:
-        gates.append(sl.inputs[0])
-    gates.append(rows[1])
-    return spans[1]
-
-
 def _is_counter_index(value: ir.Value, counter: ir.Value) -> bool:
     while value is not counter:
         node = m.producer(value)
@@ -92,30 +64,24 @@ def _is_counter_index(value: ir.Value, counter: ir.Value) -> bool:
 
 
 def _match(loop: ir.Node) -> dict | None:
+    """The LSTM cell in ``loop``'s body: its gates' weights in ONNX's layout, the sequence, the state."""
+    from jaxconv.onnx.rewrites.gru import _Cell
+    from jaxconv.onnx.rewrites.loops import trip_count
+
     body = loop.attributes["body"].value
     if len(loop.inputs) != 5 or len(body.inputs) != 5 or len(body.outputs) != 5 or len(loop.outputs) != 4:
         return None
-    if loop.inputs[0] is not None:
+    steps = trip_count(loop)
+    if steps is None:
         return None
-    counter, h_in, c_in = body.inputs[2], body.inputs[3], body.inputs[4]
-    # trip count: counter from 0, +1 per step, continue while counter + 1 < T
-    start = m.folded(loop.inputs[2])
-    step = m.binary(m.producer(body.outputs[1]), "Add")
-    less = m.binary(m.producer(body.outputs[0]), "Less")
-    if start is None or int(start) != 0 or step is None or step[0] is not counter or not m.is_scalar_const(step[1], 1.0):
-        return None
-    if less is None or less[0] is not body.outputs[1] or m.folded(less[1]) is None:
-        return None
-    steps = int(m.folded(less[1]))
-    first = m.binary(m.producer(loop.inputs[1]), "Less")
-    if not (m.folded(loop.inputs[1]) is not None and bool(m.folded(loop.inputs[1]))) and not (
-            first is not None and m.folded(first[0]) is not None and m.folded(first[1]) is not None
-            and int(m.folded(first[0])) < int(m.folded(first[1]))):
-        return None
-    h_out, c_out, ys = body.outputs[2], body.outputs[3], body.outputs[4]
+    ys = body.outputs[4]
     ident = m.producer(ys, "Identity")
-    if (ident.inputs[0] if ident is not None else ys) is not h_out:
+    ys = ident.inputs[0] if ident is not None else ys
+    if ys not in (body.outputs[2], body.outputs[3]):
         return None
+    k_h = 0 if ys is body.outputs[2] else 1  # the carry order: (h, c) as written by hand, (c, h) by flax
+    h_in, c_in = body.inputs[3 + k_h], body.inputs[4 - k_h]
+    h_out, c_out = body.outputs[2 + k_h], body.outputs[3 - k_h]
     # h' = sigmoid(o) * tanh(c')
     got = _sig_times(h_out, lambda y: m.producer(y, "Tanh") is not None and m.producer(y, "Tanh").inputs[0] is c_out)
     if got is None:
@@ -135,53 +101,43 @@ def _match(loop: ir.Node) -> dict | None:
             i, g = ig[0], m.producer(ig[1], "Tanh").inputs[0]
     if f is None or i is None:
         return None
-    gates: list = []
-    spans = [_column_slice(v, gates) for v in (i, f, g, o)]
-    if any(s is None for s in spans):
+    # each gate's pre-activation: xs[t] @ w + h @ u + b (one fused product sliced, or one per gate)
+    cell = _Cell(loop, h_in, body.inputs[2])
+    parts = {k: cell.linear(v) for k, v in (("i", i), ("f", f), ("g", g), ("o", o))}
+    xs = cell.xs
+    if any(p is None for p in parts.values()) or xs is None or xs.shape is None or len(xs.shape) != 3:
         return None
-    hidden = spans[0][1] - spans[0][0]
-    if [s for s in spans] != [(k * hidden, (k + 1) * hidden) for k in range(4)]:
+    batch, n_in = xs.shape[1], xs.shape[2]
+    if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
         return None
-    # gates = xs[t] @ wx + h @ wh + b
-    proj = rec = bias = None
-    for term in _add_terms(gates[0]):
-        mm = m.producer(term, "MatMul")
-        sq = m.producer(term, "Squeeze")
-        if mm is not None and mm.inputs[0] is h_in and m.const(mm.inputs[1]) is not None:
-            rec = m.const(mm.inputs[1])
-        elif sq is not None:
-            sl = m.producer(sq.inputs[0], "Slice")
-            outer = m.producer(sl.inputs[0], "MatMul") if sl is not None else None
-            if (outer is None or outer.graph is not loop.graph or m.const(outer.inputs[1]) is None
-                    or list(np.atleast_1d(m.const(sl.inputs[3]))) != [0] or not _is_counter_index(sl.inputs[1], counter)):
+    if min(cell.rows, default=batch) < batch:  # every Slice keeps all rows
+        return None
+    recurrent = [p.wh for p in parts.values() if p.wh is not None]
+    if not recurrent or recurrent[0].ndim != 2:
+        return None
+    hidden = recurrent[0].shape[0]  # h @ u: u has a row per state element
+    full = {"wx": (n_in, hidden), "wh": (hidden, hidden), "b": (hidden,)}
+    arrays: dict = {}
+    for kind, shape in full.items():
+        for k, part in parts.items():
+            arr = getattr(part, kind)
+            arr = np.zeros(shape, np.float32) if arr is None else arr
+            if arr.shape != shape or arr.dtype != np.float32:
                 return None
-            proj = outer
-        elif m.folded(term) is not None:
-            bias = m.folded(term)
-        else:
-            return None
-    if proj is None or rec is None:
-        return None
-    xs, wx = proj.inputs[0], m.const(proj.inputs[1])
-    if xs.shape is None or len(xs.shape) != 3 or xs.shape[0] != steps or wx.dtype != np.float32:
-        return None
-    if not isinstance(xs.shape[1], int) or min(gates[1:]) < xs.shape[1]:  # every slice takes all rows
-        return None
-    if wx.shape[1] != 4 * hidden or rec.shape != (hidden, 4 * hidden):
-        return None
-    if bias is None:
-        bias = np.zeros(4 * hidden, np.float32)
-    bias = bias.reshape(-1, 4 * hidden)
-    if not np.all(bias == bias[:1]):
-        return None
-    return {"proj": proj, "xs": xs, "wx": wx, "wh": rec, "b": bias[0], "hidden": hidden, "steps": steps,
-            "h0": loop.inputs[3], "c0": loop.inputs[4]}
+            arrays[kind, k] = arr
+    projs = list(dict.fromkeys(pr for part in parts.values() for pr in part.projs))
+    return {"projs": projs, "xs": xs, "arrays": arrays, "hidden": hidden, "steps": steps, "k_h": k_h,
+            "h0": loop.inputs[3 + k_h], "c0": loop.inputs[4 - k_h]}
 
 
-def _iofc(w: np.ndarray, hidden: int) -> np.ndarray:
-    """jax's (i, f, g, o) gate columns as ONNX's (i, o, f, c) rows."""
-    i, f, g, o = (w[..., k * hidden:(k + 1) * hidden] for k in range(4))
-    return np.ascontiguousarray(np.concatenate([i, o, f, g], axis=-1).T)
+def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX's W [1, 4H, I], R [1, 4H, H] and B [1, 8H] (gates i, o, f, c) from the matched parts."""
+    a = got["arrays"]
+    order = ("i", "o", "f", "g")
+    w = np.concatenate([a["wx", k].T for k in order])[None]
+    r = np.concatenate([a["wh", k].T for k in order])[None]
+    b = np.concatenate([a["b", k] for k in order] + [np.zeros(4 * got["hidden"], np.float32)])[None]
+    return tuple(np.ascontiguousarray(x, np.float32) for x in (w, r, b))
 
 
 def _const(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
@@ -202,12 +158,13 @@ def rewrite(graph: ir.Graph) -> int:
     count = 0
     for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
         got = _match(loop)
-        if got is None or not all(np.isfinite(got[k]).all() for k in ("wx", "wh", "b")):
+        if got is None:
+            continue
+        w_arr, r_arr, b_arr = _onnx_weights(got)
+        if not all(np.isfinite(x).all() for x in (w_arr, r_arr, b_arr)):
             continue
         hdim = got["hidden"]
-        w = _const(graph, "lstm_w", _iofc(got["wx"], hdim)[None])
-        r = _const(graph, "lstm_r", _iofc(got["wh"], hdim)[None])
-        b = _const(graph, "lstm_b", np.concatenate([_iofc(got["b"][None], hdim)[:, 0], np.zeros(4 * hdim, np.float32)])[None])
+        w, r, b = _const(graph, "lstm_w", w_arr), _const(graph, "lstm_r", r_arr), _const(graph, "lstm_b", b_arr)
         axis0 = _const(graph, "lstm_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "lstm_axis1", np.array([1], np.int64))
         h0, c0 = _initial_state(got["h0"], axis0), _initial_state(got["c0"], axis0)
@@ -219,7 +176,8 @@ def rewrite(graph: ir.Graph) -> int:
         counter_dtype = loop.outputs[0].dtype
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], counter_dtype.numpy() if counter_dtype else np.int64))})
         fast = [n for n in (h0, c0) if n] + [lstm, ys, h_last, c_last, final]
-        fast_out = [final.outputs[0], h_last.outputs[0], c_last.outputs[0], ys.outputs[0]]
+        state = [h_last.outputs[0], c_last.outputs[0]]
+        fast_out = [final.outputs[0], *(state if got["k_h"] == 0 else state[::-1]), ys.outputs[0]]
         _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"], got["c0"]])
         count += 1
     return count
@@ -240,7 +198,7 @@ def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list
     Inputs known finite (constants) stay out of the sum; the If returns only the Loop outputs
     something reads; nodes before it that only the exact Loop reads move into its branch.
     """
-    finite = list(dict.fromkeys(v for v in finite if not _known_finite(v)))
+    finite = list(dict.fromkeys(v for v in finite if not _known_finite(v))) or finite[:1]
     sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in finite]
     total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
     diff = ir.node("Sub", [(total or sums)[-1].outputs[0]] * 2)
