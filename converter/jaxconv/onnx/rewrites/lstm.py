@@ -1,13 +1,16 @@
 """An LSTM cell written in a lax.scan, as the ONNX LSTM op.
 
-Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved ``xs @ wx`` out of it),
-whose body is the standard cell with jax's gate order (i, f, g, o from one split of
-``x @ wx + h @ wh + b``)::
+Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved ``xs @ w`` out of it),
+whose body is the standard cell::
 
     c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c');   carry (h', c'), emit h'
 
-with sigmoid written exactly as ``1 / (1 + exp(-z))``. ORT's LSTM kernel runs the whole sequence
-in one op (its sigmoid and tanh agree with these to float32 rounding).
+with sigmoid written exactly as ``1 / (1 + exp(-z))``. Each gate's pre-activation is read as a
+sum of terms (``x @ w + h @ u + b``, the GRU rule's reader): one fused product split into jax's
+(i, f, g, o) columns, or one Dense per gate as flax's ``LSTMCell`` writes it, or flax's
+``OptimizedLSTMCell`` kernels concatenated in the graph; the carry may be (h, c) or flax's (c, h).
+ORT's LSTM kernel runs the whole sequence in one op (its sigmoid and tanh agree with these to
+float32 rounding); a +0.0 initial state is left to the op's default.
 """
 
 from __future__ import annotations
