@@ -165,3 +165,13 @@ def test_xla_route_names_the_line_calling_into_a_private_function():
     assert f"stablehlo.custom_call @lapack_ssyevd_ffi x1 at {_line(eigenvalues, 'LAPACK call')};" in str(
         info.value
     )
+
+
+def test_tf_ops_route_names_the_line_of_what_the_onnx_lowering_refuses():
+    from jaxconv.tf import tflite
+
+    with pytest.raises(UnsupportedError) as info:
+        tflite.convert(trace(eigenvalues, [S((4, 4), np.float32)]), route="tf-ops")
+    assert str(info.value).endswith(
+        f"(stablehlo.custom_call @lapack_ssyevd_ffi at {_line(eigenvalues, 'LAPACK call')})"
+    )

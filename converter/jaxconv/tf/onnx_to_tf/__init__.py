@@ -58,12 +58,15 @@ def for_program(program: Any) -> tuple[Any, Any, Any]:
         UnsupportedError: the ONNX lowering or the translation cannot handle an op (names it).
         ConversionError: TF failed while building the function.
     """
-    from jaxconv.errors import ConversionError
+    from jaxconv.errors import ConversionError, UnsupportedError
     from jaxconv.onnx import convert
     from jaxconv.tf.saved_model import import_tensorflow, quiet_stderr, tensor_specs
 
     tf = import_tensorflow()
-    model = convert.program_to_onnx(program, OPSET)
+    try:
+        model = convert.program_to_onnx(program, OPSET)
+    except UnsupportedError as e:
+        raise _with_lines(program, e) from e
     function = serving_function(tf, model, tensor_specs(program))
     try:
         with quiet_stderr():
@@ -75,6 +78,29 @@ def for_program(program: Any) -> tuple[Any, Any, Any]:
             f"building TF ops for {program.name} failed: {type(e).__name__}: {str(e).strip()[:300]}"
         ) from e
     return model, function, concrete
+
+
+def _with_lines(program: Any, error: Exception) -> Exception:
+    """The ONNX lowering's refusal followed by the source lines of the custom calls and composites it
+    names (``stablehlo.custom_call @lapack_ssyevd_ffi at model.py:4``), when it gives none."""
+    from jaxconv.tf.tflite_errors import failures_in_module
+
+    text = str(error)
+    try:
+        found = failures_in_module(program)
+    except Exception:  # noqa: BLE001  (a diagnosis aid only)
+        return error
+    lines = []
+    for f in found:
+        label = f"{f.op} at {f.where}"
+        if f.where and f.op in text and f.where not in text and label not in lines:
+            lines.append(label)
+    if not lines:
+        return error
+    try:
+        return type(error)(f"{text} ({'; '.join(lines)})")
+    except TypeError:  # an error class with its own constructor
+        return error
 
 
 def _nodes(graph: Any) -> Any:
