@@ -230,7 +230,8 @@ def _wide_scan(steps: int):
 
 def _wide_args(steps: int, odd: bool):
     rng = np.random.default_rng(steps)
-    xs, h0 = rng.standard_normal((steps, 16, 64)).astype(np.float32), rng.standard_normal((16, 64)).astype(np.float32)
+    xs = rng.standard_normal((steps, 16, 64)).astype(np.float32)
+    h0 = rng.standard_normal((16, 64)).astype(np.float32)
     if odd:
         xs[0, 3, 4], xs[-1, 5, 6], h0[2, 2] = np.nan, np.inf, -np.inf
     return [xs, h0]
@@ -273,7 +274,8 @@ def test_lowered_scan_rows_are_loop_scan_outputs_then_scan_outputs(reverse, monk
     monkeypatch.setattr(loops, "to_scan", lambda graph: 0)
     loop_model = jaxconv.to_onnx(fn, "f32[5,3]", "f32[3]", check=False)
     for model, kind, inputs in ((loop_model, "Loop", 2 + 2), (scan_model, "Scan", 1 + 1)):
-        (body,) = [a.g for n in model.graph.node if n.op_type == kind for a in n.attribute if a.name == "body"]
+        (body,) = [a.g for n in model.graph.node if n.op_type == kind
+                   for a in n.attribute if a.name == "body"]
         assert not any(n.op_type in ("ScatterND", "ScatterElements") for n in body.node)
         assert len(body.input) == inputs  # Loop: iteration, cond, counter, c; Scan: c, a row of xs
         assert len(body.output) == (1 + 2 + 3 if kind == "Loop" else 1 + 3)  # (cond, counter,) c, 3 rows

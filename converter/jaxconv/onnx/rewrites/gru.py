@@ -65,8 +65,9 @@ class _Linear:
             b = self.b + other.b
         else:
             b = self.b if self.b is not None else other.b
-        return _Linear(self.wx if self.wx is not None else other.wx, self.wh if self.wh is not None else other.wh,
-                       b, self.projs + other.projs)
+        wx = self.wx if self.wx is not None else other.wx
+        wh = self.wh if self.wh is not None else other.wh
+        return _Linear(wx, wh, b, self.projs + other.projs)
 
 
 class _Cell:
@@ -77,7 +78,8 @@ class _Cell:
         self.xs: ir.Value | None = None
         self.rows: list[int] = []
 
-    def linear(self, value: ir.Value | None, cols: tuple[int, int] | None = None, depth: int = 8) -> _Linear | None:
+    def linear(self, value: ir.Value | None, cols: tuple[int, int] | None = None,
+               depth: int = 8) -> _Linear | None:
         """``value`` (columns ``cols`` of it, all when None) as a ``_Linear``, else None."""
         if value is None or depth == 0:
             return None
@@ -298,7 +300,8 @@ def _match(loop: ir.Node) -> dict | None:
     hidden = n_h.wh.shape[0]
     parts = {"z": z, "r": r, "n": n_x}
     wx = {k: p.wx if p.wx is not None else np.zeros((n_in, hidden), np.float32) for k, p in parts.items()}
-    wh = {k: p.wh if p.wh is not None else np.zeros((hidden, hidden), np.float32) for k, p in (("z", z), ("r", r))}
+    wh = {k: p.wh if p.wh is not None else np.zeros((hidden, hidden), np.float32)
+          for k, p in (("z", z), ("r", r))}
     wh["n"] = n_h.wh
     bias = {k: p.b if p.b is not None else np.zeros(hidden, np.float32) for k, p in parts.items()}
     bias["rn"] = n_h.b if n_h.b is not None else np.zeros(hidden, np.float32)
@@ -339,7 +342,8 @@ def rewrite(graph: ir.Graph) -> int:
         axis1 = _const(graph, "gru_axis1", np.array([1], np.int64))
         h0 = _initial_state(got["h0"], axis0)
         gru = ir.node("GRU", [got["xs"], w, r, b, None, h0.outputs[0] if h0 else None],
-                      {"hidden_size": hdim, "linear_before_reset": int(got["linear_before_reset"])}, num_outputs=2)
+                      {"hidden_size": hdim, "linear_before_reset": int(got["linear_before_reset"])},
+                      num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
         counter_dtype = loop.outputs[0].dtype

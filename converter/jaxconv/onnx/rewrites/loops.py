@@ -128,7 +128,8 @@ def _i64(graph: ir.Graph, values: list[int]) -> ir.Value:
 
 
 def rewrite(main: ir.Graph) -> int:
-    """Hoist loop-invariant work out of every Loop in ``main`` (nested ones too); returns how many nodes moved."""
+    """Hoist loop-invariant work out of every Loop in ``main`` (nested ones too); returns how many
+    nodes moved."""
     count = 0
     loops = [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Loop" and n.domain == ""]
     for loop in reversed(loops):  # inner loops first: what leaves an inner body may leave the outer one too
@@ -152,7 +153,8 @@ def trip_count(loop: ir.Node) -> int | None:
         return None
     if not m.is_scalar_const(step[1], 1.0):
         return None
-    if less is None or less[0] is not body.outputs[1] or m.folded(less[1]) is None or m.folded(less[1]).size != 1:
+    bound = m.folded(less[1]) if less is not None else None
+    if less is None or less[0] is not body.outputs[1] or bound is None or bound.size != 1:
         return None
     first, pair = m.folded(loop.inputs[1]), m.binary(m.producer(loop.inputs[1]), "Less")
     if first is None and pair is not None and m.folded(pair[0]) is not None and m.folded(pair[1]) is not None:
@@ -195,7 +197,6 @@ def _to_scan(loop: ir.Node) -> int:
     index_name = f"{counter.name or 'counter'}_index"
     index = ir.Value(name=index_name, type=ir.TensorType(dtype), shape=ir.Shape([]))
     counter.replace_all_uses_with(index)
-    cond_out, step_out = body.outputs[0], body.outputs[1]
     carries_out, stacked_out = list(body.outputs[2:2 + n_carry]), list(body.outputs[2 + n_carry:])
     body.outputs.clear()
     body.outputs.extend(carries_out + stacked_out)
@@ -218,8 +219,8 @@ def _to_scan(loop: ir.Node) -> int:
     body.inputs.clear()
     body.inputs.extend(old_inputs[3:] + body_in)
     if _unrolls(loop, steps):
-        results = _unroll(graph, loop, body, n_carry, [v if isinstance(v, ir.Value) else None for v in scan_in],
-                          steps, dtype)
+        sources = [v if isinstance(v, ir.Value) else None for v in scan_in]
+        results = _unroll(graph, loop, body, n_carry, sources, steps, dtype)
     else:
         scan_in = [_const_value(graph, loop, v) if isinstance(v, np.ndarray) else v for v in scan_in]
         scan = ir.node("Scan", [*loop.inputs[3:], *scan_in],
@@ -323,7 +324,8 @@ def _drops_axis0(node: ir.Node, xs: ir.Value) -> bool:
     if node.op_type == "Squeeze":
         return arg == [0]
     rest = list(xs.shape)[1:]
-    return node.op_type == "Reshape" and all(isinstance(d, int) for d in rest) and arg == rest and 0 not in rest
+    static = all(isinstance(d, int) for d in rest)
+    return node.op_type == "Reshape" and static and arg == rest and 0 not in rest
 
 
 def _is_counter(value: ir.Value | None, counter: ir.Value, steps: int) -> bool:
@@ -336,7 +338,8 @@ def _is_counter(value: ir.Value | None, counter: ir.Value, steps: int) -> bool:
         if node.op_type == "Clip":
             lo = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
             hi = m.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
-            if (lo is not None and float(np.max(lo)) > 0) or (hi is not None and float(np.min(hi)) < steps - 1):
+            if (lo is not None and float(np.max(lo)) > 0) or (
+                    hi is not None and float(np.min(hi)) < steps - 1):
                 return False
         elif node.op_type in ("Max", "Min"):
             pair = m.binary(node, node.op_type)

@@ -86,7 +86,8 @@ def _match(loop: ir.Node) -> dict | None:
     h_in, c_in = body.inputs[3 + k_h], body.inputs[4 - k_h]
     h_out, c_out = body.outputs[2 + k_h], body.outputs[3 - k_h]
     # h' = sigmoid(o) * tanh(c')
-    got = _sig_times(h_out, lambda y: m.producer(y, "Tanh") is not None and m.producer(y, "Tanh").inputs[0] is c_out)
+    got = _sig_times(h_out, lambda y: (m.producer(y, "Tanh") is not None
+                                       and m.producer(y, "Tanh").inputs[0] is c_out))
     if got is None:
         return None
     o = got[0]
@@ -167,7 +168,8 @@ def rewrite(graph: ir.Graph) -> int:
         if not all(np.isfinite(x).all() for x in (w_arr, r_arr, b_arr)):
             continue
         hdim = got["hidden"]
-        w, r, b = _const(graph, "lstm_w", w_arr), _const(graph, "lstm_r", r_arr), _const(graph, "lstm_b", b_arr)
+        w, r = _const(graph, "lstm_w", w_arr), _const(graph, "lstm_r", r_arr)
+        b = _const(graph, "lstm_b", b_arr)
         axis0 = _const(graph, "lstm_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "lstm_axis1", np.array([1], np.int64))
         h0, c0 = _initial_state(got["h0"], axis0), _initial_state(got["c0"], axis0)
@@ -177,7 +179,8 @@ def rewrite(graph: ir.Graph) -> int:
         h_last = ir.node("Squeeze", [lstm.outputs[1], axis0])
         c_last = ir.node("Squeeze", [lstm.outputs[2], axis0])
         counter_dtype = loop.outputs[0].dtype
-        final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], counter_dtype.numpy() if counter_dtype else np.int64))})
+        dtype = counter_dtype.numpy() if counter_dtype else np.int64
+        final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
         fast = [n for n in (h0, c0) if n] + [lstm, ys, h_last, c_last, final]
         state = [h_last.outputs[0], c_last.outputs[0]]
         fast_out = [final.outputs[0], *(state if got["k_h"] == 0 else state[::-1]), ys.outputs[0]]
