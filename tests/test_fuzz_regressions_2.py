@@ -78,3 +78,13 @@ def test_unsigned_division_by_a_broadcast_scalar_converts():
     assert actual[0].shape == expected[0].shape == (1, 1, 1) and actual[0].tolist() == expected[0].tolist()
     expected, actual = _run(lax.div, a, np.array(0, np.uint8))
     assert actual[0].tolist() == expected[0].tolist()
+
+
+@pytest.mark.xfail(strict=True, reason="onnxscript's min/max -> Clip rule names its bounds after the input "
+                   "(v4_min, v4_max); the second Clip of one input refers to v4_min_1, which is never registered")
+def test_two_clamps_of_one_unsigned_input_convert():
+    """Found by the fuzzer (exit 7, onnx.checker: nodes not topologically sorted): two u32 clamps of one input."""
+    x = np.array(5, np.uint32)
+    fn = lambda x: (lax.clamp(np.uint32(0), x, np.uint32(1)), lax.clamp(np.uint32(2), x, np.uint32(100)))  # noqa: E731
+    expected, actual = _run(fn, x)
+    assert [a.tolist() for a in actual] == [e.tolist() for e in expected]
