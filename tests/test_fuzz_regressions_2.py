@@ -80,6 +80,15 @@ def test_unsigned_division_by_a_broadcast_scalar_converts():
     assert actual[0].tolist() == expected[0].tolist()
 
 
+def test_integer_remainder_by_a_broadcast_scalar_converts():
+    """jnp.remainder(i16[1,1,1,1], i16[]) broadcasts the divisor into comparisons that meet in an Or: an
+    operand made rank 4 through a Less of another removable Unsqueeze must not vouch for the Or's rank."""
+    a = np.array([[[[6]]]], np.int16)
+    for b in (-6, 4, -4, 0):
+        expected, actual = _run(jnp.remainder, a, np.array(b, np.int16))
+        assert actual[0].shape == expected[0].shape and actual[0].tolist() == expected[0].tolist(), b
+
+
 @pytest.mark.xfail(strict=True, reason="onnxscript's min/max -> Clip rule names its bounds after the input "
                    "(v4_min, v4_max); the second Clip of one input refers to v4_min_1, which is never registered")
 def test_two_clamps_of_one_unsigned_input_convert():

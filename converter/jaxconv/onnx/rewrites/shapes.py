@@ -142,15 +142,24 @@ def _cast_of_select(node: ir.Node) -> bool:
 
 
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
-    """The largest rank of ``node``'s other operands, an Unsqueeze's output counted at its input's rank
-    (that Unsqueeze may be removed too: two leading Unsqueezes into one Where must not vouch for each other)."""
-    ranks = [m.rank(_before_unsqueeze(i)) for i in node.inputs if i is not None and i is not value]
+    """The largest rank ``node``'s other operands keep whatever other leading Unsqueezes are removed too (two
+    of them feeding one Where, directly or through broadcasting ops, must not vouch for each other)."""
+    ranks = [_kept_rank(i) for i in node.inputs if i is not None and i is not value]
     return -1 if any(r is None for r in ranks) else max(ranks, default=-1)
 
 
-def _before_unsqueeze(value: ir.Value) -> ir.Value:
+def _kept_rank(value: ir.Value, depth: int = 0) -> int | None:
+    """A lower bound of ``value``'s rank after this rule: an Unsqueeze counts at its input's rank, a
+    broadcasting op at its operands' largest; None when unknown (or too deep to follow)."""
     p = value.producer()
-    return p.inputs[0] if p is not None and p.domain == "" and p.op_type == "Unsqueeze" else value
+    if p is None or p.domain != "" or (p.op_type != "Unsqueeze" and p.op_type not in _BROADCASTING):
+        return m.rank(value)
+    if depth >= 8:
+        return None
+    if p.op_type == "Unsqueeze":
+        return _kept_rank(p.inputs[0], depth + 1)
+    ranks = [_kept_rank(i, depth + 1) for i in p.inputs if i is not None]
+    return None if any(r is None for r in ranks) else max(ranks, default=0)
 
 
 def _restores_rank(node: ir.Node, value: ir.Value, rank: int, changed: list[ir.Value], depth: int = 0) -> bool:
