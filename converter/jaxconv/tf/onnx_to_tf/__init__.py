@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxconv.tf.onnx_to_tf import bitwise, control, elementwise, indexing, nn, reduce, shape  # noqa: F401
+from jaxconv.tf.onnx_to_tf import bitwise, control, elementwise, indexing, nn, reduce, rnn, shape  # noqa: F401
 from jaxconv.tf.onnx_to_tf.graph import Translator, Untranslatable, where
 from jaxconv.tf.onnx_to_tf.origins import origin
 from jaxconv.tf.onnx_to_tf.table import HANDLERS

@@ -1,0 +1,63 @@
+"""ONNX LSTM (the lowering's rewrite of a ``lax.scan`` LSTM cell) as a while_loop of builtins.
+
+Forward, layout 0, default activations, no peepholes, clip or coupled gates: the form the rewrite
+writes. ONNX gate order is i, o, f, c::
+
+    c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
+
+with ``sigmoid(z) = 1 / (1 + exp(-z))`` as the scan computed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxconv.tf.onnx_to_tf.graph import attrs
+from jaxconv.tf.onnx_to_tf.table import handles
+from jaxconv.tf.onnx_to_tf.values import Value
+
+_DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
+
+
+@handles("LSTM")
+def lstm(tr: Any, node: Any, ins: list[Value | None], env: Any) -> list[Value]:
+    tf = tr.tf
+    a = attrs(node)
+    unsupported = {
+        "direction": a.get("direction", "forward") != "forward",
+        "layout": a.get("layout", 0) != 0,
+        "activations": list(a.get("activations", _DEFAULT_ACTIVATIONS)) != _DEFAULT_ACTIVATIONS,
+        "clip": "clip" in a,
+        "input_forget": a.get("input_forget", 0) != 0,
+        "sequence_lens": len(ins) > 4 and ins[4] is not None,
+        "peepholes": len(ins) > 7 and ins[7] is not None,
+    }
+    if any(unsupported.values()):
+        raise ValueError(f"LSTM with {', '.join(k for k, v in unsupported.items() if v)}")
+    x, w, r = ins[0], ins[1], ins[2]
+    dtype = x.dtype
+    hidden = int(a["hidden_size"])
+    wt, rt = tf.transpose(w.t[0]), tf.transpose(r.t[0])  # [input, 4H], [H, 4H]
+    bias = ins[3].t[0, : 4 * hidden] + ins[3].t[0, 4 * hidden :] if len(ins) > 3 and ins[3] is not None else None
+    steps = tf.shape(x.t, out_type=tf.int32)[0]
+    batch = tf.shape(x.t, out_type=tf.int32)[1]
+    zeros = tf.zeros(tf.stack([batch, hidden]), x.t.dtype)
+    h0 = ins[5].t[0] if len(ins) > 5 and ins[5] is not None else zeros
+    c0 = ins[6].t[0] if len(ins) > 6 and ins[6] is not None else zeros
+    one = tf.ones([], x.t.dtype)
+
+    def sigmoid(z: Any) -> Any:
+        return one / (one + tf.exp(-z))
+
+    def step(i: Any, h: Any, c: Any, ys: Any) -> list[Any]:
+        z = tf.matmul(tf.gather(x.t, i), wt) + tf.matmul(h, rt)
+        if bias is not None:
+            z = z + bias
+        gi, go, gf, gc = tf.split(z, 4, axis=-1)
+        c = sigmoid(gf) * c + sigmoid(gi) * tf.tanh(gc)
+        h = sigmoid(go) * tf.tanh(c)
+        return [i + 1, h, c, tf.tensor_scatter_nd_update(ys, [[i]], [h])]
+
+    ys0 = tf.zeros(tf.stack([steps, batch, hidden]), x.t.dtype)
+    _, h, c, ys = tf.while_loop(lambda i, *rest: i < steps, step, [tf.constant(0, tf.int32), h0, c0, ys0])
+    return [Value(tf.expand_dims(ys, 1), dtype), Value(h[None], dtype), Value(c[None], dtype)]
