@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxconv.tf.onnx_to_tf import bitwise, control, elementwise, indexing, nn, reduce, rnn, shape  # noqa: F401
+from jaxconv.tf.onnx_to_tf import (  # noqa: F401  (each registers its handlers)
+    bitwise,
+    control,
+    elementwise,
+    indexing,
+    nn,
+    reduce,
+    rnn,
+    shape,
+)
 from jaxconv.tf.onnx_to_tf.graph import Translator, Untranslatable, where
 from jaxconv.tf.onnx_to_tf.origins import origin
 from jaxconv.tf.onnx_to_tf.table import HANDLERS

@@ -38,7 +38,9 @@ def lstm(tr: Any, node: Any, ins: list[Value | None], env: Any) -> list[Value]:
     dtype = x.dtype
     hidden = int(a["hidden_size"])
     wt, rt = tf.transpose(w.t[0]), tf.transpose(r.t[0])  # [input, 4H], [H, 4H]
-    bias = ins[3].t[0, : 4 * hidden] + ins[3].t[0, 4 * hidden :] if len(ins) > 3 and ins[3] is not None else None
+    bias = None
+    if len(ins) > 3 and ins[3] is not None:  # Wb + Rb
+        bias = ins[3].t[0, : 4 * hidden] + ins[3].t[0, 4 * hidden :]
     steps = tf.shape(x.t, out_type=tf.int32)[0]
     batch = tf.shape(x.t, out_type=tf.int32)[1]
     zeros = tf.zeros(tf.stack([batch, hidden]), x.t.dtype)
