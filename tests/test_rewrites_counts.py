@@ -76,3 +76,19 @@ def test_integer_add_of_zero_goes():
     assert ops["Add"] == 1, ops  # the one that broadcasts stays
     for g, w in zip(got, jax.jit(fn)(i)):
         np.testing.assert_array_equal(g, np.asarray(w))
+
+
+def test_attention_mask_from_bools_is_one_not():
+    """Flax's attention mask: bools cast to float and compared with 0, negated twice, then selected on."""
+    def fn(ids, logits):
+        keep = (ids > 0)[:, None, :] & (ids > 0)[:, :, None]
+        mask = keep.astype(jnp.float32)
+        return jnp.where(mask[:, None] != 0, logits, jnp.finfo(jnp.float32).min)
+
+    rng = np.random.default_rng(0)
+    ids = np.array([[3, 1, 0, 0], [2, 0, 5, 1]], np.int32)
+    logits = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    logits[0, 0, 0, 0] = -0.0
+    ops, (got,) = _convert(fn, ids, logits)
+    assert ops["Cast"] == 0 and ops["Equal"] == 0 and ops["Not"] + ops["Xor"] <= 1, ops
+    _same(got, jax.jit(fn)(ids, logits))

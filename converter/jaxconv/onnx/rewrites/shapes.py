@@ -10,7 +10,8 @@ exact:
 - ``Cast(Range(a, Cast(n32, int64), d), int32)`` is ``Range(a, n32, d)`` in int32 (every element lies
   between ``a`` and ``n32``, both int32);
 - ``x + 0`` for integers is ``x`` (for floats it is not: -0 + 0 is +0);
-- ``Cast(Where(c, 1, 0), bool)`` is ``c``;
+- ``Cast(Where(c, 1, 0), bool)`` is ``c``; ``Equal(Cast(b), 0)`` of a bool is ``Not(b)``, and
+  ``Not(Not(b))`` and ``Xor(Not(b), True)`` are ``b`` (an attention mask given as numbers);
 - an ``Unsqueeze`` of leading axes in front of broadcasting pointwise ops whose other operands
   already have the rank is dropped (ONNX broadcasting aligns trailing axes).
 """
@@ -141,6 +142,49 @@ def _cast_of_select(node: ir.Node) -> bool:
     return True
 
 
+def _bool_const(value: ir.Value | None, truth: bool, rank: int | None) -> bool:
+    """``value`` is a one-element constant equal to ``truth`` of a rank that does not broadcast ``rank``."""
+    arr = _folded(value)
+    return arr is not None and arr.size == 1 and rank is not None and arr.ndim <= rank and bool(arr.item()) == truth
+
+
+def _equal_zero_of_bool(graph: ir.Graph, node: ir.Node) -> bool:
+    """``Equal(Cast(b), 0)`` of a bool ``b`` as ``Not(b)`` (also with Unsqueeze/Reshape/Expand after the Cast)."""
+    for v, zero in (node.inputs, node.inputs[::-1]):
+        moves: list[ir.Node] = []
+        src = v
+        while len(moves) < 4 and m.producer(src, "Unsqueeze", "Reshape", "Expand", "Squeeze") is not None:
+            moves.append(src.producer())
+            src = moves[-1].inputs[0]
+        cast = m.producer(src, "Cast")
+        b = cast.inputs[0] if cast is not None else None
+        if b is None or b.dtype != ir.DataType.BOOL or not _bool_const(zero, False, m.rank(v)):
+            continue
+        if any(len(n.outputs[0].uses()) != 1 for n in moves):
+            continue  # the chain is read elsewhere too: a copy on the bools would add nodes
+        nodes: list[ir.Node] = []
+        for move in reversed(moves):
+            nodes.append(ir.node(move.op_type, [nodes[-1].outputs[0] if nodes else b, *move.inputs[1:]],
+                                 dict(move.attributes)))
+        nodes.append(ir.node("Not", [nodes[-1].outputs[0] if nodes else b]))
+        m.replace(graph, node.outputs[0], nodes, node)
+        return True
+    return False
+
+
+def _not_not(node: ir.Node) -> bool:
+    """``Not(Not(x))`` as ``x``; ``Xor(Not(x), True)`` as ``x``."""
+    if node.op_type == "Not":
+        inner = m.producer(node.inputs[0], "Not")
+    else:
+        a, b = node.inputs
+        inner = m.producer(a, "Not") if _bool_const(b, True, m.rank(a)) else None
+    if inner is None or node.outputs[0].is_graph_output():
+        return False
+    node.outputs[0].replace_all_uses_with(inner.inputs[0])
+    return True
+
+
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
     """The largest rank ``node``'s other operands keep whatever other leading Unsqueezes are removed too (two
     of them feeding one Where, directly or through broadcasting ops, must not vouch for each other)."""
@@ -209,4 +253,8 @@ def rewrite(graph: ir.Graph) -> int:
             count += _add_zero(node)
         elif op == "Unsqueeze":
             count += _leading_unsqueeze(node)
+        elif op == "Equal" and len(node.inputs) == 2:
+            count += _equal_zero_of_bool(graph, node)
+        elif op == "Not" or (op == "Xor" and len(node.inputs) == 2):
+            count += _not_not(node)
     return count
