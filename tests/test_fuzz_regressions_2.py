@@ -89,11 +89,13 @@ def test_integer_remainder_by_a_broadcast_scalar_converts():
         assert actual[0].shape == expected[0].shape and actual[0].tolist() == expected[0].tolist(), b
 
 
-@pytest.mark.xfail(strict=True, reason="onnxscript's min/max -> Clip rule names its bounds after the input "
-                   "(v4_min, v4_max); the second Clip of one input refers to v4_min_1, which is never registered")
 def test_two_clamps_of_one_unsigned_input_convert():
-    """Found by the fuzzer (exit 7, onnx.checker: nodes not topologically sorted): two u32 clamps of one input."""
-    x = np.array(5, np.uint32)
+    """Found by the fuzzer (exit 7, onnx.checker: nodes not topologically sorted): onnxscript's Min/Max -> Clip
+    rule named both clamps' bounds x_min/x_max, and the second replaced the first's (minmax_rules.py)."""
     fn = lambda x: (lax.clamp(np.uint32(0), x, np.uint32(1)), lax.clamp(np.uint32(2), x, np.uint32(100)))  # noqa: E731
-    expected, actual = _run(fn, x)
+    for v in (0, 5, 200):
+        expected, actual = _run(fn, np.array(v, np.uint32))
+        assert [a.tolist() for a in actual] == [e.tolist() for e in expected], v
+    x = np.array([-3.0, 0.5, 7.0], np.float32)
+    expected, actual = _run(lambda x: (jnp.minimum(jnp.maximum(x, 0.0), 1.0), jnp.minimum(jnp.maximum(x, 2.0), 6.0)), x)
     assert [a.tolist() for a in actual] == [e.tolist() for e in expected]

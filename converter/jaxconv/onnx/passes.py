@@ -107,6 +107,7 @@ def _rules() -> list:
     """
     from onnxscript.rewriter.rules import common as c
 
+    from jaxconv.onnx import minmax_rules as mm
     from jaxconv.onnx.cast_rules import lossless_cast_round_trip_rule
 
     return [
@@ -114,7 +115,7 @@ def _rules() -> list:
         c.one_reshape_matmul_reshape_rule, c.two_reshapes_matmul_reshape_rule,
         c.cast_constant_of_shape_rule, c.cast_constant_of_shape_without_value_rule,
         c.collapse_slice_rule, c.collapse_slice2_rule, c.materialize_reshape_shape_rule,
-        c.min_min_rule, c.max_max_rule, c.min_max_rule, c.max_min_rule,
+        mm.min_min_rule, mm.max_max_rule, mm.min_max_rule, mm.max_min_rule,  # bound names unique
         c.successive_clip_relu_rule, c.successive_relu_clip_rule, c.successive_relu_rule, c.successive_clip_rule,
         c.no_op_cast_rule, c.no_op_expand_rule, c.flatten_to_reshape_rule, c.reshape_reshape_rule,
         c.slice_split_rule, c.no_op_transpose_rule, c.transpose_transpose_rule, c.unsqueeze_unsqueeze_rule,
