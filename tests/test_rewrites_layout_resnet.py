@@ -76,4 +76,4 @@ def test_resnet_block_stays_nchw_with_one_input_transpose(tmp_path):
     optimized = onnx.load(options.optimized_model_filepath)
     optimized_ops = collections.Counter(n.op_type for n in optimized.graph.node)
     assert optimized_ops["Transpose"] == 1, optimized_ops
-    assert optimized_ops["Mul"] == 0, optimized_ops  # batch norm's Sub as Add: ORT folds the affine into the Conv
+    assert optimized_ops["Mul"] == 0, optimized_ops  # batch norm's Sub as Add: the affine folds into the Conv

@@ -23,10 +23,10 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
 
-_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Xor", "And", "Or", "Equal", "Less", "Greater",
-                           "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Not", "Cast", "Neg", "Abs"})
-_INTS = frozenset({ir.DataType.INT8, ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT8,
-                   ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64})
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Xor", "And", "Or", "Equal", "Less",
+                           "Greater", "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Not", "Cast", "Neg", "Abs"})
+_INTS = frozenset({ir.DataType.INT8, ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64,
+                   ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64})
 _I32 = np.iinfo(np.int32)
 
 
@@ -86,7 +86,8 @@ def _range_cast(graph: ir.Graph, node: ir.Node) -> bool:
     start, limit, delta = rng.inputs
     widen = m.producer(limit, "Cast")
     a, d = _scalar_int(start), _scalar_int(delta)
-    if widen is None or a is None or d is None or not (_I32.min <= a <= _I32.max and _I32.min <= d <= _I32.max):
+    if widen is None or a is None or d is None \
+            or not (_I32.min <= a <= _I32.max and _I32.min <= d <= _I32.max):
         return False
     n32 = widen.inputs[0]
     if n32 is None or n32.dtype != ir.DataType.INT32 or n32.shape is None or len(n32.shape) != 0:
@@ -145,11 +146,13 @@ def _cast_of_select(node: ir.Node) -> bool:
 def _bool_const(value: ir.Value | None, truth: bool, rank: int | None) -> bool:
     """``value`` is a one-element constant equal to ``truth`` of a rank that does not broadcast ``rank``."""
     arr = _folded(value)
-    return arr is not None and arr.size == 1 and rank is not None and arr.ndim <= rank and bool(arr.item()) == truth
+    return (arr is not None and arr.size == 1 and rank is not None and arr.ndim <= rank
+            and bool(arr.item()) == truth)
 
 
 def _equal_zero_of_bool(graph: ir.Graph, node: ir.Node) -> bool:
-    """``Equal(Cast(b), 0)`` of a bool ``b`` as ``Not(b)`` (also with Unsqueeze/Reshape/Expand after the Cast)."""
+    """``Equal(Cast(b), 0)`` of a bool ``b`` as ``Not(b)`` (also with Unsqueeze/Reshape/Expand after the
+    Cast)."""
     for v, zero in (node.inputs, node.inputs[::-1]):
         moves: list[ir.Node] = []
         src = v
@@ -206,7 +209,8 @@ def _kept_rank(value: ir.Value, depth: int = 0) -> int | None:
     return None if any(r is None for r in ranks) else max(ranks, default=0)
 
 
-def _restores_rank(node: ir.Node, value: ir.Value, rank: int, changed: list[ir.Value], depth: int = 0) -> bool:
+def _restores_rank(node: ir.Node, value: ir.Value, rank: int, changed: list[ir.Value],
+                   depth: int = 0) -> bool:
     """Whether ``node``'s results keep their values with ``value`` given fewer leading axes (it broadcasts,
     and another operand, or every consumer of its result in turn, has ``rank`` axes)."""
     if node.domain != "" or node.op_type not in _BROADCASTING or len(node.outputs) != 1:

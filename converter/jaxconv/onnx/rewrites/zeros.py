@@ -14,10 +14,11 @@ dropped where it provably changes nothing, in ORT's arithmetic:
   through ops whose results then differ at most in the sign of a zero (sums, products, Conv).
 
 ORT's NoopElimination drops an ``Add``/``Sub`` of a one-element zero constant, so such a constant
-proves nothing (a zero bias of more elements is added, and turns -0.0 into +0.0). Once a sum's fix is gone, ``ReduceSum(x) / n`` with ``n`` the count of the reduced elements
-becomes ``ReduceMean`` (ORT's ReduceMean is its ReduceSum divided by n, bit for bit, in float32 and
-float64). A fix that stays becomes ``Sum(v, +0.0)``, one node where it was two (ORT drops an
-``Add(v, +0.0)`` as a no-op, but not a Sum).
+proves nothing (a zero bias of more elements is added, and turns -0.0 into +0.0). Once a sum's fix
+is gone, ``ReduceSum(x) / n`` with ``n`` the count of the reduced elements becomes ``ReduceMean``
+(ORT's ReduceMean is its ReduceSum divided by n, bit for bit, in float32 and float64). A fix that
+stays becomes ``Sum(v, +0.0)``, one node where it was two (ORT drops an ``Add(v, +0.0)`` as a
+no-op, but not a Sum).
 """
 
 from __future__ import annotations
@@ -29,15 +30,16 @@ from jaxconv.onnx.rewrites import _match as m
 
 # ops whose output is one of the input's values (moved, repeated or selected): -0.0 only from a -0.0
 _MOVING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Identity", "Flatten", "Slice",
-                     "Gather", "Concat", "Split", "MaxPool", "ReduceMax", "ReduceMin", "Sqrt", "Relu", "Tile"})
+                     "Gather", "Concat", "Split", "MaxPool", "ReduceMax", "ReduceMin", "Sqrt", "Relu",
+                     "Tile"})
 # never -0.0 whatever the input (NaN aside)
 _NON_NEGATIVE_ZERO = frozenset({"Abs", "Exp", "Softmax"})
 # results the same for +0.0 and -0.0 inputs
-_ERASING = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Abs", "Exp",
-                      "Cos"})
+_ERASING = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "Abs",
+                      "Exp", "Cos"})
 # results differing at most in the sign of a zero when one input differs in the sign of a zero
-_PROPAGATING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Identity", "Flatten", "Slice",
-                          "Concat", "Split", "Neg", "Relu", "Sqrt", "Conv", "MatMul", "Gemm", "ReduceSum",
+_PROPAGATING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Identity", "Flatten",
+                          "Slice", "Concat", "Split", "Neg", "Relu", "Sqrt", "Conv", "MatMul", "Gemm", "ReduceSum",
                           "ReduceMean", "MaxPool", "AveragePool", "Mul", "Tile"})
 _DATA_FIRST = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Expand", "Slice", "Tile", "Gather"})
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
@@ -180,8 +182,8 @@ def _drop_fixes(graph: ir.Graph) -> int:
             out.replace_all_uses_with(v)
             cond = node.inputs[0] if node.op_type == "Where" else None
             graph.remove(node, safe=True)
-            if cond is not None and not cond.uses() and not cond.is_graph_output() and cond.producer() is not None \
-                    and cond.producer().graph is graph:
+            if cond is not None and not cond.uses() and not cond.is_graph_output() \
+                    and cond.producer() is not None and cond.producer().graph is graph:
                 graph.remove(cond.producer(), safe=True)
             count += 1
     return count
@@ -210,7 +212,8 @@ def _mean_rewrite(graph: ir.Graph, div: ir.Node, opset: int) -> bool:
     count = m.folded(n)
     x = red.inputs[0]
     rank = m.rank(x)
-    if count is None or count.size != 1 or rank is None or m.rank(total) is None or count.ndim > m.rank(total):
+    if count is None or count.size != 1 or rank is None or m.rank(total) is None \
+            or count.ndim > m.rank(total):
         return False  # one count, not broadcasting the sum
     axes = m.reduce_axes(red)
     if axes is None or m.attr(red, "noop_with_empty_axes", 0):
@@ -230,8 +233,8 @@ def _mean_rewrite(graph: ir.Graph, div: ir.Node, opset: int) -> bool:
 
 
 def _one_node_fix(graph: ir.Graph, node: ir.Node) -> bool:
-    """``Where(Equal(v, 0), +0.0, v)`` as ``Sum(v, +0.0)``: one pass, and ORT keeps it (NoopElimination drops an
-    Add or Sub of zero, not a Sum)."""
+    """``Where(Equal(v, 0), +0.0, v)`` as ``Sum(v, +0.0)``: one pass, and ORT keeps it (NoopElimination
+    drops an Add or Sub of zero, not a Sum)."""
     out = node.outputs[0]
     v = m.through_zero_sign_fix(out)
     zero = node.inputs[1]
