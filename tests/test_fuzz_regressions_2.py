@@ -1,4 +1,4 @@
-"""More differences the fuzzer and edge-value checks found, each reduced to a small program compared with jax.jit.
+"""More differences the fuzzer and edge-value checks found, each a small program compared with jax.jit.
 
 Fixed ones must match jax.jit bit for bit (zero signs, NaN places); named ones (README: Known differences,
 conformance/fuzz/known.py) pin the difference so that a change in either runtime shows.
@@ -6,7 +6,6 @@ conformance/fuzz/known.py) pin the difference so that a change in either runtime
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -90,12 +89,15 @@ def test_integer_remainder_by_a_broadcast_scalar_converts():
 
 
 def test_two_clamps_of_one_unsigned_input_convert():
-    """Found by the fuzzer (exit 7, onnx.checker: nodes not topologically sorted): onnxscript's Min/Max -> Clip
-    rule named both clamps' bounds x_min/x_max, and the second replaced the first's (minmax_rules.py)."""
-    fn = lambda x: (lax.clamp(np.uint32(0), x, np.uint32(1)), lax.clamp(np.uint32(2), x, np.uint32(100)))  # noqa: E731
+    """Found by the fuzzer (exit 7, onnx.checker: nodes not topologically sorted): onnxscript's Min/Max ->
+    Clip rule named both clamps' bounds x_min/x_max, and the second replaced the first's (minmax_rules.py)."""
+    def fn(x):
+        return lax.clamp(np.uint32(0), x, np.uint32(1)), lax.clamp(np.uint32(2), x, np.uint32(100))
+
     for v in (0, 5, 200):
         expected, actual = _run(fn, np.array(v, np.uint32))
         assert [a.tolist() for a in actual] == [e.tolist() for e in expected], v
     x = np.array([-3.0, 0.5, 7.0], np.float32)
-    expected, actual = _run(lambda x: (jnp.minimum(jnp.maximum(x, 0.0), 1.0), jnp.minimum(jnp.maximum(x, 2.0), 6.0)), x)
+    expected, actual = _run(lambda x: (jnp.minimum(jnp.maximum(x, 0.0), 1.0),
+                                       jnp.minimum(jnp.maximum(x, 2.0), 6.0)), x)
     assert [a.tolist() for a in actual] == [e.tolist() for e in expected]

@@ -1,4 +1,4 @@
-"""onnxscript's Min/Max fusion rules (successive Min, successive Max, Min/Max into Clip) with unique bound names.
+"""onnxscript's Min/Max fusion rules (successive Min or Max, Min/Max into Clip) with unique bound names.
 
 onnxscript names a fused rule's new bounds after its input (``x_min``, ``x_max``) and, when a second fusion
 over the same input adds bounds of the same name, replaces the first fusion's initializers: two clamps of one
