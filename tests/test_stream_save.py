@@ -79,8 +79,11 @@ def test_large_model_gets_aligned_external_data_that_runs_and_checks(tmp_path, m
     assert stream.save(parts, path) is True
     assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]
     light = onnx.load(path, load_external_data=False)
-    offsets = [int(e.value) for t in light.graph.initializer for e in t.external_data if e.key == "offset"]
-    assert len(offsets) == 3 and all(o % stream.ALIGNMENT == 0 for o in offsets)
+    fields = [{e.key: int(e.value) for e in t.external_data if e.key != "location"} for t in light.graph.initializer]
+    big = [f["offset"] for f in fields if f.get("length", 0) >= stream.PAYLOAD_BYTES]
+    assert len(big) == 3 and all(o % stream.ALIGNMENT == 0 for o in big)
+    small = [f for f in fields if f and f["length"] < stream.PAYLOAD_BYTES]
+    assert all(f["length"] >= stream.INLINE_EXTERNAL_BYTES and f["offset"] % 64 == 0 for f in small)
     assert os.path.getsize(path) < _W[0].nbytes / 4
     convert.validate_file(path)
     x = _RNG.standard_normal((2, 512), dtype=np.float32)

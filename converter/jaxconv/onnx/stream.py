@@ -28,6 +28,10 @@ PAYLOAD_MARK = "jaxconv:payload"
 """The external-data location of an initializer whose data is in ``Parts.payloads``."""
 
 ALIGNMENT = 1 << 16
+SMALL_ALIGNMENT = 64
+
+INLINE_EXTERNAL_BYTES = 1 << 10
+"""With external data, smaller initializers held in the light proto also move to the data file from this size."""
 
 _RAW_DTYPES = frozenset({
     ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.BOOL,
@@ -151,19 +155,25 @@ def with_external_data(parts: Parts, data_name: str, f: BinaryIO) -> onnx.ModelP
     model.CopyFrom(parts.model)
     offset = 0
     for t in model.graph.initializer:
-        if not _is_payload(t):
+        if _is_payload(t):
+            data: memoryview | bytes = raw_bytes(parts.payloads[t.name])
+        elif len(t.raw_data) >= INLINE_EXTERNAL_BYTES:  # many mid-sized weights add up past the limit too
+            data = t.raw_data
+            parts.payloads[t.name] = ir.Tensor(onnx.numpy_helper.to_array(t), name=t.name)  # for full()
+            t.ClearField("raw_data")
+            t.data_location = onnx.TensorProto.EXTERNAL
+        else:
             continue
-        data = parts.payloads[t.name]
-        pad = -offset % ALIGNMENT
+        pad = -offset % (ALIGNMENT if len(data) >= PAYLOAD_BYTES else SMALL_ALIGNMENT)
         f.write(b"\0" * pad)
         offset += pad
-        f.write(raw_bytes(data))
+        f.write(data)
         del t.external_data[:]
-        entries = (("location", data_name), ("offset", str(offset)), ("length", str(int(data.nbytes))))
+        entries = (("location", data_name), ("offset", str(offset)), ("length", str(len(data))))
         for key, value in entries:
             entry = t.external_data.add()
             entry.key, entry.value = key, value
-        offset += int(data.nbytes)
+        offset += len(data)
     return model
 
 
