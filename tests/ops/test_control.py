@@ -25,8 +25,8 @@ def test_fori_loop():
     assert "Loop" in onnx_op_types(model)
 
 
-def _loop_bodies(model):
-    return [a.g for n in model.graph.node if n.op_type == "Loop" for a in n.attribute if a.name == "body"]
+def _loop_bodies(model, op_types=("Loop",)):
+    return [a.g for n in model.graph.node if n.op_type in op_types for a in n.attribute if a.name == "body"]
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -38,12 +38,13 @@ def test_scan_stacked_outputs_become_loop_scan_outputs(reverse):
         return c, a, b, h.astype(jnp.float32)
 
     model = assert_onnx_matches_jax(f, _f32(5, 3), _f32(3))
-    body, = _loop_bodies(model)
-    # Rows are Loop scan outputs: no iteration rewrites (copies) a whole stacked buffer, and xs
-    # is read from the outer scope rather than carried.
+    body, = _loop_bodies(model, ("Loop", "Scan"))
+    # Rows are scan outputs: no iteration rewrites (copies) a whole stacked buffer, and xs is
+    # not carried. A fixed-length scan becomes an ONNX Scan that reads rows of xs as a scan input.
     assert not any(n.op_type in ("ScatterND", "ScatterElements") for n in body.node)
-    assert len(body.input) == 2 + 2  # iteration, cond, counter, carry c
-    assert len(body.output) == 1 + 2 + 3
+    assert "Scan" in onnx_op_types(model)
+    assert len(body.input) == 1 + 1  # carry c, the row of xs
+    assert len(body.output) == 1 + 3  # carry c, three stacked rows
 
 
 def test_switch_three_branches_and_out_of_range_index():
