@@ -33,12 +33,9 @@ def test_lossy_cast_round_trip_is_kept():
 
 def test_double_rounding_cast_chain_is_kept():
     # float64 -> float32 -> float16 rounds twice; one Cast to float16 would round once
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True):
         x = np.array([1.0 + 2.0 ** -11 + 2.0 ** -40, 3.0], np.float64)  # ties in float16 only after the float32 rounding
         model = assert_onnx_matches_jax(lambda x: x.astype(jnp.float32).astype(jnp.float16), x)
-    finally:
-        jax.config.update("jax_enable_x64", False)
     assert onnx_op_types(model).count("Cast") == 2
 
 

@@ -40,12 +40,9 @@ def test_raw_chlo_module_converts_and_matches_jax(tmp_path, capsys):
     np.full((3, 3), 7, np.int32),                              # splat
 ])
 def test_constants_of_every_dtype_are_read_exactly(values):
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with jax.enable_x64(True):
         exp = jax.export.export(jax.jit(lambda: jnp.asarray(values)))()
         module = read_module(exp.mlir_module_serialized)
-    finally:
-        jax.config.update("jax_enable_x64", False)
     consts = [op.attrs["value"] for op in ir.walk_ops(module.entry().body) if op.name == "stablehlo.constant"]
     assert len(consts) == 1
     got = consts[0]
