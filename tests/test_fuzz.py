@@ -619,3 +619,8 @@ def test_a_subnormal_conv_product_under_sqrt_is_classified_subnormal():
     assert status == "mismatch" and diff.kind == "nan"
     relabelled = driver._relabel_subnormal(Failure(p, inputs, status, diff, detail, expected, actual), "onnx")
     assert relabelled.diff.kind == "subnormal"
+
+
+def test_xla_clz_row_is_narrow():
+    assert known.match("argmin+floor_divide+clz/i32/value") is not None
+    assert known.match("clz/i32/value") is None and known.match("argmin+floor_divide+clz/f32/value") is None

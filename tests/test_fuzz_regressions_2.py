@@ -101,3 +101,14 @@ def test_two_clamps_of_one_unsigned_input_convert():
     expected, actual = _run(lambda x: (jnp.minimum(jnp.maximum(x, 0.0), 1.0),
                                        jnp.minimum(jnp.maximum(x, 2.0), 6.0)), x)
     assert [a.tolist() for a in actual] == [e.tolist() for e in expected]
+
+
+def test_xla_counts_negative_leading_zeros_after_a_division_by_zero():
+    """Named (README): jax.jit gives clz(100 // argmin(x)) = -32 for a one-element x (100 // 0 is -2 there);
+    jax without jit and the artifact count 0 leading zeros of -2."""
+    def fn(x):
+        return lax.clz(100 // jnp.argmin(x, axis=None))
+
+    x = np.array(5, np.uint8)
+    expected, actual = _run(fn, x)
+    assert int(expected[0]) == -32 and int(actual[0]) == 0 == int(fn(x))
