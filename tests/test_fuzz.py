@@ -622,5 +622,9 @@ def test_a_subnormal_conv_product_under_sqrt_is_classified_subnormal():
 
 
 def test_xla_clz_row_is_narrow():
-    assert known.match("argmin+floor_divide+clz/i32/value") is not None
-    assert known.match("clz/i32/value") is None and known.match("argmin+floor_divide+clz/f32/value") is None
+    clz = _program([("clz", (0,), "lax.clz({0})")], {0: ((), "int32")})
+    neg = _program([("neg", (0,), "-{0}")], {0: ((), "int32")})
+    x = [np.int32(3)]
+    assert known.match("argmin+sub+..+cond/i32/value", known.facts(x, (), clz)) is not None
+    assert known.match("argmin+sub+..+cond/i32/value", known.facts(x, (), neg)) is None
+    assert known.match("clz/i32/value", known.facts(x, (), clz)) is None

@@ -104,11 +104,13 @@ def test_two_clamps_of_one_unsigned_input_convert():
 
 
 def test_xla_counts_negative_leading_zeros_after_a_division_by_zero():
-    """Named (README): jax.jit gives clz(100 // argmin(x)) = -32 for a one-element x (100 // 0 is -2 there);
-    jax without jit and the artifact count 0 leading zeros of -2."""
+    """Named (README): XLA folds clz of a negative constant to -32: clz(100 // argmin(x)) (100 // 0 is -2)
+    and clz(argmin(x) - 7) for a one-element x; jax without jit and the artifact count 0 leading zeros."""
     def fn(x):
         return lax.clz(100 // jnp.argmin(x, axis=None))
 
     x = np.array(5, np.uint8)
     expected, actual = _run(fn, x)
     assert int(expected[0]) == -32 and int(actual[0]) == 0 == int(fn(x))
+    expected, actual = _run(lambda x: lax.clz(jnp.argmin(x, axis=None) - 7), x)
+    assert int(expected[0]) == -32 and int(actual[0]) == 0

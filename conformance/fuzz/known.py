@@ -77,8 +77,9 @@ ZERO_TIES = ("+0/-0 ties in max/min reductions and pooling follow ONNX Runtime's
              "which may pick the other zero than jax.jit (README: Known differences)")
 SINH_EDGE = ("XLA's float32 sinh overflows to inf on the last inputs below ln(2 FLT_MAX) = 89.41599 "
              "(measured: 89.415985), where the true sinh (and the artifact's) is just below FLT_MAX")
-XLA_CLZ = ("jax.jit's count_leading_zeros of an integer floor division by zero can be negative (clz(100 // argmin "
-           "of one element) is -32, measured); jax without jit and the artifact give 0 (README: Known differences)")
+XLA_CLZ = ("XLA folds count_leading_zeros of a negative constant to -32 (clz(argmin(x) - 7) with one element, "
+           "measured; clz of the same value at run time is 0); jax without jit and the artifact give 0 "
+           "(README: Known differences)")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -110,7 +111,7 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/signed-zero", ZERO_TIES)
       for op in ("reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min")),
     Known("signbit/*/value", NAN_BITS, frozenset({"negative-nan-input"})),
-    Known("*floor_divide+clz/i*/value", XLA_CLZ),
+    Known("argmin+*/i*/value", XLA_CLZ, frozenset({"clz"})),
     *(Known(f"{op}/*/{kind}", NAN_SIGN,
             frozenset({"negative-nan-input"} | ({"nan-sign-in-body"} if op != "copysign" else set())))
       for op in ("copysign", "fori_loop", "while_loop", "scan", "cond") for kind in ("value", "inf", "signed-zero")),
@@ -146,13 +147,16 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 
 def program_facts(program: FuzzProgram) -> frozenset[str]:
     """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims),
-    ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit)."""
+    ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``clz`` (a step counts
+    leading zeros)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
             found.add("tan-in-loop")
         if step.op.startswith("reduce_window") and _active_window_dims(step.expr) >= 2:
             found.add("window-2d")
+        if "lax.clz(" in step.expr:
+            found.add("clz")
         if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
                                                                          or "signbit(" in step.expr):
             found.add("nan-sign-in-body")
