@@ -628,3 +628,9 @@ def test_xla_clz_row_is_narrow():
     assert known.match("argmin+sub+..+cond/i32/value", known.facts(x, (), clz)) is not None
     assert known.match("argmin+sub+..+cond/i32/value", known.facts(x, (), neg)) is None
     assert known.match("clz/i32/value", known.facts(x, (), clz)) is None
+
+
+def test_argmin_flush_and_window_convert_rows_need_huge_inputs():
+    huge = known.facts([np.float64([1.79769313e308])])
+    for klass in ("fori_loop+argmin/f64/value", "reduce_window_add+convert_f16_u16/f16/value"):
+        assert known.match(klass, huge) is not None and known.match(klass) is None, klass
