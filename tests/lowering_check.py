@@ -77,3 +77,14 @@ def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[
 def onnx_op_types(model: Any) -> list[str]:
     """Op types of the model's top-level nodes (for structural assertions)."""
     return [n.op_type for n in model.graph.node]
+
+
+def assert_same_floats(got: np.ndarray, want: Any, rtol: float, atol: float) -> None:
+    """``got`` has ``want``'s dtype and shape, its NaNs where ``want`` has them, values within the
+    tolerances, and the sign of every zero of ``want``."""
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    exact_zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))

@@ -11,6 +11,7 @@ import numpy as np
 
 import jaxconv
 from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import assert_same_floats
 
 
 def _convert(fn, *inputs: np.ndarray, specs=None) -> tuple[collections.Counter, list[np.ndarray]]:
@@ -21,12 +22,7 @@ def _convert(fn, *inputs: np.ndarray, specs=None) -> tuple[collections.Counter, 
 
 
 def _same(got: np.ndarray, want, rtol: float = 2e-6, atol: float = 1e-6) -> None:
-    want = np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-    exact_zero = want == 0
-    np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))
+    assert_same_floats(got, want, rtol, atol)
 
 
 def test_flax_style_layer_norm_on_3d_input_keeps_dims_in_the_reductions():

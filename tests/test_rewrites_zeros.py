@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 
 import jaxconv
 from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import assert_same_floats
 
 NAN, INF = np.float32(np.nan), np.float32(np.inf)
 
@@ -27,12 +28,7 @@ def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndar
 
 
 def _same(got: np.ndarray, want: np.ndarray, rtol: float = 2e-6, atol: float = 1e-6) -> None:
-    want = np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-    exact_zero = want == 0
-    np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))
+    assert_same_floats(got, want, rtol, atol)
 
 
 def _rows(dtype=np.float32) -> np.ndarray:
