@@ -12,6 +12,7 @@ faster without changing the numbers:
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
+- ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
@@ -37,6 +38,7 @@ from jaxconv.onnx.rewrites import (
     layout,
     loops,
     lstm,
+    matmul_order,
     pooling,
     shapes,
     softmax,
@@ -57,7 +59,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         How many times each rule fired.
     """
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
-             "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0}
+             "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
+             "matmul_order": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -68,6 +71,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["pooling"] += pooling.rewrite(graph)
         fired["zeros"] += zeros.rewrite(graph, opset)
         fired["shapes"] += shapes.rewrite(graph)
+        fired["matmul_order"] += matmul_order.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
