@@ -12,6 +12,7 @@ faster without changing the numbers:
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
+- ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -42,6 +43,7 @@ from jaxconv.onnx.rewrites import (
     pooling,
     shapes,
     softmax,
+    squeezes,
     symbolic,
     zeros,
 )
@@ -60,7 +62,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     """
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
              "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
-             "matmul_order": 0}
+             "matmul_order": 0, "squeezes": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -72,6 +74,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["zeros"] += zeros.rewrite(graph, opset)
         fired["shapes"] += shapes.rewrite(graph)
         fired["matmul_order"] += matmul_order.rewrite(graph)
+        fired["squeezes"] += squeezes.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0

@@ -1,0 +1,117 @@
+"""Squeezes and Unsqueezes of the same axes that cancel, and Unsqueezes moved to where they merge.
+
+StableHLO keeps a gather's index vector and a reduction over a size-1 axis as explicit shape
+steps, so ``jnp.take`` (``nn.Embed``) lowers to ``Unsqueeze`` the indices, test them, ``Squeeze``
+the test, ``Unsqueeze`` it again for the select; and the gather lowering squeezes a Cast of the
+same Unsqueeze. Three rules, each moving values only (the numbers cannot change):
+
+- ``Unsqueeze(Squeeze(y, axes), axes)`` is ``y``;
+- ``Squeeze(Cast(Unsqueeze(x, axes)), axes)`` is ``Cast(x)`` (no Cast: ``x``);
+- ``Unsqueeze(op(Unsqueeze(a), Unsqueeze(b)), axes)`` for an elementwise ``op`` on inputs of one rank
+  (``nn.make_attention_mask``) puts ``axes`` on both inputs, where onnxscript merges the Unsqueezes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+_ELEMENTWISE = frozenset({"And", "Or", "Xor", "Add", "Sub", "Mul", "Div", "Max", "Min", "Equal", "Less",
+                          "Greater", "LessOrEqual", "GreaterOrEqual"})
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Cancel Squeeze/Unsqueeze pairs in ``graph`` and lift Unsqueezes onto operands; returns how many."""
+    count = 0
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx") or node.graph is not graph:
+            continue
+        if node.op_type == "Unsqueeze":
+            count += _unsqueeze_of_squeeze(node) or _lift(graph, node)
+        elif node.op_type == "Squeeze":
+            count += _squeeze_of_unsqueeze(graph, node)
+    return count
+
+
+def _axes(node: ir.Node, rank: int | None) -> tuple[int, ...] | None:
+    """A Squeeze/Unsqueeze's constant axes, normalized against ``rank`` (the larger of its two ranks)."""
+    if len(node.inputs) < 2 or node.inputs[1] is None or rank is None:
+        return None
+    arr = m.const(node.inputs[1])
+    if arr is None:
+        return None
+    axes = m.normalize_axes(tuple(int(a) for a in np.atleast_1d(arr)), rank)
+    return axes if axes is not None and len(set(axes)) == len(axes) else None
+
+
+def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    node = m.producer(value, op_type)
+    return node if node is not None and node.domain in ("", "ai.onnx") else None
+
+
+def _unsqueeze_of_squeeze(unsqueeze: ir.Node) -> int:
+    out = unsqueeze.outputs[0]
+    squeeze = _producer(unsqueeze.inputs[0], "Squeeze")
+    if squeeze is None or out.is_graph_output() or squeeze.inputs[0] is None:
+        return 0
+    y = squeeze.inputs[0]
+    axes = _axes(unsqueeze, m.rank(out))
+    if axes is None or axes != _axes(squeeze, m.rank(y)) or m.rank(y) != m.rank(out):
+        return 0
+    out.replace_all_uses_with(y)
+    return 1
+
+
+def _squeeze_of_unsqueeze(graph: ir.Graph, squeeze: ir.Node) -> int:
+    value = squeeze.inputs[0]
+    cast = _producer(value, "Cast")
+    unsqueeze = _producer(cast.inputs[0] if cast is not None else value, "Unsqueeze")
+    if unsqueeze is None or unsqueeze.inputs[0] is None:
+        return 0
+    x = unsqueeze.inputs[0]
+    axes = _axes(squeeze, m.rank(value))
+    if axes is None or axes != _axes(unsqueeze, m.rank(unsqueeze.outputs[0])):
+        return 0
+    out = squeeze.outputs[0]
+    if m.rank(x) is None or m.rank(x) != m.rank(out):
+        return 0
+    if cast is None:
+        if out.is_graph_output():
+            return 0
+        out.replace_all_uses_with(x)
+        return 1
+    m.replace(graph, out, ir.node("Cast", [x], attributes={"to": m.attr(cast, "to")}), squeeze)
+    return 1
+
+
+def _through_noop_expand(value: ir.Value | None) -> ir.Value | None:
+    """``value``, or the input of the Expand making it when that Expand keeps a static shape (sole use)."""
+    expand = _producer(value, "Expand")
+    if expand is None or expand.inputs[0] is None or len(expand.inputs[0].uses()) != 1:
+        return value
+    shape, same = value.shape, expand.inputs[0].shape
+    return expand.inputs[0] if shape is not None and shape.is_static() and shape == same else value
+
+
+def _lift(graph: ir.Graph, unsqueeze: ir.Node) -> int:
+    op = m.producer(_through_noop_expand(unsqueeze.inputs[0]))
+    if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in _ELEMENTWISE or len(op.inputs) != 2:
+        return 0
+    if len(op.outputs[0].uses()) != 1 or op.outputs[0].is_graph_output():
+        return 0
+    if len(unsqueeze.inputs[0].uses()) != 1 or unsqueeze.inputs[0].is_graph_output():
+        return 0
+    a, b = op.inputs
+    rank = m.rank(op.outputs[0])
+    if rank is None or m.rank(a) != rank or m.rank(b) != rank:
+        return 0
+    if any(_producer(x, "Unsqueeze") is None or len(x.uses()) != 1 for x in (a, b)):
+        return 0  # only where both new Unsqueezes merge into the ones already there
+    axes_value = unsqueeze.inputs[1]
+    new_a = ir.node("Unsqueeze", [a, axes_value])
+    new_b = ir.node("Unsqueeze", [b, axes_value])
+    new_op = ir.node(op.op_type, [new_a.outputs[0], new_b.outputs[0]], domain=op.domain)
+    m.replace(graph, unsqueeze.outputs[0], [new_a, new_b, new_op], unsqueeze)
+    return 1

@@ -1,0 +1,76 @@
+"""The Squeeze/Unsqueeze rule (jaxconv.onnx.rewrites.squeezes): jnp.take's index checks and an attention
+mask's outer product lose the shape steps that cancel; jax.jit's numbers kept (out-of-range and
+negative indices, NaN, -0)."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxconv
+from jaxconv.onnx.rewrites import squeezes
+from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import assert_same_floats
+
+
+def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndarray]]:
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
+    model = jaxconv.to_onnx(fn, *specs, check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def _table() -> np.ndarray:
+    table = np.random.default_rng(0).standard_normal((10, 6)).astype(np.float32)
+    table[2] = -0.0
+    table[3, 1] = np.nan
+    table[4, 2] = -np.inf
+    return table
+
+
+def _take(ids):
+    return jnp.take(_table(), ids, axis=0)  # nn.Embed's lookup: fill mode, NaN rows out of range
+
+
+def _ids() -> np.ndarray:
+    return np.array([[0, 2, 3, 4, 9], [-1, -10, -11, 10, 12345], [2, 2, 3, -8, 5]], np.int32)
+
+
+def test_take_loses_three_shape_steps_and_keeps_jit_numbers(monkeypatch):
+    ids = _ids()
+    ops, (got,) = _convert(_take, ids)
+    want = jax.jit(_take)(ids)
+    assert np.isnan(want[1, 2:]).all() and np.signbit(want[0, 1]).all()  # the cases that matter are here
+    assert_same_floats(got, want, 0, 0)
+    monkeypatch.setattr(squeezes, "rewrite", lambda graph: 0)
+    plain_ops, _ = _convert(_take, ids)
+    assert ops["Squeeze"] + ops["Unsqueeze"] == plain_ops["Squeeze"] + plain_ops["Unsqueeze"] - 3, (ops, plain_ops)
+    assert ops["Squeeze"] == 0, ops
+
+
+def _mask(ids):
+    valid = ids > 0
+    return jnp.expand_dims(valid[..., :, None] & valid[..., None, :], axis=-3)  # nn.make_attention_mask
+
+
+def test_attention_mask_unsqueezes_merge(monkeypatch):
+    ids = _ids()
+    ops, (got,) = _convert(_mask, ids)
+    np.testing.assert_array_equal(got, jax.jit(_mask)(ids))
+    assert ops["Unsqueeze"] == 2 and ops["And"] == 1, ops
+    monkeypatch.setattr(squeezes, "rewrite", lambda graph: 0)
+    plain_ops, _ = _convert(_mask, ids)
+    assert plain_ops["Unsqueeze"] == 3, plain_ops
+
+
+def test_unsqueeze_lift_skips_operands_of_different_rank():
+    """x[:, :, None] & y (y of rank 3 already) is left alone: the rule needs two Unsqueezed operands."""
+    rng = np.random.default_rng(2)
+    x = rng.random((3, 4)) > 0.5
+    y = rng.random((3, 4, 5)) > 0.5
+    fn = lambda x, y: jnp.expand_dims(x[:, :, None] & y, 1)  # noqa: E731
+    ops, (got,) = _convert(fn, x, y)
+    np.testing.assert_array_equal(got, jax.jit(fn)(x, y))
