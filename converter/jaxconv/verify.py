@@ -209,12 +209,19 @@ def as_edge_difference(row: OutputCheck, runtime: str, expected: np.ndarray, act
 
 
 def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """jax.jit(fn) on flat inputs rebuilt into the argument pytrees."""
+    """jax.jit(fn) on flat inputs rebuilt into the argument pytrees.
+
+    The big arrays ``fn`` closes over are passed to the compiled program as arguments instead of
+    being embedded in it (``jit_reference``): the same outputs, without the executable's copies of
+    the weights.
+    """
     import jax
+
+    from jaxconv.jit_reference import jit_call
 
     treedef = jax.tree_util.tree_structure(list(arg_specs))
     args = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in flat_inputs])
-    out = jax.jit(fn)(*args)
+    out = jit_call(fn, args)
     return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
 
 
@@ -445,6 +452,9 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         else:
             expected = reference_outputs(fn, arg_specs, flat)
         referenced.append((inputs_set, expected))
+    from jaxconv import jit_reference
+
+    jit_reference.clear()  # the device copies of the constants, before the artifact's runtime loads its own
     _release_compiled()
     for inputs_set, expected in referenced:
         flat = inputs_set.arrays
@@ -513,6 +523,9 @@ def _release_compiled() -> None:
     if current_options().release_compiled:
         import jax
 
+        from jaxconv import jit_reference
+
+        jit_reference.clear()
         jax.clear_caches()
 
 
