@@ -175,10 +175,12 @@ def _gather_take_path(g: _Gather) -> int | None:
 
 
 def _gather_take(ctx: LoweringContext, g: _Gather, a: int) -> str:
-    idx, batch = _indices_last(ctx, g.idx, g.it, g.dn.index_vector_dim)
-    nb = len(batch)
-    i = ctx.op("Squeeze", [idx, ctx.i64([nb])])
-    i = sh.clamp(ctx, i, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, a), 1))
+    i, nb = _int32_take_indices(ctx, g, a)
+    if i is None:
+        idx, batch = _indices_last(ctx, g.idx, g.it, g.dn.index_vector_dim)
+        nb = len(batch)
+        i = ctx.op("Squeeze", [idx, ctx.i64([nb])])
+        i = sh.clamp(ctx, i, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, a), 1))
     out = ctx.op("Gather", [g.x, i], axis=a)
     natural: list = [("o", d) for d in range(a)] + [("b", k) for k in range(nb)]
     if a not in g.dn.collapsed_slice_dims:
@@ -186,6 +188,18 @@ def _gather_take(ctx: LoweringContext, g: _Gather, a: int) -> str:
         natural.append(("o", a))
     natural += [("o", d) for d in range(a + 1, g.xt.rank)]
     return _permute(ctx, out, _result_perm(g, natural))
+
+
+def _int32_take_indices(ctx: LoweringContext, g: _Gather, a: int) -> tuple[str | None, int]:
+    """int32 indices of a static axis clamped as int32 (Gather and Max/Min take them; no int64 Cast),
+    the index vector dim dropped; (None, 0) for other indices."""
+    ivd, rank = g.dn.index_vector_dim, g.it.rank
+    size = g.xt.shape[a]
+    if g.it.dtype != "int32" or not isinstance(size, int) or size < 1 or ivd < rank - 1:
+        return None, 0
+    i = g.idx if ivd == rank else ctx.op("Squeeze", [g.idx, ctx.i64([ivd])])
+    bounded = ctx.op("Min", [i, ctx.scalar(size - 1, "int32")])
+    return ctx.op("Max", [bounded, ctx.scalar(0, "int32")]), rank - (1 if ivd < rank else 0)
 
 
 def _gather_elements_ok(g: _Gather) -> bool:
