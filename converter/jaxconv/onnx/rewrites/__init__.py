@@ -13,6 +13,8 @@ faster without changing the numbers:
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
+- ``unit_scale``: a Mul by ones that only broadcasts dropped where its readers broadcast anyway;
+- ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -41,10 +43,12 @@ from jaxconv.onnx.rewrites import (
     lstm,
     matmul_order,
     pooling,
+    range_checks,
     shapes,
     softmax,
     squeezes,
     symbolic,
+    unit_scale,
     zeros,
 )
 
@@ -62,7 +66,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     """
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
              "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
-             "matmul_order": 0, "squeezes": 0}
+             "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -75,6 +79,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["shapes"] += shapes.rewrite(graph)
         fired["matmul_order"] += matmul_order.rewrite(graph)
         fired["squeezes"] += squeezes.rewrite(graph)
+        fired["unit_scale"] += unit_scale.rewrite(graph)
+        fired["range_checks"] += range_checks.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0

@@ -1,0 +1,65 @@
+"""A float Mul by a constant of ones that only broadcasts, dropped where its readers broadcast anyway.
+
+``x * 1`` is ``x`` for every float (NaN, infinities and -0 included); onnxscript drops such a Mul
+when the shapes agree. A LayerNorm whose scale is all ones (Flax's initial ``scale``, or a norm
+with ``use_scale`` folded to ones) multiplies ``rsqrt(var)`` of shape ``[..., 1]`` by a ``[d]``
+constant, so the Mul also broadcasts; it goes when each reader is an elementwise op whose result
+keeps its shape with ``x`` in its place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Drop Muls by ones in ``graph`` whose broadcast their readers repeat; returns how many."""
+    count = 0
+    for node in list(graph):
+        if node.domain in ("", "ai.onnx") and node.op_type == "Mul" and node.graph is graph:
+            count += _drop(node)
+    return count
+
+
+def _static(value: ir.Value | None) -> tuple[int, ...] | None:
+    if value is None or value.shape is None or not value.shape.is_static():
+        return None
+    return tuple(int(d) for d in value.shape)
+
+
+def _drop(mul: ir.Node) -> int:
+    out = mul.outputs[0]
+    if len(mul.inputs) != 2 or out.is_graph_output() or not out.uses():
+        return 0
+    for k in (0, 1):
+        x, ones = mul.inputs[k], mul.inputs[1 - k]
+        arr = m.folded(ones)
+        if x is None or arr is None or arr.dtype.kind != "f" or not np.all(arr == 1):
+            continue
+        if x.type is None or out.type is None or x.type != out.type:
+            continue
+        if all(_keeps_shape(use.node, use.idx, x) for use in out.uses()):
+            out.replace_all_uses_with(x)
+            return 1
+    return 0
+
+
+def _keeps_shape(reader: ir.Node, idx: int, x: ir.Value) -> bool:
+    """Does ``reader`` (an elementwise op) give a result of the same shape with ``x`` at input ``idx``?"""
+    if reader.domain not in ("", "ai.onnx") or reader.op_type not in _BROADCASTING or len(reader.inputs) != 2:
+        return False
+    if reader.inputs[1 - idx] is reader.inputs[idx]:
+        return False  # both inputs would become x
+    other = _static(reader.inputs[1 - idx])
+    shape, result = _static(x), _static(reader.outputs[0])
+    if other is None or shape is None or result is None:
+        return False
+    try:
+        return tuple(np.broadcast_shapes(shape, other)) == result
+    except ValueError:
+        return False
