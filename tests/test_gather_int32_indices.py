@@ -18,8 +18,8 @@ from jaxconv.runtimes.onnxrt import OnnxRunner
 def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndarray]]:
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
     model = jaxconv.to_onnx(fn, *specs, check=False)
-    return collections.Counter(n.op_type for n in model.graph.node), OnnxRunner(model.SerializeToString()).run(
-        list(inputs))
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
 
 
 TABLE = np.arange(40, dtype=np.float32).reshape(8, 5) - 20.0

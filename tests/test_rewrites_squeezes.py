@@ -47,7 +47,8 @@ def test_take_loses_three_shape_steps_and_keeps_jit_numbers(monkeypatch):
     assert_same_floats(got, want, 0, 0)
     monkeypatch.setattr(squeezes, "rewrite", lambda graph: 0)
     plain_ops, _ = _convert(_take, ids)
-    assert ops["Squeeze"] + ops["Unsqueeze"] == plain_ops["Squeeze"] + plain_ops["Unsqueeze"] - 3, (ops, plain_ops)
+    shape_steps = ops["Squeeze"] + ops["Unsqueeze"]
+    assert shape_steps == plain_ops["Squeeze"] + plain_ops["Unsqueeze"] - 3, (ops, plain_ops)
     assert ops["Squeeze"] == 0, ops
 
 

@@ -97,7 +97,9 @@ def _through_noop_expand(value: ir.Value | None) -> ir.Value | None:
 
 def _lift(graph: ir.Graph, unsqueeze: ir.Node) -> int:
     op = m.producer(_through_noop_expand(unsqueeze.inputs[0]))
-    if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in _ELEMENTWISE or len(op.inputs) != 2:
+    if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in _ELEMENTWISE:
+        return 0
+    if len(op.inputs) != 2:
         return 0
     if len(op.outputs[0].uses()) != 1 or op.outputs[0].is_graph_output():
         return 0
