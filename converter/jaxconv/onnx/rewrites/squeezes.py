@@ -67,6 +67,8 @@ def _unsqueeze_of_squeeze(unsqueeze: ir.Node) -> int:
 def _squeeze_of_unsqueeze(graph: ir.Graph, squeeze: ir.Node) -> int:
     value = squeeze.inputs[0]
     cast = _producer(value, "Cast")
+    if cast is not None and len(value.uses()) != 1:
+        return 0  # the Cast stays for its other readers: a new one would save nothing
     unsqueeze = _producer(cast.inputs[0] if cast is not None else value, "Unsqueeze")
     if unsqueeze is None or unsqueeze.inputs[0] is None:
         return 0
