@@ -74,8 +74,9 @@ class CheckOptions:
         edge: run the edge-value input set.
         edge_skipped: why ``edge`` is off, for a note in the report.
         release_compiled: clear jax's caches once the references are computed and around the
-            float64 run (the CLI, a one-shot process, sets it): a compiled program holds its
-            closed-over weights, so the artifact's runtime and jax.jit would hold them twice.
+            float64 run (the CLI, a one-shot process, sets it): the references pass big closed-over
+            weights as arguments (``jit_reference``), but a compiled program still holds the small
+            ones and the constants XLA folds.
     """
 
     sizes: tuple[int, ...] | None = None
