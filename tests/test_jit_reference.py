@@ -101,3 +101,26 @@ def test_eager_reference_still_runs_op_by_op():
     with jax.disable_jit():
         want = np.asarray(mlp(jnp.asarray(x)))
     assert _bits(got[0]) == _bits(want)
+
+
+def test_check_keeps_no_copy_of_the_constants_after_it_returns():
+    jit_reference.clear()
+    x = np.ones((8, 256), np.float32)
+    verify.reference_outputs(mlp, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    assert jit_reference._CACHE
+
+    class Runner:
+        kind = "onnx"
+
+        def run(self, flat):
+            # off by 0.1%: the judging's extra references (spread, float64) run
+            return [np.asarray(jax.jit(mlp)(flat[0])) * 1.001]
+
+    from jaxconv.signature import Signature, input_infos, output_infos
+
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    out = jax.eval_shape(mlp, spec)
+    sig = Signature(input_infos([spec], ["x"]), output_infos([out], jax.tree_util.tree_structure(out)))
+    report = verify.check_runner(Runner(), "m.onnx", mlp, [spec], sig)
+    assert not report.ok
+    assert not jit_reference._CACHE

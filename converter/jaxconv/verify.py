@@ -463,6 +463,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         if len(actual) != len(expected):
             raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
         report.rows.extend(_judge_set(runner, fn, arg_specs, signature, flat, expected, actual, rtol, atol, inputs_set.label))
+    jit_reference.clear()  # the judging's extra references: no copy of the constants outlives the check
     return report
 
 
