@@ -27,12 +27,12 @@ def jit_call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     """
     import jax
 
-    if jax.config.jax_disable_jit:
+    if jax.config.jax_disable_jit:  # type: ignore[attr-defined]
         return fn(*args)
     flat, treedef = jax.tree_util.tree_flatten(list(args))
     key = (id(fn), treedef, tuple((tuple(x.shape), str(x.dtype), bool(getattr(getattr(x, "aval", None),
                                                                                "weak_type", False)))
-                                  for x in flat), bool(jax.config.jax_enable_x64))
+                                  for x in flat), bool(jax.config.jax_enable_x64))  # type: ignore[attr-defined]
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not fn:
         hit = (fn, *_hoisted(fn, args))
