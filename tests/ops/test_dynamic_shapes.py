@@ -4,25 +4,10 @@ conformance/cases/op_dynamic_shapes.py)."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
+from conformance.cases.op_dynamic_shapes import SIZES, B, T, arr, spec  # noqa: F401  (shared with the rows)
 from lowering_check import assert_onnx_matches_jax
-
-B, T = jax.export.symbolic_shape("b, t")
-SIZES = (1, 3, 7)
-
-
-def spec(*shape, dtype=jnp.float32):
-    return jax.ShapeDtypeStruct(shape, dtype)
-
-
-def arr(*shape, seed=0, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-3, 9, size=shape).astype(dtype)
-    return rng.normal(size=shape).astype(dtype)
 
 
 def check_sizes(fn, make_args, specs, sizes=SIZES, **kw):
