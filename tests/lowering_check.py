@@ -88,3 +88,19 @@ def assert_same_floats(got: np.ndarray, want: Any, rtol: float, atol: float) -> 
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     exact_zero = want == 0
     np.testing.assert_array_equal(np.signbit(got[exact_zero]), np.signbit(want[exact_zero]))
+
+
+def convert_and_run(fn: Callable[..., Any], *inputs: np.ndarray, opset: int | None = None,
+                    specs: Sequence[Any] | None = None) -> tuple[Any, list[np.ndarray]]:
+    """(op-type histogram of ``fn``'s ONNX, converted unchecked, its ONNX Runtime outputs on ``inputs``)."""
+    import collections
+
+    import jax
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    specs = specs or [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
+    model = jaxconv.to_onnx(fn, *specs, opset=opset, check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))

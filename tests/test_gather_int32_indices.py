@@ -3,24 +3,13 @@ and XLA's clamping kept for indices past either end, in both index-vector layout
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
-import jaxconv
-from jaxconv.runtimes.onnxrt import OnnxRunner
-
-
-def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndarray]]:
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-    model = jaxconv.to_onnx(fn, *specs, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
-
+from lowering_check import convert_and_run as _convert
 
 TABLE = np.arange(40, dtype=np.float32).reshape(8, 5) - 20.0
 

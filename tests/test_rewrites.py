@@ -16,16 +16,11 @@ import jaxconv
 from jaxconv.onnx import rewrites
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
+from lowering_check import convert_and_run as _convert
 
 NAN, INF = np.float32(np.nan), np.float32(np.inf)
 
 
-def _convert(fn, *inputs: np.ndarray, opset: int | None = None) -> tuple[collections.Counter, list[np.ndarray]]:
-    """(op histogram of the ONNX, its outputs on ``inputs``)."""
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-    model = jaxconv.to_onnx(fn, *specs, opset=opset, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
 
 
 def _same(got: np.ndarray, want: np.ndarray, rtol: float = 1e-6, atol: float = 0.0) -> None:

@@ -12,13 +12,7 @@ import numpy as np
 import jaxconv
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
-
-
-def _convert(fn, *inputs: np.ndarray, specs=None) -> tuple[collections.Counter, list[np.ndarray]]:
-    specs = specs or [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-    model = jaxconv.to_onnx(fn, *specs, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+from lowering_check import convert_and_run as _convert
 
 
 def _same(got: np.ndarray, want, rtol: float = 2e-6, atol: float = 1e-6) -> None:

@@ -4,24 +4,14 @@ with its initial all-ones scale) and an integer range check as Clip == x
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import jaxconv
 from jaxconv.onnx.rewrites import range_checks, unit_scale
-from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
-
-
-def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndarray]]:
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-    model = jaxconv.to_onnx(fn, *specs, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+from lowering_check import convert_and_run as _convert
 
 
 def _rows() -> np.ndarray:

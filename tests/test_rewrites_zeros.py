@@ -4,8 +4,6 @@ sums over their count become ReduceMean, the other fixes become one Sum; jax.jit
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,18 +11,12 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-import jaxconv
-from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
+from lowering_check import convert_and_run as _convert
 
 NAN, INF = np.float32(np.nan), np.float32(np.inf)
 
 
-def _convert(fn, *inputs: np.ndarray) -> tuple[collections.Counter, list[np.ndarray]]:
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
-    model = jaxconv.to_onnx(fn, *specs, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
 
 
 def _same(got: np.ndarray, want: np.ndarray, rtol: float = 2e-6, atol: float = 1e-6) -> None:
