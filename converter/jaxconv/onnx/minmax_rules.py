@@ -17,32 +17,27 @@ def _unique(constants: list[tuple[ir.Tensor, str]], first_node: ir.Node) -> list
     return [(tensor, f"{name}_{tag}") for tensor, name in constants]
 
 
-class FuseSuccessiveMin(mm.FuseSuccessiveMin):
+class _UniqueBounds:
+    """Mixin for onnxscript's min/max rules: the folded bounds are named after the first node's output."""
+
+    def compute_constants(self, first_node: ir.Node, second_node: ir.Node, input_name: str = ""):
+        return _unique(super().compute_constants(first_node, second_node, input_name), first_node)  # type: ignore[misc]
+
+
+class FuseSuccessiveMin(_UniqueBounds, mm.FuseSuccessiveMin):
     """Min(Min(x, a), b) -> Min(x, min(a, b)), the bound named uniquely."""
 
-    def compute_constants(self, first_node: ir.Node, second_node: ir.Node, input_name: str = ""):
-        return _unique(super().compute_constants(first_node, second_node, input_name), first_node)
 
-
-class FuseSuccessiveMax(mm.FuseSuccessiveMax):
+class FuseSuccessiveMax(_UniqueBounds, mm.FuseSuccessiveMax):
     """Max(Max(x, a), b) -> Max(x, max(a, b)), the bound named uniquely."""
 
-    def compute_constants(self, first_node: ir.Node, second_node: ir.Node, input_name: str = ""):
-        return _unique(super().compute_constants(first_node, second_node, input_name), first_node)
 
-
-class FuseMinMaxToClip(mm.FuseMinMaxToClip):
+class FuseMinMaxToClip(_UniqueBounds, mm.FuseMinMaxToClip):
     """Max(Min(x, hi), lo) -> Clip(x, lo, hi), the bounds named uniquely."""
 
-    def compute_constants(self, first_node: ir.Node, second_node: ir.Node, input_name: str = ""):
-        return _unique(super().compute_constants(first_node, second_node, input_name), first_node)
 
-
-class FuseMaxMinToClip(mm.FuseMaxMinToClip):
+class FuseMaxMinToClip(_UniqueBounds, mm.FuseMaxMinToClip):
     """Min(Max(x, lo), hi) -> Clip(x, lo, hi), the bounds named uniquely."""
-
-    def compute_constants(self, first_node: ir.Node, second_node: ir.Node, input_name: str = ""):
-        return _unique(super().compute_constants(first_node, second_node, input_name), first_node)
 
 
 min_min_rule = FuseSuccessiveMin().rule()
