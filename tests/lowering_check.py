@@ -7,7 +7,7 @@ at more than the numbers (error messages, graph structure, metadata).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,12 +33,6 @@ def record_ops(program: Any) -> set[str]:
 
     module = read_module(program.exported.mlir_module_serialized)
     return {op.name for op in reachable_ops(module, module.entry())}
-
-
-def note_ops(names: Iterable[str]) -> None:
-    """Kept for callers of the former coverage files; coverage is ``tests/ops/test_rows.py``'s (rows and
-    its ``PLAIN_TESTS`` table), so this records nothing."""
-    del names
 
 
 def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None,
