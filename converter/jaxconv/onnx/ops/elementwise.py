@@ -135,7 +135,7 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     dtype = op.results[0].type.dtype
     if dtype in dt.FLOATS:
         names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
-        return result(ctx, op, ctx.op("Div", names), work)
+        return result(ctx, op, ctx.op("Div", names, same_shape_inputs=True), work)
     lhs, rhs = inputs
     is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
     # x / -1 is computed as -(x / 1), which wraps INT_MIN to itself.
