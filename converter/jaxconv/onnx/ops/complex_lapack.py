@@ -12,6 +12,8 @@ singular value and QR decompositions of complex matrices stay refused by ``lapac
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from jaxconv.errors import UnsupportedError
@@ -21,11 +23,13 @@ from jaxconv.onnx.ops.complex_arith import divide
 from jaxconv.onnx.ops.complex_linalg import solve
 from jaxconv.onnx.ops.lapack import (
     MAX_LAPACK_SIZE,
+    LuArithmetic,
     _data_inputs,
     _data_operands,
     _first_failure,
     _option,
     _zeros_like_batch,
+    unrolled_lu,
 )
 from jaxconv.onnx.registry import custom_call_target
 from jaxconv.stablehlo import ir as hir
@@ -100,68 +104,43 @@ def _mul(ctx: LoweringContext, a: Halves, b: Halves) -> Halves:
 
 # ---- getrf: LU with partial pivoting -----------------------------------------------------------------
 
+class _ComplexArithmetic(LuArithmetic[Halves]):
+    """:func:`unrolled_lu` on (re, im) halves: pivots by |re| + |im| (icamax), XLA's complex division."""
+
+    def lift(self, fn: Callable[..., str], *xs: Halves) -> Halves:
+        return fn(*(x[0] for x in xs)), fn(*(x[1] for x in xs))
+
+    def shape(self, x: Halves) -> str:
+        return self.ctx.op("Shape", [x[0]])
+
+    def magnitude(self, x: Halves) -> str:
+        return self.ctx.op("Add", [self.ctx.op("Abs", [x[0]]), self.ctx.op("Abs", [x[1]])])
+
+    def is_zero(self, x: Halves) -> str:
+        zero = self.ctx.scalar(0, self.dtype)
+        return self.ctx.op("And", [self.ctx.op("Equal", [x[0], zero]), self.ctx.op("Equal", [x[1], zero])])
+
+    def reciprocal(self, x: Halves, is_zero: str) -> Halves:
+        zero, one = self.ctx.scalar(0, self.dtype), self.ctx.scalar(1, self.dtype)
+        safe = (select(self.ctx, is_zero, one, x[0], self.dtype), x[1])
+        return divide(self.ctx, (one, zero), safe, self.dtype)
+
+    def mul(self, a: Halves, b: Halves) -> Halves:
+        return _mul(self.ctx, a, b)
+
+
 def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info, as the real
-    lowering computes them, the pivot row chosen by the largest |re| + |im|."""
+    lowering computes them (:func:`unrolled_lu`), the pivot row chosen by the largest |re| + |im|."""
     _checked(op)
     at = op.operands[0].type
-    work, rank = _WORK[at.dtype], at.rank
-    m, n = at.shape[-2], at.shape[-1]
-    k = min(m, n)
-    row_axis, col_axis = rank - 2, rank - 1
-    zero, one = ctx.scalar(0, work), ctx.scalar(1, work)
     packed = _data_inputs(op, inputs)[0]
-    if k == 0:
-        return [packed, _zeros_like_batch(ctx, packed, rank, [0], "int32"),
-                _zeros_like_batch(ctx, packed, rank, [], "int32")]
-    active: Halves | None = parts(ctx, packed)  # rows j..m-1, all n columns
-    final_rows: list[Halves] = []
-    pivot_index: list[str] = []
-    pivot_zero: list[str] = []
-    for j in range(k):
-        assert active is not None
-        r = m - j
-        column = _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), active)  # [..., r, 1]
-        size = ctx.op("Add", [ctx.op("Abs", [column[0]]), ctx.op("Abs", [column[1]])])
-        p = ctx.op("ArgMax", [size], axis=row_axis, keepdims=1)  # [..., 1, 1], the first largest
-        pivot_index.append(p)
-        if r > 1:
-            rows = ctx.const(np.arange(r, dtype=np.int64).reshape(r, 1))
-            perm = ctx.op("Where", [ctx.op("Equal", [rows, ctx.i64([0])]), p,
-                                    ctx.op("Where", [ctx.op("Equal", [rows, p]), ctx.i64([0]), rows])])
-            perm = ctx.op("Expand", [perm, ctx.op("Shape", [active[0]])])
-            active = _each(lambda x: ctx.op("GatherElements", [x, perm], axis=row_axis), active)
-        top = _each(lambda x: _slice(ctx, x, 0, 1, row_axis), active)  # [..., 1, n], final row j
-        final_rows.append(top)
-        pivot = _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), top)  # [..., 1, 1]
-        is_zero = ctx.op("And", [ctx.op("Equal", [pivot[0], zero]), ctx.op("Equal", [pivot[1], zero])])
-        pivot_zero.append(is_zero)
-        if r == 1:
-            active = None
-            break
-        rest = _each(lambda x, r=r: _slice(ctx, x, 1, r, row_axis), active)  # [..., r-1, n]
-        safe = (select(ctx, is_zero, one, pivot[0], work), pivot[1])
-        recip = divide(ctx, (one, zero), safe, work)
-        multipliers = _mul(ctx, _each(lambda x, j=j: _slice(ctx, x, j, j + 1, col_axis), rest), recip)
-        pieces: list[Halves] = [_each(lambda x, j=j: _slice(ctx, x, 0, j, col_axis), rest)] if j > 0 else []
-        pieces.append(multipliers)
-        if j + 1 < n:
-            trailing = _each(lambda x, j=j: _slice(ctx, x, j + 1, n, col_axis), rest)
-            update = _mul(ctx, multipliers, _each(lambda x, j=j: _slice(ctx, x, j + 1, n, col_axis), top))
-            pieces.append((ctx.op("Sub", [trailing[0], update[0]]), ctx.op("Sub", [trailing[1], update[1]])))
-        active = pieces[0] if len(pieces) == 1 else tuple(
-            ctx.op("Concat", [pc[h] for pc in pieces], axis=col_axis)
-            for h in (0, 1))  # type: ignore[assignment]
-    if active is not None:  # m > n: the rows below the last pivot hold L only
-        final_rows.append(active)
-    lu = final_rows[0] if len(final_rows) == 1 else tuple(
-        ctx.op("Concat", [fr[h] for fr in final_rows], axis=row_axis) for h in (0, 1))
-    squeeze_rows = ctx.i64([row_axis])
-    relative = pivot_index[0] if k == 1 else ctx.op("Concat", pivot_index, axis=col_axis)  # [..., 1, k]
-    relative = ctx.op("Squeeze", [relative, squeeze_rows])
-    pivots = ctx.cast(ctx.op("Add", [relative, ctx.const(np.arange(1, k + 1, dtype=np.int64))]), "int32")
-    zeros = pivot_zero[0] if k == 1 else ctx.op("Concat", pivot_zero, axis=col_axis)
-    info = _first_failure(ctx, ctx.op("Squeeze", [zeros, squeeze_rows]), rank - 2)
+    m, n = at.shape[-2], at.shape[-1]
+    if min(m, n) == 0:
+        return [packed, _zeros_like_batch(ctx, packed, at.rank, [0], "int32"),
+                _zeros_like_batch(ctx, packed, at.rank, [], "int32")]
+    arith = _ComplexArithmetic(ctx, _WORK[at.dtype])
+    lu, pivots, info = unrolled_lu(ctx, parts(ctx, packed), arith, m, n, at.rank)
     return [pack(ctx, lu[0], lu[1]), pivots, info]
 
 

@@ -15,6 +15,7 @@ tridiagonal) have no lowering, and :func:`unsupported_reason` names the JAX func
 from __future__ import annotations
 
 import re
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 from onnx import helper
@@ -162,6 +163,10 @@ def _slice(ctx: LoweringContext, x: str, start: int, stop: int, axis: int) -> st
     return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
 
 
+def _concat(ctx: LoweringContext, xs: list[str], axis: int) -> str:
+    return xs[0] if len(xs) == 1 else ctx.op("Concat", xs, axis=axis)
+
+
 def _swap_last(ctx: LoweringContext, x: str, rank: int) -> str:
     return ctx.op("Transpose", [x], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
 
@@ -212,7 +217,7 @@ def _potrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     if upper:
         factor = _swap_last(ctx, factor, rank)
     # LAPACK (as JAX calls it) stops at the first pivot <= 0; a NaN pivot passes and propagates.
-    pivot = pivots[0] if n == 1 else ctx.op("Concat", pivots, axis=rank - 1)  # [..., 1, n]
+    pivot = _concat(ctx, pivots, rank - 1)  # [..., 1, n]
     pivot = ctx.op("Squeeze", [pivot, ctx.i64([rank - 2])])
     failed = ctx.op("LessOrEqual", [pivot, ctx.scalar(0, at.dtype)])
     return [factor, _first_failure(ctx, failed, rank - 2)]
@@ -237,69 +242,113 @@ def _trsm(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
 
 # ---- getrf: LU with partial pivoting -----------------------------------------------------------------
 
-def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info.
+V = TypeVar("V")  # what a matrix is made of: one tensor (real) or its (re, im) halves (complex)
 
-    Step j picks the first row of largest |a[i, j]| among the rows not yet final (LAPACK's
+
+class LuArithmetic(Generic[V]):
+    """The element arithmetic :func:`unrolled_lu` runs on; this base class is the real one (V: a tensor)."""
+
+    def __init__(self, ctx: LoweringContext, dtype: str) -> None:
+        self.ctx, self.dtype = ctx, dtype
+
+    def lift(self, fn: Callable[..., str], *xs: V) -> V:
+        """``fn`` (a shape operation: slice, gather, concat, or a linear one: sub) applied to ``xs``."""
+        return fn(*xs)
+
+    def shape(self, x: V) -> str:
+        return self.ctx.op("Shape", [x])
+
+    def magnitude(self, x: V) -> str:
+        """The size LAPACK's i?amax compares to pick the pivot."""
+        return self.ctx.op("Abs", [x])
+
+    def is_zero(self, x: V) -> str:
+        return self.ctx.op("Equal", [x, self.ctx.scalar(0, self.dtype)])
+
+    def reciprocal(self, x: V, is_zero: str) -> V:
+        """1 / x, and 1 where ``is_zero`` (a zero pivot leaves its column unscaled)."""
+        safe = self.ctx.op("Where", [is_zero, self.ctx.scalar(1, self.dtype), x])
+        return self.ctx.op("Reciprocal", [safe])
+
+    def mul(self, a: V, b: V) -> V:
+        return self.ctx.op("Mul", [a, b])
+
+
+def unrolled_lu(ctx: LoweringContext, a: V, arith: LuArithmetic[V], m: int, n: int,
+                rank: int) -> tuple[V, str, str]:
+    """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info of ``a``
+    ([..., m, n], min(m, n) > 0).
+
+    Step j picks the first row of largest magnitude in column j among the rows not yet final (LAPACK's
     i?amax), swaps it into place, scales the column below by the pivot's reciprocal and updates
     the trailing block; rows above j never move again. A zero pivot (a singular matrix) leaves its
     column unscaled and sets info to its 1-based index when it is the first.
     """
-    _checked(op)
-    at = op.operands[0].type
-    dtype, rank = at.dtype, at.rank
-    m, n = at.shape[-2], at.shape[-1]
     k = min(m, n)
     row_axis, col_axis = rank - 2, rank - 1
-    zero, one = ctx.scalar(0, dtype), ctx.scalar(1, dtype)
-    active = _data_inputs(op, inputs)[0]  # rows j..m-1, all n columns
-    if k == 0:
-        return [active, _zeros_like_batch(ctx, active, rank, [0], "int32"),
-                _zeros_like_batch(ctx, active, rank, [], "int32")]
-    final_rows: list[str] = []
+
+    def cut(x: V, start: int, stop: int, axis: int) -> V:
+        return arith.lift(lambda t: _slice(ctx, t, start, stop, axis), x)
+
+    def join(xs: list[V], axis: int) -> V:
+        return xs[0] if len(xs) == 1 else arith.lift(lambda *ts: ctx.op("Concat", list(ts), axis=axis), *xs)
+
+    active: V | None = a  # rows j..m-1, all n columns
+    final_rows: list[V] = []
     pivot_index: list[str] = []
-    pivot_value: list[str] = []
+    pivot_zero: list[str] = []
     for j in range(k):
+        assert active is not None
         r = m - j
-        column = _slice(ctx, active, j, j + 1, col_axis)  # [..., r, 1]
-        p = ctx.op("ArgMax", [ctx.op("Abs", [column])], axis=row_axis, keepdims=1)  # [..., 1, 1], first max
+        column = cut(active, j, j + 1, col_axis)  # [..., r, 1]
+        p = ctx.op("ArgMax", [arith.magnitude(column)], axis=row_axis, keepdims=1)  # [..., 1, 1], first max
         pivot_index.append(p)
         if r > 1:
             rows = ctx.const(np.arange(r, dtype=np.int64).reshape(r, 1))
             perm = ctx.op("Where", [ctx.op("Equal", [rows, ctx.i64([0])]), p,
                                     ctx.op("Where", [ctx.op("Equal", [rows, p]), ctx.i64([0]), rows])])
-            perm = ctx.op("Expand", [perm, ctx.op("Shape", [active])])
-            active = ctx.op("GatherElements", [active, perm], axis=row_axis)
-        top = _slice(ctx, active, 0, 1, row_axis)  # [..., 1, n], final row j
+            perm = ctx.op("Expand", [perm, arith.shape(active)])
+            active = arith.lift(lambda t: ctx.op("GatherElements", [t, perm], axis=row_axis), active)
+        top = cut(active, 0, 1, row_axis)  # [..., 1, n], final row j
         final_rows.append(top)
-        pivot = _slice(ctx, top, j, j + 1, col_axis)  # [..., 1, 1]
-        pivot_value.append(pivot)
+        pivot = cut(top, j, j + 1, col_axis)  # [..., 1, 1]
+        is_zero = arith.is_zero(pivot)
+        pivot_zero.append(is_zero)
         if r == 1:
             active = None
             break
-        rest = _slice(ctx, active, 1, r, row_axis)  # [..., r-1, n]
-        safe = ctx.op("Where", [ctx.op("Equal", [pivot, zero]), one, pivot])
-        multipliers = ctx.op("Mul", [_slice(ctx, rest, j, j + 1, col_axis), ctx.op("Reciprocal", [safe])])
-        parts = [_slice(ctx, rest, 0, j, col_axis)] if j > 0 else []
-        parts.append(multipliers)
+        rest = cut(active, 1, r, row_axis)  # [..., r-1, n]
+        multipliers = arith.mul(cut(rest, j, j + 1, col_axis), arith.reciprocal(pivot, is_zero))
+        pieces = [cut(rest, 0, j, col_axis)] if j > 0 else []
+        pieces.append(multipliers)
         if j + 1 < n:
-            trailing = _slice(ctx, rest, j + 1, n, col_axis)
-            parts.append(ctx.op("Sub", [trailing, ctx.op("Mul", [multipliers, _slice(ctx, top, j + 1, n, col_axis)])]))
-        active = parts[0] if len(parts) == 1 else ctx.op("Concat", parts, axis=col_axis)
+            update = arith.mul(multipliers, cut(top, j + 1, n, col_axis))
+            trailing = cut(rest, j + 1, n, col_axis)
+            pieces.append(arith.lift(lambda t, u: ctx.op("Sub", [t, u]), trailing, update))
+        active = join(pieces, col_axis)
     if active is not None:  # m > n: the rows below the last pivot hold L only
         final_rows.append(active)
-    lu = final_rows[0] if len(final_rows) == 1 else ctx.op("Concat", final_rows, axis=row_axis)
+    lu = join(final_rows, row_axis)
 
     squeeze_rows = ctx.i64([row_axis])
-    relative = pivot_index[0] if k == 1 else ctx.op("Concat", pivot_index, axis=col_axis)  # [..., 1, k]
-    relative = ctx.op("Squeeze", [relative, squeeze_rows])
-    pivots = ctx.op("Add", [relative, ctx.const(np.arange(1, k + 1, dtype=np.int64))])
-    pivots = ctx.cast(pivots, "int32")
+    relative = ctx.op("Squeeze", [_concat(ctx, pivot_index, col_axis), squeeze_rows])  # [..., k]
+    pivots = ctx.cast(ctx.op("Add", [relative, ctx.const(np.arange(1, k + 1, dtype=np.int64))]), "int32")
+    zeros = ctx.op("Squeeze", [_concat(ctx, pivot_zero, col_axis), squeeze_rows])
+    info = _first_failure(ctx, zeros, rank - 2)
+    return lu, pivots, info
 
-    values = pivot_value[0] if k == 1 else ctx.op("Concat", pivot_value, axis=col_axis)
-    values = ctx.op("Squeeze", [values, squeeze_rows])  # [..., k]
-    info = _first_failure(ctx, ctx.op("Equal", [values, zero]), rank - 2)
-    return [lu, pivots, info]
+
+def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
+    """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info
+    (:func:`unrolled_lu`, the pivot row chosen by the largest |a[i, j]|)."""
+    _checked(op)
+    at = op.operands[0].type
+    a = _data_inputs(op, inputs)[0]
+    m, n = at.shape[-2], at.shape[-1]
+    if min(m, n) == 0:
+        return [a, _zeros_like_batch(ctx, a, at.rank, [0], "int32"),
+                _zeros_like_batch(ctx, a, at.rank, [], "int32")]
+    return list(unrolled_lu(ctx, a, LuArithmetic(ctx, at.dtype), m, n, at.rank))
 
 
 _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
