@@ -8,10 +8,16 @@ constants/initializers.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # conformance.nets: the networks shared with the conformance model cases
+    sys.path.append(_ROOT)
 
 NAMES = ("mlp", "cnn", "transformer", "lstm", "gru", "bert", "resnet18", "mlp_large")
 EXTRA = ("tiny",)  # small models for tests, not in the default list
@@ -142,48 +148,30 @@ def transformer(rng) -> Model:
 
 
 def lstm(rng) -> Model:
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
+    from conformance.nets import lstm as net
 
     n_in, hidden, batch, steps = 64, 256, 16, 64
     p = {"wx": _w(rng, n_in, 4 * hidden), "wh": _w(rng, hidden, 4 * hidden), "b": _w(rng, 4 * hidden, scale=0.01),
          "out": _w(rng, hidden, 10)}
 
     def fn(xs):
-        def cell(carry, x):
-            h, c = carry
-            i, f, g, o = jnp.split(x @ p["wx"] + h @ p["wh"] + p["b"], 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
-        b = xs.shape[1]
-        (h, _), hs = lax.scan(cell, (jnp.zeros((b, hidden)), jnp.zeros((b, hidden))), xs)
-        return hs @ p["out"], h
+        return net(p, xs)
 
     xs = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
     return Model("lstm", "LSTM lax.scan t64 b16 h256", fn, (xs,), (_spec(xs),), (_spec(xs),), _nbytes(p))
 
 
 def gru(rng) -> Model:
-    import jax
     import jax.numpy as jnp
-    from jax import lax
+
+    from conformance.nets import gru as net
 
     n_in, hidden, batch, steps = 64, 256, 16, 64
     p = {"wx": _w(rng, n_in, 3 * hidden), "wh": _w(rng, hidden, 2 * hidden), "whn": _w(rng, hidden, hidden),
          "b": _w(rng, 3 * hidden, scale=0.01), "out": _w(rng, hidden, 10)}
 
     def fn(xs):
-        def cell(h, x):
-            gx = x @ p["wx"] + p["b"]
-            r, z = jnp.split(jax.nn.sigmoid(gx[..., :2 * hidden] + h @ p["wh"]), 2, axis=-1)
-            n = jnp.tanh(gx[..., 2 * hidden:] + (r * h) @ p["whn"])
-            h = (1 - z) * n + z * h
-            return h, h
-
-        h, hs = lax.scan(cell, jnp.zeros((xs.shape[1], hidden)), xs)
+        h, hs = net(p, xs, jnp.zeros((xs.shape[1], hidden)))
         return hs @ p["out"], h
 
     xs = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
@@ -229,36 +217,13 @@ def bert(rng) -> Model:
 
 
 def resnet18(rng) -> Model:
-    import flax.linen as nn
     import jax
-    import jax.numpy as jnp
 
-    class Block(nn.Module):
-        features: int
-        stride: int
+    from conformance.nets import resnet
 
-        @nn.compact
-        def __call__(self, x):
-            bn = lambda: nn.BatchNorm(use_running_average=True)  # noqa: E731
-            y = nn.relu(bn()(nn.Conv(self.features, (3, 3), self.stride, use_bias=False)(x)))
-            y = bn()(nn.Conv(self.features, (3, 3), use_bias=False)(y))
-            if self.stride != 1 or x.shape[-1] != self.features:
-                x = bn()(nn.Conv(self.features, (1, 1), self.stride, use_bias=False)(x))
-            return nn.relu(x + y)
-
-    class ResNet18(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            x = nn.Conv(64, (7, 7), 2, use_bias=False)(x)
-            x = nn.relu(nn.BatchNorm(use_running_average=True)(x))
-            x = nn.max_pool(x, (3, 3), (2, 2), "SAME")
-            for i, f in enumerate((64, 128, 256, 512)):
-                x = Block(f, 1 if i == 0 else 2)(x)
-                x = Block(f, 1)(x)
-            return nn.Dense(1000)(jnp.mean(x, axis=(1, 2)))
-
+    blocks = tuple((f, s) for i, f in enumerate((64, 128, 256, 512)) for s in (1 if i == 0 else 2, 1))
+    module = resnet(64, 7, blocks, 1000)
     x = rng.standard_normal((2, 112, 112, 3)).astype(np.float32)
-    module = ResNet18()
     variables = jax.jit(module.init)(jax.random.key(0), x)
     # non-trivial batch statistics, as in a trained model
     leaves, tree = jax.tree_util.tree_flatten(variables["batch_stats"])

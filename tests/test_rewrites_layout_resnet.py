@@ -8,47 +8,22 @@ import collections
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 import jaxconv
+from conformance.nets import resnet
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
-nn = pytest.importorskip("flax.linen")
-
-
-class _Block(nn.Module):
-    features: int
-    stride: int
-
-    @nn.compact
-    def __call__(self, x):
-        bn = lambda: nn.BatchNorm(use_running_average=True)  # noqa: E731
-        y = nn.relu(bn()(nn.Conv(self.features, (3, 3), self.stride, use_bias=False)(x)))
-        y = bn()(nn.Conv(self.features, (3, 3), use_bias=False)(y))
-        if self.stride != 1 or x.shape[-1] != self.features:
-            x = bn()(nn.Conv(self.features, (1, 1), self.stride, use_bias=False)(x))
-        return nn.relu(x + y)
-
-
-class _Net(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-        x = nn.Conv(8, (3, 3), 2, use_bias=False)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=True)(x))
-        x = nn.max_pool(x, (3, 3), (2, 2), "SAME")
-        x = _Block(8, 1)(x)
-        x = _Block(16, 2)(x)
-        return nn.Dense(5)(jnp.mean(x, axis=(1, 2)))
+pytest.importorskip("flax.linen")
 
 
 def _model():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 16, 16, 3)).astype(np.float32)
-    module = _Net()
+    module = resnet(8, 3, ((8, 1), (16, 2)), 5)
     variables = jax.jit(module.init)(jax.random.key(0), x)
     def stat(path, leaf):  # running statistics of a trained model: small means, variances near 1
         r = rng.standard_normal(leaf.shape).astype(np.float32)

@@ -8,6 +8,7 @@ import numpy as np
 from jax import lax
 
 from conformance.case import Tree, arg, case
+from conformance.nets import gru, lstm
 
 T = {"float32": (2e-4, 2e-4)}
 
@@ -129,35 +130,11 @@ def lstm_params(rng):
     return {"wx": _w(rng, 6, 32), "wh": _w(rng, 8, 32), "b": _w(rng, 32), "out": _w(rng, 8, 3)}
 
 
-def lstm(params, xs):
-    def cell(carry, x):
-        h, c = carry
-        i, f, g, o = jnp.split(x @ params["wx"] + h @ params["wh"] + params["b"], 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), h
-
-    b = xs.shape[1]
-    (h, _), hs = lax.scan(cell, (jnp.zeros((b, 8)), jnp.zeros((b, 8))), xs)
-    return hs @ params["out"], h
-
-
 case("model.lstm_scan", lstm, Tree(lstm_params), arg("f32[7,2,6]"), family="model", tags={"model"}, tol=T)
 
 
 def gru_params(rng):
     return {"wx": _w(rng, 5, 24), "wh": _w(rng, 8, 16), "whn": _w(rng, 8, 8), "b": _w(rng, 24)}
-
-
-def gru(params, xs, h0):
-    def cell(h, x):
-        gx = x @ params["wx"] + params["b"]
-        r, z = jnp.split(jax.nn.sigmoid(gx[..., :16] + h @ params["wh"]), 2, axis=-1)
-        n = jnp.tanh(gx[..., 16:] + (r * h) @ params["whn"])
-        h = (1 - z) * n + z * h
-        return h, h
-
-    return lax.scan(cell, h0, xs)
 
 
 case("model.gru_scan", gru, Tree(gru_params), arg("f32[6,3,5]"), arg("f32[3,8]"), family="model", tags={"model"}, tol=T)
