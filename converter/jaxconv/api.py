@@ -93,6 +93,7 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
         The ``onnx.ModelProto``.
     """
     from jaxconv.onnx import convert, stream
+    from jaxconv.runtimes.onnx_borrowed import payload_buffers
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     program = _as_program(fn, specs, constraints, hoist_constants=True)
@@ -104,7 +105,7 @@ def to_onnx(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = No
     if path is not None:
         if stream.save(parts, path):
             convert.validate_file(path)
-        runner = OnnxRunner(path, defer=True) if check else None
+        runner = OnnxRunner(path, defer=True, weights=payload_buffers(parts.payloads)) if check else None
         name = path
     elif check:
         _check_unsaved_onnx(program, parts, rtol, atol, report_to)
@@ -122,12 +123,14 @@ def _check_unsaved_onnx(program: Program, parts: Any, rtol: float | None, atol: 
     import tempfile
 
     from jaxconv.onnx import stream
+    from jaxconv.runtimes.onnx_borrowed import payload_buffers
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     with tempfile.TemporaryDirectory(prefix="jaxconv-check-") as folder:
         path = os.path.join(folder, "model.onnx")
         stream.save(parts, path)
-        _checked(program, OnnxRunner(path, defer=True), "model.onnx", True, rtol, atol, report_to)
+        runner = OnnxRunner(path, defer=True, weights=payload_buffers(parts.payloads))
+        _checked(program, runner, "model.onnx", True, rtol, atol, report_to)
 
 
 def to_saved_model(fn: Callable[..., Any] | Program, *specs: Any, path: str, constraints: Sequence[str] = (),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -66,18 +66,24 @@ class OnnxRunner:
     kind = "onnx"
 
     def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False,
-                 defer: bool = False) -> None:
+                 defer: bool = False, weights: Mapping[str, np.ndarray] | None = None) -> None:
         """Load the model into an ONNX Runtime session.
 
         Args:
             defer: load it on the first ``run`` instead (the check computes every jax.jit reference
                 first, so the session's copy of the weights and jax's compilation do not overlap).
+            weights: with a path, the buffers the file's big initializers were written from, by name
+                (``onnx_borrowed.payload_buffers``): the session uses them in place once the file's
+                bytes are found equal to them (``onnx_borrowed``), instead of a copy of its own.
 
         Raises:
-            ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``).
+            ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``),
+                or the file's data differs from ``weights``.
         """
         self._source: str | bytes | None = path_or_bytes
         self._options = (threads, spinning)
+        self._weights = weights if isinstance(path_or_bytes, str) else None
+        self.borrowed: list[np.ndarray] = []  # the buffers a session uses in place: alive as long as it
         if not defer:
             self._load()
 
@@ -86,17 +92,34 @@ class OnnxRunner:
 
         path_or_bytes = self._source
         opts = session_options(*self._options)
+        model = self._borrow(path_or_bytes, opts) if self._weights else None
         try:
-            self.session = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(path_or_bytes if model is None else model, opts,
+                                                providers=["CPUExecutionProvider"])
         except Exception as e:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
             raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from e
-        self._source = None
+        self._source = self._weights = None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._bf16_out = [o.type == "tensor(bfloat16)" for o in self.session.get_outputs()]
         self._complex_in, self._complex_out = _complex_io(self.session)
+
+    def _borrow(self, path: str, opts: Any) -> bytes | None:
+        """The model at ``path`` with its big initializers borrowing ``self._weights``; None: ORT loads the file."""
+        from jaxconv.runtimes.onnx_borrowed import DISABLE_PREPACKING, borrowed_model
+
+        borrowed = borrowed_model(path, self._weights or {})
+        if borrowed is None:
+            return None
+        opts.add_external_initializers_from_files_in_memory(borrowed.names, borrowed.buffers,
+                                                            [b.nbytes for b in borrowed.buffers])
+        opts.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+        if DISABLE_PREPACKING:
+            opts.add_session_config_entry("session.disable_prepacking", "1")
+        self.borrowed = borrowed.buffers
+        return borrowed.model
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import onnxruntime as ort

@@ -1,0 +1,263 @@
+"""An ONNX model as written, for ONNX Runtime, with its big weights borrowed from the buffers they were written from.
+
+ONNX Runtime loading a file of big weights holds its own copy of them beside the caller's arrays
+(``scripts/bench_memory.py --check``: 2.45 x the weights on a 1.4 GB MLP). For the check of a model
+written by ``onnx.stream`` from the caller's arrays, ``borrowed_model`` gives ONNX Runtime the
+model with those arrays as the data of its big initializers instead:
+
+1. The written ``.onnx`` file is read field by field (protobuf's wire format). Every field is kept
+   byte for byte as written, but for the top-level graph's initializers whose data has a buffer:
+   their data, ``raw_data`` in the file or a range of the external data file, is compared byte
+   for byte with the buffer (in chunks, through the page cache, so no copy of it is held), and
+   the initializer is pointed at an in-memory file that holds the buffer.
+2. ONNX Runtime parses those bytes and reads each borrowed initializer's type and shape from the
+   file as written; ``session.use_external_initializer_file_buffers_directly`` makes it use the
+   buffers in place.
+
+So the session runs the graph as written, on data equal to the data written: a byte of the file
+that differs from its buffer fails the check (``ArtifactError``), and a file this reader does not
+expect (another layout, duplicated fields, data outside the model's folder) gets ``None``: the
+caller lets ONNX Runtime load the file itself.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Mapping
+
+import numpy as np
+
+from jaxconv.errors import ArtifactError
+
+BORROW_BYTES = 256 << 20
+"""Models whose payload buffers weigh this much or more are checked with borrowed weights."""
+
+DISABLE_PREPACKING = True
+"""Borrowed weights are not prepacked: ORT's prepacked MatMul/Conv weights are its own copies, which
+would add 1 x the weights again (2.2 x in all on the 1.4 GB MLP instead of 1.2 x). The kernels
+then pack their weight panels at each run instead of once; the outputs are ONNX Runtime's for the
+same graph and data, within 4e-6 of a prepacked session's (as other thread counts are)."""
+
+_CHUNK = 4 << 20
+_GRAPH, _INITIALIZER = 7, 5  # ModelProto.graph, GraphProto.initializer
+_NAME, _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 8, 9, 13, 14  # TensorProto fields
+_EXTERNAL = 1  # TensorProto.EXTERNAL
+_LOCATION_PREFIX = "jaxconv-borrowed-"
+
+
+class _Unexpected(Exception):
+    """The file is not laid out as this reader expects: ONNX Runtime loads it itself."""
+
+
+@dataclass
+class Borrowed:
+    """The model as ONNX Runtime gets it.
+
+    Attributes:
+        model: the serialized model, its borrowed initializers pointing at in-memory files.
+        names: the in-memory file names.
+        buffers: their contents (uint8 views of the caller's arrays); keep them alive as long as the session.
+    """
+
+    model: bytes
+    names: list[str]
+    buffers: list[np.ndarray]
+
+
+def payload_buffers(payloads: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+    """uint8 views of the buffers ``onnx.stream`` wrote the payloads from, by initializer name; None
+    when they weigh less than ``BORROW_BYTES`` (ONNX Runtime then loads the file itself)."""
+    if sum(int(t.nbytes) for t in payloads.values()) < BORROW_BYTES:
+        return None
+    from jaxconv.onnx.stream import raw_bytes
+
+    return {name: np.frombuffer(raw_bytes(t), np.uint8) for name, t in payloads.items()}
+
+
+def borrowed_model(path: str, buffers: Mapping[str, np.ndarray]) -> Borrowed | None:
+    """The model at ``path`` with the data of its big initializers taken from ``buffers``.
+
+    Returns:
+        None when the file is not laid out as expected or no initializer can borrow a buffer.
+
+    Raises:
+        ArtifactError: an initializer's data in the file differs from its buffer.
+    """
+    out = Borrowed(b"", [], [])
+    try:
+        with open(path, "rb") as f:
+            out.model = _model(f, os.path.getsize(path), os.path.dirname(os.path.abspath(path)), buffers, out)
+    except (_Unexpected, OSError, UnicodeDecodeError):
+        return None
+    return out if out.names else None
+
+
+def _varint(f: BinaryIO) -> int:
+    value, shift = 0, 0
+    while True:
+        b = f.read(1)
+        if not b or shift > 63:
+            raise _Unexpected("truncated varint")
+        value |= (b[0] & 0x7F) << shift
+        if b[0] < 0x80:
+            return value
+        shift += 7
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _fields(f: BinaryIO, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
+    """(number, wire type, field start, value start, value end) of each field in ``[start, end)``."""
+    out = []
+    f.seek(start)
+    while f.tell() < end:
+        first = f.tell()
+        key = _varint(f)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value = f.tell()
+            _varint(f)
+            stop = f.tell()
+        elif wire in (1, 5):
+            value = f.tell()
+            stop = value + (8 if wire == 1 else 4)
+        elif wire == 2:
+            n = _varint(f)
+            value = f.tell()
+            stop = value + n
+        else:
+            raise _Unexpected(f"wire type {wire}")
+        if stop > end or number == 0:
+            raise _Unexpected("field past its message")
+        f.seek(stop)
+        out.append((number, wire, first, value, stop))
+    return out
+
+
+def _read(f: BinaryIO, start: int, stop: int) -> bytes:
+    f.seek(start)
+    data = f.read(stop - start)
+    if len(data) != stop - start:
+        raise _Unexpected("truncated file")
+    return data
+
+
+def _model(f: BinaryIO, size: int, folder: str, buffers: Mapping[str, np.ndarray], out: Borrowed) -> bytes:
+    parts = []
+    for number, wire, first, value, stop in _fields(f, 0, size):
+        if number == _GRAPH and wire == 2:
+            parts.append(_length_delimited(_GRAPH, _graph(f, value, stop, folder, buffers, out)))
+        else:
+            parts.append(_read(f, first, stop))
+    return b"".join(parts)
+
+
+def _graph(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str, np.ndarray], out: Borrowed) -> bytes:
+    parts = []
+    for number, wire, first, value, stop in _fields(f, start, end):
+        tensor = _tensor(f, value, stop, folder, buffers, out) if number == _INITIALIZER and wire == 2 else None
+        parts.append(_read(f, first, stop) if tensor is None else _length_delimited(_INITIALIZER, tensor))
+    return b"".join(parts)
+
+
+def _tensor(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str, np.ndarray],
+            out: Borrowed) -> bytes | None:
+    """The initializer's fields pointing at a borrowed buffer, or None to keep it as written."""
+    fields = _fields(f, start, end)
+    by_number: dict[int, list[tuple[int, int, int, int, int]]] = {}
+    for field in fields:
+        by_number.setdefault(field[0], []).append(field)
+    names = [fl for fl in by_number.get(_NAME, []) if fl[1] == 2]
+    if not names:
+        return None
+    name = _read(f, names[-1][3], names[-1][4]).decode("utf-8")
+    raws, entries = by_number.get(_RAW_DATA, []), by_number.get(_EXTERNAL_DATA, [])
+    location = _location(f, by_number.get(_DATA_LOCATION, []))
+    buffer = buffers.get(name)
+    if location == _EXTERNAL:
+        if raws:
+            raise _Unexpected("raw_data in an external initializer")
+        place = _external_place(f, entries, folder)
+        if buffer is None or buffer.nbytes != place[2]:
+            raise _Unexpected(f"no buffer for external initializer {name}")  # ORT would look for the file
+        data_path, offset, length = place
+    elif location == 0 and not entries and len(raws) == 1 and raws[0][1] == 2 and buffer is not None \
+            and buffer.nbytes == raws[0][4] - raws[0][3]:
+        data_path, offset, length = None, raws[0][3], raws[0][4] - raws[0][3]
+    else:
+        return None
+    if not _same_bytes(f if data_path is None else None, data_path, offset, buffer):
+        where = os.path.basename(data_path) if data_path else "the model file"
+        raise ArtifactError(f"the data of initializer {name!r} in {where} differs from the weights it was written "
+                            f"from ({length} bytes at offset {offset})")
+    key = f"{_LOCATION_PREFIX}{len(out.names)}"
+    out.names.append(key)
+    out.buffers.append(buffer)
+    kept = [_read(f, first, stop) for number, _, first, _, stop in fields
+            if number not in (_RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION)]
+    return b"".join(kept + [_entry("location", key), _entry("offset", "0"), _entry("length", str(length)),
+                            _encode_varint(_DATA_LOCATION << 3) + _encode_varint(_EXTERNAL)])
+
+
+def _location(f: BinaryIO, fields: list[tuple[int, int, int, int, int]]) -> int:
+    if not fields:
+        return 0
+    number, wire, _, value, _ = fields[-1]
+    if wire != 0:
+        raise _Unexpected("data_location is not a varint")
+    f.seek(value)
+    return _varint(f)
+
+
+def _external_place(f: BinaryIO, entries: list[tuple[int, int, int, int, int]], folder: str) -> tuple[str, int, int]:
+    """(data file, offset, length) of an external initializer, its file inside the model's folder."""
+    import onnx
+
+    info: dict[str, str] = {}
+    for _, wire, _, value, stop in entries:
+        entry = onnx.StringStringEntryProto.FromString(_read(f, value, stop)) if wire == 2 else None
+        if entry is None or entry.key not in ("location", "offset", "length"):
+            raise _Unexpected("external data entry")
+        info[entry.key] = entry.value
+    location = info.get("location", "")
+    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        raise _Unexpected("external data location")
+    if not info.get("length", "").isdigit() or not info.get("offset", "0").isdigit():
+        raise _Unexpected("external data range")
+    return os.path.join(folder, location), int(info.get("offset", "0")), int(info["length"])
+
+
+def _entry(key: str, value: str) -> bytes:
+    entry = _length_delimited(1, key.encode()) + _length_delimited(2, value.encode())
+    return _length_delimited(_EXTERNAL_DATA, entry)
+
+
+def _same_bytes(f: BinaryIO | None, data_path: str | None, offset: int, buffer: np.ndarray) -> bool:
+    """Whether the file's bytes from ``offset`` equal ``buffer``, read in chunks of ``_CHUNK``."""
+    if f is None:
+        assert data_path is not None
+        with open(data_path, "rb") as g:
+            return _same_bytes(g, None, offset, buffer)
+    chunk = np.empty(min(_CHUNK, buffer.nbytes), np.uint8)
+    f.seek(offset)
+    done = 0
+    while done < buffer.nbytes:
+        n = f.readinto(memoryview(chunk)[:min(_CHUNK, buffer.nbytes - done)])
+        if not n:
+            return False
+        if not np.array_equal(chunk[:n], buffer[done:done + n]):
+            return False
+        done += n
+    return True
