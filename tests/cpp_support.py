@@ -59,6 +59,39 @@ def build(project: str, ort_root: str, *extra: str) -> str:
     return b
 
 
+def install_relocated(build_dir: str, staging: str, prefix: str) -> None:
+    """``cmake --install`` a built project into ``staging``, then move it to ``prefix`` (relocatable)."""
+    r = run(["cmake", "--install", build_dir, "--prefix", staging])
+    assert r.returncode == 0, r.stderr
+    os.rename(staging, prefix)
+
+
+def build_consumer(folder: str, prefix: str, cmake_lists: str, app: str) -> str:
+    """Write and build a consumer (CMakeLists.txt, app.cc) of the package installed at ``prefix``; returns
+    the path of its ``app`` executable."""
+    os.mkdir(folder)
+    with open(os.path.join(folder, "CMakeLists.txt"), "w") as f:
+        f.write(cmake_lists)
+    with open(os.path.join(folder, "app.cc"), "w") as f:
+        f.write(app)
+    b = os.path.join(folder, "build")
+    r = run(["cmake", "-S", folder, "-B", b, f"-DCMAKE_PREFIX_PATH={prefix}"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run(["cmake", "--build", b])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return os.path.join(b, "app")
+
+
+@contextlib.contextmanager
+def moved_away(path: str):
+    """``path`` renamed for the block (nothing can read from it there), then put back."""
+    os.rename(path, path + ".away")
+    try:
+        yield
+    finally:
+        os.rename(path + ".away", path)
+
+
 def save_inputs(folder: str, names: list[str], arrays: list[np.ndarray]) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     paths = []

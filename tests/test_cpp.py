@@ -15,11 +15,14 @@ from cpp_support import (
     MLP_SPECS,
     assert_clean_failure,
     build,
+    build_consumer,
     cli,
     filled_mlp_reference,
+    install_relocated,
     mlp_flat,
     mlp_inputs,
     mlp_reference,
+    moved_away,
     ort_root_path,
     run,
     run_example,
@@ -316,30 +319,19 @@ def test_installed_package_is_found_and_self_contained(mlp_project, ort_root, tm
     """cmake --install, moved elsewhere: find_package(Mlp) and pkg-config build consumers that run from
     another folder; the installed example finds share/Mlp/model.onnx while the generated project is gone."""
     project, build_dir, _ = mlp_project
-    r = run(["cmake", "--install", build_dir, "--prefix", str(tmp_path / "first")])
-    assert r.returncode == 0, r.stderr
     prefix = tmp_path / "moved" / "prefix"
     prefix.parent.mkdir()
-    os.rename(tmp_path / "first", prefix)  # the install is relocatable
+    install_relocated(build_dir, str(tmp_path / "first"), str(prefix))
     for f in ("include/Mlp.h", "include/Mlp_c.h", "lib/libMlp.so", "lib/libonnxruntime.so.1",
               "share/Mlp/model.onnx", "lib/cmake/Mlp/MlpConfig.cmake", "lib/cmake/Mlp/MlpConfigVersion.cmake",
               "lib/pkgconfig/Mlp.pc", "bin/Mlp_example"):
         assert (prefix / f).exists(), f
-    consumer = tmp_path / "consumer"
-    consumer.mkdir()
-    (consumer / "CMakeLists.txt").write_text(CONSUMER_CMAKE)
-    (consumer / "app.cc").write_text(CONSUMER_APP)
-    r = run(["cmake", "-S", str(consumer), "-B", str(consumer / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"])
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = run(["cmake", "--build", str(consumer / "build")])
-    assert r.returncode == 0, r.stdout + r.stderr
+    app = build_consumer(str(tmp_path / "consumer"), str(prefix), CONSUMER_CMAKE, CONSUMER_APP)
     want = filled_mlp_reference()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    hidden = project + ".away"
-    os.rename(project, hidden)  # neither the generated project nor its build tree is there
-    try:
-        r = run([str(consumer / "build" / "app")], cwd=str(elsewhere))
+    with moved_away(project):  # neither the generated project nor its build tree is there
+        r = run([app], cwd=str(elsewhere))
         assert r.returncode == 0, r.stderr
         np.testing.assert_allclose(np.array(r.stdout.split(), np.float32).reshape(2, 5), want, rtol=1e-5,
                                    atol=1e-5)
@@ -366,8 +358,6 @@ def test_installed_package_is_found_and_self_contained(mlp_project, ort_root, tm
             assert r.returncode == 0, r.stderr
             np.testing.assert_allclose(np.array(r.stdout.split(), np.float32).reshape(2, 5), want, rtol=1e-5,
                                        atol=1e-5)
-    finally:
-        os.rename(hidden, project)
 
 
 @pytest.mark.parametrize("case", ["dtype", "shape", "rank", "batch", "count", "missing", "not_npy", "no_out"])

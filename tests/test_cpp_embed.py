@@ -8,7 +8,19 @@ import sys
 import numpy as np
 import pytest
 
-from cpp_support import ROOT, assert_clean_failure, build, cli, ort_root_path, run, run_example, save_inputs
+from cpp_support import (
+    ROOT,
+    assert_clean_failure,
+    build,
+    build_consumer,
+    cli,
+    install_relocated,
+    moved_away,
+    ort_root_path,
+    run,
+    run_example,
+    save_inputs,
+)
 
 CNN_FILE = os.path.join(ROOT, "examples", "cnn.py")
 CNN_SPECS = ['{"conv1": "f32[3,3,1,8]", "conv2": "f32[3,3,8,16]", "dense": "f32[784,10]", "bias": "f32[10]"}',
@@ -150,26 +162,14 @@ int main() {
 def test_installed_embedded_package_runs_from_another_folder(mixed_project, tmp_path):
     """find_package(mixed) from a moved install; the consumer runs with the project and build tree away."""
     project, build_dir = mixed_project
-    prefix = tmp_path / "prefix"
-    r = run(["cmake", "--install", build_dir, "--prefix", str(tmp_path / "first")])
-    assert r.returncode == 0, r.stderr
-    os.rename(tmp_path / "first", prefix)
-    assert not (prefix / "share").exists()  # nothing to ship but the libraries and the header
-    consumer = tmp_path / "consumer"
-    consumer.mkdir()
-    (consumer / "CMakeLists.txt").write_text(CONSUMER_CMAKE)
-    (consumer / "app.cc").write_text(CONSUMER_APP)
-    r = run(["cmake", "-S", str(consumer), "-B", str(consumer / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"])
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = run(["cmake", "--build", str(consumer / "build")])
-    assert r.returncode == 0, r.stdout + r.stderr
+    prefix = str(tmp_path / "prefix")
+    install_relocated(build_dir, str(tmp_path / "first"), prefix)
+    assert not os.path.exists(os.path.join(prefix, "share"))  # only the libraries and the header
+    app = build_consumer(str(tmp_path / "consumer"), prefix, CONSUMER_CMAKE, CONSUMER_APP)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    os.rename(project, project + ".away")
-    try:
-        r = run([str(consumer / "build" / "app")], cwd=str(elsewhere))
-    finally:
-        os.rename(project + ".away", project)
+    with moved_away(project):
+        r = run([app], cwd=str(elsewhere))
     assert r.returncode == 0, r.stderr
     import jax
 
