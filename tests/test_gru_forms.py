@@ -11,10 +11,9 @@ import onnx
 import pytest
 
 import jaxconv
+from gru_support import N_IN, B, H, T, gru_inputs
 from jaxconv.onnx.rewrites import gru
 from jaxconv.runtimes.onnxrt import OnnxRunner
-
-H, N_IN, T, B = 8, 5, 6, 3
 
 
 @pytest.fixture
@@ -66,15 +65,6 @@ def _hand_written_lbr1():
     return fn
 
 
-def _inputs(seed: int, odd: bool = False) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    xs = rng.standard_normal((T, B, N_IN)).astype(np.float32) * 2
-    h0 = rng.standard_normal((B, H)).astype(np.float32)
-    if odd:
-        xs[2, 1, 3], xs[4, 0, 0], xs[1, 2, 2] = np.nan, np.inf, -np.inf
-    return [xs, h0]
-
-
 @pytest.mark.parametrize("make", [_flax_gru, _hand_written_lbr1], ids=["flax", "hand"])
 def test_reset_after_the_recurrent_product_is_the_gru_op(make, gru_on):
     fn = make()
@@ -84,7 +74,7 @@ def test_reset_after_the_recurrent_product_is_the_gru_op(make, gru_on):
     assert {a.name: a.i for a in grus[0].attribute}["linear_before_reset"] == 1
     runner = OnnxRunner(model.SerializeToString())
     for seed, odd in ((0, False), (1, False), (2, True)):
-        inputs = _inputs(seed, odd)
+        inputs = gru_inputs(seed, odd)
         got = runner.run(inputs)
         want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
         for g, w in zip(got, want):
@@ -111,7 +101,7 @@ def test_a_gate_without_the_state_still_is_the_gru_op(gru_on):
 
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert len(_gru_nodes(model)) == 1
-    inputs = _inputs(7)
+    inputs = gru_inputs(7)
     for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
         np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)
 
@@ -134,6 +124,6 @@ def test_tanh_of_the_state_alone_is_not_a_gru(gru_on):
 
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert not _gru_nodes(model)
-    inputs = _inputs(9)
+    inputs = gru_inputs(9)
     for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)

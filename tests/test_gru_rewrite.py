@@ -11,10 +11,9 @@ import pytest
 from jax import lax
 
 import jaxconv
+from gru_support import N_IN, B, H, T, gru_inputs
 from jaxconv.onnx.rewrites import gru
 from jaxconv.runtimes.onnxrt import OnnxRunner
-
-H, N_IN, T, B = 8, 5, 6, 3
 
 
 @pytest.fixture
@@ -57,23 +56,14 @@ def _ops(model: onnx.ModelProto) -> set[str]:
     return ops
 
 
-def _inputs(seed: int, nan: bool = False) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    xs = rng.standard_normal((T, B, N_IN)).astype(np.float32) * 2
-    h0 = rng.standard_normal((B, H)).astype(np.float32)
-    if nan:
-        xs[2, 1, 3] = np.nan
-    return [xs, h0]
-
-
 @pytest.mark.parametrize("z_first", [False, True])
 def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     fn = _gru(z_first=z_first)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert "GRU" in _ops(model) and "Scan" in _ops(model)  # the loop stays for non-finite inputs
     runner = OnnxRunner(model.SerializeToString())
-    for seed, nan in ((0, False), (1, False), (2, True)):
-        inputs = _inputs(seed, nan)
+    for seed, nonfinite in ((0, False), (1, False), (2, True)):
+        inputs = gru_inputs(seed, nonfinite)
         got = runner.run(inputs)
         want = jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
         for g, w in zip(got, want):
@@ -87,7 +77,7 @@ def test_other_update_rule_is_not_the_gru_op(gru_on):
     fn = _gru(swapped_update=True)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert "GRU" not in _ops(model)
-    inputs = _inputs(0)
+    inputs = gru_inputs(0)
     got = OnnxRunner(model.SerializeToString()).run(inputs)
     for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
