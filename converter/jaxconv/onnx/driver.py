@@ -101,8 +101,10 @@ def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
                 entry: str | None = None, opset: int = DEFAULT_OPSET, graph_name: str = "jaxconv",
                 metadata: dict[str, str] | None = None, constants: dict[int, Any] | None = None) -> ir.Model:
     """``lower_module`` before serialization: the cleaned-up ``onnx_ir`` model."""
+    from jaxconv.onnx.ops.composites import collapse_erfc_groups
     from jaxconv.onnx.passes import optimize
 
+    collapse_erfc_groups(module)  # the exact GELU's erfc, which jax.export writes as ~60 ops, as one op
     model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
                         graph_name=graph_name, metadata=metadata, constants=constants)
     optimize(model, opset)

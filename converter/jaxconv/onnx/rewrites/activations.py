@@ -69,27 +69,153 @@ def _rewrite_gelu(graph: ir.Graph, tanh: ir.Node) -> bool:
     if x is None or x.dtype == ir.DataType.DOUBLE or len(tanh.outputs[0].uses()) != 1:
         return False
     add = tanh.outputs[0].uses()[0].node
-    if _split_const(add, "Add", 1.0) is not tanh.outputs[0] or len(add.outputs[0].uses()) != 1:
+    if _split_const(add, "Add", 1.0) is not tanh.outputs[0]:
         return False
-    # x * (0.5 * (1 + t))   or   (0.5 * x) * (1 + t)   or   x * 0.5 * (1 + t) in any order
-    user = add.outputs[0].uses()[0].node
-    half = _split_const(user, "Mul", 0.5)
-    if half is add.outputs[0]:
-        if len(user.outputs[0].uses()) != 1:
-            return False
-        last = user.outputs[0].uses()[0].node
-        if m.binary(last, "Mul") is None or m.other_input(last, user.outputs[0]) is not x:
-            return False
-    else:
-        pair = m.binary(user, "Mul")
-        if pair is None:
-            return False
-        other = m.other_input(user, add.outputs[0])
-        if _split_const(m.producer(other), "Mul", 0.5) is not x:
-            return False
-        last = user
+    last = _half_x_times(add.outputs[0], x)
+    if last is None:
+        return False
     m.replace(graph, last.outputs[0], ir.node("Gelu", [x], {"approximate": "tanh"}), last)
     return True
+
+
+def _half_x_times(factor: ir.Value, x: ir.Value) -> ir.Node | None:
+    """The last node of ``0.5 * x * factor`` in any order or association, ``factor`` read only there."""
+    if len(factor.uses()) != 1 or factor.is_graph_output():
+        return None
+    # x * (0.5 * f)   or   (0.5 * x) * f   or   (x * 0.5) * f
+    user = factor.uses()[0].node
+    half = _split_const(user, "Mul", 0.5)
+    if half is factor:
+        if len(user.outputs[0].uses()) != 1 or user.outputs[0].is_graph_output():
+            return None
+        last = user.outputs[0].uses()[0].node
+        if m.binary(last, "Mul") is None or m.other_input(last, user.outputs[0]) is not x:
+            return None
+        return last
+    if m.binary(user, "Mul") is None:
+        return None
+    other = m.other_input(user, factor)
+    if _split_const(m.producer(other), "Mul", 0.5) is not x:
+        return None
+    return user
+
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def _scaled(value: ir.Value) -> list[tuple[ir.Value, float]]:
+    """Each ``(v, c)`` with ``value = c * v`` through Neg and Mul/Div by scalar constants, nearest first."""
+    chain, scale = [(value, 1.0)], 1.0
+    for _ in range(4):
+        node = m.producer(value)
+        if node is None:
+            break
+        if node.op_type == "Neg":
+            scale, value = -scale, node.inputs[0]
+            chain.append((value, scale))
+            continue
+        pair = m.binary(node, node.op_type) if node.op_type in ("Mul", "Div") else None
+        if pair is None:
+            break
+        a, b = pair
+        cb, ca = _scalar(b), _scalar(a) if node.op_type == "Mul" else None
+        if cb is not None and cb != 0:
+            scale, value = scale * (cb if node.op_type == "Mul" else 1.0 / cb), a
+        elif ca is not None:
+            scale, value = scale * ca, b
+        else:
+            break
+        chain.append((value, scale))
+    return chain
+
+
+def _scalar(value: ir.Value | None) -> float | None:
+    """The one value a constant repeats (through Expand/Reshape chains, and a Sqrt of one), else None."""
+    while m.const(value) is None and m.producer(value, *m.SHAPE_OPS) is not None:
+        value = m.producer(value).inputs[0]
+    sqrt = m.producer(value, "Sqrt")
+    if sqrt is not None:
+        root = _scalar(sqrt.inputs[0])
+        return math.sqrt(root) if root is not None and root >= 0 else None
+    arr = m.const(value)
+    if arr is None or arr.size == 0 or arr.dtype.kind != "f":
+        return None
+    flat = arr.reshape(-1)
+    return float(flat[0]) if arr.size == 1 or bool(np.all(flat == flat[0])) else None
+
+
+def _rewrite_erf_gelu(graph: ir.Graph, erf: ir.Node, opset: int) -> bool:
+    """``0.5 * x * (1 + Erf(x / sqrt 2))`` or ``0.5 * x * (1 - Erf(-x / sqrt 2))`` (the exact GELU, from
+    chlo.erf or chlo.erfc) as Gelu (opset 20), or below opset 20 in the one form ONNX Runtime fuses."""
+    if len(erf.outputs[0].uses()) != 1 or erf.outputs[0].is_graph_output():
+        return False
+    user = erf.outputs[0].uses()[0].node
+    if _split_const(user, "Add", 1.0) is erf.outputs[0]:
+        sign = 1.0
+    elif (m.binary(user, "Sub") is not None and user.inputs[1] is erf.outputs[0]
+          and m.is_scalar_const(user.inputs[0], 1.0)):
+        sign = -1.0
+    else:
+        return False
+    for x, scale in _scaled(erf.inputs[0]):
+        if x.dtype != ir.DataType.FLOAT or abs(scale - sign * _SQRT_HALF) > 1e-6:
+            continue
+        last = _half_x_times(user.outputs[0], x)
+        if last is not None and _same_shape(last.outputs[0], x):
+            break
+    else:
+        return False
+    if opset >= 20:
+        m.replace(graph, last.outputs[0], ir.node("Gelu", [x], {"approximate": "none"}), last)
+        return True
+    if _ort_fused_form(erf, x, user, last):
+        return False
+    # ORT's GeluFusion (opset < 20) matches Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5) only
+    c = [ir.node("Constant", [], {"value": ir.tensor(np.array(v, np.float32))})
+         for v in (math.sqrt(2.0), 1.0, 0.5)]
+    div = ir.node("Div", [x, c[0].outputs[0]])
+    new_erf = ir.node("Erf", [div.outputs[0]])
+    add = ir.node("Add", [new_erf.outputs[0], c[1].outputs[0]])
+    mul = ir.node("Mul", [x, add.outputs[0]])
+    half = ir.node("Mul", [mul.outputs[0], c[2].outputs[0]])
+    m.replace(graph, last.outputs[0], [*c, div, new_erf, add, mul, half], last)
+    return True
+
+
+def _same_shape(out: ir.Value, x: ir.Value) -> bool:
+    """True when ``out``, computed from ``x`` and constants, has ``x``'s shape (Gelu(x) may replace it).
+
+    With both shapes known they are compared. Inside loop bodies they often are not; there every
+    constant between ``x`` and ``out`` must be all-ones in shape: the lowering broadcasts a scalar to
+    its StableHLO operand's rank, which is ``x``'s (elementwise StableHLO ops take equal shapes).
+    """
+    if out.shape is not None and x.shape is not None:
+        return out.shape == x.shape
+    stack, seen = [out], 0
+    while stack:
+        value = stack.pop()
+        if value is x:
+            continue
+        seen += 1
+        if seen > 16:
+            return False
+        if _scalar(value) is not None or m.repeated_const(value) is not None:
+            if value.shape is None or any(d != 1 for d in value.shape):
+                return False
+            continue
+        node = m.producer(value)
+        if node is None:
+            return False
+        stack.extend(node.inputs)
+    return True
+
+
+def _ort_fused_form(erf: ir.Node, x: ir.Value, user: ir.Node, last: ir.Node) -> bool:
+    """True when the pattern already is ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``."""
+    div = m.producer(erf.inputs[0], "Div")
+    mul = user.outputs[0].uses()[0].node
+    return (div is not None and div.inputs[0] is x and user.op_type == "Add" and mul is not last
+            and m.other_input(mul, user.outputs[0]) is x and _split_const(last, "Mul", 0.5) is mul.outputs[0])
 
 
 def _rewrite_relu(graph: ir.Graph, node: ir.Node) -> bool:
@@ -191,6 +317,8 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
             continue
         if node.op_type == "Tanh" and opset >= 20:
             count += _rewrite_gelu(graph, node)
+        elif node.op_type == "Erf":
+            count += _rewrite_erf_gelu(graph, node, opset)
         elif node.op_type == "Max":
             count += _rewrite_relu(graph, node)
     return count
