@@ -5,7 +5,12 @@ them shows in the converting process's peak RSS (VmHWM). The figures printed are
 by the weight bytes, and what converting adds to the peak of a process that only imports the same
 modules and builds the model (jax and the libraries take about 200 MB of their own).
 
-    python scripts/bench_memory.py --mb 200 800 [--check]
+    python scripts/bench_memory.py --mb 200 800 [--check] [--weights jax]
+
+``--weights jax`` closes over jax arrays (as Flax and Haiku parameters are) instead of numpy
+arrays. The check's jax.jit reference takes jax arrays as they are, but copies a numpy array
+whose data is not 64-byte aligned, as numpy's big arrays are not (their data starts 16 bytes
+into a page): with numpy weights the check's peak is that copy beside the caller's arrays.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ def predict(x):
     return x
 """
 
+_JAX_WEIGHTS = """
+import jax
+
+_W = [jax.random.normal(jax.random.key(i), (_WIDTH, _WIDTH), jnp.float32) / _WIDTH ** 0.5 for i in range(_LAYERS)]
+"""
+
 _HWM = """import atexit, os, sys
 def _hwm():
     with open(os.environ["BENCH_HWM_FILE"], "w") as f:
@@ -46,13 +57,16 @@ def width_for(mb: float, layers: int = 4) -> int:
     return max(8, int((mb * 2**20 / 4 / layers) ** 0.5))
 
 
-def peak_rss(mb: float, check: bool, workdir: str, convert: bool = True) -> tuple[int, int]:
+def peak_rss(mb: float, check: bool, workdir: str, convert: bool = True,
+             weights: str = "numpy") -> tuple[int, int]:
     """(weight bytes, peak RSS bytes) of one cold ``jaxconv to-onnx`` process; without ``convert``, of a
-    process that imports the model and jaxconv's ONNX modules and stops there."""
+    process that imports the model and jaxconv's ONNX modules and stops there. ``weights``: ``numpy``
+    or ``jax`` arrays closed over."""
     width = width_for(mb)
     src = os.path.join(workdir, f"mlp_{width}.py")
     with open(src, "w") as f:
-        f.write(_MODEL.format(width=width))
+        model = _MODEL.format(width=width)
+        f.write(model.replace("\n\ndef predict", _JAX_WEIGHTS + "\n\ndef predict") if weights == "jax" else model)
     out = os.path.join(workdir, f"mlp_{width}.onnx")
     argv = ["jaxconv", "to-onnx", f"{src}:predict", "-o", out, "--specs", f"f32[8,{width}]"]
     if not check:
@@ -77,13 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, nargs="+", default=[200.0], help="weight MiB of each model (default 200)")
     parser.add_argument("--check", action="store_true", help="also run the check against jax.jit (default --no-check)")
+    parser.add_argument("--weights", choices=("numpy", "jax"), default="numpy",
+                        help="arrays the function closes over (default numpy)")
     args = parser.parse_args(argv)
+    print(f"closed-over weights: {args.weights} arrays")
     print("| weights MB | check | peak RSS MB | RSS / weights | model alone MB | added / weights |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jaxconv-mem-") as workdir:
         for mb in args.mb:
-            weights, rss = peak_rss(mb, args.check, workdir)
-            _, alone = peak_rss(mb, args.check, workdir, convert=False)
+            weights, rss = peak_rss(mb, args.check, workdir, weights=args.weights)
+            _, alone = peak_rss(mb, args.check, workdir, convert=False, weights=args.weights)
             print(f"| {weights / 2**20:.0f} | {'yes' if args.check else 'no'} | {rss / 2**20:.0f} | {rss / weights:.2f} "
                   f"| {alone / 2**20:.0f} | {(rss - alone) / weights:.2f} |", flush=True)
     return 0

@@ -94,6 +94,13 @@ def test_the_check_runs_onnx_runtime_on_the_callers_own_buffers(tmp_path, borrow
     np.testing.assert_allclose(runner.run([x])[0], np.tanh(np.tanh(x @ _W[0] + _B) @ _W[1] + _B), rtol=1e-4, atol=1e-5)
 
 
+def test_a_model_without_a_path_is_checked_with_borrowed_weights_too(borrow_all):
+    reports: list = []
+    model = jaxconv.to_onnx(_fn, "f32[2,512]", report_to=reports)
+    assert reports[0].ok and len(model.graph.initializer) >= 3
+    assert len(borrow_all) == 1 and all(any(np.shares_memory(b, w) for w in _W) for b in borrow_all[0].borrowed)
+
+
 def test_small_models_keep_the_plain_load(tmp_path, monkeypatch):
     runners = []
     load = onnxrt.OnnxRunner._load
