@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -105,10 +106,31 @@ def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
     from jaxconv.onnx.passes import optimize
 
     collapse_erfc_groups(module)  # the exact GELU's erfc, which jax.export writes as ~60 ops, as one op
-    model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
-                        graph_name=graph_name, metadata=metadata, constants=constants)
-    optimize(model, opset)
+    with paused_gc():
+        model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
+                            graph_name=graph_name, metadata=metadata, constants=constants)
+        optimize(model, opset)
     return model
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cycle collector off while a graph is built and cleaned up, back as it was after.
+
+    The lowering allocates some hundred thousand objects, nearly all alive until it ends; each
+    allocation burst starts a collection that walks every object the process holds (jax's, onnx's:
+    a tenth of a second each time), and finds little to free. The cycles it leaves (a removed
+    node and its values) wait for the next collection (``convert`` runs one for big models).
+    """
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def build_model(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Sequence[GraphIO],

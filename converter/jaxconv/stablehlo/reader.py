@@ -143,12 +143,13 @@ def _first_line(e: BaseException) -> str:
 
 def _legalize_quantized(module: hir.Module) -> hir.Module:
     """Rewrite quantized ops into plain ones (quant_math) when the module has quantized values."""
-    from jaxconv.stablehlo import quant_math
     from jaxconv.stablehlo.quant_types import is_quant
 
     for fn in module.functions.values():
         values = list(fn.body.args) + [v for op in hir.walk_ops(fn.body) for v in op.results]
         if any(is_quant(v.type.dtype) for v in values):
+            from jaxconv.stablehlo import quant_math  # a big module, imported only for quantized modules
+
             quant_math.legalize(module)
             break
     return module
