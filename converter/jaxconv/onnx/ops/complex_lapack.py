@@ -22,22 +22,21 @@ from jaxconv.onnx.ops._complex import pack, parts, select
 from jaxconv.onnx.ops.complex_arith import divide
 from jaxconv.onnx.ops.complex_linalg import solve
 from jaxconv.onnx.ops.lapack import (
-    MAX_LAPACK_SIZE,
     LuArithmetic,
     _data_inputs,
-    _data_operands,
     _first_failure,
     _option,
+    _slice,
     _zeros_like_batch,
+    check_operands,
+    register_routines,
     unrolled_lu,
 )
-from jaxconv.onnx.registry import custom_call_target
 from jaxconv.stablehlo import ir as hir
 
 Halves = tuple[str, str]
 _PRECISIONS = {"c": "complex64", "z": "complex128"}
 _WORK = {"complex64": "float32", "complex128": "float64"}
-_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1}
 # Options each routine reads from mhlo.backend_config: name -> (default, allowed values).
 _OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "potrf": {"uplo": ("L", "L")},
@@ -55,40 +54,15 @@ def _routine(op: hir.Op) -> tuple[str, str]:
 
 def check_complex_lapack_call(op: hir.Op) -> str | None:
     """Why this complex LAPACK call cannot be lowered (operands, size, options), else None."""
-    target = str(op.attrs.get("call_target_name", ""))
     dtype, routine = _routine(op)
-    data = _data_operands(op)
-    if len(data) != _ARITY[routine]:
-        return f"{target} takes {_ARITY[routine]} matrix operand(s), got {len(data)}"
-    if any(t.dtype != dtype for t in data):
-        return f"{target} on {', '.join(t.dtype for t in data)} (expects {dtype})"
-    a = data[0]
-    if a.rank < 2:
-        return f"{target} on a rank-{a.rank} operand (expects matrices)"
-    rows, cols = a.shape[-2], a.shape[-1]
-    if rows is None or cols is None:
-        return (f"complex LAPACK {routine} with a dynamic matrix size is not lowered "
-                "(it is unrolled over the rows)")
-    if routine != "getrf" and rows != cols:
-        return f"LAPACK {routine} of {rows}x{cols} matrices (expects square ones)"
-    if max(rows, cols) > MAX_LAPACK_SIZE:
-        return (f"complex LAPACK {routine} of {rows}x{cols} matrices is not lowered "
-                f"(it is unrolled, up to {MAX_LAPACK_SIZE}x{MAX_LAPACK_SIZE})")
-    for name, (_, allowed) in _OPTIONS[routine].items():
-        value = _option(op, routine, name)
-        if value not in allowed:
-            return f"complex LAPACK {routine} with {name}={value!r} (expects one of {', '.join(allowed)})"
-    return None
+    label = f"complex LAPACK {routine}"
+    return check_operands(op, routine, dtype, _OPTIONS[routine], label, label)
 
 
 def _checked(op: hir.Op) -> None:
     reason = check_complex_lapack_call(op)
     if reason is not None:
         raise UnsupportedError(f"stablehlo.custom_call @{op.attrs.get('call_target_name')}: {reason}")
-
-
-def _slice(ctx: LoweringContext, x: str, start: int, stop: int, axis: int) -> str:
-    return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
 
 
 def _each(fn, x: Halves) -> Halves:  # noqa: ANN001
@@ -211,11 +185,4 @@ _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
 _ONNX_OPS = {"potrf": ("Sqrt", "Div", "MatMul"), "trsm": ("MatMul", "Div", "Concat"),
              "getrf": ("ArgMax", "GatherElements", "Div")}
 
-for _precision, _dtype in _PRECISIONS.items():
-    for _name, _handler in _ROUTINES.items():
-        _conditions = (f"{_dtype}; static matrix sizes up to {MAX_LAPACK_SIZE} (unrolled)"
-                       + ("; square matrices" if _name != "getrf" else "")
-                       + "".join(f"; {key} {' or '.join(allowed)}"
-                                 for key, (_, allowed) in _OPTIONS[_name].items()))
-        custom_call_target(f"lapack_{_precision}{_name}_ffi", check=check_complex_lapack_call,
-                           onnx_ops=_ONNX_OPS[_name], conditions=_conditions)(_handler)
+register_routines(_PRECISIONS, _ROUTINES, check_complex_lapack_call, _ONNX_OPS, _OPTIONS)

@@ -127,27 +127,36 @@ def check_lapack_call(op: hir.Op) -> str | None:
     if parsed is None:
         return f"custom call target {target!r} is not a LAPACK call"
     precision, routine = parsed
+    return check_operands(op, routine, _PRECISIONS[precision], _OPTIONS[routine], f"LAPACK {routine}",
+                          _describe(routine))
+
+
+def check_operands(op: hir.Op, routine: str, dtype: str, options: dict[str, tuple[str, str]], label: str,
+                   described: str) -> str | None:
+    """Why the operands or flags of a LAPACK call of ``routine`` on ``dtype`` matrices cannot be lowered,
+    else None: their count and dtype, static sizes up to ``MAX_LAPACK_SIZE`` (square but for getrf), the
+    ``options`` flags allowed. ``label`` (``LAPACK potrf``) and ``described`` name the routine in messages."""
+    target = str(op.attrs.get("call_target_name", ""))
     data = _data_operands(op)
     if len(data) != _ARITY[routine]:
         return f"{target} takes {_ARITY[routine]} matrix operand(s), got {len(data)}"
-    a = data[0]
-    dtype = _PRECISIONS[precision]
     if any(t.dtype != dtype for t in data):
         return f"{target} on {', '.join(t.dtype for t in data)} (expects {dtype})"
+    a = data[0]
     if a.rank < 2:
         return f"{target} on a rank-{a.rank} operand (expects matrices)"
     rows, cols = a.shape[-2], a.shape[-1]
     if rows is None or cols is None:
-        return f"{_describe(routine)} with a dynamic matrix size is not lowered (it is unrolled over the rows)"
+        return f"{described} with a dynamic matrix size is not lowered (it is unrolled over the rows)"
     if routine != "getrf" and rows != cols:
         return f"LAPACK {routine} of {rows}x{cols} matrices (expects square ones)"
     if max(rows, cols) > MAX_LAPACK_SIZE:
-        return (f"{_describe(routine)} of {rows}x{cols} matrices is not lowered "
+        return (f"{described} of {rows}x{cols} matrices is not lowered "
                 f"(it is unrolled, up to {MAX_LAPACK_SIZE}x{MAX_LAPACK_SIZE})")
-    for name, (_, allowed) in _OPTIONS[routine].items():
+    for name, (_, allowed) in options.items():
         value = _option(op, routine, name)
         if value not in allowed:
-            return f"LAPACK {routine} with {name}={value!r} (expects one of {', '.join(allowed)})"
+            return f"{label} with {name}={value!r} (expects one of {', '.join(allowed)})"
     return None
 
 
@@ -356,10 +365,20 @@ _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
 _ROUTINE_ONNX_OPS = {"potrf": ("Sqrt", "Div", "Concat"), "trsm": ("MatMul", "Div", "Concat"),
                      "getrf": ("ArgMax", "Where", "Concat")}
 
-for _precision, _dtype in _PRECISIONS.items():
-    for _routine, _handler in _ROUTINES.items():
-        _conditions = (f"{_dtype}; static matrix sizes up to {MAX_LAPACK_SIZE} (unrolled)"
-                       + ("; square matrices" if _routine != "getrf" else "")
-                       + "".join(f"; {name} {' or '.join(allowed)}" for name, (_, allowed) in _OPTIONS[_routine].items()))
-        custom_call_target(f"lapack_{_precision}{_routine}_ffi", check=check_lapack_call,
-                           onnx_ops=_ROUTINE_ONNX_OPS[_routine], conditions=_conditions)(_handler)
+
+def register_routines(precisions: dict[str, str], routines: dict[str, Callable[..., list[str]]],
+                      check: Callable[[hir.Op], str | None], onnx_ops: dict[str, tuple[str, ...]],
+                      options: dict[str, dict[str, tuple[str, str]]]) -> None:
+    """Register ``lapack_<p><routine>_ffi`` for each precision letter p (-> dtype) and routine, with the
+    conditions ``jaxconv list-ops`` shows: dtype, size limit, square matrices, the flags allowed."""
+    for precision, dtype in precisions.items():
+        for routine, handler in routines.items():
+            conditions = (f"{dtype}; static matrix sizes up to {MAX_LAPACK_SIZE} (unrolled)"
+                          + ("; square matrices" if routine != "getrf" else "")
+                          + "".join(f"; {name} {' or '.join(allowed)}"
+                                    for name, (_, allowed) in options[routine].items()))
+            custom_call_target(f"lapack_{precision}{routine}_ffi", check=check, onnx_ops=onnx_ops[routine],
+                               conditions=conditions)(handler)
+
+
+register_routines(_PRECISIONS, _ROUTINES, check_lapack_call, _ROUTINE_ONNX_OPS, _OPTIONS)
