@@ -127,6 +127,14 @@ def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
     return None
 
 
+def each_node(graph: ir.Graph, op_type: str) -> Iterator[ir.Node]:
+    """The ``op_type`` nodes (default domain) of ``graph`` itself, not of its subgraphs; a node is yielded only
+    if it is still in the graph then, so the caller may rewrite and remove nodes as it goes."""
+    for node in list(graph):
+        if node.domain in ("", "ai.onnx") and node.op_type == op_type and node.graph is graph:
+            yield node
+
+
 def binary(node: ir.Node | None, op_type: str) -> tuple[ir.Value, ir.Value] | None:
     if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None

@@ -19,11 +19,7 @@ from jaxconv.onnx.rewrites import _match as m
 
 def rewrite(graph: ir.Graph) -> int:
     """Swap the operands of the MatMuls in ``graph`` where Transposes go; returns how many."""
-    count = 0
-    for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "MatMul" and node.graph is graph:
-            count += _swap(graph, node)
-    return count
+    return sum(_swap(graph, node) for node in m.each_node(graph, "MatMul"))
 
 
 def _perm(node: ir.Node | None, rank: int) -> list[int] | None:

@@ -17,11 +17,7 @@ _INTEGERS = frozenset({ir.DataType.INT32, ir.DataType.INT64})
 
 def rewrite(graph: ir.Graph) -> int:
     """Turn ``And(x >= lo, x <= hi)`` in ``graph`` into ``Equal(Clip(x, lo, hi), x)``; returns how many."""
-    count = 0
-    for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "And" and node.graph is graph:
-            count += _fold(graph, node)
-    return count
+    return sum(_fold(graph, node) for node in m.each_node(graph, "And"))
 
 
 def _bound(node: ir.Node | None, op_type: str) -> tuple[ir.Value, np.ndarray] | None:

@@ -19,11 +19,7 @@ _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
 
 def rewrite(graph: ir.Graph) -> int:
     """Drop Muls by ones in ``graph`` whose broadcast their readers repeat; returns how many."""
-    count = 0
-    for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "Mul" and node.graph is graph:
-            count += _drop(node)
-    return count
+    return sum(_drop(node) for node in m.each_node(graph, "Mul"))
 
 
 def _static(value: ir.Value | None) -> tuple[int, ...] | None:
