@@ -14,13 +14,18 @@ def _wrap(tf: Any, idx: Any, dim: Any) -> Any:
     return tf.where(idx < 0, idx + tf.cast(dim, tf.int32), idx)
 
 
-@handles("Gather", exact=True)
-def gather(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
-    tf = tr.tf
+def _along_axis(tf: Any, node: Any, ins: list[Value]) -> tuple[Any, int, Any]:
+    """(data, the ``axis`` attribute made non-negative, indices as int32 wrapped into range) of a
+    Gather/GatherElements."""
     x = ins[0].t
     axis = attrs(node).get("axis", 0) % len(x.shape)
-    idx = _wrap(tf, ins[1].t, tf.shape(x)[axis])
-    return Value(tf.gather(x, idx, axis=axis), ins[0].dtype)
+    return x, axis, _wrap(tf, ins[1].t, tf.shape(x)[axis])
+
+
+@handles("Gather", exact=True)
+def gather(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    x, axis, idx = _along_axis(tr.tf, node, ins)
+    return Value(tr.tf.gather(x, idx, axis=axis), ins[0].dtype)
 
 
 def _coordinates(tf: Any, idx: Any, axis: int) -> Any:
@@ -34,11 +39,8 @@ def _coordinates(tf: Any, idx: Any, axis: int) -> Any:
 
 @handles("GatherElements", exact=True)
 def gather_elements(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
-    tf = tr.tf
-    x = ins[0].t
-    axis = attrs(node).get("axis", 0) % len(x.shape)
-    idx = _wrap(tf, ins[1].t, tf.shape(x)[axis])
-    return Value(tf.gather_nd(x, _coordinates(tf, idx, axis)), ins[0].dtype)
+    x, axis, idx = _along_axis(tr.tf, node, ins)
+    return Value(tr.tf.gather_nd(x, _coordinates(tr.tf, idx, axis)), ins[0].dtype)
 
 
 @handles("GatherND", exact=True)
