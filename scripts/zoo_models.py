@@ -144,8 +144,9 @@ def _haiku(name: str, forward: Callable[..., Any], inputs: tuple[np.ndarray, ...
 
     if state:
         f = hk.transform_with_state(forward)
-        params, st = f.init(jax.random.PRNGKey(0), *inputs)
-        return _model(name, "Haiku", lambda *a: f.apply(params, st, None, *a)[0], inputs, (params, st))
+        params, st = f.init(jax.random.PRNGKey(0), *inputs, is_training=True)  # creates the moving averages
+        return _model(name, "Haiku", lambda *a: f.apply(params, st, None, *a, is_training=False)[0], inputs,
+                      (params, st))
     f = hk.without_apply_rng(hk.transform(forward))
     params = f.init(jax.random.PRNGKey(0), *inputs)
     return _model(name, "Haiku", lambda *a: f.apply(params, *a), inputs, params)
@@ -174,7 +175,8 @@ def hk_convnet() -> Model:
 def hk_resnet18() -> Model:
     import haiku as hk
 
-    return _haiku("hk_resnet18", lambda x: hk.nets.ResNet18(10)(x, is_training=False), (_image(False),), state=True)
+    return _haiku("hk_resnet18", lambda x, is_training: hk.nets.ResNet18(10)(x, is_training=is_training),
+                  (_image(False),), state=True)
 
 
 def hk_lstm() -> Model:
@@ -253,7 +255,7 @@ def kh_llama() -> Model:
 
 def kh_resnet() -> Model:
     return _keras_hub("kh_resnet", lambda kh: kh.models.ResNetBackbone(
-        input_conv_filters=[32], input_conv_kernel_sizes=[7], stackwise_num_filters=[32, 64, 128],
+        input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 128, 256],
         stackwise_num_blocks=[1, 1, 1], stackwise_num_strides=[1, 2, 2], block_type="basic_block",
         image_shape=(IMAGE, IMAGE, 3)), lambda b, x: b(x), (_image(False),))
 

@@ -18,6 +18,8 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
+- ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
+- ``where_consts``: a Where's constant operands (a causal mask, its fill) cut back to the shape that carries them;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
@@ -48,7 +50,9 @@ from jaxconv.onnx.rewrites import (
     softmax,
     squeezes,
     symbolic,
+    transposes,
     unit_scale,
+    where_consts,
     zeros,
 )
 
@@ -86,6 +90,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
     fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
+    fired["transposes"] = transposes.rewrite(model.graph)
+    fired["where_consts"] = where_consts.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired

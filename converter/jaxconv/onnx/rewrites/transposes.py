@@ -1,0 +1,76 @@
+"""Transposes that only look general because of size-1 axes, given the form ORT's fast kernel runs.
+
+ONNX Runtime's Transpose moves one axis to another place with a fast copy; any other permutation
+takes an element-by-element path several times slower. Size-1 axes count in that test: attention
+written with a grouped-heads einsum gives ``[b, h, q, 1, k]`` probabilities transposed by
+``[0, 1, 4, 3, 2]``, which is the fast swap of the last two axes of ``[b, h, q, k]`` but runs the
+slow path (113 µs against 11 µs on [2, 4, 64, 1, 64], one thread). Such a Transpose becomes
+``Reshape`` (size-1 axes dropped) -> ``Transpose`` (one axis moved) -> ``Reshape``, or one ``Reshape``
+when only size-1 axes move. Values only move: the numbers cannot change.
+
+A permutation that stays general once the size-1 axes are gone is left alone: splitting it into two
+one-axis moves is faster with ORT's optimizer off, but ORT merges consecutive Transposes again
+(through Reshapes too).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Rewrite the slow-path Transposes of ``graph`` and its subgraphs; returns how many."""
+    count = 0
+    for g in list(m.all_graphs(graph)):
+        for node in list(g):
+            if node.op_type == "Transpose" and node.domain in ("", "ai.onnx") and node.graph is g:
+                count += _one(g, node)
+    return count
+
+
+def is_one_axis_move(perm: list[int]) -> bool:
+    """Whether ``perm`` moves a single axis (ORT's fast Transpose), or is the identity."""
+    n = len(perm)
+    if perm == list(range(n)):
+        return True
+    for src in range(n):
+        rest = [a for a in range(n) if a != src]
+        for dst in range(n):
+            if rest[:dst] + [src] + rest[dst:] == perm:
+                return True
+    return False
+
+
+def _one(graph: ir.Graph, node: ir.Node) -> int:
+    x = node.inputs[0] if node.inputs else None
+    if not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
+        return 0  # dead (a rule before moved its readers away)
+    if x is None or x.shape is None or not x.shape.is_static():
+        return 0
+    shape = [int(d) for d in x.shape]
+    perm = m.attr(node, "perm")
+    perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
+    if len(perm) != len(shape) or 1 not in shape or is_one_axis_move(perm):
+        return 0
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    inner = [kept.index(p) for p in perm if shape[p] != 1]  # the permutation of the kept axes
+    if not is_one_axis_move(inner):
+        return 0
+    out_shape = [shape[p] for p in perm]
+    nodes: list[ir.Node] = []
+    if inner == list(range(len(inner))):
+        nodes.append(ir.node("Reshape", [x, _i64(out_shape)]))
+    else:
+        squeezed = ir.node("Reshape", [x, _i64([shape[a] for a in kept])])
+        moved = ir.node("Transpose", [squeezed.outputs[0]], attributes={"perm": inner})
+        nodes += [squeezed, moved, ir.node("Reshape", [moved.outputs[0], _i64(out_shape)])]
+    consts = [n for v in (nodes[0].inputs[1], nodes[-1].inputs[1]) for n in [v.producer()] if n is not None]
+    m.replace(graph, node.outputs[0], list(dict.fromkeys(consts)) + nodes, node)
+    return 1
+
+
+def _i64(values: list[int]) -> ir.Value:
+    return ir.node("Constant", [], {"value": ir.tensor(np.array(values, np.int64))}).outputs[0]
