@@ -124,7 +124,7 @@ class _Collapser:
             if id(op) not in visited and (op.name not in _SHAPE_OPS or any(
                     v.type.dtype.startswith(("float", "bfloat")) for v in op.results)):
                 return None
-        if key != reference_key(x.type.dtype) or not self._scaled_by_input(result, x):
+        if not self._scaled_by_input(result, x) or key != reference_key(x.type.dtype):
             return None
         root = self.producer[result]
         return hir.Op(name=ERFC, operands=[x], results=[result], attrs={}, regions=[], location=root.location)
