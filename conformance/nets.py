@@ -1,5 +1,6 @@
 """Networks shared by the model cases (``cases/models.py``), the benchmark models (scripts/bench_models.py)
-and tests: an LSTM and a GRU over ``lax.scan`` with their parameters as a pytree, and a Flax Linen ResNet.
+and tests: an LSTM (and its cell) and a GRU over ``lax.scan`` with their parameters as a pytree, and a
+Flax Linen ResNet.
 
 Sizes come from the parameters (or the module's fields), so one definition serves the small conformance
 models and the benchmark-sized ones. JAX and Flax are imported on first use.
@@ -8,24 +9,34 @@ models and the benchmark-sized ones. JAX and Flax are imported on first use.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 
-def lstm(params: dict[str, Any], xs: Any) -> tuple[Any, Any]:
-    """An LSTM (gates i, f, g, o in one ``x @ wx + h @ wh + b``) over ``xs`` [time, batch, features] from
-    zero state; returns (the outputs projected by ``params["out"]``, the last hidden state)."""
+def lstm_cell(wx: Any, wh: Any, b: Any = None) -> Callable[[Any, Any], Any]:
+    """The LSTM step for ``lax.scan``: ``(h, c), x -> (h', c'), h'``, gates i, f, g, o in one
+    ``x @ wx + h @ wh (+ b)``."""
     import jax
     import jax.numpy as jnp
-    from jax import lax
 
     def cell(carry, x):
         h, c = carry
-        i, f, g, o = jnp.split(x @ params["wx"] + h @ params["wh"] + params["b"], 4, axis=-1)
+        z = x @ wx + h @ wh
+        i, f, g, o = jnp.split(z if b is None else z + b, 4, axis=-1)
         c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
         h = jax.nn.sigmoid(o) * jnp.tanh(c)
         return (h, c), h
 
+    return cell
+
+
+def lstm(params: dict[str, Any], xs: Any) -> tuple[Any, Any]:
+    """An LSTM (:func:`lstm_cell` of ``wx``, ``wh``, ``b``) over ``xs`` [time, batch, features] from zero
+    state; returns (the outputs projected by ``params["out"]``, the last hidden state)."""
+    import jax.numpy as jnp
+    from jax import lax
+
     b, hidden = xs.shape[1], params["wh"].shape[0]
+    cell = lstm_cell(params["wx"], params["wh"], params["b"])
     (h, _), hs = lax.scan(cell, (jnp.zeros((b, hidden)), jnp.zeros((b, hidden))), xs)
     return hs @ params["out"], h
 

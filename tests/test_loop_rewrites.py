@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 import jaxconv
+from conformance.nets import lstm_cell
 from jaxconv.onnx.rewrites import loops
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
@@ -31,15 +32,8 @@ def _lstm(hidden: int = 8, n_in: int = 6, seed: int = 0):
     b = rng.standard_normal(4 * hidden).astype(np.float32) / 10
 
     def fn(xs):
-        def cell(carry, x):
-            h, c = carry
-            i, f, g, o = jnp.split(x @ wx + h @ wh + b, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
         zeros = jnp.zeros((xs.shape[1], hidden))
-        (h, _), hs = jax.lax.scan(cell, (zeros, zeros), xs)
+        (h, _), hs = jax.lax.scan(lstm_cell(wx, wh, b), (zeros, zeros), xs)
         return hs, h
 
     return fn
@@ -72,14 +66,7 @@ def test_lstm_with_given_state_checks_the_state_too():
     wh = rng.standard_normal((hidden, 4 * hidden)).astype(np.float32) / 3
 
     def fn(xs, h0, c0):
-        def cell(carry, x):
-            h, c = carry
-            i, f, g, o = jnp.split(x @ wx + h @ wh, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
-        return jax.lax.scan(cell, (h0, c0), xs)
+        return jax.lax.scan(lstm_cell(wx, wh), (h0, c0), xs)
 
     model = jaxconv.to_onnx(fn, "f32[5,3,6]", "f32[3,8]", "f32[3,8]", check=False)
     assert _ops(model.graph).count("ReduceSum") == 3 and "If" in _ops(model.graph)

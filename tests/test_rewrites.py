@@ -13,6 +13,7 @@ import onnx_ir as ir
 import pytest
 
 import jaxconv
+from conformance.nets import lstm_cell
 from jaxconv.onnx import rewrites
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
@@ -213,15 +214,8 @@ def _lstm_fn(seed: int, n_in: int = 6, hidden: int = 8):
     b = rng.standard_normal(4 * hidden).astype(np.float32)
 
     def lstm(xs):
-        def cell(carry, x):
-            h, c = carry
-            i, f, g, o = jnp.split(x @ wx + h @ wh + b, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-
         zeros = jnp.zeros((xs.shape[1], hidden))
-        (h, c), hs = jax.lax.scan(cell, (zeros, zeros), xs)
+        (h, c), hs = jax.lax.scan(lstm_cell(wx, wh, b), (zeros, zeros), xs)
         return hs, h, c
 
     return lstm

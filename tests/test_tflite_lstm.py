@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from conformance.nets import lstm_cell
 from jaxconv import api
 
 pytestmark = pytest.mark.tf
@@ -20,14 +21,7 @@ WX, WH, B = (_RNG.normal(size=s).astype(np.float32) * 0.4 for s in ((6, 32), (8,
 
 
 def lstm(xs, h0):
-    def cell(carry, x):
-        h, c = carry
-        i, f, g, o = jnp.split(x @ WX + h @ WH + B, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), h
-
-    (h, c), hs = lax.scan(cell, (h0, jnp.zeros_like(h0)), xs)
+    (h, c), hs = lax.scan(lstm_cell(WX, WH, B), (h0, jnp.zeros_like(h0)), xs)
     return hs, h, c
 
 
