@@ -81,6 +81,12 @@ def _mul(ctx: LoweringContext, a: Halves, b: Halves) -> Halves:
 class _ComplexArithmetic(LuArithmetic[Halves]):
     """:func:`unrolled_lu` on (re, im) halves: pivots by |re| + |im| (icamax), XLA's complex division."""
 
+    def split(self, x: str) -> Halves:
+        return parts(self.ctx, x)
+
+    def merge(self, x: Halves) -> str:
+        return pack(self.ctx, x[0], x[1])
+
     def lift(self, fn: Callable[..., str], *xs: Halves) -> Halves:
         return fn(*(x[0] for x in xs)), fn(*(x[1] for x in xs))
 
@@ -107,15 +113,7 @@ def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info, as the real
     lowering computes them (:func:`unrolled_lu`), the pivot row chosen by the largest |re| + |im|."""
     _checked(op)
-    at = op.operands[0].type
-    packed = _data_inputs(op, inputs)[0]
-    m, n = at.shape[-2], at.shape[-1]
-    if min(m, n) == 0:
-        return [packed, _zeros_like_batch(ctx, packed, at.rank, [0], "int32"),
-                _zeros_like_batch(ctx, packed, at.rank, [], "int32")]
-    arith = _ComplexArithmetic(ctx, _WORK[at.dtype])
-    lu, pivots, info = unrolled_lu(ctx, parts(ctx, packed), arith, m, n, at.rank)
-    return [pack(ctx, lu[0], lu[1]), pivots, info]
+    return unrolled_lu(ctx, op, inputs, _ComplexArithmetic(ctx, _WORK[op.operands[0].type.dtype]))
 
 
 # ---- trsm: triangular solve --------------------------------------------------------------------------

@@ -260,6 +260,14 @@ class LuArithmetic(Generic[V]):
     def __init__(self, ctx: LoweringContext, dtype: str) -> None:
         self.ctx, self.dtype = ctx, dtype
 
+    def split(self, x: str) -> V:
+        """The operand tensor as V."""
+        return x
+
+    def merge(self, x: V) -> str:
+        """V as a result tensor."""
+        return x
+
     def lift(self, fn: Callable[..., str], *xs: V) -> V:
         """``fn`` (a shape operation: slice, gather, concat, or a linear one: sub) applied to ``xs``."""
         return fn(*xs)
@@ -283,17 +291,22 @@ class LuArithmetic(Generic[V]):
         return self.ctx.op("Mul", [a, b])
 
 
-def unrolled_lu(ctx: LoweringContext, a: V, arith: LuArithmetic[V], m: int, n: int,
-                rank: int) -> tuple[V, str, str]:
-    """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info of ``a``
-    ([..., m, n], min(m, n) > 0).
+def unrolled_lu(ctx: LoweringContext, op: hir.Op, inputs: list[str], arith: LuArithmetic[V]) -> list[str]:
+    """getrf's packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info of the
+    call's matrix operand ([..., m, n]), in ``arith``.
 
     Step j picks the first row of largest magnitude in column j among the rows not yet final (LAPACK's
     i?amax), swaps it into place, scales the column below by the pivot's reciprocal and updates
     the trailing block; rows above j never move again. A zero pivot (a singular matrix) leaves its
     column unscaled and sets info to its 1-based index when it is the first.
     """
+    at = op.operands[0].type
+    packed = _data_inputs(op, inputs)[0]
+    rank, m, n = at.rank, at.shape[-2], at.shape[-1]
     k = min(m, n)
+    if k == 0:
+        return [packed, _zeros_like_batch(ctx, packed, rank, [0], "int32"),
+                _zeros_like_batch(ctx, packed, rank, [], "int32")]
     row_axis, col_axis = rank - 2, rank - 1
 
     def cut(x: V, start: int, stop: int, axis: int) -> V:
@@ -302,7 +315,7 @@ def unrolled_lu(ctx: LoweringContext, a: V, arith: LuArithmetic[V], m: int, n: i
     def join(xs: list[V], axis: int) -> V:
         return xs[0] if len(xs) == 1 else arith.lift(lambda *ts: ctx.op("Concat", list(ts), axis=axis), *xs)
 
-    active: V | None = a  # rows j..m-1, all n columns
+    active: V | None = arith.split(packed)  # rows j..m-1, all n columns
     final_rows: list[V] = []
     pivot_index: list[str] = []
     pivot_zero: list[str] = []
@@ -344,20 +357,14 @@ def unrolled_lu(ctx: LoweringContext, a: V, arith: LuArithmetic[V], m: int, n: i
     pivots = ctx.cast(ctx.op("Add", [relative, ctx.const(np.arange(1, k + 1, dtype=np.int64))]), "int32")
     zeros = ctx.op("Squeeze", [_concat(ctx, pivot_zero, col_axis), squeeze_rows])
     info = _first_failure(ctx, zeros, rank - 2)
-    return lu, pivots, info
+    return [arith.merge(lu), pivots, info]
 
 
 def _getrf(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     """Packed LU (unit L below the diagonal, U on and above), 1-based int32 pivots and info
     (:func:`unrolled_lu`, the pivot row chosen by the largest |a[i, j]|)."""
     _checked(op)
-    at = op.operands[0].type
-    a = _data_inputs(op, inputs)[0]
-    m, n = at.shape[-2], at.shape[-1]
-    if min(m, n) == 0:
-        return [a, _zeros_like_batch(ctx, a, at.rank, [0], "int32"),
-                _zeros_like_batch(ctx, a, at.rank, [], "int32")]
-    return list(unrolled_lu(ctx, a, LuArithmetic(ctx, at.dtype), m, n, at.rank))
+    return unrolled_lu(ctx, op, inputs, LuArithmetic(ctx, op.operands[0].type.dtype))
 
 
 _ROUTINES = {"potrf": _potrf, "trsm": _trsm, "getrf": _getrf}
