@@ -90,3 +90,24 @@ def test_numbers_unchanged_by_the_pause():
 
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, np.asarray(_fn(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_the_cli_freezes_the_loaded_objects_while_it_converts_and_thaws_them_after(tmp_path, monkeypatch):
+    from jaxconv import cli, program
+
+    seen = []
+    real = program.trace
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(program, "trace", spy)
+    src = tmp_path / "f.py"
+    src.write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.sin(x) + 1.0\n")
+    assert gc.get_freeze_count() == 0
+    code = cli.main(["to-onnx", f"{src}:f", "--specs", "f32[4]", "--no-check", "-o", str(tmp_path / "f.onnx")])
+    assert code == 0
+    assert seen and seen[0] > 1000  # jax and the loaded module were out of the collector's walks
+    assert gc.get_freeze_count() == 0  # and back in them once the command returned
+    assert (tmp_path / "f.onnx").stat().st_size > 0

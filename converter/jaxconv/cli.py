@@ -148,6 +148,7 @@ def _load_program(args: argparse.Namespace, hoist_constants: bool = False):
     from jaxconv.program import require_specs, trace
 
     loaded = load_function(args.file, args.fn_name)
+    _freeze_imports()
     require_specs(args.specs)
     if getattr(args, "output", None):
         from jaxconv.artifacts import check_not_input
@@ -374,6 +375,31 @@ def _freeze_at_exit() -> None:
     atexit.register(gc.freeze)
 
 
+@contextlib.contextmanager
+def _thawed_after() -> Iterator[None]:
+    """Objects frozen by the command (``_freeze_imports``) back in the collector's reach when it ends."""
+    import gc
+
+    frozen_before = gc.get_freeze_count()
+    try:
+        yield
+    finally:
+        if not frozen_before:  # a caller's own frozen objects stay frozen
+            gc.unfreeze()
+
+
+def _freeze_imports() -> None:
+    """Keep what is alive now (jax, the user's modules and weights) out of the cycle collector's walks.
+
+    Each full collection while tracing and converting would walk them all, a tenth of a second
+    each; ``main`` thaws them when the command ends, so a caller's process collects them as before.
+    """
+    import gc
+
+    if not gc.get_freeze_count():
+        gc.freeze()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -389,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from jaxconv.verify import check_options
 
         _freeze_at_exit()
-        with check_options(), _terminate_as_interrupt():
+        with check_options(), _terminate_as_interrupt(), _thawed_after():
             return COMMANDS[args.command](args)
     except JaxconvError as e:
         if args.debug:

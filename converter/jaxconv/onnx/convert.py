@@ -41,11 +41,20 @@ def program_to_parts(program: Program, opset: int | None = None) -> Parts:
     Closed-over weights hoisted out of the module (``Program.constants``) stay the caller's arrays:
     writing the parts with ``stream.save`` copies no weight in memory.
     """
+    from jaxconv.onnx.driver import paused_gc
+
+    opset = check_opset(opset)
+    with paused_gc():  # reading, lowering and serializing make objects that live on, little garbage
+        parts = _program_to_parts(program, opset)
+    _collect_graph_cycles(parts)
+    return parts
+
+
+def _program_to_parts(program: Program, opset: int) -> Parts:
     from jaxconv.onnx.driver import lower_to_ir
     from jaxconv.onnx.stream import split
     from jaxconv.stablehlo.reader import read_module
 
-    opset = check_opset(opset)
     module = read_module(program.exported.mlir_module_serialized)
     kept = program.kept_inputs
     hoisted = program.kept_constants  # the module's leading arguments (see Program.constants)
@@ -61,7 +70,6 @@ def program_to_parts(program: Program, opset: int | None = None) -> Parts:
     del module, constants
     parts = split(model)
     del model
-    _collect_graph_cycles(parts)
     return parts
 
 
