@@ -44,10 +44,10 @@ def test_lstm_from_zero_state_leaves_only_the_guard_around_the_op():
     xs = np.random.default_rng(1).standard_normal((7, 3, 6)).astype(np.float32) * 2
     model = jaxconv.to_onnx(fn, f"f32[{xs.shape[0]},{xs.shape[1]},{xs.shape[2]}]", check=False)
     # the zero initial state is the LSTM op's default; its broadcast only feeds the exact Loop
-    assert _ops(model.graph) == ["ReduceSum", "Sub", "IsNaN", "If"]
+    assert _ops(model.graph) == ["ReduceSumSquare", "Less", "If"]
     branch = model.graph.node[-1]
     graphs = {a.name: a.g for a in branch.attribute}
-    lstm = next(n for n in graphs["else_branch"].node if n.op_type == "LSTM")
+    lstm = next(n for n in graphs["then_branch"].node if n.op_type == "LSTM")
     assert len([i for i in lstm.input if i]) == 4  # X, W, R, B: no initial_h / initial_c
     assert len(branch.output) == 2  # the final c and the counter are not returned
     runner = OnnxRunner(model.SerializeToString())
@@ -69,7 +69,7 @@ def test_lstm_with_given_state_checks_the_state_too():
         return jax.lax.scan(lstm_cell(wx, wh), (h0, c0), xs)
 
     model = jaxconv.to_onnx(fn, "f32[5,3,6]", "f32[3,8]", "f32[3,8]", check=False)
-    assert _ops(model.graph).count("ReduceSum") == 3 and "If" in _ops(model.graph)
+    assert _ops(model.graph).count("ReduceSumSquare") == 3 and "If" in _ops(model.graph)
     runner = OnnxRunner(model.SerializeToString())
     xs = rng.standard_normal((5, 3, n_in)).astype(np.float32)
     h0, c0 = (rng.standard_normal((3, hidden)).astype(np.float32) for _ in range(2))
@@ -287,7 +287,7 @@ def test_flax_lstm_cells_become_the_lstm_op(cell_name):
     model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]",
                             f"f32[{batch},{hidden}]", check=False)
     branch = next(n for n in model.graph.node if n.op_type == "If")
-    fast = next(a.g for a in branch.attribute if a.name == "else_branch")
+    fast = next(a.g for a in branch.attribute if a.name == "then_branch")
     assert [n.op_type for n in fast.node].count("LSTM") == 1
     runner = OnnxRunner(model.SerializeToString())
     for odd in (False, True):

@@ -250,8 +250,8 @@ def test_lstm_scan_becomes_the_lstm_op_with_an_exact_fallback():
     model = jaxconv.to_onnx(lstm, jax.ShapeDtypeStruct(xs.shape, xs.dtype), check=False)
     branch = next(n for n in model.graph.node if n.op_type == "If")
     graphs = {a.name: a.g for a in branch.attribute}
-    assert [n.op_type for n in graphs["else_branch"].node].count("LSTM") == 1
-    assert len({"Loop", "Scan"} & {n.op_type for n in graphs["then_branch"].node}) == 1
+    assert [n.op_type for n in graphs["then_branch"].node].count("LSTM") == 1
+    assert len({"Loop", "Scan"} & {n.op_type for n in graphs["else_branch"].node}) == 1
     runner = OnnxRunner(model.SerializeToString())
     for g, w in zip(runner.run([xs]), jax.jit(lstm)(xs)):  # the LSTM op: float32 rounding apart
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)

@@ -346,6 +346,11 @@ def rewrite(graph: ir.Graph) -> int:
                       num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
+        batch = got["xs"].shape[1]
+        for out in (ys.outputs[0], h_last.outputs[0]):
+            out.type = got["xs"].type
+        ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
+        h_last.outputs[0].shape = ir.Shape([batch, hdim])
         counter_dtype = loop.outputs[0].dtype
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})

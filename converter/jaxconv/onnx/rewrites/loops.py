@@ -12,7 +12,9 @@
 outputs (``fori_loop``) stays one, the form the SavedModel/TFLite translation of jaxconv's ONNX
 (``tf/onnx_to_tf``) reads. The Loop's counter becomes a scan input (``Range(0, T)``), and the
 body's ``Slice(xs, i, i + 1)`` of outer values become scan inputs too, so no step computes an
-index or slices. Each step runs the same ops as before, so the numbers do not change.
+index or slices. Each step runs the same ops as before, so the numbers do not change. A small
+constant initial state (zeros broadcast to the carry's shape) becomes an initializer, and a Reshape
+that only restated the scan output's row count (which the Loop could not state) goes.
 
 The rule, measured (ORT 1.32, 2 cores, load 12-13, a ``tanh(h @ w + x)`` cell, p25 wall and
 median CPU time relative to the Loop, one and two threads alike): the Scan takes 0.25-0.55 of the
@@ -223,7 +225,8 @@ def _to_scan(loop: ir.Node) -> int:
         results = _unroll(graph, loop, body, n_carry, sources, steps, dtype)
     else:
         scan_in = [_const_value(graph, loop, v) if isinstance(v, np.ndarray) else v for v in scan_in]
-        scan = ir.node("Scan", [*loop.inputs[3:], *scan_in],
+        carries = [_filled_carry(graph, v) for v in loop.inputs[3:]]
+        scan = ir.node("Scan", [*carries, *scan_in],
                        {"body": body, "num_scan_inputs": len(scan_in)}, num_outputs=len(loop.outputs) - 1)
         graph.insert_before(loop, scan)
         results = list(scan.outputs)
@@ -232,10 +235,80 @@ def _to_scan(loop: ir.Node) -> int:
         last = ir.node("Constant", [], {"value": ir.tensor(np.array(steps, dtype.numpy()))})
         graph.insert_before(loop, last)
         _take_over(graph, final, last.outputs[0])
-    for old, new in zip(loop.outputs[1:], results):
-        _take_over(graph, old, new)
+    for old, new, known in zip(loop.outputs[1:], results, _result_shapes(loop, body, n_carry, steps)):
+        _take_over(graph, old, new, known)
+        drop_noop_reshapes(graph, new)
+    for k in range(len(loop.inputs)):  # no longer a reader: what only the Loop read is dead now
+        loop.replace_input_with(k, None)
     graph.remove(loop)
     return 1
+
+
+def drop_noop_reshapes(graph: ir.Graph, value: ir.Value) -> int:
+    """Readers ``Reshape(value, target)`` that leave ``value``'s static shape as it is read ``value``
+    (the lowering reshapes a Loop's stacked output to the row count the Loop could not state)."""
+    shape = value.shape
+    if shape is None or not shape.is_static():
+        return 0
+    dims = [int(d) for d in shape.numpy()]
+    count = 0
+    for use in list(value.uses()):
+        node = use.node
+        if node.op_type != "Reshape" or node.domain != "" or use.idx != 0 or node.graph is not graph:
+            continue
+        target = m.const(node.inputs[1]) if len(node.inputs) > 1 else None
+        if target is None or target.ndim != 1 or len(target) != len(dims):
+            continue
+        zero_copies = not m.attr(node, "allowzero", 0)
+        if any(int(t) != d and not (t == 0 and zero_copies) for t, d in zip(target, dims)):
+            continue
+        out = node.outputs[0]
+        if out.is_graph_output() and value.is_graph_output():
+            continue
+        _take_over(graph, out, value, shape)
+        graph.remove(node, safe=True)
+        count += 1
+    return count
+
+
+_CARRY_FILL_ELEMENTS = 1 << 14  # a broadcast constant initial carry this small becomes an initializer
+
+
+def _filled_carry(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    """``value``, or an initializer holding it when it is a small constant broadcast (a zero state):
+    the Scan reads it as it is, and the broadcast's node goes."""
+    arr = m.repeated_const(value)
+    shape = value.shape
+    if arr is None or value.producer() is None or shape is None or not shape.is_static():
+        return value
+    dims = [int(d) for d in shape.numpy()]
+    if arr.size == 0 or np.prod(dims) > _CARRY_FILL_ELEMENTS or not np.all(arr == arr.flat[0]):
+        return value
+    if arr.dtype.kind == "f" and np.isnan(arr.flat[0]):
+        return value
+    if value.dtype is not None and value.dtype.numpy() != arr.dtype:
+        return value
+    filled = ir.Value(name=f"{value.name or 'carry'}_filled", shape=ir.Shape(dims), type=value.type,
+                      const_value=ir.tensor(np.full(dims, arr.flat[0], arr.dtype)))
+    while filled.name in graph.initializers:
+        filled.name += "_"
+    graph.register_initializer(filled)
+    return filled
+
+
+def _result_shapes(loop: ir.Node, body: ir.Graph, n_carry: int, steps: int) -> list[ir.Shape | None]:
+    """The shapes the scan's results are known to have: each carry keeps its initial value's shape,
+    each stacked output is ``steps`` rows of the body's output (None where a dim is unknown)."""
+    known: list[ir.Shape | None] = []
+    for k, out in enumerate(body.outputs):
+        shape = loop.inputs[3 + k].shape if k < n_carry else out.shape
+        if shape is None or not shape.is_static():
+            shape = out.shape if k < n_carry else None
+        if shape is None or not shape.is_static():
+            known.append(None)
+            continue
+        known.append(shape if k < n_carry else ir.Shape([steps, *shape.numpy()]))
+    return known
 
 
 _UNROLL_STEPS = 4  # unrolled up to this many steps ...
@@ -374,10 +447,11 @@ def _drop_dead(body: ir.Graph) -> None:
             body.remove(node, safe=True)
 
 
-def _take_over(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
-    """Every use of ``old`` (graph outputs included) reads ``new``, which takes its name, type and shape."""
+def _take_over(graph: ir.Graph, old: ir.Value, new: ir.Value, known: ir.Shape | None = None) -> None:
+    """Every use of ``old`` (graph outputs included) reads ``new``, which takes its name, type and
+    shape (``known`` where that is given: a scan's row count the Loop's shape left unknown)."""
     new.type = old.type if old.type is not None else new.type
-    new.shape = old.shape if old.shape is not None else new.shape
+    new.shape = known if known is not None else old.shape if old.shape is not None else new.shape
     old.replace_all_uses_with(new, replace_graph_outputs=True)
     name = old.name
     old.name = None

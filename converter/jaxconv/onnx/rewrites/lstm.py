@@ -155,9 +155,10 @@ def _const(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
 def rewrite(graph: ir.Graph) -> int:
     """Replace LSTM-cell scans in ``graph`` (the main graph) by the LSTM op; returns how many.
 
-    ORT's LSTM kernel clamps its activations' inputs, which turns NaN into numbers, so the op runs
-    only when the sequence and the initial state are finite (``If(IsNaN(s - s))`` with ``s`` their
-    sum); otherwise the exact Loop runs.
+    ORT's LSTM kernel clamps its activations' inputs, which turns NaN into numbers (a NaN in x, h0
+    or c0, or one that ``inf - inf`` makes inside ``x @ w``, where jax.jit gives NaN), so the op runs
+    only when the sequence and the initial state are finite (``If(ReduceSumSquare(x) < inf)``, see
+    ``_guarded``); otherwise the exact Loop runs.
     """
     count = 0
     for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
@@ -178,6 +179,11 @@ def rewrite(graph: ir.Graph) -> int:
         ys = ir.node("Squeeze", [lstm.outputs[0], axis1])
         h_last = ir.node("Squeeze", [lstm.outputs[1], axis0])
         c_last = ir.node("Squeeze", [lstm.outputs[2], axis0])
+        batch = got["xs"].shape[1]
+        for out in (ys.outputs[0], h_last.outputs[0], c_last.outputs[0]):
+            out.type = got["xs"].type
+        ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
+        h_last.outputs[0].shape = c_last.outputs[0].shape = ir.Shape([batch, hdim])
         counter_dtype = loop.outputs[0].dtype
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
@@ -199,40 +205,80 @@ def _initial_state(value: ir.Value, axis0: ir.Value) -> ir.Node | None:
 
 def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
              finite: list[ir.Value]) -> None:
-    """Put ``If(IsNaN(sum - sum))`` in the Loop's place: the Loop for non-finite inputs, else ``fast``.
+    """Put ``If(ReduceSumSquare(x) < inf)`` in the Loop's place: ``fast`` for finite inputs, else the Loop.
 
-    Inputs known finite (constants) stay out of the sum; the If returns only the Loop outputs
-    something reads; nodes before it that only the exact Loop reads move into its branch.
+    A sum of squares is never -inf: it is +inf or NaN exactly when an element is non-finite (or,
+    for huge finite inputs, when it overflows, which only sends them down the exact Loop). Inputs
+    known finite (constants) stay out of it; with none left, ``fast`` replaces the Loop outright.
+    The If returns only the Loop outputs something reads; nodes before it that only the exact Loop
+    reads move into its branch.
     """
-    finite = list(dict.fromkeys(v for v in finite if not _known_finite(v))) or finite[:1]
-    sums = [ir.node("ReduceSum", [v], {"keepdims": 0}) for v in finite]
-    total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
-    diff = ir.node("Sub", [(total or sums)[-1].outputs[0]] * 2)
-    bad = ir.node("IsNaN", [diff.outputs[0]])
+    from jaxconv.onnx.rewrites.loops import drop_noop_reshapes
+
+    finite = list(dict.fromkeys(v for v in finite if not _known_finite(v)))
     used = [k for k, v in enumerate(loop.outputs) if v.uses() or v.is_graph_output()] or [0]
     old_outputs = [loop.outputs[k] for k in used]
-    graph.insert_before(loop, [*sums, *total, diff, bad])
+    if not finite:
+        graph.insert_before(loop, [n for n in fast if _reads_out(n, fast, [fast_out[k] for k in used])])
+        news = [fast_out[k] for k in used]
+        for old, new in zip(old_outputs, news):
+            _take_place(graph, old, new, None)
+        for k in range(len(loop.inputs)):
+            loop.replace_input_with(k, None)
+        graph.remove(loop)
+        for new in news:
+            drop_noop_reshapes(graph, new)
+        return
+    sums = [ir.node("ReduceSumSquare", [v], {"keepdims": 0}) for v in finite]
+    total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
+    inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, np.float32))})
+    total_value = (total or sums)[-1].outputs[0]
+    if total_value.dtype is None and finite[0].dtype is not None:
+        total_value.dtype = finite[0].dtype
+    if finite[0].dtype is not None and finite[0].dtype != ir.DataType.FLOAT:
+        inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, finite[0].dtype.numpy()))})
+    ok = ir.node("Less", [total_value, inf.outputs[0]])
+    graph.insert_before(loop, [*sums, *total, inf, ok])
     graph.remove(loop)
     exact = ir.Graph([], old_outputs, nodes=[loop], name="scan_exact")
     quick = ir.Graph([], [fast_out[k] for k in used], nodes=fast, name="scan_fast")
-    for node in list(quick):  # outputs the If does not return
+    for node in reversed(list(quick)):  # outputs the If does not return
         if not any(o.uses() or o.is_graph_output() for o in node.outputs):
-            quick.remove(node)
-    branch = ir.node("If", [bad.outputs[0]], {"then_branch": exact, "else_branch": quick},
+            quick.remove(node, safe=True)
+    branch = ir.node("If", [ok.outputs[0]], {"then_branch": quick, "else_branch": exact},
                      num_outputs=len(old_outputs))
-    graph.insert_after(bad, branch)
-    for old, new in zip(old_outputs, branch.outputs):
-        new.type, new.shape = old.type, old.shape
-        name = old.name
-        for use in list(old.uses()):
-            if use.node.graph is not exact:
-                use.node.replace_input_with(use.idx, new)
-        for k, v in enumerate(graph.outputs):
-            if v is old:
-                graph.outputs[k] = new
-        old.name = f"{name}_exact" if name else None
-        new.name = name
+    graph.insert_after(ok, branch)
+    for old, new, known in zip(old_outputs, branch.outputs, [fast_out[k] for k in used]):
+        _take_place(graph, old, new, known.shape, exact)
     _sink_into(graph, branch, exact)
+    for new in branch.outputs:
+        drop_noop_reshapes(graph, new)
+
+
+def _reads_out(node: ir.Node, nodes: list[ir.Node], outs: list[ir.Value]) -> bool:
+    """True when ``outs`` depend on ``node`` through ``nodes``."""
+    wanted = {id(v) for v in outs}
+    for other in reversed(nodes):
+        if any(id(o) in wanted for o in other.outputs):
+            wanted.update(id(i) for i in other.inputs if i is not None)
+    return any(id(o) in wanted for o in node.outputs)
+
+
+def _take_place(graph: ir.Graph, old: ir.Value, new: ir.Value, known: ir.Shape | None,
+                inside: ir.Graph | None = None) -> None:
+    """Readers of ``old`` outside ``inside`` (graph outputs too) read ``new``, which takes its name,
+    type and shape (``known`` where it is static: the row count the Loop's shape left unknown)."""
+    new.type = old.type if old.type is not None else new.type
+    new.shape = known if known is not None and known.is_static() else old.shape
+    name = old.name
+    for use in list(old.uses()):
+        if inside is None or use.node.graph is not inside:
+            use.node.replace_input_with(use.idx, new)
+    for k, v in enumerate(graph.outputs):
+        if v is old:
+            graph.outputs[k] = new
+    old.name = f"{name}_exact" if name and inside is not None else None
+    new.name = name
 
 
 def _known_finite(value: ir.Value) -> bool:

@@ -28,7 +28,7 @@ def _axes(tr: Any, node: Any, ins: list[Value]) -> list[int] | None:
     return sorted(i % rank for i in axes)
 
 
-@handles("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean")
+@handles("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceSumSquare")
 def reduce(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     x = ins[0].t
@@ -46,6 +46,7 @@ def reduce(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         "ReduceMin": tf.reduce_min,
         "ReduceProd": tf.reduce_prod,
         "ReduceMean": tf.reduce_mean,
+        "ReduceSumSquare": lambda t, **kw: tf.reduce_sum(tf.square(t), **kw),
     }[op]
     out = fn(x, axis=axes, keepdims=keep)
     if op in ("ReduceMax", "ReduceMin") and ins[0].dtype in FLOATS:  # NaN wins, as in XLA
