@@ -21,6 +21,7 @@ faster without changing the numbers:
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
 - ``where_consts``: a Where's constant operands (a causal mask, its fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
+- ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
@@ -39,6 +40,7 @@ from jaxconv.onnx.rewrites import (
     _match,
     activations,
     broadcasts,
+    conv_affine,
     gru,
     keepdims,
     layout,
@@ -95,6 +97,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["transposes"] = transposes.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
+    fired["conv_affine"] = conv_affine.rewrite(model.graph)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
