@@ -123,6 +123,66 @@ def _hoist_projection(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
     return count
 
 
+def _split_concat_products(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
+    """``Concat([x_t, h], -1) @ w`` (haiku's LSTM: one Linear over the step's input and the state),
+    with ``x_t`` a row of an outer ``xs`` and ``w`` constant, as ``x_t @ w[:n] + h @ w[n:]``, so the
+    input part can leave the loop. The sum of two products rounds like the one product up to float32
+    rounding of the addition order."""
+    inside = _body_values(body)
+    count = 0
+    for mm in list(body):
+        if mm.op_type != "MatMul" or mm.domain != "" or len(mm.inputs) != 2:
+            continue
+        cat = m.producer(mm.inputs[0], "Concat")
+        w = m.const(mm.inputs[1])
+        if cat is None or w is None or w.ndim != 2 or any(v is None for v in cat.inputs):
+            continue
+        widths: list[int | None] = []
+        step = False
+        for part in cat.inputs:
+            row = m.producer(part, "Reshape", "Squeeze")
+            sl = _step_slice(row.inputs[0], inside) if row is not None else None
+            xs = sl.inputs[0] if sl is not None else None
+            if xs is not None and xs.shape is not None and xs.shape.is_static() and _drops_axis0(row, xs):
+                step = True
+                widths.append(int(xs.shape[-1]) if len(xs.shape) >= 2 else None)
+            else:
+                shape = part.shape
+                last = shape[-1] if shape is not None and len(shape) else None
+                widths.append(last if isinstance(last, int) else None)
+        rank = len(widths) and m.rank(cat.inputs[0])
+        axis = m.attr(cat, "axis", 0)
+        if not step or widths.count(None) > 1 or not rank or axis not in (-1, rank - 1):
+            continue
+        if None in widths:
+            widths[widths.index(None)] = w.shape[0] - sum(x for x in widths if x is not None)
+        if min(widths) <= 0 or sum(widths) != w.shape[0]:
+            continue
+        nodes: list[ir.Node] = []
+        total: ir.Value | None = None
+        start = 0
+        for part, width in zip(cat.inputs, widths):
+            piece = _weight_value(main, mm.inputs[1], w[start:start + width])
+            start += width
+            nodes.append(ir.node("MatMul", [part, piece]))
+            if total is not None:
+                nodes.append(ir.node("Add", [total, nodes[-1].outputs[0]]))
+            total = nodes[-1].outputs[0]
+        m.replace(body, mm.outputs[0], nodes, mm)
+        count += 1
+    return count
+
+
+def _weight_value(main: ir.Graph, like: ir.Value, arr: np.ndarray) -> ir.Value:
+    """An initializer of the main graph holding ``arr`` (rows of the weight ``like``)."""
+    value = ir.Value(name=f"{like.name or 'w'}_rows", type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                     shape=ir.Shape(arr.shape), const_value=ir.tensor(np.ascontiguousarray(arr)))
+    while value.name in main.initializers:
+        value.name += "_"
+    main.register_initializer(value)
+    return value
+
+
 def _i64(graph: ir.Graph, values: list[int]) -> ir.Value:
     node = ir.node("Constant", [], {"value": ir.tensor(np.asarray(values, np.int64))})
     graph.insert_before(graph.node(0), node) if len(graph) else graph.append(node)
@@ -137,6 +197,7 @@ def rewrite(main: ir.Graph) -> int:
     for loop in reversed(loops):  # inner loops first: what leaves an inner body may leave the outer one too
         body = loop.attributes["body"].value
         count += _hoist_invariants(loop, body)  # first: a weight the body builds from constants leaves too
+        count += _split_concat_products(loop, body, main)
         count += _hoist_projection(loop, body, main)
     return count
 

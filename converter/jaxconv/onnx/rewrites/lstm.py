@@ -126,6 +126,8 @@ def _match(loop: ir.Node) -> dict | None:
         for k, part in parts.items():
             arr = getattr(part, kind)
             arr = np.zeros(shape, np.float32) if arr is None else arr
+            if kind == "b" and arr.ndim == 1 and arr.shape[0] == 1:  # a scalar added (haiku's forget bias 1)
+                arr = np.broadcast_to(arr, shape)
             if arr.shape != shape or arr.dtype != np.float32:
                 return None
             arrays[kind, k] = arr
