@@ -85,3 +85,20 @@ def test_where_constants_are_cut_to_the_shape_that_carries_them(monkeypatch):
     assert max(int(np.prod(i.dims)) for i in model.graph.initializer) == 8  # the fill as [2, 4, 1, 1]
     _, (got,) = _convert(fn, s)
     assert_same_floats(got, jax.jit(fn)(s), 0, 0)
+
+
+def test_where_constant_keeps_the_output_rank(monkeypatch):
+    fill = np.full((1, 2, 4, 8), -1e9, np.float32)  # the only operand with the leading 1
+
+    def fn(s):
+        return jnp.where(s > 0.0, s, fill)
+
+    s = _special((2, 4, 8))
+    fired = _spy(monkeypatch, where_consts)
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(s.shape, s.dtype), check=False)
+    assert fired == [1]
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == [1, 2, 4, 8]
+    _, (got,) = _convert(fn, s)
+    want = jax.jit(fn)(s)
+    assert got.shape == want.shape == (1, 2, 4, 8)
+    assert_same_floats(got, want, 0, 0)

@@ -1,13 +1,13 @@
 """Constant operands of a Where cut back to the shape that carries their values.
 
-A causal mask depends only on the sequence length, so it folds to a constant; after the layout rule
-moves a Transpose through the Where, the mask and its fill value are full-size initializers
-([2, 4, 64, 1, 64] each for nnx.MultiHeadAttention), and ORT's Where reads three full tensors per
-run (51 µs against 33 µs for jax2onnx's on that graph). Each constant operand of a Where is cut to
-size 1 along every axis where its values repeat and a computed operand has the full size, so that
-broadcasting gives the same result: values only, the numbers cannot change.
+An attention mask's fill value is broadcast to the scores' shape; after the layout rule moves a
+Transpose through the Where it is a full-size initializer (nnx.MultiHeadAttention: [2, 4, 64, 1, 64];
+keras-hub Llama: an Expand of one not folded yet), and ORT's Where reads it whole on every run.
+Each constant operand of a Where (an initializer, or an Expand/Reshape of one) is cut to size 1
+along every axis where its values repeat, when a computed operand has every element of the output,
+so that broadcasting gives the same result with the same shape: values only, the numbers cannot
+change. (The mask itself is still a computation here; onnxscript folds it later, full size.)
 """
-
 from __future__ import annotations
 
 import numpy as np
@@ -30,22 +30,30 @@ def rewrite(graph: ir.Graph) -> int:
 def _one(graph: ir.Graph, node: ir.Node) -> int:
     if not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
         return 0
-    if any(v is None or v.shape is None or not v.shape.is_static() for v in node.inputs):
+    shapes = [static_shape(v) for v in node.inputs]
+    if any(s is None for s in shapes):
         return 0
     try:
-        out = np.broadcast_shapes(*(tuple(int(d) for d in v.shape) for v in node.inputs))
+        out = np.broadcast_shapes(*shapes)
     except ValueError:
         return 0
-    full = [v for v in node.inputs if m.const(v) is None and tuple(int(d) for d in v.shape) == out]
-    if not full:
+    size = int(np.prod(out))
+    full = [(v, s) for v, s in zip(node.inputs, shapes) if m.folded(v) is None and int(np.prod(s)) == size]
+    if not full:  # a computed operand with every element of the output (leading 1s aside)
         return 0
+    reference = ir.Value(shape=ir.Shape(out))  # what the computed operand covers, leading 1s included
     count = 0
     for k, value in enumerate(node.inputs):
-        arr = m.const(value)
+        arr = m.folded(value)  # an initializer, or an Expand/Reshape of one not folded yet
         if arr is None or arr.size < MIN_ELEMENTS or value.is_graph_input():
             continue
-        small = _shrunk(arr, full[0])
+        small = _shrunk(arr, reference)
         if small is None:
+            continue
+        others = [shape for j, shape in enumerate(shapes) if j != k]
+        if np.broadcast_shapes(small.shape, *others) != out:  # the output's rank must not change
+            small = small.reshape((1,) * (len(out) - small.ndim) + small.shape)
+        if np.broadcast_shapes(small.shape, *others) != out:
             continue
         new = ir.Value(name=_fresh(graph, f"{value.name or 'c'}_cut"), const_value=ir.tensor(small))
         new.type = value.type
@@ -54,6 +62,45 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
         node.replace_input_with(k, new)
         count += 1
     return count
+
+
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Pow", "Relu", "Neg", "Abs", "Exp",
+                          "Equal", "Less", "Greater", "And", "Or", "Xor", "Not", "Cast", "Sqrt", "Tanh", "Erf"})
+
+
+def static_shape(value: ir.Value | None, depth: int = 0) -> tuple[int, ...] | None:
+    """``value``'s static shape: its own, or worked out through elementwise ops, Transposes and Reshapes
+    (values that earlier rules made have no shape yet)."""
+    if value is None:
+        return None
+    if value.shape is not None and value.shape.is_static():
+        return tuple(int(d) for d in value.shape)
+    arr = m.const(value)
+    if arr is not None:
+        return tuple(arr.shape)
+    node = value.producer()
+    if node is None or depth > 8 or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Transpose":
+        src = static_shape(node.inputs[0], depth + 1)
+        perm = m.attr(node, "perm")
+        if src is None:
+            return None
+        return tuple(src[int(p)] for p in perm) if perm is not None else src[::-1]
+    if node.op_type == "Reshape":
+        target = m.const(node.inputs[1]) if len(node.inputs) > 1 else None
+        if target is None or any(int(d) <= 0 for d in target):
+            return None
+        return tuple(int(d) for d in target)
+    if node.op_type in _ELEMENTWISE:
+        shapes = [static_shape(v, depth + 1) for v in node.inputs if v is not None]
+        if not shapes or any(s is None for s in shapes):
+            return None
+        try:
+            return tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            return None
+    return None
 
 
 def _fresh(graph: ir.Graph, name: str) -> str:
