@@ -41,7 +41,8 @@ def predict(x):
 _JAX_WEIGHTS = """
 import jax
 
-_W = [jax.random.normal(jax.random.key(i), (_WIDTH, _WIDTH), jnp.float32) / _WIDTH ** 0.5 for i in range(_LAYERS)]
+for _i in range(_LAYERS):  # one layer at a time: a numpy layer goes as soon as its jax copy is made
+    _W[_i] = jax.block_until_ready(jax.device_put(_W[_i]))
 """
 
 _HWM = """import atexit, os, sys
