@@ -79,8 +79,13 @@ def node_types(model: Any) -> collections.Counter:
 def _max_err(outs: list[np.ndarray], ref: list[np.ndarray]) -> float:
     if len(outs) != len(ref):
         return float("nan")
-    return max((float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)))) if r.size else 0.0
-                for o, r in zip(outs, ref)), default=0.0)
+    return max(
+        (
+            float(np.max(np.abs(np.asarray(o, np.float64) - np.asarray(r, np.float64)))) if r.size else 0.0
+            for o, r in zip(outs, ref)
+        ),
+        default=0.0,
+    )
 
 
 def _profile(name: str, models: dict[str, Any], m: Any, directory: str) -> None:
@@ -162,16 +167,34 @@ def _f(x: float | None, spec: str = ".2f") -> str:
 
 def table(rows: list[ZooRow]) -> str:
     """The Markdown table of ``rows``."""
-    head = ("| model | library | jax.jit ms | ours/jit | jax2onnx/jit | ours/jax2onnx | CPU: ours/jit "
-            "| CPU: jax2onnx/jit | nodes ours | nodes jax2onnx | max err | convert s | notes |")
+    head = (
+        "| model | library | jax.jit ms | ours/jit | jax2onnx/jit | ours/jax2onnx | CPU: ours/jit "
+        "| CPU: jax2onnx/jit | nodes ours | nodes jax2onnx | max err | convert s | notes |"
+    )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         notes = "; ".join(n.replace("|", "/") for n in r.notes)
-        lines.append("| " + " | ".join([
-            r.name + (" (erf)" if r.erf else ""), r.library, _f(r.jax_ms), _f(r.ratio.get("ours")),
-            _f(r.ratio.get("jax2onnx")), _f(r.vs_peer()), _f(r.cpu.get("ours")), _f(r.cpu.get("jax2onnx")),
-            _f(r.nodes.get("ours"), "d"), _f(r.nodes.get("jax2onnx"), "d"), _f(r.err, ".1e"), _f(r.convert_s, ".1f"),
-            notes]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r.name + (" (erf)" if r.erf else ""),
+                    r.library,
+                    _f(r.jax_ms),
+                    _f(r.ratio.get("ours")),
+                    _f(r.ratio.get("jax2onnx")),
+                    _f(r.vs_peer()),
+                    _f(r.cpu.get("ours")),
+                    _f(r.cpu.get("jax2onnx")),
+                    _f(r.nodes.get("ours"), "d"),
+                    _f(r.nodes.get("jax2onnx"), "d"),
+                    _f(r.err, ".1e"),
+                    _f(r.convert_s, ".1f"),
+                    notes,
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -187,25 +210,37 @@ def summary(rows: list[ZooRow]) -> str:
     both = [r.vs_peer() for r in built if r.vs_peer() is not None]
     plain = [r.ratio["ours"] for r in built if "ours" in r.ratio and not r.erf]
     plain_peer = [r.vs_peer() for r in built if r.vs_peer() is not None and not r.erf]
-    return "\n".join([
-        f"- models built: {len(built)} of {len(rows)}; converted and ran in ORT: jaxconv {len(ours)}, "
-        f"jax2onnx {len(peer)}; both {len(both)}",
-        f"- median ours/jax.jit {_median(ours)}, jax2onnx/jax.jit {_median(peer)}; "
-        f"median ours/jax2onnx {_median(both)}, ours faster on {sum(v < 1 for v in both)} of {len(both)}",
-        f"- without the exact-GELU (erf) models: median ours/jax.jit {_median(plain)} over {len(plain)}, "
-        f"ours/jax2onnx {_median(plain_peer)} over {len(plain_peer)}, ours faster on "
-        f"{sum(v < 1 for v in plain_peer)} of {len(plain_peer)}",
-    ])
+    return "\n".join(
+        [
+            f"- models built: {len(built)} of {len(rows)}; converted and ran in ORT: jaxconv {len(ours)}, "
+            f"jax2onnx {len(peer)}; both {len(both)}",
+            f"- median ours/jax.jit {_median(ours)}, jax2onnx/jax.jit {_median(peer)}; "
+            f"median ours/jax2onnx {_median(both)}, ours faster on {sum(v < 1 for v in both)} of {len(both)}",
+            f"- without the exact-GELU (erf) models: median ours/jax.jit {_median(plain)} over {len(plain)}, "
+            f"ours/jax2onnx {_median(plain_peer)} over {len(plain_peer)}, ours faster on "
+            f"{sum(v < 1 for v in plain_peer)} of {len(plain_peer)}",
+        ]
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     known = zoo_models.NAMES + zoo_models.EXTRA
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(zoo_models.NAMES), help=f"comma-separated, from {', '.join(known)}")
-    parser.add_argument("--quick", action="store_true", help="few iterations (15 rotations, about 0.5 s each)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--models", default=",".join(zoo_models.NAMES), help=f"comma-separated, from {', '.join(known)}"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="few iterations (15 rotations, about 0.5 s each)"
+    )
     parser.add_argument("--iters", type=int, default=100, help="rotations at most (default 100)")
-    parser.add_argument("--budget", type=float, default=2.0, help="seconds per contender per model, about (default 2)")
-    parser.add_argument("--profile", metavar="DIR", help="write ORT profiles, optimized graphs and node counts to DIR")
+    parser.add_argument(
+        "--budget", type=float, default=2.0, help="seconds per contender per model, about (default 2)"
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="write ORT profiles, optimized graphs and node counts to DIR"
+    )
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     unknown = [m for m in args.models if m not in known]
@@ -228,8 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()[0]
         row = measure(name, args)
         rows.append(row)
-        print(f"  {name}: ours/jit {_f(row.ratio.get('ours'))}, jax2onnx/jit {_f(row.ratio.get('jax2onnx'))}, "
-              f"load {load:.1f}->{os.getloadavg()[0]:.1f} {'; '.join(row.notes)}", file=sys.stderr, flush=True)
+        print(
+            f"  {name}: ours/jit {_f(row.ratio.get('ours'))}, jax2onnx/jit {_f(row.ratio.get('jax2onnx'))}, "
+            f"load {load:.1f}->{os.getloadavg()[0]:.1f} {'; '.join(row.notes)}",
+            file=sys.stderr,
+            flush=True,
+        )
         jax.clear_caches()
         gc.collect()
     print(table(rows))

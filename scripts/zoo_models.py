@@ -13,12 +13,12 @@ import os
 from typing import Any, Callable
 
 import numpy as np
-
 from bench_models import Model, _nbytes, _spec
 
 BATCH, SEQ, VOCAB, IMAGE = 2, 64, 500, 64
-SMALL = dict(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-             intermediate_size=256)
+SMALL = dict(
+    vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256
+)
 NO_VOCAB = {k: v for k, v in SMALL.items() if k != "vocab_size"}
 
 
@@ -31,8 +31,9 @@ def _image(channels_first: bool = True, size: int = IMAGE, channels: int = 3) ->
     return np.random.default_rng(1).standard_normal(shape).astype(np.float32)
 
 
-def _model(name: str, library: str, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...],
-           weights: Any = ()) -> Model:
+def _model(
+    name: str, library: str, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...], weights: Any = ()
+) -> Model:
     specs = tuple(_spec(a) for a in inputs)
     return Model(name, library, fn, inputs, specs, specs, _nbytes(weights))
 
@@ -60,60 +61,165 @@ def _hf_configs(T: Any) -> dict[str, tuple[Any, Any, tuple[np.ndarray, ...]]]:
     """name -> (Flax model class, config, inputs)."""
     ids, img = (_ids(),), (_image(),)
     t5 = dict(vocab_size=VOCAB, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)
-    seq2seq = dict(vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                   decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256,
-                   max_position_embeddings=128)
+    seq2seq = dict(
+        vocab_size=VOCAB,
+        d_model=128,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        max_position_embeddings=128,
+    )
     return {
         "bert": (T.FlaxBertModel, T.BertConfig(**SMALL), ids),
         "roberta": (T.FlaxRobertaModel, T.RobertaConfig(**SMALL), (_ids(3),)),
-        "distilbert": (T.FlaxDistilBertModel,
-                       T.DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=4, hidden_dim=256), ids),
+        "distilbert": (
+            T.FlaxDistilBertModel,
+            T.DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=4, hidden_dim=256),
+            ids,
+        ),
         "albert": (T.FlaxAlbertModel, T.AlbertConfig(embedding_size=64, **SMALL), ids),
         "electra": (T.FlaxElectraModel, T.ElectraConfig(embedding_size=64, **SMALL), ids),
         "roformer": (T.FlaxRoFormerModel, T.RoFormerConfig(**SMALL), ids),
         "bigbird": (T.FlaxBigBirdModel, T.BigBirdConfig(attention_type="original_full", **SMALL), ids),
-        "gpt2": (T.FlaxGPT2Model, T.GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_positions=128),
-                 ids),
-        "gptneo": (T.FlaxGPTNeoModel,
-                   T.GPTNeoConfig(vocab_size=VOCAB, hidden_size=128, num_layers=2, num_heads=4, window_size=32,
-                                  attention_types=[[["global", "local"], 1]], max_position_embeddings=128), ids),
-        "gptj": (T.FlaxGPTJModel, T.GPTJConfig(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, rotary_dim=16,
-                                                n_positions=128), ids),
-        "opt": (T.FlaxOPTModel, T.OPTConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2,
-                                             num_attention_heads=4, ffn_dim=256, word_embed_proj_dim=128,
-                                             max_position_embeddings=128), ids),
-        "bloom": (T.FlaxBloomModel, T.BloomConfig(vocab_size=VOCAB, hidden_size=128, n_layer=2, n_head=4), ids),
-        "xglm": (T.FlaxXGLMModel, T.XGLMConfig(vocab_size=VOCAB, d_model=128, num_layers=2, attention_heads=4,
-                                                ffn_dim=256, max_position_embeddings=128), ids),
+        "gpt2": (
+            T.FlaxGPT2Model,
+            T.GPT2Config(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, n_positions=128),
+            ids,
+        ),
+        "gptneo": (
+            T.FlaxGPTNeoModel,
+            T.GPTNeoConfig(
+                vocab_size=VOCAB,
+                hidden_size=128,
+                num_layers=2,
+                num_heads=4,
+                window_size=32,
+                attention_types=[[["global", "local"], 1]],
+                max_position_embeddings=128,
+            ),
+            ids,
+        ),
+        "gptj": (
+            T.FlaxGPTJModel,
+            T.GPTJConfig(vocab_size=VOCAB, n_embd=128, n_layer=2, n_head=4, rotary_dim=16, n_positions=128),
+            ids,
+        ),
+        "opt": (
+            T.FlaxOPTModel,
+            T.OPTConfig(
+                vocab_size=VOCAB,
+                hidden_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                ffn_dim=256,
+                word_embed_proj_dim=128,
+                max_position_embeddings=128,
+            ),
+            ids,
+        ),
+        "bloom": (
+            T.FlaxBloomModel,
+            T.BloomConfig(vocab_size=VOCAB, hidden_size=128, n_layer=2, n_head=4),
+            ids,
+        ),
+        "xglm": (
+            T.FlaxXGLMModel,
+            T.XGLMConfig(
+                vocab_size=VOCAB,
+                d_model=128,
+                num_layers=2,
+                attention_heads=4,
+                ffn_dim=256,
+                max_position_embeddings=128,
+            ),
+            ids,
+        ),
         "llama": (T.FlaxLlamaModel, T.LlamaConfig(max_position_embeddings=128, **SMALL), ids),
-        "mistral": (T.FlaxMistralModel, T.MistralConfig(num_key_value_heads=2, max_position_embeddings=128,
-                                                        sliding_window=64, **SMALL), ids),
-        "gemma": (T.FlaxGemmaModel, T.GemmaConfig(head_dim=32, max_position_embeddings=128, num_key_value_heads=1,
-                                                  **SMALL), ids),
+        "mistral": (
+            T.FlaxMistralModel,
+            T.MistralConfig(num_key_value_heads=2, max_position_embeddings=128, sliding_window=64, **SMALL),
+            ids,
+        ),
+        "gemma": (
+            T.FlaxGemmaModel,
+            T.GemmaConfig(head_dim=32, max_position_embeddings=128, num_key_value_heads=1, **SMALL),
+            ids,
+        ),
         "t5enc": (T.FlaxT5EncoderModel, T.T5Config(**t5), ids),
         "t5": (T.FlaxT5Model, T.T5Config(**t5), (_ids(), _ids()[:, :16])),
         "bart": (T.FlaxBartModel, T.BartConfig(**seq2seq), ids),
         "mbart": (T.FlaxMBartModel, T.MBartConfig(**seq2seq), ids),
         "vit": (T.FlaxViTModel, T.ViTConfig(image_size=IMAGE, patch_size=8, **NO_VOCAB), img),
         "beit": (T.FlaxBeitModel, T.BeitConfig(image_size=IMAGE, patch_size=8, **SMALL), img),
-        "dinov2": (T.FlaxDinov2Model, T.Dinov2Config(image_size=IMAGE, patch_size=8, hidden_size=128,
-                                                     num_hidden_layers=2, num_attention_heads=4), img),
+        "dinov2": (
+            T.FlaxDinov2Model,
+            T.Dinov2Config(
+                image_size=IMAGE, patch_size=8, hidden_size=128, num_hidden_layers=2, num_attention_heads=4
+            ),
+            img,
+        ),
         "clipv": (T.FlaxCLIPVisionModel, T.CLIPVisionConfig(image_size=IMAGE, patch_size=8, **NO_VOCAB), img),
-        "resnet": (T.FlaxResNetModel, T.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
-                                                     depths=[1, 1, 1, 1]), img),
-        "regnet": (T.FlaxRegNetModel, T.RegNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
-                                                     depths=[1, 1, 1, 1], groups_width=16), img),
-        "wav2vec2": (T.FlaxWav2Vec2Model,
-                     T.Wav2Vec2Config(do_stable_layer_norm=True, feat_extract_norm="layer", conv_dim=(32, 32, 32),
-                                      conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
-                                      num_conv_pos_embedding_groups=4, **NO_VOCAB),
-                     (np.random.default_rng(2).standard_normal((BATCH, 4000)).astype(np.float32),)),
+        "resnet": (
+            T.FlaxResNetModel,
+            T.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1]),
+            img,
+        ),
+        "regnet": (
+            T.FlaxRegNetModel,
+            T.RegNetConfig(
+                embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1], groups_width=16
+            ),
+            img,
+        ),
+        "wav2vec2": (
+            T.FlaxWav2Vec2Model,
+            T.Wav2Vec2Config(
+                do_stable_layer_norm=True,
+                feat_extract_norm="layer",
+                conv_dim=(32, 32, 32),
+                conv_stride=(5, 2, 2),
+                conv_kernel=(10, 3, 3),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4,
+                **NO_VOCAB,
+            ),
+            (np.random.default_rng(2).standard_normal((BATCH, 4000)).astype(np.float32),),
+        ),
     }
 
 
-HF = ("bert", "roberta", "distilbert", "albert", "electra", "roformer", "bigbird", "gpt2", "gptneo", "gptj", "opt",
-      "bloom", "xglm", "llama", "mistral", "gemma", "t5enc", "t5", "bart", "mbart", "vit", "beit", "dinov2",
-      "clipv", "resnet", "regnet", "wav2vec2")
+HF = (
+    "bert",
+    "roberta",
+    "distilbert",
+    "albert",
+    "electra",
+    "roformer",
+    "bigbird",
+    "gpt2",
+    "gptneo",
+    "gptj",
+    "opt",
+    "bloom",
+    "xglm",
+    "llama",
+    "mistral",
+    "gemma",
+    "t5enc",
+    "t5",
+    "bart",
+    "mbart",
+    "vit",
+    "beit",
+    "dinov2",
+    "clipv",
+    "resnet",
+    "regnet",
+    "wav2vec2",
+)
 
 
 def hf(name: str) -> Model:
@@ -138,15 +244,22 @@ def hf(name: str) -> Model:
 # ---------------------------------------------------------------- Haiku
 
 
-def _haiku(name: str, forward: Callable[..., Any], inputs: tuple[np.ndarray, ...], state: bool = False) -> Model:
+def _haiku(
+    name: str, forward: Callable[..., Any], inputs: tuple[np.ndarray, ...], state: bool = False
+) -> Model:
     import haiku as hk
     import jax
 
     if state:
         f = hk.transform_with_state(forward)
         params, st = f.init(jax.random.PRNGKey(0), *inputs, is_training=True)  # creates the moving averages
-        return _model(name, "Haiku", lambda *a: f.apply(params, st, None, *a, is_training=False)[0], inputs,
-                      (params, st))
+        return _model(
+            name,
+            "Haiku",
+            lambda *a: f.apply(params, st, None, *a, is_training=False)[0],
+            inputs,
+            (params, st),
+        )
     f = hk.without_apply_rng(hk.transform(forward))
     params = f.init(jax.random.PRNGKey(0), *inputs)
     return _model(name, "Haiku", lambda *a: f.apply(params, *a), inputs, params)
@@ -175,8 +288,12 @@ def hk_convnet() -> Model:
 def hk_resnet18() -> Model:
     import haiku as hk
 
-    return _haiku("hk_resnet18", lambda x, is_training: hk.nets.ResNet18(10)(x, is_training=is_training),
-                  (_image(False),), state=True)
+    return _haiku(
+        "hk_resnet18",
+        lambda x, is_training: hk.nets.ResNet18(10)(x, is_training=is_training),
+        (_image(False),),
+        state=True,
+    )
 
 
 def hk_lstm() -> Model:
@@ -199,12 +316,15 @@ def hk_transformer() -> Model:
     d, heads = 128, 4
 
     def forward(ids):
-        x = hk.Embed(VOCAB, d)(ids) + hk.get_parameter("pos", (SEQ, d), init=hk.initializers.TruncatedNormal(0.02))
+        x = hk.Embed(VOCAB, d)(ids) + hk.get_parameter(
+            "pos", (SEQ, d), init=hk.initializers.TruncatedNormal(0.02)
+        )
         mask = jnp.tril(jnp.ones((1, 1, SEQ, SEQ), bool))
         for _ in range(2):
             h = hk.LayerNorm(-1, True, True)(x)
-            x = x + hk.MultiHeadAttention(heads, d // heads, w_init=hk.initializers.VarianceScaling(1.0))(h, h, h,
-                                                                                                            mask)
+            x = x + hk.MultiHeadAttention(heads, d // heads, w_init=hk.initializers.VarianceScaling(1.0))(
+                h, h, h, mask
+            )
             h = hk.LayerNorm(-1, True, True)(x)
             x = x + hk.Linear(d)(jax.nn.gelu(hk.Linear(4 * d)(h)))
         return hk.LayerNorm(-1, True, True)(x)
@@ -215,8 +335,9 @@ def hk_transformer() -> Model:
 # ---------------------------------------------------------------- keras-hub (Keras 3, JAX backend)
 
 
-def _keras_hub(name: str, make: Callable[[Any], Any], call: Callable[[Any, Any], Any],
-               inputs: tuple[np.ndarray, ...]) -> Model:
+def _keras_hub(
+    name: str, make: Callable[[Any], Any], call: Callable[[Any, Any], Any], inputs: tuple[np.ndarray, ...]
+) -> Model:
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
     import keras_hub
@@ -225,7 +346,9 @@ def _keras_hub(name: str, make: Callable[[Any], Any], call: Callable[[Any, Any],
         raise ImportError(f"keras runs on {keras.backend.backend()}, not jax (set KERAS_BACKEND=jax)")
     keras.utils.set_random_seed(0)
     backbone = make(keras_hub)
-    return _model(name, "keras-hub", lambda *a: call(backbone, *a), inputs, [v.value for v in backbone.weights])
+    return _model(
+        name, "keras-hub", lambda *a: call(backbone, *a), inputs, [v.value for v in backbone.weights]
+    )
 
 
 def _text(ids):
@@ -235,29 +358,68 @@ def _text(ids):
 
 
 def kh_bert() -> Model:
-    return _keras_hub("kh_bert", lambda kh: kh.models.BertBackbone(
-        vocabulary_size=VOCAB, num_layers=2, num_heads=4, hidden_dim=128, intermediate_dim=256,
-        max_sequence_length=SEQ), lambda b, ids: b({**_text(ids), "segment_ids": ids * 0})["sequence_output"],
-        (_ids(),))
+    return _keras_hub(
+        "kh_bert",
+        lambda kh: kh.models.BertBackbone(
+            vocabulary_size=VOCAB,
+            num_layers=2,
+            num_heads=4,
+            hidden_dim=128,
+            intermediate_dim=256,
+            max_sequence_length=SEQ,
+        ),
+        lambda b, ids: b({**_text(ids), "segment_ids": ids * 0})["sequence_output"],
+        (_ids(),),
+    )
 
 
 def kh_gpt2() -> Model:
-    return _keras_hub("kh_gpt2", lambda kh: kh.models.GPT2Backbone(
-        vocabulary_size=VOCAB, num_layers=2, num_heads=4, hidden_dim=128, intermediate_dim=256,
-        max_sequence_length=SEQ), lambda b, ids: b(_text(ids)), (_ids(),))
+    return _keras_hub(
+        "kh_gpt2",
+        lambda kh: kh.models.GPT2Backbone(
+            vocabulary_size=VOCAB,
+            num_layers=2,
+            num_heads=4,
+            hidden_dim=128,
+            intermediate_dim=256,
+            max_sequence_length=SEQ,
+        ),
+        lambda b, ids: b(_text(ids)),
+        (_ids(),),
+    )
 
 
 def kh_llama() -> Model:
-    return _keras_hub("kh_llama", lambda kh: kh.models.LlamaBackbone(
-        vocabulary_size=VOCAB, num_layers=2, num_query_heads=4, num_key_value_heads=2, hidden_dim=128,
-        intermediate_dim=256), lambda b, ids: b(_text(ids)), (_ids(),))
+    return _keras_hub(
+        "kh_llama",
+        lambda kh: kh.models.LlamaBackbone(
+            vocabulary_size=VOCAB,
+            num_layers=2,
+            num_query_heads=4,
+            num_key_value_heads=2,
+            hidden_dim=128,
+            intermediate_dim=256,
+        ),
+        lambda b, ids: b(_text(ids)),
+        (_ids(),),
+    )
 
 
 def kh_resnet() -> Model:
-    return _keras_hub("kh_resnet", lambda kh: kh.models.ResNetBackbone(
-        input_conv_filters=[64], input_conv_kernel_sizes=[7], stackwise_num_filters=[64, 128, 256],
-        stackwise_num_blocks=[1, 1, 1], stackwise_num_strides=[1, 2, 2], block_type="basic_block",
-        image_shape=(IMAGE, IMAGE, 3)), lambda b, x: b(x), (_image(False),))
+    return _keras_hub(
+        "kh_resnet",
+        lambda kh: kh.models.ResNetBackbone(
+            input_conv_filters=[64],
+            input_conv_kernel_sizes=[7],
+            stackwise_num_filters=[64, 128, 256],
+            stackwise_num_blocks=[1, 1, 1],
+            stackwise_num_strides=[1, 2, 2],
+            block_type="basic_block",
+            image_shape=(IMAGE, IMAGE, 3),
+        ),
+        lambda b, x: b(x),
+        (_image(False),),
+    )
 
 
 # ---------------------------------------------------------------- Flax linen and NNX, Equinox
@@ -319,8 +481,13 @@ def nnx_cnn() -> Model:
     model = CNN(nnx.Rngs(0))
     model.eval()
     graphdef, state = nnx.split(model)
-    return _model("nnx_cnn", "Flax NNX", lambda x: nnx.merge(graphdef, state)(x), (_image(False, 28, 1),),
-                  jax.tree_util.tree_leaves(state))
+    return _model(
+        "nnx_cnn",
+        "Flax NNX",
+        lambda x: nnx.merge(graphdef, state)(x),
+        (_image(False, 28, 1),),
+        jax.tree_util.tree_leaves(state),
+    )
 
 
 def nnx_transformer() -> Model:
@@ -351,8 +518,13 @@ def nnx_transformer() -> Model:
 
     model = Model_(nnx.Rngs(0))
     graphdef, state = nnx.split(model)
-    return _model("nnx_transformer", "Flax NNX", lambda ids: nnx.merge(graphdef, state)(ids), (_ids(),),
-                  [jnp.asarray(v) for v in jax.tree_util.tree_leaves(state)])
+    return _model(
+        "nnx_transformer",
+        "Flax NNX",
+        lambda ids: nnx.merge(graphdef, state)(ids),
+        (_ids(),),
+        [jnp.asarray(v) for v in jax.tree_util.tree_leaves(state)],
+    )
 
 
 def eqx_mlp() -> Model:
@@ -370,11 +542,20 @@ def eqx_cnn() -> Model:
     import jax
 
     k = jax.random.split(jax.random.PRNGKey(0), 4)
-    net = eqx.nn.Sequential([
-        eqx.nn.Conv2d(1, 3, kernel_size=4, key=k[0]), eqx.nn.MaxPool2d(kernel_size=2), eqx.nn.Lambda(jax.nn.relu),
-        eqx.nn.Lambda(lambda x: x.reshape(-1)), eqx.nn.Linear(1728, 512, key=k[1]), eqx.nn.Lambda(jax.nn.sigmoid),
-        eqx.nn.Linear(512, 64, key=k[2]), eqx.nn.Lambda(jax.nn.relu), eqx.nn.Linear(64, 10, key=k[3]),
-        eqx.nn.Lambda(jax.nn.log_softmax)])
+    net = eqx.nn.Sequential(
+        [
+            eqx.nn.Conv2d(1, 3, kernel_size=4, key=k[0]),
+            eqx.nn.MaxPool2d(kernel_size=2),
+            eqx.nn.Lambda(jax.nn.relu),
+            eqx.nn.Lambda(lambda x: x.reshape(-1)),
+            eqx.nn.Linear(1728, 512, key=k[1]),
+            eqx.nn.Lambda(jax.nn.sigmoid),
+            eqx.nn.Linear(512, 64, key=k[2]),
+            eqx.nn.Lambda(jax.nn.relu),
+            eqx.nn.Linear(64, 10, key=k[3]),
+            eqx.nn.Lambda(jax.nn.log_softmax),
+        ]
+    )
     return _model("eqx_cnn", "Equinox", jax.vmap(net), (_image(True, 28, 1),), eqx.filter(net, eqx.is_array))
 
 
@@ -393,7 +574,9 @@ def eqx_attention() -> Model:
         return x + jax.vmap(down)(jax.nn.gelu(jax.vmap(up)(jax.vmap(ln)(x))))
 
     x = np.random.default_rng(5).standard_normal((BATCH, SEQ, 128)).astype(np.float32)
-    return _model("eqx_attention", "Equinox", jax.vmap(one), (x,), eqx.filter((attn, ln, up, down), eqx.is_array))
+    return _model(
+        "eqx_attention", "Equinox", jax.vmap(one), (x,), eqx.filter((attn, ln, up, down), eqx.is_array)
+    )
 
 
 def tiny() -> Model:
@@ -406,10 +589,22 @@ def tiny() -> Model:
 
 
 OTHERS: dict[str, Callable[[], Model]] = {
-    "hk_mlp": hk_mlp, "hk_convnet": hk_convnet, "hk_resnet18": hk_resnet18, "hk_lstm": hk_lstm,
-    "hk_transformer": hk_transformer, "kh_bert": kh_bert, "kh_gpt2": kh_gpt2, "kh_llama": kh_llama,
-    "kh_resnet": kh_resnet, "linen_cnn": linen_cnn, "linen_lstm": linen_lstm, "nnx_cnn": nnx_cnn,
-    "nnx_transformer": nnx_transformer, "eqx_mlp": eqx_mlp, "eqx_cnn": eqx_cnn, "eqx_attention": eqx_attention,
+    "hk_mlp": hk_mlp,
+    "hk_convnet": hk_convnet,
+    "hk_resnet18": hk_resnet18,
+    "hk_lstm": hk_lstm,
+    "hk_transformer": hk_transformer,
+    "kh_bert": kh_bert,
+    "kh_gpt2": kh_gpt2,
+    "kh_llama": kh_llama,
+    "kh_resnet": kh_resnet,
+    "linen_cnn": linen_cnn,
+    "linen_lstm": linen_lstm,
+    "nnx_cnn": nnx_cnn,
+    "nnx_transformer": nnx_transformer,
+    "eqx_mlp": eqx_mlp,
+    "eqx_cnn": eqx_cnn,
+    "eqx_attention": eqx_attention,
 }
 NAMES = HF + tuple(OTHERS)
 EXTRA = ("tiny",)

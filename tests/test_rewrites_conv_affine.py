@@ -42,7 +42,7 @@ def test_batch_norm_after_a_biased_conv_has_no_sub_and_keeps_the_numbers(monkeyp
 
 
 def _unoptimized_run(x: np.ndarray) -> np.ndarray:
-    """The ONNX of _conv_bn run with ORT's graph optimizations off (its Conv+Mul fusion rounds differently)."""
+    """_conv_bn's ONNX run with ORT's graph optimizations off (its Conv+Mul fusion rounds otherwise)."""
     import onnxruntime as ort
 
     import jaxconv

@@ -53,7 +53,9 @@ def test_sum_pool_without_a_channel_axis_is_left_alone():
 
     x = _input()[..., 0]
     model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
-    assert all(a.i == 1 for n in model.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "group")
+    assert all(
+        a.i == 1 for n in model.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "group"
+    )
     _, (got,) = _convert(fn, x)
     assert_same_floats(got, jax.jit(fn)(x), 1e-6, 0)
     assert onnx.checker.check_model(model) is None

@@ -41,8 +41,13 @@ def test_transpose_over_a_unit_axis_becomes_a_one_axis_move(monkeypatch):
     fired = _spy(monkeypatch, transposes)
     model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
     assert fired == [1]
-    perms = [list(onnx.helper.get_attribute_value(a)) for n in model.graph.node if n.op_type == "Transpose"
-             for a in n.attribute if a.name == "perm"]
+    perms = [
+        list(onnx.helper.get_attribute_value(a))
+        for n in model.graph.node
+        if n.op_type == "Transpose"
+        for a in n.attribute
+        if a.name == "perm"
+    ]
     assert perms == [[0, 1, 3, 2]]
     _, (got,) = _convert(fn, x)
     assert_same_floats(got, jax.jit(fn)(x), 0, 0)

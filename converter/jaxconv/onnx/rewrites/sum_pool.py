@@ -27,7 +27,7 @@ def rewrite(graph: ir.Graph) -> int:
 
 
 def _channels(conv: ir.Node, planes: int) -> int | None:
-    """The channel count C with N * C == ``planes``: from the Reshape after the Conv, else the Reshape's input."""
+    """The channel count C with N * C == ``planes``: from the Reshape after the Conv, else before it."""
     uses = conv.outputs[0].uses()
     candidates = []
     if len(uses) == 1 and uses[0].node.op_type == "Reshape" and uses[0].idx == 0:
@@ -47,7 +47,13 @@ def _one(graph: ir.Graph, conv: ir.Node) -> int:
         return 0
     x, w = conv.inputs
     kernel = m.const(w)
-    if x is None or kernel is None or kernel.ndim < 3 or kernel.shape[:2] != (1, 1) or not np.all(kernel == 1):
+    if (
+        x is None
+        or kernel is None
+        or kernel.ndim < 3
+        or kernel.shape[:2] != (1, 1)
+        or not np.all(kernel == 1)
+    ):
         return 0
     if x.shape is None or len(x.shape) != kernel.ndim or not all(isinstance(d, int) for d in x.shape):
         return 0
@@ -56,8 +62,12 @@ def _one(graph: ir.Graph, conv: ir.Node) -> int:
     out_shape = conv.outputs[0].shape
     if channels is None or out_shape is None or not all(isinstance(d, int) for d in out_shape):
         return 0
-    shape = ir.node("Constant", [], {"value": ir.tensor(np.array([planes // channels, channels, *spatial], np.int64))})
-    ones = ir.node("Constant", [], {"value": ir.tensor(np.ones((channels, 1, *kernel.shape[2:]), kernel.dtype))})
+    shape = ir.node(
+        "Constant", [], {"value": ir.tensor(np.array([planes // channels, channels, *spatial], np.int64))}
+    )
+    ones = ir.node(
+        "Constant", [], {"value": ir.tensor(np.ones((channels, 1, *kernel.shape[2:]), kernel.dtype))}
+    )
     grouped = ir.node("Reshape", [x, shape.outputs[0]])
     attrs = {k: v for k, v in conv.attributes.items() if k != "group"}
     attrs["group"] = ir.AttrInt64("group", channels)

@@ -8,6 +8,7 @@ along every axis where its values repeat, when a computed operand has every elem
 so that broadcasting gives the same result with the same shape: values only, the numbers cannot
 change. (The mask itself is still a computation here; onnxscript folds it later, full size.)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -64,8 +65,33 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     return count
 
 
-_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Pow", "Relu", "Neg", "Abs", "Exp",
-                          "Equal", "Less", "Greater", "And", "Or", "Xor", "Not", "Cast", "Sqrt", "Tanh", "Erf"})
+_ELEMENTWISE = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Where",
+        "Max",
+        "Min",
+        "Pow",
+        "Relu",
+        "Neg",
+        "Abs",
+        "Exp",
+        "Equal",
+        "Less",
+        "Greater",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+        "Cast",
+        "Sqrt",
+        "Tanh",
+        "Erf",
+    }
+)
 
 
 def static_shape(value: ir.Value | None, depth: int = 0) -> tuple[int, ...] | None:

@@ -1,0 +1,78 @@
+"""scripts/bench_zoo.py: the plumbing on a plain-JAX model (no third-party library), the table's
+columns, the summary's counts, a model whose library is missing, and model selection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(os.path.dirname(HERE), "scripts")
+sys.path.insert(0, SCRIPTS)
+
+import bench_zoo  # noqa: E402
+
+
+def _cells(lines: list[str], name: str) -> dict[str, str]:
+    header = next(line for line in lines if line.startswith("| model |"))
+    row = next(line for line in lines if line.startswith(f"| {name} "))
+    return dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+
+
+@pytest.mark.slow  # a subprocess that imports jax, jax2onnx and ORT, and times three contenders
+def test_quick_run_of_a_plain_jax_model_prints_table_and_summary():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "bench_zoo.py"), "--models", "tiny", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Machine: ") and "load average" in lines[0]
+    row = _cells(lines, "tiny")
+    assert row["library"] == "JAX"
+    assert float(row["jax.jit ms"]) > 0 and float(row["ours/jit"]) > 0 and float(row["CPU: ours/jit"]) > 0
+    assert int(row["nodes ours"]) > 0
+    assert float(row["max err"]) < 1e-4  # our ONNX in ORT against jax.jit on the same inputs
+    assert any(
+        line.startswith("- models built: 1 of 1; converted and ran in ORT: jaxconv 1") for line in lines
+    )
+
+
+def test_missing_library_is_a_note_and_counts(monkeypatch):
+    def fail(name):
+        raise ImportError("No module named 'haiku'")
+
+    monkeypatch.setattr(bench_zoo.zoo_models, "build", fail)
+    args = bench_zoo.parse_args(["--models", "hk_mlp", "--quick"])
+    row = bench_zoo.measure("hk_mlp", args)
+    assert row.notes == ["build: ImportError: No module named 'haiku'"] and not row.ratio
+    assert "| hk_mlp |  | – |" in bench_zoo.table([row])
+    assert bench_zoo.summary([row]).startswith("- models built: 0 of 1;")
+
+
+def test_summary_counts_and_medians():
+    rows = [
+        bench_zoo.ZooRow("a", "X", 1.0, {"ours": 0.8, "jax2onnx": 1.0}),
+        bench_zoo.ZooRow("b", "X", 1.0, {"ours": 1.5, "jax2onnx": 1.0}, erf=True),
+        bench_zoo.ZooRow("c", "X", 1.0, {"ours": 1.2}),
+    ]
+    text = bench_zoo.summary(rows)
+    assert "converted and ran in ORT: jaxconv 3, jax2onnx 2; both 2" in text
+    assert "median ours/jax.jit 1.20, jax2onnx/jax.jit 1.00" in text
+    assert "ours faster on 1 of 2" in text
+    assert "without the exact-GELU (erf) models: median ours/jax.jit 1.00 over 2" in text
+
+
+def test_unknown_model_is_a_usage_error():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "bench_zoo.py"), "--models", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "unknown model(s) nope" in proc.stderr
