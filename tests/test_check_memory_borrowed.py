@@ -60,7 +60,7 @@ def _buffers(parts: stream.Parts) -> dict[str, np.ndarray]:
 
 
 def _corrupting_save(monkeypatch, corrupt):
-    """``stream.save`` that calls ``corrupt(path)`` once the file is written, as a faulty writer or disk would."""
+    """``stream.save`` calling ``corrupt(path)`` once the file is written, as a faulty writer or disk does."""
     save = stream.save
 
     def faulty(parts, path):
@@ -91,14 +91,16 @@ def test_the_check_runs_onnx_runtime_on_the_callers_own_buffers(tmp_path, borrow
     assert len(runner.borrowed) == 2
     assert all(any(np.shares_memory(b, w) for w in _W) for b in runner.borrowed)
     x = _RNG.standard_normal((2, 512), dtype=np.float32)
-    np.testing.assert_allclose(runner.run([x])[0], np.tanh(np.tanh(x @ _W[0] + _B) @ _W[1] + _B), rtol=1e-4, atol=1e-5)
+    want = np.tanh(np.tanh(x @ _W[0] + _B) @ _W[1] + _B)
+    np.testing.assert_allclose(runner.run([x])[0], want, rtol=1e-4, atol=1e-5)
 
 
 def test_a_model_without_a_path_is_checked_with_borrowed_weights_too(borrow_all):
     reports: list = []
     model = jaxconv.to_onnx(_fn, "f32[2,512]", report_to=reports)
     assert reports[0].ok and len(model.graph.initializer) >= 3
-    assert len(borrow_all) == 1 and all(any(np.shares_memory(b, w) for w in _W) for b in borrow_all[0].borrowed)
+    assert len(borrow_all) == 1
+    assert all(any(np.shares_memory(b, w) for w in _W) for b in borrow_all[0].borrowed)
 
 
 def test_small_models_keep_the_plain_load(tmp_path, monkeypatch):
@@ -222,8 +224,8 @@ def test_a_borrowing_session_adds_a_fraction_of_the_weights_to_peak_memory(tmp_p
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM to the current RSS
             before = status("VmRSS")
-            weights = {{f"w{{i}}": w.reshape(-1).view(np.uint8) for i, w in enumerate(ws)}} if borrow else None
-            runner = OnnxRunner(path, weights=weights)
+            weights = {{f"w{{i}}": w.reshape(-1).view(np.uint8) for i, w in enumerate(ws)}}
+            runner = OnnxRunner(path, weights=weights if borrow else None)
             y = runner.run([x])[0]
             print((status("VmHWM") - before) / (8 * 2048 * 2048 * 4), len(runner.borrowed))
             del runner
