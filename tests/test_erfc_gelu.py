@@ -233,6 +233,7 @@ def test_gelu_of_a_value_read_elsewhere_still_matches():
         assert_same_floats(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.tf
 def test_tflite_tf_ops_route_runs_an_exact_gelu_mlp():
     pytest.importorskip("tensorflow")
     pytest.importorskip("ai_edge_litert")
