@@ -203,8 +203,8 @@ class _RewritePass(ir.passes.InPlacePass):
 
     def __init__(self, rules) -> None:
         super().__init__()
-        self.rules = list(rules)
-        self.needs = [_ops_of(r) for r in self.rules]
+        self.rules = [_rooted(r) for r in rules]
+        self.needs = [_ops_of(r) for r in rules]
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnxscript.rewriter import pattern
@@ -213,6 +213,40 @@ class _RewritePass(ir.passes.InPlacePass):
         rules = [r for r, need in zip(self.rules, self.needs) if need <= present]
         count = pattern.RewriteRuleSet(rules).apply_to_model(model) if rules else 0
         return ir.passes.PassResult(model, bool(count))
+
+
+class _RootedRule:
+    """A rewrite rule that turns down, before its matcher starts, a node its pattern's root cannot match.
+
+    onnxscript's rewriter tries every rule at every node; the matcher's first test is the root
+    pattern node's op type and domain against the node's, after setting up a match. The same test
+    done first gives the same rewrites for a tenth of the cost at the nodes that fail it.
+    """
+
+    def __init__(self, rule, root) -> None:
+        self._rule, self._op, self._domain = rule, root.op, root.domain
+
+    def __getattr__(self, name: str):
+        return getattr(self._rule, name)
+
+    def try_rewrite(self, model, graph_or_function, node, **kwargs):
+        if not (self._op.matches(node.op_type) and self._domain.matches(node.domain)):
+            return None
+        return self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+
+
+def _rooted(rule):
+    """``rule`` as a ``_RootedRule`` when its matcher is onnxscript's simple one (it matches the root first)."""
+    from onnxscript.rewriter._matcher import SimplePatternMatcher
+
+    target = getattr(rule, "_target_pattern", None)  # onnxscript keeps both private: degrade to the rule
+    if target is None or not target.has_single_output_node \
+            or type(getattr(rule, "_matcher", None)) is not SimplePatternMatcher:
+        return rule
+    root = target.output_node
+    if not (hasattr(root, "op") and hasattr(root, "domain")):
+        return rule
+    return _RootedRule(rule, root)
 
 
 def _ops_of(rule) -> set[tuple[str, str]]:
