@@ -110,6 +110,8 @@ class OnnxRunner:
         """The model at ``path`` with its big initializers borrowing ``self._weights``; None: ORT loads the file."""
         from jaxconv.runtimes.onnx_borrowed import DISABLE_PREPACKING, borrowed_model
 
+        if not hasattr(opts, "add_external_initializers_from_files_in_memory"):
+            return None  # an ONNX Runtime without in-memory external data
         borrowed = borrowed_model(path, self._weights or {})
         if borrowed is None:
             return None
