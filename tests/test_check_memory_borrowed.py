@@ -103,6 +103,23 @@ def test_a_model_without_a_path_is_checked_with_borrowed_weights_too(borrow_all)
     assert all(any(np.shares_memory(b, w) for w in _W) for b in borrow_all[0].borrowed)
 
 
+def test_a_loop_body_and_its_weights_are_borrowed_as_written(tmp_path, borrow_all):
+    """A scan becomes a Loop (or LSTM) whose body is a subgraph: the field-by-field reader keeps it as written."""
+    import jax
+
+    def fn(xs):
+        def step(h, x):
+            h = jnp.tanh(h @ _W[0] + x)
+            return h, h @ _W[1]
+
+        return jax.lax.scan(step, jnp.zeros((2, 512), jnp.float32), xs)
+
+    reports: list = []
+    jaxconv.to_onnx(fn, "f32[5,2,512]", path=str(tmp_path / "m.onnx"), report_to=reports)
+    assert reports[0].ok and len(reports[0].rows) >= 2
+    assert borrow_all and borrow_all[0].borrowed
+
+
 def test_small_models_keep_the_plain_load(tmp_path, monkeypatch):
     runners = []
     load = onnxrt.OnnxRunner._load
