@@ -129,6 +129,7 @@ class LoweringContext:
         self.call_depth = 0
         self.created: list[ir.Node] = []
         self.complex_parts: dict[tuple[Any, str], tuple[str, str]] = {}  # (scope, name) -> (re, im) halves
+        self._sources: dict[str, str] = {}  # MLIR location -> file.py:LINE (many ops share a line)
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
@@ -179,7 +180,7 @@ class LoweringContext:
         meta: dict[str, str] = {}
         if self.current_op is not None:
             meta["stablehlo.op"] = self.current_op.name
-            loc = hir.short_location(self.current_op.location)
+            loc = self._source(self.current_op.location)
             if loc:
                 meta["source"] = loc
         if same_shape_inputs:
@@ -196,6 +197,13 @@ class LoweringContext:
         self.scope.nodes.append(node)
         self.created.append(node)
         return names[0] if outputs == 1 else names
+
+    def _source(self, location: str) -> str:
+        """``hir.short_location(location)``, computed once per distinct location."""
+        found = self._sources.get(location)
+        if found is None:
+            found = self._sources[location] = hir.short_location(location)
+        return found
 
     def const(self, value: Any, dtype: str | None = None, name_hint: str = "c") -> str:
         """A constant tensor (an initializer, deduplicated for small values)."""
