@@ -22,6 +22,8 @@ faster without changing the numbers:
 - ``where_consts``: a Where's constant operands (a causal mask, its fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
+- ``reshape_scale``: an elementwise op with a constant between a Reshape and the Reshape back as the op
+  alone (a batch-only dot_general), so the layout rule can cancel the Transposes around it;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
@@ -49,6 +51,7 @@ from jaxconv.onnx.rewrites import (
     matmul_order,
     pooling,
     range_checks,
+    reshape_scale,
     shapes,
     softmax,
     squeezes,
@@ -74,7 +77,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     """
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
              "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
-             "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0}
+             "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
+             "reshape_scale": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -89,6 +93,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["squeezes"] += squeezes.rewrite(graph)
         fired["unit_scale"] += unit_scale.rewrite(graph)
         fired["range_checks"] += range_checks.rewrite(graph)
+        fired["reshape_scale"] += reshape_scale.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites.broadcasts import MIN_ELEMENTS, _shrunk
+from jaxconv.onnx.rewrites.reshape_scale import same_bits
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -56,6 +57,8 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
             small = small.reshape((1,) * (len(out) - small.ndim) + small.shape)
         if np.broadcast_shapes(small.shape, *others) != out:
             continue
+        if not same_bits(np.broadcast_to(small, arr.shape), arr):
+            continue  # a -0 among +0s: the cut would change a sign
         new = ir.Value(name=_fresh(graph, f"{value.name or 'c'}_cut"), const_value=ir.tensor(small))
         new.type = value.type
         new.shape = ir.Shape(small.shape)
