@@ -286,11 +286,13 @@ def hk_convnet() -> Model:
 
 
 def hk_resnet18() -> Model:
+    """ResNet-18 in inference mode; its logits layer with random weights (Haiku's default is zeros)."""
     import haiku as hk
 
+    logits = {"w_init": hk.initializers.VarianceScaling(1.0), "name": "logits"}
     return _haiku(
         "hk_resnet18",
-        lambda x, is_training: hk.nets.ResNet18(10)(x, is_training=is_training),
+        lambda x, is_training: hk.nets.ResNet18(10, logits_config=logits)(x, is_training=is_training),
         (_image(False),),
         state=True,
     )
