@@ -24,6 +24,7 @@ faster without changing the numbers:
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
 - ``reshape_scale``: an elementwise op with a constant between a Reshape and the Reshape back as the op
   alone (a batch-only dot_general), so the layout rule can cancel the Transposes around it;
+- ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
@@ -59,6 +60,7 @@ from jaxconv.onnx.rewrites import (
     symbolic,
     transposes,
     unit_scale,
+    weight_first,
     where_consts,
     zeros,
 )
@@ -78,7 +80,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
              "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
              "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
-             "reshape_scale": 0}
+             "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
         fired["symbolic"] += symbolic.rewrite(graph)
@@ -94,6 +96,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["unit_scale"] += unit_scale.rewrite(graph)
         fired["range_checks"] += range_checks.rewrite(graph)
         fired["reshape_scale"] += reshape_scale.rewrite(graph)
+        fired["weight_first"] += weight_first.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
