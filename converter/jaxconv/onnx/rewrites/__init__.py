@@ -19,11 +19,11 @@ faster without changing the numbers:
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
-- ``where_consts``: a Where's constant operands (a causal mask, its fill) cut back to the shape that carries them;
+- ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
-- ``reshape_scale``: an elementwise op with a constant between a Reshape and the Reshape back as the op
-  alone (a batch-only dot_general), so the layout rule can cancel the Transposes around it;
+- ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
+  batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);

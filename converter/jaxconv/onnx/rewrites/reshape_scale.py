@@ -1,13 +1,14 @@
-"""An elementwise op with a constant between a Reshape and the Reshape back, as the op alone.
+"""An elementwise op between a Reshape and the Reshape back, as the op alone.
 
 A dot_general with batch dimensions and no contraction (``einsum("bslh,...sh->bslh", x, cos)``,
 RoFormer's rotary embedding) lowers to ``Transpose`` (batch dimensions first) -> ``Reshape`` to
-``[s, h, 1, b*l]`` -> ``Mul`` by the constant as ``[s, h, 1, 1]`` -> ``Reshape`` back -> ... ->
-``Transpose`` back. The Reshapes stop the layout rule, so both Transposes stay, and ORT runs
-``[1, 3, 0, 2]`` on its slow general path (12 of them: 28% of RoFormer's time). The Reshapes only
-regroup the elements, so the op on the original shape with the constant laid out the same way
-(expanded, reshaped, cut back along axes where it repeats) gives every element the same operands:
-the numbers cannot change. The layout rule then moves the Transposes until they cancel.
+``[s, h, 1, b*l]`` -> ``Mul`` by the other operand as ``[s, h, 1, 1]`` -> ``Reshape`` back -> ... ->
+``Transpose`` back. The Reshapes stop the layout rule and ORT's transpose optimizer, so both
+Transposes stay, and ORT runs ``[1, 3, 0, 2]`` on its slow general path (12 of them: 28% of
+RoFormer's time). The Reshapes only regroup the elements: when the other operand, group by group,
+either covers the regrouped axes or broadcasts over all of them, the op on the original shape with
+that operand reshaped to match gives every element the same operands, so the numbers cannot change.
+The Transposes then cancel.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _match as m
 
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
-MAX_ELEMENTS = 1 << 16
 
 
 def rewrite(graph: ir.Graph) -> int:
-    """Drop Reshape pairs around an elementwise op with a constant in ``graph``; returns how many."""
+    """Drop Reshape pairs around an elementwise op in ``graph``; returns how many."""
     count = 0
     for node in list(graph):
         if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and node.graph is graph:
@@ -107,16 +107,6 @@ def _regrouped(x: tuple[int, ...], y: tuple[int, ...], w: tuple[int, ...]) -> li
         else:
             return None
     return out
-
-
-def _cut(arr: np.ndarray) -> np.ndarray:
-    """``arr`` cut to size 1 along every axis where its values repeat (same rank, so broadcasting over
-    the original shape gives ``arr`` back)."""
-    for axis in range(arr.ndim):
-        first = np.take(arr, [0], axis=axis)
-        if same_bits(np.broadcast_to(first, arr.shape), arr):
-            arr = first
-    return np.ascontiguousarray(arr)
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
