@@ -24,9 +24,8 @@ _BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
 def rewrite(graph: ir.Graph) -> int:
     """Drop Reshape pairs around an elementwise op in ``graph``; returns how many."""
     count = 0
-    for node in list(graph):
-        if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and node.graph is graph:
-            count += _one(graph, node)
+    for node in m.each_node(graph, "Reshape"):
+        count += _one(graph, node)
     return count
 
 

@@ -20,9 +20,8 @@ def rewrite(graph: ir.Graph) -> int:
     """Turn the one-channel ones-kernel Convs of ``graph`` and its subgraphs depthwise; returns how many."""
     count = 0
     for g in list(m.all_graphs(graph)):
-        for node in list(g):
-            if node.op_type == "Conv" and node.domain in ("", "ai.onnx") and node.graph is g:
-                count += _one(g, node)
+        for node in m.each_node(g, "Conv"):
+            count += _one(g, node)
     return count
 
 

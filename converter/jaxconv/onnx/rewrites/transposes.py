@@ -25,9 +25,8 @@ def rewrite(graph: ir.Graph) -> int:
     """Rewrite the slow-path Transposes of ``graph`` and its subgraphs; returns how many."""
     count = 0
     for g in list(m.all_graphs(graph)):
-        for node in list(g):
-            if node.op_type == "Transpose" and node.domain in ("", "ai.onnx") and node.graph is g:
-                count += _one(g, node)
+        for node in m.each_node(g, "Transpose"):
+            count += _one(g, node)
     return count
 
 

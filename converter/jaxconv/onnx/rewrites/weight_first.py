@@ -23,9 +23,8 @@ MAX_WEIGHT_ELEMENTS = 1 << 24
 def rewrite(graph: ir.Graph) -> int:
     """Rewrite the transposed weight-first MatMuls of ``graph``; returns how many."""
     count = 0
-    for node in list(graph):
-        if node.op_type == "Transpose" and node.domain in ("", "ai.onnx") and node.graph is graph:
-            count += _one(graph, node)
+    for node in m.each_node(graph, "Transpose"):
+        count += _one(graph, node)
     return count
 
 
