@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -133,6 +133,11 @@ def each_node(graph: ir.Graph, op_type: str) -> Iterator[ir.Node]:
     for node in list(graph):
         if node.domain in ("", "ai.onnx") and node.op_type == op_type and node.graph is graph:
             yield node
+
+
+def count_everywhere(graph: ir.Graph, op_type: str, one: Callable[[ir.Graph, ir.Node], int]) -> int:
+    """The sum of ``one(g, node)`` over the ``op_type`` nodes of ``graph`` and of every subgraph in it."""
+    return sum(one(g, node) for g in list(all_graphs(graph)) for node in each_node(g, op_type))
 
 
 def binary(node: ir.Node | None, op_type: str) -> tuple[ir.Value, ir.Value] | None:

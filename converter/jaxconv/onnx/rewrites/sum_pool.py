@@ -18,11 +18,7 @@ from jaxconv.onnx.rewrites import _match as m
 
 def rewrite(graph: ir.Graph) -> int:
     """Turn the one-channel ones-kernel Convs of ``graph`` and its subgraphs depthwise; returns how many."""
-    count = 0
-    for g in list(m.all_graphs(graph)):
-        for node in m.each_node(g, "Conv"):
-            count += _one(g, node)
-    return count
+    return m.count_everywhere(graph, "Conv", _one)
 
 
 def _channels(conv: ir.Node, planes: int) -> int | None:

@@ -23,11 +23,7 @@ from jaxconv.onnx.rewrites import _match as m
 
 def rewrite(graph: ir.Graph) -> int:
     """Rewrite the slow-path Transposes of ``graph`` and its subgraphs; returns how many."""
-    count = 0
-    for g in list(m.all_graphs(graph)):
-        for node in m.each_node(g, "Transpose"):
-            count += _one(g, node)
-    return count
+    return m.count_everywhere(graph, "Transpose", _one)
 
 
 def is_one_axis_move(perm: list[int]) -> bool:
