@@ -336,13 +336,19 @@ def only_nan_where_jit_has_a_number(expected: np.ndarray, actual: np.ndarray, cl
     return int(bad.sum()) if bad.any() and np.isnan(a).all() and not np.isnan(e).any() else 0
 
 
+def _edge_nan_counts(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], expected: Sequence[np.ndarray],
+                     actual: Sequence[np.ndarray]) -> list[int]:
+    """Per row: how many elements of a mismatch on edge values are NaN in the artifact only (else 0)."""
+    return [only_nan_where_jit_has_a_number(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
+            for r, c, e, a in zip(rows, classes, expected, actual)]
+
+
 def as_pooling_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                    arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
                    actual: Sequence[np.ndarray]) -> list[OutputCheck]:
     """Mismatches on edge values that are only NaN in the artifact where jax.jit has a number, in a
     program with max/min pooling or argmax/argmin, as ``undecided`` rows naming why; others unchanged."""
-    counts = [only_nan_where_jit_has_a_number(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
-              for r, c, e, a in zip(rows, classes, expected, actual)]
+    counts = _edge_nan_counts(rows, classes, expected, actual)
     if not any(counts):
         return rows
     ops = nan_dropping_ops(fn, arg_specs, flat)
@@ -364,8 +370,7 @@ def as_fused_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], 
     at every one of those elements when JAX runs the program op by op, as ``undecided`` rows naming
     why (XLA on the CPU fuses e.g. a Conv, its ReLU and a sum pooling into code whose max drops NaN);
     others unchanged. The op-by-op run happens only when such a row exists."""
-    counts = [only_nan_where_jit_has_a_number(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
-              for r, c, e, a in zip(rows, classes, expected, actual)]
+    counts = _edge_nan_counts(rows, classes, expected, actual)
     if not any(counts):
         return rows
     eager = eager_outputs(fn, arg_specs, flat)
