@@ -257,6 +257,8 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
             if k == MISMATCH:
                 nan_differs = is_float(expected) and bool(np.isnan(e)) != bool(np.isnan(a))
                 what = "NaN positions differ" if nan_differs else "differ"
+                if refs is not None and refs.float64 is None and refs.why_not and is_narrow_float(expected.dtype):
+                    text += f" (judged without a float64 reference: {refs.why_not})"
                 parts.insert(0, f"{counts[MISMATCH]} of {cls.size} elements {what}, first {text}")
             else:
                 parts.append(f"first undecided {text}")

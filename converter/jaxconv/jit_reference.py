@@ -46,8 +46,8 @@ def jit_call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
 def _hoisted(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Callable[..., Any], tuple[Any, ...], Any]:
     """(jitted runner of the jaxpr, hoisted constants, output tree) for ``fn`` at ``args``' shapes."""
     import jax
-    from jax.core import eval_jaxpr
 
+    from jaxconv.jit_borrow import borrow, eval_borrowed
     from jaxconv.program import _hoistable
 
     jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
@@ -66,11 +66,12 @@ def _hoisted(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Callable[...,
         values = list(small)
         for i, c in zip(big, consts):
             values[i] = c
-        return eval_jaxpr(jaxpr, values, *flat)
+        return eval_borrowed(jaxpr, values, *flat)
 
     # On the device once, not at every call: jax copies a numpy argument that is not 64-byte aligned
-    # on each call (an aligned one, and a jax array, it takes as it is).
-    return jax.jit(run), tuple(jax.device_put(closed.consts[i]) for i in big), traced.out_tree
+    # on each call (an aligned one, and a jax array, it takes as it is); ``borrow`` passes most of an
+    # unaligned numpy array without a copy, ``eval_borrowed`` rebuilds it where the program uses it.
+    return jax.jit(run), tuple(borrow(closed.consts[i]) for i in big), traced.out_tree
 
 
 # Ops that move or copy elements only: a constant through them is still folded bit for bit.
@@ -175,3 +176,209 @@ def _loop_carries(eqn: Any, inner: Any, ins: list[Any]) -> list[Any]:
 def clear() -> None:
     """Forget the traced programs (and with them any reference to the constants)."""
     _CACHE.clear()
+
+
+# The float64 reference ---------------------------------------------------------------------------
+#
+# ``wide_call`` runs ``fn``'s jaxpr, traced at the inputs' own dtypes, with every narrow float
+# (float16, bfloat16, float32; complex64) widened to float64 (complex128): the inputs, the constants
+# ``fn`` closes over, the literals and the dtypes ops name (``convert_element_type``'s new dtype, a
+# dot's or a convolution's preferred element type, ``iota``'s dtype). Tracing ``fn`` again with
+# float64 inputs would leave its float32 constants as they are, and an op that wants equal dtypes
+# (``lax.conv_general_dilated``, ``lax.add``) then refuses float64 against float32. Control flow
+# (scan, while, cond) and calls (jit, custom_jvp/custom_vjp, remat) run their bodies widened too.
+# A conversion that rounds on purpose (``x.astype(jnp.bfloat16)`` on float32) still rounds there.
+# An op whose meaning is its precision (``bitcast_convert_type``, ``nextafter``), a callback, or one
+# whose sub-program this does not rebuild (a generic ``reduce_window``) runs at the program's
+# dtypes, its inputs rounded back and its outputs widened: ``wide_call`` names those ops.
+
+_WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
+# Ops that stay at the program's dtypes: their result depends on the precision itself.
+_AT_PROGRAM_DTYPES = frozenset({"bitcast_convert_type", "nextafter", "pure_callback", "io_callback",
+                                "debug_callback", "custom_call", "reduce_precision"})
+_INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+            "custom_vjp_call_jaxpr": "fun_jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr"}
+
+
+def _wide_dtype(dtype: Any) -> Any:
+    import numpy as np
+
+    name = getattr(dtype, "name", None)
+    return np.dtype(_WIDE[name]) if name in _WIDE else dtype
+
+
+def _widen_to(x: Any, dtype: Any) -> Any:
+    from jax import lax
+
+    return x if x.dtype == dtype else lax.convert_element_type(x, dtype)
+
+
+def wide_call(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, frozenset[str]]:
+    """``fn(*args)`` computed in float64 (complex128), constants and literals included, by jax.jit;
+    returns (outputs, the ops computed at the program's dtypes). ``args`` keep their own dtypes.
+
+    The jaxpr is traced under the caller's x64 setting, as ``jit_call`` traces it, and runs under
+    ``jax.enable_x64``; every constant travels as an argument (widened inside the compiled program).
+    """
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten(list(args))
+    key = ("wide", id(fn), jax.tree_util.tree_structure(list(args)),
+           tuple((tuple(x.shape), str(x.dtype)) for x in flat), bool(jax.config.jax_enable_x64))  # type: ignore[attr-defined]
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not fn:
+        jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat]
+        traced = jitted.trace(*jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(list(args)), specs))
+        closed = traced.jaxpr
+        narrow: set[str] = set()
+
+        def run(consts: tuple[Any, ...], *xs: Any) -> list[Any]:
+            narrow.clear()
+            wide = [_widen_to(x, _wide_dtype(v.aval.dtype)) for x, v in zip(consts, closed.jaxpr.constvars)]
+            ins = [_widen_to(x, _wide_dtype(v.aval.dtype)) for x, v in zip(xs, closed.jaxpr.invars)]
+            return _eval_wide(closed.jaxpr, wide, ins, narrow)
+
+        with jax.enable_x64(True):
+            consts = tuple(jax.device_put(_host_widened(c) if _has_subnormals(c) else c) for c in closed.consts)
+        hit = (fn, (jax.jit(run), narrow), consts, traced.out_tree)
+        while len(_CACHE) >= _CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = hit
+    _, (run_jit, narrow_ops), consts, out_tree = hit
+    with jax.enable_x64(True):  # widened here: XLA on the CPU would flush subnormal inputs as it widens them
+        out = run_jit(consts, *[_host_widened(x) for x in flat])
+    return jax.tree_util.tree_unflatten(out_tree, out), frozenset(narrow_ops)
+
+
+def _eval_wide(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], narrow: set[str]) -> list[Any]:
+    """Evaluate ``jaxpr`` (open) on widened values, every narrow float value widened."""
+    import numpy as np
+    from jax.extend.core import DropVar, Literal
+
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        if isinstance(v, Literal):
+            dtype = getattr(v.aval, "dtype", None)
+            return np.asarray(v.val, _wide_dtype(dtype)) if dtype is not None and dtype.name in _WIDE else v.val
+        return env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        outs = _eqn_wide(eqn, [read(v) for v in eqn.invars], narrow)
+        for v, o in zip(eqn.outvars, outs):
+            if not isinstance(v, DropVar):
+                env[v] = o
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _eval_closed(closed: Any, args: Sequence[Any], narrow: set[str]) -> list[Any]:
+    """A ClosedJaxpr (or an open one) on widened values, its own constants widened."""
+    import jax.numpy as jnp
+
+    jaxpr = getattr(closed, "jaxpr", closed)
+    consts = [_widen_to(jnp.asarray(c), _wide_dtype(v.aval.dtype))
+              for c, v in zip(getattr(closed, "consts", ()), jaxpr.constvars)]
+    return _eval_wide(jaxpr, consts, args, narrow)
+
+
+def _host_widened(x: Any) -> Any:
+    """A narrow float array widened by numpy (exactly, subnormals kept); anything else as it is."""
+    import numpy as np
+
+    name = getattr(getattr(x, "dtype", None), "name", "")
+    return np.asarray(x).astype(_WIDE[name]) if name in _WIDE else x
+
+
+def _has_subnormals(c: Any) -> bool:
+    """Whether a narrow float constant holds subnormals (XLA on the CPU would flush them as it widens them)."""
+    import ml_dtypes
+    import numpy as np
+
+    name = getattr(getattr(c, "dtype", None), "name", "")
+    if name not in _WIDE:
+        return False
+    a = np.abs(np.asarray(c))
+    tiny = ml_dtypes.finfo(a.dtype).smallest_normal
+    return bool(((a != 0) & (a < tiny)).any())
+
+
+def _narrows(src: Any, dst: Any) -> bool:
+    """Whether converting ``src`` to ``dst`` rounds floats to fewer bits (float32 to bfloat16, not int to float)."""
+    import ml_dtypes
+    import numpy as np
+
+    if getattr(dst, "name", None) not in _WIDE or getattr(src, "name", None) not in (*_WIDE, "float64", "complex128"):
+        return False
+    if np.dtype(src).kind == "c" or np.dtype(dst).kind == "c":
+        return np.dtype(dst).itemsize < np.dtype(src).itemsize
+    s, d = ml_dtypes.finfo(src), ml_dtypes.finfo(dst)
+    return bool(d.nmant < s.nmant or d.maxexp < s.maxexp)
+
+
+def _wide_scalar_jaxpr(jaxpr: Any, narrow: set[str]) -> Any:
+    """A scatter's open combiner jaxpr (scalars in, scalars out) traced again on widened scalars."""
+    import jax
+
+    specs = [jax.ShapeDtypeStruct(v.aval.shape, _wide_dtype(v.aval.dtype)) for v in jaxpr.invars]
+    with jax.enable_x64(True):
+        return jax.make_jaxpr(lambda *a: _eval_wide(jaxpr, [], a, narrow))(*specs).jaxpr
+
+
+def _has_subprogram(params: dict[str, Any]) -> bool:
+    return any(hasattr(p, "eqns") or hasattr(getattr(p, "jaxpr", None), "eqns")
+               for value in params.values() for p in (value if isinstance(value, (list, tuple)) else [value]))
+
+
+def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
+    """One equation on widened values; its outputs widened."""
+    from jax import lax
+
+    name, params = eqn.primitive.name, eqn.params
+    if name in _INLINED and _INLINED[name] in params:
+        return _eval_closed(params[_INLINED[name]], ins, narrow)
+    if name == "convert_element_type" and _narrows(eqn.invars[0].aval.dtype, params["new_dtype"]):
+        # the program rounds here on purpose (``x.astype(jnp.bfloat16)``): so does the reference
+        rounded = lax.convert_element_type(ins[0], params["new_dtype"])
+        return [lax.convert_element_type(rounded, _wide_dtype(params["new_dtype"]))]
+    if name == "scan":
+        body, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+        consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+
+        def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
+            outs = _eval_closed(body, [*consts, *carry, *x], narrow)
+            return outs[:n_carry], outs[n_carry:]
+
+        carry, ys = lax.scan(step, list(init), list(xs), length=params["length"], reverse=params["reverse"],
+                             unroll=params["unroll"])
+        return [*carry, *ys]
+    if name == "while":
+        nc, nb = params["cond_nconsts"], params["body_nconsts"]
+        cc, bc, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+        return list(lax.while_loop(lambda c: _eval_closed(params["cond_jaxpr"], [*cc, *c], narrow)[0],
+                                   lambda c: _eval_closed(params["body_jaxpr"], [*bc, *c], narrow), list(init)))
+    if name == "cond":
+        branches = [lambda *a, b=b: _eval_closed(b, a, narrow) for b in params["branches"]]
+        return list(lax.switch(ins[0], branches, *ins[1:]))
+    if params.get("update_jaxpr") is not None and not params.get("update_consts"):  # a scatter's combiner
+        params = {**params, "update_jaxpr": _wide_scalar_jaxpr(params["update_jaxpr"], narrow)}
+    if name not in _AT_PROGRAM_DTYPES and not _has_subprogram({k: v for k, v in params.items() if k != "update_jaxpr"}):
+        wide_params = {k: _wide_dtype(v) if getattr(v, "name", None) in _WIDE else v for k, v in params.items()}
+        try:
+            got = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(wide_params))
+        except Exception:  # noqa: BLE001  (an op that refuses float64: at the program's dtypes below)
+            got = None
+        if got is not None:
+            outs = list(got) if eqn.primitive.multiple_results else [got]
+            if all(tuple(o.shape) == tuple(v.aval.shape) and o.dtype == _wide_dtype(v.aval.dtype)
+                   for o, v in zip(outs, eqn.outvars)):
+                return outs
+    narrow.add(name)
+    at_dtypes = [lax.convert_element_type(x, v.aval.dtype) if getattr(getattr(v.aval, "dtype", None), "name", "") in _WIDE
+                 and getattr(x, "dtype", v.aval.dtype) != v.aval.dtype else x for x, v in zip(ins, eqn.invars)]
+    got = eqn.primitive.bind(*at_dtypes, **eqn.primitive.get_bind_params(params))
+    outs = list(got) if eqn.primitive.multiple_results else [got]
+    return [_widen_to(o, _wide_dtype(v.aval.dtype)) if hasattr(v.aval, "dtype") else o for o, v in zip(outs, eqn.outvars)]

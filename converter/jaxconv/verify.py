@@ -228,21 +228,19 @@ def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inp
     return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
 
 
-def _widen(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a)
-    if a.dtype.kind == "c":
-        return a.astype(np.complex128)
-    return a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
-
-
 def float64_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any],
                     flat: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
-    """jax.jit(fn) with float inputs widened to float64 under x64; (None, why) when that fails."""
+    """jax.jit(fn) computed in float64: inputs, closed-over constants and literals widened
+    (``jit_reference.wide_call``); (None, why) when that fails."""
     import jax
 
+    from jaxconv.jit_reference import wide_call
+
     try:
-        with jax.enable_x64(True):
-            return reference_outputs(fn, arg_specs, [_widen(a) for a in flat]), ""
+        treedef = jax.tree_util.tree_structure(list(arg_specs))
+        args = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in flat])
+        out, _ = wide_call(fn, args)
+        return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)], ""
     except Exception as e:  # noqa: BLE001  (any failure only means there is no float64 reference)
         text = str(e).strip().splitlines()
         return None, f"{type(e).__name__}: {text[0][:160] if text else ''}"
