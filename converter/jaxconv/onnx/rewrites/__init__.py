@@ -18,6 +18,8 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
+- ``reshape_chains`` (in ``squeezes``): a Reshape of an Unsqueeze, Squeeze or Reshape as one Reshape of
+  the value before them, or that value where the shape comes back to it;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
@@ -102,6 +104,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
     fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
+    fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)

@@ -5,8 +5,11 @@ behind, so ORT converts layouts around every layer and cannot fuse a bias Add or
 Conv. This pass pushes each Transpose down through the ops that do not care about layout
 (elementwise ops, with constants transposed to match; sums over axes), where it meets the next
 layer's inverse Transpose and both go. A model then keeps one transpose at its input and one at its
-output. Only moves that do not add transposes are made. A constant operand (or one computed from
-constants, as batch norm's scale) is transposed to match; the clean-up folds it.
+output. A Transpose also moves through an Unsqueeze, Squeeze or Reshape that only inserts or drops
+size-1 axes (a vmapped pooling's added axis: Equinox's CNN kept two Transpose pairs around its pool),
+as that op done first and a Transpose of the new rank after it. Only moves that do not add
+transposes are made. A constant operand (or one computed from constants, as batch norm's scale) is
+transposed to match; the clean-up folds it.
 
 A ``Sub`` of a constant after a Conv (batch norm's mean) becomes an ``Add`` of its negation, the same
 IEEE operation: ORT then folds the whole batch-norm affine into the Conv and keeps its blocked
@@ -155,6 +158,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
             inputs.append(source)
         _emit(graph, use, ir.node(op, inputs, attrs), perm)
         return True
+    if op in ("Unsqueeze", "Squeeze", "Reshape") and single and use.inputs[0] is out:
+        return _sink_through_unit_axes(graph, t, use)
     if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:
         axes = m.reduce_axes(use)
         if axes is None or not axes:
@@ -174,6 +179,66 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         _emit(graph, use, ir.node(op, inputs, attrs), None)
         return True
     return False
+
+
+def _static(value: ir.Value | None) -> list[int] | None:
+    if value is None or value.shape is None or not value.shape.is_static():
+        return None
+    return [int(d) for d in value.shape]
+
+
+def _unit_axes_perm(perm: list[int], y_shape: list[int], z_shape: list[int]) -> tuple[list[int], list[int]] | None:
+    """For ``z = Reshape(Transpose(x, perm))`` that only inserts or drops size-1 axes (``y_shape`` the
+    Transpose's output, ``z_shape`` the Reshape's): the shape ``x`` is reshaped to and the permutation
+    after it, ``z = Transpose(Reshape(x, shape), perm2)``; None when the Reshape regroups axes."""
+    kept = [k for k, d in enumerate(y_shape) if d != 1]
+    places = [j for j, d in enumerate(z_shape) if d != 1]
+    if [y_shape[k] for k in kept] != [z_shape[j] for j in places]:
+        return None
+    order = sorted(perm[k] for k in kept)  # x's axes of size > 1, in x's order
+    rank_of = {a: r for r, a in enumerate(order)}
+    x_shape = [1] * len(z_shape)
+    perm2 = list(range(len(z_shape)))
+    for r, a in enumerate(order):
+        x_shape[places[r]] = y_shape[perm.index(a)]
+    for i, k in enumerate(kept):
+        perm2[places[i]] = places[rank_of[perm[k]]]
+    return x_shape, perm2
+
+
+def _sink_through_unit_axes(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
+    """``Unsqueeze``/``Squeeze``/``Reshape`` of a Transpose's output that only inserts or drops size-1
+    axes, done first: ``Transpose(Reshape(x))`` (a vmapped pooling's added axis, say), so the
+    Transpose moves on towards its inverse."""
+    perm = _perm(t)
+    assert perm is not None
+    x, z = t.inputs[0], use.outputs[0]
+    if use.op_type == "Unsqueeze":
+        axes = m.const(use.inputs[1]) if len(use.inputs) > 1 else m.attr(use, "axes")
+        if axes is None:
+            return False
+        rank_z = len(perm) + len(np.atleast_1d(axes))
+        new_axes = sorted({int(a) % rank_z for a in np.atleast_1d(axes)})
+        if len(new_axes) != rank_z - len(perm):
+            return False
+        places = [j for j in range(rank_z) if j not in new_axes]
+        perm2 = list(range(rank_z))
+        for i in range(len(perm)):
+            perm2[places[i]] = places[perm[i]]
+        new = ir.node("Unsqueeze", [x, *use.inputs[1:]], dict(use.attributes))
+    else:
+        y_shape, z_shape = _static(t.outputs[0]), _static(z)
+        if y_shape is None or z_shape is None or len(y_shape) != len(perm):
+            return False
+        found = _unit_axes_perm(perm, y_shape, z_shape)
+        if found is None:
+            return False
+        x_shape, perm2 = found
+        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(x_shape, np.int64))})
+        graph.insert_before(use, c)
+        new = ir.node("Reshape", [x, c.outputs[0]])
+    _emit(graph, use, new, None if perm2 == sorted(perm2) else perm2)
+    return True
 
 
 def _sub_as_add(graph: ir.Graph) -> int:

@@ -9,6 +9,9 @@ same Unsqueeze. Three rules, each moving values only (the numbers cannot change)
 - ``Squeeze(Cast(Unsqueeze(x, axes)), axes)`` is ``Cast(x)`` (no Cast: ``x``);
 - ``Unsqueeze(op(Unsqueeze(a), Unsqueeze(b)), axes)`` for an elementwise ``op`` on inputs of one rank
   (``nn.make_attention_mask``) puts ``axes`` on both inputs, where onnxscript merges the Unsqueezes.
+
+``reshape_chains`` (run after the layout rule) reads a Reshape of an Unsqueeze, Squeeze or Reshape
+from the value before them, and drops it where the shape comes back to that value's.
 """
 
 from __future__ import annotations
@@ -118,4 +121,33 @@ def _lift(graph: ir.Graph, unsqueeze: ir.Node) -> int:
     new_b = ir.node("Unsqueeze", [b, axes_value])
     new_op = ir.node(op.op_type, [new_a.outputs[0], new_b.outputs[0]], domain=op.domain)
     m.replace(graph, unsqueeze.outputs[0], [new_a, new_b, new_op], unsqueeze)
+    return 1
+
+
+def reshape_chains(graph: ir.Graph) -> int:
+    """``Reshape(Unsqueeze|Squeeze|Reshape(x))`` as one ``Reshape(x)``, and as ``x`` itself where the shape
+    comes back to ``x``'s (a vmapped layer's added batch axis, once the layout rule has moved the
+    Transposes that stood between them); in ``graph`` and its subgraphs. Returns how many."""
+    return m.count_everywhere(graph, "Reshape", _reshape_chain)
+
+
+def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
+    out = node.outputs[0]
+    inner = m.producer(node.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
+    if inner is None or inner.inputs[0] is None or len(node.inputs) < 2:
+        return 0
+    x = inner.inputs[0]
+    shape = m.const(node.inputs[1])
+    if shape is not None and (m.attr(node, "allowzero", 0) == 1 or not np.any(shape == 0)):
+        target = node.inputs[1]  # no dimension copied from the input: the same shape from ``x``
+    elif out.shape is not None and out.shape.is_static():
+        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
+        graph.insert_before(node, c)
+        target = c.outputs[0]
+    else:
+        return 0
+    if x.shape is not None and x.shape.is_static() and x.shape == out.shape and not out.is_graph_output():
+        out.replace_all_uses_with(x)
+        return 1
+    m.replace(graph, out, ir.node("Reshape", [x, target]), node)
     return 1
