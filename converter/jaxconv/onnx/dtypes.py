@@ -61,6 +61,9 @@ ORT_KERNELS: tuple[Kernels, ...] = (
     Kernels(("Round",), F32_F64 | HALF, workaround=_F32),
     Kernels(("Tan", "Atan", "Erf", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"),
             frozenset({"float32"}), HALF, "half floats in float32; float64 by formulas of float64 ops"),
+    # float16: ONNX Runtime runs the function body's 6 nodes in float32 between its own Casts
+    Kernels(("Gelu",), frozenset({"float32"}), HALF,
+            "half floats as Cast, Gelu, Cast (rewrites/activations.py); float64 keeps jax's formula"),
     Kernels(("Max", "Min"), frozenset({"float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint32",
                                       "uint64"}), workaround=_WIDER),
     Kernels(("Pow",), frozenset({"float32", "float64", "int32", "int64"}), HALF, _WIDER),
