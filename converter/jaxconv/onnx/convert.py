@@ -10,7 +10,7 @@ import onnx
 
 from jaxconv.errors import ArtifactError, UsageError
 from jaxconv.onnx.driver import DEFAULT_OPSET, MIN_OPSET, GraphIO, lower_module
-from jaxconv.onnx.stream import Parts
+from jaxconv.onnx.stream import Parts, staged_with_data
 from jaxconv.program import Program
 
 MAX_OPSET = 28
@@ -218,27 +218,17 @@ def save(model: onnx.ModelProto, path: str) -> None:
     Both files are written into a temporary folder next to ``path`` and then renamed, so a
     failure leaves neither behind.
     """
-    import shutil
-    import tempfile
-
-    from jaxconv.artifacts import atomic_file, prepare_parent
+    from jaxconv.artifacts import atomic_file
 
     if not is_large(model):
         with atomic_file(path) as tmp, open(tmp, "wb") as f:
             write_model(model, f)
         return
-    parent = prepare_parent(path)
-    data_name = os.path.basename(path) + ".data"
-    staging = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
-    try:
+    with staged_with_data(path) as (model_path, data_path):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)  # save_model moves tensors out of the proto it is given
-        onnx.save_model(copy, os.path.join(staging, os.path.basename(path)), save_as_external_data=True,
-                        all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
-        os.replace(os.path.join(staging, data_name), os.path.join(parent, data_name))
-        os.replace(os.path.join(staging, os.path.basename(path)), os.path.abspath(path))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        onnx.save_model(copy, model_path, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=os.path.basename(data_path), size_threshold=1024)
 
 
 def validate(model: onnx.ModelProto, path: str | None = None) -> None:

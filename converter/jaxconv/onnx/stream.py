@@ -13,9 +13,10 @@ without ever holding a serialized copy of the weights:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 import onnx
@@ -186,27 +187,41 @@ def save(parts: Parts, path: str) -> bool:
     Both files are written into a temporary folder next to ``path`` and then renamed, so a
     failure leaves neither behind.
     """
-    import shutil
-    import tempfile
-
-    from jaxconv.artifacts import atomic_file, prepare_parent
+    from jaxconv.artifacts import atomic_file
     from jaxconv.onnx.convert import is_large, write_model
 
     if not is_large(parts.model, extra_bytes=parts.payload_bytes + 16 * len(parts.payloads)):
         with atomic_file(path) as tmp, open(tmp, "wb") as f:
             write_single(parts, f)
         return False
-    parent = prepare_parent(path)
-    data_name = os.path.basename(path) + ".data"
-    staging = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
-    try:
-        with open(os.path.join(staging, data_name), "wb") as f:
-            model = with_external_data(parts, data_name, f)
-        with open(os.path.join(staging, os.path.basename(path)), "wb") as f:
+    with staged_with_data(path) as (model_path, data_path):
+        with open(data_path, "wb") as f:
+            model = with_external_data(parts, os.path.basename(data_path), f)
+        with open(model_path, "wb") as f:
             write_model(model, f)
-        os.replace(os.path.join(staging, data_name), os.path.join(parent, data_name))
-        os.replace(os.path.join(staging, os.path.basename(path)), os.path.abspath(path))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     parts.model = model
     return True
+
+
+@contextlib.contextmanager
+def staged_with_data(path: str) -> Iterator[tuple[str, str]]:
+    """Paths to write the model ``path`` and its external data ``path.data`` to: both appear, or neither.
+
+    Yields the two paths in a temporary folder beside ``path``; when the block ends without an error
+    both files are renamed into place (``convert.save``, ``save``). The folder is removed either way.
+    """
+    import shutil
+    import tempfile
+
+    from jaxconv.artifacts import prepare_parent
+
+    parent = prepare_parent(path)
+    name = os.path.basename(path)
+    staging = tempfile.mkdtemp(prefix=".jaxconv-", dir=parent)
+    try:
+        model_path, data_path = os.path.join(staging, name), os.path.join(staging, name + ".data")
+        yield model_path, data_path
+        os.replace(data_path, os.path.join(parent, name + ".data"))
+        os.replace(model_path, os.path.abspath(path))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
