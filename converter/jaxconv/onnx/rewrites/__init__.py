@@ -3,6 +3,7 @@
 The lowering emits exact, general graphs; the rules here turn parts of them into forms ORT runs
 faster without changing the numbers:
 
+- ``zero_bias``: an Add of a constant of zeros that does not broadcast dropped, as XLA drops it;
 - ``symbolic``: Expands that broadcasting makes redundant, found through symbolic dimensions;
 - ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
@@ -21,6 +22,7 @@ faster without changing the numbers:
 - ``reshape_chains`` (in ``squeezes``): a Reshape of an Unsqueeze, Squeeze or Reshape as one Reshape of
   the value before them, or that value where the shape comes back to it;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
+- ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
@@ -61,9 +63,11 @@ from jaxconv.onnx.rewrites import (
     sum_pool,
     symbolic,
     transposes,
+    tri_masks,
     unit_scale,
     weight_first,
     where_consts,
+    zero_bias,
     zeros,
 )
 
@@ -79,12 +83,13 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     Returns:
         How many times each rule fired.
     """
-    fired = {"symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0, "loops": 0,
-             "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
+    fired = {"zero_bias": 0, "symbolic": 0, "keepdims": 0, "softmax": 0, "activations": 0, "broadcasts": 0,
+             "loops": 0, "pooling": 0, "zeros": 0, "shapes": 0, "layout": 0, "lstm": 0, "gru": 0,
              "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
              "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
     for graph in list(_match.all_graphs(model.graph)):
+        fired["zero_bias"] += zero_bias.rewrite(graph)
         fired["symbolic"] += symbolic.rewrite(graph)
         fired["keepdims"] += keepdims.rewrite(graph)
         fired["softmax"] += softmax.rewrite(graph)
@@ -106,6 +111,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["layout"] = layout.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)
+    fired["tri_masks"] = tri_masks.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
