@@ -29,6 +29,7 @@ from typing import Any, Collection, Iterable
 
 import numpy as np
 
+from jaxconv._scale_chain import Kind, scaled_chain
 from jaxconv.stablehlo import ir as hir
 from jaxconv.stablehlo.reader import numpy_dtype
 
@@ -42,6 +43,8 @@ _MIN_ARG_SCALE, _MAX_OUT_SCALE = 0.5, 1.0
 _MAX_STEPS = 8  # ops between the erfc and the product or sum that makes it exact
 # ops that pass a value on unchanged (into a bigger shape)
 _VIEW_OPS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.reshape"})
+_SCALING_OPS: dict[str, Kind] = {"stablehlo.negate": "neg", "stablehlo.multiply": "mul",
+                                  "stablehlo.divide": "div"}
 # scalars hand-written code computes at run time (``x / jnp.sqrt(2.0)``), folded for the scale check
 _SCALAR_FOLDS = {"stablehlo.sqrt": np.sqrt, "stablehlo.convert": lambda a: a}
 
@@ -210,27 +213,12 @@ class _Collapser:
     def _scaled_chain(self, value: hir.Value) -> list[tuple[hir.Value, float]]:
         """Each ``(v, c)`` with ``value = c * v`` through negations and multiplications/divisions by
         constants, nearest first."""
-        chain, scale = [(value, 1.0)], 1.0
-        for _ in range(4):
-            op = self.producer.get(value)
-            if op is None:
-                break
-            if op.name == "stablehlo.negate":
-                scale, value = -scale, op.operands[0]
-                chain.append((value, scale))
-                continue
-            if op.name not in ("stablehlo.multiply", "stablehlo.divide"):
-                break
-            a, b = op.operands
-            cb, ca = self.scalar(b), self.scalar(a) if op.name == "stablehlo.multiply" else None
-            if cb is not None and cb != 0:
-                scale, value = scale * (cb if op.name == "stablehlo.multiply" else 1.0 / cb), a
-            elif ca is not None:
-                scale, value = scale * ca, b
-            else:
-                break
-            chain.append((value, scale))
-        return chain
+        return scaled_chain(value, self._scaling_op, self.scalar)
+
+    def _scaling_op(self, value: hir.Value) -> tuple[Kind, list[hir.Value]] | None:
+        op = self.producer.get(value)
+        kind = _SCALING_OPS.get(op.name) if op is not None else None
+        return (kind, op.operands) if op is not None and kind is not None else None
 
     def constant_key(self, value: hir.Value) -> Any:
         """A hashable key of a constant value (``("c", dtype, scalar)`` for a splat), or None."""

@@ -19,6 +19,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv._scale_chain import Kind, scaled_chain
 from jaxconv.onnx.rewrites import _match as m
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -148,30 +149,17 @@ _SQRT_HALF = math.sqrt(0.5)
 def _scaled(value: ir.Value, rounding: ir.DataType | None = None) -> list[tuple[ir.Value, float]]:
     """Each ``(v, c)`` with ``value = c * v`` through Neg and Mul/Div by scalar constants, nearest first
     (and round trips through ``rounding``, see ``_unrounded``)."""
-    value = _unrounded(value, rounding) or value
-    chain, scale = [(value, 1.0)], 1.0
-    for _ in range(4):
-        node = m.producer(value)
-        if node is None:
-            break
-        if node.op_type == "Neg":
-            scale, value = -scale, _unrounded(node.inputs[0], rounding)
-            chain.append((value, scale))
-            continue
-        pair = m.binary(node, node.op_type) if node.op_type in ("Mul", "Div") else None
-        if pair is None:
-            break
-        a, b = pair
-        cb, ca = _scalar(b), _scalar(a) if node.op_type == "Mul" else None
-        if cb is not None and cb != 0:
-            scale, value = scale * (cb if node.op_type == "Mul" else 1.0 / cb), a
-        elif ca is not None:
-            scale, value = scale * ca, b
-        else:
-            break
-        value = _unrounded(value, rounding)
-        chain.append((value, scale))
-    return chain
+
+    def operation(v: ir.Value) -> tuple[Kind, list[ir.Value]] | None:
+        node = m.producer(v, *_SCALING_OPS)
+        if node is None or len(node.inputs) != (1 if node.op_type == "Neg" else 2):
+            return None
+        return _SCALING_OPS[node.op_type], [_unrounded(i, rounding) for i in node.inputs]
+
+    return scaled_chain(_unrounded(value, rounding), operation, _scalar)
+
+
+_SCALING_OPS: dict[str, Kind] = {"Neg": "neg", "Mul": "mul", "Div": "div"}
 
 
 def _scalar(value: ir.Value | None) -> float | None:
