@@ -175,3 +175,25 @@ def test_the_reference_adds_a_fraction_of_numpy_weights_to_peak_memory():
     growth = float(proc.stdout.strip().splitlines()[-1])
     print(f"peak growth / weights: {growth:.2f}")
     assert growth < 0.6
+
+
+def keyed(key, x):  # the first input a typed PRNG key: the order is read from a numeric value
+    return x @ _W[0] + jax.random.normal(key, (8, 256)), jax.random.split(key)
+
+
+def key_only(key):  # no numeric input to order the rebuild after: rebuilt where it is used, unordered
+    return jax.random.normal(key, (256, 256)) * _W[1]
+
+
+@pytest.mark.parametrize("fn", [keyed, key_only])
+def test_a_typed_key_input_leaves_the_reference_bit_identical(fn):
+    jit_reference.clear()
+    key = jax.random.key(1)
+    args = [key, _edge_input()] if fn is keyed else [key]
+    got = jax.tree_util.tree_leaves(jit_reference.jit_call(fn, args))
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    unwrap = lambda a: jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a  # noqa: E731
+    assert [_bits(unwrap(g)) for g in got] == [_bits(unwrap(w)) for w in want]
+    (_, _, consts, _), = jit_reference._CACHE.values()
+    assert [type(c) for c in consts] == [jit_borrow.Borrowed]
+    jit_reference.clear()

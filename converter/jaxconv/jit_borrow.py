@@ -76,7 +76,7 @@ def borrow(value: Any) -> Any:
     _register()
 
     if not (isinstance(value, np.ndarray) and value.flags.c_contiguous and value.size > 1
-            and value.dtype.kind in "biuf"):
+            and value.dtype.kind in ("b", "i", "u", "f")):
         return jax.device_put(value)
     skip, rem = divmod((-_address(value)) % ALIGN, value.itemsize)
     if skip == 0 or rem or skip >= value.size:
@@ -93,7 +93,7 @@ def _dynamic(v: Any) -> bool:
     """A traced value a dependency can be read from: a numeric array with at least one element."""
     aval = getattr(v, "aval", None)
     dtype = getattr(aval, "dtype", None)
-    return (getattr(dtype, "kind", "") in "biufc" and dtype is not None
+    return (getattr(dtype, "kind", None) in ("b", "i", "u", "f", "c")
             and int(np.prod(getattr(aval, "shape", ()), dtype=np.int64)) > 0)
 
 
