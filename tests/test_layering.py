@@ -51,6 +51,76 @@ def test_import_rules(rel, path):
             assert root(name) not in ("jax", "jaxlib"), f"{rel} imports {name}: lowerings work on the pure IR only"
 
 
+def jaxconv_modules(path):
+    """The jaxconv modules a file imports (``from jaxconv.onnx import dtypes`` is ``jaxconv.onnx.dtypes``)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if root(a.name) == "jaxconv"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and root(node.module or "") == "jaxconv":
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                base = os.path.join(ROOT, "converter", *sub.split("."))
+                is_module = os.path.exists(base + ".py") or os.path.isdir(base)
+                found.add(sub if is_module else node.module)
+    return found
+
+
+# What each layer may import of jaxconv, as prefixes (a module itself or anything below it).
+# stablehlo/ reads and rewrites StableHLO for every target: no target's package, no ONNX library.
+# onnx/rewrites/ are clean-up passes on the lowered onnx_ir graph: they never reach back into the
+# lowering (onnx/ops, context, registry, driver) or StableHLO, and need no jax.
+# onnx/ops/ (the lowering rules) never run the rewrites, which run after the whole graph is lowered.
+# _scale_chain.py is shared by stablehlo/ and onnx/rewrites/: it imports nothing of jaxconv.
+LAYERS = {
+    "stablehlo/": {
+        "forbidden": ("jaxconv.onnx", "jaxconv.tf", "jaxconv.runtimes", "jaxconv.cpp", "jaxconv.api",
+                      "jaxconv.verify"),
+        "libraries": ("onnx", "onnx_ir", "onnxruntime", "onnxscript"),
+    },
+    "onnx/rewrites/": {
+        "allowed": ("jaxconv.onnx.rewrites", "jaxconv.onnx.dtypes", "jaxconv.onnx.passes",
+                    "jaxconv._scale_chain"),
+        "libraries": ("jax", "jaxlib"),
+    },
+    "onnx/ops/": {"forbidden": ("jaxconv.onnx.rewrites", "jaxconv.onnx.passes")},
+    "_scale_chain.py": {"allowed": ()},
+}
+
+
+def _under(name, prefixes):
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layer_imports(layer):
+    rules = LAYERS[layer]
+    files = [(rel, path) for rel, path in ALL if rel.startswith(layer)]
+    assert files, f"no source under {layer}"
+    found = []
+    for rel, path in files:
+        for name in sorted(jaxconv_modules(path)):
+            if "allowed" in rules and not _under(name, rules["allowed"]):
+                allowed = ", ".join(rules["allowed"]) or "nothing of jaxconv"
+                found.append(f"{rel} imports {name} (allowed: {allowed})")
+            if _under(name, rules.get("forbidden", ())):
+                found.append(f"{rel} imports {name}")
+        libraries = rules.get("libraries", ())
+        found += [f"{rel} imports {name}" for name, _ in imports(path) if root(name) in libraries]
+    assert found == [], f"{layer} breaks its layering rule (see LAYERS):\n" + "\n".join(found)
+
+
+def test_a_layering_rule_catches_a_forbidden_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from jaxconv.onnx import dtypes\nfrom jaxconv.onnx.ops import shape\nimport jax.numpy\n")
+    assert jaxconv_modules(str(bad)) == {"jaxconv.onnx.dtypes", "jaxconv.onnx.ops.shape"}
+    assert not _under("jaxconv.onnx.ops.shape", LAYERS["onnx/rewrites/"]["allowed"])
+    assert _under("jaxconv.onnx.dtypes", LAYERS["onnx/rewrites/"]["allowed"])
+    assert _under("jaxconv.onnx.rewrites._match", LAYERS["onnx/ops/"]["forbidden"])
+    assert not _under("jaxconv.onnxish", ("jaxconv.onnx",))
+    assert [n for n, _ in imports(str(bad)) if root(n) in LAYERS["onnx/rewrites/"]["libraries"]] == ["jax.numpy"]
+
+
 @pytest.mark.parametrize("rel", ["__init__.py", "cli.py", "errors.py", "__main__.py"])
 def test_start_up_path_has_no_heavy_top_level_imports(rel):
     heavy = {"jax", "jaxlib", "tensorflow", "onnx", "onnxruntime", "numpy", "ai_edge_litert", "tf2onnx"}
