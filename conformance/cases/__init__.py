@@ -18,6 +18,7 @@ from conformance.cases import (  # noqa: F401
     op_convolution,
     op_dynamic_shapes,
     op_elementwise,
+    op_gelu_grad,
     op_half_precision,
     op_indexing,
     op_lapack,
