@@ -397,8 +397,9 @@ def _unroll(graph: ir.Graph, loop: ir.Node, body: ir.Graph, n_carry: int, scan_i
     carries = list(loop.inputs[3:])
     stacked: list[list[ir.Value]] = [[] for _ in body.outputs[n_carry:]]
     axis0 = _const_value(graph, loop, np.array([0], np.int64))
+    constants = {v: _outer_initializer(graph, v) for v in body.initializers.values()}  # the body's own
     for t in range(steps):
-        value_map: dict = dict(zip(body.inputs[:n_carry], carries))
+        value_map: dict = {**constants, **dict(zip(body.inputs[:n_carry], carries))}
         for inp, xs in zip(body.inputs[n_carry:], scan_in):
             if xs is None:
                 value_map[inp] = _const_value(graph, loop, np.array(t, dtype.numpy()))
@@ -424,6 +425,17 @@ def _unroll(graph: ir.Graph, loop: ir.Node, body: ir.Graph, n_carry: int, scan_i
         graph.insert_before(loop, cat)
         results.append(cat.outputs[0])
     return results
+
+
+def _outer_initializer(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    """An initializer of ``graph`` holding the body initializer ``value`` (a rule that ran on the
+    body, e.g. ``symbolic``'s Split sizes, may have made one), for the body's unrolled copies."""
+    outer = ir.Value(name=value.name or "body_const", type=value.type, shape=value.shape,
+                     const_value=value.const_value)
+    while outer.name in graph.initializers:
+        outer.name += "_"
+    graph.register_initializer(outer)
+    return outer
 
 
 def _sliced_inputs(body: ir.Graph, counter: ir.Value, inside: set[int], steps: int) -> dict:
