@@ -183,16 +183,18 @@ def edge_values(dtype_name: str) -> np.ndarray:
     return out
 
 
-def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0) -> np.ndarray:
+def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0,
+               start: int = 0) -> np.ndarray:
     """Edge values for one input: all of them in turn for small arrays, every other element otherwise.
 
-    ``offset`` picks the value of a scalar (so that several scalar inputs get different ones).
+    ``offset`` picks the value of a scalar (so that several scalar inputs get different ones);
+    ``start`` the value a small array starts at (a scalar's is moved by it too).
     """
     values = edge_values(info.dtype)
     size = math.prod(shape)
     base = random_array(info, shape, rng).ravel()
     if size <= 2 * len(values):
-        picks = values[(np.arange(size) + (offset if size == 1 else 0)) % len(values)]
+        picks = values[(np.arange(size) + start + (offset if size == 1 else 0)) % len(values)]
         return picks.reshape(shape)
     out = base.copy()
     even = np.arange(0, size, 2)
@@ -217,6 +219,44 @@ def edge_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet
     rng = np.random.default_rng(seed + EDGE_SEED_OFFSET)
     return InputSet("edge", [edge_array(t, concrete_shape(t.shape, sizes), rng, offset=5 * i)
                              for i, t in enumerate(signature.inputs)], sizes)
+
+
+# Where the edge values start in a small input (fewer elements than edge values) in each edge set:
+# at 0.0, -0.0, inf; at NaN, 1, -1; at inf, -inf, NaN. A scalar input i of the second and third
+# sets takes the value at EDGE_SCALARS[set][i % 2] (NaN and inf, or -inf and NaN).
+EDGE_ROTATIONS = (0, 4, 2)
+EDGE_SCALARS = {1: (4, 2), 2: (3, 4)}
+
+
+def _holds_the_extremes(a: np.ndarray) -> bool:
+    """Whether an edge input holds NaN and an infinity (floats), MIN and MAX (integers), both bools; or is empty."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return True
+    if a.dtype == np.bool_:
+        return bool(a.any() and not a.all())
+    if a.dtype.kind in "iu":
+        info = np.iinfo(a.dtype)
+        return bool((a == info.min).any() and (a == info.max).any())
+    f = np.concatenate([a.real.ravel(), a.imag.ravel()]).astype(np.float64) if a.dtype.kind == "c" else a.astype(np.float64)
+    return bool(np.isnan(f).any() and np.isinf(f).any())
+
+
+def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[InputSet]:
+    """The edge set, and when an input is too small to hold NaN and an infinity (or MIN and MAX), two more
+    whose small inputs start elsewhere in the list (``EDGE_ROTATIONS``): a float input of 3 elements sees
+    NaN, both infinities and both zeros across them, a scalar NaN and an infinity."""
+    first = edge_set(signature, sizes, seed)
+    if all(_holds_the_extremes(a) for a in first.arrays):
+        return [first]
+    out = [first]
+    for k, shift in enumerate(EDGE_ROTATIONS[1:], 1):
+        rng = np.random.default_rng(seed + EDGE_SEED_OFFSET + k)
+        shapes = [concrete_shape(t.shape, sizes) for t in signature.inputs]
+        out.append(InputSet("edge", [edge_array(t, shape, rng, offset=EDGE_SCALARS[k][i % 2], start=0)
+                                     if math.prod(shape) == 1 else edge_array(t, shape, rng, offset=5 * i, start=shift)
+                                     for i, (t, shape) in enumerate(zip(signature.inputs, shapes))], sizes))
+    return out
 
 
 def flush_subnormals(arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:

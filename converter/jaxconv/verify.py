@@ -38,6 +38,7 @@ from jaxconv.check_inputs import (  # noqa: F401
     check_arrays,
     concrete_shape,
     edge_set,
+    edge_sets,
     flush_subnormals,
     load_inputs,
     make_inputs,
@@ -444,7 +445,7 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
     if options.edge:
         largest = max(sizes, key=lambda s: sum(s.values()))
-        sets.append(edge_set(signature, largest, seed))
+        sets += edge_sets(signature, largest, seed)
     return sets
 
 
@@ -468,10 +469,13 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     # Every jax.jit reference first, then the artifact: a runner that loads its model on the first
     # run (``OnnxRunner(path, defer=True)``) then never holds its weights while jax.jit compiles.
     referenced: list[tuple[InputSet, list[np.ndarray]]] = []
+    loops: bool | None = None
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
         if inputs_set.label == "edge":
-            loops = has_while_loop(fn, arg_specs, flat)
+            if any(n.startswith("edge values skipped") for n in report.notes):
+                continue  # one note for the edge sets (a small input gets several: check_inputs.edge_sets)
+            loops = has_while_loop(fn, arg_specs, flat) if loops is None else loops
             if loops is not False:
                 report.notes.append("edge values skipped: " + (
                     "the program has a while loop, whose trip count on edge values may not end" if loops
@@ -512,14 +516,89 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     names = [info.name for info in signature.outputs]
     judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
     open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max(initial=OK) == MISMATCH]
-    if not open_:
-        return [row for row, _ in judged]
-    rows = _judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_)
+    rows = _judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_) if open_ else judged
+    rows = _zero_signs(rows, runner, fn, arg_specs, flat, expected, actual)
+    if all(row.verdict != "mismatch" for row, _ in rows):
+        return [row for row, _ in rows]
     kind = getattr(runner, "kind", "")
     out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
     out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
     out = as_fused_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
     return as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+
+
+# Ops after which XLA leaves the sign of a zero open: a dot product or a convolution of zeros, a max
+# or min of -0.0 and +0.0, a sort of them, a transform or a matrix factorization.
+ZERO_SIGN_OPS = frozenset({"dot_general", "conv_general_dilated", "reduce_max", "reduce_min", "reduce_window_max",
+                           "reduce_window_min", "reduce_window", "cummax", "cummin", "sort", "fft", "eigh", "eig",
+                           "svd", "qr", "lu", "cholesky", "triangular_solve", "schur", "hessenberg", "tridiagonal",
+                           "householder_product", "geqrf", "tridiagonal_solve"})
+ZERO_SIGN_NOTE = "XLA leaves the sign of a zero open in dot products, convolutions, max/min ties and factorizations"
+
+
+def _zero_sign_mask(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> np.ndarray | None:
+    """Elements judged ``ok`` that are zeros of opposite signs (complex: in either part); None when none are."""
+    if cls is None or not is_float(expected) or cls.shape != np.shape(expected):
+        return None
+    e, a = as_float64(expected), as_float64(actual)
+    mask = (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))
+    if np.asarray(expected).dtype.kind == "c":
+        mask = mask.any(axis=-1)
+    mask &= cls == OK
+    return mask if mask.any() else None
+
+
+def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, fn: Callable[..., Any],
+                arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                actual: Sequence[np.ndarray]) -> list[tuple[OutputCheck, np.ndarray | None]]:
+    """Zeros of the other sign than jax.jit's (``1 / x`` is then the other infinity) as a mismatch, unless
+    the program has an op after which XLA leaves a zero's sign open (a note then), flushing subnormal
+    inputs removes the difference, or JAX run op by op has the artifact's signs (undecided)."""
+    masks = {i: m for i, (row, cls) in enumerate(rows)
+             if row.ok and (m := _zero_sign_mask(expected[i], actual[i], cls)) is not None}
+    if not masks:
+        return rows
+    out = list(rows)
+    ops = nan_dropping_ops(fn, arg_specs, flat, ZERO_SIGN_OPS)
+    if ops is None or ops:
+        why = f"the program has {', '.join(sorted(ops))}" if ops else "the program could not be traced"
+        for i, m in masks.items():
+            row, cls = rows[i]
+            note = f"{int(m.sum())} zero signs differ ({ZERO_SIGN_NOTE}; {why})"
+            out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
+        return out
+    flushed = flush_subnormals(flat)
+    if flushed is not None:
+        try:
+            again, expected_again = [np.asarray(a) for a in runner.run(flushed)], reference_outputs(fn, arg_specs, flushed)
+            for i in list(masks):
+                e, a = as_float64(expected_again[i]), as_float64(again[i])
+                same = np.signbit(e) == np.signbit(a)
+                masks[i] = masks[i] & ~(same.all(axis=-1) if same.ndim > masks[i].ndim else same)
+        except Exception:  # noqa: BLE001  (no explanation then)
+            pass
+    eager = eager_outputs(fn, arg_specs, flat)
+    for i, m in masks.items():
+        if not m.any():
+            continue
+        row, cls = rows[i]
+        cls = cls.copy() if cls is not None else cls
+        first = int(np.flatnonzero(m.ravel())[0])
+        e0, a0 = np.asarray(expected[i]).ravel()[first], np.asarray(actual[i]).ravel()[first]
+        where = [int(k) for k in np.unravel_index(first, m.shape)] if m.shape else []
+        text = f"{int(m.sum())} of {m.size} elements differ in zero sign only, first at {where}: jax.jit {e0}, artifact {a0}"
+        g = eager[i] if eager is not None and i < len(eager) and np.shape(eager[i]) == np.shape(expected[i]) else None
+        if g is not None:
+            ga, aa = as_float64(g), as_float64(actual[i])
+            agree = (ga == 0) & (np.signbit(ga) == np.signbit(aa))
+            if bool((agree.all(axis=-1) if agree.ndim > m.ndim else agree)[m].all()):
+                cls[m] = UNDECIDED
+                out[i] = (dataclasses.replace(row, verdict="undecided", note=f"{text}, as JAX run op by op has them"), cls)
+                continue
+        cls[m] = MISMATCH
+        note = f"{text}; {row.note}" if row.note else text
+        out[i] = (dataclasses.replace(row, ok=False, verdict="mismatch", note=note), cls)
+    return out
 
 
 def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
