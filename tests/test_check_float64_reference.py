@@ -207,3 +207,26 @@ def test_a_wrong_artifact_is_not_vindicated_by_float64():
     with verify.check_options(edge=False):
         report = verify.check_runner(Off(), "m.onnx", ill_conditioned, [spec], sig)
     assert not report.ok, report.table()
+
+
+_SPD = (np.eye(4) * 4 + _rng.standard_normal((4, 4)) / 4).astype(np.float32)
+
+
+@pytest.mark.parametrize("name, fn, wide_fn", [
+    ("solve", lambda x: jnp.linalg.solve(_SPD, x), lambda x: jnp.linalg.solve(_wide(_SPD), x)),
+    ("reduce", lambda x: lax.reduce(x, np.float32(0), lambda a, b: a + b * _BIAS[0], (0,)),
+     lambda x: lax.reduce(x, np.float64(0), lambda a, b: a + b * _wide(_BIAS)[0], (0,))),
+    ("reduce_window", lambda x: lax.reduce_window(x, np.float32(1), lax.mul, (2, 2), (1, 1), "VALID"),
+     lambda x: lax.reduce_window(x, np.float64(1), lax.mul, (2, 2), (1, 1), "VALID")),
+])
+def test_linear_solves_and_own_reductions_run_in_float64(name, fn, wide_fn):
+    """jnp.linalg.solve (a custom_linear_solve) and reductions with their own computation run widened."""
+    from jaxconv.jit_reference import wide_call
+
+    x = _rng.standard_normal((4, 4)).astype(np.float32)
+    (got,), narrow = wide_call(lambda x: [fn(x)], [jnp.asarray(x)])
+    assert not narrow
+    with jax.enable_x64(True):
+        want = np.asarray(jax.jit(wide_fn)(jnp.asarray(_wide(x))))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)

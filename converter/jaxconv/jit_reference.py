@@ -186,10 +186,11 @@ def clear() -> None:
 # dot's or a convolution's preferred element type, ``iota``'s dtype). Tracing ``fn`` again with
 # float64 inputs would leave its float32 constants as they are, and an op that wants equal dtypes
 # (``lax.conv_general_dilated``, ``lax.add``) then refuses float64 against float32. Control flow
-# (scan, while, cond) and calls (jit, custom_jvp/custom_vjp, remat) run their bodies widened too.
+# (scan, while, cond), calls (jit, custom_jvp/custom_vjp, remat), linear solves and reductions with their
+# own computation (``lax.reduce``, ``lax.reduce_window``) run their bodies widened too.
 # A conversion that rounds on purpose (``x.astype(jnp.bfloat16)`` on float32) still rounds there.
 # An op whose meaning is its precision (``bitcast_convert_type``, ``nextafter``), a callback, or one
-# whose sub-program this does not rebuild (a generic ``reduce_window``) runs at the program's
+# whose sub-program this does not rebuild (``shard_map``, ``custom_transpose``) runs at the program's
 # dtypes, its inputs rounded back and its outputs widened: ``wide_call`` names those ops.
 
 _WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
@@ -335,6 +336,7 @@ def _has_subprogram(params: dict[str, Any]) -> bool:
 
 def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
     """One equation on widened values; its outputs widened."""
+    import jax.numpy as jnp
     from jax import lax
 
     name, params = eqn.primitive.name, eqn.params
@@ -344,6 +346,29 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
         # the program rounds here on purpose (``x.astype(jnp.bfloat16)``): so does the reference
         rounded = lax.convert_element_type(ins[0], params["new_dtype"])
         return [lax.convert_element_type(rounded, _wide_dtype(params["new_dtype"]))]
+    if name == "custom_linear_solve":  # its value is its ``solve`` program on that program's constants and b
+        n, jaxprs = params["const_lengths"], params["jaxprs"]
+        start = n.matvec + n.vecmat
+        consts = ins[start:start + n.solve]
+        rhs = ins[n.matvec + n.vecmat + n.solve + n.transpose_solve:]
+        return _eval_closed(jaxprs.solve, [*consts, *rhs], narrow)
+    if name in ("reduce", "reduce_window") and "jaxpr" in params:  # a reduction with its own computation
+        half = len(ins) // 2
+        body, consts = params["jaxpr"], [_widen_to(jnp.asarray(c), _wide_dtype(jnp.asarray(c).dtype))
+                                          for c in params.get("consts", ())]
+
+        def combine(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+            if hasattr(body, "eqns"):
+                return tuple(_eval_wide(body, consts, [*a, *b], narrow))
+            return tuple(_eval_closed(body, [*a, *b], narrow))
+
+        if name == "reduce":
+            got = lax.reduce(tuple(ins[:half]), tuple(ins[half:]), combine, params["dimensions"])
+        else:
+            got = lax.reduce_window(tuple(ins[:half]), tuple(ins[half:]), combine, params["window_dimensions"],
+                                    params["window_strides"], params["padding"], params["base_dilation"],
+                                    params["window_dilation"])
+        return list(got)
     if name == "scan":
         body, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
         consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
