@@ -466,9 +466,102 @@ def control(b: "Builder") -> Made:
                                 f"(0, {{0}}))[1]")
 
 
+def _const(b: "Builder", shape: tuple[int, ...], dtype: str, low: float = -2.0, high: float = 2.0) -> str:
+    """A closed-over constant written out: ``np.array([...], jnp.float32)`` of seeded values."""
+    import math
+
+    n = math.prod(shape)
+    values = [round(b.rng.uniform(low, high), 3) for _ in range(n)]
+    return f"np.array({values}, jnp.{dtype}).reshape({shape})"
+
+
+def forms(b: "Builder") -> Made:
+    """The model forms jaxconv's ONNX rewrites target: exact and tanh GELU, softmax over a -inf mask,
+    constant (causal) masks, transposes with size-1 axes, sum and mean pooling, a convolution followed
+    by a batch norm's affine, an elementwise op between a reshape and its inverse, a vmapped W @ x,
+    a mean over spatial axes, LSTM and GRU cells in a scan."""
+    x = b.pick(kinds="f", min_rank=1)
+    dtype = b.type(x).dtype if x is not None else b.rng.choice([d for d in b.dtypes if d in FLOATS])
+    t = b.type(x) if x is not None else None
+    form = b.rng.choice(["gelu_exact", "gelu_tanh", "masked_softmax", "masked_log_softmax", "causal_where",
+                         "transpose_unit", "sum_pool", "mean_pool", "conv_affine", "reshape_scale", "vmap_matvec",
+                         "spatial_mean", "lstm_scan", "gru_scan"])
+    uses_x = form in ("gelu_exact", "gelu_tanh", "masked_softmax", "masked_log_softmax", "causal_where",
+                      "transpose_unit", "reshape_scale")
+    if uses_x and (x is None or t is None or (form == "reshape_scale" and (not t.shape or t.shape[-1] % 2))):
+        x = b.fresh(tuple(b.rng.choice([1, 2, 3]) for _ in range(b.rng.randint(0, 2))) + (b.rng.choice([2, 4, 6]),),
+                    dtype)
+        t = b.type(x)
+    if uses_x:
+        assert x is not None and t is not None
+    if form in ("gelu_exact", "gelu_tanh"):
+        return form, (x,), f"jax.nn.gelu({{0}}, approximate={form == 'gelu_tanh'})"
+    if form in ("masked_softmax", "masked_log_softmax", "causal_where"):
+        n = t.shape[-1]
+        m = t.shape[-2] if len(t.shape) > 1 else 1
+        mask = f"np.tril(np.ones(({m}, {n}), bool), {b.rng.choice([0, 1, -1])})"
+        if len(t.shape) == 1:
+            mask += "[0]"
+        if form == "causal_where":
+            fill = b.rng.choice(["-jnp.inf", "-1e9", "0.0", "-0.0", "jnp.finfo(jnp." + dtype + ").min"])
+            return form, (x,), f"jnp.where({mask}, {{0}}, {fill})"
+        fn = "softmax" if form == "masked_softmax" else "log_softmax"
+        return form, (x,), f"jax.nn.{fn}(jnp.where({mask}, {{0}}, -jnp.inf), axis=-1)"
+    if form == "transpose_unit":
+        rank = len(t.shape)
+        axes = tuple(sorted(b.rng.sample(range(rank + 2), b.rng.choice([1, 2]))))
+        perm = list(range(rank + len(axes)))
+        b.rng.shuffle(perm)
+        return form, (x,), f"jnp.transpose(jnp.expand_dims({{0}}, {axes}), {tuple(perm)})"
+    if form in ("sum_pool", "mean_pool", "conv_affine", "spatial_mean"):
+        n, c = b.rng.choice([1, 2]), b.rng.choice([1, 2, 3])
+        size = (b.rng.choice([2, 3, 4]), b.rng.choice([2, 3, 4]))
+        x = b.fresh((n, c) + size, dtype)
+        if form == "spatial_mean":
+            return form, (x,), f"jnp.mean({{0}}, axis=(2, 3){', keepdims=True' if b.rng.random() < 0.5 else ''})"
+        if form in ("sum_pool", "mean_pool"):
+            k = (b.rng.choice([1, 2]), b.rng.choice([1, 2]))
+            stride = (1, 1) + tuple(b.rng.choice([1, 2]) for _ in k)
+            pad = repr(b.rng.choice(["VALID", "SAME"]))
+            pool = f"lax.reduce_window({{0}}, np.array(0, jnp.{dtype}), lax.add, (1, 1) + {k}, {stride}, {pad})"
+            return form, (x,), pool if form == "sum_pool" else f"{pool} / {k[0] * k[1]}"
+        o = b.rng.choice([1, 2, 3])
+        w = b.fresh((o, c, 3, 3), dtype)
+        mean, var = _const(b, (o, 1, 1), dtype), _const(b, (o, 1, 1), dtype, 0.1, 2.0)
+        gamma, beta = _const(b, (o, 1, 1), dtype), _const(b, (o, 1, 1), dtype)
+        relu = b.rng.random() < 0.5
+        body = (f"(lax.conv_general_dilated({{0}}, {{1}}, (1, 1), 'SAME') - {mean}) * lax.rsqrt({var} + 1e-5) "
+                f"* {gamma} + {beta}")
+        return form, (x, w), f"jax.nn.relu({body})" if relu else body
+    if form == "reshape_scale":
+        half = t.shape[-1] // 2
+        scale = _const(b, (2, 1), dtype) if b.rng.random() < 0.5 else _const(b, (half,), dtype)
+        op = b.rng.choice(["*", "+", "-"])
+        return form, (x,), f"({{0}}.reshape({t.shape[:-1]} + (2, {half})) {op} {scale}).reshape({t.shape})"
+    if form == "vmap_matvec":
+        d, o, batch = b.rng.choice([1, 2, 3, 4]), b.rng.choice([1, 2, 3]), b.rng.choice([1, 2, 3])
+        x = b.fresh((batch, d), dtype)
+        w = _const(b, (o, d), dtype)
+        return form, (x,), f"jax.vmap(lambda v: {w} @ v)({{0}})"
+    steps, batch, d, h = b.rng.choice([1, 2, 3]), b.rng.choice([1, 2]), b.rng.choice([1, 2, 3]), b.rng.choice([1, 2])
+    x = b.fresh((steps, batch, d), dtype)
+    gates = 4 if form == "lstm_scan" else 3
+    wx, wh = b.fresh((d, gates * h), dtype), b.fresh((h, gates * h), dtype)
+    zeros = f"jnp.zeros(({batch}, {h}), jnp.{dtype})"
+    if form == "lstm_scan":
+        cell = (f"lambda hc, xt: (lambda g: (lambda c: ((jax.nn.sigmoid(g[..., {3 * h}:]) * jnp.tanh(c), c), "
+                f"jax.nn.sigmoid(g[..., {3 * h}:]) * jnp.tanh(c)))(jax.nn.sigmoid(g[..., {h}:{2 * h}]) * hc[1] "
+                f"+ jax.nn.sigmoid(g[..., :{h}]) * jnp.tanh(g[..., {2 * h}:{3 * h}])))(xt @ {{1}} + hc[0] @ {{2}})")
+        return form, (x, wx, wh), f"lax.scan({cell}, ({zeros}, {zeros}), {{0}})[1]"
+    cell = (f"lambda s, xt: (lambda gx, gh: (lambda z, r: (lambda n: ((1 - z) * n + z * s,) * 2)("
+            f"jnp.tanh(gx[..., {2 * h}:] + r * gh[..., {2 * h}:])))(jax.nn.sigmoid(gx[..., :{h}] + gh[..., :{h}]), "
+            f"jax.nn.sigmoid(gx[..., {h}:{2 * h}] + gh[..., {h}:{2 * h}])))(xt @ {{1}}, s @ {{2}})")
+    return form, (x, wx, wh), f"lax.scan({cell}, {zeros}, {{0}})[1]"
+
+
 # (maker, weight): elementwise ops dominate, as in real programs.
 MAKERS: tuple[tuple[Maker, float], ...] = (
     (unary, 6), (binary, 7), (compare, 2), (select, 3), (cast, 3), (clamp, 1), (reduce, 3), (cumulative, 1),
     (dot, 1.5), (conv, 1), (reduce_window, 1), (gather, 1.5), (scatter, 1.5), (dynamic_slice, 1), (slicing, 2),
-    (concatenate, 1), (layout, 2), (sort, 1.5), (control, 2),
+    (concatenate, 1), (layout, 2), (sort, 1.5), (control, 2), (forms, 3),
 )

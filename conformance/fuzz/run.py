@@ -208,8 +208,9 @@ def default_check(traced: Any, runner: Any) -> str:
     from jaxconv.verify import check_runner
 
     try:
-        report = check_runner(runner, "artifact", traced.fn, traced.arg_specs, traced.signature,
-                              constraints=traced.constraints)
+        with traced.jax_scope():  # a 64-bit program's check runs under x64, as ``jaxconv check`` runs it
+            report = check_runner(runner, "artifact", traced.fn, traced.arg_specs, traced.signature,
+                                  constraints=traced.constraints)
     except Exception:  # noqa: BLE001  (a check that errors has caught the problem)
         return "mismatch"
     return "ok" if report.ok else "mismatch"

@@ -26,7 +26,9 @@ from jaxconv.onnx.registry import custom_call_target, lowering
 from jaxconv.stablehlo import ir as hir
 
 # Dtypes ONNX Runtime's TopK has a kernel for.
-TOPK_NATIVE = dt.ort_accepts("TopK")  # float16 cast to float32 by ONNX Runtime itself: exact, same order
+# float16 is cast to float32 here, not left to ONNX Runtime: its inserted Cast merges with a Cast from
+# int16/uint16 before it, and the float16 rounding (2049 -> 2048, 65535 -> inf) is lost (ties then differ).
+TOPK_NATIVE = dt.kernels("TopK")
 # Below this opset there is no BitCast: the sign of a NaN cannot be read.
 BITCAST_OPSET = 26
 
