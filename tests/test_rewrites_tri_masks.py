@@ -1,0 +1,135 @@
+"""The triangle-mask rule (rewrites.tri_masks): a causal mask's Where as Trilu (and a Sub for a fill other
+than +0), with jax.jit's numbers bit for bit (NaN, ±inf, -0.0 on both sides of the diagonal)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxconv.onnx.rewrites import tri_masks
+from lowering_check import assert_same_floats
+from lowering_check import convert_and_run as _convert
+
+Q = 6
+
+
+def _scores(shape=(2, 3, Q, Q)) -> np.ndarray:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1, Q, Q)
+    for i, v in enumerate((np.nan, np.inf, -np.inf, -0.0, 0.0)):
+        flat[i % flat.shape[0], i, i] = v  # on the diagonal: kept
+        flat[(i + 1) % flat.shape[0], i, i + 1] = v  # above it: masked
+        flat[(i + 2) % flat.shape[0], i + 1, i] = v  # below it: kept
+    return x
+
+
+def _causal() -> jax.Array:
+    return jnp.arange(Q)[:, None] >= jnp.arange(Q)[None, :]  # computed: an iota comparison
+
+
+def _fired(monkeypatch) -> list[int]:
+    fired: list[int] = []
+    real = tri_masks.rewrite
+    monkeypatch.setattr(tri_masks, "rewrite", lambda graph: fired.append(real(graph)) or fired[-1])
+    return fired
+
+
+@pytest.mark.parametrize("fill", [-1e9, -np.inf, np.nan, 0.0, np.finfo(np.float32).min])
+def test_causal_fill_is_trilu_bit_for_bit(monkeypatch, fill):
+    def fn(x):
+        return jnp.where(_causal(), x, np.float32(fill))
+
+    x = _scores()
+    fired = _fired(monkeypatch)
+    ops, (got,) = _convert(fn, x)
+    assert sum(fired) == 1 and ops["Where"] == 0 and ops["Trilu"] == 1, ops
+    assert ops["Sub"] == (0 if fill == 0.0 else 1), ops
+    want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(got.view(np.uint32) if fill == fill else np.isnan(got),
+                                  want.view(np.uint32) if fill == fill else np.isnan(want))
+    assert_same_floats(got, want, 0, 0)
+
+
+def test_keras_masked_softmax_loses_both_wheres(monkeypatch):
+    mask = np.tril(np.ones((Q, Q), bool))[None, None]  # a constant
+
+    def fn(x):
+        p = jax.nn.softmax(jnp.where(mask, x, -1e9), axis=-1)
+        return jnp.where(mask, p, 0.0)  # keras' Softmax(mask): the masked probabilities zeroed
+
+    x = _scores()
+    fired = _fired(monkeypatch)
+    ops, (got,) = _convert(fn, x)
+    assert sum(fired) == 2 and ops["Where"] == 0 and ops["Trilu"] == 2, ops
+    assert_same_floats(got, jax.jit(fn)(x), 1e-6, 1e-7)
+    monkeypatch.setattr(tri_masks, "rewrite", lambda graph: 0)
+    plain_ops, (plain,) = _convert(fn, x)
+    assert plain_ops["Where"] == 2, plain_ops
+    assert_same_floats(got, plain, 0, 0)  # the same Softmax on the same numbers
+
+
+def test_fill_where_the_mask_is_true_and_an_extra_unit_axis(monkeypatch):
+    """Haiku's form ``where(mask, fill, x)`` (upper triangle, offset 1), and nnx's scores [b, h, q, 1, k]."""
+    upper = np.triu(np.ones((Q, Q), bool), 1)
+
+    def fn(x, y):
+        return jnp.where(upper, np.float32(-1e30), x), jnp.where(_causal()[:, None, :], y, np.float32(-3e38))
+
+    x, y = _scores(), _scores((2, 3, Q, 1, Q))
+    fired = _fired(monkeypatch)
+    ops, got = _convert(fn, x, y)
+    assert sum(fired) == 2 and ops["Where"] == 0, ops
+    for g, w in zip(got, jax.jit(fn)(x, y)):
+        assert_same_floats(g, w, 0, 0)
+
+
+def test_masks_that_are_not_one_triangle_stay(monkeypatch):
+    per_batch = np.stack([np.tril(np.ones((Q, Q), bool)), np.triu(np.ones((Q, Q), bool))])[:, None]
+
+    def fn(x):
+        return jnp.where(per_batch, x, -1e9), jnp.where(np.eye(Q, dtype=bool), x, 0.0)
+
+    x = _scores()
+    fired = _fired(monkeypatch)
+    ops, got = _convert(fn, x)
+    assert sum(fired) == 0 and ops["Where"] == 2, ops
+    for g, w in zip(got, jax.jit(fn)(x)):
+        assert_same_floats(g, w, 0, 0)
+
+
+def test_negative_zero_fill_keeps_its_sign():
+    def fn(x):
+        return jnp.where(_causal(), x, np.float32(-0.0))
+
+    x = _scores()
+    _, (got,) = _convert(fn, x)
+    want = np.asarray(jax.jit(fn)(x))
+    assert np.signbit(want[0, 0, 0, 1])
+    assert_same_floats(got, want, 0, 0)
+
+
+def test_triangle_offsets():
+    ones = np.ones((5, 7), bool)
+    for k in range(-4, 7):
+        for upper in (0, 1):
+            keep = np.triu(ones, k) if upper else np.tril(ones, k)
+            if keep.all() or not keep.any():
+                assert tri_masks._triangle(keep) is None  # all or nothing: not a triangle to keep
+                continue
+            off, up = tri_masks._triangle(keep)
+            np.testing.assert_array_equal(np.triu(ones, off) if up else np.tril(ones, off), keep)
+    assert tri_masks._triangle(np.eye(4, dtype=bool)) is None
+    assert tri_masks._triangle(np.ones((3, 3), bool)) is None
+
+
+def test_float64_scores(monkeypatch, x64):
+    def fn(x):
+        return jnp.where(_causal(), x, -np.inf)
+
+    x = _scores().astype(np.float64)
+    fired = _fired(monkeypatch)
+    ops, (got,) = _convert(fn, x)
+    assert sum(fired) == 1 and ops["Trilu"] == 1, ops
+    assert_same_floats(got, jax.jit(fn)(x), 0, 0)
