@@ -33,7 +33,7 @@ faster without changing the numbers:
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
 - ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell too) as the ONNX GRU op
-  (off by default: slower than the Loop with ORT's default threads).
+  where each step's products are small enough for ORT to run on one thread (larger, the Scan is faster).
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -106,7 +106,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
-    fired["gru"] = gru.rewrite(model.graph) if gru.ENABLED else 0
+    fired["gru"] = gru.rewrite(model.graph)
     fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)

@@ -15,7 +15,20 @@ or separate (one Dense per gate, as flax writes it). Sigmoid must be written exa
 in one op; like the LSTM rule, it runs only when the sequence and the initial state are finite,
 else the exact Loop does.
 
-Off by default (``ENABLED``), by measurement on the benchmark GRU (t64 b16 h256, 2-core machine,
+Chosen by size (``ENABLED`` forces it for every size): the GRU op where each step's recurrent
+products are too small for ONNX Runtime's GEMM (MLAS) to split over threads, ``batch * 2H * H``
+multiplies under ``MLAS_THREAD_COMPLEXITY`` (65,536; MLAS gives a product
+``multiplies / 65,536 + 1`` threads); the Scan elsewhere. There the GRU op never waits on the
+thread pool, and it saves the Scan's cost per step (the benchmark GRU's graph with an empty Scan
+body took 1.6 ms of the full graph's 6.2 ms, one thread, ORT 1.32; the cell's elementwise nodes
+another 1.0 ms): measured on 2 cores under load 8-10 (jaxconv's session
+options, medians over jax.jit's, alternating in one process; ``scan`` / ``GRU op``, two threads):
+T64 B16 I64 H32 1.79 / 0.93; T64 B1 I64 H128 1.69 / 0.55; T8 B16 I64 H32 1.10 / 0.62;
+T64 B64 I16 H16 1.26 / 0.96; T64 B16 I64 H45 1.37 / 0.80. At the line (B32 H32, B8 H64: 65,536)
+the op's CPU time with two threads doubles (2.09x and 2.83x jax.jit's against 1.03 and 0.73 with
+one) and above it the op loses badly: T64 B4 I64 H128 13.9x against the Scan's 0.81x.
+
+Why not above the line, by measurement on the benchmark GRU (t64 b16 h256, 2-core machine,
 ORT 1.32, alternating in one process, ratios to jax.jit): on a quiet machine (load 0.4-1.8,
 medians) the GRU op ran at 0.65-0.74x against the Loop's 0.86-0.88x, with ORT's default threads
 and with one; with both cores contended (load 6-11, p10 times) the GRU op with two intra-op
@@ -27,8 +40,8 @@ against 7.0; flax 6.7 against 7.6); two threads, 2.4-2.8x (18.4 and 21.1 ms) whi
 MLAS packs them on every call) over the thread pool and waits for both threads 128 times a call;
 the extra CPU time is most likely that waiting, which a contended machine cannot spare. The LSTM
 op, whose kernel prepacks its weights, costs 1.15x its one-thread CPU time with two threads. A rule
-that can lose 3x is the wrong default; ``ENABLED = True`` suits deployments with one intra-op
-thread or idle cores.
+that can lose 3x is the wrong default there; ``ENABLED = True`` suits deployments with one
+intra-op thread or idle cores.
 
 Measured again on the GRU op alone (T 64, input 64, H 256, spinning off, load 4): with two threads
 it takes 4.0x (linear_before_reset=0) and 4.5x (=1) its one-thread CPU time at batch 16, and still
@@ -49,7 +62,14 @@ from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites.loops import trip_count as _loop_shape
 from jaxconv.onnx.rewrites.lstm import _const, _guarded, _initial_state, _is_counter_index, _sigmoid_of
 
-ENABLED = False  # see the module docstring for the measurement
+ENABLED = False  # True: every GRU-cell scan becomes the GRU op, whatever its size (module docstring)
+MLAS_THREAD_COMPLEXITY = 1 << 16  # ORT's GEMM runs a product of fewer multiplies on one thread
+
+
+def _one_thread(batch: int, hidden: int) -> bool:
+    """True when each step's products (``[batch, H] x [H, 2H]`` and ``[batch, H] x [H, H]``) are
+    small enough that ORT's GEMM runs them on the calling thread alone."""
+    return batch * 2 * hidden * hidden < MLAS_THREAD_COMPLEXITY
 
 
 @dataclass
@@ -338,7 +358,7 @@ def rewrite(graph: ir.Graph) -> int:
     count = 0
     for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
         got = _match(loop)
-        if got is None:
+        if got is None or not (ENABLED or _one_thread(got["xs"].shape[1], got["hidden"])):
             continue
         w_arr, r_arr, b_arr = _onnx_weights(got)
         if not all(np.isfinite(a).all() for a in (w_arr, r_arr, b_arr)):
