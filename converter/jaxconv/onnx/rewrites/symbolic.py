@@ -384,9 +384,14 @@ def _sink(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
         return False
     operands = [expands[k].inputs[0] if k in expands else i for k, i in enumerate(node.inputs)]
     inner = ir.node(node.op_type, operands, {n: v for n, v in node.attributes.items()})
-    grow = ir.node("Expand", [inner.outputs[0], target])
     inner.outputs[0].dtype = node.outputs[0].dtype
     shapes.shapes[id(inner.outputs[0])] = small
+    if broadcast(small, want) == small and not node.outputs[0].is_graph_output():
+        # the op's own operands already have the full shape: no Expand after it (one left there would
+        # stand between an Exp and its ReduceSum, and keep the softmax rule from seeing them: BLOOM)
+        m.replace(graph, node.outputs[0], [inner], node)
+        return True
+    grow = ir.node("Expand", [inner.outputs[0], target])
     shapes.infer(grow)
     m.replace(graph, node.outputs[0], [inner, grow], node)
     return True
