@@ -58,7 +58,12 @@ def test_default_check_of_a_64_bit_program_runs_under_x64():
                                 types={0: Value((5,), "float64")}, x64=True))
     assert p is not None and p.uses_x64()
     traced = fuzz_run.trace(p)
-    assert fuzz_run.default_check(traced, _Exact(p)) == "ok"
+    assert fuzz_run.default_check(traced, _Exact(p), p.uses_x64()) == "ok"
+    # 32-bit specs, traced under x64 (argsort's indices are int64): the check runs under x64 too
+    q = infer_types(FuzzProgram(inputs=[0], steps=[Step("argsort", (0,), "jnp.argsort({0})", 1)], outputs=[1],
+                                types={0: Value((5,), "float32")}, x64=True))
+    assert q is not None and q.types[1].dtype == "int64"
+    assert fuzz_run.default_check(fuzz_run.trace(q), _Exact(q), q.uses_x64()) == "ok"
     assert np.asarray(_Exact(p).run([np.ones(5)])[0]).dtype == np.float64
 
 
@@ -95,3 +100,17 @@ def test_float64_log_softmax_keeps_nan_rows():
         for fn in (lambda v: jax.nn.log_softmax(v, axis=-1),
                    lambda v: jax.nn.log_softmax(jnp.where(np.tril(np.ones((3, 3), bool), 1), v, -jnp.inf), axis=-1)):
             assert_exact(fn, x)
+
+
+def test_a_reshape_of_a_reshape_to_a_zero_size_shape_keeps_allowzero():
+    """Found as repeat+reshape/bf16/crash: [1, 0] -> [1, 0, 2] -> [1, 0] -> [0]. reshape_chains read the last
+    Reshape from the first's input without its allowzero=1, so ONNX copied dimension 0 (1) for the 0:
+    'Inferred shape and existing shape differ in dimension 0: (1) vs (0)' from onnx.checker."""
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    from tests.test_fuzz_regressions import assert_exact
+
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        assert_exact(lambda v: jnp.repeat(v, 2, axis=1).reshape((0,)), np.zeros((1, 0), dtype))
+        assert_exact(lambda v: v[:, None].reshape((2, 0, 3)).reshape((0, 6)), np.zeros((2, 0, 3), dtype))

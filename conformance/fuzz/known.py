@@ -97,7 +97,8 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
-                 "reduce_window_add+convert_*")
+                 "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
+                 "vmap_matvec")
       for kind in ("value", "nan", "inf")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
@@ -107,7 +108,8 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"conv/*/{kind}", SUM_ORDER, HUGE) for kind in ("value", "inf")),
     Known("conv/*/overflow-order", SUM_ORDER),
     Known("*/*/conv-zeros", CONV_ZEROS),
-    *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32")),
+    *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
+                                                              "vmap_matvec")),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
     Known("sinh/f32/inf", SINH_EDGE),
     *(Known(f"div+div/*/{kind}", XLA_DIV_DIV) for kind in ("nan", "inf", "value")),

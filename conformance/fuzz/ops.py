@@ -515,7 +515,9 @@ def forms(b: "Builder") -> Made:
         return form, (x,), f"jnp.transpose(jnp.expand_dims({{0}}, {axes}), {tuple(perm)})"
     if form in ("sum_pool", "mean_pool", "conv_affine", "spatial_mean"):
         n, c = b.rng.choice([1, 2]), b.rng.choice([1, 2, 3])
-        size = (b.rng.choice([2, 3, 4]), b.rng.choice([2, 3, 4]))
+        # the conv's padding stays VALID: XLA multiplies or skips padding x inf by shape (known: conv-zeros,
+        # which convzeros.py tells only for a conv step of its own)
+        size = (b.rng.choice([2, 3, 4]), b.rng.choice([2, 3, 4])) if form != "conv_affine" else (3, b.rng.choice([3, 4]))
         x = b.fresh((n, c) + size, dtype)
         if form == "spatial_mean":
             return form, (x,), f"jnp.mean({{0}}, axis=(2, 3){', keepdims=True' if b.rng.random() < 0.5 else ''})"
@@ -530,7 +532,7 @@ def forms(b: "Builder") -> Made:
         mean, var = _const(b, (o, 1, 1), dtype), _const(b, (o, 1, 1), dtype, 0.1, 2.0)
         gamma, beta = _const(b, (o, 1, 1), dtype), _const(b, (o, 1, 1), dtype)
         relu = b.rng.random() < 0.5
-        body = (f"(lax.conv_general_dilated({{0}}, {{1}}, (1, 1), 'SAME') - {mean}) * lax.rsqrt({var} + 1e-5) "
+        body = (f"(lax.conv_general_dilated({{0}}, {{1}}, (1, 1), 'VALID') - {mean}) * lax.rsqrt({var} + 1e-5) "
                 f"* {gamma} + {beta}")
         return form, (x, w), f"jax.nn.relu({body})" if relu else body
     if form == "reshape_scale":

@@ -195,20 +195,26 @@ def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] =
                 actual = run_artifact(runner, inputs)
             except RunFailed as e:
                 diff = Diff(0, "run-error", actual=str(e))
-                return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [], default_check(traced, runner))
+                return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [],
+                               default_check(traced, runner, program.uses_x64()))
             diff = compare_all(expected, actual)
             if diff is not None:
                 return Outcome("mismatch", target, diff.line(), diff, kind, inputs, expected, actual,
-                               default_check(traced, runner))
+                               default_check(traced, runner, program.uses_x64()))
     return Outcome("ok", target)
 
 
-def default_check(traced: Any, runner: Any) -> str:
-    """What ``jaxconv check`` (default inputs and tolerances) says about the artifact: ok or mismatch."""
+def default_check(traced: Any, runner: Any, x64: bool = False) -> str:
+    """What ``jaxconv check`` (default inputs and tolerances) says about the artifact: ok or mismatch.
+
+    ``x64``: the program was traced under ``jax.enable_x64`` (its specs may all be 32-bit: x64 still
+    makes e.g. argsort's indices int64); its check runs under it too, as a caller with x64 on runs it.
+    """
+    from jaxconv.program import x64_scope
     from jaxconv.verify import check_runner
 
     try:
-        with traced.jax_scope():  # a 64-bit program's check runs under x64, as ``jaxconv check`` runs it
+        with x64_scope(x64 or traced.x64):
             report = check_runner(runner, "artifact", traced.fn, traced.arg_specs, traced.signature,
                                   constraints=traced.constraints)
     except Exception:  # noqa: BLE001  (a check that errors has caught the problem)

@@ -140,14 +140,17 @@ def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
     shape = m.const(node.inputs[1])
     if shape is not None and (m.attr(node, "allowzero", 0) == 1 or not np.any(shape == 0)):
         target = node.inputs[1]  # no dimension copied from the input: the same shape from ``x``
+        zeros = bool(np.any(shape == 0))
     elif out.shape is not None and out.shape.is_static():
-        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
+        dims = np.asarray(out.shape.numpy(), np.int64)
+        c = ir.node("Constant", [], {"value": ir.tensor(dims)})
         graph.insert_before(node, c)
-        target = c.outputs[0]
+        target, zeros = c.outputs[0], bool(np.any(dims == 0))
     else:
         return 0
     if x.shape is not None and x.shape.is_static() and x.shape == out.shape and not out.is_graph_output():
         out.replace_all_uses_with(x)
         return 1
-    m.replace(graph, out, ir.node("Reshape", [x, target]), node)
+    # a 0 in the shape is a size 0, not "copy the input's dimension", only with allowzero
+    m.replace(graph, out, ir.node("Reshape", [x, target], {"allowzero": 1} if zeros else {}), node)
     return 1
