@@ -18,6 +18,12 @@ and elements infinite or NaN on one side only, in a program with an FFT or a com
 are ``undecided`` too (where their sums overflow depends on the order XLA adds them in); and so are
 elements NaN in the artifact where jax.jit has a number but JAX run op by op (``jax.disable_jit``) has
 NaN too (XLA's fused code drops NaN there, as in a Conv, ReLU and sum pooling fused together).
+
+Zero signs count: a zero of the other sign than jax.jit's is a mismatch (``1 / x`` is then the other
+infinity), unless the program has an op after which XLA leaves the sign open (``ZERO_SIGN_OPS``: a
+note), flushing subnormal inputs removes it, or JAX run op by op has the artifact's sign (undecided).
+The float64 reference is the traced program with its inputs, closed-over constants and literals
+widened (``jit_reference.wide_call``).
 """
 
 from __future__ import annotations
