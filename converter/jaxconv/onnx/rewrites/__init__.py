@@ -16,6 +16,7 @@ faster without changing the numbers:
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
 - ``unit_scale``: a Mul by ones that only broadcasts dropped where its readers broadcast anyway;
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
+- ``layer_norm``: a two-pass layer norm over the last axis as the LayerNormalization op (opset 17);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -50,6 +51,7 @@ from jaxconv.onnx.rewrites import (
     conv_affine,
     gru,
     keepdims,
+    layer_norm,
     layout,
     loops,
     lstm,
@@ -104,6 +106,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["range_checks"] += range_checks.rewrite(graph)
         fired["reshape_scale"] += reshape_scale.rewrite(graph)
         fired["weight_first"] += weight_first.rewrite(graph)
+    fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)
