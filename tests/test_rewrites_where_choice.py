@@ -45,3 +45,26 @@ def test_where_that_broadcasts_its_choice_or_mixes_stays():
     assert ops["Where"] >= 1, ops
     for g, w in zip(got, jax.jit(fn)(x)):
         assert_same_floats(g, np.asarray(w), 0, 0)
+
+
+def test_attention_mask_from_a_padding_mask_of_ones_goes(monkeypatch):
+    """keras-hub's padding mask given as ``jnp.ones_like(ids)``: the mask is all True, computed from
+    constants at run time ([2, 1, 1, 8], more than a few elements); both Wheres of the masked softmax go."""
+
+    def fn(scores, ids):
+        valid = jnp.ones_like(ids)[:, None, None, :] > 0
+        p = jax.nn.softmax(jnp.where(valid, scores, -1e9), axis=-1)
+        return jnp.where(valid, p, 0.0)
+
+    rng = np.random.default_rng(1)
+    scores = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    scores[0, 0, 0, :2] = [np.nan, np.inf]
+    scores[1, 2, 3, :] = -np.inf
+    ids = np.arange(16, dtype=np.int32).reshape(2, 8)
+    ops, (got,) = _convert(fn, scores, ids)
+    assert ops["Where"] == 0, ops
+    assert_same_floats(got, jax.jit(fn)(scores, ids), 1e-6, 1e-7)
+    monkeypatch.setattr(where_consts, "_constant_choice", lambda *a: False)
+    plain_ops, (plain,) = _convert(fn, scores, ids)
+    assert plain_ops["Where"] == 2, plain_ops
+    assert_same_floats(got, plain, 0, 0)

@@ -9,7 +9,7 @@ so that broadcasting gives the same result with the same shape: values only, the
 change. (The mask itself is still a computation here; onnxscript folds it later, full size.)
 
 A Where whose condition is one constant everywhere (jnp.var's guard for ``ddof``, in every keras-hub
-layer norm) is the operand it chooses.
+layer norm; keras-hub's attention mask from a padding mask of ones) is the operand it chooses.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import tri_masks
 from jaxconv.onnx.rewrites.broadcasts import MIN_ELEMENTS, _shrunk
 from jaxconv.onnx.rewrites.reshape_scale import same_bits
 
@@ -78,6 +79,8 @@ def _constant_choice(node: ir.Node, shapes: list) -> bool:
     is the operand it chooses, where that operand has the output's shape (and its type: ONNX's Where
     takes one type for both): the same elements, no kernel."""
     cond = _scalar_expr(node.inputs[0])
+    if cond is None:
+        cond = tri_masks.evaluate(node.inputs[0])  # a whole mask from constants (keras-hub's padding of ones)
     out = node.outputs[0]
     if cond is None or cond.size == 0 or cond.dtype != np.bool_ or out.is_graph_output():
         return False
