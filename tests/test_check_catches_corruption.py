@@ -39,7 +39,7 @@ def nan_to_big(x):
 
 def _convert(tmp_path, fn, spec, name="m.onnx"):
     path = str(tmp_path / name)
-    jaxconv.to_onnx(fn, spec, path=path, check=False)
+    jaxconv.to_onnx(fn, *(spec if isinstance(spec, tuple) else (spec,)), path=path, check=False)
     return path
 
 
@@ -228,3 +228,21 @@ def test_check_sizes_and_edge_values_cover_every_float_input():
     sig2 = Signature(input_infos([jax.ShapeDtypeStruct(sym, np.float32)], ["x"]),
                      output_infos([out], jax.tree_util.tree_structure(out)))
     assert len({s["b"] for s in size_sets(sig2, DEFAULT_SIZES, ())}) >= 2
+
+
+def two_means(x, y):
+    return jnp.sum(x) / x.shape[0] + jnp.sum(y) / y.shape[0]
+
+
+def test_one_symbolic_dimension_read_for_another(tmp_path):
+    """The artifact divides by c where jax.jit divides by b: every size set gave b and c the same size,
+    so it passed; a set where they differ now fails it."""
+    def change(graph):
+        shapes = [n for n in graph.node if n.op_type == "Shape"]
+        assert len(shapes) == 2 and shapes[0].input[0] != shapes[1].input[0]
+        shapes[0].input[0] = shapes[1].input[0]
+
+    path = _edit(_convert(tmp_path, two_means, ("f32[b]", "f32[c]")), change)
+    report = jaxconv.check(path, two_means, "f32[b]", "f32[c]")
+    assert not report.ok, report.table()
+    assert [r.inputs for r in report.rows if not r.ok] == ["random"]

@@ -102,7 +102,7 @@ def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[
 
     Sizes below 2 are used only for names that no constraint mentions (jax.export's own rule,
     every dimension >= 1, is the only one known to hold), and only when every input dimension
-    stays positive.
+    stays positive. Two or more names also get one assignment where they differ (``_staggered_sizes``).
     """
     names = dim_names(signature)
     if not names:
@@ -125,7 +125,28 @@ def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[
             continue
         if chosen not in out:
             out.append(chosen)
+    staggered = _staggered_sizes(signature, names, constraints)
+    if out and staggered is not None and staggered not in out:
+        out.append(staggered)
     return out
+
+
+def _staggered_sizes(signature: Signature, names: Sequence[str], constraints: Sequence[str]) -> dict[str, int] | None:
+    """With two or more symbolic names, one assignment where they differ (2, 3, 4, ... from the smallest
+    size up, within their bounds): an artifact that reads one dimension for another fails it. None with
+    one name, or when a constraint relates two names (their sizes may have to agree)."""
+    if len(names) < 2 or any(sum(bool(re.search(rf"\b{re.escape(n)}\b", c)) for n in names) > 1 for c in constraints):
+        return None
+    _, high = _bounds(constraints)
+    base = _dim_sizes(signature, SYMBOLIC_SIZES[0], constraints)
+    chosen = {n: v if n in high else v + k for k, (n, v) in enumerate(sorted(base.items()))}
+    try:
+        if any(n < 1 for t in signature.inputs for d, n in zip(t.shape, concrete_shape(t.shape, chosen))
+               if isinstance(d, str)):
+            return None
+    except Exception:  # noqa: BLE001  (an expression we cannot evaluate)
+        return None
+    return chosen if len(set(chosen.values())) > 1 else None
 
 
 def concrete_shape(shape: Sequence[int | str], sizes: dict[str, int]) -> tuple[int, ...]:
