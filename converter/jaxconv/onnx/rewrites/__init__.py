@@ -17,6 +17,7 @@ faster without changing the numbers:
 - ``unit_scale``: a Mul by ones that only broadcasts dropped where its readers broadcast anyway;
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
 - ``layer_norm``: a two-pass layer norm over the last axis as the LayerNormalization op (opset 17);
+- ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -61,6 +62,7 @@ from jaxconv.onnx.rewrites import (
     reshape_scale,
     shapes,
     softmax,
+    split_matmul,
     squeezes,
     sum_pool,
     symbolic,
@@ -107,6 +109,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["reshape_scale"] += reshape_scale.rewrite(graph)
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
+    fired["split_matmul"] = split_matmul.rewrite(model.graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)
