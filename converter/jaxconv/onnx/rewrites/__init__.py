@@ -23,6 +23,8 @@ faster without changing the numbers:
   pool layers stay NCHW;
 - ``reshape_chains`` (in ``squeezes``): a Reshape of an Unsqueeze, Squeeze or Reshape as one Reshape of
   the value before them, or that value where the shape comes back to it;
+- ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
+  the leading axes need, the weight's rows reordered instead;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
 - ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
@@ -51,6 +53,7 @@ from jaxconv.onnx.rewrites import (
     broadcasts,
     conv_affine,
     gru,
+    head_merge,
     keepdims,
     layer_norm,
     layout,
@@ -116,6 +119,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
+    fired["head_merge"] = head_merge.rewrite(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)
     fired["tri_masks"] = tri_masks.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
