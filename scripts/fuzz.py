@@ -1,6 +1,6 @@
 """Differential fuzzing: random JAX programs through jaxconv, compared with jax.jit.
 
-    .venv/bin/python scripts/fuzz.py --count 300 --seed 1 --time-budget 240      # what CI runs
+    .venv/bin/python scripts/fuzz.py --count 80 --seed 1 --time-budget 30 -j 2   # what CI runs
     .venv/bin/python scripts/fuzz.py --count 10000 --seed 7 -j 2 -o /tmp/fuzz     # a long run
     .venv/bin/python scripts/fuzz.py --targets onnx,tflite,saved-model --count 50
 

@@ -21,5 +21,5 @@ if [ $# = 0 ] && [ -f conformance/__main__.py ]; then
   .venv/bin/python -m conformance --check -j 2
 fi
 if [ $# = 0 ] && [ -f scripts/fuzz.py ]; then
-  .venv/bin/python scripts/fuzz.py --count 300 --seed 1 --time-budget 240 -j 2 -q
+  .venv/bin/python scripts/fuzz.py --count 80 --seed 1 --time-budget 30 -j 2 -q
 fi
