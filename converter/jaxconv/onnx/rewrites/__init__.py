@@ -18,6 +18,7 @@ faster without changing the numbers:
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
 - ``layer_norm``: a two-pass layer norm over the last axis as the LayerNormalization op (opset 17);
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
+- ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -59,6 +60,7 @@ from jaxconv.onnx.rewrites import (
     layout,
     loops,
     lstm,
+    mask_min,
     matmul_order,
     pooling,
     range_checks,
@@ -113,6 +115,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
+    fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)
