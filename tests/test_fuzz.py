@@ -421,7 +421,9 @@ def test_bfloat16_window_sums_are_known_only_over_two_active_dims():
     assert "window-2d" not in known.program_facts(one)
     assert known.match("reduce_window_add/bf16/value", known.program_facts(two)) is not None
     assert known.match("reduce_window_add/bf16/value", known.program_facts(one)) is None
-    assert known.match("reduce_window_add/f16/value", known.program_facts(two)) is None
+    # float16 too: XLA summed [-255.9, 255.9, -1.451, 1.0] (a 2x2 window) in float16 one add at a time to
+    # -0.375, the artifact in float32 to -0.451 (fuzz seed 41, tests/test_fuzz_regressions_3.py)
+    assert known.match("reduce_window_add/f16/value", known.program_facts(two)) is not None
 
 
 def test_conv_with_an_inf_tap_on_padding_is_named_conv_zeros():

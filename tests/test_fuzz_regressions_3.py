@@ -147,3 +147,35 @@ def test_a_negative_scatter_index_counted_from_the_end_is_a_repeated_index():
     inputs = [np.array([0, 4, -1], np.int32), np.ones(3, np.float16), np.ones(5, np.float16)]
     assert "repeated-index" in known.facts(inputs, program=p)
     assert "repeated-index" not in known.facts([np.array([0, 4, 2], np.int32), *inputs[1:]], program=p)
+
+
+@pytest.mark.xfail(strict=True, reason="rewrites/transposes.py writes a Transpose of size-1 axes as a Reshape to "
+                                       "a shape holding 0 without allowzero=1: onnx.checker fails ('Inferred shape and "
+                                       "existing shape differ in dimension 3: (1) vs (0)')")
+def test_a_transpose_of_size_one_axes_over_a_zero_size_dimension_converts():
+    """Found as transpose/f16/crash and transpose_unit/f64/crash (fuzz seed 41): jnp.transpose of an
+    f16[0,1,1,1] by (3, 1, 2, 0), and of expand_dims(f64[1,0,1], (2, 4)) by (3, 4, 0, 1, 2)."""
+    import jax.numpy as jnp
+
+    from tests.test_fuzz_regressions import assert_exact
+
+    assert_exact(lambda v: jnp.transpose(v, (3, 1, 2, 0)), np.zeros((0, 1, 1, 1), np.float16))
+    assert_exact(lambda v: jnp.transpose(jnp.expand_dims(v, (2, 4)), (3, 4, 0, 1, 2)), np.zeros((1, 0, 1), np.float32))
+
+
+def test_half_float_pooling_sums_are_known_only_over_two_active_window_dims():
+    """sum_pool/f16/value (fuzz seed 41): [-255.9, 255.9, -1.451, 1.0] summed by XLA in float16 one add at a
+    time is -0.375, by the artifact in float32 -0.451 (exact): the window-order row, for 2-D windows only."""
+    from conformance.fuzz import known
+
+    def facts(op, expr):
+        p = infer_types(FuzzProgram(inputs=[0], steps=[Step(op, (0,), expr, 1)], outputs=[1],
+                                    types={0: Value((1, 1, 2, 2), "float16")}))
+        assert p is not None
+        return known.program_facts(p)
+
+    pool = "lax.reduce_window({0}, np.array(0, jnp.float16), lax.add, (1, 1) + %s, (1, 1, 1, 1), 'VALID')"
+    two, one = facts("sum_pool", pool % "(2, 2)"), facts("mean_pool", pool % "(1, 2)" + " / 2")
+    assert two == {"window-2d"} and facts("mean_pool", pool % "(2, 2)" + " / 4") == {"window-2d"} and not one
+    assert known.match("sum_pool/f16/value", two) is not None and known.match("sum_pool/f16/value", one) is None
+    assert known.match("lstm_scan/f32/signed-zero") is not None and known.match("lstm_scan/f32/value") is None

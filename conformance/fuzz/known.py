@@ -64,7 +64,7 @@ CONV_ZEROS = ("0 x inf is NaN: XLA on CPU multiplies a convolution's padding, lh
 ZERO_SIGN_DOT = ("the sign of a zero dot or conv result whose products are all -0 depends on XLA's "
                  "emitter for the shape (f32 [1,3]x[3,3] keeps -0, [2,8]x[8,4] gives +0); ONNX Runtime's "
                  "MatMul and Conv add to +0")
-BF16_WINDOWS = ("XLA on CPU sums a bfloat16 window over 2 or more active dims in a shape-dependent order "
+BF16_WINDOWS = ("XLA on CPU sums a bfloat16 (float16) window over 2 or more active dims in a shape-dependent order "
                 "(row-major for some shapes, column-major or neither for others; measured) and rounds every "
                 "step, so the last bits show it; the artifact folds row-major (exact for 1-D windows)")
 SCATTER_ROUNDING = ("XLA on CPU applies a float16/bfloat16 scatter-add or -multiply's updates to a repeated "
@@ -112,8 +112,11 @@ KNOWN: tuple[Known, ...] = (
     Known("conv/*/overflow-order", SUM_ORDER),
     Known("*/*/conv-zeros", CONV_ZEROS),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
-                                                              "vmap_matvec")),
+                                                              "vmap_matvec", "lstm_scan", "gru_scan")),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
+    *(Known(f"{op}/{dtype}/value", BF16_WINDOWS, frozenset({"window-2d"}))
+      for op in ("sum_pool", "mean_pool") for dtype in ("bf16", "f16")),
+    Known("reduce_window_add/f16/value", BF16_WINDOWS, frozenset({"window-2d"})),
     Known("sinh/f32/inf", SINH_EDGE),
     *(Known(f"div+div/*/{kind}", XLA_DIV_DIV) for kind in ("nan", "inf", "value")),
     *(Known(f"{op}/*/signed-zero", ZERO_TIES)
@@ -163,7 +166,8 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
             found.add("tan-in-loop")
-        if step.op.startswith("reduce_window") and _active_window_dims(step.expr) >= 2:
+        if (step.op.startswith("reduce_window") or step.op in ("sum_pool", "mean_pool")) \
+                and _active_window_dims(step.expr) >= 2:
             found.add("window-2d")
         if "lax.clz(" in step.expr:
             found.add("clz")
@@ -190,6 +194,13 @@ def _index_facts(program: FuzzProgram, inputs: Sequence[np.ndarray]) -> frozense
     return frozenset()
 
 
+class _Count(int):
+    """A window's active dims, unchanged by the division a mean pooling step applies to the window sum."""
+
+    def __truediv__(self, other: object) -> "_Count":
+        return self
+
+
 def _active_window_dims(expr: str) -> int:
     """How many dims a fuzz ``lax.reduce_window`` step's window touches (size, stride or padding)."""
     import jax.numpy as jnp
@@ -200,7 +211,7 @@ def _active_window_dims(expr: str) -> int:
         @staticmethod
         def reduce_window(x: object, init: object, op: object, dims: tuple, strides: tuple, padding: object) -> int:
             pads = [(0, 0)] * len(dims) if padding in ("SAME", "VALID") else list(padding)
-            return sum(1 for d, s, p in zip(dims, strides, pads) if d > 1 or s > 1 or tuple(p) != (0, 0))
+            return _Count(sum(1 for d, s, p in zip(dims, strides, pads) if d > 1 or s > 1 or tuple(p) != (0, 0)))
 
     try:
         return int(eval(expr.format("None"), {"lax": Lax, "np": np, "jnp": jnp}, {}))  # noqa: S307  (our own step)
