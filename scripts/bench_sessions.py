@@ -15,7 +15,8 @@ Settings, joined with ``+``: ``off`` (jaxconv's: no spinning, ``session_options(
 (ORT's default), ``stop`` (``session.force_spinning_stop``: spin during a run, stop after it),
 ``usN`` (``session.intra_op.spin_duration_us``: spin N microseconds before sleeping), ``Nt``
 (N intra-op threads; without it, one per physical core, set explicitly; ``0t`` lets ORT pick the
-count, and then ORT pins its threads to cores).
+count, and then ORT pins its threads to cores), ``dbN`` (``session.dynamic_block_base``: a parallel
+loop's blocks shrink as it runs, from N-th parts of the work).
 The load average is printed with every row: compare settings from one run.
 """
 
@@ -56,8 +57,10 @@ def options(setting: str):
             opts.add_session_config_entry("session.force_spinning_stop", "1")
         elif p.startswith("us") and p[2:].isdigit():
             opts.add_session_config_entry("session.intra_op.spin_duration_us", p[2:])
+        elif p.startswith("db") and p[2:].isdigit() and int(p[2:]) > 0:
+            opts.add_session_config_entry("session.dynamic_block_base", p[2:])
         elif p not in ("off", "spin") and not (p.endswith("t") and p[:-1].isdigit()):
-            raise ValueError(f"setting {setting!r}: unknown part {p!r} (off, spin, stop, usN, Nt)")
+            raise ValueError(f"setting {setting!r}: unknown part {p!r} (off, spin, stop, usN, dbN, Nt)")
     return opts
 
 

@@ -35,10 +35,11 @@ def test_spin_parts_set_ort_config_entries():
     assert _entry(opts, "session.intra_op.spin_duration_us") == "100"
     assert opts.intra_op_num_threads == 2
     assert bench_sessions.options("off+0t").intra_op_num_threads == 0
+    assert _entry(bench_sessions.options("off+db4"), "session.dynamic_block_base") == "4"
 
 
 @pytest.mark.parametrize("setting, message", [("spin+foo", "unknown part 'foo'"), ("off+spin", "exactly one"),
-                                              ("stop", "exactly one")])
+                                              ("stop", "exactly one"), ("off+db0", "unknown part 'db0'")])
 def test_bad_settings_are_refused(setting, message):
     with pytest.raises(ValueError, match=message):
         bench_sessions.options(setting)
