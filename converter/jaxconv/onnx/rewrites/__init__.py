@@ -22,6 +22,7 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
+- ``strided_slices``: ``x[..., ::2]`` and ``x[..., 1::2]`` (interleaved rotary embeddings) as one Split of pairs;
 - ``reshape_chains`` (in ``squeezes``): a Reshape of an Unsqueeze, Squeeze or Reshape as one Reshape of
   the value before them, or that value where the shape comes back to it;
 - ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
@@ -69,6 +70,7 @@ from jaxconv.onnx.rewrites import (
     softmax,
     split_matmul,
     squeezes,
+    strided_slices,
     sum_pool,
     symbolic,
     transposes,
@@ -121,6 +123,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["gru"] = gru.rewrite(model.graph)
     fired["scan"] = loops.to_scan(model.graph)
     fired["layout"] = layout.rewrite(model.graph)
+    fired["strided_slices"] = strided_slices.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["head_merge"] = head_merge.rewrite(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)

@@ -127,30 +127,45 @@ def _lift(graph: ir.Graph, unsqueeze: ir.Node) -> int:
 def reshape_chains(graph: ir.Graph) -> int:
     """``Reshape(Unsqueeze|Squeeze|Reshape(x))`` as one ``Reshape(x)``, and as ``x`` itself where the shape
     comes back to ``x``'s (a vmapped layer's added batch axis, once the layout rule has moved the
-    Transposes that stood between them); in ``graph`` and its subgraphs. Returns how many."""
-    return m.count_everywhere(graph, "Reshape", _reshape_chain)
+    Transposes that stood between them); an Unsqueeze or Squeeze of a known shape the same, and a
+    unary op between two such steps run on ``x`` (a rotary embedding's Neg); in ``graph`` and its
+    subgraphs. Returns how many."""
+    return sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze"))
+
+
+_UNARY = frozenset({"Neg", "Abs", "Relu", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Erf", "Not", "Identity"})
 
 
 def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
     out = node.outputs[0]
+    static = out.shape is not None and out.shape.is_static()
+    between = m.producer(node.inputs[0], *_UNARY)
+    if between is not None:
+        if not static or len(between.outputs[0].uses()) != 1 or between.outputs[0].is_graph_output():
+            return 0
+        inner = m.producer(between.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
+        if inner is None or inner.inputs[0] is None or len(between.inputs) != 1:
+            return 0
+        shape = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
+        reshaped = ir.node("Reshape", [inner.inputs[0], shape.outputs[0]])
+        op = ir.node(between.op_type, [reshaped.outputs[0]], dict(between.attributes))
+        m.replace(graph, out, [shape, reshaped, op], node)
+        return 1
     inner = m.producer(node.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
-    if inner is None or inner.inputs[0] is None or len(node.inputs) < 2:
+    if inner is None or inner.inputs[0] is None:
         return 0
     x = inner.inputs[0]
-    shape = m.const(node.inputs[1])
+    shape = m.const(node.inputs[1]) if node.op_type == "Reshape" and len(node.inputs) > 1 else None
     if shape is not None and (m.attr(node, "allowzero", 0) == 1 or not np.any(shape == 0)):
         target = node.inputs[1]  # no dimension copied from the input: the same shape from ``x``
-        zeros = bool(np.any(shape == 0))
-    elif out.shape is not None and out.shape.is_static():
-        dims = np.asarray(out.shape.numpy(), np.int64)
-        c = ir.node("Constant", [], {"value": ir.tensor(dims)})
+    elif static:
+        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
         graph.insert_before(node, c)
-        target, zeros = c.outputs[0], bool(np.any(dims == 0))
+        target = c.outputs[0]
     else:
         return 0
     if x.shape is not None and x.shape.is_static() and x.shape == out.shape and not out.is_graph_output():
         out.replace_all_uses_with(x)
         return 1
-    # a 0 in the shape is a size 0, not "copy the input's dimension", only with allowzero
-    m.replace(graph, out, ir.node("Reshape", [x, target], {"allowzero": 1} if zeros else {}), node)
+    m.replace(graph, out, ir.node("Reshape", [x, target]), node)
     return 1
