@@ -246,3 +246,22 @@ def test_one_symbolic_dimension_read_for_another(tmp_path):
     report = jaxconv.check(path, two_means, "f32[b]", "f32[c]")
     assert not report.ok, report.table()
     assert [r.inputs for r in report.rows if not r.ok] == ["random"]
+
+
+def test_a_cancellation_s_zero_sign_is_noted_not_a_mismatch(tmp_path):
+    """spatial_mean/f64/signed-zero (fuzz seed 51): the mean of [1, 1, 1, 1.3e154, -1.3e154, -2.2e-308] is
+    -0.0 in jax.jit and +0.0 in the artifact, each from its order of adding; one rounding step on the inputs
+    moves jax.jit's result by 1e138, so the zero's sign is the order's, not the program's."""
+    x = np.array([1.0, 1.0, 1.0, 1.3407807929942596e154, -1.3407807929942596e154, -2.2250738585072014e-308])
+    x = x.reshape(1, 1, 3, 2)
+
+    def mean(v):
+        return jnp.mean(v, axis=(2, 3))
+
+    with jax.enable_x64(True):
+        path = _convert(tmp_path, mean, "f64[1,1,3,2]")
+        report = jaxconv.check(path, mean, "f64[1,1,3,2]", inputs=[x])
+        expected = np.asarray(jax.jit(mean)(x))
+    assert expected[0, 0] == 0 and np.signbit(expected[0, 0])
+    (given,) = [r for r in report.rows if r.inputs == "given"]
+    assert given.ok and "zero signs differ where jax.jit moves" in given.note, report.table()

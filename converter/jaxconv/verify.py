@@ -558,7 +558,8 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
                 arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
                 actual: Sequence[np.ndarray]) -> list[tuple[OutputCheck, np.ndarray | None]]:
     """Zeros of the other sign than jax.jit's (``1 / x`` is then the other infinity) as a mismatch, unless
-    the program has an op after which XLA leaves a zero's sign open (a note then), flushing subnormal
+    the program has an op after which XLA leaves a zero's sign open (a note then), jax.jit's value there
+    moves when the inputs move by one rounding step (a cancellation's zero: a note), flushing subnormal
     inputs removes the difference, or JAX run op by op has the artifact's signs (undecided)."""
     masks = {i: m for i, (row, cls) in enumerate(rows)
              if row.ok and (m := _zero_sign_mask(expected[i], actual[i], cls)) is not None}
@@ -573,6 +574,14 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
             note = f"{int(m.sum())} zero signs differ ({ZERO_SIGN_NOTE}; {why})"
             out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
         return out
+    spread = spread_outputs(fn, arg_specs, flat, expected)
+    moving: dict[int, int] = {}
+    for i in list(masks):  # a zero that moves when the inputs move by one rounding step is a cancellation's
+        s_i = spread[i] if spread is not None else None
+        if s_i is not None and np.shape(s_i)[:masks[i].ndim] == masks[i].shape:
+            moves = (s_i > 0).any(axis=-1) if s_i.ndim > masks[i].ndim else s_i > 0
+            moving[i] = int((masks[i] & moves).sum())
+            masks[i] = masks[i] & ~moves
     flushed = flush_subnormals(flat)
     if flushed is not None:
         try:
@@ -583,9 +592,14 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
                 masks[i] = masks[i] & ~(same.all(axis=-1) if same.ndim > masks[i].ndim else same)
         except Exception:  # noqa: BLE001  (no explanation then)
             pass
-    eager = eager_outputs(fn, arg_specs, flat)
+    eager = eager_outputs(fn, arg_specs, flat) if any(m.any() for m in masks.values()) else None
     for i, m in masks.items():
         if not m.any():
+            if moving.get(i):
+                row, cls = rows[i]
+                note = (f"{moving[i]} zero signs differ where jax.jit moves when the inputs move by one rounding "
+                        f"step (a cancellation: its sign is not the program's)")
+                out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
             continue
         row, cls = rows[i]
         cls = cls.copy() if cls is not None else cls
