@@ -118,6 +118,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
     fired["mask_min"] = mask_min.rewrite(model.graph)
+    for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
+        fired["unit_scale"] += unit_scale.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)

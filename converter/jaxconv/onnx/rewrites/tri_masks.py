@@ -29,6 +29,9 @@ _BINARY = {
 }
 
 
+_UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": np.abs}
+
+
 def rewrite(graph: ir.Graph) -> int:
     """Rewrite the triangle-filling Wheres of ``graph`` and its subgraphs; returns how many."""
     return m.count_everywhere(graph, "Where", _one)
@@ -42,7 +45,7 @@ def _static(value: ir.Value | None) -> tuple[int, ...] | None:
 
 def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     """``value``'s content when it is computed from constants only by elementwise arithmetic, comparisons,
-    logic, Where, Casts and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose); else None."""
+    logic, Where, Casts and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
     arr = m.const(value)
     if arr is not None or value is None or depth > 16:
         return arr
@@ -60,15 +63,19 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
                 out = x
             elif op == "Cast":
                 out = x.astype(ir.DataType(m.attr(node, "to")).numpy())
-            elif op == "Not":
-                out = np.logical_not(x)
+            elif op in _UNARY:
+                out = np.asarray(_UNARY[op](x))
             elif op == "Transpose":
                 perm = m.attr(node, "perm")
                 out = np.transpose(x, None if perm is None else [int(p) for p in perm])
+            elif op == "Slice" and 3 <= len(args) and all(a is not None for a in args[1:]):
+                out = _slice(x, args[1:])
             elif op in ("Unsqueeze", "Squeeze", "Reshape", "Expand"):
                 out = _shape_op(node, x, args[1] if len(args) > 1 else None)
             elif op == "Where" and len(args) == 3 and args[1] is not None and args[2] is not None:
                 out = np.where(x, args[1], args[2])
+            elif op in ("Min", "Max") and any(a.dtype.kind == "f" and np.isnan(a).any() for a in args if a is not None):
+                return None  # ORT's and numpy's NaN rules for Min/Max need not agree
             elif op in _BINARY and len(args) == 2 and args[1] is not None and args[1].dtype == x.dtype:
                 out = np.asarray(_BINARY[op](x, args[1]))
             else:
@@ -103,6 +110,16 @@ def _shape_op(node: ir.Node, x: np.ndarray, arg: np.ndarray | None) -> np.ndarra
     if int(np.prod(shape)) > MAX_MASK_ELEMENTS:
         return None
     return np.broadcast_to(x, shape)
+
+
+def _slice(x: np.ndarray, args: list[np.ndarray]) -> np.ndarray:
+    starts, ends = (np.atleast_1d(a).astype(np.int64) for a in args[:2])
+    axes = np.atleast_1d(args[2]).astype(np.int64) if len(args) > 2 else np.arange(starts.size)
+    steps = np.atleast_1d(args[3]).astype(np.int64) if len(args) > 3 else np.ones(starts.size, np.int64)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        index[a % x.ndim] = slice(*slice(s, e, st).indices(x.shape[a % x.ndim]))
+    return x[tuple(index)]
 
 
 def _unsqueezed(shape: tuple[int, ...], axes: list[int]) -> list[int]:

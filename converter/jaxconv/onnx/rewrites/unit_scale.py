@@ -1,8 +1,10 @@
 """A float Mul by a constant of ones that only broadcasts, dropped where its readers broadcast anyway.
 
 ``x * 1`` is ``x`` for every float (NaN, infinities and -0 included); onnxscript drops such a Mul
-when the shapes agree. A LayerNorm whose scale is all ones (Flax's initial ``scale``, or a norm
-with ``use_scale`` folded to ones) multiplies ``rsqrt(var)`` of shape ``[..., 1]`` by a ``[d]``
+when the shapes agree and the ones are a scalar, this rule for ones of any shape that does not
+broadcast ``x``, computed from constants too (Hugging Face BERT's head mask of ones, [h, 1, 1, 1],
+between two Transposes of its probabilities). A LayerNorm whose scale is all ones (Flax's initial
+``scale``, or a norm with ``use_scale`` folded to ones) multiplies ``rsqrt(var)`` of shape ``[..., 1]`` by a ``[d]``
 constant, so the Mul also broadcasts; it goes when each reader is an elementwise op whose result
 keeps its shape with ``x`` in its place.
 """
@@ -13,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import tri_masks
 
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
 
@@ -34,12 +37,13 @@ def _drop(mul: ir.Node) -> int:
         return 0
     for k in (0, 1):
         x, ones = mul.inputs[k], mul.inputs[1 - k]
-        arr = m.folded(ones)
+        arr = tri_masks.evaluate(ones)  # a constant, or ones computed from constants (a head mask)
         if x is None or arr is None or arr.dtype.kind != "f" or not np.all(arr == 1):
             continue
         if x.type is None or out.type is None or x.type != out.type:
             continue
-        if all(_keeps_shape(use.node, use.idx, x) for use in out.uses()):
+        same = _static(x) is not None and _static(x) == _static(out)  # no broadcast at all
+        if same or all(_keeps_shape(use.node, use.idx, x) for use in out.uses()):
             out.replace_all_uses_with(x)
             return 1
     return 0
