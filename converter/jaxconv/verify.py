@@ -20,9 +20,10 @@ elements NaN in the artifact where jax.jit has a number but JAX run op by op (``
 NaN too (XLA's fused code drops NaN there, as in a Conv, ReLU and sum pooling fused together).
 
 Zero signs count: a zero of the other sign than jax.jit's is a mismatch (``1 / x`` is then the other
-infinity), unless the program has an op after which XLA leaves the sign open (``ZERO_SIGN_OPS``: a
-note), flushing subnormal inputs removes it, or JAX run op by op has the artifact's sign (undecided).
-The float64 reference is the traced program with its inputs, closed-over constants and literals
+infinity), unless the target's kernels are not jaxconv's (a note), the program has an op after which
+XLA leaves the sign open (``ZERO_SIGN_OPS``: a note), jax.jit's value moves when the inputs move by one
+rounding step (a cancellation: a note), flushing subnormal inputs removes it, or JAX run op by op has
+the artifact's sign (undecided). The float64 reference is the traced program with its inputs, closed-over constants and literals
 widened (``jit_reference.wide_call``).
 """
 
@@ -558,7 +559,8 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
                 arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
                 actual: Sequence[np.ndarray]) -> list[tuple[OutputCheck, np.ndarray | None]]:
     """Zeros of the other sign than jax.jit's (``1 / x`` is then the other infinity) as a mismatch, unless
-    the program has an op after which XLA leaves a zero's sign open (a note then), jax.jit's value there
+    the artifact runs on kernels jaxconv does not write (TF targets: a note), the program has an op after
+    which XLA leaves a zero's sign open (a note then), jax.jit's value there
     moves when the inputs move by one rounding step (a cancellation's zero: a note), flushing subnormal
     inputs removes the difference, or JAX run op by op has the artifact's signs (undecided)."""
     masks = {i: m for i, (row, cls) in enumerate(rows)
@@ -566,12 +568,14 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
     if not masks:
         return rows
     out = list(rows)
-    ops = nan_dropping_ops(fn, arg_specs, flat, ZERO_SIGN_OPS)
+    kind = getattr(runner, "kind", "")
+    ops = None if kind in FOREIGN_KERNELS else nan_dropping_ops(fn, arg_specs, flat, ZERO_SIGN_OPS)
     if ops is None or ops:
-        why = f"the program has {', '.join(sorted(ops))}" if ops else "the program could not be traced"
+        why = (f"computed by {FOREIGN_KERNELS[kind]}, which jaxconv does not control" if kind in FOREIGN_KERNELS
+               else f"the program has {', '.join(sorted(ops))}" if ops else "the program could not be traced")
         for i, m in masks.items():
             row, cls = rows[i]
-            note = f"{int(m.sum())} zero signs differ ({ZERO_SIGN_NOTE}; {why})"
+            note = f"{int(m.sum())} zero signs differ ({why if kind in FOREIGN_KERNELS else ZERO_SIGN_NOTE + '; ' + why})"
             out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
         return out
     spread = spread_outputs(fn, arg_specs, flat, expected)
