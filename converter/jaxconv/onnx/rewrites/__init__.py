@@ -16,7 +16,8 @@ faster without changing the numbers:
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
 - ``unit_scale``: a Mul by ones that only broadcasts dropped where its readers broadcast anyway;
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
-- ``layer_norm``: a two-pass layer norm over the last axis as the LayerNormalization op (opset 17);
+- ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
+  LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
