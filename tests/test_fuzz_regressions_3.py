@@ -179,3 +179,22 @@ def test_half_float_pooling_sums_are_known_only_over_two_active_window_dims():
     assert two == {"window-2d"} and facts("mean_pool", pool % "(2, 2)" + " / 4") == {"window-2d"} and not one
     assert known.match("sum_pool/f16/value", two) is not None and known.match("sum_pool/f16/value", one) is None
     assert known.match("lstm_scan/f32/signed-zero") is not None and known.match("lstm_scan/f32/value") is None
+
+
+def test_a_where_over_a_zero_size_plane_converts():
+    """Found as conv+where+convert_bf16_i16/bf16/crash (fuzz seed 1, the CI sample): a Where over a [1,1,2,0]
+    plane crashed tri_masks ('cannot reshape array of size 0 into shape (2,0)')."""
+    import jax.numpy as jnp
+    import ml_dtypes
+    from jax import lax
+
+    from tests.test_fuzz_regressions import assert_exact
+
+    def f(v1, v2, v4, v5):
+        v3 = lax.conv_general_dilated(v1, v2, window_strides=(1, 2), padding=[(0, 0), (0, 1)], lhs_dilation=(1, 2),
+                                      rhs_dilation=(1, 2), feature_group_count=1)
+        return jnp.where(v5, v3, v4).astype(jnp.int16)
+
+    bf16 = ml_dtypes.bfloat16
+    assert_exact(f, np.full((1, 1, 1, 1), -1.27, bf16), np.full((1, 1, 1, 1), 1.79, bf16), np.zeros((1, 1, 2, 0), bf16),
+                 np.zeros((1, 1, 2, 0), bool))

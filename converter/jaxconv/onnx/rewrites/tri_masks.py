@@ -179,8 +179,8 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if len(axes) < 2:
         return 0
     rows, cols = axes[-2], axes[-1]  # the matrix: the last two axes of x that are not 1
-    if keep.shape[rows] != shape[rows] or keep.shape[cols] != shape[cols]:
-        return 0
+    if keep.shape[rows] != shape[rows] or keep.shape[cols] != shape[cols] or 0 in shape:
+        return 0  # (an empty plane has no triangle to find)
     plane = np.moveaxis(keep, (rows, cols), (-2, -1)).reshape(-1, shape[rows], shape[cols])
     if not (plane == plane[:1]).all():
         return 0  # the same triangle for every batch and head
