@@ -146,8 +146,9 @@ def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
         inner = m.producer(between.inputs[0], "Unsqueeze", "Squeeze", "Reshape")
         if inner is None or inner.inputs[0] is None or len(between.inputs) != 1:
             return 0
-        shape = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
-        reshaped = ir.node("Reshape", [inner.inputs[0], shape.outputs[0]])
+        dims = np.asarray(out.shape.numpy(), np.int64)
+        shape = ir.node("Constant", [], {"value": ir.tensor(dims)})
+        reshaped = ir.node("Reshape", [inner.inputs[0], shape.outputs[0]], _allowzero(dims))
         op = ir.node(between.op_type, [reshaped.outputs[0]], dict(between.attributes))
         m.replace(graph, out, [shape, reshaped, op], node)
         return 1
@@ -157,9 +158,10 @@ def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
     x = inner.inputs[0]
     shape = m.const(node.inputs[1]) if node.op_type == "Reshape" and len(node.inputs) > 1 else None
     if shape is not None and (m.attr(node, "allowzero", 0) == 1 or not np.any(shape == 0)):
-        target = node.inputs[1]  # no dimension copied from the input: the same shape from ``x``
+        target, dims = node.inputs[1], shape  # no dimension copied from the input: the same shape from ``x``
     elif static:
-        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(out.shape.numpy(), np.int64))})
+        dims = np.asarray(out.shape.numpy(), np.int64)
+        c = ir.node("Constant", [], {"value": ir.tensor(dims)})
         graph.insert_before(node, c)
         target = c.outputs[0]
     else:
@@ -167,5 +169,10 @@ def _reshape_chain(graph: ir.Graph, node: ir.Node) -> int:
     if x.shape is not None and x.shape.is_static() and x.shape == out.shape and not out.is_graph_output():
         out.replace_all_uses_with(x)
         return 1
-    m.replace(graph, out, ir.node("Reshape", [x, target]), node)
+    m.replace(graph, out, ir.node("Reshape", [x, target], _allowzero(dims)), node)
     return 1
+
+
+def _allowzero(dims: np.ndarray) -> dict[str, int]:
+    """A Reshape's attributes: a 0 in its shape is a size 0, not "copy the input's dimension", only with allowzero."""
+    return {"allowzero": 1} if bool(np.any(np.asarray(dims) == 0)) else {}
