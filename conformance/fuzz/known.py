@@ -101,7 +101,7 @@ KNOWN: tuple[Known, ...] = (
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
                  "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
-                 "vmap_matvec")
+                 "vmap_matvec", "lstm_scan", "gru_scan")
       for kind in ("value", "nan", "inf")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
