@@ -53,10 +53,14 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     if node is None or not node.inputs or node.inputs[0] is None:
         return None
     op = node.op_type
-    args = [evaluate(v, depth + 1) if v is not None else None for v in node.inputs]
-    if args[0] is None:
-        return None
+    args: list[np.ndarray | None] = []
+    for v in node.inputs:  # stop at the first input that is not constant: the result is not either
+        args.append(evaluate(v, depth + 1) if v is not None else None)
+        if v is not None and args[-1] is None:
+            return None
     x = args[0]
+    if x is None:
+        return None
     try:
         with np.errstate(all="ignore"):
             if op == "Identity":
