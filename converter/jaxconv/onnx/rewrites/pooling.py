@@ -8,7 +8,8 @@ everywhere and the guard returns P unchanged, so
     If(IsNaN(s - s), then: the guard, else: P)     with s = ReduceSum(x)
 
 gives the same values and, on finite inputs, skips the guard (one reduction instead of a MaxPool
-and six elementwise passes).
+and six elementwise passes). Where only the guard reads P, each branch computes its own MaxPool, so
+the plain branch is the pool itself rather than a copy of P.
 """
 
 from __future__ import annotations
@@ -112,13 +113,20 @@ def _rewrite(graph: ir.Graph, out: ir.Node) -> bool:
     total = ir.node("ReduceSum", [x], {"keepdims": 0})
     diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
     bad = ir.node("IsNaN", [diff.outputs[0]])
+    graph.insert_before(plain, [total, diff, bad])
+    pool_out = plain.outputs[0]
+    if not pool_out.is_graph_output() and all(id(u.node) in inside for u in pool_out.uses()):
+        guard.insert(0, plain)  # only the guard reads the plain pool: each branch pools for itself
+        plain_branch = ir.node("MaxPool", [x], {a.name: a for a in plain.attributes.values()})
+    else:
+        plain_branch = ir.node("Identity", [pool_out])
+    anchor = plain if plain_branch.op_type == "Identity" else bad
     for node in guard:
         graph.remove(node)
-    keep = ir.node("Identity", [plain.outputs[0]])
     then_branch = ir.Graph([], [result], nodes=guard, name="pool_guard")
-    else_branch = ir.Graph([], [keep.outputs[0]], nodes=[keep], name="pool_plain")
+    else_branch = ir.Graph([], [plain_branch.outputs[0]], nodes=[plain_branch], name="pool_plain")
     branch = ir.node("If", [bad.outputs[0]], {"then_branch": then_branch, "else_branch": else_branch})
-    graph.insert_after(plain, [total, diff, bad, branch])
+    graph.insert_after(anchor, [branch])
     new = branch.outputs[0]
     new.type, new.shape = result.type, result.shape
     name = result.name
