@@ -50,4 +50,6 @@ def test_reference_holds_one_copy_of_the_weights_where_jax_jit_embeds_several():
     embedded = _peak_growth("jax.jit(predict)(x).block_until_ready()")
     hoisted = _peak_growth("verify.reference_outputs(predict, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])")
     assert embedded > 2.0  # the executable's constants: what the reference no longer holds
-    assert hoisted < 1.5  # the constants' device copy (numpy buffers not 64-byte aligned) and compiling
+    # numpy's big buffers are not 64-byte aligned: jax copied them whole (0.9-1.1x); jit_borrow rebuilds
+    # one layer at a time inside the program (0.5x)
+    assert hoisted < 0.6
