@@ -69,26 +69,8 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
         node = ir.node("Where", [cond, inf, f] if keep_when_true else [cond, f, inf])
         graph.insert_before(where, node)
         bound = masks[key] = node.outputs[0]
-    total = ir.node("ReduceSum", [x], {"keepdims": 0})
-    diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
-    bad = ir.node("IsNaN", [diff.outputs[0]])
-    graph.insert_before(where, [total, diff, bad])
-    graph.remove(where)
+    test = m.non_finite_test(x)
+    graph.insert_before(where, test)
     fast = ir.node("Min", [x, bound])
-    then_branch = ir.Graph([], [result], nodes=[where], name="mask_where")
-    else_branch = ir.Graph([], [fast.outputs[0]], nodes=[fast], name="mask_min")
-    branch = ir.node("If", [bad.outputs[0]], {"then_branch": then_branch, "else_branch": else_branch})
-    graph.insert_after(bad, branch)
-    new = branch.outputs[0]
-    new.type, new.shape = result.type, result.shape
-    fast.outputs[0].type, fast.outputs[0].shape = result.type, result.shape
-    out_index = next((i for i, v in enumerate(graph.outputs) if v is result), None)
-    name = result.name
-    for use in list(result.uses()):
-        if use.node.graph is not then_branch:
-            use.node.replace_input_with(use.idx, new)
-    if out_index is not None:
-        graph.outputs[out_index] = new
-    result.name = f"{name}_where" if name else None
-    new.name = name
+    m.branch_on(graph, test[-1].outputs[0], result, [where], fast, test[-1], ("mask_where", "mask_min"))
     return 1

@@ -109,34 +109,16 @@ def _rewrite(graph: ir.Graph, out: ir.Node) -> bool:
         for o in node.outputs:
             if o is not result and (o.is_graph_output() or any(id(u.node) not in inside for u in o.uses())):
                 return False
-    out_index = next((i for i, v in enumerate(graph.outputs) if v is result), None)
-    total = ir.node("ReduceSum", [x], {"keepdims": 0})
-    diff = ir.node("Sub", [total.outputs[0], total.outputs[0]])
-    bad = ir.node("IsNaN", [diff.outputs[0]])
-    graph.insert_before(plain, [total, diff, bad])
+    test = m.non_finite_test(x)
+    graph.insert_before(plain, test)
     pool_out = plain.outputs[0]
     if not pool_out.is_graph_output() and all(id(u.node) in inside for u in pool_out.uses()):
         guard.insert(0, plain)  # only the guard reads the plain pool: each branch pools for itself
-        plain_branch = ir.node("MaxPool", [x], {a.name: a for a in plain.attributes.values()})
+        fast = ir.node("MaxPool", [x], {a.name: a for a in plain.attributes.values()})
     else:
-        plain_branch = ir.node("Identity", [pool_out])
-    anchor = plain if plain_branch.op_type == "Identity" else bad
-    for node in guard:
-        graph.remove(node)
-    then_branch = ir.Graph([], [result], nodes=guard, name="pool_guard")
-    else_branch = ir.Graph([], [plain_branch.outputs[0]], nodes=[plain_branch], name="pool_plain")
-    branch = ir.node("If", [bad.outputs[0]], {"then_branch": then_branch, "else_branch": else_branch})
-    graph.insert_after(anchor, [branch])
-    new = branch.outputs[0]
-    new.type, new.shape = result.type, result.shape
-    name = result.name
-    for use in list(result.uses()):
-        if use.node.graph is not then_branch:
-            use.node.replace_input_with(use.idx, new)
-    if out_index is not None:
-        graph.outputs[out_index] = new
-    result.name = f"{name}_guarded" if name else None
-    new.name = name
+        fast = ir.node("Identity", [pool_out])
+    anchor = plain if fast.op_type == "Identity" else test[-1]
+    m.branch_on(graph, test[-1].outputs[0], result, guard, fast, anchor, ("pool_guard", "pool_plain"))
     return True
 
 
