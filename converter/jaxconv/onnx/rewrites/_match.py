@@ -245,3 +245,17 @@ def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.
     result.name = f"{name}_{names[0]}" if name else None
     new.name = name
     return new
+
+
+def new_initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
+    """``arr`` as an initializer of ``graph`` named ``name`` (``name_1``, ... when taken)."""
+    taken = graph.initializers
+    k, fresh = 0, name
+    while fresh in taken:
+        k += 1
+        fresh = f"{name}_{k}"
+    value = ir.Value(name=fresh, const_value=ir.tensor(np.ascontiguousarray(arr)))
+    value.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
+    value.shape = ir.Shape(arr.shape)
+    graph.register_initializer(value)
+    return value

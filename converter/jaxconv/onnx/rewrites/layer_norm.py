@@ -276,9 +276,9 @@ def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, cha
         last, bias = found
         out = last.outputs[0]
     x = _residual_as_sum(graph, x, {id(n) for n in chain + [norm]})
-    inputs = [x, _initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
+    inputs = [x, m.new_initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
     if bias is not None:
-        inputs.append(_initializer(graph, bias, f"{x.name or 'x'}_ln_bias"))
+        inputs.append(m.new_initializer(graph, bias, f"{x.name or 'x'}_ln_bias"))
     m.replace(graph, out, ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps}), last)
     return 1
 
@@ -300,16 +300,3 @@ def _residual_as_sum(graph: ir.Graph, x: ir.Value, norm: set[int]) -> ir.Value:
     m.replace(graph, x, total, add)
     graph.remove(add, safe=True)
     return total.outputs[0]
-
-
-def _initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
-    taken = graph.initializers
-    k, fresh = 0, name
-    while fresh in taken:
-        k += 1
-        fresh = f"{name}_{k}"
-    value = ir.Value(name=fresh, const_value=ir.tensor(np.ascontiguousarray(arr)))
-    value.type = ir.TensorType(ir.DataType.FLOAT)
-    value.shape = ir.Shape(arr.shape)
-    graph.register_initializer(value)
-    return value

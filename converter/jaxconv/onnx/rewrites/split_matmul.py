@@ -53,19 +53,6 @@ def _split(graph: ir.Graph, split: ir.Node) -> int:
     for size, part in zip(sizes, split.outputs):
         block = np.ascontiguousarray(arr[:, start:start + size])
         start += size
-        weight = _initializer(graph, block, f"{w.name or 'w'}_cols{start - size}")
+        weight = m.new_initializer(graph, block, f"{w.name or 'w'}_cols{start - size}")
         m.replace(graph, part, ir.node("MatMul", [x, weight]), split)
     return 1
-
-
-def _initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
-    taken = graph.initializers
-    k, fresh = 0, name
-    while fresh in taken:
-        k += 1
-        fresh = f"{name}_{k}"
-    value = ir.Value(name=fresh, const_value=ir.tensor(arr))
-    value.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
-    value.shape = ir.Shape(arr.shape)
-    graph.register_initializer(value)
-    return value
