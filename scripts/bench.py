@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,14 +28,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "converter"))
 sys.path.insert(0, HERE)
 
 import bench_models  # noqa: E402
+
+from jaxconv import benchmark  # noqa: E402
+from jaxconv.benchmark import alternate, machine, ort_call, ort_session  # noqa: E402,F401  (bench_sessions, bench_zoo)
 
 CONTENDERS = ("ort", "ort 1t", "ort spin", "ort plain", "jax2onnx", "tflite")
 
@@ -61,51 +60,6 @@ class Row:
     rss_mb: float | None = None
     load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before, after
     notes: list[str] = field(default_factory=list)
-
-
-def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float,
-              cpu: dict[str, float] | None = None) -> dict[str, float]:
-    """Median seconds per call of each function, calling them in turn (rotating the order).
-
-    Args:
-        cpu: when given, filled with each function's median process CPU seconds per call (all
-            threads of the process: jax.jit's and ORT's pools included). On a busy machine the
-            CPU time moves far less than the wall time, so it compares graph forms there.
-    """
-    names = list(fns)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    cpus: dict[str, list[float]] = {n: [] for n in names}
-    start = time.perf_counter()
-    for i in range(iters):
-        order = names[i % len(names):] + names[:i % len(names)]
-        for n in order:
-            c, t = time.process_time(), time.perf_counter()
-            fns[n]()
-            times[n].append(time.perf_counter() - t)
-            cpus[n].append(time.process_time() - c)
-        if i >= 4 and time.perf_counter() - start > budget_s:
-            break
-    if cpu is not None:
-        cpu.update({n: statistics.median(v) for n, v in cpus.items()})
-    return {n: statistics.median(v) for n, v in times.items()}
-
-
-def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | None = None):
-    import onnxruntime as ort
-
-    from jaxconv.runtimes.onnxrt import session_options
-
-    opts = session_options(threads, spinning)
-    if profile:
-        opts.enable_profiling = True
-        opts.profile_file_prefix = profile
-        opts.optimized_model_filepath = profile + ".optimized.onnx"
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-
-
-def ort_call(session: Any, inputs: tuple[np.ndarray, ...]) -> Callable[[], Any]:
-    feed = {i.name: a for i, a in zip(session.get_inputs(), inputs)}
-    return lambda: session.run(None, feed)
 
 
 def jax2onnx_model(m: bench_models.Model) -> Any | None:
@@ -205,27 +159,12 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
             fns["tflite"] = tflite_call(m)
         except Exception as e:
             row.notes.append(f"tflite: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
-    for name, fn in list(fns.items()):  # warm up; a contender that fails to run is dropped with a note
-        try:
-            for _ in range(2):
-                fn()
-        except Exception as e:
-            row.notes.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
-            del fns[name]
+    benchmark.warm_up(fns, row.notes)  # a contender that fails to run is dropped with a note
     iters, budget = (7, 2.0) if args.quick else (args.iters, args.budget)
-    cpu: dict[str, float] = {}
-    med = alternate(fns, iters, budget * len(fns), cpu)
-    row.cpu_ms = {name: s * 1e3 for name, s in cpu.items()}
-    row.jax_ms = med.pop("jax") * 1e3
-    for name, s in med.items():
-        row.ms[name] = s * 1e3
-        row.ratio[name] = s * 1e3 / row.jax_ms
+    rotation = benchmark.rotate(fns, iters, budget * len(fns))
+    row.jax_ms, row.ms, row.ratio, row.cpu_ms = rotation.jax_ms, rotation.ms, rotation.ratio, rotation.cpu_ms
     # ORT's own defaults (spinning on) beside jax.jit, in a rotation of their own
-    spin = ort_call(ort_session(source, None, True), m.inputs)
-    spin()
-    med = alternate({"jax": fns["jax"], "ort spin": spin}, iters, budget * 2)
-    row.ms["ort spin"] = med["ort spin"] * 1e3
-    row.ratio["ort spin"] = med["ort spin"] / med["jax"]
+    row.ms["ort spin"], row.ratio["ort spin"] = benchmark.spin_ratio(fns["jax"], source, m.inputs, iters, budget * 2)
     if args.profile:
         profile(source, m, os.path.join(args.profile, m.name))
     if not args.no_cli:
@@ -252,26 +191,11 @@ def _without_rewrites(m: bench_models.Model) -> Any:
 
 def profile(source: Any, m: bench_models.Model, prefix: str, top: int = 8) -> None:
     """Write ORT's profile and optimized graph under ``prefix`` and print the dominant kernels."""
-    import json
-
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    session = ort_session(source, 1, False, profile=prefix)
-    run = ort_call(session, m.inputs)
-    for _ in range(10):
-        run()
-    trace = session.end_profiling()
-    totals: dict[str, float] = {}
-    for ev in json.load(open(trace)):
-        if ev.get("cat") == "Node" and ev["name"].endswith("_kernel_time"):
-            op = ev.get("args", {}).get("op_name", "?")
-            totals[op] = totals.get(op, 0.0) + ev["dur"]
-    whole = sum(totals.values()) or 1.0
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
-    print(f"  profile {m.name} (1 thread, {trace}): " + ", ".join(f"{k} {v / whole:.0%}" for k, v in ranked), file=sys.stderr)
+    trace, ranked = benchmark.kernel_profile(source, m.inputs, prefix, top=top)
+    print(f"  profile {m.name} (1 thread, {trace}): " + ", ".join(f"{k} {v:.0%}" for k, v in ranked), file=sys.stderr)
 
 
-def _fmt(x: float | None, spec: str = ".2f") -> str:
-    return "–" if x is None or x != x else format(x, spec)
+_fmt = benchmark.fmt
 
 
 def cpu_ratio(row: Row, contender: str) -> float | None:
@@ -320,21 +244,6 @@ def chart(rows: list[Row], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def machine() -> str:
-    import jax
-    import onnxruntime
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; Python {platform.python_version()}, "
-            f"jax {jax.__version__}, onnxruntime {onnxruntime.__version__}; load average {load}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
