@@ -1,4 +1,4 @@
-"""The ``jaxconv`` command: to-stablehlo | to-saved-model | to-tflite | to-onnx | check | inspect | list-ops."""
+"""The ``jaxconv`` command: to-stablehlo | to-saved-model | to-tflite | to-onnx | check | bench | inspect | list-ops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from jaxconv.errors import JaxconvError, UsageError
+from jaxconv.errors import ArtifactError, JaxconvError, UsageError
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -108,6 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", metavar="X.npz", help="inputs by name (default: seeded random)")
     p.add_argument("--seed", type=int, default=0)
     _add_check_args(p, optional=False)
+
+    p = sub.add_parser("bench", help="time the function's ONNX in ONNX Runtime against jax.jit",
+                       description="Convert the function to ONNX in memory (or take --onnx), check once that "
+                                   "ONNX Runtime's outputs match jax.jit's, then time both alternately in "
+                                   "this process and print the medians as a Markdown table (ratios below 1: "
+                                   "ORT is faster).")
+    _add_function_args(p)
+    p.add_argument("--inputs", metavar="X.npz", help="inputs by name (default: seeded random, see --sizes)")
+    p.add_argument("--sizes", metavar="NAME=N,...", help="symbolic dimension sizes of random inputs: b=8")
+    p.add_argument("--onnx", metavar="MODEL.onnx", help="time this model instead of converting the function")
+    p.add_argument("--opset", type=int, default=None, help="ONNX opset of the conversion (default 21)")
+    p.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads (default: one per core)")
+    p.add_argument("--iters", type=int, default=100, metavar="N", help="rotations at most (default 100)")
+    p.add_argument("--budget", type=float, default=3.0, metavar="S",
+                   help="seconds per contender, about (default 3)")
+    p.add_argument("--spin", action="store_true",
+                   help="also time ORT's own default (spinning threads), in a rotation of its own")
+    p.add_argument("--profile", metavar="DIR",
+                   help="write ORT's profile of 10 calls on 1 thread to DIR; print the top kernels")
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
+    p.set_defaults(no_check=True)  # the command compares ORT with jax.jit itself, once, before timing
 
     p = sub.add_parser("to-cpp", help="model.onnx + NAME.h/.cc + CMake package: a C++ library on ONNX Runtime")
     _add_function_args(p)
@@ -299,6 +320,152 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_sizes(text: str | None, names: Sequence[str]) -> dict[str, int]:
+    """``b=8,n=3`` -> {"b": 8, "n": 3} for --sizes, checked against the symbolic dimension names."""
+    sizes: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, _, value = part.partition("=")
+        try:
+            sizes[key.strip()] = int(value)
+        except ValueError:
+            raise UsageError(f"--sizes {text!r}: give NAME=SIZE pairs, e.g. b=8,n=3") from None
+        if sizes[key.strip()] < 1:
+            raise UsageError(f"--sizes {text!r}: sizes must be at least 1")
+    unknown = [k for k in sizes if k not in names]
+    if unknown:
+        raise UsageError(f"--sizes {text!r}: {', '.join(unknown)} is not a symbolic dimension of the specs "
+                         f"(they have {', '.join(names) or 'none'})")
+    missing = [n for n in names if n not in sizes]
+    if missing:
+        raise UsageError(f"symbolic dimension(s) {', '.join(missing)} need a size for the benchmark's "
+                         f"inputs: give --sizes {','.join(f'{n}=8' for n in missing)} or --inputs X.npz")
+    return sizes
+
+
+def _shape_text(dtype: str, shape: Sequence[Any]) -> str:
+    return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+def _bench_onnx_file(path: str, signature: Any) -> tuple[int, float]:
+    """(nodes, MB on disk) of --onnx, once its inputs are the specs' (count, dtype, rank, fixed sizes).
+
+    Raises:
+        ArtifactError: the file is not an ONNX model.
+        UsageError: its inputs differ from the specs'.
+    """
+    import onnx
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ArtifactError(f"{path} is not an ONNX model: {why}") from e
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if len(inputs) != len(signature.inputs):
+        given, want = ", ".join(i.name for i in inputs), ", ".join(t.name for t in signature.inputs)
+        raise UsageError(f"{path} takes {len(inputs)} input(s) ({given}); "
+                         f"the specs give {len(signature.inputs)} ({want})")
+    for i, t in zip(inputs, signature.inputs):
+        tt = i.type.tensor_type
+        if t.dtype.startswith("complex") or not tt.HasField("elem_type"):
+            continue  # complex inputs travel as (re, im) pairs; ORT checks them
+        bf16 = tt.elem_type == onnx.TensorProto.BFLOAT16
+        dtype = "bfloat16" if bf16 else onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        fits = dtype == t.dtype and len(dims) == len(t.shape)
+        fixed = [(a, b) for a, b in zip(dims, t.shape) if isinstance(a, int) and isinstance(b, int)]
+        fits = fits and all(a == b for a, b in fixed)
+        if not fits:
+            raise UsageError(f"{path}: input {i.name!r} is {_shape_text(dtype, dims)}, "
+                             f"the specs give {t.name!r} {_shape_text(t.dtype, t.shape)}")
+    files = {path} | {os.path.join(os.path.dirname(path), e.value) for t in model.graph.initializer
+                      for e in t.external_data if e.key == "location"}
+    return len(model.graph.node), sum(os.path.getsize(f) for f in files if os.path.isfile(f)) / 2**20
+
+
+def _bench_source(program: Any, opset: int | None, workdir: str) -> tuple[Any, int, float]:
+    """(the model for ORT, nodes, MB): bytes, or a file in ``workdir`` beyond protobuf's 2 GB."""
+    import onnx
+
+    from jaxconv import api
+
+    model = api.to_onnx(program, opset=opset, check=False)
+    nodes, size = len(model.graph.node), model.ByteSize()
+    if size <= 2**31 - 2**24:
+        return model.SerializeToString(), nodes, size / 2**20
+    path = os.path.join(workdir, f"{program.name}.onnx")
+    onnx.save(model, path, save_as_external_data=True)
+    return path, nodes, size / 2**20
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+
+    from jaxconv import benchmark, check_inputs
+    from jaxconv.compare import judge
+    from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
+    from jaxconv.verify import reference_outputs
+
+    for flag, value in (("--iters", args.iters), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: give a count of at least 1")
+    if not args.budget > 0:
+        raise UsageError(f"--budget {args.budget}: give seconds above 0")
+    if args.inputs and args.sizes:
+        raise UsageError("--sizes sizes random inputs; with --inputs the arrays give the sizes")
+    if args.inputs and not os.path.isfile(args.inputs):
+        raise UsageError(f"file not found: {args.inputs}")
+    if args.onnx and not os.path.isfile(args.onnx):
+        raise ArtifactError(f"artifact not found: {args.onnx}")
+    if args.onnx and args.opset is not None:
+        raise UsageError("--opset applies to the conversion; --onnx takes the model as it is")
+    program = _load_program(args, hoist_constants=True)
+    signature = program.signature
+    with tempfile.TemporaryDirectory() as workdir, program.jax_scope():
+        if args.inputs:
+            inputs = check_inputs.load_inputs(args.inputs, signature)
+        else:
+            sizes = _bench_sizes(args.sizes, check_inputs.dim_names(signature))
+            inputs = check_inputs.random_set(signature, sizes, seed=0).arrays
+        if args.onnx:
+            nodes, size_mb = _bench_onnx_file(args.onnx, signature)
+            source: Any = args.onnx
+        else:
+            source, nodes, size_mb = _bench_source(program, args.opset, workdir)
+        expected = reference_outputs(program.fn, program.arg_specs, inputs)
+        actual = OnnxRunner(source).run(inputs)
+        rows = [judge(t.name, e, a)[0] for t, e, a in zip(signature.outputs, expected, actual)]
+        del expected, actual
+        result = benchmark.measure(
+            program.name, benchmark.jit_call(program.fn, program.arg_specs, inputs), source, inputs,
+            nodes=nodes, size_mb=size_mb, max_abs=max((r.max_abs for r in rows), default=0.0),
+            mismatches=[f"{r.name} differs from jax.jit (max abs error {r.max_abs:.3g}): {r.note}"
+                        for r in rows if not r.ok],
+            threads=args.threads or default_threads(), iters=args.iters, budget_s=args.budget,
+            spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
+    print(f"Machine: {benchmark.machine()}")
+    print(f"ORT: jaxconv's session options (spinning off), {result.threads or 'ORT-chosen'} thread(s); "
+          "1t: one thread\n")
+    print(result.table())
+    for note in result.notes:
+        print(f"- {note}")
+    if result.trace:
+        kernels = ", ".join(f"{k} {v:.0%}" for k, v in result.kernels)
+        print(f"\nprofile (1 thread, {result.trace}): {kernels}")
+    for m in result.mismatches:
+        print(f"jaxconv: warning: {m}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": benchmark.machine(), "specs": list(args.specs), "onnx": args.onnx,
+                       "inputs": args.inputs or "random", **result.to_json()}, f, indent=1)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
 def cmd_to_cpp(args: argparse.Namespace) -> int:
     from jaxconv.cpp.project import write_project
 
@@ -358,7 +525,7 @@ COMMANDS = {
     "to-stablehlo": cmd_to_stablehlo, "to-onnx": cmd_to_onnx, "to-saved-model": cmd_to_saved_model,
     "to-tflite": cmd_to_tflite, "to-cpp": cmd_to_cpp, "cpp-runtime": cmd_cpp_runtime, "check": cmd_check,
     "inspect": cmd_inspect, "list-ops": cmd_list_ops,
-    "saved-model-to-onnx": cmd_saved_model_to_onnx,
+    "saved-model-to-onnx": cmd_saved_model_to_onnx, "bench": cmd_bench,
 }
 
 
