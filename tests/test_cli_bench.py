@@ -249,3 +249,23 @@ def test_result_table_marks_a_mismatch_and_missing_figures():
     assert row == {"function": "f", "jax.jit ms": "2", "ORT ms": "1", "ORT/jit": "0.50", "ORT 1t ms": "–",
                    "ORT 1t/jit": "–", "ORT spin/jit": "–", "CPU: ORT/jit": "0.75", "CPU: ORT 1t/jit": "–",
                    "max abs error": "0.25 (mismatch)", "nodes": "7", "ONNX MB": "1.5", "load": "1.0→2.0"}
+
+
+def test_example_inputs_of_the_file_are_used_unless_sizes_are_given(user_file, tmp_path, capsys):
+    path = user_file(FN + "\n\ndef example_inputs():\n    return (np.ones((3, 16), np.float32),)\n", "ex.py")
+    out_json = tmp_path / "b.json"
+    code, out, err = bench(capsys, f"{path}:predict", "--specs", "f32[b,16]", "--json", str(out_json))
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("Inputs: example_inputs(); ORT: ")
+    assert json.loads(out_json.read_text())["inputs"] == "example_inputs()"
+    code, out, err = bench(capsys, f"{path}:predict", "--specs", "f32[b,16]", "--sizes", "b=2", "--json", str(out_json))
+    assert code == 0, err
+    assert json.loads(out_json.read_text())["inputs"] == "random"
+
+
+def test_example_inputs_that_do_not_fit_the_specs_are_refused(user_file, capsys):
+    path = user_file(FN + "\n\ndef example_inputs():\n    return (np.ones((3, 15), np.float32),)\n", "ex.py")
+    code, out, err = bench(capsys, f"{path}:predict", "--specs", "f32[b,16]")
+    assert code == 2
+    assert err == ("jaxconv: error: example_inputs() in ex.py: input 'x' is float32[3,15], "
+                   "the function takes float32[b,16] (with b=3)\n")

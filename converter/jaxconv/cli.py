@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "this process and print the medians as a Markdown table (ratios below 1: "
                                    "ORT is faster).")
     _add_function_args(p)
-    p.add_argument("--inputs", metavar="X.npz", help="inputs by name (default: seeded random, see --sizes)")
+    p.add_argument("--inputs", metavar="X.npz",
+                   help="inputs by name (default: the file's example_inputs(), else seeded random)")
     p.add_argument("--sizes", metavar="NAME=N,...", help="symbolic dimension sizes of random inputs: b=8")
     p.add_argument("--onnx", metavar="MODEL.onnx", help="time this model instead of converting the function")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset of the conversion (default 21)")
@@ -128,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="DIR",
                    help="write ORT's profile of 10 calls on 1 thread to DIR; print the top kernels")
     p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
-    p.set_defaults(no_check=True)  # the command compares ORT with jax.jit itself, once, before timing
 
     p = sub.add_parser("to-cpp", help="model.onnx + NAME.h/.cc + CMake package: a C++ library on ONNX Runtime")
     _add_function_args(p)
@@ -423,33 +423,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ArtifactError(f"artifact not found: {args.onnx}")
     if args.onnx and args.opset is not None:
         raise UsageError("--opset applies to the conversion; --onnx takes the model as it is")
-    program = _load_program(args, hoist_constants=True)
+    from jaxconv.loading import EXAMPLE_INPUTS, load_function
+    from jaxconv.program import require_specs, trace
+
+    loaded = load_function(args.file, args.fn_name)
+    _freeze_imports()
+    require_specs(args.specs)
+    program = trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
+                    constraints=args.constraints, source_path=loaded.path, hoist_constants=True)
     signature = program.signature
     with tempfile.TemporaryDirectory() as workdir, program.jax_scope():
+        examples = None if args.inputs or args.sizes else loaded.examples()
         if args.inputs:
-            inputs = check_inputs.load_inputs(args.inputs, signature)
+            inputs, what = check_inputs.load_inputs(args.inputs, signature), args.inputs
+        elif examples is not None:
+            source = f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"
+            inputs = check_inputs.flatten_examples(examples, program.arg_specs, signature, source)
+            what = f"{EXAMPLE_INPUTS}()"
         else:
             sizes = _bench_sizes(args.sizes, check_inputs.dim_names(signature))
-            inputs = check_inputs.random_set(signature, sizes, seed=0).arrays
+            inputs, what = check_inputs.random_set(signature, sizes, seed=0).arrays, "random"
+        model: Any
         if args.onnx:
             nodes, size_mb = _bench_onnx_file(args.onnx, signature)
-            source: Any = args.onnx
+            model = args.onnx
         else:
-            source, nodes, size_mb = _bench_source(program, args.opset, workdir)
+            model, nodes, size_mb = _bench_source(program, args.opset, workdir)
         expected = reference_outputs(program.fn, program.arg_specs, inputs)
-        actual = OnnxRunner(source).run(inputs)
+        actual = OnnxRunner(model).run(inputs)
         rows = [judge(t.name, e, a)[0] for t, e, a in zip(signature.outputs, expected, actual)]
         del expected, actual
         result = benchmark.measure(
-            program.name, benchmark.jit_call(program.fn, program.arg_specs, inputs), source, inputs,
+            program.name, benchmark.jit_call(program.fn, program.arg_specs, inputs), model, inputs,
             nodes=nodes, size_mb=size_mb, max_abs=max((r.max_abs for r in rows), default=0.0),
             mismatches=[f"{r.name} differs from jax.jit (max abs error {r.max_abs:.3g}): {r.note}"
                         for r in rows if not r.ok],
             threads=args.threads or default_threads(), iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
     print(f"Machine: {benchmark.machine()}")
-    print(f"ORT: jaxconv's session options (spinning off), {result.threads or 'ORT-chosen'} thread(s); "
-          "1t: one thread\n")
+    print(f"Inputs: {what}; ORT: jaxconv's session options (spinning off), "
+          f"{result.threads or 'ORT-chosen'} thread(s); 1t: one thread\n")
     print(result.table())
     for note in result.notes:
         print(f"- {note}")
@@ -461,7 +474,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": benchmark.machine(), "specs": list(args.specs), "onnx": args.onnx,
-                       "inputs": args.inputs or "random", **result.to_json()}, f, indent=1)
+                       "inputs": what, **result.to_json()}, f, indent=1)
         print(f"\nwrote {args.json}")
     return 0
 
