@@ -269,3 +269,12 @@ def test_example_inputs_that_do_not_fit_the_specs_are_refused(user_file, capsys)
     assert code == 2
     assert err == ("jaxconv: error: example_inputs() in ex.py: input 'x' is float32[3,15], "
                    "the function takes float32[b,16] (with b=3)\n")
+
+
+def test_bfloat16_model_is_timed(user_file, capsys):
+    path = user_file("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.sin(x) * 2\n", "bf.py")
+    code, out, err = bench(capsys, f"{path}:f", "--specs", "bf16[4,5]")
+    assert code == 0, err
+    row = _table(out)
+    assert float(row["ORT ms"]) > 0 and float(row["ORT 1t ms"]) > 0  # not dropped: numpy cannot feed bfloat16
+    assert "\n- ort" not in out
