@@ -8,14 +8,16 @@ Every element gets a class:
                 allows (``<= 2 * noise + atol``). The noise of an element is the largest of jax.jit's
                 error against float64 and how far jax.jit moves when the float inputs move by one
                 rounding step (``spread``: the program's sensitivity to rounding), raised to the 90th
-                percentile of that among elements of similar magnitude
+                percentile of that among elements of similar magnitude. Also an element where jax.jit
+                is inf or NaN (its float32 arithmetic overflowed), the float64 result is finite and
+                within the dtype's range, and the artifact is within the dtype's tolerance of it
 ``subnormal``   both values are zero or subnormal: XLA on the CPU flushes subnormals to zero
 ``undecided``   that noise (without float64: the spread and the difference between jax.jit and JAX run
                 op by op) exceeds the tolerance here, and the artifact is within a few times it:
                 the check cannot tell
 ``mismatch``    anything else: a value off, NaN on one side only, an infinity not matched exactly,
-                a finite value where jax.jit has an infinity (an element that overflows in float32
-                licenses nothing)
+                a finite value where jax.jit has an infinity and the float64 result is no finite
+                value within the dtype's range near it
 ==============  ====================================================================================
 
 Integers and booleans are compared exactly, in their own dtype.
@@ -108,6 +110,13 @@ def smallest_normal(dtype: Any) -> float:
     return float(np.finfo(np.dtype(COMPONENT.get(name, name))).tiny)
 
 
+def largest_finite(dtype: Any) -> float:
+    import ml_dtypes
+
+    name = np.dtype(dtype).name
+    return float(ml_dtypes.finfo(np.dtype(COMPONENT.get(name, name))).max)
+
+
 def as_float64(a: np.ndarray) -> np.ndarray:
     """float64 values; a complex array becomes (re, im) pairs on a new last axis."""
     a = np.asarray(a)
@@ -138,7 +147,7 @@ def _finite_or_zero(a: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray 
 
 
 def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: float,
-                  refs: References | None = None) -> np.ndarray:
+                  refs: References | None = None, largest: float = np.inf) -> np.ndarray:
     """The class (OK ... MISMATCH) of every element; all arrays float64 of one shape."""
     cls = np.full(e.shape, MISMATCH, np.int8)
     with np.errstate(all="ignore"):
@@ -169,8 +178,22 @@ def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: 
                 noise = _pooled_noise(err_jax, e, known)
                 uncertain = open_ & known & (noise > atol + rtol * np.abs(np.where(known, e, 0.0)))
                 cls[uncertain & (diff <= UNDECIDED_FACTOR * noise + atol)] = UNDECIDED
+        if refs is not None:
+            cls[(cls == MISMATCH) & overflowed_in_jit(e, a, refs.float64, rtol, atol, largest)] = FLOAT64
         cls[(cls == MISMATCH) & finite & (np.abs(e) < tiny) & (np.abs(a) < tiny)] = SUBNORMAL
     return cls
+
+
+def overflowed_in_jit(e: np.ndarray, a: np.ndarray, t: np.ndarray | None, rtol: float, atol: float,
+                      largest: float) -> np.ndarray:
+    """Elements where jax.jit is inf or NaN (its float32 arithmetic overflowed), the float64 result ``t``
+    is finite and within the dtype's range (``largest``), and the artifact is within tolerance of it."""
+    if t is None or t.shape != e.shape:
+        return np.zeros(e.shape, bool)
+    with np.errstate(all="ignore"):
+        wide = np.isfinite(t) & (np.abs(np.where(np.isfinite(t), t, 0.0)) <= largest)
+        t = np.where(wide, t, 0.0)
+        return ~np.isfinite(e) & np.isfinite(a) & wide & (np.abs(a - t) <= atol + rtol * np.abs(t))
 
 
 def _where_text(shape: tuple[int, ...], flat_index: int) -> str:
@@ -207,7 +230,7 @@ def judge(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | Non
     if is_float(expected):
         rtol, atol = tolerance(dtype, rtol, atol)
         e, a = as_float64(expected), as_float64(actual)
-        cls = float_classes(e, a, rtol, atol, smallest_normal(expected.dtype), refs)
+        cls = float_classes(e, a, rtol, atol, smallest_normal(expected.dtype), refs, largest_finite(expected.dtype))
         if expected.dtype.kind == "c":
             cls = cls.max(axis=-1)
             e, a = expected.astype(np.complex128), actual.astype(np.complex128)
@@ -226,7 +249,9 @@ def judge(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float | Non
         max_rel = max((d / max(abs(int(e_flat[i])), 1) for d, i in zip(diffs, bad)), default=0.0)
         show = lambda x: str(x.item() if hasattr(x, "item") else x)  # noqa: E731
     if explained is not None and explained.shape == cls.shape:
-        cls[(cls == MISMATCH) & explained] = SUBNORMAL
+        with np.errstate(all="ignore"):  # jax.jit's NaN from a flushed subnormal (0 / 0) is no overflow
+            non_finite = ~np.isfinite(expected) if is_float(expected) else np.zeros(cls.shape, bool)
+        cls[((cls == MISMATCH) | ((cls == FLOAT64) & non_finite)) & explained] = SUBNORMAL
     worst = int(cls.max())
     note = _note(cls, expected, actual, refs, show)
     return OutputCheck(name, dtype, expected.shape, max_abs, float(max_rel), worst != MISMATCH, note,
@@ -239,7 +264,13 @@ def _note(cls: np.ndarray, expected: np.ndarray, actual: np.ndarray, refs: Refer
     parts = []
     if counts[FLOAT64]:
         precision = COMPONENT.get(expected.dtype.name, expected.dtype.name)
-        parts.append(f"{counts[FLOAT64]} within JAX's {precision} accuracy against float64")
+        with np.errstate(all="ignore"):
+            overflowed = int(((cls == FLOAT64) & ~np.isfinite(expected)).sum())
+        if counts[FLOAT64] > overflowed:
+            parts.append(f"{counts[FLOAT64] - overflowed} within JAX's {precision} accuracy against float64")
+        if overflowed:
+            parts.append(f"{overflowed} where jax.jit overflows in {precision} (inf or NaN) and the artifact has "
+                         "the finite float64 value")
     if counts[SUBNORMAL]:
         parts.append(f"{counts[SUBNORMAL]} differ only in subnormals (XLA on the CPU flushes them to zero)")
     if counts[UNDECIDED]:

@@ -1,0 +1,88 @@
+"""Elements where jax.jit overflows in float32 (inf or NaN) but the float64 result is finite.
+
+``jnp.std`` of 64 values near 1e37: jax.jit's float32 sum overflows to inf, so its mean is inf, every
+centered value -inf and the deviation inf; the deviation is 0 (equal values) or 9.5e29. An artifact that computes the
+deviation without overflowing (here numpy in float64, rounded once to float32) agrees with the float64
+reference and must not be called wrong; one that agrees with neither still is. References are
+numpy's float64 results, never the code under test.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv import verify
+from jaxconv.compare import References, judge
+from jaxconv.signature import Signature, input_infos, output_infos
+
+
+def deviation(x):
+    return jnp.std(x, axis=-1)
+
+
+def _rows():
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    x[0] = np.float32(1e37)  # jax.jit: inf, float64: 0
+    x[1, :32], x[1, 32:] = np.float32(1e37), np.float32(1e37) + np.float32(2e30)  # jax.jit: inf; float64 finite
+    return x
+
+
+class _Float64Runner:
+    """An artifact that computes the deviation in float64 and rounds it once to float32."""
+
+    kind = "onnx"
+
+    def __init__(self, shift=0.0):
+        self.shift = shift
+
+    def run(self, flat):
+        return [(np.std(flat[0].astype(np.float64), axis=-1) * (1 + self.shift)).astype(np.float32)]
+
+
+def _report(runner, x):
+    spec = jax.ShapeDtypeStruct(x.shape, np.float32)
+    out = jax.eval_shape(deviation, spec)
+    sig = Signature(input_infos([spec], ["x"]), output_infos([out], jax.tree_util.tree_structure(out)))
+    with verify.check_options(edge=False):
+        return verify.check_runner(runner, "m.onnx", deviation, [spec], sig, inputs=[x])
+
+
+def test_jit_overflows_where_float64_is_finite():
+    """The premise: jax.jit has inf on rows 0 and 1, float64 (numpy) finite values there."""
+    x = _rows()
+    jit = np.asarray(jax.jit(deviation)(x))
+    wide = np.std(x.astype(np.float64), axis=-1)
+    assert np.isinf(jit[:2]).all() and np.isfinite(wide).all() and wide[0] == 0 and wide[1] > 9e29
+    assert np.abs(wide).max() < np.finfo(np.float32).max
+
+
+def test_an_artifact_that_agrees_with_float64_passes_as_float64():
+    report = _report(_Float64Runner(), _rows())
+    (given,) = [r for r in report.rows if r.inputs == "given"]
+    assert report.ok and given.verdict == "float64", report.table()
+    assert "2 where jax.jit overflows in float32 (inf or NaN) and the artifact has the finite float64 value" in given.note
+    assert "ok (float64)" in report.table()
+
+
+def test_an_artifact_off_float64_is_still_wrong_there():
+    """Off by 1% of the float64 value: the float64 reference licenses only values it agrees with."""
+    report = _report(_Float64Runner(shift=0.01), _rows())
+    (given,) = [r for r in report.rows if r.inputs == "given"]
+    assert not report.ok and given.verdict == "mismatch", report.table()
+
+
+def test_judge_keeps_an_infinity_that_float64_overflows_too():
+    """Where float64 is beyond float32's range, jax.jit's inf is the rounded truth: FLT_MAX is wrong."""
+    big = float(np.finfo(np.float32).max)
+    e = np.array([np.inf, np.inf, np.nan, 1.0], np.float32)
+    a = np.array([big, 2.5, 2.5, 1.0], np.float32)
+    t = np.array([big * 1.00001, 2.5, 2.5, 1.0])
+    row, cls = judge("y", e, a, refs=References(float64=t))
+    assert list(cls) == [4, 1, 1, 0] and row.verdict == "mismatch", row
+    row, cls = judge("y", e[1:], a[1:], refs=References(float64=t[1:]))
+    assert row.ok and row.verdict == "float64" and list(cls) == [1, 1, 0], row
+    # without a float64 reference nothing is licensed
+    row, cls = judge("y", e[1:], a[1:])
+    assert not row.ok and list(cls) == [4, 4, 0], row
