@@ -271,10 +271,11 @@ def test_example_inputs_that_do_not_fit_the_specs_are_refused(user_file, capsys)
                    "the function takes float32[b,16] (with b=3)\n")
 
 
-def test_bfloat16_model_is_timed(user_file, capsys):
+@pytest.mark.parametrize("spec", ["bf16[4,5]", "c64[4,5]"])
+def test_bfloat16_and_complex_models_are_timed(user_file, capsys, spec):
     path = user_file("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.sin(x) * 2\n", "bf.py")
-    code, out, err = bench(capsys, f"{path}:f", "--specs", "bf16[4,5]")
+    code, out, err = bench(capsys, f"{path}:f", "--specs", spec)
     assert code == 0, err
     row = _table(out)
-    assert float(row["ORT ms"]) > 0 and float(row["ORT 1t ms"]) > 0  # not dropped: numpy cannot feed bfloat16
+    assert float(row["ORT ms"]) > 0 and float(row["ORT 1t ms"]) > 0  # not dropped (numpy cannot feed bfloat16; complex goes in as pairs)
     assert "\n- ort" not in out

@@ -77,8 +77,12 @@ def ort_call(session: Any, inputs: Sequence[np.ndarray]) -> Callable[[], Any]:
 
     A model with a bfloat16 input or output, which numpy feeds cannot carry, runs on ORT values
     made once (``run_with_ort_values``); others run as an application would, on numpy arrays.
+    Complex inputs go in as jaxconv's models take them, (re, im) pairs on a trailing axis.
     """
-    feed = {i.name: a for i, a in zip(session.get_inputs(), inputs)}
+    from jaxconv.onnx.complex_layout import to_pairs
+
+    feed = {i.name: to_pairs(a) if np.asarray(a).dtype.kind == "c" and "complex" not in i.type else a
+            for i, a in zip(session.get_inputs(), inputs)}
     if not any(t.type == "tensor(bfloat16)" for t in (*session.get_inputs(), *session.get_outputs())):
         return lambda: session.run(None, feed)
     import onnxruntime as ort
