@@ -180,6 +180,9 @@ def test_profile_writes_trace_and_names_top_kernels(fn_file, tmp_path, capsys):
      "--sizes sizes random inputs; with --inputs the arrays give the sizes"),
     (["{fn}:predict", "--specs", "f32[2,16]", "--onnx", "{missing}"], 8, "artifact not found: {missing}"),
     (["{fn}:predict", "--specs", "f32[2,16]", "--onnx", "{fn}"], 8, "{fn} is not an ONNX model: "),
+    (["{fn}:predict", "--specs", "f32[2,16]", "--onnx", "{fn}", "--opset", "18"], 2,
+     "--opset applies to the conversion; --onnx takes the model as it is"),
+    (["{fn}:predict", "--specs", "f32[2,16]", "--threads", "0"], 2, "--threads 0: give a count of at least 1"),
 ])
 def test_errors_are_one_line_with_exit_code(fn_file, tmp_path, capsys, args, code, message):
     names = {"fn": fn_file, "missing": str(tmp_path / "missing.xyz")}
