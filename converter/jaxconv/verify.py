@@ -266,30 +266,101 @@ def eager_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequen
 
 
 def has_while_loop(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> bool | None:
-    """Whether the traced program holds a ``while`` (a loop whose trip count may depend on the data).
+    """Whether the traced program holds a ``while`` whose trip count depends on the inputs' values.
 
-    ``scan`` and ``fori_loop`` with static bounds have fixed trip counts and do not count. None when
-    the program cannot be traced here.
+    ``scan`` and ``fori_loop`` with Python bounds have fixed trip counts; a ``while`` whose condition
+    reads only constants and carries computed from constants (``fori_loop(0, jnp.int32(3), ...)``,
+    ``while_loop(lambda c: c[0] < 3, ...)`` counting from a literal) runs as many times on edge values
+    as on random ones, and does not count. None when the program cannot be traced here.
+    """
+    loops = data_dependent_loops(fn, arg_specs, flat)
+    return None if loops is None else bool(loops)
+
+
+def data_dependent_loops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[str] | None:
+    """Where the traced program has a ``while`` whose condition depends on the inputs' values (the
+    source line of each, ``?`` when unknown); None when the program cannot be traced here.
+
+    The dependence is followed from the inputs through every equation (a carry depends on them when
+    its initial value or any trip's update does); through an op with a sub-program other than a
+    call, scan, cond or while every output depends on every input.
     """
     import jax
-
-    def walk(jaxpr: Any) -> bool:
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "while":
-                return True
-            for p in eqn.params.values():
-                for sub in (p if isinstance(p, (list, tuple)) else [p]):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns") and walk(inner):
-                        return True
-        return False
 
     try:
         treedef = jax.tree_util.tree_structure(list(arg_specs))
         args = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in flat])
-        return walk(jax.make_jaxpr(fn)(*args).jaxpr)
+        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+        found: list[str] = []
+        _depends(jaxpr, [True] * len(jaxpr.invars), found)
+        return list(dict.fromkeys(found))
     except Exception:  # noqa: BLE001
         return None
+
+
+def _inner(p: Any) -> Any:
+    inner = getattr(p, "jaxpr", p)
+    return inner if hasattr(inner, "eqns") else None
+
+
+def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool]:
+    """Which outputs of ``jaxpr`` depend on the inputs marked in ``tainted``; loops whose condition does go in ``found``."""
+    env: dict[Any, bool] = dict(zip(jaxpr.invars, tainted))
+
+    def read(v: Any) -> bool:
+        return False if hasattr(v, "val") else env.get(v, False)  # a literal or a constant: no dependence
+
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        name, params = eqn.primitive.name, eqn.params
+        if name == "while":
+            nc, nb = params["cond_nconsts"], params["body_nconsts"]
+            cond, body = _inner(params["cond_jaxpr"]), _inner(params["body_jaxpr"])
+            carry = ins[nc + nb:]
+            for _ in range(len(carry) + 1):
+                nxt = [c or u for c, u in zip(carry, _depends(body, ins[nc:nc + nb] + carry, []))]
+                if nxt == carry:
+                    break
+                carry = nxt
+            _depends(body, ins[nc:nc + nb] + carry, found)
+            if any(_depends(cond, ins[:nc] + carry, found)):
+                found.append(_source_line(eqn))
+            outs = carry
+        elif name == "scan":
+            body, nc, ncarry = _inner(params["jaxpr"]), params["num_consts"], params["num_carry"]
+            carry = ins[nc:nc + ncarry]
+            for _ in range(len(carry) + 1):
+                res = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], [])
+                nxt = [c or u for c, u in zip(carry, res[:ncarry])]
+                if nxt == carry:
+                    break
+                carry = nxt
+            outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found)
+            outs = carry + outs[ncarry:]
+        elif name == "cond":
+            branch_outs = [_depends(_inner(b), ins[1:], found) for b in params["branches"]]
+            outs = [ins[0] or any(col) for col in zip(*branch_outs)]
+        else:
+            subs = [_inner(q) for p in params.values() for q in (p if isinstance(p, (list, tuple)) else [p])]
+            subs = [j for j in subs if j is not None]
+            if len(subs) == 1 and len(subs[0].invars) == len(ins) and len(subs[0].outvars) == len(eqn.outvars):
+                outs = _depends(subs[0], ins, found)  # a call: jit, custom_jvp/vjp, checkpoint
+            else:
+                for j in subs:
+                    _depends(j, [any(ins)] * len(j.invars), found)
+                outs = [any(ins)] * len(eqn.outvars)
+        for v, t in zip(eqn.outvars, outs):
+            env[v] = t
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _source_line(eqn: Any) -> str:
+    try:
+        from jax._src import source_info_util
+
+        return str(source_info_util.summarize(eqn.source_info))
+    except Exception:  # noqa: BLE001
+        return "?"
 
 
 # Ops whose NaN handling in XLA on the CPU depends on the tensor's size (its vectorised max keeps
@@ -463,7 +534,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
 
     Input sets: ``inputs`` (when given), the examples of ``current_options()``, random values at
     each symbolic size, and edge values (skipped, with a note, when jax.jit raises on them or the
-    program holds a while loop).
+    program holds a while loop whose condition reads the inputs' values: ``data_dependent_loops``).
 
     Raises:
         UsageError: the inputs and outputs would exceed the memory limit for the check.
@@ -476,16 +547,17 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     # Every jax.jit reference first, then the artifact: a runner that loads its model on the first
     # run (``OnnxRunner(path, defer=True)``) then never holds its weights while jax.jit compiles.
     referenced: list[tuple[InputSet, list[np.ndarray]]] = []
-    loops: bool | None = None
+    loops: list[str] | None = None
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
         if inputs_set.label == "edge":
             if any(n.startswith("edge values skipped") for n in report.notes):
                 continue  # one note for the edge sets (a small input gets several: check_inputs.edge_sets)
-            loops = has_while_loop(fn, arg_specs, flat) if loops is None else loops
-            if loops is not False:
+            loops = data_dependent_loops(fn, arg_specs, flat) if loops is None else loops
+            if loops is None or loops:
                 report.notes.append("edge values skipped: " + (
-                    "the program has a while loop, whose trip count on edge values may not end" if loops
+                    f"the program has a while loop whose trip count depends on the inputs (at {', '.join(loops[:3])}), "
+                    "which edge values may keep from ending" if loops
                     else "the program could not be traced to look for while loops"))
                 continue
             try:
