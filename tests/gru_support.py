@@ -16,3 +16,16 @@ def gru_inputs(seed: int, nonfinite: bool = False) -> list[np.ndarray]:
     if nonfinite:
         xs[2, 1, 3], xs[4, 0, 0], xs[1, 2, 2] = np.nan, np.inf, -np.inf
     return [xs, h0]
+
+
+def op_types_with_branches(model) -> set[str]:
+    """Op types of the main graph and of the subgraphs its nodes hold (If branches, Scan bodies)."""
+    import onnx
+
+    ops = set()
+    for node in model.graph.node:
+        ops.add(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                ops |= {n.op_type for n in attr.g.node}
+    return ops

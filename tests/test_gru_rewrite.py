@@ -6,12 +6,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
 import pytest
 from jax import lax
 
 import jaxconv
-from gru_support import N_IN, B, H, T, gru_inputs
+from gru_support import N_IN, B, H, T, gru_inputs, op_types_with_branches
 from jaxconv.onnx.rewrites import gru
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
@@ -46,21 +45,11 @@ def _gru(z_first: bool = False, swapped_update: bool = False):
     return fn
 
 
-def _ops(model: onnx.ModelProto) -> set[str]:
-    ops = set()
-    for node in model.graph.node:
-        ops.add(node.op_type)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                ops |= {n.op_type for n in attr.g.node}
-    return ops
-
-
 @pytest.mark.parametrize("z_first", [False, True])
 def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     fn = _gru(z_first=z_first)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
-    assert "GRU" in _ops(model) and "Scan" in _ops(model)  # the loop stays for non-finite inputs
+    assert "GRU" in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)  # the loop stays for non-finite inputs
     runner = OnnxRunner(model.SerializeToString())
     for seed, nonfinite in ((0, False), (1, False), (2, True)):
         inputs = gru_inputs(seed, nonfinite)
@@ -76,7 +65,7 @@ def test_other_update_rule_is_not_the_gru_op(gru_on):
     # h' = z * n + (1 - z) * h is not ONNX's GRU (its gates would be swapped): the Loop runs
     fn = _gru(swapped_update=True)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
-    assert "GRU" not in _ops(model)
+    assert "GRU" not in op_types_with_branches(model)
     inputs = gru_inputs(0)
     got = OnnxRunner(model.SerializeToString()).run(inputs)
     for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))):
@@ -86,4 +75,4 @@ def test_other_update_rule_is_not_the_gru_op(gru_on):
 def test_gru_rule_is_off_by_default_where_orts_products_would_thread():
     # batch 512 x 2H x H = 65,536 multiplies a step: ORT would split each product over its threads
     model = jaxconv.to_onnx(_gru(), f"f32[{T},512,{N_IN}]", f"f32[512,{H}]", check=False)
-    assert "GRU" not in _ops(model) and "Scan" in _ops(model)
+    assert "GRU" not in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)

@@ -7,22 +7,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
 import pytest
 
 import jaxconv
+from gru_support import op_types_with_branches
 from jaxconv.onnx.rewrites import gru
 from jaxconv.runtimes.onnxrt import OnnxRunner
-
-
-def _ops(model: onnx.ModelProto) -> set[str]:
-    ops = set()
-    for node in model.graph.node:
-        ops.add(node.op_type)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                ops |= {n.op_type for n in attr.g.node}
-    return ops
 
 
 def _params(n_in: int, hidden: int, seed: int = 0) -> dict:
@@ -65,7 +55,7 @@ def test_a_gru_whose_products_run_on_one_thread_is_the_gru_op_by_default(steps, 
     assert not gru.ENABLED
     fn = _fn(n_in, hidden)
     model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]", check=False)
-    assert "GRU" in _ops(model) and "Scan" in _ops(model)  # the exact loop stays for non-finite inputs
+    assert "GRU" in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)  # the exact loop stays for non-finite inputs
     runner = OnnxRunner(model.SerializeToString())
     for seed, edge in ((0, None), (1, None), (2, (1, 0, 2)), (3, (steps - 1, batch - 1, 0)), (4, (0, 0, 1))):
         inputs = _inputs(steps, batch, n_in, hidden, seed, edge)
@@ -85,14 +75,14 @@ def test_a_gru_whose_products_run_on_one_thread_is_the_gru_op_by_default(steps, 
 ])
 def test_the_line_is_orts_one_thread_gemm(batch, hidden, op):
     model = jaxconv.to_onnx(_fn(4, hidden), f"f32[6,{batch},4]", f"f32[{batch},{hidden}]", check=False)
-    assert ("GRU" in _ops(model)) is op
-    assert "Scan" in _ops(model)
+    assert ("GRU" in op_types_with_branches(model)) is op
+    assert "Scan" in op_types_with_branches(model)
 
 
 def test_enabled_forces_the_gru_op_at_every_size(monkeypatch):
     monkeypatch.setattr(gru, "ENABLED", True)
     model = jaxconv.to_onnx(_fn(4, 182), "f32[6,1,4]", "f32[1,182]", check=False)
-    assert "GRU" in _ops(model)
+    assert "GRU" in op_types_with_branches(model)
 
 
 def test_flax_gru_cell_of_a_small_size_is_the_gru_op_by_default():
@@ -109,7 +99,7 @@ def test_flax_gru_cell_of_a_small_size_is_the_gru_op_by_default():
         return jax.lax.scan(lambda h, x: cell.apply(params, h, x), h0, xs)
 
     model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]", check=False)
-    assert "GRU" in _ops(model)
+    assert "GRU" in op_types_with_branches(model)
     runner = OnnxRunner(model.SerializeToString())
     for seed, edge in ((0, None), (1, (3, 2, 1))):
         inputs = _inputs(steps, batch, n_in, hidden, seed, edge)
