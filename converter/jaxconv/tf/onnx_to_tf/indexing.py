@@ -93,3 +93,22 @@ def _scatter_one_by_one(tf: Any, x: Any, idx: Any, upd: Any, combine: Any) -> An
         return [i + 1, tf.tensor_scatter_nd_update(acc, at, combine(tf.gather_nd(acc, at), values[i]))]
 
     return tf.while_loop(lambda i, acc: i < count, step, [tf.constant(0), x])[1]
+
+
+@handles("Trilu", exact=True)
+def trilu(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes, +0 elsewhere.
+
+    A mask from two ``tf.range`` (``band_part`` takes no band off the diagonal) and a select: kept
+    elements are moved unchanged (NaN, -0), dropped ones become +0 as ONNX's Trilu writes them.
+    """
+    tf = tr.tf
+    x = ins[0].t
+    k = tf.zeros([], tf.int32)
+    if len(ins) > 1 and ins[1] is not None:  # int64; j - i fits in int32, so clamp k to it
+        k64 = tf.clip_by_value(tf.reshape(tf.cast(ins[1].t, tf.int64), []), -(2**31), 2**31 - 1)
+        k = tf.cast(k64, tf.int32)
+    size = tf.shape(x)
+    offset = tf.range(size[-1])[tf.newaxis, :] - tf.range(size[-2])[:, tf.newaxis]  # j - i
+    keep = offset >= k if attrs(node).get("upper", 1) else offset <= k
+    return Value(tf.where(keep, x, tf.zeros_like(x)), ins[0].dtype)

@@ -1,4 +1,4 @@
-"""Reductions, arg-max, cumulative sums and TopK."""
+"""Reductions, arg-max, cumulative sums, TopK and LayerNormalization."""
 
 from __future__ import annotations
 
@@ -112,3 +112,23 @@ def topk(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
     if ins[0].dtype == "bool":
         values = tf.not_equal(values, tf.zeros_like(values))
     return [Value(values, ins[0].dtype), Value(idx, "int64")]
+
+
+@handles("LayerNormalization")
+def layer_norm(tr: Any, node: Any, ins: list[Value], env: Any) -> list[Value]:
+    """``(x - mean) / sqrt(mean((x - mean)**2) + epsilon) * scale + bias`` over the axes from ``axis`` on
+    (the two-pass variance, as ORT's kernel); the optional Mean and InvStdDev outputs keep those axes."""
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    rank = len(x.shape)
+    axes = list(range(a.get("axis", -1) % rank, rank))
+    mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+    centred = x - mean
+    std = tf.sqrt(tf.reduce_mean(centred * centred, axis=axes, keepdims=True)
+                  + tf.constant(a.get("epsilon", 1e-5), x.dtype))
+    out = centred / std * ins[1].t
+    if len(ins) > 2 and ins[2] is not None:
+        out = out + ins[2].t
+    dtype = ins[0].dtype
+    return [Value(out, dtype), Value(mean, dtype), Value(1 / std, dtype)]
