@@ -149,9 +149,6 @@ def test_a_negative_scatter_index_counted_from_the_end_is_a_repeated_index():
     assert "repeated-index" not in known.facts([np.array([0, 4, 2], np.int32), *inputs[1:]], program=p)
 
 
-@pytest.mark.xfail(strict=True, reason="rewrites/transposes.py writes a Transpose of size-1 axes as a Reshape to "
-                                       "a shape holding 0 without allowzero=1: onnx.checker fails ('Inferred shape and "
-                                       "existing shape differ in dimension 3: (1) vs (0)')")
 def test_a_transpose_of_size_one_axes_over_a_zero_size_dimension_converts():
     """Found as transpose/f16/crash and transpose_unit/f64/crash (fuzz seed 41): jnp.transpose of an
     f16[0,1,1,1] by (3, 1, 2, 0), and of expand_dims(f64[1,0,1], (2, 4)) by (3, 4, 0, 1, 2)."""

@@ -48,8 +48,8 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     shape = [int(d) for d in x.shape]
     perm = m.attr(node, "perm")
     perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
-    if len(perm) != len(shape) or 1 not in shape or is_one_axis_move(perm):
-        return 0
+    if len(perm) != len(shape) or 1 not in shape or 0 in shape or is_one_axis_move(perm):
+        return 0  # a zero-size tensor moves nothing (and its Reshape would need allowzero=1)
     kept = [a for a in range(len(shape)) if shape[a] != 1]
     inner = [kept.index(p) for p in perm if shape[p] != 1]  # the permutation of the kept axes
     if not is_one_axis_move(inner):
