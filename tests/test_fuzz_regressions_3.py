@@ -84,12 +84,10 @@ def test_argsort_of_int16_and_uint16_cast_to_float16_keeps_the_float16_ties():
     assert_exact(lambda v: jnp.sort(v.astype(jnp.float16), descending=True), i16)
 
 
-@pytest.mark.xfail(strict=True, reason="rewrites/softmax.py emits LogSoftmax for float64, and ONNX Runtime's float64 "
-                                       "LogSoftmax gives 46.05 (a log clamped at 1e-20) where a row holds NaN, and -inf "
-                                       "where a row holds +inf; float32 is right")
 def test_float64_log_softmax_keeps_nan_rows():
     """Found as masked_log_softmax/f64/nan: jax.nn.log_softmax over [1, NaN] is [NaN, NaN] in jax.jit;
-    the artifact gave [46.05, NaN]. Over [inf, 1, 0] jax.jit gives NaN everywhere, the artifact [NaN, -inf, -inf]."""
+    the artifact gave [46.05, NaN]. Over [inf, 1, 0] jax.jit gives NaN everywhere, the artifact [NaN, -inf, -inf]:
+    ONNX Runtime's float64 LogSoftmax kernel, which rewrites/softmax.py no longer writes for float64."""
     import jax
     import jax.numpy as jnp
 

@@ -2,7 +2,8 @@
 
 jax computes ``e = exp(x - max(x))`` then ``e / sum(e)`` (or ``(x - m) - log(sum(e))``); the lowering
 turns that into a dozen nodes (the max carries a NaN guard and an ``initial=-inf``). ORT's kernels
-subtract the max too, and give the same NaN rows for NaN, +inf and all -inf inputs.
+subtract the max too, and give the same NaN rows for NaN, +inf and all -inf inputs, except float64
+LogSoftmax, which stays as jax wrote it (see ``_LOG_SOFTMAX_DTYPES``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+
+# ORT's float64 LogSoftmax is not the NaN row jax gives where a row holds NaN (a log clamped at 1e-20:
+# [1, NaN, 2] -> [45.05, NaN, 46.05]) or +inf ([inf, 1, 0] -> [NaN, -inf, -inf]); its float16 and
+# float32 kernels, and Softmax in all three, give jax's NaN rows.
+_LOG_SOFTMAX_DTYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.FLOAT})
 
 # ops allowed between x and the max that is subtracted (the NaN guard and initial=-inf)
 _MAX_CHAIN = frozenset({"ReduceMax", "IsNaN", "Cast", "Where", "Max", "Not", "Or"}) | m.SHAPE_OPS
@@ -101,7 +107,7 @@ def _rewrite_log_softmax(graph: ir.Graph, sub: ir.Node) -> bool:
     if exp is None or exp.inputs[0] is not s:
         return False
     axes = m.normalize_axes(m.reduce_axes(red) or (), m.rank(x))
-    if not axes or len(axes) != 1 or not _is_max_of(mx, x, axes):
+    if not axes or len(axes) != 1 or not _is_max_of(mx, x, axes) or x.dtype not in _LOG_SOFTMAX_DTYPES:
         return False
     m.replace(graph, sub.outputs[0], ir.node("LogSoftmax", [x], {"axis": axes[0]}), sub)
     return True
