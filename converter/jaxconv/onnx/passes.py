@@ -156,6 +156,7 @@ def _quiet(*names: str) -> Iterator[None]:
 def _clean_up(model: ir.Model) -> None:
     from onnxscript.optimizer import FOLDED_FROM_KEY
 
+    declared = [(o.type, o.shape) for o in model.graph.outputs]
     loop = ir.passes.PassManager([
         _FoldPass(),
         _RewritePass(_rules()),
@@ -174,6 +175,23 @@ def _clean_up(model: ir.Model) -> None:
     unique_value_names(model.graph)
     for value in _values(model.graph):
         value.metadata_props.pop(FOLDED_FROM_KEY, None)
+    _keep_output_types(model.graph, declared)
+
+
+def _keep_output_types(graph: ir.Graph, declared: list[tuple[ir.TypeProtocol | None, ir.Shape | None]]) -> None:
+    """Give each graph output back the type and shape it had before the clean-up where it lost them.
+
+    Common-subexpression elimination keeps the first of two equal nodes and gives its value the graph
+    output's name, not its shape: a scalar output then has no shape, which onnx.checker refuses
+    ("Field 'shape' of 'type' is required").
+    """
+    if len(declared) != len(graph.outputs):
+        return
+    for value, (type_, shape) in zip(graph.outputs, declared):
+        if value.type is None and type_ is not None:
+            value.type = type_
+        if value.shape is None and shape is not None:
+            value.shape = shape
 
 
 class _FoldPass(ir.passes.InPlacePass):
