@@ -77,11 +77,15 @@ def _fails(path, fn, spec, *words):
 
 
 def test_reference_artifacts_pass(tmp_path):
-    """The unedited models pass: the failures below are the edits'."""
+    """The unedited models pass: the failures below are the edits'. dense_relu's second edge set has
+    +-FLT_MAX in one row: jax.jit's float32 dot overflows to NaN where float64 is 1.78e38 and ONNX
+    Runtime's to -inf (relu: 0), which the check cannot decide."""
     for fn, spec in ((dense_relu, "f32[b,8]"), (negate, "f32[b,8]"), (int_affine, "i32[4,3]"), (nan_to_big, "f32[6]")):
         path = _convert(tmp_path, fn, spec, f"{fn.__name__}.onnx")
         report = jaxconv.check(path, fn, spec)
-        assert report.ok and not report.undecided, report.table()
+        assert report.ok, report.table()
+        assert all(r.inputs == "edge" and r.note.startswith(verify.JIT_OVERFLOW_NOTE) for r in report.undecided), report.table()
+        assert bool(report.undecided) == (fn is dense_relu), report.table()
 
 
 def test_one_weight_element_changed(tmp_path):
@@ -146,7 +150,7 @@ def test_negative_zero_turned_into_positive_zero(tmp_path):
 
     path = _edit(_convert(tmp_path, negate, "f32[b,8]"), change)
     report = _fails(path, negate, "f32[b,8]", "output_0", "edge inputs", "zero sign")
-    assert [r.name for r in report.rows if not r.ok] == ["output_0"]
+    assert [(r.name, r.inputs) for r in report.rows if not r.ok] == [("output_0", "edge")] * 2  # both edge sets
 
 
 def test_int_output_off_by_one_in_one_element(tmp_path):

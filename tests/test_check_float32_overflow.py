@@ -86,3 +86,19 @@ def test_judge_keeps_an_infinity_that_float64_overflows_too():
     # without a float64 reference nothing is licensed
     row, cls = judge("y", e[1:], a[1:])
     assert not row.ok and list(cls) == [4, 4, 0], row
+
+
+def test_on_edge_values_other_values_where_jit_overflows_are_undecided_only_when_alone():
+    """jax.jit NaN where float64 is 1.78e38 and the artifact 0 (a relu after an overflow in another
+    order): undecided on edge values when every difference is of that kind; a mismatch otherwise."""
+    e = np.array([np.nan, 1.0, 2.0], np.float32)
+    t = np.array([1.78e38, 1.0, 2.0])
+    for a, inputs, verdict in (([0.0, 1.0, 2.0], "edge", "undecided"), ([0.0, 1.0, 2.0], "random", "mismatch"),
+                               ([0.0, 1.5, 2.0], "edge", "mismatch")):
+        row, cls = judge("y", e, np.array(a, np.float32), refs=References(float64=t), inputs=inputs)
+        (out,) = verify.as_jit_overflow([row], [cls], [t], [e])
+        assert out.verdict == verdict and out.ok == (verdict != "mismatch"), out
+        assert (verify.JIT_OVERFLOW_NOTE in out.note) == (verdict == "undecided"), out.note
+    row, cls = judge("y", e, np.zeros(3, np.float32), refs=References(float64=np.array([np.inf, 1.0, 2.0])),
+                     inputs="edge")
+    assert verify.as_jit_overflow([row], [cls], [np.array([np.inf, 1.0, 2.0])], [e])[0].verdict == "mismatch"

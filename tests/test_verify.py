@@ -281,9 +281,9 @@ def test_a_difference_explained_by_subnormal_inputs_is_reported_as_such():
 
     program = trace(lambda x: x / x, ["f32[40]"])
     report = check_runner(_NumpyRunner(lambda x: x / x), "div", program.fn, program.arg_specs, program.signature)
-    (edge,) = [r for r in report.rows if r.inputs == "edge"]
-    assert report.ok and edge.verdict == "subnormal", edge.note  # jax.jit: 0/0 = NaN; numpy: 1
-    assert "differ only in subnormals" in edge.note
+    edges = [r for r in report.rows if r.inputs == "edge"]  # two edge sets: 40 elements is a big input
+    assert report.ok and [e.verdict for e in edges] == ["subnormal"] * 2, report.table()  # jax.jit: 0/0 = NaN; numpy: 1
+    assert all("differ only in subnormals" in e.note for e in edges)
     wrong = check_runner(_NumpyRunner(lambda x: np.where(x > 1, x, x / x)), "div", program.fn, program.arg_specs,
                          program.signature)
     assert not wrong.ok
@@ -373,9 +373,9 @@ def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
 
     program = trace(pool, ["f32[5,28,28,8]"])
     report = check_runner(_NumpyRunner(_pool_2x2), "pool", program.fn, program.arg_specs, program.signature)
-    (edge,) = [r for r in report.rows if r.inputs == "edge"]
-    assert report.ok and edge.verdict == "undecided", edge.note
-    assert POOLING_NAN_NOTE in edge.note and "reduce_window_max" in edge.note
+    edges = [r for r in report.rows if r.inputs == "edge"]
+    assert report.ok and [e.verdict for e in edges] == ["undecided"] * 2, report.table()
+    assert all(POOLING_NAN_NOTE in e.note and "reduce_window_max" in e.note for e in edges)
     assert "NaN in the artifact where jax.jit has a number" in report.warning()
 
     def off_by_one(x):  # NaN kept, and one finite element wrong
@@ -386,7 +386,8 @@ def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
 
     with check_options(sizes=(5,)):
         wrong = check_runner(_NumpyRunner(off_by_one), "pool", program.fn, program.arg_specs, program.signature)
-    assert [(r.inputs, r.verdict) for r in wrong.rows] == [("random", "mismatch"), ("edge", "mismatch")]
+    # the second edge set's first finite pooled value is huge there: + 1 leaves it, only NaN differs
+    assert [(r.inputs, r.verdict) for r in wrong.rows] == [("random", "mismatch"), ("edge", "mismatch"), ("edge", "undecided")]
 
     def drop_nan(x):  # the artifact drops NaN where jax.jit keeps it: never excused
         return np.where(np.isnan(x), np.float32(0), x) * 2
@@ -394,8 +395,9 @@ def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
     doubled = trace(lambda x: x * 2, ["f32[5,28,28,8]"])
     no_pool = check_runner(_NumpyRunner(lambda x: np.where(np.isinf(x), np.nan, x * 2)), "x2", doubled.fn,
                            doubled.arg_specs, doubled.signature)
-    (edge,) = [r for r in no_pool.rows if r.inputs == "edge"]
-    assert not no_pool.ok and edge.verdict == "mismatch" and POOLING_NAN_NOTE not in edge.note
+    edges = [r for r in no_pool.rows if r.inputs == "edge"]
+    assert not no_pool.ok and len(edges) == 2, no_pool.table()
+    assert all(e.verdict == "mismatch" and POOLING_NAN_NOTE not in e.note for e in edges), no_pool.table()
     assert not check_runner(_NumpyRunner(drop_nan), "x2", doubled.fn, doubled.arg_specs, doubled.signature).ok
 
 

@@ -7,7 +7,9 @@ Input sets, in order:
   each size of the symbolic dimensions (2, 5 and 1 by default; 1 only for dimensions without a
   constraint; 0 never, since jax.export assumes every symbolic dimension is at least 1);
 - ``edge``: ±0, ±inf, NaN, the largest and smallest normal magnitudes, subnormals, and integer
-  extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size.
+  extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size; a second edge set
+  (a third too for inputs too small to hold NaN and an infinity) moves them onto other elements
+  (``edge_sets``).
 """
 
 from __future__ import annotations
@@ -205,11 +207,14 @@ def edge_values(dtype_name: str) -> np.ndarray:
 
 
 def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Generator, offset: int = 0,
-               start: int = 0) -> np.ndarray:
+               start: int = 0, scatter: bool = False) -> np.ndarray:
     """Edge values for one input: all of them in turn for small arrays, every other element otherwise.
 
     ``offset`` picks the value of a scalar (so that several scalar inputs get different ones);
-    ``start`` the value a small array starts at (a scalar's is moved by it too).
+    ``start`` the value a small array starts at (a scalar's is moved by it too). With ``scatter`` a
+    big array's edge values go to a seeded random half of its elements instead of the even ones, each
+    value still at least once: every other element binds each value to positions a stride apart (a
+    column of a [64, 4] input sees only every other value), which a mask keeping that column hides.
     """
     values = edge_values(info.dtype)
     size = math.prod(shape)
@@ -218,8 +223,8 @@ def edge_array(info: TensorInfo | Any, shape: tuple[int, ...], rng: np.random.Ge
         picks = values[(np.arange(size) + start + (offset if size == 1 else 0)) % len(values)]
         return picks.reshape(shape)
     out = base.copy()
-    even = np.arange(0, size, 2)
-    out[even] = values[(even // 2 + offset) % len(values)]
+    where = rng.permutation(size)[:size // 2] if scatter else np.arange(0, size, 2)
+    out[where] = values[(np.arange(where.size) + offset) % len(values)]
     return out.reshape(shape)
 
 
@@ -244,9 +249,13 @@ def edge_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet
 
 # Where the edge values start in a small input (fewer elements than edge values) in each edge set:
 # at 0.0, -0.0, inf; at NaN, 1, -1; at inf, -inf, NaN. A scalar input i of the second and third
-# sets takes the value at EDGE_SCALARS[set][i % 2] (NaN and inf, or -inf and NaN).
+# sets takes the value at EDGE_SCALARS[set][i % 2] (NaN and inf, or -inf and NaN). When the first
+# set holds NaN and an infinity everywhere but an input is big (more than twice as many elements as
+# edge values), one second set scatters them (``edge_array(scatter=True)``); small inputs there start
+# SCATTERED_START values further (at big / 7 for floats), so each element gets another value.
 EDGE_ROTATIONS = (0, 4, 2)
 EDGE_SCALARS = {1: (4, 2), 2: (3, 4)}
+SCATTERED_START = 9
 
 
 def _holds_the_extremes(a: np.ndarray) -> bool:
@@ -266,16 +275,23 @@ def _holds_the_extremes(a: np.ndarray) -> bool:
 def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[InputSet]:
     """The edge set, and when an input is too small to hold NaN and an infinity (or MIN and MAX), two more
     whose small inputs start elsewhere in the list (``EDGE_ROTATIONS``): a float input of 3 elements sees
-    NaN, both infinities and both zeros across them, a scalar NaN and an infinity."""
+    NaN, both infinities and both zeros across them, a scalar NaN and an infinity. Otherwise, when an
+    input is big, one more whose big inputs have the edge values scattered onto other elements. In the
+    sets after the first, big inputs are always scattered."""
     first = edge_set(signature, sizes, seed)
+    shapes = [concrete_shape(t.shape, sizes) for t in signature.inputs]
     if all(_holds_the_extremes(a) for a in first.arrays):
-        return [first]
+        if not any(math.prod(shape) > 2 * len(edge_values(t.dtype)) for t, shape in zip(signature.inputs, shapes)):
+            return [first]
+        plan = [(1, SCATTERED_START)]
+    else:
+        plan = list(enumerate(EDGE_ROTATIONS[1:], 1))
     out = [first]
-    for k, shift in enumerate(EDGE_ROTATIONS[1:], 1):
+    for k, shift in plan:
         rng = np.random.default_rng(seed + EDGE_SEED_OFFSET + k)
-        shapes = [concrete_shape(t.shape, sizes) for t in signature.inputs]
         out.append(InputSet("edge", [edge_array(t, shape, rng, offset=EDGE_SCALARS[k][i % 2], start=0)
-                                     if math.prod(shape) == 1 else edge_array(t, shape, rng, offset=5 * i, start=shift)
+                                     if math.prod(shape) == 1
+                                     else edge_array(t, shape, rng, offset=5 * i, start=shift, scatter=True)
                                      for i, (t, shape) in enumerate(zip(signature.inputs, shapes))], sizes))
     return out
 

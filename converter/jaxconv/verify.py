@@ -17,7 +17,9 @@ where jax.jit has a number, in a program with max/min pooling or argmax/argmin, 
 and elements infinite or NaN on one side only, in a program with an FFT or a complex matrix product,
 are ``undecided`` too (where their sums overflow depends on the order XLA adds them in); and so are
 elements NaN in the artifact where jax.jit has a number but JAX run op by op (``jax.disable_jit``) has
-NaN too (XLA's fused code drops NaN there, as in a Conv, ReLU and sum pooling fused together).
+NaN too (XLA's fused code drops NaN there, as in a Conv, ReLU and sum pooling fused together); and so
+are elements inf or NaN in jax.jit but finite in float64, when those are an output's only differences
+(jax.jit's float32 overflowed, and where a sum of huge terms overflows depends on its order).
 
 Zero signs count: a zero of the other sign than jax.jit's is a mismatch (``1 / x`` is then the other
 infinity), unless the target's kernels are not jaxconv's (a note), the program has an op after which
@@ -67,6 +69,7 @@ from jaxconv.compare import (  # noqa: F401
     is_float,
     is_narrow_float,
     judge,
+    largest_finite,
     tolerance,
 )
 from jaxconv.errors import ArtifactError, MismatchError
@@ -504,6 +507,33 @@ def as_fft_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None
             for r, n in zip(rows, counts)]
 
 
+JIT_OVERFLOW_NOTE = ("jax.jit overflows in float32 where the float64 result is finite, and where a sum of huge "
+                     "terms overflows depends on the order it is added in")
+
+
+def as_jit_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], truth: Sequence[np.ndarray] | None,
+                    expected: Sequence[np.ndarray]) -> list[OutputCheck]:
+    """Mismatches on edge values whose every mismatching element is inf or NaN in jax.jit but finite (and
+    within the dtype's range) in float64, as ``undecided`` rows naming why: jax.jit is no reference
+    there (a dot product of +-FLT_MAX terms is inf, -inf or NaN by the order of its sums); others unchanged."""
+    if truth is None or len(truth) != len(rows):
+        return rows
+    out = []
+    for r, cls, t, e in zip(rows, classes, truth, expected):
+        e = np.asarray(e)
+        if (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
+                and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape):
+            bad = cls == MISMATCH
+            t64 = as_float64(t)[bad]
+            with np.errstate(all="ignore"):
+                jit_overflowed = ~np.isfinite(as_float64(e)[bad]) & np.isfinite(t64) & (np.abs(t64) <= largest_finite(e.dtype))
+            if bad.any() and bool(jit_overflowed.all()):
+                r = dataclasses.replace(r, ok=True, verdict="undecided",
+                                        note=f"{JIT_OVERFLOW_NOTE}: {int(bad.sum())} elements; {r.note}")
+        out.append(r)
+    return out
+
+
 def require_checkable(signature: Any, constraints: Sequence[str] = ()) -> None:
     """Raise UsageError when the check's inputs and outputs at the current sizes exceed the memory limit."""
     sizes = current_options().sizes or DEFAULT_SIZES
@@ -595,7 +625,9 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     names = [info.name for info in signature.outputs]
     judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
     open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max(initial=OK) == MISMATCH]
-    rows = _judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_) if open_ else judged
+    wide: dict[str, list[np.ndarray]] = {}
+    rows = (_judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_, wide)
+            if open_ else judged)
     rows = _zero_signs(rows, runner, fn, arg_specs, flat, expected, actual)
     if all(row.verdict != "mismatch" for row, _ in rows):
         return [row for row, _ in rows]
@@ -603,7 +635,8 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
     out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
     out = as_fused_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
-    return as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    out = as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    return as_jit_overflow(out, [cls for _, cls in rows], wide.get("float64"), expected)
 
 
 # Ops after which XLA leaves the sign of a zero open: a dot product or a convolution of zeros, a max
@@ -700,8 +733,9 @@ def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, 
 def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
                 expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float | None, atol: float | None,
                 label: str, names: list[str], judged: list[tuple[OutputCheck, np.ndarray | None]],
-                open_: list[int]) -> list[tuple[OutputCheck, np.ndarray | None]]:
-    """Judge the outputs beyond tolerance again with the float64, spread and eager references."""
+                open_: list[int], wide: dict[str, list[np.ndarray]] | None = None) -> list[tuple[OutputCheck, np.ndarray | None]]:
+    """Judge the outputs beyond tolerance again with the float64, spread and eager references (the
+    float64 outputs, when computed, go in ``wide["float64"]``)."""
     floats = [i for i in open_ if is_float(expected[i])]
     explained = _explained_by_flushing(runner, fn, arg_specs, flat, expected, open_, rtol, atol)
     spread = spread_outputs(fn, arg_specs, flat, expected) if floats else None
@@ -711,6 +745,8 @@ def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], f
         truth, why = float64_outputs(fn, arg_specs, flat)
         _release_compiled()
     truth = truth if truth is not None and len(truth) == len(expected) else None
+    if truth is not None and wide is not None:
+        wide["float64"] = truth
     eager: list[np.ndarray] | None = None
     for attempt in range(2):
         for i in open_:
