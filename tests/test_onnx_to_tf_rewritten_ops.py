@@ -147,13 +147,90 @@ def test_layer_norm_through_the_route_matches_jax_jit():
     np.testing.assert_allclose(got, np.asarray(jax.jit(layer_norm)(x, g, b)), rtol=1e-5, atol=1e-5)
 
 
+def masked_scores_late(s):
+    return masked_scores(s)
+
+
 @pytest.mark.parametrize("fn, specs", [(causal_scores, ("f32[2,3,6,6]",)),
-                                       (layer_norm, ("f32[4,16]", "f32[16]", "f32[16]"))])
+                                       (layer_norm, ("f32[4,16]", "f32[16]", "f32[16]")),
+                                       (masked_scores_late, ("f32[2,3,6,6]",))])
 def test_rewritten_ops_convert_to_tflite_builtins(fn, specs, tmp_path):
     pytest.importorskip("ai_edge_litert")
     from jaxconv import api
-    from jaxconv.runtimes.tflite import read_route
+    from jaxconv.runtimes.tflite import TFLiteRunner, read_route
 
     reports: list = []
     path = api.to_tflite(fn, *specs, path=str(tmp_path / "m.tflite"), route="tf-ops", report_to=reports)
     assert read_route(path) == "tf-ops" and reports[0].ok, reports[0].table()
+    if fn is masked_scores_late:  # NaN rows in LiteRT too (rows with NaN or +inf; a -inf input meets
+        # TFLite's converter turning the -inf fill into -FLT_MAX, a limitation of its own)
+        x = _special((2, 3, 6, 6), seed=7)
+        x[x == -np.inf] = -1.0
+        (got,) = TFLiteRunner(path).run([x])
+        want = np.asarray(jax.jit(fn)(x))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _all_ops(graph) -> set[str]:
+    out = set()
+    for node in graph.node:
+        out.add(node.op_type)
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out |= _all_ops(g)
+    return out
+
+
+_W = np.random.default_rng(6).normal(size=(8, 24)).astype(np.float32)
+_CAUSAL = np.tril(np.ones((6, 6), bool))
+
+
+def qkv(x):
+    q, k, v = jnp.split(x @ _W, 3, axis=-1)
+    return q * 2, k - 1, v
+
+
+def even_odd(x):
+    return x[..., ::2] * 3, x[..., 1::2] - 2
+
+
+def masked_scores(s):
+    return jax.nn.softmax(jnp.where(_CAUSAL, s, -jnp.inf), axis=-1)
+
+
+@pytest.mark.parametrize("fn, shape, op", [(qkv, (2, 5, 8), "MatMul*3"), (even_odd, (3, 8), "Split"),
+                                           (masked_scores, (2, 3, 6, 6), "Min")])
+@pytest.mark.parametrize("special", [False, True])
+def test_split_and_mask_min_forms_through_the_route_match_jax_jit(fn, shape, op, special):
+    from jaxconv.onnx import convert
+    from jaxconv.tf.onnx_to_tf import OPSET, for_program
+
+    x = _special(shape, seed=7) if special else np.random.default_rng(7).normal(size=shape).astype(np.float32)
+    program = trace(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+    graph = convert.program_to_onnx(program, OPSET).graph
+    if op == "MatMul*3":  # split_matmul: three MatMuls, no Split
+        assert [n.op_type for n in graph.node].count("MatMul") == 3
+    else:
+        assert op in _all_ops(graph)  # the rewrite fired
+    got = for_program(program)[1](x)
+    for i, w in enumerate(jax.tree_util.tree_leaves(jax.jit(fn)(x))):
+        g, w = got[f"output_{i}"].numpy(), np.asarray(w)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        np.testing.assert_array_equal(np.signbit(g[g == 0]), np.signbit(w[g == 0]))
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_ops_give_the_nan_rows_onnx_runtime_gives(op):
+    """A row holding NaN or +inf, or all -inf, is NaN everywhere (jax's exp(x - max(x)) and ORT); TF's
+    kernels gave NaN at the NaN only and 0 or 1 elsewhere."""
+    x = np.array([[np.nan, -np.inf, -np.inf], [np.inf, 1, 2], [-np.inf] * 3, [1, -np.inf, 2], [-0.0, 0.0, 3],
+                  [np.inf, -np.inf, np.nan]], np.float32)
+    node = helper.make_node(op, ["x"], ["y"], axis=-1)
+    info = helper.make_tensor_value_info
+    model = _model(node, [info("x", TensorProto.FLOAT, [6, 3])], [info("y", TensorProto.FLOAT, [6, 3])])
+    (want,), (got,) = _run_both(model, {"x": x})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[:3]).all() and np.isnan(got[5]).all() and not np.isnan(got[3:5]).any()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

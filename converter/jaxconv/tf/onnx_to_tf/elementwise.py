@@ -251,7 +251,17 @@ def gelu(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 @handles("Softmax", "LogSoftmax")
 def softmax(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """TF's kernel, with NaN rows where jax's ``exp(x - max(x))`` (and ONNX Runtime) gives them: a row
+    holding NaN or +inf, or all -inf (TF's kernels give NaN only at the NaN and 0 or 1 elsewhere)."""
     tf = tr.tf
+    x = ins[0].t
     axis = attrs(node).get("axis", -1)
     fn = tf.nn.softmax if node.op_type == "Softmax" else tf.nn.log_softmax
-    return Value(fn(ins[0].t, axis=axis), ins[0].dtype)
+    out = fn(x, axis=axis)
+    big = tf.constant(x.dtype.max, x.dtype)  # ±inf as beyond it: TFLite's converter makes inf FLT_MAX
+    nan_row = tf.logical_or(
+        # NaN as x != x: TF's graph optimizer turns ``logical_not(x <= big)`` into ``x > big``
+        tf.reduce_any(tf.logical_or(tf.not_equal(x, x), x > big), axis=axis, keepdims=True),
+        tf.reduce_all(x < -big, axis=axis, keepdims=True),
+    )
+    return Value(tf.where(nan_row, tf.constant(float("nan"), x.dtype), out), ins[0].dtype)
