@@ -102,3 +102,23 @@ def test_a_data_dependent_loop_skips_edge_values_with_a_note_naming_it(tmp_path)
     assert report.ok and [r.inputs for r in report.rows] == ["random"], report.table()
     (note,) = [n for n in report.notes if n.startswith("edge values skipped")]
     assert "while loop whose trip count depends on the inputs" in note and "test_check_loop_edge_values.py" in note, note
+
+
+def at_most(limit):
+    def fn(x):
+        return lax.while_loop(lambda c: (c[0] < limit) & (c[1].sum() < 100.0),
+                              lambda c: (c[0] + 1, c[1] * 2.0), (0, x))[1]
+    return fn
+
+
+def test_a_loop_with_an_iteration_limit_runs_edge_values_unless_the_limit_is_huge(tmp_path):
+    """``counter < 50 and not converged``: at most 50 trips whatever the inputs; with 10**9 the loop could
+    run that long on NaN (NaN < 100 is false, so this one would not, but the check cannot tell)."""
+    spec, flat = [jax.ShapeDtypeStruct((6,), np.float32)], _flat(((6,), np.float32))
+    assert verify.data_dependent_loops(at_most(50), spec, flat) == []
+    assert verify.data_dependent_loops(at_most(verify.MAX_EDGE_TRIPS + 1), spec, flat)
+    assert verify.data_dependent_loops(at_most(10 ** 9), spec, flat)
+    path = str(tmp_path / "limit.onnx")
+    jaxconv.to_onnx(at_most(50), "f32[6]", path=path)
+    report = jaxconv.check(_nan_to_zero(path), at_most(50), "f32[6]")
+    assert not report.ok and {r.inputs for r in report.rows if not r.ok} == {"edge"}, report.table()

@@ -286,7 +286,8 @@ def data_dependent_loops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat:
 
     The dependence is followed from the inputs through every equation (a carry depends on them when
     its initial value or any trip's update does); through an op with a sub-program other than a
-    call, scan, cond or while every output depends on every input.
+    call, scan, cond or while every output depends on every input. A loop that also counts to a
+    literal limit of at most MAX_EDGE_TRIPS trips (``_trip_bound``) ends whatever the inputs, and does not count.
     """
     import jax
 
@@ -326,7 +327,7 @@ def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool
                     break
                 carry = nxt
             _depends(body, ins[nc:nc + nb] + carry, found)
-            if any(_depends(cond, ins[:nc] + carry, found)):
+            if any(_depends(cond, ins[:nc] + carry, found)) and _trip_bound(eqn) is None:
                 found.append(_source_line(eqn))
             outs = carry
         elif name == "scan":
@@ -355,6 +356,49 @@ def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool
         for v, t in zip(eqn.outvars, outs):
             env[v] = t
     return [read(v) for v in jaxpr.outvars]
+
+
+MAX_EDGE_TRIPS = 100_000  # a while counting to at most this many trips runs edge values whatever its other conditions
+
+
+def _trip_bound(eqn: Any) -> int | None:
+    """The trip count a ``while`` cannot exceed, when its condition is ``counter < N and ...`` with a
+    counter that starts at a literal and grows by a positive literal each trip, and N a literal (a
+    ``while_loop`` with a maximum number of iterations); None otherwise or above MAX_EDGE_TRIPS."""
+    params = eqn.params
+    nc, nb = params["cond_nconsts"], params["body_nconsts"]
+    cond, body = _inner(params["cond_jaxpr"]), _inner(params["body_jaxpr"])
+    producers = {v: e for e in cond.eqns for v in e.outvars}
+    body_producers = {v: e for e in body.eqns for v in e.outvars}
+
+    def literal(v: Any) -> int | None:
+        value = getattr(v, "val", None)
+        return int(value) if value is not None and np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iu" else None
+
+    def conjuncts(v: Any) -> list[Any]:
+        e = producers.get(v)
+        if e is not None and e.primitive.name == "and":
+            return [c for u in e.invars for c in conjuncts(u)]
+        if e is not None and e.primitive.name == "convert_element_type" and np.dtype(e.params["new_dtype"]) == np.bool_:
+            return conjuncts(e.invars[0])
+        return [v]
+
+    for c in conjuncts(cond.outvars[0]):
+        e = producers.get(c)
+        if e is None or e.primitive.name != "lt" or e.invars[0] not in cond.invars[nc:]:
+            continue
+        k, limit = cond.invars.index(e.invars[0]) - nc, literal(e.invars[1])
+        start = literal(eqn.invars[nc + nb + k])
+        step_eqn = body_producers.get(body.outvars[k])
+        if limit is None or start is None or step_eqn is None or step_eqn.primitive.name != "add":
+            continue
+        counter = body.invars[nb + k]
+        steps = [literal(u) for u in step_eqn.invars if u is not counter]
+        if counter in step_eqn.invars and len(steps) == 1 and steps[0] is not None and steps[0] > 0:
+            trips = max(0, -(-(limit - start) // steps[0]))
+            if trips <= MAX_EDGE_TRIPS:
+                return trips
+    return None
 
 
 def _source_line(eqn: Any) -> str:
