@@ -86,3 +86,29 @@ def test_the_check_catches_a_bug_only_on_minus_inf_in_column_0():
     assert rows == [("random", "ok"), ("edge", "ok"), ("edge", "mismatch")], report.table()
     bad = [r for r in report.rows if not r.ok]
     assert "NaN positions differ" in bad[0].note and "jax.jit -inf, artifact nan" in bad[0].note, bad[0].note
+
+
+def test_the_second_set_catches_ort_float64_log_softmax_after_a_mask(x64):
+    """ONNX Runtime's float64 LogSoftmax is wrong on rows with NaN or inf (a log clamped at 1e-20:
+    ``[1, NaN, 2]`` gives ``[45.05, NaN, 46.05]``). After a mask keeping the last two of 4 columns,
+    the first set's kept elements hold no NaN/inf combination that shows it; the second set does."""
+    import jax
+    import jax.numpy as jnp
+    from onnx import TensorProto, helper, numpy_helper
+
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    mask = np.zeros((16, 4), bool)
+    mask[:, 2:] = True
+    nodes = [helper.make_node("Constant", [], ["m"], value=numpy_helper.from_array(mask, "m")),
+             helper.make_node("Constant", [], ["ninf"], value=numpy_helper.from_array(np.array(-np.inf), "ninf")),
+             helper.make_node("Where", ["m", "x", "ninf"], ["y"]),
+             helper.make_node("LogSoftmax", ["y"], ["output_0"], axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [16, 4])],
+                              [helper.make_tensor_value_info("output_0", TensorProto.DOUBLE, [16, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    program = trace(lambda x: jax.nn.log_softmax(jnp.where(jnp.asarray(mask), x, -jnp.inf), axis=-1), ["f64[16,4]"])
+    report = check_runner(OnnxRunner(model.SerializeToString()), "m.onnx", program.fn, program.arg_specs,
+                          program.signature)
+    assert [(r.inputs, r.verdict) for r in report.rows] == [("random", "ok"), ("edge", "ok"), ("edge", "mismatch")], (
+        report.table())
