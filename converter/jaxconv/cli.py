@@ -329,8 +329,8 @@ def _bench_sizes(text: str | None, names: Sequence[str]) -> dict[str, int]:
         key, _, value = part.partition("=")
         try:
             sizes[key.strip()] = int(value)
-        except ValueError:
-            raise UsageError(f"--sizes {text!r}: give NAME=SIZE pairs, e.g. b=8,n=3") from None
+        except ValueError as e:
+            raise UsageError(f"--sizes {text!r}: give NAME=SIZE pairs, e.g. b=8,n=3") from e
         if sizes[key.strip()] < 1:
             raise UsageError(f"--sizes {text!r}: sizes must be at least 1")
     unknown = [k for k in sizes if k not in names]
