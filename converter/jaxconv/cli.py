@@ -362,24 +362,20 @@ def _bench_onnx_file(path: str, signature: Any) -> tuple[int, float]:
     except Exception as e:
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ArtifactError(f"{path} is not an ONNX model: {why}") from e
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits]
+    from jaxconv.cpp.onnx_io import onnx_signature
+
+    try:
+        inputs = onnx_signature(model).inputs  # complex inputs as complex, not their (re, im) layout
+    except (JaxconvError, KeyError, ValueError) as e:  # a layout the metadata contradicts, an untyped input
+        raise ArtifactError(f"{path}: cannot read its inputs: {e}") from e
     if len(inputs) != len(signature.inputs):
         given, want = ", ".join(i.name for i in inputs), ", ".join(t.name for t in signature.inputs)
         raise UsageError(f"{path} takes {len(inputs)} input(s) ({given}); "
                          f"the specs give {len(signature.inputs)} ({want})")
     for i, t in zip(inputs, signature.inputs):
-        tt = i.type.tensor_type
-        if t.dtype.startswith("complex") or not tt.HasField("elem_type"):
-            continue  # complex inputs travel as (re, im) pairs; ORT checks them
-        bf16 = tt.elem_type == onnx.TensorProto.BFLOAT16
-        dtype = "bfloat16" if bf16 else onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
-        fits = dtype == t.dtype and len(dims) == len(t.shape)
-        fixed = [(a, b) for a, b in zip(dims, t.shape) if isinstance(a, int) and isinstance(b, int)]
-        fits = fits and all(a == b for a, b in fixed)
-        if not fits:
-            raise UsageError(f"{path}: input {i.name!r} is {_shape_text(dtype, dims)}, "
+        fixed = [(a, b) for a, b in zip(i.shape, t.shape) if isinstance(a, int) and isinstance(b, int)]
+        if i.dtype != t.dtype or len(i.shape) != len(t.shape) or any(a != b for a, b in fixed):
+            raise UsageError(f"{path}: input {i.name!r} is {_shape_text(i.dtype, i.shape)}, "
                              f"the specs give {t.name!r} {_shape_text(t.dtype, t.shape)}")
     files = {path} | {os.path.join(os.path.dirname(path), e.value) for t in model.graph.initializer
                       for e in t.external_data if e.key == "location"}
