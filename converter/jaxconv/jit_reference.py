@@ -16,7 +16,19 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 _CACHE_SIZE = 8
-_CACHE: dict[tuple[Any, ...], tuple[Any, Callable[..., Any], tuple[Any, ...], Any]] = {}
+_CACHE: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # key -> (fn, runner, constants, output tree)
+
+
+def _cached(key: tuple[Any, ...], fn: Callable[..., Any],
+            build: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """``(fn, *build())``, kept under ``key`` for ``fn`` (the oldest entry goes beyond ``_CACHE_SIZE``)."""
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not fn:
+        hit = (fn, *build())
+        while len(_CACHE) >= _CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = hit
+    return hit
 
 
 def jit_call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
@@ -33,13 +45,7 @@ def jit_call(fn: Callable[..., Any], args: Sequence[Any]) -> Any:
     key = (id(fn), treedef, tuple((tuple(x.shape), str(x.dtype), bool(getattr(getattr(x, "aval", None),
                                                                                "weak_type", False)))
                                   for x in flat), bool(jax.config.jax_enable_x64))  # type: ignore[attr-defined]
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not fn:
-        hit = (fn, *_hoisted(fn, args))
-        while len(_CACHE) >= _CACHE_SIZE:
-            del _CACHE[next(iter(_CACHE))]
-        _CACHE[key] = hit
-    _, run, consts, out_tree = hit
+    _, run, consts, out_tree = _cached(key, fn, lambda: _hoisted(fn, args))
     return jax.tree_util.tree_unflatten(out_tree, run(consts, *flat))
 
 
@@ -224,14 +230,14 @@ def wide_call(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, frozens
     """
     import jax
 
-    flat, _ = jax.tree_util.tree_flatten(list(args))
-    key = ("wide", id(fn), jax.tree_util.tree_structure(list(args)),
+    flat, treedef = jax.tree_util.tree_flatten(list(args))
+    key = ("wide", id(fn), treedef,
            tuple((tuple(x.shape), str(x.dtype)) for x in flat), bool(jax.config.jax_enable_x64))  # type: ignore[attr-defined]
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not fn:
+
+    def build() -> tuple[Any, ...]:
         jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat]
-        traced = jitted.trace(*jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(list(args)), specs))
+        traced = jitted.trace(*jax.tree_util.tree_unflatten(treedef, specs))
         closed = traced.jaxpr
         narrow: set[str] = set()
 
@@ -243,11 +249,9 @@ def wide_call(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, frozens
 
         with jax.enable_x64(True):
             consts = tuple(jax.device_put(_host_widened(c) if _has_subnormals(c) else c) for c in closed.consts)
-        hit = (fn, (jax.jit(run), narrow), consts, traced.out_tree)
-        while len(_CACHE) >= _CACHE_SIZE:
-            del _CACHE[next(iter(_CACHE))]
-        _CACHE[key] = hit
-    _, (run_jit, narrow_ops), consts, out_tree = hit
+        return (jax.jit(run), narrow), consts, traced.out_tree
+
+    _, (run_jit, narrow_ops), consts, out_tree = _cached(key, fn, build)
     with jax.enable_x64(True):  # widened here: XLA on the CPU would flush subnormal inputs as it widens them
         out = run_jit(consts, *[_host_widened(x) for x in flat])
     return jax.tree_util.tree_unflatten(out_tree, out), frozenset(narrow_ops)
