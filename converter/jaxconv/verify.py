@@ -307,6 +307,17 @@ def _inner(p: Any) -> Any:
     return inner if hasattr(inner, "eqns") else None
 
 
+def _carry_fixpoint(carry: list[bool], trip: Callable[[list[bool]], list[bool]]) -> list[bool]:
+    """A loop's carries that depend on the inputs after any number of trips: ``carry`` or-ed with what
+    one more ``trip`` makes depend, until nothing changes."""
+    for _ in range(len(carry) + 1):
+        nxt = [c or u for c, u in zip(carry, trip(carry))]
+        if nxt == carry:
+            break
+        carry = nxt
+    return carry
+
+
 def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool]:
     """Which outputs of ``jaxpr`` depend on the inputs marked in ``tainted``; loops whose condition does go in ``found``."""
     env: dict[Any, bool] = dict(zip(jaxpr.invars, tainted))
@@ -320,25 +331,15 @@ def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool
         if name == "while":
             nc, nb = params["cond_nconsts"], params["body_nconsts"]
             cond, body = _inner(params["cond_jaxpr"]), _inner(params["body_jaxpr"])
-            carry = ins[nc + nb:]
-            for _ in range(len(carry) + 1):
-                nxt = [c or u for c, u in zip(carry, _depends(body, ins[nc:nc + nb] + carry, []))]
-                if nxt == carry:
-                    break
-                carry = nxt
+            carry = _carry_fixpoint(ins[nc + nb:], lambda c: _depends(body, ins[nc:nc + nb] + c, []))
             _depends(body, ins[nc:nc + nb] + carry, found)
             if any(_depends(cond, ins[:nc] + carry, found)) and _trip_bound(eqn) is None:
                 found.append(_source_line(eqn))
             outs = carry
         elif name == "scan":
             body, nc, ncarry = _inner(params["jaxpr"]), params["num_consts"], params["num_carry"]
-            carry = ins[nc:nc + ncarry]
-            for _ in range(len(carry) + 1):
-                res = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], [])
-                nxt = [c or u for c, u in zip(carry, res[:ncarry])]
-                if nxt == carry:
-                    break
-                carry = nxt
+            carry = _carry_fixpoint(ins[nc:nc + ncarry],
+                                    lambda c: _depends(body, ins[:nc] + c + ins[nc + ncarry:], [])[:ncarry])
             outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found)
             outs = carry + outs[ncarry:]
         elif name == "cond":
