@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import tri_masks
 from jaxconv.onnx.rewrites.transposes import is_one_axis_move
 
-MAX_WEIGHT_ELEMENTS = tri_masks.MAX_MASK_ELEMENTS
+MAX_WEIGHT_ELEMENTS = constants.MAX_ELEMENTS
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -37,7 +37,7 @@ def _one(graph: ir.Graph, mm: ir.Node) -> int:
     if len(mm.inputs) != 2:
         return 0
     reshape = m.producer(mm.inputs[0], "Reshape")
-    w = tri_masks.evaluate(mm.inputs[1])  # a constant, or one transposed and reshaped (not folded yet)
+    w = constants.evaluate(mm.inputs[1])  # a constant, or one transposed and reshaped (not folded yet)
     if reshape is None or w is None or w.ndim != 2 or w.size > MAX_WEIGHT_ELEMENTS:
         return 0
     t = m.producer(reshape.inputs[0], "Transpose")

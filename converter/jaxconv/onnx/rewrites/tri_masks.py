@@ -10,7 +10,7 @@ triangle and writes +0 elsewhere, bit for bit; for another fill ``f``, ``Trilu(x
 
 The mask is often computed from constants at run time (keras-hub: a padding mask of ones broadcast by
 an Expand the folding leaves, Min with the causal triangle, a comparison); the rule evaluates such an
-expression here (a few ops, at most ``MAX_MASK_ELEMENTS`` elements), and the clean-up then drops it.
+expression here (a few ops, at most ``_constants.MAX_ELEMENTS`` elements), and the clean-up then drops it.
 """
 
 from __future__ import annotations
@@ -18,18 +18,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-
-MAX_MASK_ELEMENTS = 1 << 22
-
-_BINARY = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Min": np.minimum, "Max": np.maximum,
-    "Greater": np.greater, "Less": np.less, "Equal": np.equal, "GreaterOrEqual": np.greater_equal,
-    "LessOrEqual": np.less_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-}
-
-
-_UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": np.abs}
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -41,96 +31,6 @@ def _static(value: ir.Value | None) -> tuple[int, ...] | None:
     if value is None or value.shape is None or not value.shape.is_static():
         return None
     return tuple(int(d) for d in value.shape)
-
-
-def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
-    """``value``'s content when it is computed from constants only by elementwise arithmetic, comparisons,
-    logic, Where, Casts and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
-    arr = m.const(value)
-    if arr is not None or value is None or depth > 16:
-        return arr
-    node = m.producer(value)
-    if node is None or not node.inputs or node.inputs[0] is None:
-        return None
-    op = node.op_type
-    args: list[np.ndarray | None] = []
-    for v in node.inputs:  # stop at the first input that is not constant: the result is not either
-        args.append(evaluate(v, depth + 1) if v is not None else None)
-        if v is not None and args[-1] is None:
-            return None
-    x = args[0]
-    if x is None:
-        return None
-    try:
-        with np.errstate(all="ignore"):
-            if op == "Identity":
-                out = x
-            elif op == "Cast":
-                out = x.astype(ir.DataType(m.attr(node, "to")).numpy())
-            elif op in _UNARY:
-                out = np.asarray(_UNARY[op](x))
-            elif op == "Transpose":
-                perm = m.attr(node, "perm")
-                out = np.transpose(x, None if perm is None else [int(p) for p in perm])
-            elif op == "Slice" and 3 <= len(args) and all(a is not None for a in args[1:]):
-                out = _slice(x, args[1:])
-            elif op in ("Unsqueeze", "Squeeze", "Reshape", "Expand"):
-                out = _shape_op(node, x, args[1] if len(args) > 1 else None)
-            elif op == "Where" and len(args) == 3 and args[1] is not None and args[2] is not None:
-                out = np.where(x, args[1], args[2])
-            elif op in ("Min", "Max") and any(a.dtype.kind == "f" and np.isnan(a).any() for a in args if a is not None):
-                return None  # ORT's and numpy's NaN rules for Min/Max need not agree
-            elif op in _BINARY and len(args) == 2 and args[1] is not None and args[1].dtype == x.dtype:
-                out = np.asarray(_BINARY[op](x, args[1]))
-            else:
-                return None
-    except (ValueError, TypeError):
-        return None
-    if out is None or out.size > MAX_MASK_ELEMENTS:
-        return None
-    return out
-
-
-def _shape_op(node: ir.Node, x: np.ndarray, arg: np.ndarray | None) -> np.ndarray | None:
-    op = node.op_type
-    if arg is None:
-        if op == "Squeeze" and m.attr(node, "axes") is None:
-            return np.squeeze(x)
-        axes = m.attr(node, "axes")
-        if axes is None:
-            return None
-        arg = np.asarray(axes)
-    arg = np.atleast_1d(arg).astype(np.int64)
-    if op == "Unsqueeze":
-        rank = x.ndim + arg.size
-        return x.reshape(_unsqueezed(x.shape, sorted(int(a) % rank for a in arg)))
-    if op == "Squeeze":
-        return np.squeeze(x, tuple(int(a) % x.ndim for a in arg))
-    if op == "Reshape":
-        if m.attr(node, "allowzero", 0) != 1:
-            arg = np.array([x.shape[i] if d == 0 else d for i, d in enumerate(arg)], np.int64)
-        return x.reshape([int(d) for d in arg])
-    shape = np.broadcast_shapes(x.shape, tuple(int(d) for d in arg))
-    if int(np.prod(shape)) > MAX_MASK_ELEMENTS:
-        return None
-    return np.broadcast_to(x, shape)
-
-
-def _slice(x: np.ndarray, args: list[np.ndarray]) -> np.ndarray:
-    starts, ends = (np.atleast_1d(a).astype(np.int64) for a in args[:2])
-    axes = np.atleast_1d(args[2]).astype(np.int64) if len(args) > 2 else np.arange(starts.size)
-    steps = np.atleast_1d(args[3]).astype(np.int64) if len(args) > 3 else np.ones(starts.size, np.int64)
-    index = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
-        index[a % x.ndim] = slice(*slice(s, e, st).indices(x.shape[a % x.ndim]))
-    return x[tuple(index)]
-
-
-def _unsqueezed(shape: tuple[int, ...], axes: list[int]) -> list[int]:
-    dims = list(shape)
-    for a in axes:
-        dims.insert(a, 1)
-    return dims
 
 
 def _triangle(keep: np.ndarray) -> tuple[int, int] | None:
@@ -169,7 +69,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     scalar = flat[0]
     if scalar == 0 and np.signbit(scalar):
         return 0
-    mask = evaluate(cond)
+    mask = constants.evaluate(cond)
     if mask is None or mask.dtype != np.bool_ or mask.ndim > len(shape):
         return 0
     try:

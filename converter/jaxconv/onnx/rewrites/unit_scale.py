@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import tri_masks
 
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
 
@@ -37,7 +37,7 @@ def _drop(mul: ir.Node) -> int:
         return 0
     for k in (0, 1):
         x, ones = mul.inputs[k], mul.inputs[1 - k]
-        arr = tri_masks.evaluate(ones)  # a constant, or ones computed from constants (a head mask)
+        arr = constants.evaluate(ones)  # a constant, or ones computed from constants (a head mask)
         if x is None or arr is None or arr.dtype.kind != "f" or not np.all(arr == 1):
             continue
         if x.type is None or out.type is None or x.type != out.type:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import tri_masks
 from jaxconv.onnx.rewrites.broadcasts import MIN_ELEMENTS, _shrunk
 from jaxconv.onnx.rewrites.reshape_scale import same_bits
 
@@ -78,9 +78,7 @@ def _constant_choice(node: ir.Node, shapes: list) -> bool:
     """A Where whose condition is a constant of one value everywhere (jnp.var's ``ddof`` guard: ``False``)
     is the operand it chooses, where that operand has the output's shape (and its type: ONNX's Where
     takes one type for both): the same elements, no kernel."""
-    cond = _scalar_expr(node.inputs[0])
-    if cond is None:
-        cond = tri_masks.evaluate(node.inputs[0])  # a whole mask from constants (keras-hub's padding of ones)
+    cond = constants.evaluate(node.inputs[0])  # a constant, or a whole mask from constants (keras-hub's padding of ones)
     out = node.outputs[0]
     if cond is None or cond.size == 0 or cond.dtype != np.bool_ or out.is_graph_output():
         return False
@@ -94,37 +92,6 @@ def _constant_choice(node: ir.Node, shapes: list) -> bool:
         return False
     out.replace_all_uses_with(node.inputs[k])
     return True
-
-
-_SCALAR_OPS = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-    "Greater": np.greater, "Less": np.less, "Equal": np.equal, "GreaterOrEqual": np.greater_equal,
-    "LessOrEqual": np.less_equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
-}
-
-
-def _scalar_expr(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
-    """The content of ``value`` when it is a constant, or a few elements computed from constants by
-    arithmetic, comparisons, logic and Casts (the folding runs after the rules); else None."""
-    arr = m.folded(value)
-    if arr is not None or value is None or depth > 8:
-        return arr
-    node = m.producer(value, "Cast", "Not", *_SCALAR_OPS)
-    if node is None or not node.inputs or any(v is None for v in node.inputs):
-        return None
-    args = [_scalar_expr(v, depth + 1) for v in node.inputs]
-    if any(a is None or a.size > 16 for a in args):
-        return None
-    with np.errstate(all="ignore"):
-        if node.op_type == "Cast":
-            return args[0].astype(ir.DataType(m.attr(node, "to")).numpy())
-        if node.op_type == "Not":
-            return np.logical_not(args[0])
-        if len(args) != 2 or args[0].dtype != args[1].dtype:
-            return None
-        if node.op_type == "Div" and args[0].dtype.kind != "f":
-            return None  # ONNX's integer Div truncates
-        return np.asarray(_SCALAR_OPS[node.op_type](args[0], args[1]))
 
 
 _ELEMENTWISE = frozenset(
