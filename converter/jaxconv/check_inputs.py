@@ -296,6 +296,12 @@ def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[In
     return out
 
 
+def edge_input_sets(signature: Signature, sizes: Sequence[dict[str, int]], seed: int) -> list[InputSet]:
+    """The edge sets of a check whose random sets ran at ``sizes``: ``edge_sets`` at the largest of them
+    (the check against jax.jit and the SavedModel check against TensorFlow both take them from here)."""
+    return edge_sets(signature, max(sizes, key=lambda s: sum(s.values())) if sizes else {}, seed)
+
+
 def flush_subnormals(arrays: Sequence[np.ndarray]) -> list[np.ndarray] | None:
     """The arrays with float32/float64/bfloat16 subnormals replaced by a zero of the same sign; None if there are none.
 

@@ -46,6 +46,7 @@ from jaxconv.check_inputs import (  # noqa: F401
     _dim_sizes,
     check_arrays,
     concrete_shape,
+    edge_input_sets,
     edge_set,
     edge_sets,
     flush_subnormals,
@@ -72,6 +73,7 @@ from jaxconv.compare import (  # noqa: F401
     largest_finite,
     tolerance,
 )
+from jaxconv.edge_loops import MAX_EDGE_TRIPS, data_dependent_loops, has_while_loop, skip_note  # noqa: F401
 from jaxconv.errors import ArtifactError, MismatchError
 
 
@@ -268,149 +270,6 @@ def eager_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequen
         return None
 
 
-def has_while_loop(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> bool | None:
-    """Whether the traced program holds a ``while`` whose trip count depends on the inputs' values.
-
-    ``scan`` and ``fori_loop`` with Python bounds have fixed trip counts; a ``while`` whose condition
-    reads only constants and carries computed from constants (``fori_loop(0, jnp.int32(3), ...)``,
-    ``while_loop(lambda c: c[0] < 3, ...)`` counting from a literal) runs as many times on edge values
-    as on random ones, and does not count. None when the program cannot be traced here.
-    """
-    loops = data_dependent_loops(fn, arg_specs, flat)
-    return None if loops is None else bool(loops)
-
-
-def data_dependent_loops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[str] | None:
-    """Where the traced program has a ``while`` whose condition depends on the inputs' values (the
-    source line of each, ``?`` when unknown); None when the program cannot be traced here.
-
-    The dependence is followed from the inputs through every equation (a carry depends on them when
-    its initial value or any trip's update does); through an op with a sub-program other than a
-    call, scan, cond or while every output depends on every input. A loop that also counts to a
-    literal limit of at most MAX_EDGE_TRIPS trips (``_trip_bound``) ends whatever the inputs, and does not count.
-    """
-    import jax
-
-    try:
-        treedef = jax.tree_util.tree_structure(list(arg_specs))
-        args = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in flat])
-        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-        found: list[str] = []
-        _depends(jaxpr, [True] * len(jaxpr.invars), found)
-        return list(dict.fromkeys(found))
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _inner(p: Any) -> Any:
-    inner = getattr(p, "jaxpr", p)
-    return inner if hasattr(inner, "eqns") else None
-
-
-def _carry_fixpoint(carry: list[bool], trip: Callable[[list[bool]], list[bool]]) -> list[bool]:
-    """A loop's carries that depend on the inputs after any number of trips: ``carry`` or-ed with what
-    one more ``trip`` makes depend, until nothing changes."""
-    for _ in range(len(carry) + 1):
-        nxt = [c or u for c, u in zip(carry, trip(carry))]
-        if nxt == carry:
-            break
-        carry = nxt
-    return carry
-
-
-def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool]:
-    """Which outputs of ``jaxpr`` depend on the inputs marked in ``tainted``; loops whose condition does go in ``found``."""
-    env: dict[Any, bool] = dict(zip(jaxpr.invars, tainted))
-
-    def read(v: Any) -> bool:
-        return False if hasattr(v, "val") else env.get(v, False)  # a literal or a constant: no dependence
-
-    for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
-        name, params = eqn.primitive.name, eqn.params
-        if name == "while":
-            nc, nb = params["cond_nconsts"], params["body_nconsts"]
-            cond, body = _inner(params["cond_jaxpr"]), _inner(params["body_jaxpr"])
-            carry = _carry_fixpoint(ins[nc + nb:], lambda c: _depends(body, ins[nc:nc + nb] + c, []))
-            _depends(body, ins[nc:nc + nb] + carry, found)
-            if any(_depends(cond, ins[:nc] + carry, found)) and _trip_bound(eqn) is None:
-                found.append(_source_line(eqn))
-            outs = carry
-        elif name == "scan":
-            body, nc, ncarry = _inner(params["jaxpr"]), params["num_consts"], params["num_carry"]
-            carry = _carry_fixpoint(ins[nc:nc + ncarry],
-                                    lambda c: _depends(body, ins[:nc] + c + ins[nc + ncarry:], [])[:ncarry])
-            outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found)
-            outs = carry + outs[ncarry:]
-        elif name == "cond":
-            branch_outs = [_depends(_inner(b), ins[1:], found) for b in params["branches"]]
-            outs = [ins[0] or any(col) for col in zip(*branch_outs)]
-        else:
-            subs = [_inner(q) for p in params.values() for q in (p if isinstance(p, (list, tuple)) else [p])]
-            subs = [j for j in subs if j is not None]
-            if len(subs) == 1 and len(subs[0].invars) == len(ins) and len(subs[0].outvars) == len(eqn.outvars):
-                outs = _depends(subs[0], ins, found)  # a call: jit, custom_jvp/vjp, checkpoint
-            else:
-                for j in subs:
-                    _depends(j, [any(ins)] * len(j.invars), found)
-                outs = [any(ins)] * len(eqn.outvars)
-        for v, t in zip(eqn.outvars, outs):
-            env[v] = t
-    return [read(v) for v in jaxpr.outvars]
-
-
-MAX_EDGE_TRIPS = 100_000  # a while counting to at most this many trips runs edge values whatever its other conditions
-
-
-def _trip_bound(eqn: Any) -> int | None:
-    """The trip count a ``while`` cannot exceed, when its condition is ``counter < N and ...`` with a
-    counter that starts at a literal and grows by a positive literal each trip, and N a literal (a
-    ``while_loop`` with a maximum number of iterations); None otherwise or above MAX_EDGE_TRIPS."""
-    params = eqn.params
-    nc, nb = params["cond_nconsts"], params["body_nconsts"]
-    cond, body = _inner(params["cond_jaxpr"]), _inner(params["body_jaxpr"])
-    producers = {v: e for e in cond.eqns for v in e.outvars}
-    body_producers = {v: e for e in body.eqns for v in e.outvars}
-
-    def literal(v: Any) -> int | None:
-        value = getattr(v, "val", None)
-        return int(value) if value is not None and np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iu" else None
-
-    def conjuncts(v: Any) -> list[Any]:
-        e = producers.get(v)
-        if e is not None and e.primitive.name == "and":
-            return [c for u in e.invars for c in conjuncts(u)]
-        if e is not None and e.primitive.name == "convert_element_type" and np.dtype(e.params["new_dtype"]) == np.bool_:
-            return conjuncts(e.invars[0])
-        return [v]
-
-    for c in conjuncts(cond.outvars[0]):
-        e = producers.get(c)
-        if e is None or e.primitive.name != "lt" or e.invars[0] not in cond.invars[nc:]:
-            continue
-        k, limit = cond.invars.index(e.invars[0]) - nc, literal(e.invars[1])
-        start = literal(eqn.invars[nc + nb + k])
-        step_eqn = body_producers.get(body.outvars[k])
-        if limit is None or start is None or step_eqn is None or step_eqn.primitive.name != "add":
-            continue
-        counter = body.invars[nb + k]
-        steps = [literal(u) for u in step_eqn.invars if u is not counter]
-        if counter in step_eqn.invars and len(steps) == 1 and steps[0] is not None and steps[0] > 0:
-            trips = max(0, -(-(limit - start) // steps[0]))
-            if trips <= MAX_EDGE_TRIPS:
-                return trips
-    return None
-
-
-def _source_line(eqn: Any) -> str:
-    try:
-        from jax._src import source_info_util
-
-        return str(source_info_util.summarize(eqn.source_info))
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
 # Ops whose NaN handling in XLA on the CPU depends on the tensor's size (its vectorised max keeps
 # or drops a NaN depending on the order it meets it); ``reduce_window`` stands for one whose body is max/min.
 NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax", "argmin"})
@@ -597,8 +456,7 @@ def _input_sets(fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any
     require_small_enough(signature, sizes)
     sets += [random_set(signature, s, seed + k) for k, s in enumerate(sizes)]
     if options.edge:
-        largest = max(sizes, key=lambda s: sum(s.values()))
-        sets += edge_sets(signature, largest, seed)
+        sets += edge_input_sets(signature, sizes, seed)
     return sets
 
 
@@ -629,11 +487,9 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
             if any(n.startswith("edge values skipped") for n in report.notes):
                 continue  # one note for the edge sets (a small input gets several: check_inputs.edge_sets)
             loops = data_dependent_loops(fn, arg_specs, flat) if loops is None else loops
-            if loops is None or loops:
-                report.notes.append("edge values skipped: " + (
-                    f"the program has a while loop whose trip count depends on the inputs (at {', '.join(loops[:3])}), "
-                    "which edge values may keep from ending" if loops
-                    else "the program could not be traced to look for while loops"))
+            note = skip_note(loops)
+            if note is not None:
+                report.notes.append(note)
                 continue
             try:
                 expected = reference_outputs(fn, arg_specs, flat)

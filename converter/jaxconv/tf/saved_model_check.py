@@ -1,6 +1,7 @@
 """Check an ONNX model converted from a SavedModel signature against that signature run by TensorFlow.
 
-The inputs are ``check``'s (seeded random values at each symbolic size, then edge values) and every
+The inputs are ``check``'s (seeded random values at each symbolic size, then its edge sets, through
+loops as ``edge_loops`` allows) and every
 output is judged by ``compare.judge`` with ``check``'s tolerances; the report prints ``check``'s
 table and ``verify.raise_on_mismatch`` gives its exit codes. Only the reference differs: TensorFlow
 running the SavedModel, not jax.jit.
@@ -107,31 +108,23 @@ class SignatureRunner:
         return [np.asarray(out[k].numpy()) for k in self.outputs]
 
 
-def open_loop(model: Any) -> bool:
-    """Whether the model has a ``Loop`` whose trip count is not a constant (a TF ``while_loop`` or a
-    StableHLO ``while`` whose trip count may depend on the data, and may not end on edge values)."""
-    constants: set[str] = set()
-    loops: list[Any] = []
-    stack = [model.graph]
-    while stack:
-        graph = stack.pop()
-        constants.update(t.name for t in graph.initializer)
-        for node in graph.node:
-            if node.op_type == "Constant":
-                constants.update(node.output)
-            elif node.op_type == "Loop":
-                loops.append(node)
-            stack.extend(a.g for a in node.attribute if a.HasField("g"))
-    return any(not node.input or node.input[0] not in constants for node in loops)
+def open_loop(model: Any) -> list[str]:
+    """The model's ``Loop`` nodes whose trip count may depend on the inputs' values (``edge_loops``'
+    rule, which ``check`` follows on the traced program): empty when edge values may run. The ONNX
+    model mirrors the SavedModel's graph, so TensorFlow's loops end on them when the model's do."""
+    from jaxconv.edge_loops import onnx_open_loops
+
+    return onnx_open_loops(model)
 
 
 def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
-                  loops: bool = False) -> list[Reference]:
-    """TensorFlow's outputs on every input set of the check (random at each size, then edge values).
+                  loops: Sequence[str] | bool = ()) -> list[Reference]:
+    """TensorFlow's outputs on every input set of the check: random at each size, then ``check``'s edge
+    sets (``check_inputs.edge_input_sets``) at the largest size TensorFlow runs.
 
     A size the SavedModel's shape assertions refuse (``2*b`` at an odd size) is left out with a
-    note; edge values are left out when ``loops`` (see ``open_loop``), as ``check`` leaves them out
-    for programs with a while loop.
+    note; edge values are left out, with ``edge_loops.skip_note``, when ``loops`` names loops whose
+    trip count depends on the inputs (``open_loop``), and when TensorFlow raises on them.
 
     Raises:
         UsageError: the inputs and outputs would exceed the check's memory limit.
@@ -140,11 +133,12 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
     from jaxconv.check_inputs import (
         DEFAULT_SIZES,
         SYMBOLIC_SIZES,
-        edge_set,
+        edge_input_sets,
         random_set,
         require_small_enough,
         size_sets,
     )
+    from jaxconv.edge_loops import skip_note
     from jaxconv.verify import current_options
 
     options = current_options()
@@ -162,15 +156,16 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
             if _SHAPE_ASSERTION not in e.cause:
                 raise
             notes.append(f"sizes {s} skipped: the SavedModel's shape assertions refuse them")
-    if options.edge and runnable and loops:
-        notes.append("edge values skipped: the model has a while loop, whose trip count on edge values "
-                     "may not end")
+    loop_note = skip_note(["?"] if loops is True else list(loops or ()), "the model")
+    if options.edge and runnable and loop_note:
+        notes.append(loop_note)
     elif options.edge and runnable:
-        edge = edge_set(signature, max(runnable, key=lambda s: sum(s.values())), seed)
-        try:
-            out.append(Reference(edge.label, edge.arrays, runner.run(edge.arrays)))
-        except TFRunError as e:  # as check does when jax.jit raises on them
-            notes.append(f"edge values skipped: TensorFlow raises on them ({e.cause[:160]})")
+        for edge in edge_input_sets(signature, runnable, seed):
+            try:
+                out.append(Reference(edge.label, edge.arrays, runner.run(edge.arrays)))
+            except TFRunError as e:  # as check does when jax.jit raises on them
+                notes.append(f"edge values skipped: TensorFlow raises on them ({e.cause[:160]})")
+                break
     elif not options.edge and options.edge_skipped:
         notes.append(f"edge values skipped: {options.edge_skipped}")
     if out:
@@ -207,11 +202,11 @@ def check_against_tf(model: Any, artifact: str, outputs: Sequence[str], referenc
     return report
 
 
-def raise_on_mismatch(report: TFCheckReport) -> None:
+def raise_on_mismatch(report: TFCheckReport, strict: bool | None = None) -> None:
     """``verify.raise_on_mismatch`` (same rules and exit codes), naming TensorFlow as the reference."""
     from jaxconv.verify import raise_on_mismatch as raise_for
 
     try:
-        raise_for(report)
+        raise_for(report, strict)
     except MismatchError as e:
         raise MismatchError(str(e).replace("jax.jit", report.reference)) from e
