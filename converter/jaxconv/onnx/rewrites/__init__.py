@@ -10,8 +10,7 @@ faster without changing the numbers:
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
   so ORT fuses it into the Conv or Gemm before it;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
-- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs; last,
-  ``pool_chains``: the pools on ``[N, C, H, W]`` itself, one such If for a chain of conv and pool layers;
+- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
@@ -20,8 +19,6 @@ faster without changing the numbers:
 - ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
   LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
-- ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
-  (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
@@ -58,7 +55,6 @@ import onnx_ir.passes.common  # noqa: F401  (ir.passes.common below)
 from jaxconv.onnx.rewrites import (
     _match,
     activations,
-    attention,
     broadcasts,
     conv_affine,
     gru,
@@ -125,9 +121,6 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
-    if opset >= attention.MIN_OPSET:  # the rule follows single readers: the replaced nodes go first
-        ir.passes.common.RemoveUnusedNodesPass()(model)
-        fired["attention"] = attention.rewrite(model.graph, opset)
     fired["mask_min"] = mask_min.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
@@ -145,7 +138,6 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
-    fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
