@@ -49,6 +49,14 @@ it takes 4.0x (linear_before_reset=0) and 4.5x (=1) its one-thread CPU time at b
 hand-off on small products; the LSTM op takes 1.1x and 1.0x. Spinning on helps little (2.2-3.2x
 jax.jit on the benchmark GRU against 3.0-3.6x), and ORT rejects layout=1. Its graph would also be
 four nodes (the finiteness guard, the If, the output product) against the Scan's three.
+
+Measured again (2026-12-01, load 6.6-6.7, benchmark GRU, ``ENABLED = True`` against the Scan with
+``scan_rows``, alternating with jax.jit in one process, three rotations each): two threads, the GRU
+op 2.11-3.08x jax.jit (18.2-30.6 ms, 21.5-22.2 ms CPU per call) against the Scan's 0.79-0.91x
+(7.2-7.9 ms, 7.2-7.3 ms CPU); one thread, 0.73-0.77x (6.6-7.4 ms CPU) against 0.76-0.80x (7.1-7.9
+ms CPU). So the collapse is still there: it is the op's two-thread CPU time, three times its
+one-thread time, not the load alone; the Scan's two threads cost 1.1x its one-thread CPU time
+(each step's two products are two parallel sections of ORT's pool, woken with spinning off).
 """
 
 from __future__ import annotations

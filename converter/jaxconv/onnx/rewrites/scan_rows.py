@@ -121,6 +121,8 @@ def _hoist_elementwise(main: ir.Graph, scan: ir.Node, k: int) -> bool:
 
 
 def _split_sizes(split: ir.Node, width: int) -> list[int] | None:
+    if "split" in split.attributes:  # opset < 13: the sizes as an attribute
+        return [int(v) for v in split.attributes["split"].value]
     if len(split.inputs) > 1 and split.inputs[1] is not None:
         arr = m.const(split.inputs[1])
         return None if arr is None else [int(v) for v in np.atleast_1d(arr)]
