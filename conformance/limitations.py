@@ -132,8 +132,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
     (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
     (_flex("Complex"), ("op.complex.abs",)),
     (differs(_TFL_NAN, outputs=(0, 1), classes=("nan",)), ("edge.max_min_nan",)),
-    (differs("TFLite's reduce_max over an empty axis does not return the init value (-inf)", outputs=(1,), classes=("inf",)),
-     ("edge.empty_reduce",)),
     (differs("TFLite's exp(NaN) is 0; its log and sqrt of 3e38 give inf and 2.6e19", outputs=(0, 1, 2),
              classes=("nan", "inf", "value")), ("edge.exp_log_special",)),
     (differs(_SUBNORMAL.format("TFLite"), outputs=(0, 1), classes=("subnormal",)), ("edge.subnormal.compare",)),

@@ -55,6 +55,9 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None, route: 
     if allow_flex:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
+    # By default the converter writes every +-inf constant as +-FLT_MAX (so a -inf mask fill, a max
+    # pooling pad or a reduce_max init stops being -inf); XLA keeps the infinities.
+    converter.canonicalizing_inf_as_min_max_float = False
     if quantize is not None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantize == "float16":

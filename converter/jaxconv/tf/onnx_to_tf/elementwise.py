@@ -196,8 +196,8 @@ def compare(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
                 and np.all(np.isinf(known))
                 and len(set(np.sign(known.flat))) == 1
             ):
-                # x == ±inf as |x| beyond the largest finite value: TFLite's converter turns an inf
-                # constant into FLT_MAX, which a finite x may equal.
+                # x == ±inf as |x| beyond the largest finite value: right even where a converter
+                # writes inf constants as FLT_MAX (TFLite's default; tflite.py turns that off).
                 big = tf.constant(x.t.dtype.max, x.t.dtype)
                 return Value(x.t > big if known.flat[0] > 0 else x.t < -big, "bool")
     fn = getattr(tf.math, _COMPARE[node.op_type])
@@ -211,8 +211,8 @@ def isnan(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 @handles("IsInf", exact=True)
 def isinf(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
-    """``|x| > max finite`` (TFLite's converter turns an inf constant into FLT_MAX, so comparing with
-    inf would miss infinities)."""
+    """``|x| > max finite``: right even where a converter writes inf constants as FLT_MAX (TFLite's
+    default, which tflite.py turns off), where comparing with inf would miss infinities."""
     tf = tr.tf
     a = attrs(node)
     x = ins[0].t
@@ -258,7 +258,7 @@ def softmax(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     axis = attrs(node).get("axis", -1)
     fn = tf.nn.softmax if node.op_type == "Softmax" else tf.nn.log_softmax
     out = fn(x, axis=axis)
-    big = tf.constant(x.dtype.max, x.dtype)  # ±inf as beyond it: TFLite's converter makes inf FLT_MAX
+    big = tf.constant(x.dtype.max, x.dtype)  # ±inf as beyond it (no inf constant needed)
     nan_row = tf.logical_or(
         # NaN as x != x: TF's graph optimizer turns ``logical_not(x <= big)`` into ``x > big``
         tf.reduce_any(tf.logical_or(tf.not_equal(x, x), x > big), axis=axis, keepdims=True),
