@@ -93,9 +93,10 @@ def test_gru_bias_split_and_negation_leave_the_body(monkeypatch):
     fn = _gru_model()
     x = _inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
-    assert plain_body["Neg"] == 1 and plain_body["Split"] == 1, plain_body
-    assert body["Neg"] == 0 and body["Split"] == 0 and body["Exp"] == 1, body
-    assert sum(body.values()) == sum(plain_body.values()) - 3, (body, plain_body)
+    assert plain_body["Neg"] == 1 and plain_body["Split"] == 1 and plain_body["Slice"] == 2, plain_body
+    # the gate split left; the sigmoid's r and z halves are one Split instead of two Slices
+    assert body["Neg"] == 0 and body["Split"] == 1 and body["Slice"] == 0 and body["Exp"] == 1, body
+    assert sum(body.values()) == sum(plain_body.values()) - 4, (body, plain_body)
     # one projection per gate block (r|z negated, n), each with its bias, no Split or Neg outside
     assert main["MatMul"] == plain_main["MatMul"] + 1 and main["Add"] == 2, main
     assert main["Neg"] == 0 and main["Split"] == 0, main
@@ -170,3 +171,21 @@ def test_bias_that_broadcasts_the_row_stays(monkeypatch):
     x = _inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     assert body == plain_body and main == plain_main, (body, plain_body)
+
+
+@pytest.mark.parametrize("cut", [(3, 3), (3, 4), (0, 3)], ids=["consecutive", "gap", "from-zero-twice"])
+def test_slices_of_a_body_value_merge_only_when_they_cut_it_into_pieces(monkeypatch, cut):
+    w = (np.random.default_rng(5).standard_normal((_I, 2 * _I)) / 2).astype(np.float32)
+
+    def fn(xs):
+        def cell(h, x):
+            g = jnp.tanh(h @ w)  # [B, 2I], a shape the Loop's body does not state
+            h = jnp.tanh(x + g[:, cut[0]:].sum(axis=1, keepdims=True) * g[:, :cut[1]].sum(axis=1, keepdims=True))
+            return h, h
+        return jax.lax.scan(cell, jnp.ones((xs.shape[1], _I)), xs)
+
+    x = _inputs((_T, _B, _I))[0]
+    (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
+    merged = cut[0] == cut[1]
+    assert body["Split"] == plain_body["Split"] + merged, (body, plain_body)
+    assert body["Slice"] == plain_body["Slice"] - 2 * merged, (body, plain_body)

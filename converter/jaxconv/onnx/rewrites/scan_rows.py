@@ -9,6 +9,10 @@ sigmoid written ``1 / (1 + exp(-a))`` negates its pre-activation in every step. 
 - A scan input row read only by a Split is split before the Scan, one scan input per part; a Split
   of an elementwise op with a constant is pushed above it (the constant cut with it), and a Split of
   a ``MatMul`` by a constant becomes one MatMul per column block (``split_matmul``, same products).
+- Slices of one body value that cut it into consecutive pieces along one axis (the others whole)
+  are one Split: one kernel instead of one per piece (the sigmoid's r and z halves). The Loop's
+  body did not know its shapes when ``symbolic`` merges Slices; the Scan's body has them from its
+  inputs (followed here through elementwise ops and MatMul).
 - ``Exp(-a)``, ``a`` a sum of the step's row, a constant and products ``h @ w`` by a constant ``w``,
   is computed as ``Exp(a')`` with ``a'`` the same sum of the negated terms: ``w`` negated in the
   body, the row's producer before the Scan negated in its constants (``x @ -w``, ``-b``), or by one
@@ -16,9 +20,12 @@ sigmoid written ``1 / (1 + exp(-a))`` negates its pre-activation in every step. 
   (round to nearest is symmetric); only the sign of a zero, which Exp does not read, and the sign
   of a NaN, which nothing defines, can differ.
 
-On the benchmark GRU (t64 b16 h256; a body of 17 kernels becomes 14) this is 0.95-0.98x the CPU
-time of the Scan it replaces and the same outputs bit for bit (ORT 1.32, alternating in one process,
-load 5). The body's recurrent products are most of the rest: two per step, at the core's peak.
+On the benchmark GRU (t64 b16 h256: a body of 17 kernels becomes 13, the main graph 3 nodes 6, the
+same outputs bit for bit) one thread's CPU time per call is 0.95-0.97x the old graph's (ORT 1.32,
+old and new alternating in one process, 250-300 rotations, load 8-9; 0.97-0.98x without the Split
+of the sigmoid's halves), two threads' 0.95-1.02x. What is left is mostly the two recurrent
+products of each step, at the core's peak (about 100 GFLOP/s), and with two threads each of them
+is a parallel section of ORT's pool.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ def rewrite(main: ir.Graph) -> int:
             continue
         count += _hoist_rows(main, scan)
         count += _fold_negations(main, scan)
+        count += _merge_slices(main, scan)
     return count
 
 
@@ -299,3 +307,116 @@ def _negated_outer(main: ir.Graph, graph: ir.Graph, before: ir.Node, value: ir.V
     graph.insert_before(before, neg)
     return neg.outputs[0]
 
+
+
+_UNARY = frozenset({"Exp", "Neg", "Tanh", "Sigmoid", "Identity", "Relu", "Abs", "Log", "Sqrt", "Reciprocal",
+                    "Erf", "Sin", "Cos", "Floor", "Ceil", "Sign"})
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
+
+
+def _body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
+    """Static shapes of the Scan body's values (by id): the inputs' from the Scan's inputs (a state
+    as its initial value, a row as the scan input less its first axis), followed through
+    elementwise ops and MatMul."""
+    body = scan.attributes["body"].value
+    n_state = _n_state(scan)
+    shapes: dict[int, tuple[int, ...]] = {}
+    for k, v in enumerate(body.inputs):
+        outer = _static(scan.inputs[k])
+        known = _static(v) or (None if outer is None else outer if k < n_state else outer[1:])
+        if known is not None:
+            shapes[id(v)] = tuple(known)
+
+    def shape(v: ir.Value | None) -> tuple[int, ...] | None:
+        if v is None:
+            return None
+        if id(v) in shapes:
+            return shapes[id(v)]
+        known = _static(v)
+        if known is None:
+            arr = m.const(v)
+            known = None if arr is None else list(arr.shape)
+        return None if known is None else tuple(known)
+
+    for node in body:
+        ins = [shape(v) for v in node.inputs]
+        out: tuple[int, ...] | None = None
+        try:
+            if node.op_type in _UNARY and len(ins) == 1:
+                out = ins[0]
+            elif node.op_type in _BINARY and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
+                out = tuple(np.broadcast_shapes(ins[0], ins[1]))
+            elif node.op_type == "MatMul" and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
+                a, b = ins
+                if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+                    out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+        except ValueError:
+            out = None
+        if out is not None and node.domain == "" and len(node.outputs) == 1:
+            shapes[id(node.outputs[0])] = tuple(int(d) for d in out)
+    return shapes
+
+
+def _merge_slices(main: ir.Graph, scan: ir.Node) -> int:
+    body = scan.attributes["body"].value
+    shapes = _body_shapes(scan)
+    groups: dict[int, list[tuple[int, int, int, ir.Node]]] = {}
+    for node in body:
+        dims = shapes.get(id(node.inputs[0])) if node.op_type == "Slice" and node.inputs else None
+        cut = _one_axis_cut(node, dims) if dims is not None else None
+        if cut is not None:
+            groups.setdefault(id(node.inputs[0]), []).append((*cut, node))
+    count = 0
+    for pieces in groups.values():
+        if len(pieces) < 2 or len({axis for axis, _, _, _ in pieces}) != 1:
+            continue
+        pieces.sort(key=lambda p: p[1])
+        axis = pieces[0][0]
+        src = pieces[0][3].inputs[0]
+        if pieces[0][1] != 0 or pieces[-1][2] != shapes[id(src)][axis] or any(
+                p[2] != q[1] for p, q in zip(pieces, pieces[1:])):
+            continue
+        sizes = m.new_initializer(main, np.array([e - s for _, s, e, _ in pieces], np.int64), "slice_sizes")
+        split = ir.node("Split", [src, sizes], {"axis": axis}, num_outputs=len(pieces))
+        order = {id(n): k for k, n in enumerate(body)}
+        body.insert_before(min((p[3] for p in pieces), key=lambda n: order[id(n)]), split)
+        for (_, _, _, node), out in zip(pieces, split.outputs):
+            old = node.outputs[0]
+            out.type = old.type if old.type is not None else src.type
+            out.shape = old.shape
+            old.replace_all_uses_with(out, replace_graph_outputs=True)
+            name, old.name = old.name, None
+            out.name = name
+            body.remove(node, safe=True)
+        count += 1
+    return count
+
+
+def _one_axis_cut(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(axis, start, end) of a Slice of a non-constant value of shape ``dims`` that keeps every axis
+    whole but one, with constant bounds and steps of 1."""
+    if node.domain != "" or not 3 <= len(node.inputs) <= 5 or m.const(node.inputs[0]) is not None:
+        return None
+    consts = [m.const(v) if v is not None else None for v in node.inputs[1:]]
+    if any(c is None for c, v in zip(consts, node.inputs[1:]) if v is not None):
+        return None
+    starts, ends = np.atleast_1d(consts[0]), np.atleast_1d(consts[1])
+    axes = np.atleast_1d(consts[2]) if len(consts) > 2 and consts[2] is not None else np.arange(len(starts))
+    if len(consts) > 3 and consts[3] is not None and np.any(consts[3] != 1):
+        return None
+    if not len(starts) == len(ends) == len(axes):
+        return None
+    cut = None
+    for s, e, a in zip(starts, ends, axes):
+        if not -len(dims) <= int(a) < len(dims):
+            return None
+        axis = int(a) % len(dims)
+        d = dims[axis]
+        lo, hi = int(s) + d if s < 0 else int(s), int(e) + d if e < 0 else int(e)
+        lo, hi = min(max(lo, 0), d), min(max(hi, 0), d)
+        if lo == 0 and hi == d:
+            continue
+        if cut is not None or not lo < hi:
+            return None
+        cut = (axis, lo, hi)
+    return cut
