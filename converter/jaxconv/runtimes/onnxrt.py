@@ -81,6 +81,7 @@ class OnnxRunner:
                 or the file's data differs from ``weights``.
         """
         self._source: str | bytes | None = path_or_bytes
+        self.path = path_or_bytes if isinstance(path_or_bytes, str) else None  # the check's capped copy reads it
         self._options = (threads, spinning)
         self._weights = weights if isinstance(path_or_bytes, str) else None
         self.borrowed: list[np.ndarray] = []  # the buffers a session uses in place: alive as long as it
