@@ -1,8 +1,9 @@
 """Edge values run through while loops whose trip count does not depend on the inputs.
 
 The check used to skip edge values for every ``while`` in the traced program, so an ONNX model that
-maps NaN to 0 after a ``fori_loop`` with a jnp bound passed. Now only a loop whose condition reads
-the inputs' values (through its carries too) skips them, with a note naming where it is.
+maps NaN to 0 after a ``fori_loop`` with a jnp bound passed. Now a loop whose condition reads the
+inputs' values (through its carries too) runs them in capped copies (``loop_caps``), or skips them
+with a note naming where it is when the artifact has no such copy.
 """
 
 from __future__ import annotations
@@ -95,13 +96,32 @@ def test_a_nan_bug_after_a_fori_loop_is_caught(tmp_path):
     assert any("NaN positions differ" in r.note for r in report.rows if not r.ok), report.table()
 
 
-def test_a_data_dependent_loop_skips_edge_values_with_a_note_naming_it(tmp_path):
+def test_a_data_dependent_loop_runs_edge_values_in_capped_copies(tmp_path):
+    """Once skipped with a note; now run in copies whose loops stop after a cap (tests/test_check_loop_caps.py)."""
     path = str(tmp_path / "n.onnx")
     jaxconv.to_onnx(input_bound, "f32[4]", "i32[]", path=path, check=False)
     report = jaxconv.check(path, input_bound, "f32[4]", "i32[]")
+    assert report.ok and [r.inputs for r in report.rows] == ["random"] + ["edge"] * 3, report.table()
+    assert not report.notes, report.notes
+
+
+def test_a_data_dependent_loop_skips_edge_values_on_a_target_without_a_capped_copy():
+    """A jax.export artifact has no capped copy: the note names the loop, as before."""
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner
+
+    class Runner:
+        kind = "jaxexport"
+
+        def run(self, flat):
+            return [np.asarray(jax.jit(input_bound)(*flat))]
+
+    program = trace(input_bound, ["f32[4]", "i32[]"])
+    report = check_runner(Runner(), "n.jaxexport", program.fn, program.arg_specs, program.signature)
     assert report.ok and [r.inputs for r in report.rows] == ["random"], report.table()
     (note,) = [n for n in report.notes if n.startswith("edge values skipped")]
     assert "while loop whose trip count depends on the inputs" in note and "test_check_loop_edge_values.py" in note, note
+    assert "no capped copy of a jaxexport artifact" in note, note
 
 
 def at_most(limit):

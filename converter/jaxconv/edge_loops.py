@@ -101,8 +101,9 @@ def inner_jaxpr(p: Any) -> Any:
     return inner if hasattr(inner, "eqns") else None
 
 
-def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool]:
-    """Which outputs of ``jaxpr`` depend on the inputs marked in ``tainted``; loops whose trip count does go in ``found``."""
+def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str], eqns: set[int] | None = None) -> list[bool]:
+    """Which outputs of ``jaxpr`` depend on the inputs marked in ``tainted``; loops whose trip count does go in
+    ``found`` (their source lines) and ``eqns`` (the ids of their equations)."""
     env: dict[Any, bool] = dict(zip(jaxpr.invars, tainted))
 
     def read(v: Any) -> bool:
@@ -115,28 +116,30 @@ def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str]) -> list[bool
             nc, nb = params["cond_nconsts"], params["body_nconsts"]
             cond, body = inner_jaxpr(params["cond_jaxpr"]), inner_jaxpr(params["body_jaxpr"])
             carry = carry_fixpoint(ins[nc + nb:], lambda c: _depends(body, ins[nc:nc + nb] + c, []))
-            _depends(body, ins[nc:nc + nb] + carry, found)
-            counts = any(_depends(cond, ins[:nc] + carry, found))
+            _depends(body, ins[nc:nc + nb] + carry, found, eqns)
+            counts = any(_depends(cond, ins[:nc] + carry, found, eqns))
             if counts and jaxpr_trip_bound(eqn) is None:
                 found.append(source_line(eqn))
+                if eqns is not None:
+                    eqns.add(id(eqn))
             outs = [c or counts for c in carry]  # how many trips ran shows in every carry
         elif name == "scan":
             body, nc, ncarry = inner_jaxpr(params["jaxpr"]), params["num_consts"], params["num_carry"]
             carry = carry_fixpoint(ins[nc:nc + ncarry],
                                    lambda c: _depends(body, ins[:nc] + c + ins[nc + ncarry:], [])[:ncarry])
-            outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found)
+            outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found, eqns)
             outs = carry + outs[ncarry:]
         elif name == "cond":
-            branch_outs = [_depends(inner_jaxpr(b), ins[1:], found) for b in params["branches"]]
+            branch_outs = [_depends(inner_jaxpr(b), ins[1:], found, eqns) for b in params["branches"]]
             outs = [ins[0] or any(col) for col in zip(*branch_outs)]
         else:
             subs = [inner_jaxpr(q) for p in params.values() for q in (p if isinstance(p, (list, tuple)) else [p])]
             subs = [j for j in subs if j is not None]
             if len(subs) == 1 and len(subs[0].invars) == len(ins) and len(subs[0].outvars) == len(eqn.outvars):
-                outs = _depends(subs[0], ins, found)  # a call: jit, custom_jvp/vjp, checkpoint
+                outs = _depends(subs[0], ins, found, eqns)  # a call: jit, custom_jvp/vjp, checkpoint
             else:
                 for j in subs:
-                    _depends(j, [any(ins)] * len(j.invars), found)
+                    _depends(j, [any(ins)] * len(j.invars), found, eqns)
                 outs = [any(ins)] * len(eqn.outvars)
         for v, t in zip(eqn.outvars, outs):
             env[v] = t

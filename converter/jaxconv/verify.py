@@ -75,6 +75,7 @@ from jaxconv.compare import (  # noqa: F401
 )
 from jaxconv.edge_loops import MAX_EDGE_TRIPS, data_dependent_loops, has_while_loop, skip_note  # noqa: F401
 from jaxconv.errors import ArtifactError, MismatchError
+from jaxconv.loop_caps import cap_hit_text, is_cap_hit, quiet_cap_hits
 
 
 @dataclass(frozen=True)
@@ -466,8 +467,11 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     """Run ``runner`` and jax.jit on every input set and judge every output.
 
     Input sets: ``inputs`` (when given), the examples of ``current_options()``, random values at
-    each symbolic size, and edge values (skipped, with a note, when jax.jit raises on them or the
-    program holds a while loop whose condition reads the inputs' values: ``data_dependent_loops``).
+    each symbolic size, and edge values (skipped, with a note, when jax.jit raises on them). When the
+    program holds a while loop whose condition reads the inputs' values (``data_dependent_loops``),
+    the edge sets run in capped copies of the program and of an ONNX artifact (``loop_caps``): an
+    edge set on which jax.jit's loop reaches the cap is skipped with a note, one on which only the
+    artifact's does is a mismatch of every output; other artifacts skip edge values, with a note.
 
     Raises:
         UsageError: the inputs and outputs would exceed the memory limit for the check.
@@ -479,40 +483,90 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         report.notes.append(f"edge values skipped: {options.edge_skipped}")
     # Every jax.jit reference first, then the artifact: a runner that loads its model on the first
     # run (``OnnxRunner(path, defer=True)``) then never holds its weights while jax.jit compiles.
-    referenced: list[tuple[InputSet, list[np.ndarray]]] = []
+    referenced: list[tuple[InputSet, list[np.ndarray], Callable[..., Any], Any]] = []
     loops: list[str] | None = None
+    capped: tuple[Callable[..., Any] | None, Any, str] | None = None
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
+        set_fn, set_runner = fn, runner
         if inputs_set.label == "edge":
             if any(n.startswith("edge values skipped") for n in report.notes):
                 continue  # one note for the edge sets (a small input gets several: check_inputs.edge_sets)
             loops = data_dependent_loops(fn, arg_specs, flat) if loops is None else loops
-            note = skip_note(loops)
-            if note is not None:
-                report.notes.append(note)
+            if loops:  # run in capped copies (loop_caps): no loop runs on past LOOP_CAP trips
+                capped = capped or _capped_copies(fn, arg_specs, flat, runner)
+                if capped[0] is None:
+                    report.notes.append(f"{skip_note(loops)}; {capped[2]}")
+                    continue
+                set_fn, set_runner = capped[0], capped[1]
+            elif loops is None:
+                report.notes.append(skip_note(loops) or "")
                 continue
             try:
-                expected = reference_outputs(fn, arg_specs, flat)
+                with quiet_cap_hits():
+                    expected = reference_outputs(set_fn, arg_specs, flat)
             except Exception as e:  # noqa: BLE001
+                if is_cap_hit(e):
+                    report.notes.append(f"an edge set skipped: jax.jit's {cap_hit_text(e)}, which may not end there")
+                    continue
                 text = str(e).strip().splitlines()
                 report.notes.append(f"edge values skipped: jax.jit raises on them ({type(e).__name__}: "
                                     f"{text[0][:120] if text else ''})")
                 continue
         else:
             expected = reference_outputs(fn, arg_specs, flat)
-        referenced.append((inputs_set, expected))
+        referenced.append((inputs_set, expected, set_fn, set_runner))
     from jaxconv import jit_reference
 
     jit_reference.clear()  # the device copies of the constants, before the artifact's runtime loads its own
     _release_compiled()
-    for inputs_set, expected in referenced:
+    for inputs_set, expected, set_fn, set_runner in referenced:
         flat = inputs_set.arrays
-        actual = [np.asarray(a) for a in runner.run(flat)]
+        try:
+            actual = [np.asarray(a) for a in set_runner.run(flat)]
+        except ArtifactError as e:
+            if set_runner is runner or not is_cap_hit(e):
+                raise
+            report.rows.extend(_cap_rows(signature, expected, inputs_set.label, cap_hit_text(e)))
+            continue
         if len(actual) != len(expected):
             raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
-        report.rows.extend(_judge_set(runner, fn, arg_specs, signature, flat, expected, actual, rtol, atol, inputs_set.label))
+        with quiet_cap_hits():
+            report.rows.extend(_judge_set(set_runner, set_fn, arg_specs, signature, flat, expected, actual, rtol, atol,
+                                          inputs_set.label))
     jit_reference.clear()  # the judging's extra references: no copy of the constants outlives the check
     return report
+
+
+def _capped_copies(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                   runner: Any) -> tuple[Callable[..., Any] | None, Any, str]:
+    """(capped program, capped artifact, "") for the edge sets of a program whose loops may not end on
+    them (``loop_caps``); (None, None, why not) when there is no such copy of either."""
+    from jaxconv import loop_caps
+
+    path = getattr(runner, "path", None)
+    if getattr(runner, "kind", "") != "onnx" or not path:
+        return None, None, f"no capped copy of a {getattr(runner, 'kind', '?')} artifact to run them in"
+    capped_fn = loop_caps.capped_function(fn, arg_specs, flat, cap=loop_caps.LOOP_CAP)
+    if capped_fn is None:
+        return None, None, "the loop sits under an op the capped copy of the program does not re-evaluate"
+    try:
+        import onnx
+
+        from jaxconv.runtimes.onnxrt import OnnxRunner
+
+        model, count = loop_caps.capped_onnx(onnx.load(path), cap=loop_caps.LOOP_CAP)
+        capped_runner = OnnxRunner(model.SerializeToString(), defer=True) if count else runner
+    except Exception as e:  # noqa: BLE001  (a model too big to copy in memory, ...)
+        return None, None, f"no capped copy of the model ({type(e).__name__}: {str(e)[:120]})"
+    return capped_fn, capped_runner, ""
+
+
+def _cap_rows(signature: Any, expected: Sequence[np.ndarray], label: str, text: str) -> list[OutputCheck]:
+    """Every output a mismatch: the artifact's loop ran on past the cap where jax.jit's loops ended."""
+    note = f"the artifact's {text}, where jax.jit's loops ended"
+    return [OutputCheck(info.name, str(np.asarray(e).dtype), tuple(np.shape(e)), float("inf"), float("inf"), False,
+                        note=note, verdict="mismatch", inputs=label) for info, e in zip(signature.outputs, expected)]
 
 
 def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],

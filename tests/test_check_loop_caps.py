@@ -1,0 +1,133 @@
+"""Edge values run through while loops whose trip count depends on the inputs, in capped copies.
+
+The check used to skip edge values for such a loop (NaN in its condition may keep it running), so an
+ONNX model that maps NaN to 0 after ``while sum(|c|) < 100`` passed. Now jax.jit's reference runs a
+copy of the program whose such loops stop after ``loop_caps.LOOP_CAP`` trips, and the artifact a copy
+whose Loops fail on trip ``LOOP_CAP + 1``: a run that hits the cap says so (jax.jit's: the edge set is
+left out with a note; the artifact's alone: a mismatch).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import pytest
+from jax import lax
+from onnx import helper, numpy_helper
+
+import jaxconv
+from jaxconv import loop_caps, verify
+from jaxconv.errors import MismatchError
+
+
+def until_big(x):
+    """Ends on every input: NaN or inf make the sum fail ``< 100`` at once."""
+    return lax.while_loop(lambda c: jnp.abs(c).sum() < 100.0, lambda c: c * 2.0 + 1.0, x)
+
+
+def nan_forever(x):
+    """Never ends on NaN: ``not (NaN >= 100)`` holds forever."""
+    return lax.while_loop(lambda c: ~(jnp.abs(c).sum() >= 100.0), lambda c: c * 2.0 + 1.0, x)
+
+
+@pytest.fixture
+def small_cap(monkeypatch):
+    monkeypatch.setattr(loop_caps, "LOOP_CAP", 2000)
+    return 2000
+
+
+def _save(model, path):
+    onnx.save(model, path)
+    return path
+
+
+def _nan_to_zero(path):
+    model = onnx.load(path)
+    graph = model.graph
+    out = graph.output[0].name
+    tmp = out + "_before"
+    for node in graph.node:
+        node.output[:] = [tmp if o == out else o for o in node.output]
+    graph.node.extend([helper.make_node("IsNaN", [tmp], [tmp + "_nan"]),
+                       helper.make_node("Constant", [], [tmp + "_zero"], value=numpy_helper.from_array(np.float32(0))),
+                       helper.make_node("Where", [tmp + "_nan", tmp + "_zero", tmp], [out])])
+    return _save(model, path.replace(".onnx", ".bad.onnx"))
+
+
+def _loops_on_nan(path):
+    """The model with its Loop's conditions (the first, and the body's) or-ed with IsNaN(sum(carry)): the
+    same on numbers, never ending where a carry holds NaN (jax.jit's loop does not start there)."""
+    model = onnx.load(path)
+    nodes = list(model.graph.node)
+    (k,) = [i for i, n in enumerate(nodes) if n.op_type == "Loop"]
+    loop = nodes[k]
+    first = [helper.make_node("ReduceSum", [loop.input[2]], ["first_sum"], keepdims=0),
+             helper.make_node("IsNaN", ["first_sum"], ["first_nan"]),
+             helper.make_node("Or", [loop.input[1], "first_nan"], ["first_cond"])]
+    loop.input[1] = "first_cond"
+    body = loop.attribute[0].g
+    cond, carry = body.output[0].name, body.output[1].name
+    body.output[0].name = "forever_cond"
+    body.node.extend([helper.make_node("ReduceSum", [carry], ["forever_sum"], keepdims=0),
+                      helper.make_node("IsNaN", ["forever_sum"], ["forever_nan"]),
+                      helper.make_node("Or", [cond, "forever_nan"], ["forever_cond"])])
+    del model.graph.node[:]  # (extend copies the nodes: the Loop is edited before)
+    model.graph.node.extend(nodes[:k] + first + nodes[k:])
+    return _save(model, path.replace(".onnx", ".forever.onnx"))
+
+
+def test_the_loop_is_data_dependent():
+    spec, flat = [jax.ShapeDtypeStruct((8,), np.float32)], [np.zeros(8, np.float32)]
+    assert verify.data_dependent_loops(until_big, spec, flat)
+    assert verify.data_dependent_loops(nan_forever, spec, flat)
+
+
+def test_a_nan_bug_after_a_data_dependent_loop_is_caught_on_edge_values(tmp_path, small_cap):
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(until_big, "f32[b,8]", path=path)  # the faithful model passes, edge values included
+    good = jaxconv.check(path, until_big, "f32[b,8]")
+    assert good.ok and any(r.inputs == "edge" for r in good.rows), good.table()
+    assert not any("skipped" in n for n in good.notes), good.notes
+    report = jaxconv.check(_nan_to_zero(path), until_big, "f32[b,8]")
+    assert not report.ok and {r.inputs for r in report.rows if not r.ok} == {"edge"}, report.table()
+    assert any("NaN positions differ" in r.note for r in report.rows if not r.ok), report.table()
+
+
+def test_a_loop_that_never_ends_on_nan_does_not_hang_the_check(tmp_path, small_cap):
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(nan_forever, "f32[8]", path=path, check=False)
+    start = time.monotonic()
+    report = jaxconv.check(path, nan_forever, "f32[8]")
+    assert time.monotonic() - start < 120
+    assert report.ok and [r.inputs for r in report.rows] == ["random"], report.table()
+    (note,) = [n for n in report.notes if "skipped" in n]
+    assert f"jax.jit's while loop was still running after {small_cap} trips" in note, note
+    assert "test_check_loop_caps.py" in note, note
+
+
+def test_an_artifact_whose_loop_never_ends_where_jax_jit_s_does_is_a_mismatch(tmp_path, small_cap):
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(until_big, "f32[8]", path=path, check=False)
+    bad = _loops_on_nan(path)
+    report = jaxconv.check(bad, until_big, "f32[8]")
+    assert not report.ok, report.table()
+    wrong = [r for r in report.rows if not r.ok]
+    assert {r.inputs for r in wrong} == {"edge"}, report.table()
+    assert all(f"was still running after {small_cap} trips" in r.note for r in wrong), report.table()
+    with pytest.raises(MismatchError, match="WRONG"):
+        verify.raise_on_mismatch(report)
+
+
+def test_the_capped_copy_computes_what_jax_jit_does():
+    spec = [jax.ShapeDtypeStruct((8,), np.float32)]
+    x = np.linspace(-3, 3, 8, dtype=np.float32)
+    capped = loop_caps.capped_function(until_big, spec, [x], cap=50)
+    np.testing.assert_array_equal(np.asarray(jax.jit(capped)(x)), np.asarray(jax.jit(until_big)(x)))
+    forever = loop_caps.capped_function(nan_forever, spec, [x], cap=50)
+    with loop_caps.quiet_cap_hits(), pytest.raises(Exception) as e:
+        jax.block_until_ready(jax.jit(forever)(np.full(8, np.nan, np.float32)))
+    assert loop_caps.is_cap_hit(e.value), e.value
