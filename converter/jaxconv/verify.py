@@ -420,7 +420,13 @@ def as_jit_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None
                     expected: Sequence[np.ndarray]) -> list[OutputCheck]:
     """Mismatches on edge values whose every mismatching element is inf or NaN in jax.jit but finite (and
     within the dtype's range) in float64, as ``undecided`` rows naming why: jax.jit is no reference
-    there (a dot product of +-FLT_MAX terms is inf, -inf or NaN by the order of its sums); others unchanged."""
+    there (a dot product of +-FLT_MAX terms is inf, -inf or NaN by the order of its sums); others unchanged.
+
+    Undecided, not a note: the float64 reference, the arbiter, licenses an artifact's element only
+    within tolerance of it (``compare.overflowed_in_jit`` makes those ``ok (float64)`` already). Here
+    the artifact is off float64 too (``relu(x @ w)`` with a row of +-FLT_MAX: jax.jit NaN, ONNX
+    Runtime 0 after its -inf, float64 1.78e38): another summation order's overflow, or a bug on
+    those elements, which nothing here tells apart; ``--strict`` must still fail it."""
     if truth is None or len(truth) != len(rows):
         return rows
     out = []
