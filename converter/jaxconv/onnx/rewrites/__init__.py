@@ -33,6 +33,8 @@ faster without changing the numbers:
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
+- ``row_slices``: a Slice of rows (a classifier's first token) moved up through the row-wise ops before it,
+  so the last layer computes only the rows read;
 - ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
@@ -69,6 +71,7 @@ from jaxconv.onnx.rewrites import (
     pooling,
     range_checks,
     reshape_scale,
+    row_slices,
     scan_rows,
     shapes,
     softmax,
@@ -138,6 +141,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
+    fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
