@@ -139,9 +139,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
              "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
              "needs an ONNX lowering, which syevd/geqrf lack"),
      ("op.linalg.eigh", "op.linalg.qr")),
-    (_cannot(r"stablehlo\.dynamic_conv x\d.*the tf-ops route: ONNX Pad",
-             "the converter does not legalize stablehlo.dynamic_conv; on the tf-ops route the convolution's padding "
-             "depends on the symbolic length"), ("model.audio_conv1d_symbolic",)),
     (_cannot(r"stablehlo\.dynamic_gather x\d.*the tf-ops route: LiteRT failed while running .*Invalid tensor",
              "the converter does not legalize stablehlo.dynamic_gather; the tf-ops model meets LiteRT's zero-size "
              "tensor limit"), ("sym.slice_half",)),

@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from jaxconv import verify
+from jaxconv import references, verify
 from jaxconv.compare import MISMATCH, OutputCheck
 
 _rng = np.random.default_rng(0)
@@ -45,9 +45,9 @@ def test_nan_the_op_by_op_run_lacks_stays_a_mismatch(monkeypatch):
     cls = np.array([MISMATCH, 0, 0], np.int8)
     row = OutputCheck(name="y", dtype="float32", shape=(3,), max_abs=0.0, max_rel=0.0, ok=False, note="",
                       verdict="mismatch", inputs="edge")
-    monkeypatch.setattr(verify, "eager_outputs", lambda fn, specs, flat: [expected.copy()])
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [expected.copy()])
     assert verify.as_fused_nan([row], [cls], None, [], [], [expected], [actual]) == [row]
-    monkeypatch.setattr(verify, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
     assert verify.as_fused_nan([row], [cls], None, [], [], [expected], [actual])[0].verdict == "undecided"
 
 

@@ -27,6 +27,12 @@ XLA leaves the sign open (``ZERO_SIGN_OPS``: a note), jax.jit's value moves when
 rounding step (a cancellation: a note), flushing subnormal inputs removes it, or JAX run op by op has
 the artifact's sign (undecided). The float64 reference is the traced program with its inputs, closed-over constants and literals
 widened (``jit_reference.wide_call``).
+
+The parts: ``check_inputs`` (the input sets), ``references`` (jax.jit's outputs, float64, op by op,
+spread), ``compare`` (one output's verdict per element), ``known_differences`` (the edge-value rows
+above that become ``edge`` or ``undecided``), ``edge_loops`` and ``loop_caps`` (which loops edge
+values run through, and the capped copies for the others). This module runs them: the options, the
+report, judging each input set (zero signs included) and the errors.
 """
 
 from __future__ import annotations
@@ -75,7 +81,29 @@ from jaxconv.compare import (  # noqa: F401
 )
 from jaxconv.edge_loops import MAX_EDGE_TRIPS, data_dependent_loops, has_while_loop, skip_note  # noqa: F401
 from jaxconv.errors import ArtifactError, MismatchError
+from jaxconv.known_differences import (  # noqa: F401
+    EDGE,
+    FFT_OVERFLOW_NOTE,
+    FOREIGN_KERNELS,
+    FUSED_NAN_NOTE,
+    JIT_OVERFLOW_NOTE,
+    NAN_DROPPING_OPS,
+    POOLING_NAN_NOTE,
+    ZERO_SIGN_NOTE,
+    ZERO_SIGN_OPS,
+    as_edge_difference,
+    as_fft_overflow,
+    as_fused_nan,
+    as_jit_overflow,
+    as_pooling_nan,
+    edge_text,
+    element_classes,
+    nan_dropping_ops,
+    only_nan_where_jit_has_a_number,
+    only_non_finite_differences,
+)
 from jaxconv.loop_caps import cap_hit_text, is_cap_hit, quiet_cap_hits
+from jaxconv.references import eager_outputs, float64_outputs, reference_outputs, spread_outputs  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -173,276 +201,9 @@ class CheckReport:
         return "\n".join(lines) or None
 
 
-EDGE = "edge"
-# Targets whose kernels jaxconv does not write, and who computes there.
-FOREIGN_KERNELS = {"saved-model": "TensorFlow's XLA (XlaCallModule)", "tflite": "TFLite's kernels"}
-
-
-def edge_text(r: OutputCheck) -> str:
-    """What an ``edge`` row says, in one sentence."""
-    return f"output {r.name} differs from jax.jit on edge values only (NaN/inf/huge inputs): {r.note}"
-
-
 def _result_text(r: OutputCheck) -> str:
     return {"ok": "ok", "float64": "ok (float64)", "subnormal": "ok (subnormal)", "undecided": "UNDECIDED",
             EDGE: "differs on edge values"}.get(r.verdict, "MISMATCH" if not r.ok else "ok")
-
-
-def _value_class(x: np.ndarray) -> np.ndarray:
-    """Per element: NaN, +inf, -inf or finite, as text."""
-    out = np.full(np.shape(x), "finite", dtype=object)
-    if not is_float(x):
-        return out
-    x = as_float64(x)
-    out[np.isnan(x)] = "NaN"
-    out[np.isposinf(x)] = "+inf"
-    out[np.isneginf(x)] = "-inf"
-    return out
-
-
-def element_classes(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray) -> str:
-    """The kinds of the mismatching elements, most frequent first, e.g. ``jax.jit NaN / artifact -inf x3``."""
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.dtype.kind == "c":  # classes by the real part's pairs would mislead; name the dtype only
-        return f"{int((cls == MISMATCH).sum())} complex elements"
-    e_cls, a_cls = _value_class(expected), _value_class(actual)
-    bad = cls == MISMATCH
-    pairs: dict[str, int] = {}
-    for e, a in zip(e_cls[bad].ravel(), a_cls[bad].ravel()):
-        key = f"jax.jit {e} / artifact {a}"
-        pairs[key] = pairs.get(key, 0) + 1
-    return ", ".join(f"{k} x{n}" for k, n in sorted(pairs.items(), key=lambda kv: -kv[1]))
-
-
-def as_edge_difference(row: OutputCheck, runtime: str, expected: np.ndarray, actual: np.ndarray,
-                       cls: np.ndarray | None) -> OutputCheck:
-    """A mismatch on the edge-value inputs of a TF target, as an ``edge`` row (a warning); other rows unchanged."""
-    if (row.verdict != "mismatch" or row.inputs != "edge" or runtime not in FOREIGN_KERNELS or cls is None
-            or cls.shape != np.shape(expected)):
-        return row
-    note = (f"computed by {FOREIGN_KERNELS[runtime]}, which jaxconv does not control; differing elements: "
-            f"{element_classes(expected, actual, cls)}; {row.note}")
-    return dataclasses.replace(row, ok=True, verdict=EDGE, note=note)
-
-
-def reference_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """jax.jit(fn) on flat inputs rebuilt into the argument pytrees.
-
-    The big arrays ``fn`` closes over are passed to the compiled program as arguments instead of
-    being embedded in it (``jit_reference``): the same outputs, without the executable's copies of
-    the weights.
-    """
-    import jax
-
-    from jaxconv.jit_reference import jit_call
-
-    treedef = jax.tree_util.tree_structure(list(arg_specs))
-    args = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in flat_inputs])
-    out = jit_call(fn, args)
-    return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
-
-
-def float64_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any],
-                    flat: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
-    """jax.jit(fn) computed in float64: inputs, closed-over constants and literals widened
-    (``jit_reference.wide_call``); (None, why) when that fails."""
-    import jax
-
-    from jaxconv.jit_reference import wide_call
-
-    try:
-        treedef = jax.tree_util.tree_structure(list(arg_specs))
-        args = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in flat])
-        out, _ = wide_call(fn, args)
-        return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)], ""
-    except Exception as e:  # noqa: BLE001  (any failure only means there is no float64 reference)
-        text = str(e).strip().splitlines()
-        return None, f"{type(e).__name__}: {text[0][:160] if text else ''}"
-
-
-def eager_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[np.ndarray] | None:
-    """fn run op by op (``jax.disable_jit``), or None when that fails."""
-    import jax
-
-    try:
-        with jax.disable_jit():
-            return reference_outputs(fn, arg_specs, flat)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-# Ops whose NaN handling in XLA on the CPU depends on the tensor's size (its vectorised max keeps
-# or drops a NaN depending on the order it meets it); ``reduce_window`` stands for one whose body is max/min.
-NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax", "argmin"})
-POOLING_NAN_NOTE = "XLA on the CPU drops NaN in max pooling depending on the tensor size"
-
-
-def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                     names: frozenset[str] = NAN_DROPPING_OPS) -> set[str] | None:
-    """The ops of ``NAN_DROPPING_OPS`` in the traced program (a generic ``reduce_window`` with a max or
-    min body counts as ``reduce_window_max``/``_min``); None when the program cannot be traced here."""
-    import jax
-
-    found: set[str] = set()
-
-    def walk(jaxpr: Any) -> None:
-        for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            if name in names:
-                found.add(name)
-            if name == "dot_general" and "dot_general_complex" in names and any(
-                    getattr(getattr(v, "aval", None), "dtype", np.dtype("f4")).kind == "c" for v in eqn.invars):
-                found.add("dot_general_complex")
-            body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
-            if name == "reduce_window" and hasattr(body, "eqns"):
-                found.update(f"reduce_window_{e.primitive.name}" for e in body.eqns if e.primitive.name in ("max", "min"))
-            for p in eqn.params.values():
-                for sub in (p if isinstance(p, (list, tuple)) else [p]):
-                    inner = getattr(sub, "jaxpr", sub)
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-
-    try:
-        treedef = jax.tree_util.tree_structure(list(arg_specs))
-        args = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in flat])
-        walk(jax.make_jaxpr(fn)(*args).jaxpr)
-    except Exception:  # noqa: BLE001
-        return None
-    return found
-
-
-def only_nan_where_jit_has_a_number(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> int:
-    """How many mismatching elements are NaN in the artifact and a number (finite or inf) in jax.jit;
-    0 unless every mismatching element is of that kind."""
-    if cls is None or cls.shape != np.shape(expected) or not is_float(expected) or np.asarray(expected).dtype.kind == "c":
-        return 0
-    bad = cls == MISMATCH
-    e, a = as_float64(expected)[bad], as_float64(actual)[bad]
-    return int(bad.sum()) if bad.any() and np.isnan(a).all() and not np.isnan(e).any() else 0
-
-
-def _edge_nan_counts(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], expected: Sequence[np.ndarray],
-                     actual: Sequence[np.ndarray]) -> list[int]:
-    """Per row: how many elements of a mismatch on edge values are NaN in the artifact only (else 0)."""
-    return [only_nan_where_jit_has_a_number(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
-            for r, c, e, a in zip(rows, classes, expected, actual)]
-
-
-def as_pooling_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
-                   arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                   actual: Sequence[np.ndarray]) -> list[OutputCheck]:
-    """Mismatches on edge values that are only NaN in the artifact where jax.jit has a number, in a
-    program with max/min pooling or argmax/argmin, as ``undecided`` rows naming why; others unchanged."""
-    counts = _edge_nan_counts(rows, classes, expected, actual)
-    if not any(counts):
-        return rows
-    ops = nan_dropping_ops(fn, arg_specs, flat)
-    if not ops:
-        return rows
-    return [dataclasses.replace(r, ok=True, verdict="undecided",
-                                note=f"{POOLING_NAN_NOTE} (the program has {', '.join(sorted(ops))}): {n} elements are "
-                                     f"NaN in the artifact where jax.jit has a number; {r.note}") if n else r
-            for r, n in zip(rows, counts)]
-
-
-FUSED_NAN_NOTE = "jax.jit's fused code drops NaN that JAX run op by op keeps, as the artifact does"
-
-
-def as_fused_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
-                 arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                 actual: Sequence[np.ndarray]) -> list[OutputCheck]:
-    """Mismatches on edge values that are only NaN in the artifact where jax.jit has a number, and NaN
-    at every one of those elements when JAX runs the program op by op, as ``undecided`` rows naming
-    why (XLA on the CPU fuses e.g. a Conv, its ReLU and a sum pooling into code whose max drops NaN);
-    others unchanged. The op-by-op run happens only when such a row exists."""
-    counts = _edge_nan_counts(rows, classes, expected, actual)
-    if not any(counts):
-        return rows
-    eager = eager_outputs(fn, arg_specs, flat)
-    if eager is None or len(eager) != len(rows):
-        return rows
-    out = []
-    for r, n, cls, g, a in zip(rows, counts, classes, eager, actual):
-        if n and cls is not None and np.shape(g) == cls.shape:
-            bad = cls == MISMATCH
-            if bool(np.isnan(as_float64(np.asarray(g))[bad]).all()) and bool(np.isnan(as_float64(a)[bad]).all()):
-                r = dataclasses.replace(r, ok=True, verdict="undecided",
-                                        note=f"{FUSED_NAN_NOTE}: {n} elements are NaN in the artifact and op by op "
-                                             f"where jax.jit has a number; {r.note}")
-        out.append(r)
-    return out
-
-
-FFT_OVERFLOW_NOTE = ("XLA's FFT and complex matrix products overflow in other intermediate sums than the "
-                     "ONNX model's real matrix products")
-
-
-def only_non_finite_differences(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> int:
-    """How many elements mismatch, when every one of them is infinite or NaN on one side, or off by no
-    more than the dtype's tolerance relative to the output's largest finite magnitude (a transform's
-    error bound is relative to the whole signal, not to each element); else 0."""
-    if cls is None or cls.shape != np.shape(expected) or not is_float(expected):
-        return 0
-    bad = cls == MISMATCH
-    expected, actual = np.asarray(expected), np.asarray(actual)
-    e, a = expected[bad], actual[bad]
-    with np.errstate(all="ignore"):
-        finite = np.isfinite(e) & np.isfinite(a)
-        scale = np.abs(np.where(np.isfinite(expected), expected, 0)).max(initial=0.0)
-        rtol, atol = tolerance(expected.dtype.name, None, None)
-        close = finite & (np.abs(a.astype(np.complex128) - e) <= atol + rtol * scale)
-        ok = bad.any() and bool((~finite | close).all())
-    return int(bad.sum()) if ok else 0
-
-
-def as_fft_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
-                    arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                    actual: Sequence[np.ndarray]) -> list[OutputCheck]:
-    """Mismatches on edge values that are only infinities or NaN on one side, in a program with an FFT or
-    a complex matrix product, as ``undecided`` rows naming why (where sums overflow depends on their
-    order); others unchanged."""
-    counts = [only_non_finite_differences(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
-              for r, c, e, a in zip(rows, classes, expected, actual)]
-    if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, frozenset({"fft", "dot_general_complex"})):
-        return rows
-    return [dataclasses.replace(r, ok=True, verdict="undecided",
-                                note=f"{FFT_OVERFLOW_NOTE}: {n} elements are infinite or NaN on one side only, "
-                                     f"or within tolerance of the output's largest magnitude; "
-                                     f"{r.note}") if n else r
-            for r, n in zip(rows, counts)]
-
-
-JIT_OVERFLOW_NOTE = ("jax.jit overflows in float32 where the float64 result is finite, and where a sum of huge "
-                     "terms overflows depends on the order it is added in")
-
-
-def as_jit_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], truth: Sequence[np.ndarray] | None,
-                    expected: Sequence[np.ndarray]) -> list[OutputCheck]:
-    """Mismatches on edge values whose every mismatching element is inf or NaN in jax.jit but finite (and
-    within the dtype's range) in float64, as ``undecided`` rows naming why: jax.jit is no reference
-    there (a dot product of +-FLT_MAX terms is inf, -inf or NaN by the order of its sums); others unchanged.
-
-    Undecided, not a note: the float64 reference, the arbiter, licenses an artifact's element only
-    within tolerance of it (``compare.overflowed_in_jit`` makes those ``ok (float64)`` already). Here
-    the artifact is off float64 too (``relu(x @ w)`` with a row of +-FLT_MAX: jax.jit NaN, ONNX
-    Runtime 0 after its -inf, float64 1.78e38): another summation order's overflow, or a bug on
-    those elements, which nothing here tells apart; ``--strict`` must still fail it."""
-    if truth is None or len(truth) != len(rows):
-        return rows
-    out = []
-    for r, cls, t, e in zip(rows, classes, truth, expected):
-        e = np.asarray(e)
-        if (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
-                and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape):
-            bad = cls == MISMATCH
-            t64 = as_float64(t)[bad]
-            with np.errstate(all="ignore"):
-                jit_overflowed = ~np.isfinite(as_float64(e)[bad]) & np.isfinite(t64) & (np.abs(t64) <= largest_finite(e.dtype))
-            if bad.any() and bool(jit_overflowed.all()):
-                r = dataclasses.replace(r, ok=True, verdict="undecided",
-                                        note=f"{JIT_OVERFLOW_NOTE}: {int(bad.sum())} elements; {r.note}")
-        out.append(r)
-    return out
 
 
 def require_checkable(signature: Any, constraints: Sequence[str] = ()) -> None:
@@ -600,15 +361,6 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     return as_jit_overflow(out, [cls for _, cls in rows], wide.get("float64"), expected)
 
 
-# Ops after which XLA leaves the sign of a zero open: a dot product or a convolution of zeros, a max
-# or min of -0.0 and +0.0, a sort of them, a transform or a matrix factorization.
-ZERO_SIGN_OPS = frozenset({"dot_general", "conv_general_dilated", "reduce_max", "reduce_min", "reduce_window_max",
-                           "reduce_window_min", "reduce_window", "cummax", "cummin", "sort", "fft", "eigh", "eig",
-                           "svd", "qr", "lu", "cholesky", "triangular_solve", "schur", "hessenberg", "tridiagonal",
-                           "householder_product", "geqrf", "tridiagonal_solve"})
-ZERO_SIGN_NOTE = "XLA leaves the sign of a zero open in dot products, convolutions, max/min ties and factorizations"
-
-
 def _zero_sign_mask(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> np.ndarray | None:
     """Elements judged ``ok`` that are zeros of opposite signs (complex: in either part); None when none are."""
     if cls is None or not is_float(expected) or cls.shape != np.shape(expected):
@@ -736,45 +488,6 @@ def _release_compiled() -> None:
 
         jit_reference.clear()
         jax.clear_caches()
-
-
-def _perturbed(flat: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
-    """Float inputs moved by one rounding step (relative eps of their dtype, random sign); others unchanged."""
-    out = []
-    for x in flat:
-        x = np.asarray(x)
-        if is_float(x) and x.size:
-            component = x.real.dtype if x.dtype.kind == "c" else x.dtype
-            import ml_dtypes
-
-            eps = float(ml_dtypes.finfo(component).eps)
-            with np.errstate(all="ignore"):
-                x = (x * (1 + eps * rng.choice([-1.0, 1.0], size=x.shape))).astype(x.dtype)
-        out.append(x)
-    return out
-
-
-def spread_outputs(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                   expected: Sequence[np.ndarray], runs: int = 2) -> list[np.ndarray | None] | None:
-    """Per output (float64, complex as pairs): how far jax.jit moves when the float inputs move by one rounding step.
-
-    This estimates the error any float32 implementation makes on an ill-conditioned program,
-    where jax.jit may happen to be exact. None when the perturbed runs fail.
-    """
-    rng = np.random.default_rng(12345)
-    spread: list[np.ndarray | None] = [None] * len(expected)
-    try:
-        for _ in range(runs):
-            moved = reference_outputs(fn, arg_specs, _perturbed(flat, rng))
-            for i, (e, m) in enumerate(zip(expected, moved)):
-                if is_float(e) and np.shape(m) == e.shape:
-                    with np.errstate(all="ignore"):
-                        d = np.abs(as_float64(m) - as_float64(e))
-                    d = np.where(np.isfinite(d), d, 0.0)
-                    spread[i] = d if spread[i] is None else np.maximum(spread[i], d)
-    except Exception:  # noqa: BLE001  (no spread then)
-        return None
-    return spread
 
 
 def _explained_by_flushing(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],

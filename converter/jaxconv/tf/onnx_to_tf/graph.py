@@ -35,6 +35,7 @@ class Translator:
     def __init__(self, tf: Any) -> None:
         self.tf = tf
         self.node: Any = None
+        self.producers: dict[str, Any] = {}  # value name -> the ONNX node writing it (every graph so far)
 
     def run(
         self, graph: Any, feeds: Mapping[str, Value], outer: Mapping[str, Value] | None = None
@@ -46,6 +47,7 @@ class Translator:
         for init in graph.initializer:
             env[init.name] = constant(self.tf, numpy_helper.to_array(init), _dtype_of(init.data_type))
         env.update(feeds)
+        self.producers.update({o: node for node in graph.node for o in node.output if o})
         for i, node in enumerate(graph.node):
             self._node(node, env, i)
         return [env[o.name] for o in graph.output]

@@ -147,13 +147,41 @@ def conv_transpose(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 
 @handles("MaxPool", exact=True)
 def max_pool(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """TF's max pooling; with window dilations (which it lacks), the maximum of one strided slice per
+    window offset."""
     tf = tr.tf
     a = attrs(node)
     x = ins[0].t
     n = len(x.shape) - 2
-    if any(d != 1 for d in a.get("dilations", [1] * n)) or a.get("ceil_mode", 0):
-        raise ValueError("MaxPool with dilations or ceil_mode")
+    if a.get("ceil_mode", 0):
+        raise ValueError("MaxPool with ceil_mode")
+    if len(node.output) > 1 and node.output[1]:
+        raise ValueError("MaxPool with an Indices output")
     low = float("-inf") if x.dtype.is_floating else x.dtype.min
     xl = _explicit_pads(tf, tf.transpose(x, _last(n)), list(a.get("pads", [0] * 2 * n)), n, low)
-    out = tf.nn.max_pool(xl, list(a["kernel_shape"]), list(a.get("strides", [1] * n)), "VALID")
+    kernel, strides = list(a["kernel_shape"]), list(a.get("strides", [1] * n))
+    dilations = list(a.get("dilations", [1] * n))
+    if all(d == 1 for d in dilations):
+        out = tf.nn.max_pool(xl, kernel, strides, "VALID")
+    else:
+        out = _dilated_max_pool(tf, xl, kernel, strides, dilations)
     return Value(tf.transpose(out, _first(n)), ins[0].dtype)
+
+
+def _dilated_max_pool(tf: Any, x: Any, kernel: list[int], strides: list[int], dilations: list[int]) -> Any:
+    """Max pooling of channels-last ``x`` (already padded) over windows with holes: output i takes
+    the maximum of x[i * s + j * d] over j < k, one strided slice of x per offset j."""
+    import itertools
+
+    n = len(kernel)
+    extent = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
+    out = None
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        begin = [0] + [j * d for j, d in zip(offset, dilations)] + [0]
+        # up to the last start that fits a whole window: extent - 1 - j * d short of the end
+        short = [e - 1 - b for e, b in zip(extent, begin[1:-1])]
+        end = [0] + [-s for s in short] + [0]
+        mask = 1 | (1 << (n + 1)) | sum(1 << (i + 1) for i, s in enumerate(short) if s == 0)
+        part = tf.strided_slice(x, begin, end, [1] + strides + [1], end_mask=mask)
+        out = part if out is None else tf.maximum(out, part)
+    return out

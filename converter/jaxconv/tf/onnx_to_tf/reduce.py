@@ -8,7 +8,7 @@ import numpy as np
 
 from jaxconv.tf.onnx_to_tf.graph import attrs, static
 from jaxconv.tf.onnx_to_tf.table import handles
-from jaxconv.tf.onnx_to_tf.values import FLOATS, Value
+from jaxconv.tf.onnx_to_tf.values import FLOATS, Value, narrow
 
 
 def _axes(tr: Any, node: Any, ins: list[Value]) -> list[int] | None:
@@ -85,6 +85,55 @@ def cumsum(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         ins[0].t, axis=axis, exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0))
     )
     return Value(out, ins[0].dtype)
+
+
+# Up to this many elements a cumulative product multiplies one after another, in XLA's order (its
+# reduce_window on the CPU); longer axes take log2(n) steps of a Hillis-Steele scan.
+SEQUENTIAL_CUMPROD = 64
+
+
+@handles("CumProd")
+def cumprod(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """Cumulative product from multiplies and slices (TFLite has no CumProd builtin). For static
+    lengths up to ``SEQUENTIAL_CUMPROD``, each output multiplies its window left to right, as XLA's
+    reduce_window does (forward: one running product; reverse: element i times x[i + 1], then
+    x[i + 2], ...), so overflow, 0 * inf and rounding come as in jax.jit; longer axes take a
+    log-step scan (integers exact, floats within rounding)."""
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    rank = len(x.shape)
+    axis = int(np.asarray(static(tf, ins[1])).reshape(())) % rank
+    n = x.shape[axis]
+    if n is None:
+        raise ValueError("CumProd along an axis of symbolic length")
+    exclusive, reverse = bool(a.get("exclusive", 0)), bool(a.get("reverse", 0))
+    dtype = ins[0].dtype
+
+    def take(t: Any, start: int, stop: int) -> Any:
+        return tf.gather(t, list(range(start, stop)), axis=axis)
+
+    def ones(count: int) -> Any:
+        return tf.ones_like(take(x, 0, count))
+
+    if exclusive and n:
+        x = tf.concat([take(x, 1, n), ones(1)] if reverse else [ones(1), take(x, 0, n - 1)], axis)
+    if n <= 1:
+        return Value(x, dtype)
+    if n <= SEQUENTIAL_CUMPROD and not reverse:
+        parts = [take(x, i, i + 1) for i in range(n)]  # TFLite unpacks no int64
+        for i in range(1, n):
+            parts[i] = narrow(tf, parts[i - 1] * parts[i], dtype)  # each product rounded, as XLA does
+        return Value(tf.concat(parts, axis), dtype)
+    if n <= SEQUENTIAL_CUMPROD:
+        out = x
+        for j in range(1, n):  # times 1 past the end: exact
+            out = narrow(tf, out * tf.concat([take(x, j, n), ones(j)], axis), dtype)
+        return Value(out, dtype)
+    out, s = (tf.reverse(x, [axis]) if reverse else x), 1
+    while s < n:
+        out, s = narrow(tf, out * tf.concat([ones(s), take(out, 0, n - s)], axis), dtype), s * 2
+    return Value(tf.reverse(out, [axis]) if reverse else out, dtype)
 
 
 @handles("TopK", exact=True)

@@ -207,8 +207,11 @@ def pad(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     x = ins[0].t
     rank = _rank(x)
-    pads = _ints(tr, ins[1], "Pad pads")
     axes = _ints(tr, ins[3], "Pad axes") if len(ins) > 3 and ins[3] is not None else list(range(rank))
+    known = partial_ints(tr, node.input[1], env)
+    if static(tf, ins[1]) is None and (known is None or None in known):
+        return _pad_at_run_time(tr, node, ins, [a % rank for a in axes], known)
+    pads = _ints(tr, ins[1], "Pad pads") if static(tf, ins[1]) is not None else [int(k) for k in known or []]
     n = len(axes)
     before, after = [0] * rank, [0] * rank
     for i, a in enumerate(axes):
@@ -231,6 +234,90 @@ def pad(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
             first = tf.gather(x, [0] * b, axis=axis)
             last = tf.gather(x, [tf.shape(x)[axis] - 1] * e, axis=axis)
             x = tf.concat([first, x, last], axis)
+    return Value(x, ins[0].dtype)
+
+
+def partial_ints(tr: Any, name: str, env: Any) -> list[int | None] | None:
+    """The elements of the integer tensor ``name`` known while the model is built, None where one
+    depends on the inputs (through Concat, Reshape, Transpose, Cast, Identity, Squeeze/Unsqueeze of
+    constants and computed parts); None when not even its size is known."""
+    tf = tr.tf
+    value = env.get(name)
+    known = static(tf, value) if value is not None else None
+    if known is not None:
+        return [int(k) for k in np.asarray(known).reshape(-1)]
+    node = tr.producers.get(name)
+    shape = value.t.shape if value is not None else None
+    size = shape.num_elements() if shape is not None and shape.is_fully_defined() else None
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None if size is None else [None] * size
+    if node.op_type in ("Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze"):
+        return partial_ints(tr, node.input[0], env)
+    if node.op_type == "Concat" and size is not None:
+        grids = []
+        for i in (i for i in node.input if i):
+            inner, dims = partial_ints(tr, i, env), env[i].t.shape
+            if inner is None or not dims.is_fully_defined():
+                return [None] * size
+            grids.append(np.array(inner, dtype=object).reshape(dims.as_list()))
+        return list(np.concatenate(grids, axis=attrs(node)["axis"]).reshape(-1))
+    if node.op_type == "Transpose" and shape is not None and shape.is_fully_defined():
+        inner = partial_ints(tr, node.input[0], env)
+        source = env[node.input[0]].t.shape
+        if inner is not None and source.is_fully_defined():
+            grid = np.array(inner, dtype=object).reshape(source.as_list())
+            perm = attrs(node).get("perm", list(range(grid.ndim))[::-1])
+            return list(np.transpose(grid, perm).reshape(-1))
+    return None if size is None else [None] * size
+
+
+def _pad_at_run_time(tr: Any, node: Any, ins: list[Value], axes: list[int],
+                     known: list[int | None] | None) -> Value:
+    """Pad with ``pads`` computed by the model (a padding that depends on a symbolic size): negative
+    pads crop (one slice), the rest pad in the node's mode; edge padding gathers clamped indices.
+    The result keeps the static size of each axis whose pads are ``known`` while building (TFLite's
+    convolutions need their channel counts)."""
+    out = _pad_dynamic(tr, node, ins, axes)
+    dims = ins[0].t.shape.as_list()
+    n = len(axes)
+    if known is not None and len(known) == 2 * n:
+        static_dims: list[int | None] = [None] * len(dims)
+        for a in range(len(dims)):
+            lo, hi = (known[axes.index(a)], known[axes.index(a) + n]) if a in axes else (0, 0)
+            if dims[a] is not None and lo is not None and hi is not None:
+                static_dims[a] = max(dims[a] + lo + hi, 0)
+        if any(d is not None for d in static_dims):  # a reshape TFLite's shape inference reads
+            tf = tr.tf
+            run_dims = tf.shape(out.t, out_type=tf.int32)
+            spec = tf.stack([tf.constant(d, tf.int32) if d is not None else run_dims[i] for i, d in enumerate(static_dims)])
+            out = Value(tf.reshape(out.t, spec), out.dtype)
+    return out
+
+
+def _pad_dynamic(tr: Any, node: Any, ins: list[Value], axes: list[int]) -> Value:
+    tf = tr.tf
+    x = ins[0].t
+    rank, n = _rank(x), len(axes)
+    pads = tf.cast(tf.reshape(ins[1].t, [2 * n]), tf.int32)
+    zero = tf.zeros([], tf.int32)
+    before, after = [zero] * rank, [zero] * rank
+    for i, a in enumerate(axes):
+        before[a], after[a] = pads[i], pads[i + n]
+    lo, hi = tf.stack(before), tf.stack(after)
+    dims = tf.shape(x, out_type=tf.int32)
+    crop_lo, crop_hi = tf.maximum(-lo, 0), tf.maximum(-hi, 0)
+    x = tf.slice(x, crop_lo, tf.maximum(dims - crop_lo - crop_hi, 0))
+    lo, hi = tf.maximum(lo, 0), tf.maximum(hi, 0)
+    mode = attrs(node).get("mode", "constant")
+    if mode == "constant":
+        value = ins[2].t if len(ins) > 2 and ins[2] is not None else tf.zeros([], x.dtype)
+        return Value(tf.pad(x, tf.stack([lo, hi], axis=1), constant_values=tf.reshape(value, [])), ins[0].dtype)
+    if mode == "reflect":
+        return Value(tf.pad(x, tf.stack([lo, hi], axis=1), mode="REFLECT"), ins[0].dtype)
+    for a in axes:  # edge: index -lo .. dim + hi - 1, clamped into the axis
+        size = tf.shape(x, out_type=tf.int32)[a]
+        index = tf.clip_by_value(tf.range(-lo[a], size + hi[a]), 0, size - 1)
+        x = tf.gather(x, index, axis=a)
     return Value(x, ins[0].dtype)
 
 
