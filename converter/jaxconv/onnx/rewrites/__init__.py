@@ -19,6 +19,8 @@ faster without changing the numbers:
 - ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
   LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
+- ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
+  (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
@@ -57,6 +59,7 @@ import onnx_ir.passes.common  # noqa: F401  (ir.passes.common below)
 from jaxconv.onnx.rewrites import (
     _match,
     activations,
+    attention,
     broadcasts,
     conv_affine,
     gru,
@@ -124,6 +127,9 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
+    if opset >= attention.MIN_OPSET:  # the rule follows single readers: the replaced nodes go first
+        ir.passes.common.RemoveUnusedNodesPass()(model)
+    fired["attention"] = attention.rewrite(model.graph, opset)
     fired["mask_min"] = mask_min.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)

@@ -289,7 +289,8 @@ def _pad_at_run_time(tr: Any, node: Any, ins: list[Value], axes: list[int],
         if any(d is not None for d in static_dims):  # a reshape TFLite's shape inference reads
             tf = tr.tf
             run_dims = tf.shape(out.t, out_type=tf.int32)
-            spec = tf.stack([tf.constant(d, tf.int32) if d is not None else run_dims[i] for i, d in enumerate(static_dims)])
+            spec = tf.stack([tf.constant(d, tf.int32) if d is not None else run_dims[i]
+                             for i, d in enumerate(static_dims)])
             out = Value(tf.reshape(out.t, spec), out.dtype)
     return out
 
@@ -311,7 +312,8 @@ def _pad_dynamic(tr: Any, node: Any, ins: list[Value], axes: list[int]) -> Value
     mode = attrs(node).get("mode", "constant")
     if mode == "constant":
         value = ins[2].t if len(ins) > 2 and ins[2] is not None else tf.zeros([], x.dtype)
-        return Value(tf.pad(x, tf.stack([lo, hi], axis=1), constant_values=tf.reshape(value, [])), ins[0].dtype)
+        paddings = tf.stack([lo, hi], axis=1)
+        return Value(tf.pad(x, paddings, constant_values=tf.reshape(value, [])), ins[0].dtype)
     if mode == "reflect":
         return Value(tf.pad(x, tf.stack([lo, hi], axis=1), mode="REFLECT"), ins[0].dtype)
     for a in axes:  # edge: index -lo .. dim + hi - 1, clamped into the axis
