@@ -131,3 +131,45 @@ def test_the_capped_copy_computes_what_jax_jit_does():
     with loop_caps.quiet_cap_hits(), pytest.raises(Exception) as e:
         jax.block_until_ready(jax.jit(forever)(np.full(8, np.nan, np.float32)))
     assert loop_caps.is_cap_hit(e.value), e.value
+
+
+def _grow(c):
+    return lax.while_loop(lambda v: jnp.abs(v).sum() < 50.0, lambda v: v * 1.5 + 0.25, c)
+
+
+@jax.custom_jvp
+def _grow_custom(x):
+    return _grow(x)
+
+
+_grow_custom.defjvp(lambda p, t: (_grow_custom(p[0]), t[0]))
+
+PLACES = {
+    "vmap": lambda x: jax.vmap(_grow)(x),  # a batched predicate: each row stops on its own
+    "scan": lambda x: lax.scan(lambda c, r: (c + _grow(r).sum(), _grow(r)), 0.0, x),
+    "cond": lambda x: lax.cond(x.sum() > 0, lambda: _grow(x), lambda: -_grow(-x)),
+    "custom_jvp": lambda x: _grow_custom(x) * 2,
+    "jit": lambda x: jax.jit(_grow)(x) + 1,
+    "while": lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, _grow(c[1])), (0, x))[1],
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_the_capped_copy_is_bit_exact_wherever_the_loop_sits(place):
+    fn = PLACES[place]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    capped = loop_caps.capped_function(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x], cap=1000)
+    assert capped is not None
+    got, want = jax.tree_util.tree_leaves(jax.jit(capped)(x)), jax.tree_util.tree_leaves(jax.jit(fn)(x))
+    assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want)), (got, want)
+
+
+def test_a_batched_loop_that_never_ends_on_one_row_hits_the_cap():
+    x = np.ones((3, 4), np.float32)
+    x[1, 2] = np.nan
+    fn = jax.vmap(nan_forever)
+    capped = loop_caps.capped_function(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x], cap=100)
+    with loop_caps.quiet_cap_hits(), pytest.raises(Exception) as e:
+        jax.block_until_ready(jax.jit(capped)(x))
+    assert loop_caps.is_cap_hit(e.value)
+    np.testing.assert_array_equal(jax.jit(capped)(np.ones((3, 4), np.float32)), jax.jit(fn)(np.ones((3, 4), np.float32)))

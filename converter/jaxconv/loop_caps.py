@@ -163,11 +163,20 @@ def _while(eqn: Any, ins: Sequence[Any], loops: set[int], cap: int | None) -> li
     body, body_consts = _closed(params["body_jaxpr"])
     cargs, bargs, init = list(ins[:nc]), list(ins[nc:nc + nb]), list(ins[nc + nb:])
 
-    def test(carry: Sequence[Any]) -> Any:
+    def pred(carry: Sequence[Any]) -> Any:
         return _eval(cond, cond_consts, cargs + list(carry), loops, cap)[0]
 
+    def test(carry: Sequence[Any]) -> Any:  # a batched predicate (vmap): while any element holds
+        p = pred(carry)
+        return jnp.any(p) if jnp.ndim(p) else p
+
     def step(carry: Sequence[Any]) -> list[Any]:
-        return _eval(body, body_consts, bargs + list(carry), loops, cap)
+        new = _eval(body, body_consts, bargs + list(carry), loops, cap)
+        p = pred(carry)
+        if not jnp.ndim(p):
+            return new
+        # as XLA's while does with a batched predicate: the elements whose predicate fails keep their value
+        return [jnp.where(jnp.reshape(p, p.shape + (1,) * (jnp.ndim(n) - p.ndim)), n, c) for n, c in zip(new, carry)]
 
     if cap is None:
         return list(lax.while_loop(test, step, init))
