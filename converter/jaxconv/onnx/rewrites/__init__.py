@@ -10,7 +10,8 @@ faster without changing the numbers:
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
   so ORT fuses it into the Conv or Gemm before it;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
-- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs;
+- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs; last,
+  ``pool_chains``: the pools on ``[N, C, H, W]`` itself, one such If for a chain of conv and pool layers;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
@@ -147,6 +148,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
+    fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)

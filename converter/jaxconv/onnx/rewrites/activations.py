@@ -4,7 +4,8 @@ Gelu (opset 20) with ``approximate="tanh"`` computes jax's formula
 ``x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``. Relu lets ORT fuse it into the Conv or
 Gemm before it. NaN passes through Relu as through jax's max, but Relu(-0.0) is -0.0 where jax
 gives +0.0 (and ORT removes an ``Add(+0.0)`` after it), so the max becomes Relu only where every
-consumer is blind to the sign of zero: a MatMul, Gemm, Conv or sum, possibly through reshapes.
+consumer is blind to the sign of zero: a MatMul, Gemm, Conv, sum or comparison, possibly through
+reshapes and ops whose results differ only in a zero's sign then (max pools, adds, products).
 
 The exact GELU ``0.5 * x * (1 + Erf(x / sqrt 2))`` (or ``1 - Erf(-x / sqrt 2)``, jax's erfc put back by
 ``stablehlo.primitive_groups``) becomes Gelu with ``approximate="none"`` (opset 20), below opset 20
@@ -321,6 +322,12 @@ def _rewrite_relu(graph: ir.Graph, node: ir.Node) -> bool:
 # consumers whose results do not depend on the sign of a zero input (sums start from +0.0)
 _SIGN_BLIND = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "ReduceSum", "ReduceMean"})
 _PASS_THROUGH = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# consumers that only compare the value (a zero's sign changes no comparison) ...
+_COMPARE = frozenset({"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "IsNaN", "IsInf"})
+# ... and those whose result differs at most in a zero's sign when an input zero's sign does (a max
+# pool picks an element; x + -0 = x + 0 = x for x != 0, and for x = +-0 the sum is a zero; -0 * y and
+# +0 * y are zeros or both NaN; a dividend's too, not a divisor's: 1 / -0 = -inf)
+_ZERO_SIGN_ONLY = frozenset({"MaxPool", "Add", "Sub", "Max", "Min", "Relu", "Mul"})
 
 
 def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
@@ -335,11 +342,12 @@ def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
         node = use.node
         if node.domain != "":
             return False
-        if node.op_type in _SIGN_BLIND:
+        if node.op_type in _SIGN_BLIND or node.op_type in _COMPARE:
             continue
         if node.op_type == "Where" and m.through_zero_sign_fix(node.outputs[0]) is value:
             continue  # the lowering's own -0 -> +0 fix
-        if node.op_type in _PASS_THROUGH and use.idx == 0:
+        if (node.op_type in _PASS_THROUGH and use.idx == 0) or node.op_type in _ZERO_SIGN_ONLY \
+                or (node.op_type == "Where" and use.idx > 0) or (node.op_type == "Div" and use.idx == 0):
             if not _zero_sign_unseen(node.outputs[0], depth + 1):
                 return False
             continue

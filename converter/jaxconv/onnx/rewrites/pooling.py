@@ -1,15 +1,24 @@
-"""Max pooling's NaN/-inf guard run only when the input has a NaN or an infinity.
+"""Max pooling's NaN/-inf guard run only when a pool's input has a NaN or an infinity.
 
-ONNX Runtime's MaxPool drops NaN and turns a window of -inf into -FLT_MAX, so the lowering follows
-``P = MaxPool(x)`` with a second MaxPool over a per-element code (2 NaN, 1 finite or +inf, 0 -inf)
-and two Wheres. When ``sum(x)`` is finite, x holds no NaN and no infinity, the code is 1
-everywhere and the guard returns P unchanged, so
+ONNX Runtime's MaxPool drops NaN and turns a window of -inf into -FLT_MAX (its blocked NCHWc kernel;
+the plain one keeps only a NaN last in its window), so the lowering follows ``P = MaxPool(x)`` with a
+second MaxPool over a per-element code (2 NaN, 1 finite or +inf, 0 -inf) and two Wheres. When ``x``
+holds no NaN and no infinity, the code is 1 everywhere and the guard returns P unchanged. This pass
+runs after the layout rules and, for each guarded pool:
 
-    If(IsNaN(s - s), then: the guard, else: P)     with s = ReduceSum(x)
-
-gives the same values and, on finite inputs, skips the guard (one reduction instead of a MaxPool
-and six elementwise passes). Where only the guard reads P, each branch computes its own MaxPool, so
-the plain branch is the pool itself rather than a copy of P.
+- pools the planes in place: the lowering pools ``[N*C, 1, H, W]`` between two Reshapes; the pool,
+  the code and the Wheres work per plane, so they read ``[N, C, H, W]`` itself and the Reshapes go.
+  ORT then keeps its blocked layout from the Conv before the pool to the Conv after it;
+- computes the layers from the nearest value outside them (an input, a Transpose, a Reshape: the
+  start) to the pool with the plain MaxPool, and once, after the last pool of a chain of such layers
+  (conv, activation, pool, conv, ...), ``If(non-finite, then: the same layers with their guards
+  from the start, else: the plain result)``. The test is true when any pool's input holds a NaN or an
+  infinity (``IsNaN(t - t)``, ``t`` the sum over the pools' inputs of ``ReduceSum``, or of
+  ``GlobalAveragePool`` where ORT keeps the input blocked: channels a multiple of 8); a pool whose
+  input is finite is exact, so when no test fires every plain pool is, and the layers after them too.
+  An overflowing sum only sends finite inputs down the exact branch;
+- where the layers cannot be split off (a value between them read elsewhere), puts the guard alone
+  behind ``If(non-finite x, then: the guard, else: MaxPool(x))``.
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ def _guard(out: ir.Node) -> tuple[ir.Value, ir.Node] | None:
     return x, plain
 
 
+
 def _ancestors(value: ir.Value, stop: set[int], graph: ir.Graph) -> list[ir.Node]:
     """Nodes of ``graph`` that ``value`` depends on, stopping at values in ``stop`` and constants."""
     found: dict[int, ir.Node] = {}
@@ -97,18 +107,236 @@ def _ancestors(value: ir.Value, stop: set[int], graph: ir.Graph) -> list[ir.Node
     return [n for n in graph if id(n) in found]  # graph order is a topological order
 
 
-def _rewrite(graph: ir.Graph, out: ir.Node) -> bool:
-    got = _guard(out)
-    if got is None:
-        return False
-    x, plain = got
-    result = out.outputs[0]
-    guard = _ancestors(result, {id(x), id(plain.outputs[0])}, graph)
-    inside = {id(n) for n in guard}
-    for node in guard:  # the guard's nodes must serve only the guard
+# ops ORT runs per element or per channel, kept between a pool and the layers before it
+_LAYER_OPS = frozenset({
+    "Conv", "Relu", "Abs", "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "MaxPool", "AveragePool",
+    "BatchNormalization", "Identity", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Neg", "Where", "Greater", "Less",
+    "Cast", "IsNaN", "Equal",
+})
+_MAX_REGION = 256
+_BLOCK = 8  # ORT's NCHWc block is 8 (AVX2) or 16 (AVX-512) channels
+
+
+class _Guard:
+    """One guarded max pool: its input ``x``, its plain MaxPool and the guard's result."""
+
+    def __init__(self, x: ir.Value, plain: ir.Node, result: ir.Value) -> None:
+        self.x, self.plain, self.result = x, plain, result
+
+
+def _find_guards(graph: ir.Graph) -> list[_Guard]:
+    found = []
+    for node in graph:
+        if node.op_type == "Where" and node.domain == "":
+            got = _guard(node)
+            if got is not None:
+                found.append(_Guard(got[0], got[1], node.outputs[0]))
+    return found
+
+
+def _guard_nodes(graph: ir.Graph, g: _Guard) -> list[ir.Node] | None:
+    """The guard's nodes (the plain pool first) when they serve only the guard, else None."""
+    nodes = _ancestors(g.result, {id(g.x)}, graph)
+    inside = {id(n) for n in nodes}
+    if id(g.plain) not in inside:
+        return None
+    for node in nodes:
         for o in node.outputs:
-            if o is not result and (o.is_graph_output() or any(id(u.node) not in inside for u in o.uses())):
-                return False
+            if o is g.result:
+                continue
+            if o.is_graph_output() or any(id(u.node) not in inside for u in o.uses()):
+                return None
+    return nodes
+
+
+def _scalar_operands(node: ir.Node, inside: set[int], x: ir.Value) -> bool:
+    """Every input of ``node`` is ``x``, a guard value or a constant of one element."""
+    for v in node.inputs:
+        if v is None or v is x:
+            continue
+        p = v.producer()
+        if p is not None and id(p) in inside:
+            continue
+        arr = m.const(v)
+        if arr is None or arr.size != 1:
+            return False
+    return True
+
+
+def _by_scalar(value: ir.Value) -> ir.Value | None:
+    """``v`` for ``value = Mul(v, c)`` with ``c`` a one-element constant (min pooling's negation)."""
+    pair = m.binary(m.producer(value), "Mul")
+    if pair is None:
+        return None
+    for v, c in (pair, pair[::-1]):
+        arr = m.const(c)
+        if arr is not None and arr.size == 1 and m.const(v) is None:
+            return v
+    return None
+
+
+def _unplane(graph: ir.Graph, g: _Guard) -> bool:
+    """Pool ``[N, C, ...]`` itself where the guard pools it as ``[N*C, 1, ...]`` between two Reshapes
+    (min pooling: with a negation inside each)."""
+    nodes = _guard_nodes(graph, g)
+    if nodes is None or any(not any(u.node is n for n in nodes) for u in g.x.uses()):
+        return False
+    planes_in, between = g.x, []
+    while (inner := _by_scalar(planes_in)) is not None and len(inner.uses()) == 1 and len(between) < 2:
+        between.append(planes_in.producer())
+        planes_in = inner
+    before = m.producer(planes_in, "Reshape")
+    src = before.inputs[0] if before is not None else None
+    if src is None or src.shape is None or g.x.shape is None or len(src.shape) != len(g.x.shape) or len(src.shape) < 3:
+        return False
+    dims, planes = list(src.shape), list(g.x.shape)
+    if not all(isinstance(d, int) for d in dims + planes) or planes[1] != 1 or dims[0] * dims[1] != planes[0] \
+            or dims[2:] != planes[2:]:
+        return False
+    inside = {id(n) for n in nodes}
+    if not all(n.op_type == "MaxPool" or _scalar_operands(n, inside, g.x) for n in nodes):
+        return False
+    planes_out, after = g.result, []
+    while len(planes_out.uses()) == 1 and not planes_out.is_graph_output() and len(after) < 2:
+        use = planes_out.uses()[0]
+        if _by_scalar(use.node.outputs[0]) is not planes_out:
+            break
+        after.append(use.node)
+        planes_out = use.node.outputs[0]
+    uses = planes_out.uses()
+    out = g.result.shape
+    if not uses or planes_out.is_graph_output() or out is None or not all(isinstance(d, int) for d in out):
+        return False
+    back = [dims[0], dims[1], *list(out)[2:]]
+    for u in uses:
+        r = u.node
+        if r.op_type != "Reshape" or u.idx != 0 or r.outputs[0].shape is None or list(r.outputs[0].shape) != back:
+            return False
+    for u in list(planes_in.uses()):
+        u.node.replace_input_with(u.idx, src)
+    for node in [*between, *nodes, *after]:
+        for o in node.outputs:
+            o.shape = None
+    if not between:
+        g.x = src
+    g.x.shape = ir.Shape(dims)
+    g.result.shape = planes_out.shape = ir.Shape(back)
+    for u in list(uses):
+        u.node.outputs[0].replace_all_uses_with(planes_out, replace_graph_outputs=False)
+    return True
+
+
+def _region(graph: ir.Graph, end: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] | None:
+    """The layer nodes ``end`` is computed by, back to values made by other nodes, and those start values."""
+    found: dict[int, ir.Node] = {}
+    starts: dict[int, ir.Value] = {}
+    stack = [end]
+    while stack:
+        v = stack.pop()
+        if m.const(v) is not None:
+            continue
+        node = v.producer()
+        if node is None or node.graph is not graph or node.domain != "" or node.op_type not in _LAYER_OPS:
+            starts[id(v)] = v
+            continue
+        if id(node) in found:
+            continue
+        found[id(node)] = node
+        if len(found) > _MAX_REGION:
+            return None
+        stack.extend(i for i in node.inputs if i is not None)
+    nodes = [n for n in graph if id(n) in found]
+    for node in nodes:
+        for o in node.outputs:
+            if o is end:
+                continue
+            if o.is_graph_output() or any(id(u.node) not in found for u in o.uses()):
+                return None
+    return nodes, list(starts.values())
+
+
+def _test_nodes(xs: list[ir.Value]) -> list[ir.Node]:
+    """Nodes whose last output is true when any of ``xs`` holds a NaN or an infinity."""
+    nodes: list[ir.Node] = []
+    sums = []
+    for x in xs:
+        src = x
+        shape = x.shape
+        if shape is not None and len(shape) >= 3 and isinstance(shape[1], int) and shape[1] % _BLOCK == 0:
+            gap = ir.node("GlobalAveragePool", [x])  # read in ORT's blocked layout, no reorder of x
+            nodes.append(gap)
+            src = gap.outputs[0]
+        total = ir.node("ReduceSum", [src], {"keepdims": 0})
+        nodes.append(total)
+        sums.append(total.outputs[0])
+    if len(sums) > 1:
+        nodes.append(ir.node("Sum", sums))
+    t = nodes[-1].outputs[0]
+    diff = ir.node("Sub", [t, t])
+    return [*nodes, diff, ir.node("IsNaN", [diff.outputs[0]])]
+
+
+def _clone(nodes: list[ir.Node], mapping: dict[int, ir.Value]) -> list[ir.Node]:
+    """Copies of ``nodes`` (a topological order) reading ``mapping``'s values for the originals'."""
+    copies = []
+    for node in nodes:
+        inputs = [None if v is None else mapping.get(id(v), v) for v in node.inputs]
+        copy = ir.node(node.op_type, inputs, {a.name: a for a in node.attributes.values()}, domain=node.domain,
+                       num_outputs=len(node.outputs))
+        for old, new in zip(node.outputs, copy.outputs):
+            new.type, new.shape = old.type, old.shape
+            mapping[id(old)] = new
+        copies.append(copy)
+    return copies
+
+
+def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_Guard] | None:
+    """Put the layers that end in, or run on after, ``last``'s pool behind one finiteness test.
+
+    The layers end at the last value after the pool whose layers are read nowhere else (a ResNet's
+    whole body up to its global pooling), so that ORT's blocked layout runs through them; returns the
+    guards they hold, None where no layer computes a pool's input.
+    """
+    got = _region(graph, last.result)
+    if got is None:
+        return None
+    order = list(graph)
+    at = order.index(last.result.producer())
+    end = last.result
+    for node in order[at + 1:at + 1 + _MAX_REGION]:  # the farthest later end whose layers stay closed
+        if node.domain != "" or node.op_type not in _LAYER_OPS or len(node.outputs) != 1:
+            continue
+        longer = _region(graph, node.outputs[0])
+        if longer is not None and any(n is last.result.producer() for n in longer[0]):
+            got, end = longer, node.outputs[0]
+    nodes, _ = got
+    ids = {id(n) for n in nodes}
+    taken = [g for g in guards if id(g.result.producer()) in ids and id(g.plain) in ids]
+    if last not in taken or not any(g.x.producer() is not None and id(g.x.producer()) in ids for g in taken):
+        return None  # no layer before a pool: the guard alone
+    mapping: dict[int, ir.Value] = {}
+    fast = _clone(nodes, mapping)
+    for g in taken:  # the fast copy reads each plain pool where the original reads its guard
+        for use in list(mapping[id(g.result)].uses()):
+            use.node.replace_input_with(use.idx, mapping[id(g.plain.outputs[0])])
+    fast_end = mapping[id(end)]
+    if end is last.result:
+        fast_end = mapping[id(last.plain.outputs[0])]
+    test = _test_nodes([mapping.get(id(g.x), g.x) for g in taken])
+    graph.insert_before(nodes[-1], fast + test)
+    same = ir.node("Identity", [fast_end])
+    m.branch_on(graph, test[-1].outputs[0], end, nodes, same, test[-1], ("pool_guard", "pool_plain"))
+    return taken
+
+
+def _guard_alone(graph: ir.Graph, g: _Guard) -> bool:
+    """``If(non-finite x, then: the guard, else: MaxPool(x))``."""
+    x, plain, result = g.x, g.plain, g.result
+    guard = _guard_nodes(graph, g)
+    if guard is None:
+        return False
+    guard = [n for n in guard if n is not plain]
+    inside = {id(n) for n in guard}
     test = m.non_finite_test(x)
     graph.insert_before(plain, test)
     pool_out = plain.outputs[0]
@@ -123,9 +351,94 @@ def _rewrite(graph: ir.Graph, out: ir.Node) -> bool:
 
 
 def rewrite(graph: ir.Graph) -> int:
-    """Put every max-pooling guard of ``graph`` behind a finiteness test; returns how many."""
+    """Put every max-pooling guard of ``graph`` behind a finiteness test; returns how many.
+
+    The early form, which keeps the guard's Wheres away from the other rules; ``chains`` re-forms it.
+    """
     count = 0
     for node in list(graph):
         if node.graph is graph and node.op_type == "Where" and node.domain == "":
-            count += _rewrite(graph, node)
+            got = _guard(node)
+            count += got is not None and _guard_alone(graph, _Guard(got[0], got[1], node.outputs[0]))
+    return count
+
+
+def chains(graph: ir.Graph) -> int:
+    """After the layout rules: pool planes in place and guard each chain of conv and pool layers once,
+    in ``graph`` and its subgraphs; returns how many guards moved."""
+    count = 0
+    for g in list(m.all_graphs(graph)):
+        count += _chains(g)
+    return count
+
+
+def _unwrap(graph: ir.Graph, branch: ir.Node) -> _Guard | None:
+    """The guard ``rewrite`` put behind ``branch`` (an If), moved back before it."""
+    if branch.op_type != "If" or branch.domain != "" or len(branch.outputs) != 1:
+        return None
+    then = branch.attributes.get("then_branch")
+    if then is None or then.type != ir.AttributeType.GRAPH or then.value.name != "pool_guard":
+        return None
+    body = then.value
+    result = body.outputs[0]
+    node = result.producer()
+    got = _guard(node) if node is not None and node.graph is body else None
+    if got is None:
+        return None
+    x, plain = got
+    body.outputs.clear()
+    for n in list(body):
+        body.remove(n)
+        graph.insert_before(branch, n)
+    out = branch.outputs[0]
+    name = out.name
+    fast = branch.attributes.get("else_branch")
+    if fast is not None and fast.type == ir.AttributeType.GRAPH:  # its nodes stop reading x
+        fast.value.outputs.clear()
+        for n in reversed(list(fast.value)):
+            fast.value.remove(n, safe=True)
+    cond = branch.inputs[0]
+    out.replace_all_uses_with(result, replace_graph_outputs=True)
+    graph.remove(branch, safe=True)
+    result.name = name
+    _drop_dead(graph, cond)
+    return _Guard(x, plain, result)
+
+
+def _drop_dead(graph: ir.Graph, value: ir.Value | None) -> None:
+    """Remove ``value``'s producer and its inputs' producers while nothing reads them."""
+    node = value.producer() if value is not None else None
+    if node is None or node.graph is not graph or any(o.uses() or o.is_graph_output() for o in node.outputs):
+        return
+    inputs = list(node.inputs)
+    graph.remove(node, safe=True)
+    for v in inputs:
+        _drop_dead(graph, v)
+
+
+def _sweep(graph: ir.Graph) -> None:
+    """Remove the nodes nothing reads (earlier rules leave them for the final clean-up), so that
+    only live readers count when a value's readers are checked."""
+    for node in reversed(list(graph)):
+        if not any(o.uses() or o.is_graph_output() for o in node.outputs):
+            graph.remove(node, safe=True)
+
+
+def _chains(graph: ir.Graph) -> int:
+    if not any(n.op_type == "If" for n in graph):
+        return 0
+    _sweep(graph)
+    guards = [g for g in (_unwrap(graph, n) for n in list(graph)) if g is not None]
+    if sum(_unplane(graph, g) for g in guards):
+        _sweep(graph)  # the Reshapes around the planes
+    done: set[int] = set()
+    count = 0
+    for g in reversed(guards):
+        if id(g) in done:
+            continue
+        taken = _guard_chain(graph, [k for k in guards if id(k) not in done], g)
+        if taken is None:
+            taken = [g] if _guard_alone(graph, g) else []
+        done.update(id(k) for k in taken)
+        count += len(taken)
     return count

@@ -14,6 +14,7 @@ from jaxconv.tf.onnx_to_tf import (  # noqa: F401  (each registers its handlers)
     bitwise,
     control,
     elementwise,
+    global_pool,
     indexing,
     nn,
     reduce,
