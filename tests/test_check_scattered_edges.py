@@ -112,3 +112,18 @@ def test_the_second_set_catches_ort_float64_log_softmax_after_a_mask(x64):
                           program.signature)
     assert [(r.inputs, r.verdict) for r in report.rows] == [("random", "ok"), ("edge", "ok"), ("edge", "mismatch")], (
         report.table())
+
+
+def test_integer_scalars_see_max_zero_and_min():
+    """A scalar takes one value per edge set; the float positions (NaN, inf) hold -2, -1 and MIN + 1 in the
+    integer list, so an integer scalar never saw MAX or 0 (a loop bound, an index, a shift amount)."""
+    program = trace(lambda n, m: (n + 1, m + 1), ["i32[]", "i32[]"])
+    sets = edge_sets(program.signature, {}, 0)
+    info = np.iinfo(np.int32)
+    assert [int(s.arrays[0]) for s in sets] == [info.min, info.max, 0]
+    assert [int(s.arrays[1]) for s in sets] == [-100, info.max, info.min]
+    program = trace(lambda n, x: (n + 1, x * 2), ["u8[]", "f32[]"])
+    sets = edge_sets(program.signature, {}, 0)
+    assert [int(s.arrays[0]) for s in sets] == [0, 255, 0]
+    x = [float(s.arrays[1]) for s in sets]  # floats keep theirs: 1.0, inf, NaN
+    assert x[0] == 1.0 and np.isinf(x[1]) and np.isnan(x[2])

@@ -9,7 +9,7 @@ Input sets, in order:
 - ``edge``: ±0, ±inf, NaN, the largest and smallest normal magnitudes, subnormals, and integer
   extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size; a second edge set
   (a third too for inputs too small to hold NaN and an infinity) moves them onto other elements
-  (``edge_sets``).
+  (``edge_sets``); an integer scalar is MIN or -100, then MAX, then 0 or MIN across the three.
 """
 
 from __future__ import annotations
@@ -256,6 +256,19 @@ def edge_set(signature: Signature, sizes: dict[str, int], seed: int) -> InputSet
 EDGE_ROTATIONS = (0, 4, 2)
 EDGE_SCALARS = {1: (4, 2), 2: (3, 4)}
 SCATTERED_START = 9
+# Integer scalars take values instead (the float positions hold -2, -1 and MIN + 1 there, never MAX or
+# 0): MAX in the second set; 0 (even inputs) or MIN (odd ones) in the third.
+INTEGER_SCALARS = {1: ("max", "max"), 2: ("zero", "min")}
+
+
+def _scalar_offset(dtype_name: str, k: int, i: int) -> int:
+    """Where scalar input ``i`` of edge set ``k`` (1 or 2) takes its value in ``edge_values``."""
+    values = edge_values(dtype_name)
+    if values.dtype.kind not in "iu":
+        return EDGE_SCALARS[k][i % 2]
+    info = np.iinfo(values.dtype)
+    want = {"max": info.max, "min": info.min, "zero": 0}[INTEGER_SCALARS[k][i % 2]]
+    return int(np.flatnonzero(values == want)[0])
 
 
 def _holds_the_extremes(a: np.ndarray) -> bool:
@@ -289,7 +302,7 @@ def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[In
     out = [first]
     for k, shift in plan:
         rng = np.random.default_rng(seed + EDGE_SEED_OFFSET + k)
-        out.append(InputSet("edge", [edge_array(t, shape, rng, offset=EDGE_SCALARS[k][i % 2], start=0)
+        out.append(InputSet("edge", [edge_array(t, shape, rng, offset=_scalar_offset(t.dtype, k, i), start=0)
                                      if math.prod(shape) == 1
                                      else edge_array(t, shape, rng, offset=5 * i, start=shift, scatter=True)
                                      for i, (t, shape) in enumerate(zip(signature.inputs, shapes))], sizes))
