@@ -41,6 +41,11 @@ def _attention(fill, masking, scaling="scores"):
             s = jnp.where(causal if masking == "causal" else padding, s, fill)
         elif masking in ("causal bias", "padding bias"):  # Hugging Face's: an additive bias of 0 and the fill
             s = s + jnp.where(causal if masking == "causal bias" else padding, 0.0, fill).astype(np.float32)
+        elif masking in ("causal keras", "padding keras"):  # keras': the dropped probabilities zeroed again
+            keep = causal if masking == "causal keras" else padding
+            s = jnp.where(~keep, fill, s)
+            o = jnp.einsum("bhqk,bhkd->bhqd", jnp.where(~keep, 0.0, jax.nn.softmax(s, axis=-1)), v)
+            return o.transpose(0, 2, 1, 3).reshape(q.shape[0], T, D)
         o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
         return o.transpose(0, 2, 1, 3).reshape(q.shape[0], T, D)
 
@@ -80,7 +85,8 @@ def _edge_sets():
 
 
 MASKS = [("causal", -np.inf), ("causal", LOWEST), ("padding", LOWEST), ("padding", -np.inf), ("none", None),
-         ("causal bias", LOWEST), ("padding bias", LOWEST), ("padding bias", -np.inf)]
+         ("causal bias", LOWEST), ("padding bias", LOWEST), ("padding bias", -np.inf),
+         ("causal", -1e9), ("padding", -1e9), ("causal keras", -1e9), ("padding keras", -1e9)]
 
 
 @pytest.mark.parametrize("scaling", ["scores", "query"])
@@ -126,9 +132,9 @@ def test_below_opset_23_and_other_forms_are_left_alone():
     ops = _op_types(jaxconv.to_onnx(_attention(-np.inf, "causal"), q, k, v, valid, check=False).graph)
     assert "Attention" not in ops  # the default opset 21 has no Attention op
 
-    def other_fill(q, k, v, valid):  # a finite fill other than finfo.min: s + mask would not be the fill
+    def other_fill(q, k, v, valid):  # a fill above -1e6: scores could come near it
         s = jnp.einsum("bhqd,bhkd->bhqk", _split(q), _split(k))
-        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -1e9)
+        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -1e4)
         return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), _split(v)).transpose(0, 2, 1, 3)
 
     def head_major(q, k, v, valid):  # heads already leading: no Transposes to drop

@@ -13,17 +13,19 @@ The Attention op computes the same numbers only where the scores are finite and 
 score is ``s + A`` with ``A`` a float mask (0 kept, ``-2**100`` dropped) where ``jnp.where`` writes
 the fill whatever ``s`` is (a NaN or +inf there would reach the softmax), and ONNX Runtime writes a
 zero row where every key of a query is dropped (``jax.nn.softmax`` gives NaN for a -inf fill and
-the mean of ``v`` for ``finfo.min``). So
+the mean of ``v`` for a finite one). So
 
     If(bad, then: today's nodes, else: Attention(q, k, v, A))
-    bad = not (|q|₂ · |k|₂ · c < 2**70)  [or some query keeps no key, for a -inf fill]
+    bad = not (|q|₂ · |k|₂ · c < B)  [or some query keeps no key: a -inf fill, keras' zeroing]
 
-with the norms over the whole tensors (``ReduceSumSquare``; NaN and overflow make ``bad`` true).
-Every score is then below ``2**70`` in magnitude (Cauchy-Schwarz), so ``s - 2**100`` rounds to
-``-2**100``: the dropped keys get weight 0 as with -inf or ``finfo.min``, a row dropped whole is
-uniform as with ``finfo.min``, and kept scores are ``s + 0``. The fills taken are -inf and
-``finfo(float32).min``; the scale ``c`` a positive constant the scores are multiplied or divided
-by (ONNX Runtime folds that division into its product as ``1 / c`` today as well).
+with the norms over the whole tensors (``ReduceSumSquare``; NaN and overflow make ``bad`` true) and
+``B = min(2**70, |fill| / 2)``. Every score is then below ``B`` in magnitude (Cauchy-Schwarz), so
+``s - 2**100`` rounds to ``-2**100`` and the dropped keys get weight 0 as with the fill (a finite fill
+``f`` at most -1e6, e.g. ``finfo.min`` or keras' -1e9, gives ``exp(f - max) = 0`` for a row that keeps
+a key); a row dropped whole is uniform as with a finite fill; kept scores are ``s + 0``. keras' second
+``Where(mask, 0, p)`` after the Softmax changes nothing then. The scale ``c`` is a positive constant
+the scores are multiplied or divided by (ONNX Runtime folds that division into its product as
+``1 / c`` today as well).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ MIN_OPSET = 23
 _LOWEST = float(np.finfo(np.float32).min)
 _DROP = np.float32(2.0**100)  # the float mask's fill, negated
 _BOUND = np.float32(2.0**70)  # |q| |k| c below it: every score is, and s - 2**100 rounds to -2**100
+_FINITE_FILL = -1e6  # a finite fill f up to this (keras' -1e9, finfo.min): the guard asks |s| < |f| / 2
 
 Masks = dict[tuple[int, bool, str, str], tuple[ir.Value, ir.Value]]  # per mask and lengths
 
@@ -122,8 +125,12 @@ def _rewrite(graph: ir.Graph, softmax: ir.Node, masks: Masks) -> int:
                                  or _only_use(qk.inputs[0], "MatMul") is None):
         return 0
     q_t, k_ts = _transposed((q_scaled or qk).inputs[0], [0, 2, 1, 3]), _keys(qk.inputs[1])
-    pv = _only_use(softmax.outputs[0], "MatMul")
-    if q_t is None or k_ts is None or pv is None or pv.inputs[0] is not softmax.outputs[0]:
+    probs, zeroed = softmax.outputs[0], _zeroing(softmax.outputs[0], cond, keep)  # keras: Where(mask, 0, p)
+    if zeroed is not None:
+        chain.append(zeroed)
+        probs = zeroed.outputs[0]
+    pv = _only_use(probs, "MatMul")
+    if q_t is None or k_ts is None or pv is None or pv.inputs[0] is not probs:
         return 0
     v_t = _transposed(pv.inputs[1], [0, 2, 1, 3])
     back = _only_use(pv.outputs[0], "Transpose")
@@ -173,9 +180,10 @@ def _rewrite(graph: ir.Graph, softmax: ir.Node, masks: Masks) -> int:
         inputs.append(additive)
     norms = [add(ir.node("Sqrt", [add(ir.node("ReduceSumSquare", [x], {"keepdims": 0}))])) for x in (q4, k4)]
     bound = add(ir.node("Mul", [add(ir.node("Mul", norms)), _scalar_init(graph, scale, "scale")]))
-    bad = add(ir.node("Not", [add(ir.node("Less", [bound, _scalar_init(graph, _BOUND, "score_bound")]))]))
+    limit = _BOUND if fill in (None, -np.inf) else min(_BOUND, np.float32(-fill / 2))
+    bad = add(ir.node("Not", [add(ir.node("Less", [bound, _scalar_init(graph, limit, "score_bound")]))]))
     if cond is not None:
-        if fill == -np.inf:
+        if fill == -np.inf or zeroed is not None:
             bad = add(ir.node("Or", [bad, add(ir.node("Not", [rows_kept]))]))
     fast = ir.node("Attention", inputs, {"q_num_heads": h, "kv_num_heads": h, "scale": float(scale)})
     m.branch_on(graph, bad, out, exact, fast, bad.producer(), ("attention_exact", "attention_op"))
@@ -217,10 +225,46 @@ def _masking(x: ir.Value) -> tuple[ir.Value, list[ir.Node], ir.Value | None, boo
         fill, s, keep = fill_a, b, False
     else:
         return None
-    if fill not in (-np.inf, _LOWEST) or cond is None or cond.dtype != ir.DataType.BOOL or s is None \
-            or s.shape != x.shape or _only_use(s, "Where") is None:
+    if not (fill == -np.inf or -np.inf < fill <= _FINITE_FILL) or cond is None or s is None \
+            or cond.dtype != ir.DataType.BOOL or s.shape != x.shape or _only_use(s, "Where") is None:
         return None  # the mask broadcasts to the scores' shape: [b or 1, h or 1, t or 1, L or 1] at most
     return s, [node], cond, keep, fill
+
+
+def _zeroing(p: ir.Value, cond: ir.Value | None, keep: bool) -> ir.Node | None:
+    """keras' ``Where(mask, 0, p)`` after the Softmax: +0 at the places the mask dropped, by the same mask."""
+    uses = list(p.uses())
+    if cond is None or len(uses) != 1 or p.is_graph_output():
+        return None
+    node = uses[0].node
+    if m.producer(node.outputs[0], "Where") is not node or len(node.inputs) != 3:
+        return None
+    mask, a, b = node.inputs
+    zero, kept = (a, b) if not keep else (b, a)
+    z = m.const(zero)
+    if kept is not p or z is None or z.size != 1 or z.reshape(-1)[0] != 0 or np.signbit(z.reshape(-1)[0]):
+        return None
+    if not _same_value(mask, cond) or _only_use(node.outputs[0], "MatMul") is None:
+        return None
+    return node
+
+
+def _same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
+    """``a`` is ``b``, or both come from nodes of one op type, attributes and inputs (one level)."""
+    if a is None or b is None or a is b:
+        return a is b
+    pa, pb = a.producer(), b.producer()
+    if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain \
+            or len(pa.inputs) != len(pb.inputs) or pa.outputs.index(a) != pb.outputs.index(b):
+        return False
+    attrs = [{k: v.value for k, v in n.attributes.items()} for n in (pa, pb)]
+    return attrs[0] == attrs[1] and all(x is y or _same_const(x, y) for x, y in zip(pa.inputs, pb.inputs))
+
+
+def _same_const(a: ir.Value | None, b: ir.Value | None) -> bool:
+    x, y = m.const(a), m.const(b)
+    return x is not None and y is not None and x.dtype == y.dtype and x.shape == y.shape \
+        and x.tobytes() == y.tobytes()
 
 
 def _heads_merged(merge: ir.Node, want: tuple) -> bool:
