@@ -176,13 +176,14 @@ def test_bad_example_inputs(body, exc, words, tmp_path, capsys, user_file):
 
 def _undecided(monkeypatch):
     """jax.jit and JAX op by op disagree by 1e-3, float64 is unavailable, the artifact is 2e-3 off."""
-    from jaxconv import verify
+    from jaxconv import references
     from jaxconv.runtimes import onnxrt
 
-    real_run, real_reference = onnxrt.OnnxRunner.run, verify.reference_outputs
+    real_run, real_reference = onnxrt.OnnxRunner.run, references.reference_outputs
     monkeypatch.setattr(onnxrt.OnnxRunner, "run", lambda self, inputs: [o + np.float32(2e-3) for o in real_run(self, inputs)])
-    monkeypatch.setattr(verify, "float64_outputs", lambda fn, specs, flat: (None, "RuntimeError: no float64 here"))
-    monkeypatch.setattr(verify, "eager_outputs", lambda fn, specs, flat: [o + np.float32(1e-3) for o in real_reference(fn, specs, flat)])
+    monkeypatch.setattr(references, "float64_outputs", lambda fn, specs, flat: (None, "RuntimeError: no float64 here"))
+    monkeypatch.setattr(references, "eager_outputs",
+                        lambda fn, specs, flat: [o + np.float32(1e-3) for o in real_reference(fn, specs, flat)])
 
 
 def test_undecided_passes_with_a_warning(tmp_path, capsys, user_file, monkeypatch):

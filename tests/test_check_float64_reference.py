@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxconv import verify
+from jaxconv import references, verify
 from jaxconv.signature import Signature, input_infos, output_infos
 
 _rng = np.random.default_rng(3)
@@ -187,7 +187,7 @@ def test_the_verdict_uses_the_float64_reference():
 
 def test_without_float64_the_mismatch_says_why(monkeypatch):
     """With the float64 reference gone, the same artifact is no longer vindicated, and the row says why."""
-    monkeypatch.setattr(verify, "float64_outputs", lambda fn, specs, flat: (None, "RuntimeError: no float64 here"))
+    monkeypatch.setattr(references, "float64_outputs", lambda fn, specs, flat: (None, "RuntimeError: no float64 here"))
     report = _ill_report()
     assert not any(r.verdict == "float64" for r in report.rows), report.table()
     text = report.table()

@@ -93,6 +93,9 @@ LAYERS = {
     # XLA's results on edge values; neither reaches back into verify.
     "references.py": {"allowed": ("jaxconv.compare", "jaxconv.jit_reference")},
     "known_differences.py": {"allowed": ("jaxconv.compare", "jaxconv.references")},
+    "judging.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences",
+                               "jaxconv.check_context", "jaxconv.check_inputs")},
+    "check_context.py": {"allowed": ("jaxconv.jit_reference",)},
 }
 
 

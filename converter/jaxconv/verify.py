@@ -28,23 +28,28 @@ rounding step (a cancellation: a note), flushing subnormal inputs removes it, or
 the artifact's sign (undecided). The float64 reference is the traced program with its inputs, closed-over constants and literals
 widened (``jit_reference.wide_call``).
 
-The parts: ``check_inputs`` (the input sets), ``references`` (jax.jit's outputs, float64, op by op,
-spread), ``compare`` (one output's verdict per element), ``known_differences`` (the edge-value rows
-above that become ``edge`` or ``undecided``), ``edge_loops`` and ``loop_caps`` (which loops edge
-values run through, and the capped copies for the others). This module runs them: the options, the
-report, judging each input set (zero signs included) and the errors.
+The parts: ``check_context`` (the options), ``check_inputs`` (the input sets), ``references``
+(jax.jit's outputs, float64, op by op, spread), ``compare`` (one output's verdict per element),
+``judging`` (one input set: the extra references, zero signs), ``known_differences`` (the edge-value
+rows above that become ``edge`` or ``undecided``), ``edge_loops`` and ``loop_caps`` (which loops edge
+values run through, and the capped copies for the others). This module runs them (``check_runner``),
+holds the report and raises the errors; it re-exports the parts' names it used to define.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxconv.check_context import (  # noqa: F401
+    CheckOptions,
+    check_options,
+    current_options,
+    release_compiled,
+    set_check_options,
+)
 from jaxconv.check_inputs import (  # noqa: F401
     DEFAULT_SIZES,
     SYMBOLIC_SIZES,
@@ -81,6 +86,7 @@ from jaxconv.compare import (  # noqa: F401
 )
 from jaxconv.edge_loops import MAX_EDGE_TRIPS, data_dependent_loops, has_while_loop, skip_note  # noqa: F401
 from jaxconv.errors import ArtifactError, MismatchError
+from jaxconv.judging import judge_set
 from jaxconv.known_differences import (  # noqa: F401
     EDGE,
     FFT_OVERFLOW_NOTE,
@@ -104,58 +110,6 @@ from jaxconv.known_differences import (  # noqa: F401
 )
 from jaxconv.loop_caps import cap_hit_text, is_cap_hit, quiet_cap_hits
 from jaxconv.references import eager_outputs, float64_outputs, reference_outputs, spread_outputs  # noqa: F401
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """How the check runs, beyond tolerances (the CLI sets these from its flags).
-
-    Attributes:
-        sizes: sizes for symbolic dimensions (default DEFAULT_SIZES: 2, 5 and 1).
-        strict: an undecided output, or one that differs on edge values only on a TF target, fails
-            the check (exit 9) instead of giving a warning.
-        examples: flat example inputs, checked first (from ``example_inputs()`` in the user's file).
-        edge: run the edge-value input set.
-        edge_skipped: why ``edge`` is off, for a note in the report.
-        release_compiled: clear jax's caches once the references are computed and around the
-            float64 run (the CLI, a one-shot process, sets it): the references pass big closed-over
-            weights as arguments (``jit_reference``), but a compiled program still holds the small
-            ones and the constants XLA folds.
-    """
-
-    sizes: tuple[int, ...] | None = None
-    strict: bool = False
-    examples: tuple[np.ndarray, ...] | None = None
-    edge: bool = True
-    edge_skipped: str = ""
-    release_compiled: bool = False
-
-
-_OPTIONS: contextvars.ContextVar[CheckOptions] = contextvars.ContextVar("jaxconv_check_options", default=CheckOptions())
-
-
-def current_options() -> CheckOptions:
-    return _OPTIONS.get()
-
-
-@contextlib.contextmanager
-def check_options(**changes: Any) -> Iterator[CheckOptions]:
-    """Within the block, every check (``to_*``, ``check``) uses these options.
-
-    Example:
-        with check_options(strict=True, sizes=(1, 3)):
-            jaxconv.to_onnx(fn, "f32[b,8]", path="fn.onnx")
-    """
-    token = _OPTIONS.set(dataclasses.replace(_OPTIONS.get(), **changes))
-    try:
-        yield _OPTIONS.get()
-    finally:
-        _OPTIONS.reset(token)
-
-
-def set_check_options(**changes: Any) -> None:
-    """Change the options of the current context (the CLI does this inside ``check_options()``)."""
-    _OPTIONS.set(dataclasses.replace(_OPTIONS.get(), **changes))
 
 
 @dataclass
@@ -286,7 +240,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     from jaxconv import jit_reference
 
     jit_reference.clear()  # the device copies of the constants, before the artifact's runtime loads its own
-    _release_compiled()
+    release_compiled()
     for inputs_set, expected, set_fn, set_runner in referenced:
         flat = inputs_set.arrays
         try:
@@ -299,7 +253,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         if len(actual) != len(expected):
             raise ArtifactError(f"{artifact} returned {len(actual)} outputs, jax.jit returns {len(expected)}")
         with quiet_cap_hits():
-            report.rows.extend(_judge_set(set_runner, set_fn, arg_specs, signature, flat, expected, actual, rtol, atol,
+            report.rows.extend(judge_set(set_runner, set_fn, arg_specs, signature, flat, expected, actual, rtol, atol,
                                           inputs_set.label))
     jit_reference.clear()  # the judging's extra references: no copy of the constants outlives the check
     return report
@@ -334,181 +288,6 @@ def _cap_rows(signature: Any, expected: Sequence[np.ndarray], label: str, text: 
     note = f"the artifact's {text}, where jax.jit's loops ended"
     return [OutputCheck(info.name, str(np.asarray(e).dtype), tuple(np.shape(e)), float("inf"), float("inf"), False,
                         note=note, verdict="mismatch", inputs=label) for info, e in zip(signature.outputs, expected)]
-
-
-def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],
-               expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float | None, atol: float | None,
-               label: str) -> list[OutputCheck]:
-    """Judge the outputs of one input set; the extra runs happen only for outputs beyond tolerance.
-
-    Those are judged again against the float64 result and jax.jit's spread under input rounding;
-    when float64 is not available, also against JAX run op by op.
-    """
-    names = [info.name for info in signature.outputs]
-    judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
-    open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max(initial=OK) == MISMATCH]
-    wide: dict[str, list[np.ndarray]] = {}
-    rows = (_judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_, wide)
-            if open_ else judged)
-    rows = _zero_signs(rows, runner, fn, arg_specs, flat, expected, actual)
-    if all(row.verdict != "mismatch" for row, _ in rows):
-        return [row for row, _ in rows]
-    kind = getattr(runner, "kind", "")
-    out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
-    out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
-    out = as_fused_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
-    out = as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
-    return as_jit_overflow(out, [cls for _, cls in rows], wide.get("float64"), expected)
-
-
-def _zero_sign_mask(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> np.ndarray | None:
-    """Elements judged ``ok`` that are zeros of opposite signs (complex: in either part); None when none are."""
-    if cls is None or not is_float(expected) or cls.shape != np.shape(expected):
-        return None
-    e, a = as_float64(expected), as_float64(actual)
-    mask = (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))
-    if np.asarray(expected).dtype.kind == "c":
-        mask = mask.any(axis=-1)
-    mask &= cls == OK
-    return mask if mask.any() else None
-
-
-def _zero_signs(rows: list[tuple[OutputCheck, np.ndarray | None]], runner: Any, fn: Callable[..., Any],
-                arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                actual: Sequence[np.ndarray]) -> list[tuple[OutputCheck, np.ndarray | None]]:
-    """Zeros of the other sign than jax.jit's (``1 / x`` is then the other infinity) as a mismatch, unless
-    the artifact runs on kernels jaxconv does not write (TF targets: a note), the program has an op after
-    which XLA leaves a zero's sign open (a note then), jax.jit's value there
-    moves when the inputs move by one rounding step (a cancellation's zero: a note), flushing subnormal
-    inputs removes the difference, or JAX run op by op has the artifact's signs (undecided)."""
-    masks = {i: m for i, (row, cls) in enumerate(rows)
-             if row.ok and (m := _zero_sign_mask(expected[i], actual[i], cls)) is not None}
-    if not masks:
-        return rows
-    out = list(rows)
-    kind = getattr(runner, "kind", "")
-    ops = None if kind in FOREIGN_KERNELS else nan_dropping_ops(fn, arg_specs, flat, ZERO_SIGN_OPS)
-    if ops is None or ops:
-        why = (f"computed by {FOREIGN_KERNELS[kind]}, which jaxconv does not control" if kind in FOREIGN_KERNELS
-               else f"the program has {', '.join(sorted(ops))}" if ops else "the program could not be traced")
-        for i, m in masks.items():
-            row, cls = rows[i]
-            note = f"{int(m.sum())} zero signs differ ({why if kind in FOREIGN_KERNELS else ZERO_SIGN_NOTE + '; ' + why})"
-            out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
-        return out
-    spread = spread_outputs(fn, arg_specs, flat, expected)
-    moving: dict[int, int] = {}
-    for i in list(masks):  # a zero that moves when the inputs move by one rounding step is a cancellation's
-        s_i = spread[i] if spread is not None else None
-        if s_i is not None and np.shape(s_i)[:masks[i].ndim] == masks[i].shape:
-            moves = (s_i > 0).any(axis=-1) if s_i.ndim > masks[i].ndim else s_i > 0
-            moving[i] = int((masks[i] & moves).sum())
-            masks[i] = masks[i] & ~moves
-    flushed = flush_subnormals(flat)
-    if flushed is not None:
-        try:
-            again, expected_again = [np.asarray(a) for a in runner.run(flushed)], reference_outputs(fn, arg_specs, flushed)
-            for i in list(masks):
-                e, a = as_float64(expected_again[i]), as_float64(again[i])
-                same = np.signbit(e) == np.signbit(a)
-                masks[i] = masks[i] & ~(same.all(axis=-1) if same.ndim > masks[i].ndim else same)
-        except Exception:  # noqa: BLE001  (no explanation then)
-            pass
-    eager = eager_outputs(fn, arg_specs, flat) if any(m.any() for m in masks.values()) else None
-    for i, m in masks.items():
-        if not m.any():
-            if moving.get(i):
-                row, cls = rows[i]
-                note = (f"{moving[i]} zero signs differ where jax.jit moves when the inputs move by one rounding "
-                        f"step (a cancellation: its sign is not the program's)")
-                out[i] = (dataclasses.replace(row, note=f"{row.note}; {note}" if row.note else note), cls)
-            continue
-        row, cls = rows[i]
-        cls = cls.copy() if cls is not None else cls
-        first = int(np.flatnonzero(m.ravel())[0])
-        e0, a0 = np.asarray(expected[i]).ravel()[first], np.asarray(actual[i]).ravel()[first]
-        where = [int(k) for k in np.unravel_index(first, m.shape)] if m.shape else []
-        text = f"{int(m.sum())} of {m.size} elements differ in zero sign only, first at {where}: jax.jit {e0}, artifact {a0}"
-        g = eager[i] if eager is not None and i < len(eager) and np.shape(eager[i]) == np.shape(expected[i]) else None
-        if g is not None:
-            ga, aa = as_float64(g), as_float64(actual[i])
-            agree = (ga == 0) & (np.signbit(ga) == np.signbit(aa))
-            if bool((agree.all(axis=-1) if agree.ndim > m.ndim else agree)[m].all()):
-                cls[m] = UNDECIDED
-                out[i] = (dataclasses.replace(row, verdict="undecided", note=f"{text}, as JAX run op by op has them"), cls)
-                continue
-        cls[m] = MISMATCH
-        note = f"{text}; {row.note}" if row.note else text
-        out[i] = (dataclasses.replace(row, ok=False, verdict="mismatch", note=note), cls)
-    return out
-
-
-def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float | None, atol: float | None,
-                label: str, names: list[str], judged: list[tuple[OutputCheck, np.ndarray | None]],
-                open_: list[int], wide: dict[str, list[np.ndarray]] | None = None) -> list[tuple[OutputCheck, np.ndarray | None]]:
-    """Judge the outputs beyond tolerance again with the float64, spread and eager references (the
-    float64 outputs, when computed, go in ``wide["float64"]``)."""
-    floats = [i for i in open_ if is_float(expected[i])]
-    explained = _explained_by_flushing(runner, fn, arg_specs, flat, expected, open_, rtol, atol)
-    spread = spread_outputs(fn, arg_specs, flat, expected) if floats else None
-    truth, why = None, "the output is float64 already"
-    if any(is_narrow_float(expected[i].dtype) for i in floats):
-        _release_compiled()  # the float32 program's constants, before the float64 one widens them
-        truth, why = float64_outputs(fn, arg_specs, flat)
-        _release_compiled()
-    truth = truth if truth is not None and len(truth) == len(expected) else None
-    if truth is not None and wide is not None:
-        wide["float64"] = truth
-    eager: list[np.ndarray] | None = None
-    for attempt in range(2):
-        for i in open_:
-            refs = None
-            if i in floats:
-                t = as_float64(truth[i]) if truth is not None and is_narrow_float(expected[i].dtype) else None
-                refs = References(float64=t, eager=as_float64(eager[i]) if eager is not None else None,
-                                  spread=spread[i] if spread is not None else None, why_not=why if t is None else "")
-            judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, refs=refs, inputs=label, explained=explained.get(i))
-        left = [i for i in floats if judged[i][1] is not None and judged[i][1].max(initial=OK) >= UNDECIDED
-                and (truth is None or not is_narrow_float(expected[i].dtype))]
-        if attempt or not left:
-            break
-        eager = eager_outputs(fn, arg_specs, flat)
-        if eager is None or len(eager) != len(expected):
-            break
-    return judged
-
-
-def _release_compiled() -> None:
-    """``jax.clear_caches()`` when ``current_options().release_compiled``; nothing otherwise."""
-    if current_options().release_compiled:
-        import jax
-
-        from jaxconv import jit_reference
-
-        jit_reference.clear()
-        jax.clear_caches()
-
-
-def _explained_by_flushing(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                           expected: Sequence[np.ndarray], open_: Sequence[int], rtol: float | None,
-                           atol: float | None) -> dict[int, np.ndarray]:
-    """Elements that agree once subnormal inputs are flushed to zero, as XLA on the CPU reads them."""
-    flushed = flush_subnormals(flat)
-    if flushed is None:
-        return {}
-    try:
-        again = [np.asarray(a) for a in runner.run(flushed)]
-        expected_again = reference_outputs(fn, arg_specs, flushed)
-    except Exception:  # noqa: BLE001  (no explanation then; the difference stands)
-        return {}
-    out = {}
-    for i in open_:
-        if i < len(again) and i < len(expected_again):
-            _, cls = judge("", expected_again[i], again[i], rtol, atol)
-            if cls is not None and cls.shape == expected[i].shape:
-                out[i] = cls == OK
-    return out
 
 
 def raise_on_mismatch(report: CheckReport, strict: bool | None = None) -> None:
