@@ -149,3 +149,29 @@ def test_below_opset_23_and_other_forms_are_left_alone():
     for fn in (other_fill, head_major, reading_scores):
         model = assert_onnx_matches_jax(fn, q, k, v, valid, opset=23)
         assert "Attention" not in _op_types(model.graph), fn.__name__
+
+
+def _cross(x, memory, valid):
+    """Cross-attention: keys and values of another length, a key padding mask [b, 1, 1, L]."""
+    b, t, _ = x.shape
+    length = memory.shape[1]
+    heads = lambda y, n: y.reshape(b, n, H, DH).transpose(0, 2, 1, 3)  # noqa: E731
+    s = jnp.einsum("bhqd,bhkd->bhqk", heads(x, t), heads(memory, length)) / 2.0
+    s = jnp.where(valid[:, None, None, :], s, LOWEST)
+    o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), heads(memory * 2, length))
+    return o.transpose(0, 2, 1, 3).reshape(b, t, D)
+
+
+def test_cross_attention_with_symbolic_sizes():
+    model = jaxconv.to_onnx(_cross, "f32[b,t,8]", "f32[b,l,8]", "bool[b,l]", opset=23, check=True)
+    assert _op_types(model.graph).count("Attention") == 1
+    runner = OnnxRunner(model.SerializeToString())
+    rng = np.random.default_rng(3)
+    for b, t, length in [(1, 1, 1), (3, 4, 7), (2, 1, 5)]:
+        x = rng.standard_normal((b, t, D)).astype(np.float32)
+        memory = rng.standard_normal((b, length, D)).astype(np.float32)
+        valid = rng.random((b, length)) > 0.3
+        valid[0] = False  # a query that keeps no key: finfo.min gives the mean of v
+        got = runner.run([x, memory, valid])[0]
+        want = np.asarray(jax.jit(_cross)(x, memory, valid))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
