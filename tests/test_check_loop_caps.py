@@ -173,3 +173,20 @@ def test_a_batched_loop_that_never_ends_on_one_row_hits_the_cap():
         jax.block_until_ready(jax.jit(capped)(x))
     assert loop_caps.is_cap_hit(e.value)
     np.testing.assert_array_equal(jax.jit(capped)(np.ones((3, 4), np.float32)), jax.jit(fn)(np.ones((3, 4), np.float32)))
+
+
+def counted_and_until_big(x):
+    """A loop of 3000 trips whatever the inputs beside one whose trip count reads them."""
+    return lax.fori_loop(0, jnp.int32(3000), lambda i, c: c * 0.999, until_big(x))
+
+
+def test_a_loop_with_a_constant_trip_count_past_the_cap_is_not_stopped(tmp_path, small_cap):
+    """Only the loops whose trip count reads the inputs are capped, on both sides: the artifact's
+    3000-trip Loop must not fail at the cap of 2000 where jax.jit's copy runs its loop to the end."""
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(counted_and_until_big, "f32[8]", path=path, check=False)
+    loops = [n for n in onnx.load(path).graph.node if n.op_type == "Loop"]
+    assert len(loops) == 2 and not any(n.input[0] for n in loops)  # both without M
+    report = jaxconv.check(path, counted_and_until_big, "f32[8]")
+    assert report.ok and any(r.inputs == "edge" for r in report.rows), report.table()
+    assert not report.notes, report.notes

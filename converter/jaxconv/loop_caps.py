@@ -5,9 +5,9 @@ count depends on the inputs (``edge_loops``) without the risk of a loop that nev
   one still running after ``cap`` trips stops and raises ``LoopCapHit`` (through a host callback: a
   run under jax.jit fails with an error naming it, so every reference computed from the copy, the
   float64 and op-by-op ones too, either ends within the cap or fails).
-- ``capped_onnx``: the model with a guard in every ``Loop`` body whose trip count is not a small
-  constant: a trip that would start trip ``cap + 1`` fails (a Gather at an index out of range, in a
-  node named ``CAP_NODE``), so ONNX Runtime raises instead of running on.
+- ``capped_onnx``: the model with a guard in every ``Loop`` body whose trip count may read the
+  inputs (``edge_loops.onnx_open_loops``): a trip that would start trip ``cap + 1`` fails (a Gather
+  at an index out of range, in a node named ``CAP_NODE``), so ONNX Runtime raises instead of running on.
 
 A run that hits the cap is reported as such by the check: on jax.jit's side the edge set is left out
 with a note (jax.jit's loop does not end within the cap there either); on the artifact's side, when
@@ -236,19 +236,21 @@ def cap_hit_text(e: BaseException) -> str:
 # ---- the ONNX model ------------------------------------------------------------------------------
 
 def capped_onnx(model: Any, cap: int = LOOP_CAP) -> tuple[Any, int]:
-    """A copy of ``model`` (an onnx.ModelProto) whose every Loop, in any graph, fails on a trip that would
+    """A copy of ``model`` (an onnx.ModelProto) whose Loops, in any graph, fail on a trip that would
     start trip ``cap + 1``: the body's condition is read as ``Gather([cond], Where(stop, 2, 0))`` (an index
     out of range: ONNX Runtime raises, naming the node ``CAP_NODE``; graph optimizers keep a Gather of a
     computed index, where they merge two Reshapes into one).
-    Loops whose ``M`` is a constant of at most ``cap`` are left as they are. Returns the copy and how
-    many Loops were capped."""
+    Only the Loops whose trip count may read the inputs (``edge_loops.onnx_open_loops``, as only such
+    ``while`` loops are capped on jax.jit's side) get the guard: a Loop counting 200000 trips whatever the
+    inputs runs them, as jax.jit's does. Returns the copy and how many Loops were capped."""
     import onnx
 
-    from jaxconv.edge_loops import _onnx_constants
+    from jaxconv.edge_loops import _onnx_constants, onnx_open_loops
 
     capped = onnx.ModelProto()
     capped.CopyFrom(model)
     constants = _onnx_constants(capped.graph)
+    open_ = set(onnx_open_loops(capped))
     count = 0
     stack = [capped.graph]
     while stack:
@@ -259,6 +261,8 @@ def capped_onnx(model: Any, cap: int = LOOP_CAP) -> tuple[Any, int]:
             if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or not subs:
                 continue
             m = node.input[0] if node.input else ""
+            if (node.name or node.output[0]) not in open_:
+                continue
             if m in constants and np.size(constants[m]) == 1 and int(np.asarray(constants[m]).reshape(-1)[0]) <= cap:
                 continue
             _guard(subs[0], m, cap, count)
