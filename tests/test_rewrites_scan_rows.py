@@ -189,3 +189,16 @@ def test_slices_of_a_body_value_merge_only_when_they_cut_it_into_pieces(monkeypa
     merged = cut[0] == cut[1]
     assert body["Split"] == plain_body["Split"] + merged, (body, plain_body)
     assert body["Slice"] == plain_body["Slice"] - 2 * merged, (body, plain_body)
+
+
+def test_scalar_constant_row_op_keeps_its_rank():
+    """``lax.map(lambda r: r * 2 + 1, x)``: the hoisted Mul's scalar constant stays a scalar initializer
+    (it became a [1] tensor declared as a scalar, which onnx.checker refused)."""
+    x = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -0.0
+    fn = lambda a: jax.lax.map(lambda r: r * 2.0 + 1.0, a)  # noqa: E731
+    model = jaxconv.to_onnx(fn, x)
+    hoisted = [i for i in model.graph.initializer if i.name.endswith("_rows")]
+    assert hoisted and all(list(i.dims) == [] for i in hoisted)
+    (got,) = OnnxRunner(model.SerializeToString()).run([x])
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=0)

@@ -254,7 +254,8 @@ def new_initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
     while fresh in taken:
         k += 1
         fresh = f"{name}_{k}"
-    value = ir.Value(name=fresh, const_value=ir.tensor(np.ascontiguousarray(arr)))
+    # np.ascontiguousarray makes a 0-d array 1-d: keep the shape.
+    value = ir.Value(name=fresh, const_value=ir.tensor(np.ascontiguousarray(arr).reshape(arr.shape)))
     value.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
     value.shape = ir.Shape(arr.shape)
     graph.register_initializer(value)
