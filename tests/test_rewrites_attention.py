@@ -175,3 +175,55 @@ def test_cross_attention_with_symbolic_sizes():
         got = runner.run([x, memory, valid])[0]
         want = np.asarray(jax.jit(_cross)(x, memory, valid))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _round_trip_model() -> onnx.ModelProto:
+    """Hugging Face Flax BERT's attention as the lowering writes it: the probabilities pass a Transpose, two
+    Reshapes and the inverse Transpose (values unchanged) before ``p @ v``; an additive 0/finfo.min bias."""
+    h = onnx.helper
+    f32 = onnx.TensorProto.FLOAT
+    const = {"shape4": np.array([B, T, H, DH], np.int64), "shape3": np.array([B, T, D], np.int64),
+             "flat": np.array([H, 1, B * T * T], np.int64), "back": np.array([H, B, T, T], np.int64),
+             "zero": np.array(0.0, np.float32), "lowest": np.array(LOWEST, np.float32),
+             "root": np.array(np.sqrt(DH), np.float32)}
+    nodes = [h.make_node("Reshape", [n, "shape4"], [n + "4"]) for n in "qkv"] + [
+        h.make_node("Div", ["q4", "root"], ["q4s"]),
+        h.make_node("Transpose", ["q4s"], ["qt"], perm=[0, 2, 1, 3]),
+        h.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+        h.make_node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
+        h.make_node("MatMul", ["qt", "kt"], ["s"]),
+        h.make_node("Where", ["keep", "zero", "lowest"], ["bias"]),
+        h.make_node("Add", ["s", "bias"], ["masked"]),
+        h.make_node("Softmax", ["masked"], ["p"], axis=-1),
+        h.make_node("Transpose", ["p"], ["p1"], perm=[1, 0, 2, 3]),
+        h.make_node("Reshape", ["p1", "flat"], ["p2"]),
+        h.make_node("Reshape", ["p2", "back"], ["p3"]),
+        h.make_node("Transpose", ["p3"], ["p4"], perm=[1, 0, 2, 3]),
+        h.make_node("MatMul", ["p4", "vt"], ["o"]),
+        h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        h.make_node("Reshape", ["ot", "shape3"], ["out"])]
+    inputs = [h.make_tensor_value_info(n, f32, [B, T, D]) for n in "qkv"]
+    inputs.append(h.make_tensor_value_info("keep", onnx.TensorProto.BOOL, [B, 1, 1, T]))
+    graph = h.make_graph(nodes, "hf", inputs, [h.make_tensor_value_info("out", f32, [B, T, D])],
+                         initializer=[onnx.numpy_helper.from_array(a, n) for n, a in const.items()])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 23)])
+
+
+def test_probabilities_round_trip_is_followed():
+    import onnx_ir as ir
+
+    from jaxconv.onnx import rewrites
+
+    plain = _round_trip_model()
+    model = ir.serde.deserialize_model(plain)
+    assert rewrites.apply(model, 23)["attention"] == 1
+    rewritten = ir.serde.serialize_model(model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    ops = _op_types(rewritten.graph)
+    assert ops.count("Attention") == 1 and ops.count("Reshape") >= 5, ops
+    runners = [OnnxRunner(m.SerializeToString()) for m in (plain, rewritten)]
+    for _, q, k, v, valid in _edge_sets():
+        keep = valid[:, None, None, :]
+        want, got = (r.run([q, k, v, keep])[0] for r in runners)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

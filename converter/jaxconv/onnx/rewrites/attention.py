@@ -129,6 +129,10 @@ def _rewrite(graph: ir.Graph, softmax: ir.Node, masks: Masks) -> int:
     if zeroed is not None:
         chain.append(zeroed)
         probs = zeroed.outputs[0]
+    round_trip = _round_trip(probs)  # Hugging Face's: Transposes and Reshapes that give p back
+    if round_trip:
+        chain += round_trip
+        probs = round_trip[-1].outputs[0]
     pv = _only_use(probs, "MatMul")
     if q_t is None or k_ts is None or pv is None or pv.inputs[0] is not probs:
         return 0
@@ -150,6 +154,13 @@ def _rewrite(graph: ir.Graph, softmax: ir.Node, masks: Masks) -> int:
     if not (b == kb == vb and kt == vt and h == kh == vh and dh == kdh) \
             or not _heads_merged(merge, (b, t, h * vdh)):
         return 0
+    if out.is_graph_output():  # the If's branch takes ``out`` as its output: the graph reads a copy
+        copy = ir.node("Identity", [out])
+        graph.insert_after(merge, copy)
+        copy.outputs[0].type, copy.outputs[0].shape = out.type, out.shape
+        index = next(i for i, v in enumerate(graph.outputs) if v is out)
+        graph.outputs[index] = copy.outputs[0]
+        copy.outputs[0].name, out.name = out.name, None
     exact = [qk, *chain, softmax, pv, back, merge]
     moved = {id(n) for n in exact}
     for node in (q_t, *k_ts, v_t):  # a Transpose only the exact branch reads goes into it
@@ -229,6 +240,28 @@ def _masking(x: ir.Value) -> tuple[ir.Value, list[ir.Node], ir.Value | None, boo
             or cond.dtype != ir.DataType.BOOL or s.shape != x.shape or _only_use(s, "Where") is None:
         return None  # the mask broadcasts to the scores' shape: [b or 1, h or 1, t or 1, L or 1] at most
     return s, [node], cond, keep, fill
+
+
+def _round_trip(p: ir.Value) -> list[ir.Node]:
+    """``Transpose(Reshape(Reshape(Transpose(p, perm), s1), s2), perm⁻¹)`` with ``s2`` the first
+    Transpose's static shape, each node the single reader of the one before: ``p``'s values again."""
+    nodes: list[ir.Node] = []
+    value = p
+    for op_type in ("Transpose", "Reshape", "Reshape", "Transpose"):
+        uses = list(value.uses())
+        if len(uses) != 1 or value.is_graph_output() or uses[0].node.op_type != op_type \
+                or uses[0].node.domain not in ("", "ai.onnx") or uses[0].idx != 0:
+            return []
+        nodes.append(uses[0].node)
+        value = nodes[-1].outputs[0]
+    first, last = (list(m.attr(n, "perm", []) or []) for n in (nodes[0], nodes[3]))
+    moved = nodes[0].outputs[0].shape
+    identity = list(range(len(first)))
+    if not first or sorted(first) != identity or [first[i] for i in last] != identity \
+            or moved is None or not moved.is_static() or nodes[2].outputs[0].shape != moved \
+            or value.shape != p.shape or p.shape is None:
+        return []
+    return nodes
 
 
 def _zeroing(p: ir.Value, cond: ir.Value | None, keep: bool) -> ir.Node | None:
