@@ -130,7 +130,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
       "dtype.f64.maximum", "dtype.f64.multiply", "dtype.f64.negate_abs", "dtype.f64.reduce", "dtype.f64.select",
       "dtype.f64.shape_ops", "dtype.f64.sort")),
     (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
-    (_flex("Complex"), ("op.complex.abs",)),
     (differs(_TFL_NAN, outputs=(0, 1), classes=("nan",)), ("edge.max_min_nan",)),
     (differs("TFLite's exp(NaN) is 0; its log and sqrt of 3e38 give inf and 2.6e19", outputs=(0, 1, 2),
              classes=("nan", "inf", "value")), ("edge.exp_log_special",)),
@@ -150,10 +149,6 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("spectral.fft2", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("spectral.ifft_c128", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
     ("spectral.complex_cumsum_symbolic", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
-    ("complex.linalg.*", "tflite", ANY_DEVICE): fails(
-        "convert", r"TFLite cannot convert: stablehlo\.custom_call @lapack_c\w+_ffi x\d",
-        "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and on the tf-ops route "
-        "the ONNX lowering computes complex products and quotients in float64, which TFLite lacks"),
     ("op.rng_bit_generator.*", "onnx", ANY_DEVICE): fails(
         "convert", r"stablehlo\.rng_bit_generator x\d+ \(rng_bit_generator with algorithm DEFAULT",
         "XLA's backend-defined (DEFAULT) bit generator cannot be reproduced bit-exactly; THREE_FRY is lowered"),

@@ -85,14 +85,29 @@ def test_tf_ops_converter_error_names_an_unusual_element_type():
     assert str(err).startswith("TFLite cannot convert (tf-ops route): tf.AddV2 on float16 x1;")  # no f16 adds
 
 
+def cube_root(x):
+    return jnp.cbrt(x) * 2  # the cube root
+
+
 def test_float64_made_by_the_lowering_names_the_op_and_line():
     from jaxconv.tf import tflite
 
     with pytest.raises(UnsupportedError) as info:
-        tflite.convert(trace(complex_abs, [S((5,), np.float32)] * 2), route="tf-ops")
+        tflite.convert(trace(cube_root, [S((5,), np.float32)]), route="tf-ops")
     message = str(info.value)
-    assert f"float64 in {_line(complex_abs, 'complex multiply')} (stablehlo.multiply)" in message
+    assert f"float64 in {_line(cube_root, 'cube root')} (stablehlo.cbrt)" in message
     assert "the ONNX lowering widens these" in message and "compute in float32" not in message
+
+
+def test_complex_multiply_converts_in_float32_and_matches_jax():
+    """The lowering's float64 FMAs of a complex product run as float32 with exact error terms."""
+    from jaxconv.runtimes.tflite import TFLiteRunner
+    from jaxconv.tf import tflite
+
+    data = tflite.convert(trace(complex_abs, [S((5,), np.float32)] * 2), route="tf-ops")
+    re, im = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    (got,) = TFLiteRunner(data).run([re, im])
+    np.testing.assert_allclose(got, np.asarray(jax.jit(complex_abs)(re, im)), rtol=2e-7, atol=0)
 
 
 def test_float64_program_names_inputs_and_lines():
@@ -144,13 +159,27 @@ def strided_conv(w, x):
     return lax.conv_general_dilated(x[..., None], w, (2,), "SAME", dimension_numbers=dn)  # symbolic padding
 
 
-def test_untranslatable_node_names_op_and_relative_source_line():
+def test_symbolic_padding_converts_and_matches_jax():
+    """A strided SAME convolution over a symbolic length: its pads are computed by the model."""
+    from jaxconv.runtimes.tflite import TFLiteRunner
     from jaxconv.tf import tflite
 
-    program = trace(strided_conv, [S((5, 1, 3), np.float32), "f32[2,t]"])
-    with pytest.raises(UnsupportedError) as info:
-        tflite.convert(program, route="tf-ops")
-    assert f"stablehlo.dynamic_conv at {_line(strided_conv, 'symbolic padding')})" in str(info.value)
+    data = tflite.convert(trace(strided_conv, [S((5, 1, 3), np.float32), "f32[2,t]"]), route="tf-ops")
+    rng = np.random.default_rng(1)
+    w, x = rng.normal(size=(5, 1, 3)).astype(np.float32), rng.normal(size=(2, 11)).astype(np.float32)
+    (got,) = TFLiteRunner(data).run([w, x])
+    np.testing.assert_allclose(got, np.asarray(jax.jit(strided_conv)(w, x)), rtol=1e-5, atol=1e-5)
+
+
+def spectrum(x):
+    return jnp.abs(jnp.fft.rfft(x))  # a long FFT
+
+
+def test_untranslatable_node_names_the_op():
+    from jaxconv.tf import tflite
+
+    with pytest.raises(UnsupportedError, match=r"no TF translation of ONNX DFT \(stablehlo\.fft"):
+        tflite.convert(trace(spectrum, [S((2, 4096), np.float32)]), route="tf-ops")
 
 
 def eigenvalues(a):

@@ -46,7 +46,7 @@ def _converter(program: Program, allow_flex: bool, quantize: str | None, route: 
         from jaxconv.tf.onnx_to_tf import for_program
 
         module = tf.Module()
-        model, _, concrete = for_program(program)
+        model, _, concrete = for_program(program, narrow_float64=True)
         _check_float64(program, model)
     else:
         module, concrete = module_for(program, clamp_gathers=True)  # TFLite's GATHER_ND does not clamp

@@ -14,6 +14,7 @@ from jaxconv.tf.onnx_to_tf import (  # noqa: F401  (each registers its handlers)
     bitwise,
     control,
     elementwise,
+    float64,
     global_pool,
     indexing,
     nn,
@@ -61,8 +62,11 @@ def serving_function(tf: Any, model: Any, input_specs: list[Any]) -> Any:
     return tf.function(serve, input_signature=input_specs, autograph=False)
 
 
-def for_program(program: Any) -> tuple[Any, Any, Any]:
+def for_program(program: Any, *, narrow_float64: bool = False) -> tuple[Any, Any, Any]:
     """The program's ONNX (jaxconv's lowering), its serving ``tf.function`` and concrete function.
+
+    ``narrow_float64`` (for TFLite, which has no float64 kernels): the float32 arithmetic the lowering
+    widens to float64 is computed in float32 (``float64.narrow_float64``).
 
     Raises:
         UnsupportedError: the ONNX lowering or the translation cannot handle an op (names it).
@@ -77,6 +81,8 @@ def for_program(program: Any) -> tuple[Any, Any, Any]:
         model = convert.program_to_onnx(program, OPSET)
     except UnsupportedError as e:
         raise _with_lines(program, e) from e
+    if narrow_float64:
+        float64.narrow_float64(model)
     function = serving_function(tf, model, tensor_specs(program))
     try:
         with quiet_stderr():

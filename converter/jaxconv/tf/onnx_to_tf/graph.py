@@ -54,7 +54,7 @@ class Translator:
 
     def _node(self, node: Any, env: dict[str, Value], index: int) -> None:
         handler = HANDLERS.get(node.op_type)
-        if handler is None or node.domain not in ("", "ai.onnx"):
+        if handler is None or node.domain not in ("", "ai.onnx", "jaxconv.tf"):  # jaxconv.tf: float64.py
             raise Untranslatable(f"no TF translation of ONNX {node.op_type} ({where(node) or node.name})")
         inputs = [env[n] if n else None for n in node.input]
         outer, self.node = self.node, node
