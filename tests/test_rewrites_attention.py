@@ -115,9 +115,15 @@ def test_guard_takes_the_op_only_where_it_is_exact():
     causal = _attention(-np.inf, "causal")
     assert not _guard(causal, q, k, v, valid)  # finite scores: the Attention op
     for value in (np.nan, np.inf, 1e30):
-        big = k.copy()
-        big[0, 0, 0] = value
-        assert _guard(causal, q, big, v, valid), value  # a score could be non-finite or huge
+        for at in ((0, 0, 0), (1, 3, 5)):  # ONNX Runtime's ReduceMax skips a NaN that is not first
+            big = k.copy()
+            big[at] = value
+            assert _guard(causal, q, big, v, valid), (value, at)  # a score could be non-finite or huge
+            big = q.copy()
+            big[at] = value
+            assert _guard(causal, big, k, v, valid), (value, at)
+    large = q * 1e8  # every score below 2**70: still the op, though the tensors' norms are larger
+    assert not _guard(causal, large, k * 1e8, v, valid)
     nan_v = v.copy()
     nan_v[0, -1, 0] = np.nan
     assert not _guard(causal, q, k, nan_v, valid)  # v's NaN reaches the output in both

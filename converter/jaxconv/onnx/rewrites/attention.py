@@ -16,9 +16,10 @@ zero row where every key of a query is dropped (``jax.nn.softmax`` gives NaN for
 the mean of ``v`` for a finite one). So
 
     If(bad, then: today's nodes, else: Attention(q, k, v, A))
-    bad = not (|q|₂ · |k|₂ · c < B)  [or some query keeps no key: a -inf fill, keras' zeroing]
+    bad = not (max |q_i| · max |k_j| · c < B)  [or some query keeps no key: a -inf fill, keras' zeroing]
 
-with the norms over the whole tensors (``ReduceSumSquare``; NaN and overflow make ``bad`` true) and
+with ``q_i``, ``k_j`` the rows of each head (``ReduceSumSquare`` over the head size, then ``ReduceMax``;
+a NaN, which ``ReduceMax`` skips, or an overflow found by their sums, makes ``bad`` true too) and
 ``B = min(2**70, |fill| / 2)``. Every score is then below ``B`` in magnitude (Cauchy-Schwarz), so
 ``s - 2**100`` rounds to ``-2**100`` and the dropped keys get weight 0 as with the fill (a finite fill
 ``f`` at most -1e6, e.g. ``finfo.min`` or keras' -1e9, gives ``exp(f - max) = 0`` for a row that keeps
@@ -189,10 +190,15 @@ def _rewrite(graph: ir.Graph, softmax: ir.Node, masks: Masks) -> int:
     if cond is not None:
         additive, rows_kept = _mask(graph, cond, keep, (q4, k4), masks, add)
         inputs.append(additive)
-    norms = [add(ir.node("Sqrt", [add(ir.node("ReduceSumSquare", [x], {"keepdims": 0}))])) for x in (q4, k4)]
+    last = m.new_initializer(graph, np.array([-1], np.int64), "head_axis")
+    rows = [add(ir.node("ReduceSumSquare", [x, last], {"keepdims": 0})) for x in (q4, k4)]  # |q_i|², |k_j|²
+    norms = [add(ir.node("Sqrt", [add(ir.node("ReduceMax", [r], {"keepdims": 0}))])) for r in rows]
     bound = add(ir.node("Mul", [add(ir.node("Mul", norms)), _scalar_init(graph, scale, "scale")]))
+    sums = [add(ir.node("ReduceSum", [r], {"keepdims": 0})) for r in rows]  # NaN, which ReduceMax skips
+    nan = add(ir.node("IsNaN", [add(ir.node("Add", sums))]))
     limit = _BOUND if fill in (None, -np.inf) else min(_BOUND, np.float32(-fill / 2))
     bad = add(ir.node("Not", [add(ir.node("Less", [bound, _scalar_init(graph, limit, "score_bound")]))]))
+    bad = add(ir.node("Or", [bad, nan]))
     if cond is not None:
         if fill == -np.inf or zeroed is not None:
             bad = add(ir.node("Or", [bad, add(ir.node("Not", [rows_kept]))]))
