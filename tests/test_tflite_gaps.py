@@ -183,6 +183,40 @@ def test_cumprod_of_a_symbolic_length_is_refused_naming_the_op():
     from jaxconv.errors import UnsupportedError
 
     # (stablehlo.custom_call: the dynamic_reduce_window JAX writes for a symbolic length)
-    with pytest.raises(UnsupportedError, match=r"^ONNX CumProd \(stablehlo\.custom_call\) could not be built from "
-                                               r"TF ops: ValueError: CumProd along an axis of symbolic length$"):
+    refused = (r"^ONNX CumProd \(stablehlo\.custom_call\) could not be built from TF ops: "
+               r"ValueError: CumProd along an axis of symbolic length$")
+    with pytest.raises(UnsupportedError, match=refused):
         api.to_tflite(lambda x: jnp.cumprod(x, axis=1), "f32[2,n]", route="tf-ops", check=False)
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_exclusive_cumprod_node_matches_jax(reverse):
+    """ONNX CumProd with exclusive=1 (the lowering writes none; other producers may): in TF and in LiteRT."""
+    from onnx import TensorProto, helper
+
+    from jaxconv.runtimes.tflite import TFLiteRunner
+    from jaxconv.tf.onnx_to_tf import serving_function
+
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=1, reverse=reverse)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 9])],
+                              initializer=[helper.make_tensor("axis", TensorProto.INT64, [], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    x = _edge_rows(9)
+
+    def reference(x):
+        if reverse:
+            tail = jnp.cumprod(jnp.flip(x[:, 1:], 1), axis=1)
+            return jnp.flip(jnp.concatenate([jnp.ones_like(x[:, :1]), tail], 1), 1)
+        return jnp.concatenate([jnp.ones_like(x[:, :1]), jnp.cumprod(x[:, :-1], axis=1)], axis=1)
+
+    want = np.asarray(jax.jit(reference)(x))
+    function = serving_function(tf, model, [tf.TensorSpec([5, 9], tf.float32, name="x")])
+    np.testing.assert_allclose(function(x)["output_0"].numpy(), want, rtol=1e-6)
+    concrete = function.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], tf.Module())
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.canonicalizing_inf_as_min_max_float = False
+    (got,) = TFLiteRunner(converter.convert()).run([x])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
