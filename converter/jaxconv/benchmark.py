@@ -56,7 +56,8 @@ def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | 
     """An ORT CPU session on ``model`` (path or bytes) with jaxconv's options.
 
     Args:
-        threads: intra-op threads (None: jaxconv's default, one per physical core).
+        threads: intra-op threads (None: jaxconv's default: the count the model records, else one
+            per physical core).
         spinning: ORT's own default (on) instead of jaxconv's (off).
         profile: path prefix: ORT writes its profile there, and the optimized graph to PREFIX.optimized.onnx.
     """
@@ -64,7 +65,7 @@ def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | 
 
     from jaxconv.runtimes.onnxrt import session_options
 
-    opts = session_options(threads, spinning)
+    opts = session_options(threads, spinning, model=model if isinstance(model, (str, bytes)) else None)
     if profile:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", metavar="NAME=N,...", help="symbolic dimension sizes of random inputs: b=8")
     p.add_argument("--onnx", metavar="MODEL.onnx", help="time this model instead of converting the function")
     p.add_argument("--opset", type=int, default=None, help="ONNX opset of the conversion (default 21)")
-    p.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads (default: one per core)")
+    p.add_argument("--threads", type=int, metavar="N", help="ORT intra-op threads (default: what the model records, else one per core)")
     p.add_argument("--iters", type=int, default=100, metavar="N", help="rotations at most (default 100)")
     p.add_argument("--budget", type=float, default=3.0, metavar="S",
                    help="seconds per contender, about (default 3)")
@@ -403,6 +403,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from jaxconv import benchmark, check_inputs
     from jaxconv.compare import judge
+    from jaxconv.onnx.thread_count import recorded
     from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
     from jaxconv.verify import reference_outputs
 
@@ -454,7 +455,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             nodes=nodes, size_mb=size_mb, max_abs=max((r.max_abs for r in rows), default=0.0),
             mismatches=[f"{r.name} differs from jax.jit (max abs error {r.max_abs:.3g}): {r.note}"
                         for r in rows if not r.ok],
-            threads=args.threads or default_threads(), iters=args.iters, budget_s=args.budget,
+            threads=args.threads or recorded(model) or default_threads(), iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
     print(f"Machine: {benchmark.machine()}")
     print(f"Inputs: {what}; ORT: jaxconv's session options (spinning off), "

@@ -102,6 +102,7 @@ def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
                 entry: str | None = None, opset: int = DEFAULT_OPSET, graph_name: str = "jaxconv",
                 metadata: dict[str, str] | None = None, constants: dict[int, Any] | None = None) -> ir.Model:
     """``lower_module`` before serialization: the cleaned-up ``onnx_ir`` model."""
+    from jaxconv.onnx import thread_count
     from jaxconv.onnx.ops.composites import collapse_erfc_groups
     from jaxconv.onnx.passes import optimize
 
@@ -110,6 +111,9 @@ def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
         model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
                             graph_name=graph_name, metadata=metadata, constants=constants)
         optimize(model, opset)
+        threads = thread_count.recommend(model)
+        if threads is not None:
+            model.metadata_props[thread_count.THREADS_KEY] = str(threads)
     return model
 
 

@@ -36,7 +36,7 @@ def default_threads() -> int | None:
     return len(cores) or None
 
 
-def session_options(threads: int | None = None, spinning: bool = False):
+def session_options(threads: int | None = None, spinning: bool = False, model: str | bytes | None = None):
     """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
 
     ORT's intra-op thread pool spins after each run by default; on a machine with few cores
@@ -46,13 +46,19 @@ def session_options(threads: int | None = None, spinning: bool = False):
     caller but made the model itself slower on a busy machine (README, "Session settings").
 
     Args:
-        threads: intra-op threads; None: one per physical core (``default_threads``), not pinned.
+        threads: intra-op threads; None: the count ``model`` records (``onnx.thread_count``: one for
+            a model made of small products), else one per physical core (``default_threads``), not pinned.
         spinning: keep pool threads spinning between runs (ORT's own default).
+        model: the model's path or bytes, for its recorded thread count.
     """
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if threads is None and model is not None:
+        from jaxconv.onnx.thread_count import recorded
+
+        threads = recorded(model)
     if threads is None:
         threads = default_threads()
     if threads is not None:
@@ -92,7 +98,7 @@ class OnnxRunner:
         import onnxruntime as ort
 
         path_or_bytes = self._source
-        opts = session_options(*self._options)
+        opts = session_options(*self._options, model=path_or_bytes)
         model = self._borrow(path_or_bytes, opts) if self._weights else None
         try:
             self.session = ort.InferenceSession(path_or_bytes if model is None else model, opts,

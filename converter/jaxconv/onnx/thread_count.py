@@ -1,0 +1,233 @@
+"""The intra-op thread count a model runs fastest with in ONNX Runtime, kept in the model's metadata.
+
+With spinning off (``runtimes.onnxrt.session_options``), ORT wakes its pool's workers for every
+kernel it runs in parallel. A matrix product of a few MFLOP takes tens of microseconds on one core,
+so a second thread gains less than waking it costs; ORT splits such a product anyway. A model whose
+product work is mostly made of them (an RNN cell in a Scan: each step's ``h @ w``) runs faster on
+one thread: the benchmark GRU (t64 b16 h256, two products of 2-4 MFLOP per step) took 0.85x
+``jax.jit`` on one thread and 0.90-0.92x on two (scripts/bench.py), at 1.2x the CPU time. Models
+with big products (the benchmark MLP's 67 MFLOP, the transformer's, the convolutions) gain from
+every core: MLP 1.23x on one thread against 0.87x on two.
+
+``recommend`` weighs the products of a converted model (MatMul, Gemm, Conv, ConvTranspose; those
+in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the rest, the model
+records ``THREADS_KEY = "1"``. ORT's own RNN ops (LSTM, GRU, RNN) thread their steps themselves
+(the benchmark LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record,
+nor does one whose product sizes are not all known. jaxconv's sessions (``check``, ``jaxconv
+bench``, scripts/bench.py) read the record (``recorded``) when no thread count is asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import numpy as np
+
+THREADS_KEY = "jaxconv.intra_op_threads"
+SMALL_FLOPS = 8e6  # a product below this gains less from a second thread than waking it costs
+_RNN_OPS = ("LSTM", "GRU", "RNN")
+_METADATA_FIELD = 14  # ModelProto.metadata_props
+
+
+def recommend(model: Any) -> int | None:
+    """1 where the model's small products outweigh its big ones, else None (ORT's thread count).
+
+    Args:
+        model: an ``onnx_ir`` model, cleaned up.
+    """
+    small = large = 0.0
+    for node, repeats, known in _products(model.graph, 1, {}):
+        if node.op_type in _RNN_OPS:
+            return None
+        flops = _flops(node, known)
+        if flops is None or repeats is None:
+            return None
+        if flops < SMALL_FLOPS:
+            small += flops * repeats
+        else:
+            large += flops * repeats
+    return 1 if small > large else None
+
+
+_Known = dict[int, list[int]]  # dims of a body's inputs that carry no shape, by id of the value
+
+
+def _products(graph: Any, repeats: int | None, known: _Known) -> Iterator[tuple[Any, int | None, _Known]]:
+    """(node, how many times a call runs it, dims known of body inputs) for every product and RNN
+    op, subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
+    for node in graph:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose", *_RNN_OPS):
+            yield node, repeats, known
+        for attr in node.attributes.values():
+            if attr.type.name != "GRAPH":
+                continue
+            steps: int | None = 1
+            inner = known
+            if node.op_type == "Loop":
+                steps = None
+            elif node.op_type == "Scan":
+                steps, inner = _scan_steps(node, attr.value, known)
+            yield from _products(attr.value, None if repeats is None or steps is None else repeats * steps, inner)
+
+
+def _scan_steps(scan: Any, body: Any, known: _Known) -> tuple[int | None, _Known]:
+    """A Scan over axis 0: its step count, and its body inputs' dims from the Scan's inputs."""
+    for name in ("scan_input_axes", "scan_output_axes"):
+        attr = scan.attributes.get(name)
+        if attr is not None and any(int(v) != 0 for v in attr.value):
+            return None, known
+    n_state = len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
+    inner, steps = dict(known), None
+    for k, (outer, inside) in enumerate(zip(scan.inputs, body.inputs)):
+        dims = _dims(outer, known)
+        if dims is None:
+            continue
+        if k < n_state:
+            inner[id(inside)] = dims
+        elif dims:
+            steps = dims[0]
+            inner[id(inside)] = dims[1:]
+    return steps, inner
+
+
+def _dims(value: Any, known: _Known) -> list[int] | None:
+    if value is None:
+        return None
+    if id(value) in known:
+        return known[id(value)]
+    shape = value.shape
+    if shape is None or not shape.is_static():
+        return None
+    return [int(d) for d in shape.numpy()]
+
+
+def _flops(node: Any, known: _Known) -> float | None:
+    """Multiply-adds times two of one run of a product, from its operands' static shapes; None when unknown."""
+    a = _dims(node.inputs[0], known)
+    b = _dims(node.inputs[1], known) if len(node.inputs) > 1 else None
+    if not a or not b:
+        return None
+    if node.op_type == "MatMul":
+        a2, b2 = ([1, *a] if len(a) == 1 else a), ([*b, 1] if len(b) == 1 else b)
+        try:
+            batch = np.broadcast_shapes(tuple(a2[:-2]), tuple(b2[:-2]))
+        except ValueError:
+            return None
+        return 2.0 * math.prod(batch) * a2[-2] * a2[-1] * b2[-1]
+    if node.op_type == "Gemm":
+        trans_a, trans_b = (node.attributes.get(n) for n in ("transA", "transB"))
+        m, k = (a[1], a[0]) if trans_a is not None and int(trans_a.value) else (a[0], a[-1])
+        n = b[0] if trans_b is not None and int(trans_b.value) else b[-1]
+        return 2.0 * m * k * n
+    if node.op_type == "Conv":  # weight [Cout, Cin/group, k...]: each output sums Cin/group x window
+        out = _dims(node.outputs[0], known)
+        return None if not out else 2.0 * math.prod(out) * math.prod(b[1:])
+    return 2.0 * math.prod(a) * math.prod(b[1:])  # ConvTranspose, weight [Cin, Cout/group, k...]
+
+
+def recorded(path_or_bytes: str | bytes) -> int | None:
+    """The thread count a model file (or its bytes) records under ``THREADS_KEY``, without parsing its graph."""
+    try:
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            return _read_record(_BytesReader(bytes(path_or_bytes)))
+        with open(path_or_bytes, "rb") as f:
+            return _read_record(_FileReader(f))
+    except (OSError, ValueError):
+        return None
+
+
+def _read_record(reader: Any) -> int | None:
+    """Walk the ModelProto's top-level fields, skipping every one but the metadata entries."""
+    while not reader.at_end():
+        tag = reader.varint()
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            reader.varint()
+        elif wire == 1:
+            reader.skip(8)
+        elif wire == 5:
+            reader.skip(4)
+        elif wire == 2:
+            length = reader.varint()
+            if field != _METADATA_FIELD:
+                reader.skip(length)
+                continue
+            key, value = _entry(reader.read(length))
+            if key == THREADS_KEY:
+                return int(value) if value.isdigit() and int(value) > 0 else None
+        else:
+            raise ValueError("not a protobuf message")
+    return None
+
+
+def _entry(data: bytes) -> tuple[str, str]:
+    """A StringStringEntryProto's key and value."""
+    reader, found = _BytesReader(data), {1: "", 2: ""}
+    while not reader.at_end():
+        tag = reader.varint()
+        if tag & 7 != 2:
+            raise ValueError("not a metadata entry")
+        text = reader.read(reader.varint())
+        found[tag >> 3] = text.decode("utf-8", "replace")
+    return found[1], found[2]
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def read(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise ValueError("truncated")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def skip(self, n: int) -> None:
+        self.read(n)
+
+    def varint(self) -> int:
+        return _varint(self.read)
+
+
+class _FileReader:
+    def __init__(self, f: Any) -> None:
+        import os
+
+        self.f = f
+        self.size = os.fstat(f.fileno()).st_size
+
+    def at_end(self) -> bool:
+        return self.f.tell() >= self.size
+
+    def read(self, n: int) -> bytes:
+        out = self.f.read(n)
+        if len(out) != n:
+            raise ValueError("truncated")
+        return out
+
+    def skip(self, n: int) -> None:
+        if self.f.tell() + n > self.size:
+            raise ValueError("truncated")
+        self.f.seek(n, 1)
+
+    def varint(self) -> int:
+        return _varint(self.read)
+
+
+def _varint(read: Any) -> int:
+    shift = result = 0
+    while True:
+        byte = read(1)[0]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
