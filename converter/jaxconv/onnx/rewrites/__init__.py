@@ -22,6 +22,8 @@ faster without changing the numbers:
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
   (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
+- ``attention_heads``: q, k and v split into heads by a Reshape and a Transpose computed head-major, by one
+  MatMul with the weight laid out per head (three Transposes of four per layer go);
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
@@ -61,6 +63,7 @@ from jaxconv.onnx.rewrites import (
     _match,
     activations,
     attention,
+    attention_heads,
     broadcasts,
     conv_affine,
     gru,
@@ -131,6 +134,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     if opset >= attention.MIN_OPSET:  # the rule follows single readers: the replaced nodes go first
         ir.passes.common.RemoveUnusedNodesPass()(model)
     fired["attention"] = attention.rewrite(model.graph, opset)
+    fired["attention_heads"] = attention_heads.rewrite(model.graph)
     fired["mask_min"] = mask_min.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
