@@ -6,9 +6,10 @@ min/max) returns the largest other value, and TFLite's REDUCE_MAX returns FLT_MA
 other value. Inside ``reductions_keep_nan()`` every float max/min reduction lowered for the CPU
 becomes ``select(reduce_or(x != x), NaN, reduce_max(x))``: one extra boolean reduction, the
 values XLA computes. Max/min pooling (``reduce_window``) gets the same guard through one more
-max pooling, of ``x != x`` as 0/1 floats. (A window of only ∓inf stays ∓FLT_MAX in TFLite: its
-converter turns ∓inf constants into ∓FLT_MAX, so no guard can write ∓inf back.) Elementwise max and the other kernel
-differences are not guarded (see README "Known differences").
+max pooling, of ``x != x`` as 0/1 floats. (The TFLite converter keeps ∓inf constants since
+``tf/tflite.py`` turns its ``canonicalizing_inf_as_min_max_float`` off, so a window of only ∓inf
+gives ∓inf.) Elementwise max and the other kernel differences are not guarded (see README "Known
+differences").
 """
 
 from __future__ import annotations
