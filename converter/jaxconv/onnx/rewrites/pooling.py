@@ -3,22 +3,27 @@
 ONNX Runtime's MaxPool drops NaN and turns a window of -inf into -FLT_MAX (its blocked NCHWc kernel;
 the plain one keeps only a NaN last in its window), so the lowering follows ``P = MaxPool(x)`` with a
 second MaxPool over a per-element code (2 NaN, 1 finite or +inf, 0 -inf) and two Wheres. When ``x``
-holds no NaN and no infinity, the code is 1 everywhere and the guard returns P unchanged. This pass
-runs after the layout rules and, for each guarded pool:
+holds no NaN and no infinity, the code is 1 everywhere and the guard returns P unchanged.
+
+``rewrite`` (with the other early rules) puts each guard behind ``If(non-finite x, then: the guard,
+else: MaxPool(x))``, which keeps its Wheres away from the rules after it. ``chains`` (last, after the
+layout rules) takes them out again and, where the pool reads a Conv's output (through its bias, scale
+and activation, channels a multiple of 8: ORT's blocked NCHWc layout runs them fused):
 
 - pools the planes in place: the lowering pools ``[N*C, 1, H, W]`` between two Reshapes; the pool,
-  the code and the Wheres work per plane, so they read ``[N, C, H, W]`` itself and the Reshapes go.
-  ORT then keeps its blocked layout from the Conv before the pool to the Conv after it;
+  the code and the Wheres work per plane, so they read ``[N, C, H, W]`` itself and the Reshapes go,
+  and ORT keeps its blocked layout from the Conv before the pool to the Conv after it;
 - computes the layers from the nearest value outside them (an input, a Transpose, a Reshape: the
-  start) to the pool with the plain MaxPool, and once, after the last pool of a chain of such layers
-  (conv, activation, pool, conv, ...), ``If(non-finite, then: the same layers with their guards
-  from the start, else: the plain result)``. The test is true when any pool's input holds a NaN or an
-  infinity (``IsNaN(t - t)``, ``t`` the sum over the pools' inputs of ``ReduceSum``, or of
-  ``GlobalAveragePool`` where ORT keeps the input blocked: channels a multiple of 8); a pool whose
-  input is finite is exact, so when no test fires every plain pool is, and the layers after them too.
-  An overflowing sum only sends finite inputs down the exact branch;
-- where the layers cannot be split off (a value between them read elsewhere), puts the guard alone
-  behind ``If(non-finite x, then: the guard, else: MaxPool(x))``.
+  start) through the pools of a chain (conv, activation, pool, conv, ...) and on to the smallest later
+  value nothing else reads, with plain MaxPools, then ``If(non-finite, then: the same nodes with their
+  guards from the start, else: that value)``. The test is true when any pool's input holds a NaN or
+  an infinity (``IsNaN(t - t)``, ``t`` the sum over the pools' inputs of ``ReduceSum``, through
+  ``GlobalAveragePool`` where ORT keeps the input blocked, so that it is read without a reorder); a
+  pool whose input is finite is exact, so when no test fires every plain pool is, and the nodes after
+  them too. An overflowing sum only sends finite inputs down the exact branch.
+
+A pool elsewhere (of a residual sum, of an input) keeps its planes behind its own If: pooling
+``[N, C, H, W]`` there makes ORT reorder the whole input for a blocked MaxPool.
 """
 
 from __future__ import annotations
