@@ -152,8 +152,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
-    fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
+    fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
