@@ -220,3 +220,55 @@ def test_exclusive_cumprod_node_matches_jax(reverse):
     (got,) = TFLiteRunner(converter.convert()).run([x])
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ---- infinities: the converter keeps +-inf constants (not +-FLT_MAX) --------------------------------
+
+def _masked_softmax(x, m):
+    return jax.nn.softmax(jnp.where(m, x, -jnp.inf), axis=-1)
+
+
+@pytest.mark.parametrize("route", ["xla", "tf-ops"])
+def test_masked_softmax_row_of_only_minus_inf_is_nan_as_in_jax(route):
+    """A row masked out entirely is NaN in jax.jit; with -inf written as -FLT_MAX it was a uniform row."""
+    x = np.array([[1.0, -2.0, 3.0, 0.5], [-1.0, 2.0, -3.0, 0.25]], np.float32)
+    m = np.array([[True, False, True, True], [False, False, False, False]])
+    (got,), (want,) = _lite(_masked_softmax, x, m, route=route)
+    assert np.isnan(want[1]).all() and np.isnan(got[1]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("route", ["xla", "tf-ops"])
+def test_inf_constants_reach_the_outputs(route):
+    def fn(x):
+        return (jnp.where(x > 0, x, -jnp.inf), x * 0 + jnp.inf, x / jnp.float32(0.0),
+                jnp.max(x[:, :0], axis=1, initial=-jnp.inf))
+
+    x = np.array([[1.0, -2.0, NAN, 0.0], [-0.0, INF, -INF, 3e38]], np.float32)
+    got, want = _lite(fn, x, route=route)
+    assert np.isneginf(want[3]).all()
+    _same(got, want)
+
+
+def test_max_pool_over_a_window_of_only_minus_inf_gives_minus_inf():
+    def fn(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
+
+    x = np.full((1, 5, 4, 1), -INF, np.float32)
+    x[0, 0, 0, 0], x[0, 2, 3, 0], x[0, 4, 1, 0] = 1.0, NAN, -0.0
+    for route in ("xla", "tf-ops"):
+        got, want = _lite(fn, x, route=route)
+        assert np.isneginf(want[0]).sum() == 3 and np.isnan(want[0]).sum() == 1
+        _same(got, want)
+
+
+def test_converter_is_told_to_keep_infinities():
+    """The flag behind the tests above, set on the converter of either route."""
+    from jaxconv.program import trace
+    from jaxconv.tf.tflite import _converter
+
+    program = trace(lambda x: x + 1.0, [jax.ShapeDtypeStruct((2,), np.float32)])
+    for route in ("xla", "tf-ops"):
+        converter, _, _ = _converter(program, False, None, route)
+        assert converter.canonicalizing_inf_as_min_max_float is False
