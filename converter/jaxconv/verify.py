@@ -277,7 +277,7 @@ def _capped_copies(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seque
         from jaxconv.runtimes.onnxrt import OnnxRunner
 
         model, count = loop_caps.capped_onnx(onnx.load(path), cap=loop_caps.LOOP_CAP)
-        capped_runner = OnnxRunner(model.SerializeToString(), defer=True) if count else runner
+        capped_runner = OnnxRunner(model.SerializeToString(), defer=True, quiet=True) if count else runner
     except Exception as e:  # noqa: BLE001  (a model too big to copy in memory, ...)
         return None, None, f"no capped copy of the model ({type(e).__name__}: {str(e)[:120]})"
     return capped_fn, capped_runner, ""

@@ -72,7 +72,7 @@ class OnnxRunner:
     kind = "onnx"
 
     def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False,
-                 defer: bool = False, weights: Mapping[str, np.ndarray] | None = None) -> None:
+                 defer: bool = False, weights: Mapping[str, np.ndarray] | None = None, quiet: bool = False) -> None:
         """Load the model into an ONNX Runtime session.
 
         Args:
@@ -81,6 +81,8 @@ class OnnxRunner:
             weights: with a path, the buffers the file's big initializers were written from, by name
                 (``onnx_borrowed.payload_buffers``): the session uses them in place once the file's
                 bytes are found equal to them (``onnx_borrowed``), instead of a copy of its own.
+            quiet: ONNX Runtime logs nothing, not even a failing run's error (the check's loop-capped
+                copy fails on purpose; the error it raises says what happened).
 
         Raises:
             ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``),
@@ -89,6 +91,7 @@ class OnnxRunner:
         self._source: str | bytes | None = path_or_bytes
         self.path = path_or_bytes if isinstance(path_or_bytes, str) else None  # the check's capped copy reads it
         self._options = (threads, spinning)
+        self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
         self.borrowed: list[np.ndarray] = []  # the buffers a session uses in place: alive as long as it
         if not defer:
@@ -99,6 +102,8 @@ class OnnxRunner:
 
         path_or_bytes = self._source
         opts = session_options(*self._options, model=path_or_bytes)
+        if self._quiet:
+            opts.log_severity_level = 4  # fatal only
         model = self._borrow(path_or_bytes, opts) if self._weights else None
         try:
             self.session = ort.InferenceSession(path_or_bytes if model is None else model, opts,
