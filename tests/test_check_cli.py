@@ -64,8 +64,8 @@ def test_every_input_set_shows_in_the_table(tmp_path, capsys, user_file):
     assert code == 0, err
     rows = [line.split() for line in stdout.splitlines() if line.startswith("output_")]
     assert [(r[1], r[3]) for r in rows if r[0] == "output_0"] == [
-        ("random", "[2,"), ("random", "[5,"), ("random", "[1,"), ("edge", "[5,")]
-    assert len(rows) == 8 and all(r[-1] == "ok" for r in rows), stdout
+        ("random", "[2,"), ("random", "[5,"), ("random", "[1,"), ("edge", "[5,"), ("edge", "[5,")]  # + pairs
+    assert len(rows) == 10 and all(r[-1] == "ok" for r in rows), stdout
 
 
 def test_check_sizes_flag_picks_the_symbolic_sizes(tmp_path, capsys, user_file):

@@ -9,7 +9,9 @@ Input sets, in order:
 - ``edge``: ±0, ±inf, NaN, the largest and smallest normal magnitudes, subnormals, and integer
   extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size; a second edge set
   (a third too for inputs too small to hold NaN and an infinity) moves them onto other elements
-  (``edge_sets``); an integer scalar is MIN or -100, then MAX, then 0 or MIN across the three.
+  (``edge_sets``); an integer scalar is MIN or -100, then MAX, then 0 or MIN across the three; where
+  two inputs or more are small, a last set lines their edge values up differently, so that a binary
+  op meets NaN with a number (``PAIR_STARTS``).
 """
 
 from __future__ import annotations
@@ -261,6 +263,27 @@ SCATTERED_START = 9
 INTEGER_SCALARS = {1: ("max", "max"), 2: ("zero", "min")}
 
 
+# Two small inputs hold the same values element for element in the sets above, so a binary op only
+# ever meets NaN with NaN (a max that drops NaN looked exact). One more set, where a program has two
+# small inputs or more, starts the k-th of them at PAIR_STARTS[k % 3]: inf, -0.0, 0.0 for floats, so
+# one input's inf meets -0.0, its NaN meets -inf, its 1 meets NaN, and so on along the list.
+PAIR_STARTS = (2, 1, 0)
+
+
+def _pairs_set(signature: Signature, shapes: Sequence[tuple[int, ...]], sizes: dict[str, int],
+               seed: int) -> InputSet | None:
+    """The set in which small inputs meet other edge values at the same place (``PAIR_STARTS``); None
+    when fewer than two inputs are small (more than one element, at most twice the edge values)."""
+    small = [i for i, (t, shape) in enumerate(zip(signature.inputs, shapes))
+             if 1 < math.prod(shape) <= 2 * len(edge_values(t.dtype))]
+    if len(small) < 2:
+        return None
+    rng = np.random.default_rng(seed + EDGE_SEED_OFFSET + len(EDGE_ROTATIONS))
+    return InputSet("edge", [edge_array(t, shape, rng, offset=5 * i,
+                                        start=PAIR_STARTS[small.index(i) % len(PAIR_STARTS)] if i in small else 0)
+                             for i, (t, shape) in enumerate(zip(signature.inputs, shapes))], sizes)
+
+
 def _scalar_offset(dtype_name: str, k: int, i: int) -> int:
     """Where scalar input ``i`` of edge set ``k`` (1 or 2) takes its value in ``edge_values``."""
     values = edge_values(dtype_name)
@@ -290,12 +313,15 @@ def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[In
     whose small inputs start elsewhere in the list (``EDGE_ROTATIONS``): a float input of 3 elements sees
     NaN, both infinities and both zeros across them, a scalar NaN and an infinity. Otherwise, when an
     input is big, one more whose big inputs have the edge values scattered onto other elements. In the
-    sets after the first, big inputs are always scattered."""
+    sets after the first, big inputs are always scattered. Last, where two inputs or more are small,
+    one whose small inputs start at different places (``PAIR_STARTS``), so that a binary op meets NaN
+    with a number, inf with a finite value."""
     first = edge_set(signature, sizes, seed)
     shapes = [concrete_shape(t.shape, sizes) for t in signature.inputs]
+    pairs = _pairs_set(signature, shapes, sizes, seed)
     if all(_holds_the_extremes(a) for a in first.arrays):
         if not any(math.prod(shape) > 2 * len(edge_values(t.dtype)) for t, shape in zip(signature.inputs, shapes)):
-            return [first]
+            return [first] + ([pairs] if pairs is not None else [])
         plan = [(1, SCATTERED_START)]
     else:
         plan = list(enumerate(EDGE_ROTATIONS[1:], 1))
@@ -306,7 +332,7 @@ def edge_sets(signature: Signature, sizes: dict[str, int], seed: int) -> list[In
                                      if math.prod(shape) == 1
                                      else edge_array(t, shape, rng, offset=5 * i, start=shift, scatter=True)
                                      for i, (t, shape) in enumerate(zip(signature.inputs, shapes))], sizes))
-    return out
+    return out + ([pairs] if pairs is not None else [])
 
 
 def edge_input_sets(signature: Signature, sizes: Sequence[dict[str, int]], seed: int) -> list[InputSet]:
