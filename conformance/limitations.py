@@ -103,7 +103,6 @@ _LAPACK_SM = fails("run", r"No FFI handler registered for lapack_\w+_ffi",
                    "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
                    "needs an ONNX lowering, which syevd/geqrf lack")
 _TF_NAN = "TF's XLA runtime does not propagate NaN through max/min like jax.jit"
-_TFL_NAN = "TFLite kernels do not propagate NaN like XLA"
 
 
 def _cannot(what: str, reason: str) -> Limitation:
@@ -130,7 +129,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
       "dtype.f64.maximum", "dtype.f64.multiply", "dtype.f64.negate_abs", "dtype.f64.reduce", "dtype.f64.select",
       "dtype.f64.shape_ops", "dtype.f64.sort")),
     (differs("TFLite computes cbrt through pow: NaN for negative inputs", outputs=(0,), classes=("nan",)), ("op.cbrt.f32",)),
-    (differs(_TFL_NAN, outputs=(0, 1), classes=("nan",)), ("edge.max_min_nan",)),
     (differs("TFLite's exp(NaN) is 0; its log and sqrt of 3e38 give inf and 2.6e19", outputs=(0, 1, 2),
              classes=("nan", "inf", "value")), ("edge.exp_log_special",)),
     (differs(_SUBNORMAL.format("TFLite"), outputs=(0, 1), classes=("subnormal",)), ("edge.subnormal.compare",)),
