@@ -170,7 +170,8 @@ def test_several_outputs_from_a_dict(tmp_path):
     assert [t.path for t in program.signature.outputs] == [
         "result['logits']", "result['relu']", "result['stats']['max']", "result['stats']['mean']"]
     reports = _both(program, tmp_path)
-    assert len(reports[0].rows) == len(reports[1].rows) == 16  # 4 outputs x (3 batch sizes + edge values)
+    # 4 outputs x (3 batch sizes + 2 edge sets: the second lines the two small inputs' edge values up differently)
+    assert len(reports[0].rows) == len(reports[1].rows) == 20
     # h.max() over NaN is NaN in both artifacts (jaxconv guards max/min reductions); only TFLite's RELU
     # turns NaN into 0
     assert _edge_rows(reports[0]) == {}
@@ -425,7 +426,7 @@ def test_cli_to_saved_model_and_to_tflite_then_check(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "(tflite) against jax.jit" in captured.out and f"wrote {lite}" in captured.out
     rows = [line.split() for line in captured.out.splitlines() if line.startswith("output_")]
-    assert [r[1] for r in rows] == ["random"] * 3 + ["edge"] * 2 and all(r[-1] == "ok" for r in rows), captured.out
+    assert [r[1] for r in rows] == ["random"] * 3 + ["edge"] * 3 and all(r[-1] == "ok" for r in rows), captured.out
     assert "warning" not in captured.err
     for artifact, runtime in ((lite, "tflite"), (sm, "saved-model")):
         assert main(["check", artifact, MLP, "--strict", "--specs", *MLP_SPECS]) == 0
