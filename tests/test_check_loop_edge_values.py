@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
 from jax import lax
-from onnx import helper, numpy_helper
+from onnx_corruption import nan_to_zero, wrap_output
 
 import jaxconv
 from jaxconv import verify
@@ -69,28 +68,13 @@ def test_loops_whose_condition_reads_the_inputs_are_found_with_their_line():
         assert verify.has_while_loop(fn, specs, flat) is True
 
 
-def _nan_to_zero(path):
-    model = onnx.load(path)
-    graph = model.graph
-    out = graph.output[0].name
-    tmp = out + "_before"
-    for node in graph.node:
-        node.output[:] = [tmp if o == out else o for o in node.output]
-    graph.node.extend([helper.make_node("IsNaN", [tmp], [tmp + "_nan"]),
-                       helper.make_node("Constant", [], [tmp + "_zero"], value=numpy_helper.from_array(np.float32(0))),
-                       helper.make_node("Where", [tmp + "_nan", tmp + "_zero", tmp], [out])])
-    bad = path.replace(".onnx", ".bad.onnx")
-    onnx.save(model, bad)
-    return bad
-
-
 def test_a_nan_bug_after_a_fori_loop_is_caught(tmp_path):
     path = str(tmp_path / "loop.onnx")
     jaxconv.to_onnx(jnp_bound, "f32[b,8]", path=path)  # the faithful model passes with edge values
     good = jaxconv.check(path, jnp_bound, "f32[b,8]")
     assert good.ok and any(r.inputs == "edge" for r in good.rows), good.table()
     assert not any("edge values skipped" in n for n in good.notes), good.table()
-    report = jaxconv.check(_nan_to_zero(path), jnp_bound, "f32[b,8]")
+    report = jaxconv.check(wrap_output(path, nan_to_zero), jnp_bound, "f32[b,8]")
     assert not report.ok, report.table()
     assert {r.inputs for r in report.rows if not r.ok} == {"edge"}, report.table()
     assert any("NaN positions differ" in r.note for r in report.rows if not r.ok), report.table()
@@ -143,5 +127,5 @@ def test_a_loop_with_an_iteration_limit_runs_edge_values_unless_the_limit_is_hug
     assert verify.data_dependent_loops(at_most(10 ** 9), spec, flat)
     path = str(tmp_path / "limit.onnx")
     jaxconv.to_onnx(at_most(50), "f32[6]", path=path)
-    report = jaxconv.check(_nan_to_zero(path), at_most(50), "f32[6]")
+    report = jaxconv.check(wrap_output(path, nan_to_zero), at_most(50), "f32[6]")
     assert not report.ok and {r.inputs for r in report.rows if not r.ok} == {"edge"}, report.table()

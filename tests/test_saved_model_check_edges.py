@@ -12,7 +12,6 @@ TensorFlow's XLA (a warning, an error with ``--strict``).
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax import lax
 
@@ -21,7 +20,8 @@ tf = pytest.importorskip("tensorflow")
 pytest.importorskip("tf2onnx")
 onnx = pytest.importorskip("onnx")
 
-from onnx import helper, numpy_helper  # noqa: E402
+
+from onnx_corruption import minus_inf_to_nan, nan_to_zero, wrap_output  # noqa: E402
 
 from jaxconv import api  # noqa: E402
 from jaxconv.errors import MismatchError  # noqa: E402
@@ -55,35 +55,6 @@ def _onnx(tmp_path, fn, spec):
     return sm, out
 
 
-def _wrap_output(path, make):
-    """The model at ``path`` with its first output routed through ``make(tmp, out)``, saved beside it."""
-    model = onnx.load(path)
-    graph = model.graph
-    out = graph.output[0].name
-    tmp = out + "_before"
-    for node in graph.node:
-        node.output[:] = [tmp if o == out else o for o in node.output]
-    graph.node.extend(make(tmp, out))
-    bad = path.replace(".onnx", ".bad.onnx")
-    onnx.save(model, bad)
-    return bad
-
-
-def _const(name, value):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name))
-
-
-def minus_inf_to_nan(tmp, out):
-    return [_const(tmp + "_ninf", np.float32(-np.inf)), _const(tmp + "_nan", np.float32(np.nan)),
-            helper.make_node("Equal", [tmp, tmp + "_ninf"], [tmp + "_is"]),
-            helper.make_node("Where", [tmp + "_is", tmp + "_nan", tmp], [out])]
-
-
-def nan_to_zero(tmp, out):
-    return [helper.make_node("IsNaN", [tmp], [tmp + "_is"]), _const(tmp + "_zero", np.float32(0)),
-            helper.make_node("Where", [tmp + "_is", tmp + "_zero", tmp], [out])]
-
-
 def _check(sm, path):
     """``path`` checked against the SavedModel's serving_default signature, as saved_model_to_onnx does."""
     model = onnx.load(path)
@@ -109,7 +80,7 @@ def test_a_bug_only_the_second_edge_set_shows_is_caught(tmp_path):
     sm, path = _onnx(tmp_path, column_0, "f32[64,4]")
     good = _check(sm, path)
     assert good.ok and not good.edge_differences and _edge_rows(good) == [("edge", "ok")] * 2, good.table()
-    report = _check(sm, _wrap_output(path, minus_inf_to_nan))
+    report = _check(sm, wrap_output(path, minus_inf_to_nan))
     assert _edge_rows(report) == [("edge", "ok"), ("edge", EDGE)], report.table()
     assert "TensorFlow -inf / artifact NaN x1" in report.table(), report.table()
     _differs_on_edge_values(report)
@@ -122,7 +93,7 @@ def test_a_nan_bug_after_a_bounded_loop_is_caught(tmp_path, fn):
     good = _check(sm, path)
     assert good.ok and _edge_rows(good) and not good.edge_differences, good.table()
     assert not any("edge values skipped" in n for n in good.notes), good.notes
-    report = _check(sm, _wrap_output(path, nan_to_zero))
+    report = _check(sm, wrap_output(path, nan_to_zero))
     assert {r.inputs for r in report.edge_differences} == {"edge"}, report.table()
     assert "NaN positions differ" in report.edge_differences[0].note
     _differs_on_edge_values(report)
