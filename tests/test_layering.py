@@ -96,6 +96,9 @@ LAYERS = {
     "judging.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences",
                                "jaxconv.check_context", "jaxconv.check_inputs")},
     "check_context.py": {"allowed": ("jaxconv.jit_reference",)},
+    # proto_wire.py: protobuf's wire format for the readers and writers of model files; nothing of
+    # jaxconv, and no protobuf library (it reads what they would load whole).
+    "onnx/proto_wire.py": {"allowed": (), "libraries": ("onnx", "onnx_ir", "google", "numpy")},
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO, Sequence
 import onnx
 
 from jaxconv.errors import ArtifactError, UsageError
+from jaxconv.onnx import proto_wire
 from jaxconv.onnx.driver import DEFAULT_OPSET, MIN_OPSET, GraphIO, lower_module
 from jaxconv.onnx.stream import Parts, staged_with_data
 from jaxconv.program import Program
@@ -163,17 +164,17 @@ def write_model(model: onnx.ModelProto, f: BinaryIO,
     tensors = initializers if initializers is not None else [
         (t.ByteSize(), lambda out, t=t: out.write(t.SerializeToString())) for t in graph.initializer]
     graph_size = head.ByteSize() + tail.ByteSize()
-    graph_size += sum(_tag_size(_INITIALIZER_FIELD, n) + n for n, _ in tensors)
+    graph_size += sum(len(proto_wire.len_key(_INITIALIZER_FIELD, n)) + n for n, _ in tensors)
     before, after = onnx.ModelProto(), onnx.ModelProto()
     for field, _ in model.ListFields():
         if field.name != "graph":
             copy_proto_field(model, before if field.number < _GRAPH_FIELD else after, field.name)
     f.write(before.SerializeToString())
     if model.HasField("graph"):
-        f.write(_tag(_GRAPH_FIELD, graph_size))
+        f.write(proto_wire.len_key(_GRAPH_FIELD, graph_size))
         f.write(head.SerializeToString())
         for n, write in tensors:
-            f.write(_tag(_INITIALIZER_FIELD, n))
+            f.write(proto_wire.len_key(_INITIALIZER_FIELD, n))
             write(f)
         f.write(tail.SerializeToString())
     f.write(after.SerializeToString())
@@ -192,24 +193,6 @@ def copy_proto_field(src, dst, name: str) -> None:
         getattr(dst, name).CopyFrom(value)
     else:
         setattr(dst, name, value)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _tag(field: int, length: int) -> bytes:
-    """The key of a length-delimited field and its length."""
-    return _varint(field << 3 | 2) + _varint(length)
-
-
-def _tag_size(field: int, length: int) -> int:
-    return len(_tag(field, length))
 
 
 def save(model: onnx.ModelProto, path: str) -> None:

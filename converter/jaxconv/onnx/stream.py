@@ -121,7 +121,7 @@ def _header(t: onnx.TensorProto) -> tuple[bytes, bytes]:
 
 def initializer_writer(parts: Parts):
     """``(size, write)`` for each initializer in order, as ``convert.write_model`` streams them."""
-    from jaxconv.onnx.convert import _tag
+    from jaxconv.onnx.proto_wire import len_key
 
     out = []
     for t in parts.model.graph.initializer:
@@ -131,7 +131,7 @@ def initializer_writer(parts: Parts):
         before, after = _header(t)
         data = parts.payloads[t.name]
         n = int(data.nbytes)
-        tag = _tag(_RAW_DATA, n)
+        tag = len_key(_RAW_DATA, n)
 
         def write(f: BinaryIO, before=before, after=after, tag=tag, data=data) -> None:
             f.write(before)

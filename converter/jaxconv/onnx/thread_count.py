@@ -19,10 +19,14 @@ bench``, scripts/bench.py) read the record (``recorded``) when no thread count i
 
 from __future__ import annotations
 
+import io
 import math
-from typing import Any, Iterator
+import os
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
+
+from jaxconv.onnx import proto_wire
 
 THREADS_KEY = "jaxconv.intra_op_threads"
 SMALL_FLOPS = 8e6  # a product below this gains less from a second thread than waking it costs
@@ -132,102 +136,21 @@ def recorded(path_or_bytes: str | bytes) -> int | None:
     """The thread count a model file (or its bytes) records under ``THREADS_KEY``, without parsing its graph."""
     try:
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            return _read_record(_BytesReader(bytes(path_or_bytes)))
+            data = bytes(path_or_bytes)
+            return _read_record(io.BytesIO(data), len(data))
         with open(path_or_bytes, "rb") as f:
-            return _read_record(_FileReader(f))
-    except (OSError, ValueError):
+            return _read_record(f, os.fstat(f.fileno()).st_size)
+    except (OSError, ValueError):  # proto_wire.WireError is a ValueError
         return None
 
 
-def _read_record(reader: Any) -> int | None:
-    """Walk the ModelProto's top-level fields, skipping every one but the metadata entries."""
-    while not reader.at_end():
-        tag = reader.varint()
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            reader.varint()
-        elif wire == 1:
-            reader.skip(8)
-        elif wire == 5:
-            reader.skip(4)
-        elif wire == 2:
-            length = reader.varint()
-            if field != _METADATA_FIELD:
-                reader.skip(length)
-                continue
-            key, value = _entry(reader.read(length))
-            if key == THREADS_KEY:
-                return int(value) if value.isdigit() and int(value) > 0 else None
-        else:
-            raise ValueError("not a protobuf message")
+def _read_record(f: BinaryIO, size: int) -> int | None:
+    """Walk the ModelProto's top-level fields, reading none but the metadata entries."""
+    for field in proto_wire.fields(f, 0, size):
+        if field.number != _METADATA_FIELD or field.wire != proto_wire.LEN:
+            continue
+        entry = proto_wire.strings(proto_wire.read(f, field.value, field.stop))
+        if entry.get(1, "") == THREADS_KEY:
+            value = entry.get(2, "")
+            return int(value) if value.isdigit() and int(value) > 0 else None
     return None
-
-
-def _entry(data: bytes) -> tuple[str, str]:
-    """A StringStringEntryProto's key and value."""
-    reader, found = _BytesReader(data), {1: "", 2: ""}
-    while not reader.at_end():
-        tag = reader.varint()
-        if tag & 7 != 2:
-            raise ValueError("not a metadata entry")
-        text = reader.read(reader.varint())
-        found[tag >> 3] = text.decode("utf-8", "replace")
-    return found[1], found[2]
-
-
-class _BytesReader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def at_end(self) -> bool:
-        return self.pos >= len(self.data)
-
-    def read(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
-            raise ValueError("truncated")
-        out = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def skip(self, n: int) -> None:
-        self.read(n)
-
-    def varint(self) -> int:
-        return _varint(self.read)
-
-
-class _FileReader:
-    def __init__(self, f: Any) -> None:
-        import os
-
-        self.f = f
-        self.size = os.fstat(f.fileno()).st_size
-
-    def at_end(self) -> bool:
-        return self.f.tell() >= self.size
-
-    def read(self, n: int) -> bytes:
-        out = self.f.read(n)
-        if len(out) != n:
-            raise ValueError("truncated")
-        return out
-
-    def skip(self, n: int) -> None:
-        if self.f.tell() + n > self.size:
-            raise ValueError("truncated")
-        self.f.seek(n, 1)
-
-    def varint(self) -> int:
-        return _varint(self.read)
-
-
-def _varint(read: Any) -> int:
-    shift = result = 0
-    while True:
-        byte = read(1)[0]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

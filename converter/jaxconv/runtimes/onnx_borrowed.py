@@ -5,7 +5,7 @@ ONNX Runtime loading a file of big weights holds its own copy of them beside the
 written by ``onnx.stream`` from the caller's arrays, ``borrowed_model`` gives ONNX Runtime the
 model with those arrays as the data of its big initializers instead:
 
-1. The written ``.onnx`` file is read field by field (protobuf's wire format). Every field is kept
+1. The written ``.onnx`` file is read field by field (``onnx.proto_wire``). Every field is kept
    byte for byte as written, but for the top-level graph's initializers whose data has a buffer:
    their data, ``raw_data`` in the file or a range of the external data file, is compared byte
    for byte with the buffer (in chunks, through the page cache, so no copy of it is held), and
@@ -37,6 +37,8 @@ from typing import Any, BinaryIO, Mapping
 import numpy as np
 
 from jaxconv.errors import ArtifactError
+from jaxconv.onnx import proto_wire
+from jaxconv.onnx.proto_wire import Field
 
 BORROW_BYTES = 256 << 20
 """Models whose payload buffers weigh this much or more are checked with borrowed weights."""
@@ -98,103 +100,43 @@ def borrowed_model(path: str, buffers: Mapping[str, np.ndarray]) -> Borrowed | N
     try:
         with open(path, "rb") as f:
             out.model = _model(f, os.path.getsize(path), os.path.dirname(os.path.abspath(path)), buffers, out)
-    except (_Unexpected, OSError, UnicodeDecodeError):
+    except (_Unexpected, proto_wire.WireError, OSError, UnicodeDecodeError):
         return None
     return out if out.names else None
 
 
-def _varint(f: BinaryIO) -> int:
-    value, shift = 0, 0
-    while True:
-        b = f.read(1)
-        if not b or shift > 63:
-            raise _Unexpected("truncated varint")
-        value |= (b[0] & 0x7F) << shift
-        if b[0] < 0x80:
-            return value
-        shift += 7
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
-
-
-def _fields(f: BinaryIO, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
-    """(number, wire type, field start, value start, value end) of each field in ``[start, end)``."""
-    out = []
-    f.seek(start)
-    while f.tell() < end:
-        first = f.tell()
-        key = _varint(f)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value = f.tell()
-            _varint(f)
-            stop = f.tell()
-        elif wire in (1, 5):
-            value = f.tell()
-            stop = value + (8 if wire == 1 else 4)
-        elif wire == 2:
-            n = _varint(f)
-            value = f.tell()
-            stop = value + n
-        else:
-            raise _Unexpected(f"wire type {wire}")
-        if stop > end or number == 0:
-            raise _Unexpected("field past its message")
-        f.seek(stop)
-        out.append((number, wire, first, value, stop))
-    return out
-
-
-def _read(f: BinaryIO, start: int, stop: int) -> bytes:
-    f.seek(start)
-    data = f.read(stop - start)
-    if len(data) != stop - start:
-        raise _Unexpected("truncated file")
-    return data
-
-
 def _model(f: BinaryIO, size: int, folder: str, buffers: Mapping[str, np.ndarray], out: Borrowed) -> bytes:
     parts = []
-    for number, wire, first, value, stop in _fields(f, 0, size):
-        if number == _GRAPH and wire == 2:
-            parts.append(_length_delimited(_GRAPH, _graph(f, value, stop, folder, buffers, out)))
+    for number, wire, first, value, stop in list(proto_wire.fields(f, 0, size)):
+        if number == _GRAPH and wire == proto_wire.LEN:
+            parts.append(proto_wire.len_field(_GRAPH, _graph(f, value, stop, folder, buffers, out)))
         else:
-            parts.append(_read(f, first, stop))
+            parts.append(proto_wire.read(f, first, stop))
     return b"".join(parts)
 
 
 def _graph(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str, np.ndarray],
            out: Borrowed) -> bytes:
     parts = []
-    for number, wire, first, value, stop in _fields(f, start, end):
-        initializer = number == _INITIALIZER and wire == 2
+    for number, wire, first, value, stop in list(proto_wire.fields(f, start, end)):
+        initializer = number == _INITIALIZER and wire == proto_wire.LEN
         tensor = _tensor(f, value, stop, folder, buffers, out) if initializer else None
-        parts.append(_read(f, first, stop) if tensor is None else _length_delimited(_INITIALIZER, tensor))
+        kept = proto_wire.read(f, first, stop) if tensor is None else proto_wire.len_field(_INITIALIZER, tensor)
+        parts.append(kept)
     return b"".join(parts)
 
 
 def _tensor(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str, np.ndarray],
             out: Borrowed) -> bytes | None:
     """The initializer's fields pointing at a borrowed buffer, or None to keep it as written."""
-    fields = _fields(f, start, end)
-    by_number: dict[int, list[tuple[int, int, int, int, int]]] = {}
+    fields = list(proto_wire.fields(f, start, end))
+    by_number: dict[int, list[Field]] = {}
     for field in fields:
-        by_number.setdefault(field[0], []).append(field)
-    names = [fl for fl in by_number.get(_NAME, []) if fl[1] == 2]
+        by_number.setdefault(field.number, []).append(field)
+    names = [fl for fl in by_number.get(_NAME, []) if fl.wire == proto_wire.LEN]
     if not names:
         return None
-    name = _read(f, names[-1][3], names[-1][4]).decode("utf-8")
+    name = proto_wire.read(f, names[-1].value, names[-1].stop).decode("utf-8")
     raws, entries = by_number.get(_RAW_DATA, []), by_number.get(_EXTERNAL_DATA, [])
     location = _location(f, by_number.get(_DATA_LOCATION, []))
     buffer = buffers.get(name)
@@ -205,9 +147,9 @@ def _tensor(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str
         if buffer is None or buffer.nbytes != place[2]:
             raise _Unexpected(f"no buffer for external initializer {name}")  # ORT would look for the file
         data_path, offset, length = place
-    elif location == 0 and not entries and len(raws) == 1 and raws[0][1] == 2 and buffer is not None \
-            and buffer.nbytes == raws[0][4] - raws[0][3]:
-        data_path, offset, length = None, raws[0][3], raws[0][4] - raws[0][3]
+    elif location == 0 and not entries and len(raws) == 1 and raws[0].wire == proto_wire.LEN \
+            and buffer is not None and buffer.nbytes == raws[0].stop - raws[0].value:
+        data_path, offset, length = None, raws[0].value, raws[0].stop - raws[0].value
     else:
         return None
     if not _same_bytes(f if data_path is None else None, data_path, offset, buffer):
@@ -217,30 +159,31 @@ def _tensor(f: BinaryIO, start: int, end: int, folder: str, buffers: Mapping[str
     key = f"{_LOCATION_PREFIX}{len(out.names)}"
     out.names.append(key)
     out.buffers.append(buffer)
-    kept = [_read(f, first, stop) for number, _, first, _, stop in fields
+    kept = [proto_wire.read(f, first, stop) for number, _, first, _, stop in fields
             if number not in (_RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION)]
     return b"".join(kept + [_entry("location", key), _entry("offset", "0"), _entry("length", str(length)),
-                            _encode_varint(_DATA_LOCATION << 3) + _encode_varint(_EXTERNAL)])
+                            proto_wire.varint_field(_DATA_LOCATION, _EXTERNAL)])
 
 
-def _location(f: BinaryIO, fields: list[tuple[int, int, int, int, int]]) -> int:
+def _location(f: BinaryIO, fields: list[Field]) -> int:
     if not fields:
         return 0
     number, wire, _, value, _ = fields[-1]
-    if wire != 0:
+    if wire != proto_wire.VARINT:
         raise _Unexpected("data_location is not a varint")
     f.seek(value)
-    return _varint(f)
+    return proto_wire.read_varint(f)
 
 
-def _external_place(f: BinaryIO, entries: list[tuple[int, int, int, int, int]],
+def _external_place(f: BinaryIO, entries: list[Field],
                     folder: str) -> tuple[str, int, int]:
     """(data file, offset, length) of an external initializer, its file inside the model's folder."""
     import onnx
 
     info: dict[str, str] = {}
     for _, wire, _, value, stop in entries:
-        entry = onnx.StringStringEntryProto.FromString(_read(f, value, stop)) if wire == 2 else None
+        data = proto_wire.read(f, value, stop) if wire == proto_wire.LEN else None
+        entry = None if data is None else onnx.StringStringEntryProto.FromString(data)
         if entry is None or entry.key not in ("location", "offset", "length"):
             raise _Unexpected("external data entry")
         info[entry.key] = entry.value
@@ -253,8 +196,8 @@ def _external_place(f: BinaryIO, entries: list[tuple[int, int, int, int, int]],
 
 
 def _entry(key: str, value: str) -> bytes:
-    entry = _length_delimited(1, key.encode()) + _length_delimited(2, value.encode())
-    return _length_delimited(_EXTERNAL_DATA, entry)
+    entry = proto_wire.len_field(1, key.encode()) + proto_wire.len_field(2, value.encode())
+    return proto_wire.len_field(_EXTERNAL_DATA, entry)
 
 
 def _same_bytes(f: BinaryIO | None, data_path: str | None, offset: int, buffer: np.ndarray) -> bool:
