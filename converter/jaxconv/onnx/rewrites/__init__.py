@@ -40,6 +40,9 @@ faster without changing the numbers:
 - ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
 - ``row_slices``: a Slice of rows (a classifier's first token) moved up through the row-wise ops before it,
   so the last layer computes only the rows read;
+- ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
+  down-projection from width 1024, 2048, ...), which ORT's GEMM runs slowly, computed in column blocks
+  of that operand's elementwise producers and summed;
 - ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
@@ -68,6 +71,7 @@ from jaxconv.onnx.rewrites import (
     conv_affine,
     gru,
     head_merge,
+    k_blocks,
     keepdims,
     layer_norm,
     layout,
@@ -153,6 +157,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
+    fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
