@@ -4,7 +4,7 @@ ONNX Runtime's GEMM (MLAS) reads the left operand's rows in place. When each row
 4 KiB long (float32 with ``K % 1024 == 0``: a transformer's feed-forward down-projection from a
 hidden width of 1024, 2048, 3072 or 4096) the rows it reads together map to the same L1 cache
 sets and the product slows down: one thread, ``[1024, K] x [K, 256]``, 63-67 GFLOP/s for K = 1024,
-2048 and 3072 against 89-97 for K = 256 ... 1536 (2-core AMD EPYC, ORT 1.2x; jax.jit runs the
+2048 and 3072 against 89-97 for K = 256 ... 1536 (2-core AMD EPYC, ORT 1.32; jax.jit runs the
 K = 1024 product at 95, its GEMM packs the operand). The benchmark transformer's four such
 products took 8.6 ms each of its 105 ms per call on one thread, against 5.5 ms for the up-projection
 of the same FLOPs.
