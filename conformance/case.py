@@ -129,7 +129,7 @@ class Case:
         examples: concrete inputs instead of ``args``, one tuple (of arrays or pytrees) per run.
         arg_specs: specs to export with (``jax.ShapeDtypeStruct``, symbolic dims allowed); by default
             those of ``args`` or of the first example.
-        expect: how outputs must agree with jax.jit: ``close`` (``jaxconv.verify.compare`` within
+        expect: how outputs must agree with jax.jit: ``close`` (``jaxconv.compare.compare`` within
             ``tol``), ``exact`` (bit for bit: values, NaN places, signed zeros; an XLA-flushed
             subnormal result may be a subnormal of the same sign), ``bits`` (the bytes identical: NaN
             signs too) or ``allclose`` (``tol["*"]`` element by element, NaN places equal, signed

@@ -1,6 +1,6 @@
 """The element-by-element expectations of a row (``Case.expect``): ``exact``, ``bits`` and ``allclose``.
 
-``close`` rows are compared by ``jaxconv.verify.compare`` (the converter's own check). The two
+``close`` rows are compared by ``jaxconv.compare.compare`` (the converter's own check). The two
 stricter forms here read every element:
 
 - ``exact``: values bit for bit, NaN in the same places, zeros of the same sign (unless the row

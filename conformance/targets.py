@@ -278,7 +278,7 @@ def run_cell(case: Case, target: str, device: str, *, with_ops: bool = False,
 def _compare_outputs(case: Case, expected: list[np.ndarray], actual: list[Any]) -> tuple[list[tuple[int, Any]], float,
                                                                                           float, list[str]]:
     """(failed (index, check) pairs, worst abs, worst rel, notes of ``exact``/``allclose`` mismatches) for one run."""
-    from jaxconv.verify import compare
+    from jaxconv.compare import compare
 
     failed: list[tuple[int, Any]] = []
     notes: list[str] = []

@@ -263,7 +263,7 @@ def _as_float(a: np.ndarray) -> np.ndarray:
 
 def compare_check(check: str, expected: np.ndarray, actual: np.ndarray) -> tuple[bool, float, str]:
     """(ok, max abs error, note) for one check."""
-    from jaxconv.verify import compare
+    from jaxconv.compare import compare
 
     actual = np.asarray(actual)
     if actual.shape != expected.shape:
@@ -286,7 +286,7 @@ def compare_check(check: str, expected: np.ndarray, actual: np.ndarray) -> tuple
 
 
 def _dynamic_inputs(fn: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    from jaxconv.verify import random_array
+    from jaxconv.check_inputs import random_array
 
     out = []
     for a in fn.body.args:

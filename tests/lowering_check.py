@@ -44,10 +44,11 @@ def assert_onnx_matches_jax(fn: Callable[..., Any], *args: Any, specs: Sequence[
     """
     import jax
 
+    from jaxconv.compare import compare
     from jaxconv.onnx.convert import program_to_onnx, validate
     from jaxconv.program import trace
+    from jaxconv.references import reference_outputs
     from jaxconv.runtimes.onnxrt import OnnxRunner
-    from jaxconv.verify import compare, reference_outputs
 
     arg_specs = list(specs) if specs is not None else [_spec_of(a) for a in args]
     program = trace(fn, arg_specs)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxconv import verify
+from jaxconv import check_context, known_differences, verify
 from jaxconv.compare import References, judge
 from jaxconv.signature import Signature, input_infos, output_infos
 
@@ -45,7 +45,7 @@ def _report(runner, x):
     spec = jax.ShapeDtypeStruct(x.shape, np.float32)
     out = jax.eval_shape(deviation, spec)
     sig = Signature(input_infos([spec], ["x"]), output_infos([out], jax.tree_util.tree_structure(out)))
-    with verify.check_options(edge=False):
+    with check_context.check_options(edge=False):
         return verify.check_runner(runner, "m.onnx", deviation, [spec], sig, inputs=[x])
 
 
@@ -96,9 +96,9 @@ def test_on_edge_values_other_values_where_jit_overflows_are_undecided_only_when
     for a, inputs, verdict in (([0.0, 1.0, 2.0], "edge", "undecided"), ([0.0, 1.0, 2.0], "random", "mismatch"),
                                ([0.0, 1.5, 2.0], "edge", "mismatch")):
         row, cls = judge("y", e, np.array(a, np.float32), refs=References(float64=t), inputs=inputs)
-        (out,) = verify.as_jit_overflow([row], [cls], [t], [e])
+        (out,) = known_differences.as_jit_overflow([row], [cls], [t], [e])
         assert out.verdict == verdict and out.ok == (verdict != "mismatch"), out
-        assert (verify.JIT_OVERFLOW_NOTE in out.note) == (verdict == "undecided"), out.note
+        assert (known_differences.JIT_OVERFLOW_NOTE in out.note) == (verdict == "undecided"), out.note
     row, cls = judge("y", e, np.zeros(3, np.float32), refs=References(float64=np.array([np.inf, 1.0, 2.0])),
                      inputs="edge")
-    assert verify.as_jit_overflow([row], [cls], [np.array([np.inf, 1.0, 2.0])], [e])[0].verdict == "mismatch"
+    assert known_differences.as_jit_overflow([row], [cls], [np.array([np.inf, 1.0, 2.0])], [e])[0].verdict == "mismatch"

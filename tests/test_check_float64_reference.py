@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxconv import references, verify
+from jaxconv import check_context, compare, references, verify
 from jaxconv.signature import Signature, input_infos, output_infos
 
 _rng = np.random.default_rng(3)
@@ -104,7 +104,7 @@ def test_float64_reference_widens_closed_over_constants(name):
     fn, wide_fn, shape = CASES[name]
     x = _rng.standard_normal(shape).astype(np.float32)
     spec = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
-    got, why = verify.float64_outputs(fn, spec, [x])
+    got, why = references.float64_outputs(fn, spec, [x])
     assert why == "" and got is not None
     with jax.enable_x64(True):
         want = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(wide_fn)(jnp.asarray(_wide(x))))]
@@ -125,7 +125,7 @@ def test_subnormal_inputs_and_constants_are_kept_when_widened():
     tiny = np.float32(1e-42)
     fn = lambda x: lax.mul(jnp.sign(x), np.float32(3.0)) + jnp.sign(np.array([tiny, -tiny], np.float32))  # noqa: E731
     x = np.array([tiny, -tiny], np.float32)
-    got, why = verify.float64_outputs(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    got, why = references.float64_outputs(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
     assert why == ""
     np.testing.assert_array_equal(got[0], [4.0, -4.0])
 
@@ -169,7 +169,7 @@ def _ill_report(monkeypatch=None):
     spec = jax.ShapeDtypeStruct((4, 256), np.float32)
     out = jax.eval_shape(ill_conditioned, spec)
     sig = Signature(input_infos([spec], ["x"]), output_infos([out], jax.tree_util.tree_structure(out)))
-    with verify.check_options(edge=False):
+    with check_context.check_options(edge=False):
         return verify.check_runner(_ExactRunner(), "m.onnx", ill_conditioned, [spec], sig)
 
 
@@ -177,7 +177,7 @@ def test_the_verdict_uses_the_float64_reference():
     x = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
     jit_out = np.asarray(jax.jit(ill_conditioned)(x))
     exact = _ExactRunner().run([x])[0]
-    row, _ = verify.judge("y", jit_out, exact)
+    row, _ = compare.judge("y", jit_out, exact)
     assert not row.ok  # the float32 tolerance alone calls the better artifact wrong
     report = _ill_report()
     assert report.ok and not report.undecided, report.table()
@@ -204,7 +204,7 @@ def test_a_wrong_artifact_is_not_vindicated_by_float64():
     spec = jax.ShapeDtypeStruct((4, 256), np.float32)
     out = jax.eval_shape(ill_conditioned, spec)
     sig = Signature(input_infos([spec], ["x"]), output_infos([out], jax.tree_util.tree_structure(out)))
-    with verify.check_options(edge=False):
+    with check_context.check_options(edge=False):
         report = verify.check_runner(Off(), "m.onnx", ill_conditioned, [spec], sig)
     assert not report.ok, report.table()
 

@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 
 import jaxconv
-from jaxconv import references, verify
+from jaxconv import known_differences, references
 from jaxconv.compare import MISMATCH, OutputCheck
 
 _rng = np.random.default_rng(0)
@@ -34,7 +34,7 @@ def test_fused_nan_dropping_is_undecided_not_a_mismatch():
     jaxconv.to_onnx(conv_relu_sum_pool, SPEC, report_to=reports)
     edge = [row for report in reports for row in report.rows if row.inputs == "edge"]
     assert edge and edge[0].verdict == "undecided"
-    assert verify.FUSED_NAN_NOTE in edge[0].note
+    assert known_differences.FUSED_NAN_NOTE in edge[0].note
     # the premise: jax.jit really has numbers there and the op-by-op run has NaN
     assert "NaN in the artifact and op by op where jax.jit has a number" in edge[0].note
 
@@ -46,15 +46,15 @@ def test_nan_the_op_by_op_run_lacks_stays_a_mismatch(monkeypatch):
     row = OutputCheck(name="y", dtype="float32", shape=(3,), max_abs=0.0, max_rel=0.0, ok=False, note="",
                       verdict="mismatch", inputs="edge")
     monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [expected.copy()])
-    assert verify.as_fused_nan([row], [cls], None, [], [], [expected], [actual]) == [row]
+    assert known_differences.as_fused_nan([row], [cls], None, [], [], [expected], [actual]) == [row]
     monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
-    assert verify.as_fused_nan([row], [cls], None, [], [], [expected], [actual])[0].verdict == "undecided"
+    assert known_differences.as_fused_nan([row], [cls], None, [], [], [expected], [actual])[0].verdict == "undecided"
 
 
 def test_random_inputs_are_not_excused():
     row = OutputCheck(name="y", dtype="float32", shape=(1,), max_abs=0.0, max_rel=0.0, ok=False, note="",
                       verdict="mismatch", inputs="random")
     cls = np.array([MISMATCH], np.int8)
-    out = verify.as_fused_nan([row], [cls], None, [], [], [np.ones(1, np.float32)], [np.full(1, np.nan, np.float32)])
+    out = known_differences.as_fused_nan([row], [cls], None, [], [], [np.ones(1, np.float32)], [np.full(1, np.nan, np.float32)])
     assert out == [row]
 

@@ -15,7 +15,7 @@ from jax import lax
 from onnx_corruption import nan_to_zero, wrap_output
 
 import jaxconv
-from jaxconv import verify
+from jaxconv import edge_loops
 
 
 def jnp_bound(x):
@@ -53,7 +53,7 @@ def test_loops_with_constant_trip_counts_are_not_data_dependent():
     x = _flat(((6,), np.float32))
     for fn in (jnp_bound, literal_counter, nested_in_jit_and_cond):
         assert "while" in str(jax.make_jaxpr(fn)(*x)), fn.__name__  # a real while, not a scan
-        assert verify.data_dependent_loops(fn, [jax.ShapeDtypeStruct((6,), np.float32)], x) == [], fn.__name__
+        assert edge_loops.data_dependent_loops(fn, [jax.ShapeDtypeStruct((6,), np.float32)], x) == [], fn.__name__
 
 
 def test_loops_whose_condition_reads_the_inputs_are_found_with_their_line():
@@ -63,9 +63,9 @@ def test_loops_whose_condition_reads_the_inputs_are_found_with_their_line():
              (carry_from_input, [spec], _flat(((3, 4), np.float32))),
              (loop_in_scan_body, [spec], _flat(((3, 4), np.float32)))]
     for fn, specs, flat in cases:
-        found = verify.data_dependent_loops(fn, specs, flat)
+        found = edge_loops.data_dependent_loops(fn, specs, flat)
         assert found and all("test_check_loop_edge_values.py" in f for f in found), (fn.__name__, found)
-        assert verify.has_while_loop(fn, specs, flat) is True
+        assert edge_loops.has_while_loop(fn, specs, flat) is True
 
 
 def test_a_nan_bug_after_a_fori_loop_is_caught(tmp_path):
@@ -122,9 +122,9 @@ def test_a_loop_with_an_iteration_limit_runs_edge_values_unless_the_limit_is_hug
     """``counter < 50 and not converged``: at most 50 trips whatever the inputs; with 10**9 the loop could
     run that long on NaN (NaN < 100 is false, so this one would not, but the check cannot tell)."""
     spec, flat = [jax.ShapeDtypeStruct((6,), np.float32)], _flat(((6,), np.float32))
-    assert verify.data_dependent_loops(at_most(50), spec, flat) == []
-    assert verify.data_dependent_loops(at_most(verify.MAX_EDGE_TRIPS + 1), spec, flat)
-    assert verify.data_dependent_loops(at_most(10 ** 9), spec, flat)
+    assert edge_loops.data_dependent_loops(at_most(50), spec, flat) == []
+    assert edge_loops.data_dependent_loops(at_most(edge_loops.MAX_EDGE_TRIPS + 1), spec, flat)
+    assert edge_loops.data_dependent_loops(at_most(10 ** 9), spec, flat)
     path = str(tmp_path / "limit.onnx")
     jaxconv.to_onnx(at_most(50), "f32[6]", path=path)
     report = jaxconv.check(wrap_output(path, nan_to_zero), at_most(50), "f32[6]")

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxconv import jit_borrow, jit_reference, verify
+from jaxconv import jit_borrow, jit_reference, references
 
 
 def _address(a: np.ndarray) -> int:
@@ -106,7 +106,7 @@ def test_the_reference_with_borrowed_constants_is_bit_identical_to_jax_jit(fn, b
     jit_reference.clear()
     for x in (_rng.standard_normal((8, 256)).astype(np.float32), _edge_input()):
         spec = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
-        got = verify.reference_outputs(fn, spec, [x])
+        got = references.reference_outputs(fn, spec, [x])
         want = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(jnp.asarray(x)))]
         assert [_bits(g) for g in got] == [_bits(w) for w in want]
     (_, _, consts, _), = jit_reference._CACHE.values()
@@ -125,7 +125,7 @@ def test_the_program_rebuilds_one_constant_at_a_time():
 
     jit_reference.clear()
     x = np.ones((8, 512), np.float32)
-    verify.reference_outputs(deep, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    references.reference_outputs(deep, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
     (_, run, consts, _), = jit_reference._CACHE.values()
     assert all(isinstance(c, jit_borrow.Borrowed) for c in consts) and len(consts) == 4
     temp = run.lower(consts, x).compile().memory_analysis().temp_size_in_bytes

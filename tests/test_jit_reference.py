@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxconv import jit_reference, verify
+from jaxconv import jit_reference, references, verify
 
 _rng = np.random.default_rng(0)
 _W = [(_rng.standard_normal((256, 256), dtype=np.float32) / 16) for _ in range(3)]  # 256 KiB each
@@ -65,7 +65,7 @@ def test_reference_is_bit_identical_to_jax_jit(fn, hoisted):
     jit_reference.clear()
     for x in (_rng.standard_normal((8, 256), dtype=np.float32), _edge_input()):
         spec = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
-        got = verify.reference_outputs(fn, spec, [x])
+        got = references.reference_outputs(fn, spec, [x])
         want = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(jnp.asarray(x)))]
         assert [_bits(g) for g in got] == [_bits(w) for w in want]
     # the big constants did travel as arguments (a test of the hoisting, not only of the outputs);
@@ -77,7 +77,7 @@ def test_reference_is_bit_identical_to_jax_jit(fn, hoisted):
 def test_int_and_bool_constants_are_hoisted():
     jit_reference.clear()
     x = np.ones((8, 256), np.float32)
-    verify.reference_outputs(int_and_bool, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    references.reference_outputs(int_and_bool, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
     (_, _, consts, _), = jit_reference._CACHE.values()
     assert sorted(str(np.asarray(c).dtype) for c in consts) == ["bool", "int32"]
 
@@ -91,7 +91,7 @@ def folded64(x):  # ``folded`` with its constants widened first: tanh and exp co
 def test_float64_reference_is_bit_identical_to_jax_jit_under_x64(fn, wide_fn):
     x = _edge_input()
     spec = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
-    got, why = verify.float64_outputs(fn, spec, [x])
+    got, why = references.float64_outputs(fn, spec, [x])
     assert why == "" and got is not None
     with jax.enable_x64(True):
         wide = jnp.asarray(x.astype(np.float64))
@@ -108,7 +108,7 @@ def test_float64_reference_is_bit_identical_to_jax_jit_under_x64(fn, wide_fn):
 
 def test_eager_reference_still_runs_op_by_op():
     x = _edge_input()
-    got = verify.eager_outputs(mlp, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    got = references.eager_outputs(mlp, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
     with jax.disable_jit():
         want = np.asarray(mlp(jnp.asarray(x)))
     assert _bits(got[0]) == _bits(want)
@@ -117,7 +117,7 @@ def test_eager_reference_still_runs_op_by_op():
 def test_check_keeps_no_copy_of_the_constants_after_it_returns():
     jit_reference.clear()
     x = np.ones((8, 256), np.float32)
-    verify.reference_outputs(mlp, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
+    references.reference_outputs(mlp, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])
     assert jit_reference._CACHE
 
     class Runner:

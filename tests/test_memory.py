@@ -161,6 +161,7 @@ def test_release_compiled_clears_jax_caches_between_references_and_artifact(monk
     import jax
 
     from jaxconv import verify
+    from jaxconv.check_context import check_options
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     program = _small_program()
@@ -172,7 +173,7 @@ def test_release_compiled_clears_jax_caches_between_references_and_artifact(monk
     verify.check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
     assert calls == ["run", "run"]  # off by default: a library caller keeps its compiled functions
     calls.clear()
-    with verify.check_options(release_compiled=True):
+    with check_options(release_compiled=True):
         report = verify.check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
     assert report.ok and calls == ["clear", "run", "run"]
 

@@ -19,7 +19,7 @@ def _peak_growth(call: str) -> float:
         import sys
         sys.path.insert(0, {os.path.join(ROOT, "converter")!r})
         import jax, jax.numpy as jnp, numpy as np
-        from jaxconv import verify
+        from jaxconv import references
 
         rng = np.random.default_rng(0)
         W = [rng.standard_normal((2048, 2048), dtype=np.float32) / 45 for _ in range(4)]  # 64 MiB
@@ -48,7 +48,7 @@ def _peak_growth(call: str) -> float:
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="reads peak RSS from Linux's /proc")
 def test_reference_holds_one_copy_of_the_weights_where_jax_jit_embeds_several():
     embedded = _peak_growth("jax.jit(predict)(x).block_until_ready()")
-    hoisted = _peak_growth("verify.reference_outputs(predict, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])")
+    hoisted = _peak_growth("references.reference_outputs(predict, [jax.ShapeDtypeStruct(x.shape, x.dtype)], [x])")
     assert embedded > 2.0  # the executable's constants: what the reference no longer holds
     # numpy's big buffers are not 64-byte aligned: jax copied them whole (0.9-1.1x); jit_borrow rebuilds
     # one layer at a time inside the program (0.5x)

@@ -25,9 +25,9 @@ from onnx_corruption import minus_inf_to_nan, nan_to_zero, wrap_output  # noqa: 
 
 from jaxconv import api  # noqa: E402
 from jaxconv.errors import MismatchError  # noqa: E402
+from jaxconv.known_differences import EDGE  # noqa: E402
 from jaxconv.tf import saved_model_check as checking  # noqa: E402
 from jaxconv.tf.saved_model_to_onnx import saved_model_to_onnx  # noqa: E402
-from jaxconv.verify import EDGE  # noqa: E402
 
 
 def column_0(x):

@@ -509,8 +509,9 @@ def two_outputs(x):
 
 @pytest.mark.parametrize("kind", ["tflite", "saved-model", "onnx"])
 def test_edge_value_differences_warn_on_tf_targets_and_fail_on_onnx(kind):
+    from jaxconv.check_context import check_options
     from jaxconv.errors import MismatchError
-    from jaxconv.verify import check_options, check_runner, raise_on_mismatch
+    from jaxconv.verify import check_runner, raise_on_mismatch
 
     program = trace(two_outputs, ["f32[8]"])
     runner = _NanToZero(kind, two_outputs)
@@ -531,8 +532,9 @@ def test_edge_value_differences_warn_on_tf_targets_and_fail_on_onnx(kind):
 
 def test_edge_value_verdict_needs_the_edge_set():
     """The same NaN difference on the user's inputs is a mismatch on a TF target too."""
+    from jaxconv.check_context import check_options
     from jaxconv.errors import MismatchError
-    from jaxconv.verify import check_options, check_runner, raise_on_mismatch
+    from jaxconv.verify import check_runner, raise_on_mismatch
 
     program = trace(two_outputs, ["f32[8]"])
     given = [np.array([np.nan, 0, 1, 2, 3, 4, 5, 6], np.float32)]

@@ -1,12 +1,11 @@
-"""verify.compare and compare.judge: tolerances, NaN placement, infinities, exact integers, and the
+"""compare.compare and compare.judge: tolerances, NaN placement, infinities, exact integers, and the
 per-element float64 decision (an element is licensed only by its own float64 value)."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxconv.compare import References, judge
-from jaxconv.verify import compare
+from jaxconv.compare import References, compare, judge
 
 
 def test_equal_infinities_match_even_with_zero_tolerance():
@@ -235,10 +234,11 @@ def test_attention_with_standard_normal_weights_is_no_false_alarm_and_an_edit_is
     import onnx
     from onnx import numpy_helper
 
+    from jaxconv.check_context import check_options
     from jaxconv.onnx.convert import program_to_onnx
     from jaxconv.program import trace
     from jaxconv.runtimes.onnxrt import OnnxRunner
-    from jaxconv.verify import check_options, check_runner
+    from jaxconv.verify import check_runner
 
     layer = '{"q":"f32[32,32]","k":"f32[32,32]","v":"f32[32,32]","o":"f32[32,32]"}'
     program = trace(_attention, ["[" + ",".join([layer] * 8) + "]", "f32[b,16,32]"])
@@ -311,9 +311,10 @@ def test_edge_values_that_make_jax_raise_are_skipped_with_a_note():
 
 
 def test_inputs_given_to_the_api_are_checked_against_the_signature():
+    from jaxconv.check_context import check_options
     from jaxconv.errors import UsageError
     from jaxconv.program import trace
-    from jaxconv.verify import check_options, check_runner
+    from jaxconv.verify import check_runner
 
     program = trace(lambda x: x * 2, ["f32[b,3]"])
     runner = _NumpyRunner(lambda x: x * 2)
@@ -365,8 +366,10 @@ def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
     import jax.numpy as jnp
     from jax import lax
 
+    from jaxconv.check_context import check_options
+    from jaxconv.known_differences import POOLING_NAN_NOTE
     from jaxconv.program import trace
-    from jaxconv.verify import POOLING_NAN_NOTE, check_options, check_runner
+    from jaxconv.verify import check_runner
 
     def pool(x):
         return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
@@ -405,7 +408,7 @@ def test_a_generic_reduce_window_with_a_max_body_counts_as_pooling():
     import jax.numpy as jnp
     from jax import lax
 
-    from jaxconv.verify import nan_dropping_ops
+    from jaxconv.known_differences import nan_dropping_ops
 
     x = [np.zeros((8,), np.float32)]
     assert nan_dropping_ops(lambda v: lax.reduce_window(v, 0.0, lax.max, (2,), (2,), "VALID"), [x[0]], x) == {"reduce_window_max"}

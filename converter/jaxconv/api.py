@@ -191,8 +191,8 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
         rtol, atol = 5e-2, 5e-2
 
     def judge(data: bytes) -> CheckReport:
+        from jaxconv.check_context import check_options
         from jaxconv.runtimes.tflite import TFLiteRunner
-        from jaxconv.verify import check_options
 
         lossy = {"edge": False, "edge_skipped": f"the model is quantized ({quantize})"} if quantize is not None else {}
         with check_options(**lossy), program.jax_scope():
@@ -215,8 +215,8 @@ def to_tflite(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = 
 def check(artifact: str, fn: Callable[..., Any] | Program, *specs: Any, inputs: str | Sequence[Any] | None = None,
           constraints: Sequence[str] = (), seed: int = 0, rtol: float | None = None, atol: float | None = None) -> CheckReport:
     """Run ``artifact`` and jax.jit(fn) on the same inputs; returns the report (does not raise on mismatch)."""
+    from jaxconv.check_inputs import load_inputs
     from jaxconv.runtimes import open_artifact
-    from jaxconv.verify import load_inputs
 
     program = _as_program(fn, specs, constraints)
     runner = open_artifact(artifact)

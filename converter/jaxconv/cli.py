@@ -187,7 +187,7 @@ def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> Non
     """The check's example inputs, sizes and strictness; refuses, before anything is written, a check too big for memory."""
     if getattr(args, "no_check", False):
         return
-    from jaxconv import check_inputs, verify
+    from jaxconv import check_context, check_inputs, verify
     from jaxconv.loading import EXAMPLE_INPUTS
 
     sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
@@ -195,7 +195,7 @@ def _configure_check(args: argparse.Namespace, loaded: Any, program: Any) -> Non
         examples = loaded.examples()
     flat = None if examples is None else tuple(check_inputs.flatten_examples(
         examples, program.arg_specs, program.signature, f"{EXAMPLE_INPUTS}() in {os.path.basename(loaded.path)}"))
-    verify.set_check_options(sizes=sizes, strict=args.strict, examples=flat, release_compiled=True)
+    check_context.set_check_options(sizes=sizes, strict=args.strict, examples=flat, release_compiled=True)
     verify.require_checkable(program.signature, program.constraints)
 
 
@@ -404,8 +404,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from jaxconv import benchmark, check_inputs
     from jaxconv.compare import judge
     from jaxconv.onnx.thread_count import recorded
+    from jaxconv.references import reference_outputs
     from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
-    from jaxconv.verify import reference_outputs
 
     for flag, value in (("--iters", args.iters), ("--threads", args.threads)):
         if value is not None and value < 1:
@@ -500,11 +500,11 @@ def cmd_cpp_runtime(args: argparse.Namespace) -> int:
 
 
 def cmd_saved_model_to_onnx(args: argparse.Namespace) -> int:
-    from jaxconv import check_inputs, verify
+    from jaxconv import check_context, check_inputs
     from jaxconv.tf.saved_model_to_onnx import saved_model_to_onnx
 
     sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
-    verify.set_check_options(sizes=sizes, strict=args.strict)
+    check_context.set_check_options(sizes=sizes, strict=args.strict)
     reports: list = []
     try:
         converted = saved_model_to_onnx(args.saved_model, args.output, args.signature, args.opset,
@@ -589,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        from jaxconv.verify import check_options
+        from jaxconv.check_context import check_options
 
         _freeze_at_exit()
         with check_options(), _terminate_as_interrupt(), _thawed_after():

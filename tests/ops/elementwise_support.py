@@ -76,8 +76,8 @@ def check(fn: Callable[..., Any], *args: Any, specs: Sequence[Any] | None = None
     """
     from jaxconv.onnx.convert import program_to_onnx, validate
     from jaxconv.program import trace
+    from jaxconv.references import reference_outputs
     from jaxconv.runtimes.onnxrt import OnnxRunner
-    from jaxconv.verify import reference_outputs
 
     if isinstance(fn, jax.export.Exported):
         fn = fn.call

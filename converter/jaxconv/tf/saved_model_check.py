@@ -130,6 +130,7 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
         UsageError: the inputs and outputs would exceed the check's memory limit.
         ArtifactError: TensorFlow fails otherwise.
     """
+    from jaxconv.check_context import current_options
     from jaxconv.check_inputs import (
         DEFAULT_SIZES,
         SYMBOLIC_SIZES,
@@ -139,7 +140,6 @@ def tf_references(runner: SignatureRunner, signature: Any, seed: int = 0,
         size_sets,
     )
     from jaxconv.edge_loops import skip_note
-    from jaxconv.verify import current_options
 
     options = current_options()
     sizes = size_sets(signature, options.sizes or DEFAULT_SIZES) or size_sets(signature, SYMBOLIC_SIZES)
@@ -185,8 +185,8 @@ def check_against_tf(model: Any, artifact: str, outputs: Sequence[str], referenc
         ArtifactError: ONNX Runtime cannot load or run the model.
     """
     from jaxconv.compare import judge
+    from jaxconv.known_differences import as_edge_difference
     from jaxconv.runtimes.onnxrt import OnnxRunner
-    from jaxconv.verify import as_edge_difference
 
     report = TFCheckReport(artifact=artifact, runtime="onnx")
     runner = OnnxRunner(model if isinstance(model, str) else model.SerializeToString())
