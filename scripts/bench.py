@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "converter"))
 sys.path.insert(0, HERE)
 
 import bench_models  # noqa: E402
+import count_nodes  # noqa: E402
 
 from jaxconv import benchmark  # noqa: E402
 from jaxconv.benchmark import alternate, machine, ort_call, ort_session  # noqa: E402,F401  (bench_sessions, bench_zoo)
@@ -51,8 +52,10 @@ class Row:
     ms: dict[str, float] = field(default_factory=dict)  # contender -> median ms
     ratio: dict[str, float] = field(default_factory=dict)  # contender -> median / jax.jit median
     cpu_ms: dict[str, float] = field(default_factory=dict)  # contender -> median process CPU ms per call
-    nodes: int = 0
+    nodes: int = 0  # top-level nodes
     peer_nodes: int | None = None
+    nodes_all: int = 0  # Loop/Scan/If bodies included
+    peer_nodes_all: int | None = None
     size_mb: float = 0.0
     weight_mb: float = 0.0
     to_onnx_s: float | None = None
@@ -131,7 +134,7 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     row = Row(m.name, m.title, weight_mb=m.weight_bytes / 2**20)
     load0 = os.getloadavg()[0]
     model = jaxconv.to_onnx(m.fn, *m.specs, check=False)
-    row.nodes = len(model.graph.node)
+    row.nodes, row.nodes_all = len(model.graph.node), count_nodes.count(model.graph)
     large = model.ByteSize() > 2**31 - 2**24
     path = os.path.join(workdir, f"{m.name}.inproc.onnx")
     onnx.save(model, path, save_as_external_data=large)
@@ -150,7 +153,7 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
         try:
             peer = jax2onnx_model(m)
             if peer is not None:
-                row.peer_nodes = len(peer.graph.node)
+                row.peer_nodes, row.peer_nodes_all = len(peer.graph.node), count_nodes.count(peer.graph)
                 fns["jax2onnx"] = ort_call(ort_session(peer.SerializeToString(), None, False), m.inputs)
         except Exception as e:  # the peer failing is a result, not an error
             row.notes.append(f"jax2onnx: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
@@ -209,14 +212,14 @@ def table(rows: list[Row]) -> str:
     plain = any("ort plain" in r.ratio for r in rows)
     head = ("| model | jax.jit ms | ORT ms | ORT/jit | ORT 1t/jit | ORT spin/jit | " + ("no-rewrites/jit | " if plain else "") +
             "jax2onnx/jit | TFLite/jit | CPU: ORT/jit | CPU: ORT 1t/jit | CPU: jax2onnx/jit "
-            "| nodes | jax2onnx nodes | ONNX MB | to-onnx s | jax.export s | to-onnx RSS MB | load |")
+            "| nodes (with bodies) | jax2onnx nodes (with bodies) | ONNX MB | to-onnx s | jax.export s | to-onnx RSS MB | load |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         cells = [r.title, _fmt(r.jax_ms), _fmt(r.ms.get("ort")), _fmt(r.ratio.get("ort")), _fmt(r.ratio.get("ort 1t")),
                  _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []),
                  _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), _fmt(cpu_ratio(r, "ort")), _fmt(cpu_ratio(r, "ort 1t")),
-                 _fmt(cpu_ratio(r, "jax2onnx")), str(r.nodes),
-                 _fmt(r.peer_nodes, "d"), _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
+                 _fmt(cpu_ratio(r, "jax2onnx")), f"{r.nodes} ({r.nodes_all})",
+                 "–" if r.peer_nodes is None else f"{r.peer_nodes} ({r.peer_nodes_all})", _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
                  f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
