@@ -219,7 +219,8 @@ def table(rows: list[Row]) -> str:
                  _fmt(r.ratio.get("ort spin")), *([_fmt(r.ratio.get("ort plain"))] if plain else []),
                  _fmt(r.ratio.get("jax2onnx")), _fmt(r.ratio.get("tflite")), _fmt(cpu_ratio(r, "ort")), _fmt(cpu_ratio(r, "ort 1t")),
                  _fmt(cpu_ratio(r, "jax2onnx")), f"{r.nodes} ({r.nodes_all})",
-                 "–" if r.peer_nodes is None else f"{r.peer_nodes} ({r.peer_nodes_all})", _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
+                 "–" if r.peer_nodes is None else f"{r.peer_nodes} ({r.peer_nodes_all})",
+                 _fmt(r.size_mb, ".1f"), _fmt(r.to_onnx_s), _fmt(r.export_s), _fmt(r.rss_mb, ".0f"),
                  f"{r.load[0]:.1f}→{r.load[1]:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
