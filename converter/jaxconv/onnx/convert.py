@@ -195,6 +195,13 @@ def copy_proto_field(src, dst, name: str) -> None:
         setattr(dst, name, value)
 
 
+def copy_proto_fields(src, dst, skip: str) -> None:
+    """Every set field of protobuf message ``src`` but ``skip`` copied into ``dst``."""
+    for field, _ in src.ListFields():
+        if field.name != skip:
+            copy_proto_field(src, dst, field.name)
+
+
 def save(model: onnx.ModelProto, path: str) -> None:
     """Save atomically; large models get their weights in PATH.data beside the file.
 
@@ -259,8 +266,8 @@ def _without_large_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(_held_apart(t) or t.ByteSize() >= LARGE_INITIALIZER_BYTES for t in graph.initializer):
         return model
     light = onnx.ModelProto()
-    _copy_fields(model, light, skip="graph")
-    _copy_fields(graph, light.graph, skip="initializer")
+    copy_proto_fields(model, light, skip="graph")
+    copy_proto_fields(graph, light.graph, skip="initializer")
     inputs = {i.name for i in graph.input}
     for t in graph.initializer:
         if _held_apart(t) or t.ByteSize() >= LARGE_INITIALIZER_BYTES:
@@ -277,16 +284,3 @@ def _held_apart(t: onnx.TensorProto) -> bool:
     from jaxconv.onnx.stream import _is_payload
 
     return _is_payload(t)
-
-
-def _copy_fields(src, dst, skip: str) -> None:
-    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
-    for field, value in src.ListFields():
-        if field.name == skip:
-            continue
-        if hasattr(value, "extend"):
-            getattr(dst, field.name).extend(value)
-        elif hasattr(value, "CopyFrom"):
-            getattr(dst, field.name).CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)

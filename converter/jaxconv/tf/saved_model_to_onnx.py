@@ -374,15 +374,11 @@ def _without_output_params(model: Any) -> Any:
     inputs (shape inference reads small constants such as axes), outputs' ``unk__N`` dimensions unknown."""
     import onnx
 
-    from jaxconv.onnx.convert import copy_proto_field
+    from jaxconv.onnx.convert import copy_proto_fields
 
     light = onnx.ModelProto()
-    for field_, value in model.ListFields():
-        if field_.name != "graph":
-            copy_proto_field(model, light, field_.name)
-    for field_, value in model.graph.ListFields():
-        if field_.name != "initializer":
-            copy_proto_field(model.graph, light.graph, field_.name)
+    copy_proto_fields(model, light, skip="graph")
+    copy_proto_fields(model.graph, light.graph, skip="initializer")
     for t in model.graph.initializer:
         if t.ByteSize() < 1024:
             light.graph.initializer.append(t)
