@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
+from onnx_corruption import const, nan_to_zero
 
 import jaxconv
 from jaxconv import known_differences, verify
@@ -59,10 +60,6 @@ def _wrap_output(graph, index, make):
         node.output[:] = [tmp if o == out else o for o in node.output]
         node.input[:] = [tmp if i == out else i for i in node.input]
     graph.node.extend(make(tmp, out))
-
-
-def _const(name, array):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array), name))
 
 
 def _fails(path, fn, spec, *words):
@@ -117,9 +114,7 @@ def test_relu_dropped(tmp_path):
 def test_nan_turned_into_zero(tmp_path):
     """NaN inputs are in the edge set: an artifact that maps NaN to 0 differs there only."""
     def change(graph):
-        _wrap_output(graph, 0, lambda tmp, out: [
-            helper.make_node("IsNaN", [tmp], [tmp + "_nan"]), _const(tmp + "_zero", np.float32(0)),
-            helper.make_node("Where", [tmp + "_nan", tmp + "_zero", tmp], [out])])
+        _wrap_output(graph, 0, nan_to_zero)
 
     path = _edit(_convert(tmp_path, nan_to_big, "f32[6]"), change)
     report = _fails(path, nan_to_big, "f32[6]", "edge inputs", "NaN positions differ")
@@ -133,9 +128,7 @@ def scale(x):
 def test_nan_turned_into_zero_on_a_scalar_input(tmp_path):
     """A scalar input holds one edge value per edge set: 0.0, NaN and inf in turn (one set, 0.0, missed this)."""
     def change(graph):
-        _wrap_output(graph, 0, lambda tmp, out: [
-            helper.make_node("IsNaN", [tmp], [tmp + "_nan"]), _const(tmp + "_zero", np.float32(0)),
-            helper.make_node("Where", [tmp + "_nan", tmp + "_zero", tmp], [out])])
+        _wrap_output(graph, 0, nan_to_zero)
 
     path = _edit(_convert(tmp_path, scale, "f32[]"), change)
     report = _fails(path, scale, "f32[]", "edge inputs", "NaN positions differ")
@@ -146,7 +139,7 @@ def test_negative_zero_turned_into_positive_zero(tmp_path):
     """-x on +0.0 is -0.0 (1 / -x is then -inf); an artifact that adds 0.0 answers +0.0."""
     def change(graph):
         _wrap_output(graph, 0, lambda tmp, out: [
-            _const(tmp + "_zero", np.float32(0)), helper.make_node("Add", [tmp, tmp + "_zero"], [out])])
+            const(tmp + "_zero", np.float32(0)), helper.make_node("Add", [tmp, tmp + "_zero"], [out])])
 
     path = _edit(_convert(tmp_path, negate, "f32[b,8]"), change)
     report = _fails(path, negate, "f32[b,8]", "output_0", "edge inputs", "zero sign")
@@ -159,7 +152,7 @@ def test_int_output_off_by_one_in_one_element(tmp_path):
 
     def change(graph):
         _wrap_output(graph, 0, lambda tmp, out: [
-            _const(tmp + "_bump", bump), helper.make_node("Add", [tmp, tmp + "_bump"], [out])])
+            const(tmp + "_bump", bump), helper.make_node("Add", [tmp, tmp + "_bump"], [out])])
 
     path = _edit(_convert(tmp_path, int_affine, "i32[4,3]"), change)
     _fails(path, int_affine, "i32[4,3]", "output_0", "1 of 12 elements differ", "at [2, 1]")
