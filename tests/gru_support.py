@@ -1,4 +1,5 @@
-"""Sizes and inputs shared by the GRU rewrite tests (test_gru_rewrite.py, test_gru_forms.py)."""
+"""Sizes, inputs and the comparison with jax.jit shared by the GRU rule's tests (test_gru_rewrite.py,
+test_gru_forms.py, test_gru_size.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,23 @@ def gru_inputs(seed: int, nonfinite: bool = False) -> list[np.ndarray]:
     if nonfinite:
         xs[2, 1, 3], xs[4, 0, 0], xs[1, 2, 2] = np.nan, np.inf, -np.inf
     return [xs, h0]
+
+
+def assert_runs_like_jit(model, fn, input_sets, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """ONNX Runtime's outputs of ``model`` on each input set are jax.jit's of ``fn``: NaN in the same
+    places, the other elements within ``rtol`` and ``atol``."""
+    import jax
+
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    runner = OnnxRunner(model.SerializeToString())
+    for inputs in input_sets:
+        got = runner.run(inputs)
+        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
+        assert len(got) == len(want), (len(got), len(want))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
 
 def op_types_with_branches(model) -> set[str]:

@@ -11,9 +11,8 @@ import onnx
 import pytest
 
 import jaxconv
-from gru_support import N_IN, B, H, T, gru_inputs
+from gru_support import N_IN, B, H, T, assert_runs_like_jit, gru_inputs
 from jaxconv.onnx.rewrites import gru
-from jaxconv.runtimes.onnxrt import OnnxRunner
 
 
 @pytest.fixture
@@ -72,14 +71,7 @@ def test_reset_after_the_recurrent_product_is_the_gru_op(make, gru_on):
     grus = _gru_nodes(model)
     assert len(grus) == 1
     assert {a.name: a.i for a in grus[0].attribute}["linear_before_reset"] == 1
-    runner = OnnxRunner(model.SerializeToString())
-    for seed, odd in ((0, False), (1, False), (2, True)):
-        inputs = gru_inputs(seed, odd)
-        got = runner.run(inputs)
-        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+    assert_runs_like_jit(model, fn, [gru_inputs(0), gru_inputs(1), gru_inputs(2, nonfinite=True)], rtol=2e-5, atol=2e-6)
 
 
 def test_a_gate_without_the_state_still_is_the_gru_op(gru_on):
@@ -101,9 +93,7 @@ def test_a_gate_without_the_state_still_is_the_gru_op(gru_on):
 
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert len(_gru_nodes(model)) == 1
-    inputs = gru_inputs(7)
-    for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
-        np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-6)
+    assert_runs_like_jit(model, fn, [gru_inputs(7)], rtol=2e-5, atol=2e-6)
 
 
 def test_tanh_of_the_state_alone_is_not_a_gru(gru_on):
@@ -124,6 +114,4 @@ def test_tanh_of_the_state_alone_is_not_a_gru(gru_on):
 
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert not _gru_nodes(model)
-    inputs = gru_inputs(9)
-    for g, w in zip(OnnxRunner(model.SerializeToString()).run(inputs), jax.jit(fn)(*inputs)):
-        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
+    assert_runs_like_jit(model, fn, [gru_inputs(9)])

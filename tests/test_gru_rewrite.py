@@ -10,9 +10,8 @@ import pytest
 from jax import lax
 
 import jaxconv
-from gru_support import N_IN, B, H, T, gru_inputs, op_types_with_branches
+from gru_support import N_IN, B, H, T, assert_runs_like_jit, gru_inputs, op_types_with_branches
 from jaxconv.onnx.rewrites import gru
-from jaxconv.runtimes.onnxrt import OnnxRunner
 
 
 @pytest.fixture
@@ -50,15 +49,7 @@ def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     fn = _gru(z_first=z_first)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert "GRU" in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)  # the loop stays for non-finite inputs
-    runner = OnnxRunner(model.SerializeToString())
-    for seed, nonfinite in ((0, False), (1, False), (2, True)):
-        inputs = gru_inputs(seed, nonfinite)
-        got = runner.run(inputs)
-        want = jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
-        for g, w in zip(got, want):
-            w = np.asarray(w)
-            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert_runs_like_jit(model, fn, [gru_inputs(0), gru_inputs(1), gru_inputs(2, nonfinite=True)])
 
 
 def test_other_update_rule_is_not_the_gru_op(gru_on):
@@ -66,10 +57,7 @@ def test_other_update_rule_is_not_the_gru_op(gru_on):
     fn = _gru(swapped_update=True)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert "GRU" not in op_types_with_branches(model)
-    inputs = gru_inputs(0)
-    got = OnnxRunner(model.SerializeToString()).run(inputs)
-    for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))):
-        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-6)
+    assert_runs_like_jit(model, fn, [gru_inputs(0)])
 
 
 def test_gru_rule_is_off_by_default_where_orts_products_would_thread():

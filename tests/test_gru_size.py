@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import jaxconv
-from gru_support import op_types_with_branches
+from gru_support import assert_runs_like_jit, op_types_with_branches
 from jaxconv.onnx.rewrites import gru
-from jaxconv.runtimes.onnxrt import OnnxRunner
 
 
 def _params(n_in: int, hidden: int, seed: int = 0) -> dict:
@@ -56,14 +55,8 @@ def test_a_gru_whose_products_run_on_one_thread_is_the_gru_op_by_default(steps, 
     fn = _fn(n_in, hidden)
     model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]", check=False)
     assert "GRU" in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)  # the exact loop stays for non-finite inputs
-    runner = OnnxRunner(model.SerializeToString())
-    for seed, edge in ((0, None), (1, None), (2, (1, 0, 2)), (3, (steps - 1, batch - 1, 0)), (4, (0, 0, 1))):
-        inputs = _inputs(steps, batch, n_in, hidden, seed, edge)
-        got = runner.run(inputs)
-        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    edges = (None, None, (1, 0, 2), (steps - 1, batch - 1, 0), (0, 0, 1))
+    assert_runs_like_jit(model, fn, [_inputs(steps, batch, n_in, hidden, seed, edge) for seed, edge in enumerate(edges)])
 
 
 @pytest.mark.parametrize("batch, hidden, op", [
@@ -100,11 +93,5 @@ def test_flax_gru_cell_of_a_small_size_is_the_gru_op_by_default():
 
     model = jaxconv.to_onnx(fn, f"f32[{steps},{batch},{n_in}]", f"f32[{batch},{hidden}]", check=False)
     assert "GRU" in op_types_with_branches(model)
-    runner = OnnxRunner(model.SerializeToString())
-    for seed, edge in ((0, None), (1, (3, 2, 1))):
-        inputs = _inputs(steps, batch, n_in, hidden, seed, edge)
-        got = runner.run(inputs)
-        want = [np.asarray(w) for w in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert_runs_like_jit(model, fn, [_inputs(steps, batch, n_in, hidden, seed, edge)
+                                     for seed, edge in enumerate((None, (3, 2, 1)))])
