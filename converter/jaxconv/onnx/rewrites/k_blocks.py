@@ -24,9 +24,10 @@ process, alternating, load 0.6): one thread 14.5 -> 12.9 ms, two threads 8.3 -> 
 Where the operand is built otherwise (a LayerNormalization's output, when the model's width is
 1024 and every projection reads it), a Split copies it into the blocks first; the copy costs less
 than it saves from ``SPLIT_MIN_ROWS`` rows: one thread, process CPU time against the plain MatMul
-(load 5.7, medians of 9 alternating runs) [1024, 1024] x [1024, 1024] 0.83, x [1024, 4096] 0.88,
-[256, 1024] x [1024, 1024] 0.93, [64, 1024] x [1024, 1024] 0.95 (two threads, wall: 0.72, 0.62, 1.03,
-0.97).
+(load 4.6-5.7, medians of 9 alternating runs) [1024, 1024] x [1024, 1024] 0.83, x [1024, 4096] 0.88,
+[256, 1024] x [1024, 1024] 0.93, [128, 1024] x [1024, 768] 0.82, x [1024, 3072] 0.90; fewer rows
+gain little: [64, 1024] x [1024, 3072] 0.94-0.96, [32, ...] 0.99. (At 128 rows jax.jit ran these
+products 1.12-1.23x faster than ORT, while ORT was faster for every K < 1024.)
 
 The blocks are the fewest equal parts whose rows are not a multiple of 4 KiB (K = 1024: two of
 512; 2048: four of 512; 3072: two of 1536). The rule fires only where the rows are many (at least
@@ -45,7 +46,7 @@ from jaxconv.onnx.rewrites import _match as m
 
 ALIASED_FLOATS = 1024  # a float32 row of a multiple of this many elements is a multiple of 4 KiB
 MIN_ROWS = 64  # fewer rows do not slow down: the blocks would only add kernels
-SPLIT_MIN_ROWS = 256  # the same for the blocks copied out by a Split
+SPLIT_MIN_ROWS = 128  # the same for the blocks copied out by a Split
 ELEMENTWISE = frozenset({
     "Abs", "Add", "Ceil", "Cos", "Div", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish",
     "Identity", "LeakyRelu", "Log", "Max", "Min", "Mish", "Mul", "Neg", "Pow", "Reciprocal", "Relu", "Round",
