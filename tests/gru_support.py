@@ -37,13 +37,7 @@ def assert_runs_like_jit(model, fn, input_sets, rtol: float = 1e-5, atol: float 
 
 
 def op_types_with_branches(model) -> set[str]:
-    """Op types of the main graph and of the subgraphs its nodes hold (If branches, Scan bodies)."""
-    import onnx
+    """Op types of the main graph and of its subgraphs (If branches, Scan bodies), at any depth."""
+    from onnx_graphs import op_types
 
-    ops = set()
-    for node in model.graph.node:
-        ops.add(node.op_type)
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                ops |= {n.op_type for n in attr.g.node}
-    return ops
+    return set(op_types(model.graph))

@@ -20,6 +20,7 @@ import pytest
 from jax import lax
 
 from tests.lowering_check import assert_same_floats, convert_and_run, x64_for
+from tests.onnx_graphs import op_types
 
 EDGES = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40, -1e-40, 1e-30, -1e-30, 3e38, -3e38, 1e4, -1e4]
 GRID = np.concatenate([np.linspace(-12, 12, 4801), EDGES]).astype(np.float32)
@@ -36,20 +37,6 @@ def gelu_by_hand(x):
 def _jit(fn, *args):
     with x64_for(*args):
         return [np.asarray(a) for a in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
-
-
-def _all_op_types(model) -> list[str]:
-    out = []
-
-    def walk(graph):
-        for n in graph.node:
-            out.append(n.op_type)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-
-    walk(model.graph)
-    return out
 
 
 def test_exact_gelu_float32_is_one_gelu_node():
@@ -136,7 +123,7 @@ def test_two_gelus_and_one_inside_a_scan_body():
     import jaxconv
 
     model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
-    types = _all_op_types(model)
+    types = op_types(model.graph)
     assert types.count("Gelu") == 4 and "Exp" not in types and "Erf" not in types
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 from onnx import TensorProto, helper
+from onnx_graphs import op_types
 
 pytestmark = pytest.mark.tf
 tf = pytest.importorskip("tensorflow")
@@ -82,7 +83,7 @@ def test_gru_scan_through_the_route_matches_jax_jit(monkeypatch):
     rng = np.random.default_rng(4)
     xs, h0 = rng.normal(size=(T, B, IN)).astype(np.float32), rng.normal(size=(B, H)).astype(np.float32)
     program = trace(gru, [jax.ShapeDtypeStruct(xs.shape, xs.dtype), jax.ShapeDtypeStruct(h0.shape, h0.dtype)])
-    assert "GRU" in _ops(convert.program_to_onnx(program, OPSET).graph)
+    assert "GRU" in op_types(convert.program_to_onnx(program, OPSET).graph)
     _, function, _ = for_program(program)
     got = function(xs, h0)
     want = jax.tree_util.tree_leaves(jax.jit(gru)(xs, h0))
@@ -98,13 +99,3 @@ def test_gru_scan_through_the_route_matches_jax_jit(monkeypatch):
     assert read_route(data) == "tf-ops" and reports[0].ok, reports[0].table()
     for g, w in zip(TFLiteRunner(data).run([xs, h0]), want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
-
-
-def _ops(graph) -> set[str]:
-    out = set()
-    for node in graph.node:
-        out.add(node.op_type)
-        for a in node.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                out |= _ops(g)
-    return out

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from onnx_graphs import op_types
 
 from conformance.nets import lstm_cell
 from jaxconv import api
@@ -25,23 +26,13 @@ def lstm(xs, h0):
     return hs, h, c
 
 
-def _op_types(graph) -> set[str]:
-    out = set()
-    for node in graph.node:
-        out.add(node.op_type)
-        for a in node.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                out |= _op_types(g)
-    return out
-
-
 def test_lstm_op_in_tflite_matches_jax():
     from jaxconv.onnx import convert
     from jaxconv.program import trace
     from jaxconv.runtimes.tflite import TFLiteRunner, read_route
 
     specs = [S((7, 2, 6), np.float32), S((2, 8), np.float32)]
-    ops = _op_types(convert.program_to_onnx(trace(lstm, specs), 26).graph)
+    ops = op_types(convert.program_to_onnx(trace(lstm, specs), 26).graph)
     assert "LSTM" in ops  # what this test is about: the rewrite wrote the LSTM op
     reports: list = []
     data = api.to_tflite(lstm, *specs, route="tf-ops", report_to=reports)
