@@ -52,15 +52,16 @@ def _close_to_plain(got, plain):
         np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("k", "parts"), [(1024, 2), (2048, 4), (3072, 2)])
-def test_block_count(k, parts):
-    assert k_blocks.block_count(k) == parts
-    assert (k // parts) % k_blocks.ALIASED_FLOATS != 0
+@pytest.mark.parametrize(("k", "widths"), [(1024, [512, 512]), (2048, [512, 1536]), (3072, [1536, 1536]),
+                                           (4096, [1536, 2560])])
+def test_block_widths(k, widths):
+    assert k_blocks.block_widths(k) == widths
+    assert all(w % k_blocks.ALIASED_FLOATS for w in widths)
 
 
 @pytest.mark.parametrize("k", [0, 512, 768, 1000, 1536])
-def test_block_count_none_where_rows_are_not_4k(k):
-    assert k_blocks.block_count(k) is None
+def test_no_blocks_where_rows_are_not_4k(k):
+    assert k_blocks.block_widths(k) is None
 
 
 def test_feed_forward_in_blocks(monkeypatch):
@@ -79,9 +80,9 @@ def test_feed_forward_in_blocks(monkeypatch):
     _matches(got, fn, x)
 
 
-def test_gated_feed_forward_in_four_blocks(monkeypatch):
-    """SwiGLU with an exact sigmoid and a hidden width of 2048: four blocks of 512, both products and the
-    gate's constants cut by columns."""
+def test_gated_feed_forward_in_blocks_of_two_widths(monkeypatch):
+    """SwiGLU with an exact sigmoid and a hidden width of 2048: blocks of 512 and 1536 columns, both
+    products and the gate's constants cut by columns."""
     wg, wu, c, wd = _w(32, 2048), _w(32, 2048), _w(1, 2048, scale=0.5), _w(2048, 16)
 
     def fn(x):
@@ -91,7 +92,7 @@ def test_gated_feed_forward_in_four_blocks(monkeypatch):
     x = _x(128, 32)
     ops, got = _convert(fn, x)
     plain_ops, plain = _plain(monkeypatch, fn, x)
-    assert ops["MatMul"] == plain_ops["MatMul"] + 9 and ops["Sum"] == 1, (ops, plain_ops)
+    assert ops["MatMul"] == plain_ops["MatMul"] + 3 and ops["Sum"] == 1, (ops, plain_ops)
     _close_to_plain(got, plain)
     _matches(got, fn, x)
 
@@ -114,14 +115,16 @@ def test_edge_values_in_the_constants(monkeypatch):
     _matches(got, fn, x)
 
 
-def test_other_operands_split_into_blocks(monkeypatch):
-    """An operand not built from products by constants (here a normalised input) is cut by a Split."""
-    g, w = _w(1024, scale=1.0), _w(1024, 24)
+@pytest.mark.parametrize("k", [1024, 2048])
+def test_other_operands_split_into_blocks(monkeypatch, k):
+    """An operand not built from products by constants (here a normalised input) is cut by a Split
+    (2048 columns: 512 and 1536)."""
+    g, w = _w(k, scale=1.0), _w(k, 24)
 
     def fn(x):
         return ((x - x.mean(-1, keepdims=True)) * g) @ w
 
-    x = _x(2, 128, 1024)
+    x = _x(2, 64, k)
     ops, got = _convert(fn, x)
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops["Split"] == plain_ops["Split"] + 1 and ops["MatMul"] == 2, (ops, plain_ops)
