@@ -1,4 +1,4 @@
-"""Write artifacts atomically: to a temporary path beside the target, then rename.
+"""Write artifacts atomically: to a temporary path beside the target, then rename (``read_bytes`` reads one).
 
 Output folders are replaced only when nothing of the user's would be lost: see ``check_output_dir``.
 """
@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from typing import Iterator, Sequence
 
-from jaxconv.errors import UsageError
+from jaxconv.errors import ArtifactError, UsageError
 
 
 def _umask() -> int:
@@ -214,6 +214,15 @@ def atomic_dir(path: str, *, overwrite: bool = False, protect: Sequence[str | No
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of an artifact file; ``ArtifactError`` naming it and why when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path}: {e.strerror}") from e
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -8,7 +8,7 @@ from typing import Any, BinaryIO, Sequence
 
 import onnx
 
-from jaxconv.errors import ArtifactError, UsageError
+from jaxconv.errors import UsageError
 from jaxconv.onnx import proto_wire
 from jaxconv.onnx.driver import DEFAULT_OPSET, MIN_OPSET, GraphIO, lower_module
 from jaxconv.onnx.stream import Parts, staged_with_data
@@ -92,14 +92,11 @@ def _collect_graph_cycles(parts: Parts) -> None:
 
 def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | None = None) -> onnx.ModelProto:
     """Lower a ``.mlir``/``.mlirbc`` module from any frontend; ``entry``'s arguments become inputs."""
+    from jaxconv.artifacts import read_bytes
     from jaxconv.stablehlo.reader import read_module
 
     opset = check_opset(opset)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ArtifactError(f"cannot read {path}: {e.strerror}") from e
+    data = read_bytes(path)
     module = read_module(data if data[:4] in (b"ML\xefR",) else data.decode("utf-8", "replace"))
     try:
         fn = module.entry(entry)

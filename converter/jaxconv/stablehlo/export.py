@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from jaxconv.artifacts import atomic_files
+from jaxconv.artifacts import atomic_files, read_bytes
 from jaxconv.errors import ArtifactError, UsageError
 from jaxconv.program import Program
 
@@ -84,11 +84,7 @@ def load_exported(path: str):
     """Deserialize a ``.jaxexport`` file into a ``jax.export.Exported``."""
     from jax import export
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ArtifactError(f"cannot read {path}: {e.strerror}") from e
+    data = read_bytes(path)
     try:
         return export.deserialize(bytearray(data))
     except Exception as e:
