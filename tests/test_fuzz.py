@@ -37,7 +37,7 @@ def test_generator_is_deterministic_for_a_seed():
 def test_generator_covers_dtypes_shapes_ops_and_control_flow():
     dtypes, ops, sizes = set(), collections.Counter(), set()
     for seed in range(150):
-        p = generate(seed)
+        p = generate(seed, family="random")  # the model family: tests/test_fuzz_models.py
         assert 1 <= len(p.steps) <= 8
         dtypes.update(v.dtype for v in p.types.values())
         ops.update(p.ops())
@@ -170,7 +170,7 @@ def test_fuzz_program_records_a_planted_mismatch(monkeypatch, tmp_path):
                                 types={0: Value((32,), "float32")}))
     real = fuzz_run.convert
 
-    def buggy_convert(program, target, tmp):
+    def buggy_convert(program, target, tmp, opset=None):
         runner = real(program, target, tmp)
 
         class Flip:
@@ -341,7 +341,7 @@ def test_fuzz_program_minimises_a_planted_converter_crash(monkeypatch, tmp_path)
                                 outputs=[3, 4], types={0: Value((3,), "float32")}))
     real = fuzz_run.convert
 
-    def crashing_convert(program, target, tmp):
+    def crashing_convert(program, target, tmp, opset=None):
         if "stablehlo.sine" in program.exported.mlir_module():
             raise fuzz_run.Crashed("internal ValueError: planted at node n_Sin_3 (0x7f00aa)")
         return real(program, target, tmp)

@@ -15,6 +15,7 @@ import time
 from typing import Any, Sequence
 
 from conformance.fuzz.driver import program_seed
+from conformance.fuzz.generate import FAMILIES
 from conformance.fuzz.run import TARGETS
 
 TASK_TIMEOUT_S = 150.0
@@ -28,6 +29,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=None, help="stop starting programs after SECONDS")
     p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--targets", default="onnx", help=f"comma-separated, from {','.join(TARGETS)} (default onnx)")
+    p.add_argument("--family", choices=FAMILIES, default="mixed",
+                   help="programs: mixed (one in four model-shaped, default), random (2-8 ops) or model")
     p.add_argument("-o", "--output", default="fuzz-out", help="folder for reproducers and results (default fuzz-out)")
     p.add_argument("--no-minimise", action="store_true", help="classify without shrinking (faster, coarser classes)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per failing program")
@@ -86,6 +89,9 @@ def summary(tally: Tally, targets: Sequence[str], seconds: float) -> str:
         lines.append(f"  {t:<12} run {sum(s.values()) - s['not-run']:>6}  converted {converted:>6}  ok {s['ok']:>6}  "
                      f"mismatch {s['mismatch']:>5}  unsupported {s['unsupported']:>5}  crash {s['crash']:>4}  "
                      f"invalid (jax rejects) {s['invalid']:>4}  lost {s['lost']:>3}")
+    rules = rule_hits(tally.records)
+    if rules:
+        lines.append("rewrites fired (programs): " + ", ".join(f"{k} {n}" for k, n in rules.items()))
     unsupported = collections.Counter(_unsupported_key(r["detail"]) for r in tally.records if r["status"] == "unsupported")
     if unsupported:
         lines.append("unsupported (top): " + "; ".join(f"{k} x{n}" for k, n in unsupported.most_common(6)))
@@ -100,6 +106,15 @@ def summary(tally: Tally, targets: Sequence[str], seconds: float) -> str:
     for r in lost[:5]:
         lines.append(f"lost: seed {r['seed']}: {r['detail'][:150]}")
     return "\n".join(lines)
+
+
+def rule_hits(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many converted programs each ONNX rewrite rule fired in (rules that never fired: 0), most first."""
+    hits: collections.Counter = collections.Counter()
+    for r in records:
+        hits.update({rule: 0 for rule in r.get("rules_known", ())})
+        hits.update({rule: 1 for rule in r.get("rules", {})})
+    return dict(sorted(hits.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _unsupported_key(detail: str) -> str:
@@ -117,11 +132,11 @@ def findings(tally: Tally) -> str:
 
 _JAX_ONLY = """
 import sys
-sys.path[:0] = sys.argv[2:]
+sys.path[:0] = sys.argv[3:]
 from conformance.fuzz.generate import INPUT_SETS, generate, input_values
 from conformance.fuzz.run import Invalid, reference
 seed = int(sys.argv[1])
-program = generate(seed)
+program = generate(seed, family=sys.argv[2])
 for kind in INPUT_SETS:
     try:
         reference(program, input_values(program, kind, seed))
@@ -130,7 +145,7 @@ for kind in INPUT_SETS:
 """
 
 
-def jax_aborts(seed: int) -> str:
+def jax_aborts(seed: int, family: str = "mixed") -> str:
     """When program ``seed`` kills its worker: the fatal line if jax.jit alone kills a process, else ''.
 
     XLA can abort (a failed CHECK) while compiling a valid program; that is jax's bug, not a converter crash.
@@ -139,7 +154,7 @@ def jax_aborts(seed: int) -> str:
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        done = subprocess.run([sys.executable, "-c", _JAX_ONLY, str(seed), root, os.path.join(root, "converter")],
+        done = subprocess.run([sys.executable, "-c", _JAX_ONLY, str(seed), family, root, os.path.join(root, "converter")],
                               capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return ""
@@ -206,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     os.makedirs(args.output, exist_ok=True)
     out = os.path.abspath(args.output)
-    tasks = [{"seed": program_seed(args.seed, k), "targets": args.target_list, "out": out, "minimise": not args.no_minimise}
+    tasks = [{"seed": program_seed(args.seed, k), "targets": args.target_list, "out": out, "minimise": not args.no_minimise,
+              "family": args.family}
              for k in range(args.start, args.start + args.count)]
     tally = Tally()
     started = time.monotonic()
@@ -230,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_lost(task: dict[str, Any], why: str) -> list[dict[str, Any]]:
         status = "not-run" if why == NOT_STARTED else "lost"
         if why.startswith("worker process died"):
-            aborted = jax_aborts(task["seed"])
+            aborted = jax_aborts(task["seed"], task.get("family", "mixed"))
             if aborted:
                 status, why = "invalid", f"jax.jit aborts the process: {aborted}"
         return [{"seed": task["seed"], "target": t, "status": status, "detail": why, "ops": []} for t in task["targets"]]

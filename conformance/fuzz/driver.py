@@ -71,7 +71,7 @@ def fuzz_task(task: dict[str, Any]) -> list[dict[str, Any]]:
 
     _quiet_runtimes()
     seed = task["seed"]
-    program = generate(seed)
+    program = generate(seed, family=task.get("family", "mixed"))
     records = []
     for target in task["targets"]:
         start = time.perf_counter()
@@ -86,6 +86,9 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
     outcome = evaluate(program, target, seed)
     rec: dict[str, Any] = {"seed": seed, "target": target, "status": outcome.status, "detail": outcome.detail[:300],
                            "ops": program.ops()}
+    if outcome.rules:
+        rec["rules"] = {rule: n for rule, n in sorted(outcome.rules.items()) if n}
+        rec["rules_known"] = sorted(outcome.rules)
     if outcome.status not in ("mismatch", "crash"):
         return rec
     if outcome.status == "crash":

@@ -15,6 +15,12 @@ from conformance.fuzz.program import FLOATS, SIGNED, UNSIGNED, WIDE, FuzzProgram
 
 MAX_ELEMENTS = 2048
 INPUT_SETS = ("normal", "edge", "mixed")
+FAMILIES = ("mixed", "random", "model")
+MODEL_EVERY = 4
+# The share of edge values per input set; a model program mixes its rows, so a few edge values reach
+# every output: its sets hold fewer, or every output would be NaN.
+EDGE_SHARE = {"edge": 0.85, "mixed": 0.25}
+MODEL_EDGE_SHARE = {"edge": 0.1, "mixed": 0.01}
 
 
 class Builder:
@@ -66,8 +72,16 @@ class Builder:
         return self.fresh(t.shape, t.dtype)
 
 
-def generate(seed: int, min_ops: int = 2, max_ops: int = 8) -> FuzzProgram:
-    """A random program of ``min_ops``..``max_ops`` steps; deterministic for ``seed``."""
+def generate(seed: int, min_ops: int = 2, max_ops: int = 8, family: str = "mixed") -> FuzzProgram:
+    """A random program of ``min_ops``..``max_ops`` steps; deterministic for ``seed`` and ``family``.
+
+    ``family`` mixed: one seed in four (``seed % 4 == 3``) gives a model-shaped program
+    (``models.generate_model``), the others a random one; ``model``: always a model; ``random``: never.
+    """
+    if family == "model" or (family == "mixed" and seed % MODEL_EVERY == MODEL_EVERY - 1):
+        from conformance.fuzz.models import generate_model
+
+        return generate_model(seed)
     rng = random.Random(seed)
     b = Builder(rng, x64=rng.random() < 0.25)
     for _ in range(rng.choice([1, 1, 2])):
@@ -149,10 +163,11 @@ def specials(dtype: str) -> list:
 def input_values(program: FuzzProgram, kind: str, seed: int) -> list[np.ndarray]:
     """One array per input of ``program`` for input set ``kind`` (normal, edge or mixed)."""
     rng = np.random.default_rng([seed, INPUT_SETS.index(kind) if kind in INPUT_SETS else 9])
-    return [make_array(program.types[i], kind, rng) for i in program.inputs]
+    shares = MODEL_EDGE_SHARE if program.family == "model" else EDGE_SHARE
+    return [make_array(program.types[i], kind, rng, shares) for i in program.inputs]
 
 
-def make_array(t: Value, kind: str, rng: np.random.Generator) -> np.ndarray:
+def make_array(t: Value, kind: str, rng: np.random.Generator, shares: dict[str, float] = EDGE_SHARE) -> np.ndarray:
     from conformance.case import np_dtype
 
     dt = np_dtype(t.dtype)
@@ -172,7 +187,7 @@ def make_array(t: Value, kind: str, rng: np.random.Generator) -> np.ndarray:
         return np.asarray(normal).astype(dt)
     pool = np.array(specials(t.dtype), dtype=object)
     special = pool[rng.integers(0, len(pool), size=shape)] if shape else pool[rng.integers(0, len(pool))]
-    mask = rng.random(shape) < (0.85 if kind == "edge" else 0.25)
+    mask = rng.random(shape) < shares.get(kind, 0.25)
     values = np.where(mask, special, np.asarray(normal).astype(object))
     return _cast(values, dt, t.dtype)
 

@@ -89,6 +89,11 @@ EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
 
+# The products of conformance/fuzz/models.py's layers: sums over a contracted axis, as matmul and conv.
+MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense_k", "dense_v", "dense_out", "dense_qkv",
+              "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "lstm_fused", "lstm_flax",
+              "gru_fused", "gru_flax")
+
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/excess-precision", EXCESS),
@@ -101,7 +106,7 @@ KNOWN: tuple[Known, ...] = (
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
                  "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
-                 "vmap_matvec", "lstm_scan", "gru_scan")
+                 "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool")
       for kind in ("value", "nan", "inf")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
@@ -112,7 +117,7 @@ KNOWN: tuple[Known, ...] = (
     Known("conv/*/overflow-order", SUM_ORDER),
     Known("*/*/conv-zeros", CONV_ZEROS),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
-                                                              "vmap_matvec", "lstm_scan", "gru_scan")),
+                                                              "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS)),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
     *(Known(f"{op}/{dtype}/value", BF16_WINDOWS, frozenset({"window-2d"}))
       for op in ("sum_pool", "mean_pool") for dtype in ("bf16", "f16")),

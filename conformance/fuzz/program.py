@@ -24,7 +24,23 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 WIDE = frozenset({"float64", "int64", "uint64"})
-PRELUDE = "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n"
+WEIGHTS = '''
+def _w(seed, shape, dtype, scale=1.0, edge=0.0):
+    """A closed-over weight: seeded normal values times scale, a share edge of them edge values."""
+    import ml_dtypes
+
+    r = np.random.default_rng(seed)
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    a = r.standard_normal(shape) * scale
+    if edge:
+        info = ml_dtypes.finfo(dt)
+        pool = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, float(info.max), -float(info.max), float(info.tiny),
+                         float(info.smallest_subnormal), -float(info.smallest_subnormal), 1e30, -1e-30])
+        a = np.where(r.random(shape) < edge, pool[r.integers(0, len(pool), shape)], a)
+    with np.errstate(over="ignore"):  # 1e30 in a half float is inf: one more edge value
+        return a.astype(dt)
+'''
+PRELUDE = "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n" + WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -67,9 +83,12 @@ class FuzzProgram:
     outputs: list[int] = field(default_factory=list)
     types: dict[int, Value] = field(default_factory=dict)
     x64: bool = False
+    family: str = ""  # "model" for conformance.fuzz.models' programs
+    opset: int | None = None  # the ONNX opset to convert at (None: jaxconv's default)
 
     def copy(self) -> "FuzzProgram":
-        return FuzzProgram(list(self.inputs), list(self.steps), list(self.outputs), dict(self.types), self.x64)
+        return FuzzProgram(list(self.inputs), list(self.steps), list(self.outputs), dict(self.types), self.x64,
+                           self.family, self.opset)
 
     def new_id(self) -> int:
         return max(self.types, default=-1) + 1

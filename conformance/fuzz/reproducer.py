@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from conformance.fuzz.minimise import Failure
-from conformance.fuzz.program import FLOATS
+from conformance.fuzz.program import FLOATS, WEIGHTS
 
 _MAIN = '''
 def _differs(e, a):
@@ -44,7 +44,7 @@ def _run(target):
     if target == "onnx":
         from jaxconv.runtimes.onnxrt import OnnxRunner
 
-        return OnnxRunner(jaxconv.to_onnx(f, *SPECS, check=False).SerializeToString())
+        return OnnxRunner(jaxconv.to_onnx(f, *SPECS, check=False, opset=OPSET).SerializeToString())
     if target == "tflite":
         from jaxconv.runtimes.tflite import TFLiteRunner
 
@@ -135,10 +135,12 @@ def write(failure: Failure, klass: str, verdict: str, description: str, target: 
         "    return np.array(values, dt).reshape(shape)",
         "",
         "",
+        *([WEIGHTS.strip(), "", ""] if "_w(" in program.source() else []),
         program.source().rstrip(),
         "",
         "",
         f"TARGET = {target!r}",
+        f"OPSET = {program.opset!r}",
         f"CRASH = {failure.status == 'crash'}",
         f"SPECS = {specs!r}",
         "INPUTS = [",

@@ -55,6 +55,35 @@ class Outcome:
     expected: list[np.ndarray] = field(default_factory=list)
     actual: list[np.ndarray] = field(default_factory=list)
     check: str = ""
+    rules: dict[str, int] = field(default_factory=dict)
+
+
+class RuleCounter:
+    """Counts the ONNX rewrites that fire while active: ``rewrites.apply``'s counts, summed per rule.
+
+    The converter is unchanged: ``apply`` is wrapped (looked up on its module at each conversion) and
+    restored on exit.
+    """
+
+    def __init__(self) -> None:
+        self.fired: dict[str, int] = {}
+
+    def __enter__(self) -> "RuleCounter":
+        from jaxconv.onnx import rewrites
+
+        self._module, self._apply = rewrites, rewrites.apply
+
+        def counted(model: Any, opset: int) -> dict[str, int]:
+            fired = self._apply(model, opset)
+            for rule, n in fired.items():
+                self.fired[rule] = self.fired.get(rule, 0) + n
+            return fired
+
+        rewrites.apply = counted  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._module.apply = self._apply  # type: ignore[assignment]
 
 
 def reference(program: FuzzProgram, inputs: Sequence[np.ndarray], fn: Callable[..., Any] | None = None) -> list[np.ndarray]:
@@ -84,8 +113,9 @@ def trace(program: FuzzProgram, fn: Callable[..., Any] | None = None) -> Any:
         raise Invalid(str(e)) from e
 
 
-def convert(program: Any, target: str, tmp: str) -> Any:
-    """Convert a traced program and open a runner for it; raises Refused, Crashed or LoadFailed."""
+def convert(program: Any, target: str, tmp: str, opset: int | None = None) -> Any:
+    """Convert a traced program (ONNX: at ``opset``) and open a runner for it; raises Refused, Crashed or
+    LoadFailed."""
     from jaxconv import api
     from jaxconv.errors import ArtifactError, JaxconvError, MissingDependencyError, UnsupportedError
     from jaxconv.runtimes import open_artifact
@@ -94,7 +124,7 @@ def convert(program: Any, target: str, tmp: str) -> Any:
         if target == "onnx":
             from jaxconv.onnx import convert as onnx_convert
 
-            model = onnx_convert.program_to_onnx(program)
+            model = onnx_convert.program_to_onnx(program, opset)
             onnx_convert.validate(model)
             data = model.SerializeToString()
         elif target == "tflite":
@@ -150,7 +180,7 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
         return "invalid", None, [], [], str(e)
     with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
         try:
-            runner = convert(traced, target, tmp)
+            runner = convert(traced, target, tmp, program.opset)
         except Refused as e:
             return "unsupported", None, expected, [], str(e)
         except Crashed as e:
@@ -166,7 +196,15 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
 
 
 def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] = INPUT_SETS) -> Outcome:
-    """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict."""
+    """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict
+    and (ONNX) how many times each rewrite rule fired in the conversion."""
+    counter = RuleCounter()
+    outcome = _evaluate(program, target, seed, sets, counter)
+    outcome.rules = dict(counter.fired)
+    return outcome
+
+
+def _evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str], counter: RuleCounter) -> Outcome:
     import jax
 
     fn = program.function()
@@ -177,7 +215,8 @@ def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] =
         return Outcome("invalid", target, str(e))
     with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
         try:
-            runner = convert(traced, target, tmp)
+            with counter:
+                runner = convert(traced, target, tmp, program.opset)
         except Refused as e:
             return Outcome("unsupported", target, str(e))
         except Crashed as e:

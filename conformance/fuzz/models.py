@@ -1,0 +1,416 @@
+"""Model-shaped programs: the layers jaxconv's ONNX rewrites match, with random sizes and edge values.
+
+Random 2-8-op programs rarely take the shapes the graph rewrites look for (a Dense by a constant
+weight, an attention block between head Transposes, a layer norm over the last axis, an LSTM cell in
+a scan). ``generate_model`` draws a small model instead: feed-forward blocks (GELU, ReLU, SiLU,
+SwiGLU; hidden widths that are multiples of 1024 and not), attention with causal and padding masks
+(-inf, ``finfo.min`` and other fills), softmax / log_softmax heads, layer and RMS norms, LSTM and GRU
+cells in ``lax.scan`` (fused hand-written and per-gate Flax-style), NHWC conv and pool chains, a
+classifier reading one row of its last layer, ``fori_loop`` with loop invariants.
+
+Weights are mostly closed-over constants (the rules match constant weights), written as
+``_w(seed, shape, dtype, scale, edge)``: seeded normal values, a share ``edge`` of them replaced by
+edge values (NaN, +-inf, +-FLT_MAX, -0.0, subnormals), so edge values also reach the rewritten
+places through the weights. Some weights are function inputs instead. Each layer is one step, so
+the minimiser can cut a failing model down layer by layer.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
+
+KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads")
+HIDDEN_1024 = (1024, 2048)
+MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
+
+
+class ModelBuilder:
+    """The program under construction; ``step`` appends one layer, ``w`` writes a weight."""
+
+    def __init__(self, rng: random.Random, dtype: str) -> None:
+        self.rng = rng
+        self.dtype = dtype
+        self.program = FuzzProgram(family="model")
+        self.args: list[int] = []
+        # the program's share of edge values in constants: most programs have none, some a few, some many
+        self.edge = rng.choice([0.0, 0.0, 0.0, 0.001, 0.01, 0.05])
+        self.weight_inputs = rng.random() < 0.3
+
+    def input(self, shape: tuple[int, ...], dtype: str | None = None, role: str = "") -> int:
+        v = self.program.new_id()
+        self.program.types[v] = Value(tuple(shape), dtype or self.dtype, role)
+        self.program.inputs.append(v)
+        return v
+
+    def ref(self, v: int) -> str:
+        """``{k}`` naming value ``v`` in the step being written."""
+        if v not in self.args:
+            self.args.append(v)
+        return "{" + str(self.args.index(v)) + "}"
+
+    def w(self, shape: tuple[int, ...], scale: float | None = None, edge: float | None = None,
+          may_input: bool = True) -> str:
+        """A weight: a closed-over constant, or (sometimes) a function input of that shape."""
+        n = 1
+        for d in shape:
+            n *= d
+        if may_input and self.weight_inputs and n <= MAX_INPUT_WEIGHT and self.rng.random() < 0.4:
+            return self.ref(self.input(shape))
+        if scale is None:
+            scale = 1.0 / max(shape[0] if len(shape) > 1 else 1, 1) ** 0.5
+        e = self.edge if edge is None else edge
+        if e and self.rng.random() < 0.5:
+            e = 0.0  # not every weight of an edge program is broken: the others keep the values finite
+        return f"_w({self.rng.randrange(1 << 30)}, {tuple(shape)}, {self.dtype!r}, {scale:.4g}, {e:g})"
+
+    def bias(self, n: int) -> str:
+        r = self.rng.random()
+        if r < 0.15:
+            return f"jnp.zeros({n}, jnp.{self.dtype})"  # zero_bias drops it, as XLA does
+        if r < 0.2:
+            return f"jnp.full({n}, -0.0, jnp.{self.dtype})"
+        return self.w((n,), 0.1)
+
+    def step(self, op: str, expr: str, shape: tuple[int, ...], dtype: str | None = None) -> int:
+        v = self.program.new_id()
+        self.program.steps.append(Step(op, tuple(self.args), expr, v))
+        self.program.types[v] = Value(tuple(shape), dtype or self.dtype)
+        self.args = []
+        return v
+
+    def sig(self, z: str) -> str:
+        return f"jax.nn.sigmoid({z})" if self.rng.random() < 0.5 else f"(1 / (1 + jnp.exp(-({z}))))"
+
+    # -- layers -----------------------------------------------------------------------------------
+
+    def dense(self, x: int, shape: tuple[int, ...], out: int, op: str = "dense") -> int:
+        d = shape[-1]
+        form = self.rng.random()
+        if form < 0.15:
+            expr = f"jnp.einsum('...d,df->...f', {self.ref(x)}, {self.w((d, out))}) + {self.bias(out)}"
+        elif form < 0.25:
+            expr = f"{self.ref(x)} @ {self.w((d, out))}"
+        else:
+            expr = f"{self.ref(x)} @ {self.w((d, out))} + {self.bias(out)}"
+        return self.step(op, expr, shape[:-1] + (out,))
+
+    def act(self, x: int, shape: tuple[int, ...], name: str) -> int:
+        fn = {"gelu_tanh": "jax.nn.gelu({0}, approximate=True)", "gelu_exact": "jax.nn.gelu({0}, approximate=False)",
+              "relu": "jax.nn.relu({0})", "relu_max": "jnp.maximum({0}, 0.0)", "silu": "jax.nn.silu({0})",
+              "tanh": "jnp.tanh({0})"}[name]
+        return self.step(name, fn.format(self.ref(x)), shape)
+
+    def hidden_width(self, d: int) -> int:
+        r = self.rng.random()
+        if r < 0.45:
+            return self.rng.choice(HIDDEN_1024)
+        return self.rng.choice([4 * d, 3 * d + 1, 96, 1000, 1536, 2 * d])
+
+    def feed_forward(self, x: int, shape: tuple[int, ...]) -> int:
+        d = shape[-1]
+        hidden = self.hidden_width(d)
+        kind = self.rng.choice(["gelu_tanh", "gelu_exact", "relu", "relu_max", "silu", "swiglu", "swiglu_fused"])
+        hshape = shape[:-1] + (hidden,)
+        if kind == "swiglu":
+            g = self.dense(x, shape, hidden, "dense_gate")
+            u = self.dense(x, shape, hidden, "dense_up")
+            h = self.step("swiglu", f"jax.nn.silu({self.ref(g)}) * {self.ref(u)}", hshape)
+        elif kind == "swiglu_fused":
+            gu = self.step("dense_gate_up", f"{self.ref(x)} @ {self.w((d, 2 * hidden))}", shape[:-1] + (2 * hidden,))
+            h = self.step("swiglu_split", f"(lambda g, u: jax.nn.silu(g) * u)(*jnp.split({self.ref(gu)}, 2, axis=-1))",
+                          hshape)
+        else:
+            h = self.act(self.dense(x, shape, hidden, "dense_up"), hshape, kind)
+        return self.dense(h, hshape, d, "dense_down")
+
+    def norm(self, x: int, shape: tuple[int, ...]) -> int:
+        d = shape[-1]
+        eps = self.rng.choice(["1e-5", "1e-6", "1e-12", "0.0"])
+        r = self.rng.random()
+        g = f"jnp.ones({d}, jnp.{self.dtype})" if r < 0.2 else self.w((d,), 1.0)
+        b = self.bias(d)
+        x_ = self.ref(x)
+        form = self.rng.choice(["two_pass", "one_pass", "var", "rms", "rms_f32"])
+        if form == "two_pass":
+            expr = (f"(lambda c: c / jnp.sqrt(jnp.mean(c * c, -1, keepdims=True) + {eps}) * {g} + {b})"
+                    f"({x_} - jnp.mean({x_}, -1, keepdims=True))")
+        elif form == "one_pass":  # flax.linen.LayerNorm
+            expr = (f"(lambda m, m2: ({x_} - m) * lax.rsqrt(jnp.maximum(m2 - m * m, 0.0) + {eps}) * {g} + {b})"
+                    f"(jnp.mean({x_}, -1, keepdims=True), jnp.mean(lax.square({x_}), -1, keepdims=True))")
+        elif form == "var":
+            expr = (f"({x_} - jnp.mean({x_}, -1, keepdims=True)) * lax.rsqrt(jnp.var({x_}, -1, keepdims=True) + {eps})"
+                    f" * {g} + {b}")
+        elif form == "rms":
+            expr = f"{x_} * lax.rsqrt(jnp.mean(jnp.square({x_}), -1, keepdims=True) + {eps}) * {g}"
+        else:
+            expr = (f"({x_}.astype(jnp.float32) * lax.rsqrt(jnp.mean(jnp.square({x_}.astype(jnp.float32)), -1, "
+                    f"keepdims=True) + {eps})).astype(jnp.{self.dtype}) * {g}")
+        return self.step(f"norm_{form}", expr, shape)
+
+    def fill(self) -> str:
+        fills = ["-jnp.inf", f"jnp.finfo(jnp.{self.dtype}).min", "-1e4"]
+        if self.dtype in ("float32", "bfloat16"):
+            fills.append("-1e9")
+        return self.rng.choice(fills)
+
+    def attention(self, x: int, shape: tuple[int, ...], causal: bool) -> int:
+        b, t, d = shape
+        heads = self.rng.choice([h for h in (1, 2, 4, 8) if d % h == 0])
+        dh = d // heads
+        fused = self.rng.random() < 0.35
+        if fused:
+            qkv = self.step("dense_qkv", f"{self.ref(x)} @ {self.w((d, 3 * d))} + {self.bias(3 * d)}", (b, t, 3 * d))
+            q, k, v = (self.step(f"split_{n}", f"jnp.split({self.ref(qkv)}, 3, axis=-1)[{i}]", shape)
+                       for i, n in enumerate("qkv"))
+        else:
+            q, k, v = (self.dense(x, shape, d, f"dense_{n}") for n in "qkv")
+        heads_shape = (b, heads, t, dh)
+        q, k, v = (self.step(f"heads_{n}", f"{self.ref(u)}.reshape({b}, {t}, {heads}, {dh}).transpose(0, 2, 1, 3)",
+                             heads_shape) for n, u in zip("qkv", (q, k, v)))
+        scale = self.rng.choice([f"{dh ** -0.5:.6g}", f"(1 / np.sqrt({dh}))"])
+        if self.rng.random() < 0.5:
+            s = self.step("scores", f"({self.ref(q)} @ jnp.swapaxes({self.ref(k)}, -1, -2)) * {scale}", (b, heads, t, t))
+        else:
+            s = self.step("scores", f"jnp.einsum('bhqd,bhkd->bhqk', {self.ref(q) + ' * ' + scale}, {self.ref(k)})",
+                          (b, heads, t, t))
+        fill = self.fill()
+        mask_kind = self.rng.choice(["causal", "causal", "padding", "both", "additive", "none"]) if causal else \
+            self.rng.choice(["padding", "additive_padding", "none", "none"])
+        if mask_kind in ("causal", "both"):
+            tri = f"jnp.tril(jnp.ones(({t}, {t}), bool))"
+            if self.rng.random() < 0.3:
+                tri = f"(jnp.arange({t})[:, None] >= jnp.arange({t})[None, :])"
+            s = self.step("causal_mask", f"jnp.where({tri}, {self.ref(s)}, {fill})", (b, heads, t, t))
+        if mask_kind == "additive":
+            s = self.step("causal_bias", f"{self.ref(s)} + jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool)), 0.0, {fill})"
+                          f".astype(jnp.{self.dtype})", (b, heads, t, t))
+        if mask_kind in ("padding", "both", "additive_padding"):
+            if self.rng.random() < 0.6:
+                m = self.ref(self.input((b, t), "bool"))
+            else:
+                lengths = [self.rng.randint(1, t) for _ in range(b)]
+                m = f"(jnp.arange({t})[None, :] < jnp.array({lengths})[:, None])"
+            if mask_kind == "additive_padding":
+                s = self.step("padding_bias", f"{self.ref(s)} + jnp.where({m}[:, None, None, :], 0.0, {fill})"
+                              f".astype(jnp.{self.dtype})", (b, heads, t, t))
+            else:
+                s = self.step("padding_mask", f"jnp.where({m}[:, None, None, :], {self.ref(s)}, {fill})",
+                              (b, heads, t, t))
+        if self.dtype != "float32" and self.rng.random() < 0.5:
+            p = self.step("softmax_f32", f"jax.nn.softmax({self.ref(s)}.astype(jnp.float32), axis=-1).astype(jnp.{self.dtype})",
+                          (b, heads, t, t))
+        else:
+            p = self.step("softmax", f"jax.nn.softmax({self.ref(s)}, axis=-1)", (b, heads, t, t))
+        o = self.step("attend", f"({self.ref(p)} @ {self.ref(v)}).transpose(0, 2, 1, 3).reshape({b}, {t}, {d})", shape)
+        return self.dense(o, shape, d, "dense_out")
+
+    def block(self, x: int, shape: tuple[int, ...], causal: bool) -> int:
+        pre = self.rng.random() < 0.5
+        if pre:
+            a = self.attention(self.norm(x, shape), shape, causal)
+            x = self.step("residual", f"{self.ref(x)} + {self.ref(a)}", shape)
+            f = self.feed_forward(self.norm(x, shape), shape)
+            return self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape)
+        a = self.attention(x, shape, causal)
+        x = self.norm(self.step("residual", f"{self.ref(x)} + {self.ref(a)}", shape), shape)
+        f = self.feed_forward(x, shape)
+        return self.norm(self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape), shape)
+
+    def head(self, x: int, shape: tuple[int, ...]) -> int:
+        classes = self.rng.choice([2, 3, 10])
+        logits = self.dense(x, shape, classes, "dense_head")
+        r = self.rng.random()
+        out_shape = shape[:-1] + (classes,)
+        if r < 0.35:
+            return self.step("softmax", f"jax.nn.softmax({self.ref(logits)}, axis=-1)", out_shape)
+        if r < 0.7:
+            return self.step("log_softmax", f"jax.nn.log_softmax({self.ref(logits)}, axis=-1)", out_shape)
+        return logits
+
+    # -- models -----------------------------------------------------------------------------------
+
+    def tokens(self, d: int | None = None) -> tuple[int, tuple[int, ...]]:
+        d = d or self.rng.choice([4, 8, 16, 32, 64])
+        b, t = self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 5, 8])
+        return self.input((b, t, d)), (b, t, d)
+
+    def mlp(self) -> None:
+        d = self.rng.choice([4, 8, 16, 32, 64])
+        shape = (self.rng.choice([1, 2, 4, 8]), d) if self.rng.random() < 0.5 else (2, 3, d)
+        x = self.input(shape)
+        for _ in range(self.rng.choice([1, 1, 2])):
+            f = self.feed_forward(x, shape)
+            x = self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape) if self.rng.random() < 0.5 else f
+            if self.rng.random() < 0.5:
+                x = self.norm(x, shape)
+        self.head(x, shape)
+
+    def encoder(self, causal: bool) -> None:
+        x, shape = self.tokens()
+        for _ in range(self.rng.choice([1, 1, 2])):
+            x = self.block(x, shape, causal)
+        if self.rng.random() < 0.5:
+            self.head(x, shape)
+
+    def classifier(self) -> None:
+        x, shape = self.tokens()
+        x = self.block(x, shape, causal=self.rng.random() < 0.3)
+        b, t, d = shape
+        row = self.rng.choice(["{0}[:, 0]", "{0}[:, 0, :]", "{0}[:, -1]", "{0}[:, :1]"])
+        r = self.step("row_slice", row.format(self.ref(x)), (b, 1, d) if ":1]" in row else (b, d))
+        rshape = (b, 1, d) if ":1]" in row else (b, d)
+        if self.rng.random() < 0.5:
+            r = self.act(self.dense(r, rshape, d, "dense_pooler"), rshape, "tanh")
+        self.head(r, rshape)
+
+    def heads(self) -> None:
+        """Attention logits straight into a masked softmax / log_softmax (no projections)."""
+        b, h, t = self.rng.choice([1, 2]), self.rng.choice([1, 2, 4]), self.rng.choice([2, 3, 4, 8])
+        s = self.input((b, h, t, t))
+        fill = self.fill()
+        s = self.step("causal_mask", f"jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool), {self.rng.choice([0, 0, 1, -1])}),"
+                      f" {self.ref(s)}, {fill})", (b, h, t, t))
+        fn = self.rng.choice(["softmax", "log_softmax"])
+        p = self.step(fn, f"jax.nn.{fn}({self.ref(s)}, axis=-1)", (b, h, t, t))
+        if self.rng.random() < 0.5:
+            dh = self.rng.choice([2, 4, 8])
+            v = self.input((b, h, t, dh)) if self.rng.random() < 0.5 else None
+            vv = self.ref(v) if v is not None else self.w((b, h, t, dh), 1.0)
+            self.step("attend", f"{self.ref(p)} @ {vv}", (b, h, t, dh))
+
+    def rnn(self, cell: str) -> None:
+        # size-1 dims are rare: the LSTM and GRU rules do not match them (no products to fuse)
+        t, b, d = self.rng.choice([1, 2, 3, 5, 5]), self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 4, 4, 8, 16])
+        h = self.rng.choice([1, 2, 3, 3, 4, 8, 16, 32])
+        batch_major = self.rng.random() < 0.3
+        xs = self.input((b, t, d) if batch_major else (t, b, d))
+        seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
+        zeros = f"jnp.zeros(({b}, {h}), jnp.{self.dtype})"
+        init = zeros if self.rng.random() < 0.7 else self.w((b, h), 1.0)
+        sig = self.sig
+        if cell == "lstm" and self.rng.random() < 0.5:  # one fused product, jax's (i, f, g, o) columns
+            wx, wh, bias = self.w((d, 4 * h)), self.w((h, 4 * h)), self.bias(4 * h)
+            body = (f"lambda hc, xt: (lambda i, f, g, o: (lambda c: ((lambda hn: ((hn, c), hn))({sig('o')} * jnp.tanh(c))))"
+                    f"({sig('f')} * hc[1] + {sig('i')} * jnp.tanh(g)))(*jnp.split(xt @ {wx} + hc[0] @ {wh} + {bias}, 4, "
+                    f"axis=-1))")
+            carry = f"({init}, {zeros})"
+            op = "lstm_fused"
+        elif cell == "lstm":  # flax.linen.LSTMCell: one Dense per gate, carry (c, h)
+            gates = {g: (self.w((d, h)), self.w((h, h)), self.bias(h)) for g in "ifgo"}
+
+            def pre(g: str) -> str:
+                wi, whh, bb = gates[g]
+                return f"xt @ {wi} + (ch[1] @ {whh} + {bb})"
+            body = (f"lambda ch, xt: (lambda c: (lambda hn: ((c, hn), hn))({sig(pre('o'))} * jnp.tanh(c)))"
+                    f"({sig(pre('f'))} * ch[0] + {sig(pre('i'))} * jnp.tanh({pre('g')}))")
+            carry = f"({zeros}, {init})"
+            op = "lstm_flax"
+        elif self.rng.random() < 0.5:  # fused GRU, reset applied before the product (ONNX's default)
+            wx, wh, un, bias = self.w((d, 3 * h)), self.w((h, 2 * h)), self.w((h, h)), self.bias(3 * h)
+            body = (f"lambda s, xt: (lambda gx: (lambda r, z: (lambda n: ((1 - z) * n + z * s,) * 2)("
+                    f"jnp.tanh(gx[..., {2 * h}:] + (r * s) @ {un})))(*jnp.split({sig(f'gx[..., :{2 * h}] + s @ {wh}')}, 2, "
+                    f"axis=-1)))(xt @ {wx} + {bias})")
+            carry = init
+            op = "gru_fused"
+        else:  # flax.linen.GRUCell: r, z, n Dense per gate; linear_before_reset
+            ir_, iz, in_ = (self.w((d, h)) for _ in range(3))
+            hr, hz, hn = (self.w((h, h)) for _ in range(3))
+            bir, biz, bin_, bhn = (self.bias(h) for _ in range(4))
+            body = (f"lambda s, xt: (lambda r, z: (lambda n: ((1 - z) * n + z * s,) * 2)("
+                    f"jnp.tanh(xt @ {in_} + {bin_} + r * (s @ {hn} + {bhn}))))("
+                    f"{sig(f'xt @ {ir_} + {bir} + s @ {hr}')}, {sig(f'xt @ {iz} + {biz} + s @ {hz}')})")
+            carry = init
+            op = "gru_flax"
+        out = self.rng.choice(["ys", "last"])
+        if out == "ys":
+            expr = f"lax.scan({body}, {carry}, {seq})[1]"
+            shape: tuple[int, ...] = (t, b, h)
+        else:
+            expr = f"lax.scan({body}, {carry}, {seq})[1][-1]"
+            shape = (b, h)
+        y = self.step(op, expr, shape)
+        if self.rng.random() < 0.5:
+            self.head(y, shape)
+
+    def cnn(self) -> None:
+        n, hw = self.rng.choice([1, 2]), self.rng.choice([4, 5, 6, 8])
+        c = self.rng.choice([1, 3, 4])
+        x = self.input((n, hw, hw, c))
+        shape = (n, hw, hw, c)
+        for _ in range(self.rng.choice([1, 2])):
+            o = self.rng.choice([4, 8, 16])
+            k = self.rng.choice([1, 3])
+            pad = self.rng.choice(["'SAME'", "'VALID'"]) if k > 1 else "'VALID'"
+            conv = (f"lax.conv_general_dilated({self.ref(x)}, {self.w((k, k, shape[3], o))}, (1, 1), {pad}, "
+                    f"dimension_numbers=('NHWC', 'HWIO', 'NHWC'))")
+            if self.rng.random() < 0.7:
+                conv += f" + {self.bias(o)}"
+            size = shape[1] if pad == "'SAME'" else shape[1] - k + 1
+            shape = (n, size, size, o)
+            x = self.step("conv_nhwc", conv, shape)
+            if self.rng.random() < 0.6:  # inference batch norm
+                mean, var = self.w((o,), 1.0), f"jnp.abs({self.w((o,), 1.0)}) + 0.5"
+                x = self.step("batch_norm", f"({self.ref(x)} - {mean}) * lax.rsqrt({var} + 1e-5) * {self.w((o,), 1.0)} + "
+                              f"{self.bias(o)}", shape)
+            x = self.act(x, shape, self.rng.choice(["relu", "relu_max", "silu"]))
+            pool = self.rng.choice(["max", "avg", "none"])
+            if pool != "none" and shape[1] >= 2:
+                win, stride = self.rng.choice([2, 3]) if shape[1] >= 3 else 2, self.rng.choice([1, 2])
+                ppad = self.rng.choice(["'VALID'", "'SAME'"])
+                if ppad == "'VALID'":
+                    size = (shape[1] - win) // stride + 1
+                else:
+                    size = -(-shape[1] // stride)
+                if pool == "max":
+                    expr = (f"lax.reduce_window({self.ref(x)}, -jnp.inf, lax.max, (1, {win}, {win}, 1), "
+                            f"(1, {stride}, {stride}, 1), {ppad})")
+                else:
+                    expr = (f"lax.reduce_window({self.ref(x)}, 0.0, lax.add, (1, {win}, {win}, 1), "
+                            f"(1, {stride}, {stride}, 1), {ppad}) / {win * win}")
+                shape = (n, size, size, o)
+                x = self.step(f"{pool}_pool", expr, shape)
+        pooled = self.step("spatial_mean", f"jnp.mean({self.ref(x)}, axis=(1, 2))", (n, shape[3]))
+        self.head(pooled, (n, shape[3]))
+
+    def loop(self) -> None:
+        d = self.rng.choice([2, 4, 8, 16])
+        x = self.input((self.rng.choice([1, 2, 4]), d))
+        n = self.rng.choice([0, 1, 2, 3, 5])
+        inv = self.input((d,)) if self.rng.random() < 0.5 else None
+        extra = f" * jnp.exp({self.ref(inv)})" if inv is not None else ""
+        form = self.rng.choice(["dense", "residual", "scan"])
+        if form == "dense":
+            body = f"lambda i, c: jnp.tanh(c @ {self.w((d, d))} + {self.bias(d)}){extra}"
+        elif form == "residual":
+            body = f"lambda i, c: c + jax.nn.gelu(c @ {self.w((d, d))}){extra} * (i + 1)"
+        else:
+            body = f"lambda i, c: c.at[i % c.shape[0]].set(jax.nn.relu(c[i % c.shape[0]] @ {self.w((d, d))}){extra})"
+        y = self.step("fori_loop", f"lax.fori_loop(0, {n}, {body}, {self.ref(x)})", self.program.types[x].shape)
+        if self.rng.random() < 0.5:
+            self.head(y, self.program.types[y].shape)
+
+
+def generate_model(seed: int) -> FuzzProgram:
+    """A model-shaped program for ``seed`` (deterministic); its kind is the first step's family."""
+    rng = random.Random(seed)
+    for _ in range(5):
+        dtype = rng.choices(["float32", "float16", "bfloat16"], weights=[0.8, 0.1, 0.1])[0]
+        mb = ModelBuilder(rng, dtype)
+        kind = rng.choice(KINDS)
+        build: dict[str, Callable[[], None]] = {
+            "mlp": mb.mlp, "encoder": lambda: mb.encoder(False), "decoder": lambda: mb.encoder(True),
+            "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
+            "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
+        }
+        build[kind]()
+        p = mb.program
+        p.outputs = [p.steps[-1].out]
+        typed = infer_types(p)
+        if typed is not None:
+            typed.family = "model"
+            typed.opset = rng.choice([None, 23])  # the attention rule needs opset 23
+            return typed
+    raise RuntimeError(f"no model program traced for seed {seed}")

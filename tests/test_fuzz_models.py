@@ -1,0 +1,111 @@
+"""The fuzzer's model-shaped programs (conformance/fuzz/models.py) and what their campaigns found.
+
+The family draws the layers jaxconv's ONNX rewrites match (Dense by constant weights, attention with
+masks, layer norms, LSTM and GRU scans, NHWC conv and pool chains), with edge values in inputs and in
+constant weights; the rewrite counts the fuzzer records show which rules its programs reach. Each
+difference a campaign found is a small program compared with jax.jit here, written before its fix.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import jaxconv  # noqa: E402
+from conformance.fuzz import run as fuzz_run  # noqa: E402
+from conformance.fuzz.compare import compare_all  # noqa: E402
+from conformance.fuzz.generate import generate, input_values  # noqa: E402
+from conformance.fuzz.models import generate_model  # noqa: E402
+from jaxconv.runtimes.onnxrt import OnnxRunner  # noqa: E402
+
+
+def _onnx(fn, *args, opset=None):
+    model = jaxconv.to_onnx(fn, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args], check=False, opset=opset)
+    return model, OnnxRunner(model.SerializeToString()).run(list(args))
+
+
+def test_one_seed_in_four_is_a_model_and_models_are_deterministic():
+    families = [generate(seed).family for seed in range(8)]
+    assert families == ["", "", "", "model"] * 2
+    a, b = generate_model(7), generate_model(7)
+    assert a.source() == b.source() and a.opset == b.opset
+    assert generate(5, family="model").family == "model" and generate(7, family="random").family == ""
+
+
+def test_models_cover_the_rewritten_layers_with_edge_weights():
+    ops: collections.Counter[str] = collections.Counter()
+    edge_weights = weight_inputs = opset23 = 0
+    for seed in range(3, 400, 4):
+        p = generate_model(seed)
+        ops.update(p.ops())
+        src = p.source()
+        edge_weights += any(not part.startswith(" 0)") for part in src.split("_w(")[1:] for part in [part.split(",", 4)[-1]])
+        weight_inputs += len(p.inputs) > 1
+        opset23 += p.opset == 23
+    for op in ("dense_up", "dense_down", "swiglu", "dense_qkv", "causal_mask", "padding_mask", "softmax", "log_softmax",
+               "norm_one_pass", "norm_two_pass", "norm_rms", "lstm_fused", "lstm_flax", "gru_fused", "gru_flax",
+               "conv_nhwc", "max_pool", "avg_pool", "row_slice", "fori_loop", "gelu_tanh", "gelu_exact", "silu"):
+        assert ops[op] > 0, (op, ops)
+    assert edge_weights > 10 and weight_inputs > 10 and 20 < opset23 < 80
+
+
+def test_model_inputs_hold_a_few_edge_values():
+    p = generate_model(11)
+    x = input_values(p, "edge", 11)[0]
+    special = ~np.isfinite(x) | (np.abs(x) > 1e30) | ((x == 0) & np.signbit(x)) | ((x != 0) & (np.abs(x) < 1e-37))
+    assert 0 < special.mean() < 0.3
+
+
+def test_the_fuzzer_records_which_rewrites_fired():
+    p = generate_model(47)  # a fused GRU scan
+    outcome = fuzz_run.evaluate(p, "onnx", 47)
+    assert outcome.status == "ok"
+    assert outcome.rules["gru"] == 1 and outcome.rules["scan"] == 1 and outcome.rules["attention"] == 0
+    assert jaxconv.onnx.rewrites.apply.__name__ == "apply"  # the counter put the converter's function back
+
+
+def _one_pass_norm(g, b):
+    def norm(x):  # flax.linen.LayerNorm's fast variance
+        m, m2 = jnp.mean(x, -1, keepdims=True), jnp.mean(lax.square(x), -1, keepdims=True)
+        return (x - m) * lax.rsqrt(jnp.maximum(m2 - m * m, 0.0) + 1e-5) * g + b
+    return norm
+
+
+def test_one_pass_layer_norm_whose_squares_overflow_matches_jit():
+    """Found as norm_one_pass/f32/nan (silent): a row with 8.7e37 among ones. jax.jit's mean(x * x) and
+    mean(x)**2 both overflow, inf - inf is NaN and the row is NaN; ORT's LayerNormalization computes the
+    variance without squaring the mean and gave finite numbers. Rows whose squares overflow take the
+    exact nodes (a ReduceSumSquare guard); the others keep the op."""
+    r = np.random.default_rng(0)
+    g, b = r.standard_normal(32).astype(np.float32), r.standard_normal(32).astype(np.float32)
+    norm = _one_pass_norm(g, b)
+    x = r.standard_normal((5, 32)).astype(np.float32)
+    normal = x.copy()
+    x[0] = 1.0
+    x[0, 31] = 8.7e37  # both means' squares overflow: NaN
+    x[1, 3] = 2e19  # only the squares overflow: the variance is inf, the row b
+    x[3, 5], x[3, 6] = 3e38, -3e38
+    model, got = _onnx(norm, x)
+    assert compare_all([np.asarray(jax.jit(norm)(x))], got) is None
+    _, got = _onnx(norm, normal)
+    assert compare_all([np.asarray(jax.jit(norm)(normal))], got) is None
+    assert 'op_type: "LayerNormalization"' in str(model.graph)  # normal rows still run the op
+
+
+def test_model_products_are_known_only_with_huge_inputs_and_norms_never():
+    from conformance.fuzz import known
+
+    assert known.match("attend/f32/inf", frozenset({"huge-input"})) is not None  # a sum's order over FLT_MAX
+    assert known.match("attend/f32/inf", frozenset()) is None
+    assert known.match("dense_down/f32/signed-zero") is not None
+    assert known.match("norm_one_pass/f32/nan", frozenset({"huge-input", "nan-input"})) is None
