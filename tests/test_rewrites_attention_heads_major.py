@@ -1,0 +1,171 @@
+"""jaxconv.onnx.rewrites.attention_heads, heads first: an attention block whose every reader of the heads
+treats the two leading axes as batch axes is computed as ``[h, b, t, dh]`` and merged back by a
+``[1, 2, 0, 3]`` Transpose; jax.jit's numbers (NaN, infinities, -0.0 and FLT_MAX in q, k and v, at places
+the mask keeps and drops), ONNX Runtime's bit for bit those of the ``[b, h, t, dh]`` layout and of the
+graph without the rule."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxconv
+from jaxconv.onnx.rewrites import attention_heads
+from jaxconv.runtimes.onnxrt import OnnxRunner
+from lowering_check import assert_onnx_matches_jax
+
+B, T, H, DH = 2, 5, 2, 4
+D = H * DH
+_RNG = np.random.default_rng(11)
+WQ, WK, WV, WO = (_RNG.standard_normal((D, D)).astype(np.float32) for _ in range(4))
+BIAS = _RNG.standard_normal(D).astype(np.float32)
+_LOWEST = float(np.finfo(np.float32).min)
+
+
+def _heads(x, w, c=None):
+    y = x @ w if c is None else x @ w + c
+    return y.reshape(x.shape[0], x.shape[1], H, DH).transpose(0, 2, 1, 3)
+
+
+def _attention(mask: str):
+    """A layer as the benchmark transformer and Flax write it: q, k, v split into heads, scaled scores,
+    a causal mask (-inf or finfo.min fill), a padding bias (Hugging Face's Flax BERT) or none."""
+
+    def layer(x, keep):
+        q, k, v = _heads(x, WQ), _heads(x, WK, BIAS), _heads(x, WV)
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(DH)
+        causal = jnp.tril(jnp.ones((x.shape[1], x.shape[1]), bool))
+        if mask == "causal":
+            s = jnp.where(causal, s, -jnp.inf)
+        elif mask == "causal_lowest":
+            s = jnp.where(causal, s, _LOWEST)
+        elif mask == "padding":
+            s = s + jnp.where(keep[:, None, None, :], 0.0, _LOWEST).astype(s.dtype)
+        o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+        return o.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], D) @ WO
+
+    if mask == "padding":
+        return layer
+    return lambda x: layer(x, None)
+
+
+def _edge_xs() -> list[np.ndarray]:
+    """Inputs whose rows carry NaN, +-inf, -0.0 and +-FLT_MAX into q, k and v: at time 1 (a key the
+    causal mask drops for query 0) and at the last time (dropped for every other query)."""
+    x = _RNG.standard_normal((B, T, D)).astype(np.float32)
+    out = [x]
+    big = np.finfo(np.float32).max
+    for value in (np.nan, np.inf, -np.inf, -0.0, big, -big):
+        for place in ((1, 1, 3), (0, T - 1, 0)):
+            e = x.copy()
+            e[place] = value
+            out.append(e)
+    zeros = np.zeros_like(x)
+    zeros[0] = -0.0
+    out.append(zeros)
+    return out
+
+
+def _perms(model) -> list[list[int]]:
+    return [list(a.ints) for n in model.graph.node if n.op_type == "Transpose" for a in n.attribute
+            if a.name == "perm"]
+
+
+def _runs(model, inputs):
+    runner = OnnxRunner(model.SerializeToString())
+    return [runner.run(list(args))[0] for args in inputs]
+
+
+def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+
+
+def _keep() -> np.ndarray:
+    keep = np.ones((B, T), bool)
+    keep[0, 3:] = False  # batch 0: the last two keys padded
+    return keep
+
+
+@pytest.mark.parametrize("mask", ["causal", "causal_lowest", "padding", "none"])
+def test_heads_first_keeps_jax_numbers_and_bits(monkeypatch, mask):
+    fn = _attention(mask)
+    extra = (_keep(),) if mask == "padding" else ()
+    xs = _edge_xs()
+    runs = [[x, *extra] for x in xs]
+    model = assert_onnx_matches_jax(fn, xs[0], *extra, inputs_for_run=runs[1:], rtol=1e-5, atol=1e-6)
+    perms = _perms(model)
+    assert perms.count([1, 2, 0, 3]) == 1 and [0, 2, 1, 3] not in perms, perms  # the merge, heads first
+    assert perms.count([1, 0, 2, 3]) == (1 if mask == "padding" else 0), perms  # the bias [b, 1, 1, t] moved
+    got = _runs(model, runs)
+    monkeypatch.setattr(attention_heads, "_block", lambda graph, start, splits: None)
+    batch_first = jaxconv.to_onnx(fn, xs[0], *extra, check=False)
+    assert [1, 2, 0, 3] not in _perms(batch_first)
+    _same_bits(got, _runs(batch_first, runs))
+    monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
+    plain = jaxconv.to_onnx(fn, xs[0], *extra, check=False)
+    assert _perms(plain).count([0, 2, 1, 3]) >= 3
+    _same_bits(got, _runs(plain, runs))
+
+
+def test_nan_key_dropped_by_the_mask():
+    """A NaN key (its own input) the causal mask drops for query 0: that query's output stays finite, the
+    later queries' are NaN, as jax.jit gives them."""
+
+    def fn(x, xk):
+        q, k, v = _heads(x, WQ), _heads(xk, WK, BIAS), _heads(x, WV)
+        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), jnp.einsum("bhqd,bhkd->bhqk", q, k) / 2.0, -jnp.inf)
+        o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+        return o.transpose(0, 2, 1, 3).reshape(B, T, D)
+
+    x = _edge_xs()[0]
+    xk = _RNG.standard_normal((B, T, D)).astype(np.float32)
+    xk[0, 1, 2] = np.nan
+    model = jaxconv.to_onnx(fn, x, xk, check=True)
+    assert [1, 2, 0, 3] in _perms(model)
+    got = OnnxRunner(model.SerializeToString()).run([x, xk])[0]
+    want = np.asarray(jax.jit(fn)(x, xk))
+    assert np.isfinite(want[0, 0]).all() and np.isnan(want[0, 1:]).all() and np.isfinite(want[1]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_symbolic_sizes():
+    fn = _attention("causal")
+    model = jaxconv.to_onnx(fn, "f32[b,t,8]", check=True)
+    assert [1, 2, 0, 3] in _perms(model)
+    runner = OnnxRunner(model.SerializeToString())
+    for b, t in [(1, 1), (3, 7)]:
+        x = _RNG.standard_normal((b, t, D)).astype(np.float32)
+        np.testing.assert_allclose(runner.run([x])[0], np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_readers_across_heads_keep_batch_first():
+    """Scores read across the heads (a sum over them), a bias with batch and head axes, the heads
+    returned: the layout stays ``[b, h, t, dh]``."""
+    xs = _edge_xs()
+
+    def head_sum(x):
+        q, k = _heads(x, WQ), _heads(x, WK)
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+        o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), _heads(x, WV))
+        return o.transpose(0, 2, 1, 3).reshape(B, T, D), s.sum(axis=1)
+
+    def full_bias(x, bias):
+        q, k = _heads(x, WQ), _heads(x, WK)
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) + bias
+        o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), _heads(x, WV))
+        return o.transpose(0, 2, 1, 3).reshape(B, T, D)
+
+    def heads_out(x):
+        q, k = _heads(x, WQ), _heads(x, WK)
+        return jnp.einsum("bhqd,bhkd->bhqk", q, k)
+
+    bias = _RNG.standard_normal((B, H, T, T)).astype(np.float32)
+    for fn, extra in ((head_sum, ()), (full_bias, (bias,)), (heads_out, ())):
+        model = assert_onnx_matches_jax(fn, xs[0], *extra, inputs_for_run=[[x, *extra] for x in xs[1:4]],
+                                        rtol=1e-5, atol=1e-5)
+        assert [1, 2, 0, 3] not in _perms(model), fn.__name__
+        assert "Unsqueeze" in [n.op_type for n in model.graph.node], fn.__name__  # batch first instead
