@@ -19,6 +19,7 @@ faster without changing the numbers:
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
 - ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
   LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
+- ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
   (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
@@ -73,6 +74,7 @@ from jaxconv.onnx.rewrites import (
     head_merge,
     k_blocks,
     keepdims,
+    keras_norm,
     layer_norm,
     layout,
     loops,
@@ -134,6 +136,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["reshape_scale"] += reshape_scale.rewrite(graph)
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
+    fired["keras_norm"] = keras_norm.rewrite(model.graph, opset)
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
     if opset >= attention.MIN_OPSET:  # the rule follows single readers: the replaced nodes go first
         ir.passes.common.RemoveUnusedNodesPass()(model)

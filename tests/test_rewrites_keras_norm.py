@@ -1,0 +1,227 @@
+"""jaxconv.onnx.rewrites.keras_norm: Keras' layer norm (``x * inv + (-mean * inv + beta)``) as ONNX
+LayerNormalization; jax.jit's numbers kept within the converter's tolerance (rows with NaN, infinities,
+-0.0, a big mean, squares that overflow), and the forms it must not take left as written."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxconv.onnx.rewrites import keras_norm
+from lowering_check import assert_same_floats
+
+D = 16
+_RNG = np.random.default_rng(11)
+_G = (1 + 0.1 * _RNG.standard_normal(D)).astype(np.float32)
+_B = (0.1 * _RNG.standard_normal(D)).astype(np.float32)
+# rows where jax.jit's form loses digits to cancellation (a big mean; constant rows, with FMA rounding)
+_CANCEL = ((1, 1), (1, 2), (1, 4), (2, 0))
+
+
+def _rows() -> np.ndarray:
+    """Finite rows: signed zeros, squares that overflow, a big mean, constant and tiny rows."""
+    x = np.random.default_rng(12).standard_normal((3, 8, D)).astype(np.float32)
+    x[0, 1] = -0.0
+    x[0, 2] = 0.0
+    x[1, 0] *= 1e20  # squares overflow: jax.jit's variance is inf, the row its offset
+    x[1, 1] += 1e4
+    x[1, 2] = 3e19
+    x[1, 3] *= 1e-20
+    x[1, 4] = 1e30
+    x[2, 0] = -3.0  # a constant row: variance 0, output beta
+    return x
+
+
+def _nonfinite_rows() -> np.ndarray:
+    x = _rows()
+    x[0, 3, 4] = np.nan
+    x[0, 4, 5] = np.inf
+    x[0, 5, 6] = -np.inf
+    x[0, 6, :2] = np.inf
+    x[0, 6, 2:4] = -np.inf
+    return x
+
+
+def _keras_ln(x, g=_G, b=_B, eps=1e-5):
+    """keras.ops.layer_normalization's jax arithmetic (Keras 3.15)."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.var(x, axis=-1, keepdims=True)
+    inv = jax.lax.rsqrt(var + eps)
+    if g is not None:
+        inv = inv * g
+    res = -mean * inv
+    if b is not None:
+        res = res + b
+    return x * inv + res
+
+
+def _truth(x: np.ndarray, g, b, eps=1e-5) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    y = (x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + eps)
+    return y * (1.0 if g is None else g) + (0.0 if b is None else b)
+
+
+def _assert_close(got: np.ndarray, want, x: np.ndarray, g, b) -> None:
+    """jax.jit's numbers within float32 tolerance, except the rows where jax.jit's ``x * inv - mean * inv``
+    cancels: there the op is at most as far from the float64 result as jax.jit is, or as an ulp of the
+    mean makes it."""
+    want = np.asarray(want)
+    keep = _kept(x)
+    assert_same_floats(got[keep], want[keep], 1e-4, 2e-5)
+    for row in _CANCEL:
+        truth = _truth(x[row], g, b)
+        assert np.abs(got[row] - truth).max() <= max(np.abs(want[row] - truth).max(), _mean_rounding(x[row], g))
+
+
+def _mean_rounding(row: np.ndarray, g) -> float:
+    """What a float32 mean costs the normalized row in either form: an ulp of the mean over the spread
+    (a row far from zero: jax.jit and the op each round the mean, either may be closer), plus 1e-5."""
+    x64 = row.astype(np.float64)
+    spread = np.sqrt(((x64 - x64.mean()) ** 2).mean() + 1e-5)
+    return float(np.spacing(np.float32(x64.mean())) / spread * np.abs(1.0 if g is None else g).max() + 1e-5)
+
+
+def _kept(x: np.ndarray) -> np.ndarray:
+    keep = np.ones(x.shape[:2], bool)
+    for row in _CANCEL:
+        keep[row] = False
+    return keep
+
+
+def _convert(fn, *inputs):
+    """(op-type counts over the graph and its If branches, ONNX Runtime's outputs)."""
+    import collections
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    model = jaxconv.to_onnx(fn, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs], check=False)
+    ops: collections.Counter = collections.Counter()
+
+    def count(graph) -> None:
+        for node in graph.node:
+            ops[node.op_type] += 1
+            for a in node.attribute:
+                if a.HasField("g"):
+                    count(a.g)
+
+    count(model.graph)
+    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def _plain(monkeypatch, fn, *inputs):
+    with monkeypatch.context() as patch:
+        patch.setattr(keras_norm, "rewrite", lambda graph, opset: 0)
+        return _convert(fn, *inputs)
+
+
+@pytest.mark.parametrize("affine", ["g,b", "g", "b", "b0", "none"])
+def test_keras_layer_norm_becomes_one_op(monkeypatch, affine):
+    """The op on finite inputs; without an offset of nonzeros (``b0``: one zero) behind an If that runs
+    the exact nodes where a square could overflow (jax.jit's rows of zeros then carry x's signs) or an
+    input is not finite."""
+    g = _G if "g" in affine else None
+    b = None if "b" not in affine else _B.copy()
+    if affine == "b0":
+        b[3] = 0.0
+    guarded = b is None or not b.all()
+    fn = lambda x: _keras_ln(x, g, b)  # noqa: E731
+    x = _rows()
+    ops, (got,) = _convert(fn, x)
+    assert ops["LayerNormalization"] == 1 and ops["If"] == int(guarded), ops
+    assert ops["Sqrt"] == int(guarded) and ops["Neg"] == int(guarded), ops
+    want = np.asarray(jax.jit(fn)(x))
+    if guarded:  # the overflowing row takes the exact nodes: jax.jit's zeros and their signs
+        _, (plain,) = _plain(monkeypatch, fn, x)
+        np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+        assert_same_floats(got[_kept(x)], want[_kept(x)], 1e-4, 2e-5)
+        x[1, 0] /= 1e20
+        x[1, 4] = x[2, 1]  # a random row (row 2 stays a cancellation row, compared with float64)
+        x[1, 2] = 3.0
+        _, (got,) = _convert(fn, x)
+        want = np.asarray(jax.jit(fn)(x))
+    _assert_close(got, want, x, g, b)
+    xn = _nonfinite_rows()
+    _, (got,) = _convert(fn, xn)
+    want = np.asarray(jax.jit(fn)(xn))
+    assert np.isnan(want[0, 3:7]).all() and np.isnan(got[0, 3:7]).all()
+    if guarded:
+        _, (plain,) = _plain(monkeypatch, fn, xn)
+        np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+    assert_same_floats(got[_kept(xn)], want[_kept(xn)], 1e-4, 2e-5)
+    plain_ops, _ = _plain(monkeypatch, fn, x)
+    assert plain_ops["LayerNormalization"] == 0 and plain_ops["Sqrt"] == 1, plain_ops
+
+
+def test_keras_layer_norm_after_a_residual_and_before_a_product():
+    w = (np.random.default_rng(13).standard_normal((D, D)) / 4).astype(np.float32)
+    fn = lambda x, r: _keras_ln(x + r) @ w  # noqa: E731
+    x, r = _rows(), np.random.default_rng(14).standard_normal((3, 8, D)).astype(np.float32)
+    r[1:] = 0.0  # the special rows of x stay as they are
+    ops, (got,) = _convert(fn, x, r)
+    assert ops["LayerNormalization"] == 1 and ops["Sqrt"] == 0 and ops["Sum"] == 1, ops  # post-norm: Sum
+    want = np.asarray(jax.jit(fn)(x, r))
+    keep = _kept(x)
+    assert_same_floats(got[keep], want[keep], 1e-4, 1e-4)
+
+
+def test_keras_layer_norm_layer():
+    """keras.layers.LayerNormalization itself, on Keras' JAX backend."""
+    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+        pytest.skip("Keras runs on another backend here")
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "jax":
+        pytest.skip("Keras runs on another backend here")
+    layer = keras.layers.LayerNormalization(epsilon=1e-5)
+    layer.build((None, 8, D))
+    layer.gamma.assign(_G)
+    layer.beta.assign(_B)
+    fn = lambda x: layer(x)  # noqa: E731
+    x = _rows()
+    ops, (got,) = _convert(fn, x)
+    assert ops["LayerNormalization"] == 1 and len(ops) == 1, ops  # an offset of nonzeros: no If
+    _assert_close(got, np.asarray(jax.jit(fn)(x)), x, _G, _B)
+
+
+def _offset_of_another_mean(x):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    inv = jax.lax.rsqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5)
+    return x * inv + (-jnp.mean(x * 2, axis=-1, keepdims=True) * inv) + mean
+
+
+def _scale_from_an_input(x, g):
+    inv = jax.lax.rsqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5) * g
+    return x * inv - jnp.mean(x, axis=-1, keepdims=True) * inv
+
+
+def _inv_read_again(x):
+    inv = jax.lax.rsqrt(jnp.var(x, axis=-1, keepdims=True) + 1e-5)
+    return x * inv + (-jnp.mean(x, axis=-1, keepdims=True) * inv), inv
+
+
+def _not_last_axis(x):
+    mean = jnp.mean(x, axis=1, keepdims=True)
+    inv = jax.lax.rsqrt(jnp.var(x, axis=1, keepdims=True) + 1e-5)
+    return x * inv + (-mean * inv)
+
+
+@pytest.mark.parametrize("fn, extra", [
+    (_offset_of_another_mean, ()),
+    (_scale_from_an_input, (_G,)),
+    (_inv_read_again, ()),
+    (_not_last_axis, ()),
+])
+def test_other_forms_stay(fn, extra):
+    x = _nonfinite_rows()
+    x[1:] = np.random.default_rng(15).standard_normal((2, 8, D))  # no cancellation rows: the same nodes both sides
+    ops, got = _convert(fn, x, *extra)
+    assert ops["LayerNormalization"] == 0 and ops["Sqrt"] >= 1, ops
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(x, *extra))
+    for a, w in zip(got, want):
+        assert_same_floats(a, w, 1e-5, 1e-6)
