@@ -133,7 +133,7 @@ class ModelBuilder:
         g = f"jnp.ones({d}, jnp.{self.dtype})" if r < 0.2 else self.w((d,), 1.0)
         b = self.bias(d)
         x_ = self.ref(x)
-        form = self.rng.choice(["two_pass", "one_pass", "var", "rms", "rms_f32"])
+        form = self.rng.choice(["two_pass", "one_pass", "var", "keras", "rms", "rms_f32"])
         if form == "two_pass":
             expr = (f"(lambda c: c / jnp.sqrt(jnp.mean(c * c, -1, keepdims=True) + {eps}) * {g} + {b})"
                     f"({x_} - jnp.mean({x_}, -1, keepdims=True))")
@@ -143,6 +143,9 @@ class ModelBuilder:
         elif form == "var":
             expr = (f"({x_} - jnp.mean({x_}, -1, keepdims=True)) * lax.rsqrt(jnp.var({x_}, -1, keepdims=True) + {eps})"
                     f" * {g} + {b}")
+        elif form == "keras":  # keras.ops.layer_normalization: the mean folded into the offset
+            expr = (f"(lambda inv: {x_} * inv + (-jnp.mean({x_}, -1, keepdims=True) * inv + {b}))"
+                    f"(lax.rsqrt(jnp.var({x_}, -1, keepdims=True) + {eps}) * {g})")
         elif form == "rms":
             expr = f"{x_} * lax.rsqrt(jnp.mean(jnp.square({x_}), -1, keepdims=True) + {eps}) * {g}"
         else:
@@ -235,11 +238,15 @@ class ModelBuilder:
     def tokens(self, d: int | None = None) -> tuple[int, tuple[int, ...]]:
         d = d or self.rng.choice([4, 8, 16, 32, 64])
         b, t = self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 5, 8])
+        if self.rng.random() < 0.2:  # 64 rows or more: the k_blocks rule's least (MIN_ROWS)
+            b, t, d = 2, self.rng.choice([32, 64]), self.rng.choice([4, 8, 16])
         return self.input((b, t, d)), (b, t, d)
 
     def mlp(self) -> None:
         d = self.rng.choice([4, 8, 16, 32, 64])
-        shape = (self.rng.choice([1, 2, 4, 8]), d) if self.rng.random() < 0.5 else (2, 3, d)
+        r = self.rng.random()
+        shape = (self.rng.choice([1, 2, 4, 8]), d) if r < 0.4 else (2, 3, d) if r < 0.7 else \
+            (self.rng.choice([64, 128]), min(d, 16))  # the k_blocks rule needs 64 rows (128 after a norm)
         x = self.input(shape)
         for _ in range(self.rng.choice([1, 1, 2])):
             f = self.feed_forward(x, shape)
