@@ -20,6 +20,7 @@ faster without changing the numbers:
 - ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
   LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
 - ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
+- ``rms_norm``: an RMS norm over the last axis in the form ORT fuses (``Pow(x, 2)``, a Div, a scale);
 - ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
   (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
@@ -84,6 +85,7 @@ from jaxconv.onnx.rewrites import (
     pooling,
     range_checks,
     reshape_scale,
+    rms_norm,
     row_slices,
     scan_rows,
     shapes,
@@ -148,6 +150,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)
+    fired["rms_norm"] = rms_norm.rewrite(model.graph)  # after unit_scale: its scale of ones stays
     fired["scan"] = loops.to_scan(model.graph)
     fired["scan_rows"] = scan_rows.rewrite(model.graph)
     fired["layout"] = layout.rewrite(model.graph)

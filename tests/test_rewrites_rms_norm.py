@@ -1,0 +1,114 @@
+"""jaxconv.onnx.rewrites.rms_norm: an RMS norm over the last axis in the form ORT fuses into one kernel
+(SimplifiedLayerNormalization in its optimized graph); jax.jit's numbers kept within the converter's
+tolerance (rows with NaN, infinities, -0.0, squares that overflow, tiny values), other forms left alone."""
+
+from __future__ import annotations
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxconv.onnx.rewrites import rms_norm
+from lowering_check import assert_same_floats
+
+D = 32
+_W = (1 + 0.1 * np.random.default_rng(21).standard_normal(D)).astype(np.float32)
+_W[3] = -0.5  # a negative weight: zeros change sign
+
+
+def _rows() -> np.ndarray:
+    x = np.random.default_rng(22).standard_normal((2, 8, D)).astype(np.float32)
+    x[0, 0] *= 1e20  # squares overflow: the row is zeros of x's (and w's) signs
+    x[0, 1] = -0.0
+    x[0, 2] = 0.0
+    x[0, 3, 4] = np.nan
+    x[0, 4, 5] = np.inf
+    x[0, 5, 6] = -np.inf
+    x[0, 6] *= 1e-30  # squares underflow: x / sqrt(eps)
+    x[1, 0] += 1e4
+    return x
+
+
+def _hf(x, w=_W, eps=1e-6):  # transformers' Flax Llama/Mistral RMSNorm
+    var = jnp.power(x, 2).mean(-1, keepdims=True)
+    y = x * (1 / jnp.sqrt(var + eps))
+    return y if w is None else w * y
+
+
+def _rsqrt(x, w=_W, eps=1e-6):
+    y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+    return y if w is None else y * w
+
+
+def _div(x, w=_W, eps=1e-6):
+    y = x / jnp.sqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+    return y if w is None else y * w
+
+
+def _ort(model_bytes: bytes, inputs: list[np.ndarray]) -> tuple[collections.Counter, list[np.ndarray]]:
+    """(ORT's optimized graph's op types, its outputs), one thread."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as d:
+        opts = ort.SessionOptions()
+        opts.optimized_model_filepath = f"{d}/opt.onnx"
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        s = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+        ops = collections.Counter(n.op_type for n in onnx.load(f"{d}/opt.onnx").graph.node)
+    return ops, s.run(None, {i.name: a for i, a in zip(s.get_inputs(), inputs)})
+
+
+def _convert(fn, x):
+    import jaxconv
+
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    fused, outs = _ort(model.SerializeToString(), [x])
+    return ops, fused, outs
+
+
+@pytest.mark.parametrize("form", [_hf, _rsqrt, _div])
+@pytest.mark.parametrize("weight", [True, False])
+def test_rms_norm_is_fused_by_ort(monkeypatch, form, weight):
+    fn = (lambda x: form(x)) if weight else (lambda x: form(x, None))
+    x = _rows()
+    ops, fused, (got,) = _convert(fn, x)
+    assert ops["Pow"] == 1 and ops["Div"] == 1 and ops["Mul"] == 1 and ops["Reciprocal"] == 0, ops
+    assert fused["SimplifiedLayerNormalization"] == 1 and fused["Sqrt"] == 0, fused
+    want = np.asarray(jax.jit(fn)(x))
+    assert np.isnan(want[0, 3]).all() and np.isnan(want[0, 4, 5]) and (want[0, 4, :5] == 0).all() and (want[0, 0] == 0).all()
+    assert_same_floats(got, want, 1e-5, 1e-6)
+    with monkeypatch.context() as patch:
+        patch.setattr(rms_norm, "rewrite", lambda graph: 0)
+        plain_ops, plain_fused, _ = _convert(fn, x)
+    assert plain_fused["SimplifiedLayerNormalization"] == 0 and plain_fused["Sqrt"] == 1, plain_fused
+
+
+def _other_values(x):
+    y = x * 2.0
+    return x / jnp.sqrt(jnp.mean(y * y, axis=-1, keepdims=True) + 1e-6) * _W
+
+
+def _not_last_axis(x):
+    return x / jnp.sqrt(jnp.mean(x * x, axis=1, keepdims=True) + 1e-6)
+
+
+def _root_read_again(x):
+    r = jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+    return x / r * _W, r
+
+
+@pytest.mark.parametrize("fn", [_other_values, _not_last_axis, _root_read_again])
+def test_other_forms_stay(fn):
+    x = _rows()
+    ops, fused, got = _convert(fn, x)
+    assert ops["Pow"] == 0 and fused["SimplifiedLayerNormalization"] == 0, (ops, fused)
+    for a, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(x))):
+        assert_same_floats(a, np.asarray(w), 1e-5, 1e-6)
