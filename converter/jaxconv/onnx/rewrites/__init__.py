@@ -45,6 +45,8 @@ faster without changing the numbers:
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
   down-projection from width 1024, 2048, ...), which ORT's GEMM runs slowly, computed in column blocks
   of that operand's elementwise producers and summed;
+- ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
+  behind an If that runs it only where the input holds a -0.0;
 - ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
@@ -90,6 +92,7 @@ from jaxconv.onnx.rewrites import (
     scan_rows,
     shapes,
     softmax,
+    sort_zeros,
     split_matmul,
     squeezes,
     strided_slices,
@@ -164,6 +167,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
+    fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
