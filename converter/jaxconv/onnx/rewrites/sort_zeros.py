@@ -3,15 +3,16 @@
 XLA's ``lax.top_k`` orders -0.0 below +0.0 (``jnp.sort`` and ``argsort`` take them as equal and
 have no such pass). The lowering sorts such a key in two stable TopK passes: first by "is -0.0"
 (``Cast(IsInf(Reciprocal(x)))`` as uint8, all ``n`` positions), then by the values in that order
-(``GatherElements``), composing the permutations. The first pass is a full sort of the whole axis even for ``top_k(x, 5)``: ``[8, 32000]``, k = 10 took
-8.8 ms of 9.3 in ORT (one thread) against 0.49 ms for jax.jit.
+(``GatherElements``), composing the permutations. The first pass is a full sort of the whole axis
+even for ``top_k(x, 5)``: ``[8, 32000]``, k = 10 took 8.8 ms of 9.3 in ORT (one thread) against
+0.49 ms for jax.jit.
 
 Where no element is -0.0 the first pass's keys are all 0, so its stable permutation is the identity
 and the second pass alone gives the same indices. The rule puts the two passes behind an ``If`` on
 ``ReduceMax`` of those uint8 keys; the else-branch is the value pass on the key itself. The numbers
 are the same either way (a permutation chosen by the same comparisons); measured on one thread
 (process CPU time, medians, ``scripts/bench_kernels.py --only topk``): ``[8, 32000]`` k = 10
-4.96 -> 0.36 ms, ``[16, 1000]`` k = 5 0.46 -> 0.05 ms (jax.jit 0.49 and 0.08).
+4.96 -> 0.36-0.49 ms, ``[16, 1000]`` k = 5 0.46 -> 0.05 ms (jax.jit 0.49-0.62 and 0.06-0.08).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def _one(graph: ir.Graph, first: ir.Node) -> int:
     if any(m.attr(n, "axis", -1) % len(shape) != axis for n in (gather, second, compose)):
         return 0
     result = compose.outputs[0]
+    if result.is_graph_output():  # (the then-branch's output; top_k's int32 indices are a Cast of it)
+        return 0
     top = ir.node("ReduceMax", [keys], {"keepdims": 0})
     any_negative_zero = ir.node("Cast", [top.outputs[0]], {"to": ir.DataType.BOOL.value})
     graph.insert_before(first, [top, any_negative_zero])
