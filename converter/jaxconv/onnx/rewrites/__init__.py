@@ -47,6 +47,8 @@ faster without changing the numbers:
   of that operand's elementwise producers and summed;
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
+- ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
+  an If that runs it only where the input holds a NaN;
 - ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
@@ -84,6 +86,7 @@ from jaxconv.onnx.rewrites import (
     lstm,
     mask_min,
     matmul_order,
+    nan_reduce,
     pooling,
     range_checks,
     reshape_scale,
@@ -168,6 +171,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
+    fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
