@@ -110,6 +110,30 @@ def test_heads_first_keeps_jax_numbers_and_bits(monkeypatch, mask):
     _same_bits(got, _runs(plain, runs))
 
 
+@pytest.mark.parametrize("scale", ["div", "mul"])
+def test_query_scaled_before_its_transpose(monkeypatch, scale):
+    """Flax BERT scales q between the head split and the Transpose: the same op by the same scalar after
+    the product per head; a padding mask [b, 1, 1, L] (finfo.min bias) moved heads first."""
+
+    def fn(x, keep):
+        y = (x @ WQ).reshape(x.shape[0], x.shape[1], H, DH)
+        y = y / np.float32(np.sqrt(DH)) if scale == "div" else y * np.float32(0.3)
+        q, k, v = y.transpose(0, 2, 1, 3), _heads(x, WK, BIAS), _heads(x, WV)
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) + jnp.where(keep[:, None, None, :], 0.0, _LOWEST)
+        o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+        return o.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], D)
+
+    xs, keep = _edge_xs(), _keep()
+    runs = [[x, keep] for x in xs]
+    model = assert_onnx_matches_jax(fn, xs[0], keep, inputs_for_run=runs[1:], rtol=1e-5, atol=1e-6)
+    assert _perms(model).count([1, 2, 0, 3]) == 1 and [0, 2, 1, 3] not in _perms(model), _perms(model)
+    got = _runs(model, runs)
+    monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
+    plain = jaxconv.to_onnx(fn, xs[0], keep, check=False)
+    assert _perms(plain).count([0, 2, 1, 3]) >= 3
+    _same_bits(got, _runs(plain, runs))
+
+
 def test_nan_key_dropped_by_the_mask():
     """A NaN key (its own input) the causal mask drops for query 0: that query's output stays finite, the
     later queries' are NaN, as jax.jit gives them."""
