@@ -82,11 +82,17 @@ def _one_pass_norm(g, b):
     return norm
 
 
+LN_GUARD_COST = ("open: the layer_norm rule's op gives a finite norm where jax.jit's overflows to NaN; the exact fix, "
+                 "If(not ReduceSumSquare(x) < FLT_MAX / 2, then: today's nodes, else: the op) per norm, cost the benchmark "
+                 "BERT 1.19-1.22x CPU time (one thread, load 5), so it waits for a cheaper form")
+
+
+@pytest.mark.xfail(strict=True, reason=LN_GUARD_COST)
 def test_one_pass_layer_norm_whose_squares_overflow_matches_jit():
     """Found as norm_one_pass/f32/nan (silent): a row with 8.7e37 among ones. jax.jit's mean(x * x) and
     mean(x)**2 both overflow, inf - inf is NaN and the row is NaN; ORT's LayerNormalization computes the
-    variance without squaring the mean and gave finite numbers. Rows whose squares overflow take the
-    exact nodes (a ReduceSumSquare guard); the others keep the op."""
+    variance without squaring the mean and gave finite numbers. (Where only the squares overflow, the
+    variance is inf and the row is the offset in both.)"""
     r = np.random.default_rng(0)
     g, b = r.standard_normal(32).astype(np.float32), r.standard_normal(32).astype(np.float32)
     norm = _one_pass_norm(g, b)
@@ -150,3 +156,42 @@ def test_conv_times_a_huge_constant_scale_matches_jit():
     x = np.ones((1, 1, 1, 3), np.float32)
     _, got = _onnx(fn, x)
     assert compare_all([np.asarray(jax.jit(fn)(x))], got) is None
+
+
+@pytest.mark.xfail(strict=True, reason="ONNX Runtime folds a constant Mul before a MatMul into the product "
+                   "(FusedMatMul's alpha): the unscaled product overflows where jax.jit's scaled one does not; open")
+def test_attention_scores_scaled_before_the_product_match_jit():
+    """Found as scores+padding_mask+softmax/f32/nan and heads_q+scores/f32/nan (silent), with every rewrite off
+    too: jax.jit computes (q * c) @ k, ORT's graph optimizer (extended level, the default) computes
+    (q @ k) * c; q = [1, 2.83], k = [1, -2.48e38] give 0.18 - 1.24e38 against -inf (then a NaN softmax)."""
+    def fn(q, k):
+        return jax.nn.softmax(jnp.einsum("bhqd,bhkd->bhqk", q * (1 / np.sqrt(32)), k), axis=-1)
+
+    q = np.array([1.0, 2.8301225], np.float32).reshape(1, 1, 1, 2)
+    k = np.array([1.0, -2.4784314e38], np.float32).reshape(1, 1, 1, 2)
+    _, got = _onnx(fn, q, k)
+    assert compare_all([np.asarray(jax.jit(fn)(q, k))], got) is None
+
+
+@pytest.mark.xfail(strict=True, reason=LN_GUARD_COST)
+def test_two_pass_layer_norm_whose_row_sum_overflows_matches_jit():
+    """Found as norm_two_pass/f32/nan (silent): nine values of 1.7e37 ... 6.3e37 in a row of 64 sum past FLT_MAX,
+    jax.jit's mean is inf and x - mean is -inf: the row is NaN (-inf / inf). ORT's LayerNormalization gave a
+    finite norm. A guard ReduceSumSquare(x) < FLT_MAX / 2 bounds the sum of |x| too."""
+    r = np.random.default_rng(1)
+    g, b = r.standard_normal(64).astype(np.float32), r.standard_normal(64).astype(np.float32)
+
+    def norm(x):
+        c = x - jnp.mean(x, -1, keepdims=True)
+        return c / jnp.sqrt(jnp.mean(c * c, -1, keepdims=True) + 1e-5) * g + b
+
+    x = np.ones((3, 64), np.float32)
+    x[0, :9] = [1.71e37, 2.23e37, 3.33e37, 6.30e37, 5.76e37, 1.85e37, 4.95e37, 2.97e37, 4.97e37]
+    x[1, 3] = 2e19  # only a square overflows: the row is b in both
+    x[2] = r.standard_normal(64)
+    model, got = _onnx(norm, x)
+    assert compare_all([np.asarray(jax.jit(norm)(x))], got) is None
+    normal = r.standard_normal((3, 64)).astype(np.float32)
+    _, got = _onnx(norm, normal)
+    assert compare_all([np.asarray(jax.jit(norm)(normal))], got) is None
+    assert 'op_type: "LayerNormalization"' in str(model.graph)

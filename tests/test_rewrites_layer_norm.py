@@ -55,12 +55,6 @@ def _assert_close(got: np.ndarray, want, x: np.ndarray, g, b) -> None:
     assert np.abs(got[1] - truth).max() <= max(np.abs(want[1] - truth).max(), 1e-6)
 
 
-def _model(fn, x):
-    import jaxconv
-
-    return jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
-
-
 def _plain(monkeypatch, fn, x):
     monkeypatch.setattr(layer_norm, "rewrite", lambda graph, opset: 0)
     return _convert(fn, x)
@@ -127,13 +121,7 @@ def test_fast_variance_form_becomes_one_op(monkeypatch, affine):
     fn = lambda x: _flax_ln(x, g, b)  # noqa: E731
     x = _rows()
     ops, (got,) = _convert(fn, x)
-    # the op behind a guard that runs the exact nodes where a square overflows (tests/test_fuzz_models.py)
-    assert ops["If"] == 1 and ops["ReduceSumSquare"] == 1 and ops["Relu"] == 0 and ops["Reciprocal"] == 0, ops
-    branches = {a.name: [n.op_type for n in a.g.node] for a in _model(fn, x).graph.node[-1].attribute}
-    assert branches["else_branch"] == ["LayerNormalization"] and "Relu" in branches["then_branch"], branches
-    _, (finite,) = _convert(fn, np.nan_to_num(x, posinf=0.0, neginf=0.0))  # the op's branch
-    assert_same_floats(np.delete(finite, 1, 0), np.delete(np.asarray(jax.jit(fn)(np.nan_to_num(x, posinf=0.0, neginf=0.0))), 1, 0),
-                       1e-4, 2e-5)
+    assert ops["LayerNormalization"] == 1 and ops["Relu"] == 0 and ops["Reciprocal"] == 0, ops
     want = np.asarray(jax.jit(fn)(x))
     assert np.isnan(want[0, 3:6]).all()
     assert_same_floats(np.delete(got, 1, 0), np.delete(want, 1, 0), 1e-4, 2e-5)
@@ -141,7 +129,7 @@ def test_fast_variance_form_becomes_one_op(monkeypatch, affine):
     mu = x64.mean(-1, keepdims=True)
     truth = (x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-6)
     truth = truth * (1.0 if g is None else g) + (0.0 if b is None else b)
-    assert np.abs(finite[1] - truth).max() <= max(np.abs(want[1] - truth).max(), 1e-6)  # the op's row 1
+    assert np.abs(got[1] - truth).max() <= max(np.abs(want[1] - truth).max(), 1e-6)
     plain_ops, _ = _plain(monkeypatch, fn, x)
     assert plain_ops["LayerNormalization"] == 0 and plain_ops["Relu"] == 1, plain_ops
 
@@ -157,8 +145,7 @@ def test_post_norm_residual_is_a_sum_ort_does_not_fuse(tmp_path):
     fn = lambda x, y: _flax_ln(x + jnp.tanh(y))  # noqa: E731
     x, y = _rows(offset=False), _rows(offset=False)[::-1].copy()
     ops, (got,) = _convert(fn, x, y)
-    # the one-pass form is guarded: the guard reads the residual too, the op is in the If's else branch
-    assert ops["Sum"] == 0 and ops["Add"] == 1 and ops["If"] == 1, ops
+    assert ops["Sum"] == 1 and ops["Add"] == 0 and ops["LayerNormalization"] == 1, ops
     assert_same_floats(got, jax.jit(fn)(x, y), 1e-4, 2e-5)
     spec = f"f32[3,8,{D}]"
     model = jaxconv.to_onnx(fn, spec, spec, check=False)
@@ -167,8 +154,8 @@ def test_post_norm_residual_is_a_sum_ort_does_not_fuse(tmp_path):
     ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     import onnx
 
-    optimized = str(onnx.load(str(tmp_path / "optimized.onnx")).graph)
-    assert "SkipLayerNormalization" not in optimized and 'op_type: "LayerNormalization"' in optimized
+    optimized = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert "SkipLayerNormalization" not in optimized and "LayerNormalization" in optimized, optimized
 
 
 def test_ort_sum_of_two_is_its_add():

@@ -14,11 +14,8 @@ form becomes the op too: where the mean is far from zero against the spread, jax
 the cancellation and ORT does not, so the op is closer to the float64 result than jax.jit (the
 check's float64 reference accepts it); elsewhere they agree within float32 tolerance (benchmark
 BERT: max difference from jax.jit 9.5e-7 -> 2.2e-6). A row with NaN or an infinity gives NaN in all
-forms. Where ``mean(x * x)`` overflows (``|x|`` above about 1.8e19) jax.jit's one-pass variance is
-``inf - inf`` (a NaN row) or ``inf`` (the offset), the op's a finite norm: that form runs the op behind
-``If(not ReduceSumSquare(x) < FLT_MAX / 2)``, today's nodes in the then-branch (see ``_emit``). A
-post-norm residual ``Add`` read by the norm alone becomes a ``Sum`` (see ``_residual_as_sum``; not for
-the guarded form, whose guard reads the sum too). The scale ``g`` and offset ``b`` are taken in when they are constants of the
+forms. A post-norm residual ``Add`` read by the norm alone becomes a ``Sum`` (see
+``_residual_as_sum``). The scale ``g`` and offset ``b`` are taken in when they are constants of the
 normalized axis' length; otherwise the Mul or Add stays after the op. float32 only (the op's
 statistics are float32 by its default ``stash_type``).
 """
@@ -234,7 +231,7 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
     if sub is None or sub.inputs[0] is not x or sub.inputs[1] is not mean or d.shape != x.shape \
             or norm.outputs[0].shape != x.shape:
         return 0
-    chain = [add, sqrt, clamp, diff_node := m.producer(clamp.inputs[0]), mu_sq.producer(), square, sub, *x_mean[1],
+    chain = [add, clamp, diff_node := m.producer(clamp.inputs[0]), mu_sq.producer(), square, sub, *x_mean[1],
              *mean_sq[1]] + [n for n in (recip, scale) if n is not None]
     if not (_only_uses(mean, mu_sq.producer(), sub) and _only_uses(d, norm)
             and _only_uses(square.outputs[0], mean_sq[1][-1]) and _only_uses(m2, diff_node)
@@ -247,7 +244,7 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
     if any(n is None or n.graph is not graph for n in chain):
         return 0
     g = _row_const(m.other_input(scale, recip.outputs[0]), dim) if scale is not None and recip is not None else None
-    return _emit(graph, x, dim, eps_value, norm, chain, g, guard=True)
+    return _emit(graph, x, dim, eps_value, norm, chain, g)
 
 
 def _eps_add(sqrt: ir.Node) -> tuple[ir.Node, ir.Value, float] | None:
@@ -264,46 +261,25 @@ def _eps_add(sqrt: ir.Node) -> tuple[ir.Node, ir.Value, float] | None:
 
 
 def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, chain: list[ir.Node],
-          g: np.ndarray | None = None, guard: bool = False) -> int:
+          g: np.ndarray | None = None) -> int:
     """Replace ``norm`` (the normalized x, already scaled by ``g`` if given; ``chain`` the nodes that
-    compute it from x) and the row scale and offset after it by one LayerNormalization.
-
-    ``guard`` (the one-pass variance): the op only where no square of x can overflow, as
-    ``If(not ReduceSumSquare(x) < FLT_MAX / 2, then: today's nodes, else: the op)``. Where a row's
-    ``mean(x * x)`` overflows, jax.jit's variance is ``inf - inf`` (NaN: the row is NaN) or ``inf - m**2``
-    (inf: the row is the offset), while the op, which does not square the mean, gives the row's norm.
-    A total of squares below FLT_MAX / 2 bounds every row's sum, in any order, below FLT_MAX; NaN and
-    infinities fail the test too (the exact nodes give them the same NaN rows)."""
+    compute it from x) and the row scale and offset after it by one LayerNormalization."""
     out, last = norm.outputs[0], norm
-    affine: list[ir.Node] = []
     scale = np.ones(dim, np.float32) if g is None else g
     found = _affine(out, "Mul", dim) if g is None else None
     if found is not None:
         last, scale = found
         out = last.outputs[0]
-        affine.append(last)
     bias = None
     found = _affine(out, "Add", dim)
     if found is not None:
         last, bias = found
         out = last.outputs[0]
-        affine.append(last)
-    if not guard:
-        x = _residual_as_sum(graph, x, {id(n) for n in chain + [norm]})
+    x = _residual_as_sum(graph, x, {id(n) for n in chain + [norm]})
     inputs = [x, m.new_initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
     if bias is not None:
         inputs.append(m.new_initializer(graph, bias, f"{x.name or 'x'}_ln_bias"))
-    op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
-    if not guard:
-        m.replace(graph, out, op, last)
-        return 1
-    exact = _in_order(chain + [norm] + affine)
-    limit = m.new_initializer(graph, np.array(np.finfo(np.float32).max / 2, np.float32), "ln_square_limit")
-    total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
-    small = ir.node("Less", [total.outputs[0], limit])
-    bad = ir.node("Not", [small.outputs[0]])
-    graph.insert_before(exact[0], [total, small, bad])
-    m.branch_on(graph, bad.outputs[0], out, exact, op, bad, ("layer_norm_exact", "layer_norm_op"))
+    m.replace(graph, out, ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps}), last)
     return 1
 
 
@@ -324,24 +300,3 @@ def _residual_as_sum(graph: ir.Graph, x: ir.Value, norm: set[int]) -> ir.Value:
     m.replace(graph, x, total, add)
     graph.remove(add, safe=True)
     return total.outputs[0]
-
-
-def _in_order(nodes: list[ir.Node]) -> list[ir.Node]:
-    """``nodes`` ordered so that each comes after those of them it reads (the graph may not be sorted yet)."""
-    ours = {id(n) for n in nodes}
-    done: set[int] = set()
-    ordered: list[ir.Node] = []
-
-    def visit(node: ir.Node) -> None:
-        if id(node) in done:
-            return
-        done.add(id(node))
-        for v in node.inputs:
-            p = v.producer() if v is not None else None
-            if p is not None and id(p) in ours:
-                visit(p)
-        ordered.append(node)
-
-    for node in nodes:
-        visit(node)
-    return ordered
