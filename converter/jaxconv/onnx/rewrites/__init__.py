@@ -45,6 +45,8 @@ faster without changing the numbers:
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
   down-projection from width 1024, 2048, ...), which ORT's GEMM runs slowly, computed in column blocks
   of that operand's elementwise producers and summed;
+- ``column_sums``: a long float sum over middle axes (an NHWC activation's spatial axes) summed in blocks of
+  rows where they lie, instead of Transposed last and padded;
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
@@ -74,6 +76,7 @@ from jaxconv.onnx.rewrites import (
     attention,
     attention_heads,
     broadcasts,
+    column_sums,
     conv_affine,
     gru,
     head_merge,
@@ -170,6 +173,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
+    fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
