@@ -25,7 +25,8 @@ faster without changing the numbers:
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
   (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
 - ``attention_heads``: q, k and v split into heads by a Reshape and a Transpose computed head-major, by one
-  MatMul with the weight laid out per head (three Transposes of four per layer go);
+  MatMul with the weight laid out per head (three Transposes of four per layer go), heads first
+  ([h, b, t, dh]) where every reader up to the merge treats the leading axes as batch axes;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
