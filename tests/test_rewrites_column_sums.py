@@ -40,7 +40,18 @@ CASES = {
     "sum middle": ((4, 300, 7), lambda x: x.sum(axis=1)),
     "sum leading": ((600, 6), lambda x: x.sum(axis=0)),
     "mean h of nhwc": ((2, 300, 3, 5), lambda x: x.mean(axis=1)),
+    "group stats": ((2, 16, 16, 8), lambda x: _group_stats(x, 4)),
+    "group stats 1000 rows": ((1, 40, 25, 6), lambda x: _group_stats(x, 3)),
 }
+
+
+def _group_stats(x, groups: int):
+    """A group norm's mean and variance over (H, W, channels of the group): reduced axes 1, 2 and 4."""
+    n, h, w, c = x.shape
+    y = x.reshape(n, h, w, groups, c // groups)
+    mean = y.mean(axis=(1, 2, 4), keepdims=True)
+    inv = jax.lax.rsqrt(((y - mean) ** 2).mean(axis=(1, 2, 4)) + 1e-5)
+    return (y - mean).reshape(x.shape) * inv[:, None, None, :].repeat(c // groups, -1)
 
 
 @pytest.mark.parametrize("kind", ["normal", "specials", "large"])
@@ -53,7 +64,7 @@ def test_blocked_sums_in_place(monkeypatch, name, kind):
     assert ops["Transpose"] == 0 and plain_ops["Transpose"] >= 1, (ops, plain_ops)
     want = np.asarray(jax.jit(fn)(x))
     assert_same_floats(got, want, 2e-6, 1e-5)
-    if kind != "specials":  # as accurate as the lowering's blocks (a float64 sum of the same numbers)
+    if kind != "specials" and not name.startswith("group"):  # as accurate as the lowering's blocks (a float64 sum of the same numbers)
         exact = np.asarray(fn(x.astype(np.float64)))
         tiny = 2 * np.float64(np.finfo(np.float32).eps) * np.abs(exact).max()  # two rounding steps
         assert np.abs(got - exact).max() <= max(np.abs(plain - exact).max() * 2, tiny)
