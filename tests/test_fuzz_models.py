@@ -109,13 +109,16 @@ def test_one_pass_layer_norm_whose_squares_overflow_matches_jit():
     assert 'op_type: "LayerNormalization"' in str(model.graph)  # normal rows still run the op
 
 
-def test_model_products_are_known_only_with_huge_inputs_and_norms_never():
+def test_model_products_and_norm_overflows_are_known_only_with_huge_inputs():
     from conformance.fuzz import known
 
     assert known.match("attend/f32/inf", frozenset({"huge-input"})) is not None  # a sum's order over FLT_MAX
     assert known.match("attend/f32/inf", frozenset()) is None
     assert known.match("dense_down/f32/signed-zero") is not None
-    assert known.match("norm_one_pass/f32/nan", frozenset({"huge-input", "nan-input"})) is None
+    # the layer norm op's overflow (open, the xfails below) only where an input is within 16x of FLT_MAX
+    assert known.match("norm_one_pass/f32/nan", frozenset({"huge-input"})) is not None
+    assert known.match("norm_one_pass/f32/nan", frozenset({"nan-input"})) is None
+    assert known.match("norm_one_pass/f32/value", frozenset({"huge-input"})) is None
 
 
 def test_a_model_reproducer_rebuilds_its_weights_and_opset(tmp_path):

@@ -94,6 +94,10 @@ MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense
               "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "lstm_fused", "lstm_flax",
               "gru_fused", "gru_flax")
 
+LN_OVERFLOW = ("open (jaxconv's own): the layer_norm rule's LayerNormalization op gives a row whose sum or mean of "
+               "squares overflows a finite norm, where jax.jit's is NaN (inf - inf); the exact guard per norm cost the "
+               "benchmark BERT 1.2x, so it waits (tests/test_fuzz_models.py, strict xfails)")
+
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/excess-precision", EXCESS),
@@ -135,6 +139,7 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"scatter_{op}/{dtype}/{kind}", SCATTER_ROUNDING, frozenset({"repeated-index"}))
       for op in ("add", "mul") for dtype in ("f16", "bf16") for kind in ("value", "nan", "inf", "signed-zero")),
     *(Known(f"gelu_exact+*/*/{kind}", GELU_TAIL) for kind in ("nan", "inf", "signed-zero")),
+    *(Known(f"{op}/f32/nan", LN_OVERFLOW, HUGE) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
 )
 
 
