@@ -50,6 +50,8 @@ faster without changing the numbers:
   rows where they lie, instead of Transposed last and padded;
 - ``broadcast_spans``: a small operand broadcast along a short run of last axes (a group norm's statistics)
   expanded along them, so ORT's elementwise kernels run on long runs;
+- ``gather_fill``: jnp.take's fill for out-of-range indices as an extra row of a constant table that the
+  indices point at, instead of a Where over the whole lookup;
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
@@ -82,6 +84,7 @@ from jaxconv.onnx.rewrites import (
     broadcasts,
     column_sums,
     conv_affine,
+    gather_fill,
     gru,
     head_merge,
     k_blocks,
@@ -179,6 +182,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
+    fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules

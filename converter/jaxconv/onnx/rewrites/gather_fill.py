@@ -1,0 +1,63 @@
+"""An embedding lookup's fill for out-of-range indices read from an extra row of the table, not a Where.
+
+``jnp.take(table, ids, axis=0)`` (Flax's ``nn.Embed``) fills the rows of out-of-range indices with NaN.
+The lowering gathers with clipped indices and then puts the fill in with a Where over the whole
+result (``Where(out_of_range[..., None], nan, Gather(table, clipped))``): a second pass over
+``[batch, length, width]``. With the fill appended to the table as one more row, the out-of-range
+indices point at that row (a Where over the indices only) and the Gather alone writes the result:
+the same bits everywhere (the row holds the fill's own bits). Only a constant table read by nothing
+else is extended (one row more, no second copy). One thread, process CPU time, medians of 9
+alternating (load 8.5): ``[8, 128]`` ids into a ``[32000, 512]`` table 0.33 -> 0.16 ms (jax.jit
+0.20); ``[16, 512]`` ids into ``[1000, 64]`` 0.59 -> 0.22 ms (jax.jit 0.24).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Move the out-of-range fills of ``graph``'s (and its subgraphs') constant-table lookups into the tables."""
+    return m.count_everywhere(graph, "Where", _one)
+
+
+def _one(graph: ir.Graph, where: ir.Node) -> int:
+    if where.domain != "" or len(where.inputs) != 3 or any(v is None for v in where.inputs):
+        return 0
+    cond, a, b = where.inputs
+    assert cond is not None and a is not None and b is not None
+    for fill, looked_up, fill_when in ((a, b, True), (b, a, False)):
+        gather = m.producer(looked_up, "Gather")
+        fill_value = m.const(fill)
+        if gather is None or fill_value is None or fill_value.size != 1 or m.attr(gather, "axis", 0) != 0:
+            continue
+        table, idx = gather.inputs
+        arr = m.const(table)
+        if arr is None or table is None or idx is None or arr.ndim != 2 or table.is_graph_input() \
+                or len(table.uses()) != 1 or len(looked_up.uses()) != 1 or looked_up.is_graph_output():
+            continue
+        if table not in graph.initializers.values() or fill_value.dtype != arr.dtype:
+            continue
+        idx_shape, cond_shape, out_shape = idx.shape, cond.shape, where.outputs[0].shape
+        if idx_shape is None or cond_shape is None or out_shape is None or len(cond_shape) != len(idx_shape) + 1 \
+                or list(cond_shape) != list(idx_shape) + [1] or list(out_shape) != list(looked_up.shape or []):
+            continue
+        if not all(isinstance(d, int) for d in idx_shape) or idx.dtype not in (ir.DataType.INT32, ir.DataType.INT64):
+            continue
+        rows = arr.shape[0]
+        extended = np.concatenate([arr, np.broadcast_to(fill_value.reshape(1, 1), (1, arr.shape[1]))], axis=0)
+        new_table = m.new_initializer(graph, extended, f"{table.name or 'table'}_with_fill")
+        shape = m.new_initializer(graph, np.array(list(idx_shape), np.int64), "gather_fill_shape")
+        fill_row = m.new_initializer(graph, np.array(rows, idx.dtype.numpy()), "gather_fill_row")
+        flat = ir.node("Reshape", [cond, shape])
+        flat.outputs[0].type, flat.outputs[0].shape = cond.type, ir.Shape(list(idx_shape))
+        pick = [fill_row, idx] if fill_when else [idx, fill_row]
+        pointed = ir.node("Where", [flat.outputs[0], *pick])
+        pointed.outputs[0].type, pointed.outputs[0].shape = idx.type, idx.shape
+        lookup = ir.node("Gather", [new_table, pointed.outputs[0]], {"axis": 0})
+        m.replace(graph, where.outputs[0], [flat, pointed, lookup], where)
+        return 1
+    return 0
