@@ -29,6 +29,8 @@ def _rows() -> np.ndarray:
     x[0, 5, 6] = -np.inf
     x[0, 6] *= 1e-30  # squares underflow: x / sqrt(eps)
     x[1, 0] += 1e4
+    x[1, 1] = 3e38  # near FLT_MAX: the sums overflow too
+    x[1, 2] = np.float32(3.4e38) * np.sign(x[1, 2])
     return x
 
 
