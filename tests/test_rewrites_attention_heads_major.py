@@ -134,6 +134,30 @@ def test_query_scaled_before_its_transpose(monkeypatch, scale):
     _same_bits(got, _runs(plain, runs))
 
 
+def test_probabilities_round_trip(monkeypatch):
+    """Hugging Face's Flax attention moves the probabilities through Transposes and Reshapes that give
+    them back: read directly, heads first."""
+
+    def fn(x):
+        q, k, v = _heads(x, WQ), _heads(x, WK), _heads(x, WV)
+        s = jnp.where(jnp.tril(jnp.ones((T, T), bool)), jnp.einsum("bhqd,bhkd->bhqk", q, k), _LOWEST)
+        p = jax.nn.softmax(s, axis=-1).transpose(1, 0, 2, 3).reshape(H, 1, B * T * T)
+        p = p.reshape(H, B, T, T).transpose(1, 0, 2, 3)
+        o = jnp.einsum("bhqk,bhkd->bhqd", p, v)
+        return o.transpose(0, 2, 1, 3).reshape(B, T, D)
+
+    xs = _edge_xs()
+    model = assert_onnx_matches_jax(fn, xs[0], inputs_for_run=[[x] for x in xs[1:]], rtol=1e-5, atol=1e-6)
+    perms = _perms(model)
+    assert perms == [[0, 1, 3, 2], [1, 2, 0, 3]], perms
+    got = _runs(model, [[x] for x in xs])
+    monkeypatch.setattr(attention_heads, "_round_trip", lambda value: [])
+    assert [1, 2, 0, 3] not in _perms(jaxconv.to_onnx(fn, xs[0], check=False))  # the trip is what it read
+    monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
+    plain = jaxconv.to_onnx(fn, xs[0], check=False)  # (later rules drop the trip)
+    _same_bits(got, _runs(plain, [[x] for x in xs]))
+
+
 def test_nan_key_dropped_by_the_mask():
     """A NaN key (its own input) the causal mask drops for query 0: that query's output stays finite, the
     later queries' are NaN, as jax.jit gives them."""
