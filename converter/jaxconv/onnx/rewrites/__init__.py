@@ -52,6 +52,8 @@ faster without changing the numbers:
   expanded along them, so ORT's elementwise kernels run on long runs;
 - ``gather_fill``: jnp.take's fill for out-of-range indices as an extra row of a constant table that the
   indices point at, instead of a Where over the whole lookup;
+- ``repeat_gathers``: jnp.repeat's Expand of a new axis merged into the one before it as a Gather of that
+  axis (ORT's Expand copies in short runs);
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
@@ -99,6 +101,7 @@ from jaxconv.onnx.rewrites import (
     nan_reduce,
     pooling,
     range_checks,
+    repeat_gathers,
     reshape_scale,
     rms_norm,
     row_slices,
@@ -182,6 +185,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
+    fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
