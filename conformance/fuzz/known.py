@@ -98,6 +98,11 @@ LN_OVERFLOW = ("open (jaxconv's own): the layer_norm rule's LayerNormalization o
                "squares overflows a finite norm, where jax.jit's is NaN (inf - inf); the exact guard per norm cost the "
                "benchmark BERT 1.2x, so it waits (tests/test_fuzz_models.py, strict xfails)")
 
+# Chains that begin with such a product: a difference it makes near FLT_MAX (inf against a finite sum, or ONNX
+# Runtime's optimizer folding a constant scale into the product: (q @ k) * c for (q * c) @ k, W * g in a Conv)
+# reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it.
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "attend+*", "conv_nhwc+batch_norm*")
+
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/excess-precision", EXCESS),
@@ -106,6 +111,7 @@ KNOWN: tuple[Known, ...] = (
     Known("convert_bool_*+mul*", XLA_SELECT),
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
       for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "inf", "value")),
+    *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
