@@ -89,7 +89,10 @@ class ModelBuilder:
     def dense(self, x: int, shape: tuple[int, ...], out: int, op: str = "dense") -> int:
         d = shape[-1]
         form = self.rng.random()
-        if form < 0.15:
+        if form < 0.1 and len(shape) == 3:  # Equinox's Linear, W @ x vmapped over batch and sequence
+            expr = (f"jax.vmap(jax.vmap(lambda v: {self.w((out, d), 1.0 / d ** 0.5, may_input=False)} @ v))({self.ref(x)})"
+                    f" + {self.bias(out)}")
+        elif form < 0.2:
             expr = f"jnp.einsum('...d,df->...f', {self.ref(x)}, {self.w((d, out))}) + {self.bias(out)}"
         elif form < 0.25:
             expr = f"{self.ref(x)} @ {self.w((d, out))}"
@@ -173,6 +176,11 @@ class ModelBuilder:
         heads_shape = (b, heads, t, dh)
         q, k, v = (self.step(f"heads_{n}", f"{self.ref(u)}.reshape({b}, {t}, {heads}, {dh}).transpose(0, 2, 1, 3)",
                              heads_shape) for n, u in zip("qkv", (q, k, v)))
+        if dh % 2 == 0 and self.rng.random() < 0.3:  # interleaved rotary embedding (RoFormer, GPT-J)
+            cos, sin = self.w((t, dh), 1.0, may_input=False), self.w((t, dh), 1.0, may_input=False)
+            q, k = (self.step(f"rotary_{n}", f"{self.ref(u)} * {cos} + jnp.stack([-{self.ref(u)}[..., 1::2], "
+                              f"{self.ref(u)}[..., ::2]], -1).reshape({heads_shape}) * {sin}", heads_shape)
+                    for n, u in zip("qk", (q, k)))
         scale = self.rng.choice([f"{dh ** -0.5:.6g}", f"(1 / np.sqrt({dh}))"])
         if self.rng.random() < 0.5:
             s = self.step("scores", f"({self.ref(q)} @ jnp.swapaxes({self.ref(k)}, -1, -2)) * {scale}", (b, heads, t, t))
