@@ -277,13 +277,28 @@ def _rank(value: ir.Value, depth: int = 8) -> int | None:
 
 def _dead(node: ir.Node, memo: dict[int, bool]) -> bool:
     """Whether nothing reads ``node``'s results, but nodes nothing reads (a rule's leftovers, which the
-    clean-up drops)."""
+    clean-up drops): no graph output is reached from it. Walked with a list, not recursion: a deep
+    graph after the heads (half-float models Cast around every op) would exceed Python's recursion
+    limit. ``memo`` (id of a node -> dead) carries what one walk learnt to the next."""
     found = memo.get(id(node))
-    if found is None:
-        memo[id(node)] = False  # (a cycle, which a graph has not: live)
-        found = memo[id(node)] = all(not out.is_graph_output() and all(_dead(u.node, memo) for u in out.uses())
-                                     for out in node.outputs)
-    return found
+    if found is not None:
+        return found
+    reached, todo = {id(node)}, [node]
+    while todo:
+        for out in todo.pop().outputs:
+            if out.is_graph_output():
+                memo[id(node)] = False
+                return False
+            for use in out.uses():
+                key = id(use.node)
+                if memo.get(key) is False:
+                    memo[id(node)] = False
+                    return False
+                if key not in reached and key not in memo:
+                    reached.add(key)
+                    todo.append(use.node)
+    memo.update(dict.fromkeys(reached, True))  # no graph output reached from any of them either
+    return True
 
 
 def _outside_rank(value: ir.Value) -> int | None:
