@@ -168,3 +168,22 @@ def test_stays(monkeypatch, case):
     for g, p in zip(got, plain):
         np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(p).view(np.uint32))
     _matches(got, fn, *args)
+
+
+def test_long_chain_takes_the_split(monkeypatch):
+    """A chain of more than MAX_TREE_NODES ops before the product is not copied per block (and not walked
+    deeper than that): 600 ops, 128 rows, so a Split cuts the operand."""
+    w1, w2 = _w(16, 1024), _w(1024, 8)
+
+    def fn(x):
+        h = x @ w1
+        for i in range(600):
+            h = jnp.sin(h) if i % 2 else jnp.tanh(h)
+        return h @ w2
+
+    x = _x(2, 64, 16)
+    ops, got = _convert(fn, x)
+    plain_ops, plain = _plain(monkeypatch, fn, x)
+    assert ops["Split"] == plain_ops["Split"] + 1 and ops["MatMul"] == 3, (ops, plain_ops)
+    _close_to_plain(got, plain)
+    _matches(got, fn, x)

@@ -50,6 +50,7 @@ from jaxconv.onnx.rewrites import _match as m
 ALIASED_FLOATS = 1024  # a float32 row of a multiple of this many elements is a multiple of 4 KiB
 MIN_ROWS = 64  # fewer rows do not slow down: the blocks would only add kernels
 SPLIT_MIN_ROWS = 128  # the same for the blocks copied out by a Split
+MAX_TREE_NODES = 32  # each block copies the tree: a longer one takes the Split (and bounds the walk's depth)
 ELEMENTWISE = frozenset({
     "Abs", "Add", "Ceil", "Cos", "Div", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish",
     "Identity", "LeakyRelu", "Log", "Max", "Min", "Mish", "Mul", "Neg", "Pow", "Reciprocal", "Relu", "Round",
@@ -126,12 +127,13 @@ def _producer_tree(a: ir.Value, matmul: ir.Node, k: int) -> list[ir.Node] | None
     """The nodes that build ``a`` elementwise from products by constants, producers first; None when
     ``a`` is built otherwise or a value on the way is read outside them (or is a graph output)."""
     tree: list[ir.Node] = []
-    visited: dict[int, bool] = {}
+    visited: dict[int, bool | None] = {}  # None: being visited
 
     def visit(value: ir.Value) -> bool:
         if id(value) not in visited:
-            visited[id(value)] = _visit_new(value)
-        return visited[id(value)]
+            visited[id(value)] = None
+            visited[id(value)] = len(visited) <= MAX_TREE_NODES and _visit_new(value)
+        return bool(visited[id(value)])
 
     def _visit_new(value: ir.Value) -> bool:
         node = value.producer()
