@@ -43,7 +43,7 @@ def session_options(threads: int | None = None, spinning: bool = False, model: s
     the spinning threads take CPU from whatever runs next in the process (another session,
     jax.jit, the application), so spinning is off unless asked for. Bounded spinning
     (``session.intra_op.spin_duration_us``) and ``session.force_spinning_stop`` spare the next
-    caller but made the model itself slower on a busy machine (README, "Session settings").
+    caller but made the model itself slower on a busy machine (docs/performance.md, "Session settings").
 
     Args:
         threads: intra-op threads; None: the count ``model`` records (``onnx.thread_count``: one for
