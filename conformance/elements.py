@@ -30,10 +30,7 @@ FLUSHED_DTYPES = frozenset({"float32", "float64", "bfloat16"})  # f16 computes i
 
 
 def _tolerance(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    try:
-        from jaxconv.compare import TOLERANCES
-    except ImportError:  # older layout: the tolerances lived in verify
-        from jaxconv.verify import TOLERANCES
+    from jaxconv.compare import TOLERANCES
 
     default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
