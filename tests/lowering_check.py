@@ -99,3 +99,23 @@ def convert_and_run(fn: Callable[..., Any], *inputs: np.ndarray, opset: int | No
     model = jaxconv.to_onnx(fn, *specs, opset=opset, check=False)
     ops = collections.Counter(n.op_type for n in model.graph.node)
     return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def without_rule(rule: Any) -> Callable[..., tuple[Any, list[np.ndarray]]]:
+    """``plain(monkeypatch, fn, *inputs, **kwargs)``: ``convert_and_run`` with ``rule`` (a module of
+    ``jaxconv.onnx.rewrites``) turned off, to compare a graph with the rule against one without it."""
+    def plain(monkeypatch: Any, fn: Callable[..., Any], *inputs: np.ndarray, **kwargs: Any) -> tuple[Any, list[np.ndarray]]:
+        with monkeypatch.context() as patch:
+            patch.setattr(rule, "rewrite", lambda *args, **kw: 0)
+            return convert_and_run(fn, *inputs, **kwargs)
+    return plain
+
+
+def assert_same_bits(got: Sequence[Any], want: Sequence[Any]) -> None:
+    """Every output bit for bit the same (NaN payloads and zero signs included)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        bits = np.dtype(f"u{g.dtype.itemsize}")
+        np.testing.assert_array_equal(g.view(bits), w.view(bits))

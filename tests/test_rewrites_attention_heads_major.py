@@ -14,7 +14,7 @@ import pytest
 import jaxconv
 from jaxconv.onnx.rewrites import attention_heads
 from jaxconv.runtimes.onnxrt import OnnxRunner
-from lowering_check import assert_onnx_matches_jax
+from lowering_check import assert_onnx_matches_jax, assert_same_bits
 
 B, T, H, DH = 2, 5, 2, 4
 D = H * DH
@@ -78,9 +78,6 @@ def _runs(model, inputs):
     return [runner.run(list(args))[0] for args in inputs]
 
 
-def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> None:
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
 
 
 def _keep() -> np.ndarray:
@@ -103,11 +100,11 @@ def test_heads_first_keeps_jax_numbers_and_bits(monkeypatch, mask):
     monkeypatch.setattr(attention_heads, "_block", lambda graph, start, splits: None)
     batch_first = jaxconv.to_onnx(fn, xs[0], *extra, check=False)
     assert [1, 2, 0, 3] not in _perms(batch_first)
-    _same_bits(got, _runs(batch_first, runs))
+    assert_same_bits(got, _runs(batch_first, runs))
     monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
     plain = jaxconv.to_onnx(fn, xs[0], *extra, check=False)
     assert _perms(plain).count([0, 2, 1, 3]) >= 3
-    _same_bits(got, _runs(plain, runs))
+    assert_same_bits(got, _runs(plain, runs))
 
 
 @pytest.mark.parametrize("scale", ["div", "mul"])
@@ -131,7 +128,7 @@ def test_query_scaled_before_its_transpose(monkeypatch, scale):
     monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
     plain = jaxconv.to_onnx(fn, xs[0], keep, check=False)
     assert _perms(plain).count([0, 2, 1, 3]) >= 3
-    _same_bits(got, _runs(plain, runs))
+    assert_same_bits(got, _runs(plain, runs))
 
 
 def test_probabilities_round_trip(monkeypatch):
@@ -155,7 +152,7 @@ def test_probabilities_round_trip(monkeypatch):
     assert [1, 2, 0, 3] not in _perms(jaxconv.to_onnx(fn, xs[0], check=False))  # the trip is what it read
     monkeypatch.setattr(attention_heads, "rewrite", lambda graph: 0)
     plain = jaxconv.to_onnx(fn, xs[0], check=False)  # (later rules drop the trip)
-    _same_bits(got, _runs(plain, [[x] for x in xs]))
+    assert_same_bits(got, _runs(plain, [[x] for x in xs]))
 
 
 def test_nan_key_dropped_by_the_mask():

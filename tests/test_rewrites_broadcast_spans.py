@@ -10,13 +10,10 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import broadcast_spans
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
-
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(broadcast_spans, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(broadcast_spans)
 
 
 def _input(shape: tuple[int, ...], specials: bool, seed: int = 2) -> np.ndarray:

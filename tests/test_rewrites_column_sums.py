@@ -9,13 +9,10 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import column_sums
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
-
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(column_sums, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(column_sums)
 
 
 def _input(shape: tuple[int, ...], kind: str) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import k_blocks
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 _RNG = np.random.default_rng(11)
@@ -34,9 +34,7 @@ def _x(*shape: int) -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args, **kwargs):
-    monkeypatch.setattr(k_blocks, "rewrite", lambda graph: 0)
-    return _convert(fn, *args, **kwargs)
+_plain = without_rule(k_blocks)
 
 
 def _matches(got, fn, *args, rtol=1e-4, atol=1e-5):  # FLT_MAX rows cancel: 4.5e-5 apart

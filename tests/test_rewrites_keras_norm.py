@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import keras_norm
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 
 D = 16
 _RNG = np.random.default_rng(11)
@@ -114,10 +114,7 @@ def _convert(fn, *inputs):
     return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
 
 
-def _plain(monkeypatch, fn, *inputs):
-    with monkeypatch.context() as patch:
-        patch.setattr(keras_norm, "rewrite", lambda graph, opset: 0)
-        return _convert(fn, *inputs)
+_plain = without_rule(keras_norm)
 
 
 @pytest.mark.parametrize("affine", ["g,b", "g", "b", "b0", "none"])

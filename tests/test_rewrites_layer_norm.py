@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import layer_norm
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 D = 16
@@ -55,9 +55,7 @@ def _assert_close(got: np.ndarray, want, x: np.ndarray, g, b) -> None:
     assert np.abs(got[1] - truth).max() <= max(np.abs(want[1] - truth).max(), 1e-6)
 
 
-def _plain(monkeypatch, fn, x):
-    monkeypatch.setattr(layer_norm, "rewrite", lambda graph, opset: 0)
-    return _convert(fn, x)
+_plain = without_rule(layer_norm)
 
 
 @pytest.mark.parametrize("affine", ["g,b", "g", "b", "none"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import mask_min
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_bits, assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 T = 6
@@ -30,14 +30,9 @@ def _logits(kind: str) -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(mask_min, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(mask_min)
 
 
-def _same_bits(got, plain):
-    for g, p in zip(got, plain):
-        np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(p).view(np.uint32))
 
 
 @pytest.mark.parametrize("kind", ["finite", "nan masked", "inf masked", "nan kept"])
@@ -51,7 +46,7 @@ def test_mask_where_as_guarded_min(monkeypatch, kind, fill):
     ops, got = _convert(fn, x)
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops["If"] == 1 and plain_ops["If"] == 0, (ops, plain_ops)
-    _same_bits(got, plain)
+    assert_same_bits(got, plain)
     want = jax.jit(fn)(x)
     for g, w in zip(got, want):
         assert_same_floats(g, w, 1e-6, 1e-7)
@@ -71,7 +66,7 @@ def test_mask_from_input_and_flipped_where(monkeypatch):
     ops, got = _convert(fn, x, keep)
     plain_ops, plain = _plain(monkeypatch, fn, x, keep)
     assert ops["If"] == 1, ops
-    _same_bits(got, plain)
+    assert_same_bits(got, plain)
     assert_same_floats(got[0], jax.jit(fn)(x, keep), 1e-6, 1e-7)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import nan_reduce
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 
@@ -31,9 +31,7 @@ def _input(kind: str) -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(nan_reduce, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(nan_reduce)
 
 
 FUNCTIONS = {

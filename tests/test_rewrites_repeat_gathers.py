@@ -9,6 +9,7 @@ import pytest
 
 from jaxconv.onnx.rewrites import repeat_gathers
 from lowering_check import convert_and_run as _convert
+from lowering_check import without_rule
 
 
 def _input(shape: tuple[int, ...]) -> np.ndarray:
@@ -18,9 +19,7 @@ def _input(shape: tuple[int, ...]) -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(repeat_gathers, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(repeat_gathers)
 
 
 CASES = {

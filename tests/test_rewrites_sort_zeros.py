@@ -11,6 +11,7 @@ import pytest
 
 from jaxconv.onnx.rewrites import sort_zeros
 from lowering_check import convert_and_run as _convert
+from lowering_check import without_rule
 
 
 def _row(kind: str) -> np.ndarray:
@@ -30,9 +31,7 @@ def _row(kind: str) -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(sort_zeros, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(sort_zeros)
 
 
 def _bits(a) -> np.ndarray:

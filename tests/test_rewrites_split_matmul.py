@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import split_matmul
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_bits, assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 _W = (np.random.default_rng(5).standard_normal((16, 24)) / 4).astype(np.float32)
@@ -25,14 +25,9 @@ def _x() -> np.ndarray:
     return x
 
 
-def _plain(monkeypatch, fn, *args):
-    monkeypatch.setattr(split_matmul, "rewrite", lambda graph: 0)
-    return _convert(fn, *args)
+_plain = without_rule(split_matmul)
 
 
-def _same_bits(got, plain):
-    for g, p in zip(got, plain):
-        np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(p).view(np.uint32))
 
 
 @pytest.mark.parametrize("parts", [3, [8]], ids=["thirds", "uneven"])
@@ -52,7 +47,7 @@ def test_split_projection_becomes_matmuls(monkeypatch, parts):
     n = 3 if parts == 3 else 2
     assert ops["Split"] == 0 and plain_ops["Split"] == 1, (ops, plain_ops)
     assert ops["MatMul"] == plain_ops["MatMul"] + n - 1, (ops, plain_ops)
-    _same_bits(got, plain)
+    assert_same_bits(got, plain)
     for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(x))):
         assert_same_floats(g, w, 1e-5, 1e-6)
 
@@ -63,7 +58,7 @@ def test_split_on_other_axis_stays(monkeypatch):
     ops, got = _convert(fn, x)
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops == plain_ops
-    _same_bits(got, plain)
+    assert_same_bits(got, plain)
 
 
 def test_weight_as_input_stays(monkeypatch):
@@ -85,4 +80,4 @@ def test_product_also_read_whole_stays(monkeypatch):
     ops, got = _convert(fn, x)
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops == plain_ops
-    _same_bits(got, plain)
+    assert_same_bits(got, plain)

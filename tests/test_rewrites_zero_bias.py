@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import zero_bias
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
 
@@ -27,9 +27,7 @@ _W = (np.random.default_rng(4).standard_normal((8, 8)) / 3).astype(np.float32)
 _ZEROS = np.zeros(8, np.float32)
 
 
-def _plain(monkeypatch, fn, x):
-    monkeypatch.setattr(zero_bias, "rewrite", lambda graph: 0)
-    return _convert(fn, x)
+_plain = without_rule(zero_bias)
 
 
 @pytest.mark.parametrize("form", ["x+0", "0+x", "x-0", "x+(-0)"])
