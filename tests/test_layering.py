@@ -80,7 +80,7 @@ LAYERS = {
     },
     "onnx/rewrites/": {
         "allowed": ("jaxconv.onnx.rewrites", "jaxconv.onnx.dtypes", "jaxconv.onnx.passes",
-                    "jaxconv._scale_chain"),
+                    "jaxconv.onnx.thread_count", "jaxconv._scale_chain"),
         "libraries": ("jax", "jaxlib"),
     },
     "onnx/ops/": {"forbidden": ("jaxconv.onnx.rewrites", "jaxconv.onnx.passes")},

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxconv
+from jaxconv.onnx import rewrites
 from jaxconv.onnx.rewrites import attention_heads
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_onnx_matches_jax, assert_same_bits
@@ -22,6 +23,12 @@ _RNG = np.random.default_rng(11)
 WQ, WK, WV, WO = (_RNG.standard_normal((D, D)).astype(np.float32) for _ in range(4))
 BIAS = _RNG.standard_normal(D).astype(np.float32)
 _LOWEST = float(np.finfo(np.float32).min)
+
+
+@pytest.fixture(autouse=True)
+def _heads_on_one_thread_models(monkeypatch):
+    """These models are small enough to record one intra-op thread, where the rule stays off by default."""
+    monkeypatch.setattr(rewrites, "HEADS_ON_ONE_THREAD", True)
 
 
 def _heads(x, w, c=None):

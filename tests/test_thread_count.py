@@ -105,3 +105,17 @@ def test_session_options_use_the_record_unless_a_count_is_asked_for():
     assert session_options(2, model=data).intra_op_num_threads == 2
     plain = session_options().intra_op_num_threads
     assert plain == (default_threads() or 0)
+
+
+def test_skip_unknown_weighs_only_the_products_of_known_sizes():
+    """recommend(skip_unknown=True), the estimate rewrite rules ask for before every value has a shape:
+    a product of unknown size is left out instead of making the answer None."""
+    import onnx_ir as ir
+
+    small = ir.Value(name="small", shape=ir.Shape([4, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    w = ir.Value(name="w", shape=ir.Shape([8, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    unknown = ir.Value(name="unknown", type=ir.TensorType(ir.DataType.FLOAT))
+    nodes = [ir.node("MatMul", [small, w]), ir.node("MatMul", [unknown, w])]
+    model = ir.Model(ir.Graph([small, unknown, w], [n.outputs[0] for n in nodes], nodes=nodes), ir_version=10)
+    assert thread_count.recommend(model) is None
+    assert thread_count.recommend(model, skip_unknown=True) == 1

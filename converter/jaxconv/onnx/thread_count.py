@@ -34,11 +34,13 @@ _RNN_OPS = ("LSTM", "GRU", "RNN")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 
 
-def recommend(model: Any) -> int | None:
+def recommend(model: Any, *, skip_unknown: bool = False) -> int | None:
     """1 where the model's small products outweigh its big ones, else None (ORT's thread count).
 
     Args:
         model: an ``onnx_ir`` model, cleaned up.
+        skip_unknown: weigh only the products whose sizes are known (an estimate while rewrite
+            rules run, some of whose new values carry no shape yet), instead of giving None.
     """
     small = large = 0.0
     for node, repeats, known in _products(model.graph, 1, {}):
@@ -46,6 +48,8 @@ def recommend(model: Any) -> int | None:
             return None
         flops = _flops(node, known)
         if flops is None or repeats is None:
+            if skip_unknown:
+                continue
             return None
         if flops < SMALL_FLOPS:
             small += flops * repeats
