@@ -113,6 +113,13 @@ def normalize_axes(axes: tuple[int, ...], rank: int | None) -> tuple[int, ...] |
     return tuple(sorted(axes))
 
 
+def static_dims(value: ir.Value | None) -> list[int] | None:
+    """The value's dimensions when all are known integers, else None."""
+    if value is None or value.shape is None or not value.shape.is_static():
+        return None
+    return [int(d) for d in value.shape]
+
+
 def rank(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 

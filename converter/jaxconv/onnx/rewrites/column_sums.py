@@ -43,12 +43,6 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "Transpose", _one)
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    shape = value.shape if value is not None else None
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
 
 def _live(node: ir.Node, depth: int = 16) -> bool:
     """True unless every output of ``node`` is read only by dead nodes (an earlier rule's leftovers,
@@ -104,7 +98,7 @@ def _chain(start: ir.Value, kept: int) -> list[ir.Node] | None:
 
 def _one(graph: ir.Graph, transpose: ir.Node) -> int:
     x = transpose.inputs[0]
-    shape = _static(x)
+    shape = m.static_dims(x)
     perm = m.attr(transpose, "perm")
     if shape is None or perm is None or x is None or x.dtype != ir.DataType.FLOAT:
         return 0

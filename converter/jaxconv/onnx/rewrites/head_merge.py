@@ -27,11 +27,6 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "MatMul", _one)
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return [int(d) for d in value.shape]
-
 
 def _one(graph: ir.Graph, mm: ir.Node) -> int:
     if len(mm.inputs) != 2:
@@ -44,7 +39,7 @@ def _one(graph: ir.Graph, mm: ir.Node) -> int:
     if t is None or len(reshape.outputs[0].uses()) != 1 or len(t.outputs[0].uses()) != 1:
         return 0
     x = t.inputs[0]
-    xs, ts, rs = _static(x), _static(t.outputs[0]), _static(reshape.outputs[0])
+    xs, ts, rs = m.static_dims(x), m.static_dims(t.outputs[0]), m.static_dims(reshape.outputs[0])
     perm = m.attr(t, "perm")
     if xs is None or ts is None or rs is None or perm is None or len(rs) < 2:
         return 0

@@ -181,11 +181,6 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     return False
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return [int(d) for d in value.shape]
-
 
 def _unit_axes_perm(perm: list[int], y_shape: list[int], z_shape: list[int]) -> tuple[list[int], list[int]] | None:
     """For ``z = Reshape(Transpose(x, perm))`` that only inserts or drops size-1 axes (``y_shape`` the
@@ -227,7 +222,7 @@ def _sink_through_unit_axes(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
             perm2[places[i]] = places[perm[i]]
         new = ir.node("Unsqueeze", [x, *use.inputs[1:]], dict(use.attributes))
     else:
-        y_shape, z_shape = _static(t.outputs[0]), _static(z)
+        y_shape, z_shape = m.static_dims(t.outputs[0]), m.static_dims(z)
         if y_shape is None or z_shape is None or len(y_shape) != len(perm):
             return False
         found = _unit_axes_perm(perm, y_shape, z_shape)

@@ -29,18 +29,12 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "Expand", _one)
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    shape = value.shape if value is not None else None
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
 
 def _one(graph: ir.Graph, expand: ir.Node) -> int:
     if expand.domain != "" or len(expand.inputs) != 2 or expand.inputs[0] is None:
         return 0
     x = expand.inputs[0]
-    src, out = _static(x), _static(expand.outputs[0])
+    src, out = m.static_dims(x), m.static_dims(expand.outputs[0])
     if src is None or out is None or len(src) != len(out) or expand.outputs[0].is_graph_output():
         return 0
     grown = [k for k, (a, b) in enumerate(zip(src, out)) if a != b]

@@ -66,12 +66,6 @@ def _n_state(scan: ir.Node) -> int:
     return len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    shape = value.shape if value is not None else None
-    if shape is None or not shape.is_static():
-        return None
-    return [int(d) for d in shape.numpy()]
-
 
 def _only_use(value: ir.Value) -> ir.Node | None:
     uses = list(value.uses())
@@ -107,7 +101,7 @@ def _hoist_elementwise(main: ir.Graph, scan: ir.Node, k: int) -> bool:
     side = 0 if node.inputs[0] is row else 1
     other = node.inputs[1 - side]
     arr = m.const(other)
-    shape, full = _static(row), _static(xs)
+    shape, full = m.static_dims(row), m.static_dims(xs)
     out = node.outputs[0]
     if arr is None or shape is None or full is None or other is row or row.dtype is None:
         return False
@@ -142,7 +136,7 @@ def _hoist_split(main: ir.Graph, scan: ir.Node, k: int) -> bool:
     body = scan.attributes["body"].value
     row, xs = body.inputs[k], scan.inputs[k]
     split = _only_use(row)
-    shape, full = _static(row), _static(xs)
+    shape, full = m.static_dims(row), m.static_dims(xs)
     if split is None or split.op_type != "Split" or split.domain != "" or shape is None or full is None:
         return False
     axis = int(m.attr(split, "axis", 0))
@@ -191,7 +185,7 @@ def _push_split_up(main: ir.Graph, graph: ir.Graph, split: ir.Node) -> None:
     while True:
         src = split.inputs[0]
         node = m.producer(src, *_ELEMENTWISE)
-        full = _static(src)
+        full = m.static_dims(src)
         if node is None or node.graph is not graph or full is None or _only_use(src) is not split:
             break
         consts = [m.const(v) for v in node.inputs]
@@ -200,11 +194,11 @@ def _push_split_up(main: ir.Graph, graph: ir.Graph, split: ir.Node) -> None:
         side = 0 if consts[0] is None else 1
         arr = consts[1 - side]
         p = node.inputs[side]
-        if _static(p) != full or arr.ndim > len(full):
+        if m.static_dims(p) != full or arr.ndim > len(full):
             break
         axis = int(m.attr(split, "axis", 0)) % len(full)
         lead = axis - (len(full) - arr.ndim)  # the constant's axis along the split, when it has one
-        sizes = [int(_static(o)[axis]) for o in split.outputs]
+        sizes = [int(m.static_dims(o)[axis]) for o in split.outputs]
         inner = ir.node("Split", [p, split.inputs[1]], {"axis": axis}, num_outputs=len(sizes))
         graph.insert_before(node, inner)
         start = 0
@@ -322,8 +316,8 @@ def _body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
     n_state = _n_state(scan)
     shapes: dict[int, tuple[int, ...]] = {}
     for k, v in enumerate(body.inputs):
-        outer = _static(scan.inputs[k])
-        known = _static(v) or (None if outer is None else outer if k < n_state else outer[1:])
+        outer = m.static_dims(scan.inputs[k])
+        known = m.static_dims(v) or (None if outer is None else outer if k < n_state else outer[1:])
         if known is not None:
             shapes[id(v)] = tuple(known)
 
@@ -332,7 +326,7 @@ def _body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
             return None
         if id(v) in shapes:
             return shapes[id(v)]
-        known = _static(v)
+        known = m.static_dims(v)
         if known is None:
             arr = m.const(v)
             known = None if arr is None else list(arr.shape)
