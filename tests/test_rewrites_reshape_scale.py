@@ -42,8 +42,8 @@ def test_batch_only_dot_general_loses_its_reshapes_and_keeps_the_bits(monkeypatc
 
 
 def test_regrouping_follows_the_reshape():
-    assert reshape_scale._regrouped((64, 32, 2, 4), (64, 32, 1, 8), (64, 32, 1, 1)) == [64, 32, 1, 1]
-    assert reshape_scale._regrouped((6, 4), (24,), (24,)) == [6, 4]
-    assert reshape_scale._regrouped((6, 4), (24,), (1,)) == [1, 1]
-    assert reshape_scale._regrouped((6, 4), (2, 12), (2, 1)) is None  # a group only partly broadcast
-    assert reshape_scale._regrouped((2, 3), (3, 2), (3, 1)) is None
+    assert reshape_scale._regrouped([64, 32, 2, 4], [64, 32, 1, 8], [64, 32, 1, 1]) == [64, 32, 1, 1]
+    assert reshape_scale._regrouped([6, 4], [24], [24]) == [6, 4]
+    assert reshape_scale._regrouped([6, 4], [24], [1]) == [1, 1]
+    assert reshape_scale._regrouped([6, 4], [2, 12], [2, 1]) is None  # a group only partly broadcast
+    assert reshape_scale._regrouped([2, 3], [3, 2], [3, 1]) is None

@@ -29,12 +29,6 @@ def rewrite(graph: ir.Graph) -> int:
     return count
 
 
-def _static(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return tuple(int(d) for d in value.shape)
-
-
 def _one(graph: ir.Graph, back: ir.Node) -> int:
     mid = back.inputs[0]
     op = m.producer(mid)
@@ -48,10 +42,10 @@ def _one(graph: ir.Graph, back: ir.Node) -> int:
         if first is None or other is None or len(grouped.uses()) != 1 or grouped.is_graph_output():
             continue
         x = first.inputs[0]
-        shape_x, shape_y, shape_w = _static(x), _static(grouped), _static(other)
+        shape_x, shape_y, shape_w = m.static_dims(x), m.static_dims(grouped), m.static_dims(other)
         if shape_x is None or shape_y is None or shape_w is None or len(shape_w) > len(shape_y):
             continue
-        if _static(back.outputs[0]) != shape_x or _static(mid) != shape_y:
+        if m.static_dims(back.outputs[0]) != shape_x or m.static_dims(mid) != shape_y:
             continue
         target = _regrouped(shape_x, shape_y, shape_w)
         if target is None:
@@ -64,7 +58,7 @@ def _one(graph: ir.Graph, back: ir.Node) -> int:
     return 0
 
 
-def _groups(x: tuple[int, ...], y: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+def _groups(x: list[int], y: list[int]) -> list[tuple[list[int], list[int]]] | None:
     """The axes of ``x`` and ``y`` in groups of equal element counts (a Reshape from one to the other
     only regroups within each), or None."""
     groups: list[tuple[list[int], list[int]]] = []
@@ -90,13 +84,13 @@ def _groups(x: tuple[int, ...], y: tuple[int, ...]) -> list[tuple[list[int], lis
     return groups
 
 
-def _regrouped(x: tuple[int, ...], y: tuple[int, ...], w: tuple[int, ...]) -> list[int] | None:
+def _regrouped(x: list[int], y: list[int], w: list[int]) -> list[int] | None:
     """The shape that lays ``w`` (broadcasting against ``y``) out against ``x`` element for element: each
     group of axes either has all of ``y``'s dimensions in ``w`` (it takes ``x``'s) or only 1s (1s)."""
     groups = _groups(x, y)
     if groups is None:
         return None
-    w = (1,) * (len(y) - len(w)) + w
+    w = [1] * (len(y) - len(w)) + w
     out: list[int] = []
     for gi, gj in groups:
         if all(w[a] == y[a] for a in gj):

@@ -27,12 +27,6 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "Where", _one)
 
 
-def _static(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return tuple(int(d) for d in value.shape)
-
-
 def _triangle(keep: np.ndarray) -> tuple[int, int] | None:
     """``(k, upper)`` when the [Q, K] boolean ``keep`` is the pattern ``Trilu(ones, k, upper)`` keeps and
     neither all nor nothing (a row kept in part gives ``k``; the whole pattern is then compared)."""
@@ -59,7 +53,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if (fa is None) == (fb is None):
         return 0
     x, fill, keep_when = (a, fb, True) if fb is not None else (b, fa, False)
-    shape = _static(x)
+    shape = m.static_dims(x)
     if shape is None or len(shape) < 2 or fill.size == 0 or x.dtype is None or fill.dtype != x.dtype.numpy():
         return 0
     flat = fill.reshape(-1)
@@ -73,7 +67,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if mask is None or mask.dtype != np.bool_ or mask.ndim > len(shape):
         return 0
     try:
-        if np.broadcast_shapes(mask.shape, shape, fill.shape) != shape:
+        if list(np.broadcast_shapes(mask.shape, shape, fill.shape)) != shape:
             return 0
     except ValueError:
         return 0

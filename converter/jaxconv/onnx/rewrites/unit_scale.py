@@ -25,12 +25,6 @@ def rewrite(graph: ir.Graph) -> int:
     return sum(_drop(node) for node in m.each_node(graph, "Mul"))
 
 
-def _static(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return tuple(int(d) for d in value.shape)
-
-
 def _drop(mul: ir.Node) -> int:
     out = mul.outputs[0]
     if len(mul.inputs) != 2 or out.is_graph_output() or not out.uses():
@@ -42,7 +36,7 @@ def _drop(mul: ir.Node) -> int:
             continue
         if x.type is None or out.type is None or x.type != out.type:
             continue
-        same = _static(x) is not None and _static(x) == _static(out)  # no broadcast at all
+        same = m.static_dims(x) is not None and m.static_dims(x) == m.static_dims(out)  # no broadcast at all
         if same or all(_keeps_shape(use.node, use.idx, x) for use in out.uses()):
             out.replace_all_uses_with(x)
             return 1
@@ -55,11 +49,11 @@ def _keeps_shape(reader: ir.Node, idx: int, x: ir.Value) -> bool:
         return False
     if reader.inputs[1 - idx] is reader.inputs[idx]:
         return False  # both inputs would become x
-    other = _static(reader.inputs[1 - idx])
-    shape, result = _static(x), _static(reader.outputs[0])
+    other = m.static_dims(reader.inputs[1 - idx])
+    shape, result = m.static_dims(x), m.static_dims(reader.outputs[0])
     if other is None or shape is None or result is None:
         return False
     try:
-        return tuple(np.broadcast_shapes(shape, other)) == result
+        return list(np.broadcast_shapes(shape, other)) == result
     except ValueError:
         return False

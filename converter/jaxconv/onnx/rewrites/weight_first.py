@@ -33,12 +33,6 @@ def _perm(node: ir.Node) -> list[int] | None:
     return None if perm is None else [int(p) for p in perm]
 
 
-def _static(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return tuple(int(d) for d in value.shape)
-
-
 def _weight(value: ir.Value | None) -> np.ndarray | None:
     arr = m.const(value)
     if arr is None:
@@ -60,14 +54,14 @@ def _one(graph: ir.Graph, t2: ir.Node) -> int:
     if w is None or t1 is None:
         return 0
     x = t1.inputs[0]
-    shape_x = _static(x)
+    shape_x = m.static_dims(x)
     if shape_x is None or len(shape_x) < 2 or x.dtype is None or w.dtype != x.dtype.numpy():
         return 0
     rank, (o, k) = len(shape_x), w.shape
     rest = list(shape_x[:-1])
     if _perm(t1) != [rank - 1, *range(rank - 1)] or shape_x[-1] != k:
         return 0
-    if _static(mm.inputs[1]) != (k, int(np.prod(rest))) or _static(r2.outputs[0]) != (o, *rest):
+    if m.static_dims(mm.inputs[1]) != [k, int(np.prod(rest))] or m.static_dims(r2.outputs[0]) != [o, *rest]:
         return 0
     if _perm(t2) != [*range(1, rank), 0]:
         return 0
