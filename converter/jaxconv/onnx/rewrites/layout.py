@@ -132,9 +132,10 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         q = _perm(use)
         combined = [perm[i] for i in q]
         if combined == sorted(combined):
-            if use.outputs[0].is_graph_output():
-                return False
-            use.outputs[0].replace_all_uses_with(x)
+            end = use.outputs[0]
+            if end.is_graph_output():
+                return _output_as(graph, use, x)
+            end.replace_all_uses_with(x)
             graph.remove(use, safe=True)
             return True
         _emit(graph, use, ir.node("Transpose", [x], {"perm": combined}), None)
@@ -142,7 +143,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     if op in _UNARY and single and use.inputs[0] is out:
         _emit(graph, use, ir.node(op, [x], attrs), perm)
         return True
-    if (op in _BINARY and len(use.inputs) == 2) or (op == "Where" and len(use.inputs) == 3):
+    if (op in _BINARY and len(use.inputs) == 2) or (op == "Where" and len(use.inputs) == 3) \
+            or (op == "Sum" and len(use.inputs) == 2):  # Sum(v, +0.0): a zero-sign fix
         inputs = []
         for v in use.inputs:
             if v is out:
@@ -180,6 +182,23 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     return False
 
+
+
+def _output_as(graph: ir.Graph, back: ir.Node, x: ir.Value) -> bool:
+    """The graph output made by ``back`` (a Transpose that undoes the one making its input) taken
+    over by ``x``, under the output's name; False where ``x`` cannot be renamed (an input, an
+    initializer, another output)."""
+    end = back.outputs[0]
+    node = x.producer()
+    if node is None or node.graph is not graph or x.is_graph_output() or x.is_graph_input() \
+            or x.is_initializer() or node.op_type in _CONTROL:
+        return False
+    name = end.name
+    end.replace_all_uses_with(x, replace_graph_outputs=True)
+    graph.remove(back, safe=True)
+    end.name = None
+    x.name = name
+    return True
 
 
 def _unit_axes_perm(perm: list[int], y_shape: list[int], z_shape: list[int]) -> tuple[list[int], list[int]] | None:
