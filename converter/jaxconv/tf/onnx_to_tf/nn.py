@@ -168,6 +168,22 @@ def max_pool(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     return Value(tf.transpose(out, _first(n)), ins[0].dtype)
 
 
+@handles("AveragePool")
+def average_pool(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """TF's average pooling of the input padded with zeros (ONNX's ``count_include_pad=1``: every
+    window divided by its full size, as ``nn.avg_pool``)."""
+    tf = tr.tf
+    a = attrs(node)
+    x = ins[0].t
+    n = len(x.shape) - 2
+    if a.get("ceil_mode", 0) or not a.get("count_include_pad", 0) or a.get("auto_pad", "NOTSET") != "NOTSET" \
+            or any(d != 1 for d in a.get("dilations", [1] * n)):
+        raise ValueError("AveragePool other than count_include_pad=1 with explicit pads")
+    xl = _explicit_pads(tf, tf.transpose(x, _last(n)), list(a.get("pads", [0] * 2 * n)), n)
+    out = tf.nn.avg_pool(xl, list(a["kernel_shape"]), list(a.get("strides", [1] * n)), "VALID")
+    return Value(tf.transpose(out, _first(n)), ins[0].dtype)
+
+
 def _dilated_max_pool(tf: Any, x: Any, kernel: list[int], strides: list[int], dilations: list[int]) -> Any:
     """Max pooling of channels-last ``x`` (already padded) over windows with holes: output i takes
     the maximum of x[i * s + j * d] over j < k, one strided slice of x per offset j."""
