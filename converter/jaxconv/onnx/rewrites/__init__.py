@@ -8,7 +8,8 @@ faster without changing the numbers:
 - ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
-  so ORT fuses it into the Conv or Gemm before it;
+  so ORT fuses it into the Conv or Gemm before it; later, ``negated_products``: a SiLU's Neg of a product
+  by a constant weight folded into the weight;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs; last,
   ``pool_chains``: the pools on ``[N, C, H, W]`` itself, one such If for a chain of conv and pool layers;
@@ -37,6 +38,7 @@ faster without changing the numbers:
 - ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
   the leading axes need, the weight's rows reordered instead;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
+- ``rotary``: a rotary embedding's ``rotate_half`` Neg folded into the sine table, the tables laid out whole;
 - ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
 - ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
@@ -105,6 +107,7 @@ from jaxconv.onnx.rewrites import (
     repeat_gathers,
     reshape_scale,
     rms_norm,
+    rotary,
     row_slices,
     scan_rows,
     shapes,
@@ -183,6 +186,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["head_merge"] = head_merge.rewrite(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)
+    fired["rotary"] = rotary.rewrite(model.graph)
+    fired["negated_products"] = activations.negated_products(model.graph)  # after split_matmul's parts
     fired["tri_masks"] = tri_masks.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)

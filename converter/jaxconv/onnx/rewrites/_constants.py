@@ -23,7 +23,8 @@ _UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": n
 
 def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     """``value``'s content when it is computed from constants only by elementwise arithmetic, comparisons,
-    logic, Where, Casts and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
+    logic, Where, Casts, Gather and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice);
+    else None."""
     arr = m.const(value)
     if arr is not None or value is None or depth > 16:
         return arr
@@ -52,6 +53,12 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
                 out = np.transpose(x, None if perm is None else [int(p) for p in perm])
             elif op == "Slice" and 3 <= len(args) and all(a is not None for a in args[1:]):
                 out = _slice(x, args[1:])
+            elif op == "Gather" and len(args) == 2 and args[1] is not None and args[1].dtype.kind in "iu":
+                axis = int(m.attr(node, "axis", 0)) % x.ndim
+                index = args[1].astype(np.int64)
+                if np.any(index < -x.shape[axis]) or np.any(index >= x.shape[axis]):
+                    return None  # ONNX leaves an index out of range undefined
+                out = np.take(x, np.where(index < 0, index + x.shape[axis], index), axis=axis)
             elif op in ("Unsqueeze", "Squeeze", "Reshape", "Expand"):
                 out = _shape_op(node, x, args[1] if len(args) > 1 else None)
             elif op == "Where" and len(args) == 3 and args[1] is not None and args[2] is not None:

@@ -411,3 +411,80 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
         elif node.op_type == "Max":
             count += _rewrite_relu(graph, node)
     return count
+
+
+def negated_products(graph: ir.Graph) -> int:
+    """A SiLU's ``Neg`` of a product by a constant weight folded into the weight's sign; returns how many.
+
+    jax.nn.silu lowers to ``y / (1 + exp(-y))`` (keras: ``y * (1 / (1 + exp(-y)))``), four or five
+    kernels on the feed-forward's widest activation. Where ``y = x @ W`` with ``W`` constant,
+    ``ny = x @ (-W)`` is ``-y`` bit for bit (every product and partial sum negated; rounding to nearest
+    is symmetric), so the ``Neg`` goes and ``y``'s other readers read ``ny`` with one of their operands
+    negated as exactly: ``y / (1 + e)`` as ``ny / (-1 - e)`` and ``y * (1 / (1 + e))`` as
+    ``ny * (1 / (-1 - e))``, which ORT still fuses into one Div (``1 + e`` with ``e`` an Exp is never
+    zero). A sum of zeros is +0.0 either way, so ``ny`` is +0.0 where ``-y`` is -0.0: the rule fires
+    where the readers' results reach no output but through ops blind to a zero's sign (the
+    down-projection's MatMul). Figures with ``rotary`` in that module's docstring.
+    """
+    return m.count_everywhere(graph, "Neg", _negated_product)
+
+
+def _negated_product(graph: ir.Graph, neg: ir.Node) -> int:
+    y = neg.inputs[0] if neg.inputs else None
+    product = m.producer(y, "MatMul")
+    if y is None or product is None or y.is_graph_output() or len(product.inputs) != 2:
+        return 0
+    weight = m.const(product.inputs[1])
+    if weight is None or weight.dtype.kind != "f":
+        return 0
+    plans = []
+    for use in y.uses():
+        reader = use.node
+        if reader.op_type == "Neg" and reader.domain == "":
+            continue
+        twice = len(reader.inputs) != 2 or reader.inputs[0] is reader.inputs[1]
+        other = None if twice else m.other_input(reader, y)
+        plan = None
+        if other is not None and reader.domain == "" and (
+                reader.op_type == "Mul" or (reader.op_type == "Div" and use.idx == 0)):
+            plan = _negated(other)
+        if plan is None or not _zero_sign_unseen(reader.outputs[0]):
+            return 0  # x @ (-W) is +0.0 where -(x @ W) is -0.0 (a sum of zeros): the sign must not show
+        plans.append(plan)
+    product.replace_input_with(1, m.new_initializer(graph, np.negative(weight), "negated_weight"))
+    for node, k, c, op in plans:
+        negated = m.new_initializer(graph, np.negative(c), "negated_const")
+        if op == node.op_type:
+            node.replace_input_with(k, negated)
+        else:  # Add(c, e) or Add(e, c) -> Sub(-c, e)
+            rest = node.inputs[1 - k]
+            node.op_type = op
+            node.replace_input_with(0, negated)
+            node.replace_input_with(1, rest)
+    for use in list(y.uses()):
+        if use.node.op_type == "Neg" and use.node.domain == "":
+            use.node.outputs[0].replace_all_uses_with(y)
+            graph.remove(use.node, safe=True)
+    return 1
+
+
+def _negated(value: ir.Value) -> tuple[ir.Node, int, np.ndarray, str] | None:
+    """How to negate ``value`` exactly by negating one constant operand of its producer (read by nothing
+    else): (node, operand index, constant, the node's new op type), or None."""
+    node = value.producer()
+    if node is None or node.domain != "" or len(node.inputs) != 2:
+        return None
+    if len(value.uses()) != 1 or value.is_graph_output():
+        return None
+    for k in (0, 1):
+        c = m.const(node.inputs[k])
+        if c is None or c.dtype.kind != "f":
+            continue
+        rest = node.inputs[1 - k]
+        if node.op_type == "Div" and k == 0:  # c / (-a) rather than -c / a: ORT fuses y * (1 / a) into y / a
+            return _negated(rest) or (node, k, c, node.op_type)
+        if node.op_type == "Mul":
+            return node, k, c, node.op_type
+        if node.op_type == "Add" and bool(np.all(c > 0)) and m.producer(rest, "Exp") is not None:
+            return node, k, c, "Sub"  # -(c + e) = -c - e; c + e > 0 (or NaN): no zero to sign
+    return None

@@ -1,0 +1,128 @@
+"""The rotary rule (rewrites.rotary): rotate_half's Neg folded into the sine table (a constant table, or one
+computed at run time), the tables laid out whole; the numbers of the graph without it bit for bit
+(±inf, -0.0, NaN places in the input and in the tables), jax.jit's within the converter's tolerance."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxconv.onnx.rewrites import rotary
+from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, without_rule
+
+_plain = without_rule(rotary)
+
+
+def _tables(positions: int = 8, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    cos = rng.standard_normal((1, positions, 1, dim)).astype(np.float32)
+    sin = rng.standard_normal((1, positions, 1, dim)).astype(np.float32)
+    cos[0, 0, 0, :4] = [np.nan, np.inf, -0.0, 0.0]
+    sin[0, 1, 0, :4] = [-np.inf, 0.0, -0.0, np.nan]
+    sin[0, 2, 0, 9:12] = [np.inf, -0.0, np.finfo(np.float32).max]
+    return cos, sin
+
+
+def _heads(shape=(2, 8, 4, 16)) -> np.ndarray:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x[0, 0, 0, 8:13] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    x[1, 3, 2, :5] = [0.0, -0.0, np.nan, -np.inf, np.inf]
+    x[1, 2, 1, 10:12] = [-np.finfo(np.float32).max, np.finfo(np.float32).max]
+    return x
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def test_llama_rotary_drops_the_neg_and_keeps_the_bits(monkeypatch):
+    cos, sin = _tables()
+
+    def fn(q, k):
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+    q, k = _heads(), _heads()[:, :, :2] * 0.5
+    ops, got = convert_and_run(fn, q, k)
+    assert ops["Neg"] == 0 and ops["Split"] == 2 and ops["Concat"] == 2, ops
+    for g, w in zip(got, jax.jit(fn)(q, k)):
+        assert_same_floats(g, w, 1e-5, 1e-6)  # XLA may contract x * cos + r * sin into FMAs
+    plain_ops, plain = _plain(monkeypatch, fn, q, k)
+    assert plain_ops["Neg"] == 2, plain_ops
+    assert_same_bits(got, plain, nan_signs=False)
+
+
+def test_keras_rotary_by_a_new_axis_and_a_table_computed_at_run_time(monkeypatch):
+    """keras-hub stacks the halves on a new axis and computes sin(positions * inverse frequencies)."""
+    def fn(x, positions):
+        half = x.shape[-1] // 2
+        freqs = positions[:, None].astype(jnp.float32) * (1.0 / 10000.0 ** (jnp.arange(half) / half))
+        angles = jnp.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
+        x1, x2 = x[..., :half], x[..., half:]
+        rotated = jnp.stack([-x2, x1], axis=-2).reshape(x.shape)
+        return x * jnp.cos(angles) + rotated * jnp.sin(angles)
+
+    x, positions = _heads(), np.arange(8, dtype=np.int32)
+    positions[3] = -5
+    ops, got = convert_and_run(fn, x, positions)
+    assert ops["Neg"] == 0, ops
+    plain_ops, plain = _plain(monkeypatch, fn, x, positions)
+    assert plain_ops["Neg"] == 1, plain_ops
+    assert_same_bits(got, plain, nan_signs=False)
+    assert_same_floats(got[0], jax.jit(fn)(x, positions), 2e-6, 2e-6)
+
+
+def test_a_neg_read_elsewhere_or_a_table_as_large_as_the_input_stays(monkeypatch):
+    cos, sin = _tables()
+
+    def shared(x):
+        r = _rotate_half(x)
+        return x * cos + r * sin, r
+
+    def large(x, table):
+        return x * table + _rotate_half(x) * table
+
+    x = _heads()
+    ops, got = convert_and_run(shared, x)
+    assert ops["Neg"] == 1, ops
+    for g, w in zip(got, jax.jit(shared)(x)):
+        assert_same_floats(g, w, 1e-5, 1e-6)  # XLA may contract x * cos + r * sin into FMAs
+    table = _heads()[::-1].copy()
+    ops, got = convert_and_run(large, x, table)
+    assert ops["Neg"] == 1, ops
+    assert_same_floats(got[0], jax.jit(large)(x, table), 1e-5, 1e-6)
+
+
+def test_tables_laid_out_whole():
+    cos, sin = _tables()
+    import jaxconv
+
+    def fn(q):
+        return q * cos + _rotate_half(q) * sin
+
+    q = _heads()
+    model = jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(q.shape, q.dtype), check=False)
+    shapes = {tuple(i.dims) for i in model.graph.initializer if i.name.startswith("rotary_table")}
+    assert shapes == {(1, 8, 4, 16)}, shapes
+
+
+def test_a_table_gathered_from_constants_is_worked_out():
+    """HF Flax gathers its tables by position ids that are constants by the time the rules run:
+    ``_constants.evaluate`` works the Gather out as ONNX defines it (negative indices from the end) and
+    gives up on an index out of range (undefined in ONNX)."""
+    import onnx_ir as ir
+
+    from jaxconv.onnx.rewrites import _constants
+
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+    def gathered(index: list[int], axis: int) -> np.ndarray | None:
+        data = ir.Value(name="t", const_value=ir.tensor(table))
+        idx = ir.Value(name="i", const_value=ir.tensor(np.asarray(index, np.int64)))
+        node = ir.node("Gather", [data, idx], {"axis": axis})
+        return _constants.evaluate(node.outputs[0])
+
+    np.testing.assert_array_equal(gathered([3, -4, 1], 0), table[[3, 0, 1]])
+    np.testing.assert_array_equal(gathered([-1, 0], 1), table[:, [2, 0]])
+    assert gathered([4], 0) is None and gathered([-5], 0) is None
