@@ -9,6 +9,15 @@ one thread: the benchmark GRU (t64 b16 h256, two products of 2-4 MFLOP per step)
 with big products (the benchmark MLP's 67 MFLOP, the transformer's, the convolutions) gain from
 every core: MLP 1.23x on one thread against 0.87x on two.
 
+Where the line lies: a transformer's feed-forward products at batch 2, sequence 64 and width 128
+(``[128, 128] @ [128, 256]``, 8.4 MFLOP) run as fast on one thread: the Hugging Face BERT-style models
+and ViT, whose other products outweigh their two such products a layer, record one thread and gain
+(ViT 0.94x, CLIP vision 0.86x, OPT 0.87x on one thread against two), and the Llama family (three
+such products a layer: SwiGLU), which the line at 8 MFLOP gave two threads, took 0.96-0.98x on one
+thread (quiet machine) and 1.3-1.9x ``jax.jit``'s CPU time on two. A 3x3 convolution of 14 MFLOP
+(the Flax linen and NNX MNIST CNNs) gains from the second thread (1.18-1.31x on one): the line is
+10 MFLOP, between the two.
+
 ``recommend`` weighs the products of a converted model (MatMul, Gemm, Conv, ConvTranspose; those
 in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the rest, the model
 records ``THREADS_KEY = "1"``. ORT's own RNN ops (LSTM, GRU, RNN) thread their steps themselves
@@ -29,7 +38,7 @@ import numpy as np
 from jaxconv.onnx import proto_wire
 
 THREADS_KEY = "jaxconv.intra_op_threads"
-SMALL_FLOPS = 8e6  # a product below this gains less from a second thread than waking it costs
+SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
 _RNN_OPS = ("LSTM", "GRU", "RNN")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 
