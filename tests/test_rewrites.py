@@ -294,7 +294,7 @@ def test_pool_guard_runs_only_for_non_finite_inputs(reducer, init):
     ops = collections.Counter(n.op_type for n in model.graph.node)
     assert ops["If"] == 1, ops  # one guard
     branch = next(n for n in model.graph.node if n.op_type == "If")
-    guard, plain = (next(a.g for a in branch.attribute if a.name == k) for k in ("then_branch", "else_branch"))
+    guard, plain = (next(a.g for a in branch.attribute if a.name == k) for k in ("else_branch", "then_branch"))
     assert sum(n.op_type == "MaxPool" for n in guard.node) == 2, guard.node
     # finite inputs run one MaxPool: in the plain branch, or before the If, the plain branch its copy
     fast = [n.op_type for n in plain.node]

@@ -82,7 +82,8 @@ def _model(fn):
 def _branches(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
     (branch,) = [n for n in model.graph.node if n.op_type == "If"]
     graphs = {a.name: a.g for a in branch.attribute}
-    return [n.op_type for n in graphs["then_branch"].node], [n.op_type for n in graphs["else_branch"].node]
+    assert graphs["else_branch"].name == "pool_guard"  # If(plain pools exact, then: plain, else: guarded)
+    return [n.op_type for n in graphs["else_branch"].node], [n.op_type for n in graphs["then_branch"].node]
 
 
 def _op_by_op(fn, x):
@@ -199,3 +200,37 @@ def test_a_pool_of_a_residual_sum_keeps_its_planes_in_one_if():
     for x in _inputs(nan=False):  # XLA's pooling of this [2, 16, 16, 8] drops NaN even op by op (README)
         (got,) = runner.run([x])
         assert_same_floats(got, _op_by_op(after_sum, x), 2e-4, 2e-4)
+
+
+def _padded_pool(x):
+    return _max_pool(x, 3, 1, "SAME")
+
+
+@pytest.mark.parametrize("fn", [_padded_pool, no_relu])
+def test_inputs_with_inf_alone_run_plain_and_exact(fn):
+    """The test sends a pool input with +inf but no NaN and no -inf (also finite values whose sum
+    overflows to +inf) down the plain branch: ORT's MaxPool pools +inf exactly, whole windows of it
+    and padded edges included."""
+    x = np.abs(_RNG.standard_normal((2, 16, 16, 1))).astype(np.float32)
+    x[0, :4, :4, 0] = np.inf  # whole windows of +inf, at the padded corner
+    x[1, 7, 9, 0] = np.inf
+    huge = np.full_like(x, 3e38)
+    model, _ = _model(fn)
+    runner = OnnxRunner(model.SerializeToString())
+    for v in (x, huge):
+        (got,) = runner.run([v])
+        assert_same_floats(got, _op_by_op(fn, v), 2e-4, 2e-4)
+
+
+def three_channels(x):
+    """A pool of 3 channels (Equinox's CNN): not ORT's blocked layout, so the pool reads [N, C, H, W]."""
+    return _max_pool(_conv(x, _W1[..., :3]), 3, 2, ((0, 0), (1, 1), (1, 1), (0, 0)))
+
+
+def test_a_pool_of_few_channels_reads_its_input_without_planes():
+    model, ops = _model(three_channels)
+    assert ops["If"] == 1 and ops["Reshape"] == 0, ops
+    runner = OnnxRunner(model.SerializeToString())
+    for x in _inputs():
+        (got,) = runner.run([x])
+        assert_same_floats(got, _op_by_op(three_channels, x), 2e-4, 2e-4)

@@ -5,8 +5,11 @@ the plain one keeps only a NaN last in its window), so the lowering follows ``P 
 second MaxPool over a per-element code (2 NaN, 1 finite or +inf, 0 -inf) and two Wheres. When ``x``
 holds no NaN and no infinity, the code is 1 everywhere and the guard returns P unchanged.
 
-``rewrite`` (with the other early rules) puts each guard behind ``If(non-finite x, then: the guard,
-else: MaxPool(x))``, which keeps its Wheres away from the rules after it. ``chains`` (last, after the
+``rewrite`` (with the other early rules) puts each guard behind ``If(ReduceSum(x) > -inf, then:
+MaxPool(x), else: the guard)``, which keeps its Wheres away from the rules after it. The test is false
+where ``x`` holds a NaN (the sum is NaN) or a -inf (the sum is -inf, or NaN with a +inf): the two
+values ORT's MaxPool gets wrong; a +inf alone it pools exactly. An overflowing sum only sends finite
+inputs down the exact branch, or (to +inf) down the plain one, exact for finite inputs. ``chains`` (last, after the
 layout rules) takes them out again and, where the pool reads a Conv's output (through its bias, scale
 and activation, channels a multiple of 8: ORT's blocked NCHWc layout runs them fused):
 
@@ -15,15 +18,15 @@ and activation, channels a multiple of 8: ORT's blocked NCHWc layout runs them f
   and ORT keeps its blocked layout from the Conv before the pool to the Conv after it;
 - computes the layers from the nearest value outside them (an input, a Transpose, a Reshape: the
   start) through the pools of a chain (conv, activation, pool, conv, ...) and on to the smallest later
-  value nothing else reads, with plain MaxPools, then ``If(non-finite, then: the same nodes with their
-  guards from the start, else: that value)``. The test is true when any pool's input holds a NaN or
-  an infinity (``IsNaN(t - t)``, ``t`` the sum over the pools' inputs of ``ReduceSum``, through
-  ``GlobalAveragePool`` where ORT keeps the input blocked, so that it is read without a reorder); a
-  pool whose input is finite is exact, so when no test fires every plain pool is, and the nodes after
-  them too. An overflowing sum only sends finite inputs down the exact branch.
+  value nothing else reads, with plain MaxPools, then ``If(t > -inf, then: that value, else: the same
+  nodes with their guards from the start)``. The test is false when any pool's input holds a NaN or
+  a -inf (``t`` the sum over the pools' inputs of ``ReduceSum``, through ``GlobalAveragePool`` where
+  ORT keeps the input blocked, so that it is read without a reorder); a pool whose input holds
+  neither is exact, so when the test holds every plain pool is, and the nodes after them too.
 
 A pool elsewhere (of a residual sum, of an input) keeps its planes behind its own If: pooling
-``[N, C, H, W]`` there makes ORT reorder the whole input for a blocked MaxPool.
+``[N, C, H, W]`` there makes ORT reorder the whole input for a blocked MaxPool; where C is not a
+multiple of ORT's block, ORT keeps the plain layout, and the pool reads ``[N, C, H, W]`` itself.
 """
 
 from __future__ import annotations
@@ -277,7 +280,7 @@ def _size(value: ir.Value) -> float:
 
 
 def _test_nodes(xs: list[ir.Value]) -> list[ir.Node]:
-    """Nodes whose last output is true when any of ``xs`` holds a NaN or an infinity."""
+    """Nodes whose last output is false when any of ``xs`` holds a NaN or a -inf (``sum > -inf``)."""
     nodes: list[ir.Node] = []
     sums = []
     for x in xs:
@@ -293,8 +296,20 @@ def _test_nodes(xs: list[ir.Value]) -> list[ir.Node]:
     if len(sums) > 1:
         nodes.append(ir.node("Sum", sums))
     t = nodes[-1].outputs[0]
-    diff = ir.node("Sub", [t, t])
-    return [*nodes, diff, ir.node("IsNaN", [diff.outputs[0]])]
+    dtype = xs[0].dtype.numpy() if xs[0].dtype is not None else np.float32
+    low = ir.node("Constant", [], {"value": ir.tensor(np.array(-np.inf, dtype))})
+    return [*nodes, low, ir.node("Greater", [t, low.outputs[0]])]
+
+
+def _branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.Node], fast: ir.Node,
+               after: ir.Node) -> None:
+    """``result`` as ``If(test, then: fast, else: exact)`` (``m.branch_on`` with the branches swapped:
+    the test holds where the plain pools are exact)."""
+    m.branch_on(graph, test, result, exact, fast, after, ("pool_guard", "pool_plain"))
+    branch = next(u.node for u in test.uses() if u.node.op_type == "If")
+    guard, plain = branch.attributes["then_branch"].value, branch.attributes["else_branch"].value
+    branch.attributes["then_branch"] = ir.AttrGraph("then_branch", plain)
+    branch.attributes["else_branch"] = ir.AttrGraph("else_branch", guard)
 
 
 def _clone(nodes: list[ir.Node], mapping: dict[int, ir.Value]) -> list[ir.Node]:
@@ -351,7 +366,7 @@ def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_G
     test = _test_nodes([mapping.get(id(g.x), g.x) for g in taken])
     graph.insert_before(nodes[-1], fast + test)
     same = ir.node("Identity", [fast_end])
-    m.branch_on(graph, test[-1].outputs[0], end, nodes, same, test[-1], ("pool_guard", "pool_plain"))
+    _branch_on(graph, test[-1].outputs[0], end, nodes, same, test[-1])
     return taken
 
 
@@ -363,7 +378,7 @@ def _guard_alone(graph: ir.Graph, g: _Guard) -> bool:
         return False
     guard = [n for n in guard if n is not plain]
     inside = {id(n) for n in guard}
-    test = m.non_finite_test(x)
+    test = _test_nodes([x])
     graph.insert_before(plain, test)
     pool_out = plain.outputs[0]
     if not pool_out.is_graph_output() and all(id(u.node) in inside for u in pool_out.uses()):
@@ -372,7 +387,7 @@ def _guard_alone(graph: ir.Graph, g: _Guard) -> bool:
     else:
         fast = ir.node("Identity", [pool_out])
     anchor = plain if fast.op_type == "Identity" else test[-1]
-    m.branch_on(graph, test[-1].outputs[0], result, guard, fast, anchor, ("pool_guard", "pool_plain"))
+    _branch_on(graph, test[-1].outputs[0], result, guard, fast, anchor)
     return True
 
 
@@ -402,10 +417,10 @@ def _unwrap(graph: ir.Graph, branch: ir.Node) -> _Guard | None:
     """The guard ``rewrite`` put behind ``branch`` (an If), moved back before it."""
     if branch.op_type != "If" or branch.domain != "" or len(branch.outputs) != 1:
         return None
-    then = branch.attributes.get("then_branch")
-    if then is None or then.type != ir.AttributeType.GRAPH or then.value.name != "pool_guard":
+    guard = branch.attributes.get("else_branch")
+    if guard is None or guard.type != ir.AttributeType.GRAPH or guard.value.name != "pool_guard":
         return None
-    body = then.value
+    body = guard.value
     result = body.outputs[0]
     node = result.producer()
     got = _guard(node) if node is not None and node.graph is body else None
@@ -418,7 +433,7 @@ def _unwrap(graph: ir.Graph, branch: ir.Node) -> _Guard | None:
         graph.insert_before(branch, n)
     out = branch.outputs[0]
     name = out.name
-    fast = branch.attributes.get("else_branch")
+    fast = branch.attributes.get("then_branch")
     if fast is not None and fast.type == ir.AttributeType.GRAPH:  # its nodes stop reading x
         fast.value.outputs.clear()
         for n in reversed(list(fast.value)):
@@ -475,6 +490,18 @@ def _after_conv(g: _Guard) -> bool:
     return False
 
 
+def _unblocked(g: _Guard) -> bool:
+    """True when the guard pools planes of ``[N, C, ...]`` with C not a multiple of ORT's block: ORT
+    pools ``[N, C, ...]`` itself there in its plain layout, with no reorder, so the planes' two
+    Reshapes can go (Equinox's vmapped pool over a 3-channel conv)."""
+    v = g.x
+    while (inner := _by_scalar(v)) is not None:
+        v = inner
+    before = m.producer(v, "Reshape")
+    shape = before.inputs[0].shape if before is not None and before.inputs[0] is not None else None
+    return shape is not None and len(shape) >= 3 and isinstance(shape[1], int) and shape[1] % _BLOCK != 0
+
+
 def _sweep(graph: ir.Graph) -> None:
     """Remove the nodes nothing reads (earlier rules leave them for the final clean-up), so that
     only live readers count when a value's readers are checked."""
@@ -489,7 +516,10 @@ def _chains(graph: ir.Graph) -> int:
     _sweep(graph)
     found = [g for g in (_unwrap(graph, n) for n in list(graph)) if g is not None]
     guards = [g for g in found if _after_conv(g)]
-    count = sum(_guard_alone(graph, g) for g in found if g not in guards)  # as before: planes in one If
+    alone = [g for g in found if g not in guards]
+    if sum(_unplane(graph, g) for g in alone if _unblocked(g)):
+        _sweep(graph)
+    count = sum(_guard_alone(graph, g) for g in alone)  # each in its own If
     if sum(_unplane(graph, g) for g in guards):
         _sweep(graph)  # the Reshapes around the planes
     done: set[int] = set()
