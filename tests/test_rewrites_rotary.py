@@ -73,11 +73,15 @@ def test_keras_rotary_by_a_new_axis_and_a_table_computed_at_run_time(monkeypatch
     assert_same_floats(got[0], jax.jit(fn)(x, positions), 2e-6, 2e-6)
 
 
-def test_a_neg_read_elsewhere_or_a_table_as_large_as_the_input_stays(monkeypatch):
+def test_a_neg_read_elsewhere_or_shown_or_a_table_as_large_as_the_input_stays(monkeypatch):
     cos, sin = _tables()
 
     def shared(x):
         r = _rotate_half(x)
+        return x * cos + r * sin, r
+
+    def output(x):
+        r = jnp.concatenate([-x[..., 8:], x[..., :8]], axis=-1)
         return x * cos + r * sin, r
 
     def large(x, table):
@@ -88,6 +92,10 @@ def test_a_neg_read_elsewhere_or_a_table_as_large_as_the_input_stays(monkeypatch
     assert ops["Neg"] == 1, ops
     for g, w in zip(got, jax.jit(shared)(x)):
         assert_same_floats(g, w, 1e-5, 1e-6)  # XLA may contract x * cos + r * sin into FMAs
+    ops, got = convert_and_run(output, x)
+    assert ops["Neg"] == 1, ops
+    for g, w in zip(got, jax.jit(output)(x)):
+        assert_same_floats(g, w, 1e-5, 1e-6)
     table = _heads()[::-1].copy()
     ops, got = convert_and_run(large, x, table)
     assert ops["Neg"] == 1, ops

@@ -91,7 +91,9 @@ def _signs(value: ir.Value, negs: list[ir.Node]) -> np.ndarray | None:
         return None
     node = value.producer()
     plain = np.zeros(dims, bool)
-    if node is None or node.domain not in ("", "ai.onnx") or len(list(value.uses())) != 1:
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return plain
+    if len(list(value.uses())) != 1 or value.is_graph_output():
         return plain  # a value read elsewhere too keeps its numbers
     if node.op_type == "Neg":
         negs.append(node)
