@@ -140,6 +140,21 @@ def gru_params(rng):
 case("model.gru_scan", gru, Tree(gru_params), arg("f32[6,3,5]"), arg("f32[3,8]"), family="model", tags={"model"}, tol=T)
 
 
+# --- A stack of layers as one lax.scan over stacked weights closed over (Flax nn.scan, Haiku layer_stack)
+_STACK_RNG = np.random.default_rng(11)
+_STACK = {"w": _w(_STACK_RNG, 5, 16, 16), "b": _w(_STACK_RNG, 5, 16, scale=0.1), "g": 1 + _w(_STACK_RNG, 5, 16, scale=0.1)}
+
+
+def _stacked_layer(x, p):
+    h = jax.nn.gelu(x @ p["w"] + p["b"])
+    y = x + h * p["g"]
+    return y, jnp.mean(y, axis=-1)
+
+
+case("model.scan_over_layers", lambda x: lax.scan(_stacked_layer, x, _STACK), arg("f32[4,16]"),
+     family="model", tags={"model"}, tol=T)
+
+
 # --- U-Net-style conv + transposed conv --------------------------------------------------------
 def unet_params(rng):
     return {"e1": _w(rng, 3, 3, 2, 8, scale=0.3), "e2": _w(rng, 3, 3, 8, 16, scale=0.2), "mid": _w(rng, 3, 3, 16, 16, scale=0.2),

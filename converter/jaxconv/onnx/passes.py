@@ -35,6 +35,7 @@ _GROWING = frozenset({"Expand", "Tile", "ConstantOfShape"})
 def optimize(model: ir.Model, opset: int) -> None:
     """Clean up a freshly lowered model in place: our passes, the fusion rewrites, onnxscript's optimizer."""
     drop_redundant_expands(model.graph)
+    fold_weight_views(model.graph)
     _apply_rewrites(model, opset)
     unique_value_names(model.graph)  # the rewrites' new values are named val_0, val_1, ... each time
     _strip_markers(model.graph)
@@ -72,6 +73,47 @@ def drop_redundant_expands(graph: ir.Graph) -> None:
         for k, (value, is_expand) in enumerate(zip(node.inputs, expanded)):
             if is_expand:
                 node.replace_input_with(k, value.producer().inputs[0])
+
+
+def fold_weight_views(graph: ir.Graph) -> None:
+    """Fold a Reshape or Squeeze of an initializer that nothing else reads into a new initializer (the same
+    bytes), before the rewrites, which look for constant weights: a layer's slice of a stack of weights (a
+    loop over layers lowered once per layer) is reshaped to the layer's shape. A view that adds axes (a
+    broadcast's leading 1s) stays: the rules read it as the smaller constant broadcast, and so does ORT
+    (its fused norms take a 1-D scale)."""
+    for node in list(graph):
+        if node.domain != "" or node.op_type not in ("Reshape", "Squeeze") or not node.inputs:
+            continue
+        data, out = node.inputs[0], node.outputs[0]
+        if data is None or not data.is_initializer() or len(data.uses()) != 1 or data.is_graph_input():
+            continue
+        if data.const_value is None or data.is_graph_output() or out.is_graph_output():
+            continue
+        arr = _viewed(node, data.const_value.numpy())
+        if arr is None or arr.ndim > len(data.const_value.shape):
+            continue
+        value = ir.Value(name=out.name, const_value=ir.tensor(arr), type=data.type, shape=ir.Shape(arr.shape))
+        out.replace_all_uses_with(value)
+        graph.remove(node, safe=True)
+        graph.initializers.pop(data.name)
+        graph.register_initializer(value)
+
+
+def _viewed(node: ir.Node, arr: np.ndarray) -> np.ndarray | None:
+    """``arr`` reshaped as the Reshape or Squeeze ``node`` reshapes it, when its operands are constants."""
+    arg = node.inputs[1] if len(node.inputs) > 1 else None
+    if arg is None or arg.const_value is None:
+        return None
+    dims = [int(d) for d in arg.const_value.numpy().reshape(-1)]
+    try:
+        if node.op_type == "Squeeze":
+            return np.squeeze(arr, axis=tuple(dims))
+        allowzero = node.attributes.get("allowzero")
+        if allowzero is None or allowzero.as_int() == 0:
+            dims = [arr.shape[k] if d == 0 and k < arr.ndim else d for k, d in enumerate(dims)]
+        return arr.reshape(dims)
+    except (ValueError, np.exceptions.AxisError):
+        return None
 
 
 def _is_expand(value: ir.Value) -> bool:

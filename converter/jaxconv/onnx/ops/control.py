@@ -66,6 +66,9 @@ def lower_while(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str
     cond_block = op.regions[0]
     if not op.results:
         return []
+    unrolled = _unrolled_layers(ctx, op, inputs)
+    if unrolled is not None:
+        return unrolled
     first_cond = ctx.lower_block(cond_block, inputs)[0]
     stacked = find_stacked_carries(ctx, op, inputs)
     result = _loop(ctx, op, inputs, first_cond, stacked)
@@ -73,6 +76,63 @@ def lower_while(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str
         result = _loop(ctx, op, inputs, first_cond, {})
     assert result is not None
     return result
+
+
+# A loop over a stack of constant weights (lax.scan over layers: Flax nn.scan, Haiku layer_stack) is
+# lowered once per layer when it has at most this many trips: each layer then reads its own constant
+# weights, which ORT prepacks and the rewrite rules see (a Loop body slices them on every call).
+UNROLL_MAX_TRIPS = 16
+UNROLL_MAX_OPS = 20_000  # trips x body ops
+
+
+def _unrolled_layers(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str] | None:
+    """The loop lowered inline, once per trip, when it counts ``i`` from 0 to a constant N <= UNROLL_MAX_TRIPS,
+    its body multiplies or convolves, and most of the constants it carries unchanged are stacks of N rows
+    (the layers' weights; an RNN over a constant sequence carries more weights than sequence); else None."""
+    body = op.regions[1]
+    tracer = _Tracer(ctx, body)
+    found = _counter(tracer, op, inputs)
+    if found is None:
+        return None
+    c, trips = found
+    if not 0 < trips <= UNROLL_MAX_TRIPS:
+        return None
+    constants = {k: arr for k in range(len(inputs)) if k != c and body.returns[k] is body.args[k]
+                 and (arr := ctx.constant_value(inputs[k])) is not None}
+    stacked = sum(arr.nbytes for arr in constants.values() if _has_rows(arr, trips))
+    if stacked == 0 or stacked <= sum(arr.nbytes for arr in constants.values()) - stacked:
+        return None
+    ops = _ops_reached(ctx, body)
+    if trips * len(ops) > UNROLL_MAX_OPS:
+        return None
+    if not any(o.name in ("stablehlo.dot_general", "stablehlo.convolution") for o in ops):
+        return None
+    dtype = op.operands[c].type.dtype
+    carry = list(inputs)
+    for i in range(trips):
+        carry[c] = ctx.scalar(i, dtype)
+        carry = ctx.lower_block(body, carry)
+    carry[c] = ctx.scalar(trips, dtype)
+    return carry
+
+
+def _has_rows(arr: np.ndarray | None, rows: int) -> bool:
+    return arr is not None and arr.ndim >= 1 and arr.shape[0] == rows
+
+
+def _ops_reached(ctx: LoweringContext, block: hir.Block) -> list[hir.Op]:
+    """The ops of ``block`` and of the functions it calls (each function once)."""
+    ops: list[hir.Op] = []
+    seen: set[str] = set()
+    stack = [block]
+    while stack:
+        for o in hir.walk_ops(stack.pop()):
+            ops.append(o)
+            callee = o.attrs.get("callee") if o.name == "func.call" else None
+            if callee in ctx.module.functions and callee not in seen:
+                seen.add(callee)
+                stack.append(ctx.module.functions[callee].body)
+    return ops
 
 
 def _loop(ctx: LoweringContext, op: hir.Op, inputs: list[str], first_cond: str,

@@ -328,9 +328,27 @@ def slice_at(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[s
     if not axes:
         return x
     begin = _stack_scalars(ctx, [starts[a] for a in axes])
+    part = _constant_part(ctx, x, begin, axes, sizes)
+    if part is not None:
+        return part
     length = shape_tensor(ctx, [sizes[a] for a in axes])
     end = ctx.op("Add", [begin, length])
     return ctx.op("Slice", [x, begin, end, ctx.i64(axes)])
+
+
+def _constant_part(ctx: LoweringContext, x: str, begin: str, axes: Sequence[int], sizes: Sequence[int | str]) -> str | None:
+    """The slice as a constant when ``x`` is one and the starts are computed from constants (a layer's
+    weights in a loop over layers lowered once per layer), else None."""
+    arr = ctx.constant_value(x)
+    if arr is None or not all(isinstance(sizes[a], int) for a in axes):
+        return None
+    starts = ctx.fold(begin)
+    if starts is None:
+        return None
+    index = [slice(None)] * arr.ndim
+    for a, s in zip(axes, starts.reshape(-1)):
+        index[a] = slice(int(s), int(s) + int(sizes[a]))
+    return ctx.const(arr[tuple(index)])
 
 
 @lowering("stablehlo.dynamic_update_slice", onnx_ops=("ScatterND",))
