@@ -1,5 +1,5 @@
-"""jaxconv.onnx.rewrites.scan_rows: a Scan body's per-row work (bias, gate split, a sigmoid's
-negation) done before the Scan; ONNX Runtime's outputs bit for bit those without the rule but
+"""jaxconv.onnx.rewrites.scan_rows: a Scan body's per-row work (a row's scale, a sigmoid's negation)
+done before the Scan; ONNX Runtime's outputs bit for bit those without the rule but
 for NaN signs (NaN, infinities and -0.0 in the inputs), jax.jit's within tolerance, and scans that do not match left alone."""
 
 from __future__ import annotations
@@ -89,17 +89,17 @@ def _check(fn, x, monkeypatch):
     return _ops(model), _ops(plain)
 
 
-def test_gru_bias_split_and_negation_leave_the_body(monkeypatch):
+def test_gru_negation_leaves_the_body_and_its_bias_and_gate_split_stay(monkeypatch):
     fn = _gru_model()
     x = _inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     assert plain_body["Neg"] == 1 and plain_body["Split"] == 1 and plain_body["Slice"] == 2, plain_body
-    # the gate split left; the sigmoid's r and z halves are one Split instead of two Slices
-    assert body["Neg"] == 0 and body["Split"] == 1 and body["Slice"] == 0 and body["Exp"] == 1, body
-    assert sum(body.values()) == sum(plain_body.values()) - 4, (body, plain_body)
-    # one projection per gate block (r|z negated, n), each with its bias, no Split or Neg outside
-    assert main["MatMul"] == plain_main["MatMul"] + 1 and main["Add"] == 2, main
-    assert main["Neg"] == 0 and main["Split"] == 0, main
+    # the Neg left (into the weights); the sigmoid's r and z halves are one Split instead of two Slices
+    assert body["Neg"] == 0 and body["Split"] == 2 and body["Slice"] == 0 and body["Exp"] == 1, body
+    assert sum(body.values()) == sum(plain_body.values()) - 2, (body, plain_body)
+    # one projection of every gate before the Scan (the r|z columns negated), the bias added in the
+    # body before the gate split: no node before the Scan but that MatMul
+    assert main == plain_main and main["MatMul"] == 2 and main["Add"] == 0, main
     jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=True)
 
 
@@ -170,7 +170,8 @@ def test_bias_that_broadcasts_the_row_stays(monkeypatch):
 
     x = _inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
-    assert body == plain_body and main == plain_main, (body, plain_body)
+    # nothing before the Scan; in the body the two Adds after the bias's are one Sum
+    assert main == plain_main and body["Add"] == plain_body["Add"] - 2 and body["Sum"] == 1, (body, plain_body)
 
 
 @pytest.mark.parametrize("cut", [(3, 3), (3, 4), (0, 3)], ids=["consecutive", "gap", "from-zero-twice"])

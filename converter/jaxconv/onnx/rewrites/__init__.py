@@ -65,8 +65,9 @@ faster without changing the numbers:
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
-- ``scan_rows``: a Scan body's per-row work on a scan input (a bias, a gate split, a sigmoid's
-  negation) done once over the whole input before the Scan;
+- ``scan_rows``: a Scan body's per-row work in fewer nodes: a row's scale done before the Scan, a
+  sigmoid's negation in the weights' columns, the gates that share a sigmoid run it once (columns
+  permuted), ``(a + b) + c`` as one Sum;
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
 - ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell too) as the ONNX GRU op
   where each step's products are small enough for ORT to run on one thread (larger, the Scan is faster).

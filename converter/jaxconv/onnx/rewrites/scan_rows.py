@@ -1,54 +1,73 @@
-"""Work a Scan's body does on each row of a scan input, done once on the whole input before the Scan.
+"""Work a Scan's body does on each row of a scan input, and on the gates it cuts from them, in fewer nodes.
 
-Runs after ``loops.to_scan``. A ``lax.scan`` whose input projection ``loops`` hoisted (``xs @ w``
-for every step before the loop) still adds the bias and splits the gates in every step, and a
-sigmoid written ``1 / (1 + exp(-a))`` negates its pre-activation in every step. Per Scan:
+Runs after ``loops.to_scan``, on a ``lax.scan`` whose input projection ``loops`` hoisted (``xs @ w``
+for every step before the loop: one MatMul over every gate's columns, the Scan's one scan input).
+Per Scan, each change exact:
 
-- A scan input row read only by an Add, Sub, Mul or Div with a constant that does not broadcast the
-  row is replaced by that op over the whole input, before the Scan (the same op on each element).
-- A scan input row read only by a Split is split before the Scan, one scan input per part; a Split
-  of an elementwise op with a constant is pushed above it (the constant cut with it), and a Split of
-  a ``MatMul`` by a constant becomes one MatMul per column block (``split_matmul``, same products).
+- A scan input row read only by a Sub, Mul or Div with a constant that does not broadcast the row
+  (or an Add not followed by a Split of the gates) is replaced by that op over the whole input,
+  before the Scan (the same op on each element). A bias added before the gates' Split stays in the
+  body: hoisted, it would be a node before the Scan (or one MatMul and one Add per gate block, as
+  this rule wrote it before), for no time saved (below).
 - Slices of one body value that cut it into consecutive pieces along one axis (the others whole)
   are one Split: one kernel instead of one per piece (the sigmoid's r and z halves). The Loop's
   body did not know its shapes when ``symbolic`` merges Slices; the Scan's body has them from its
-  inputs (followed here through elementwise ops and MatMul).
-- ``Exp(-a)``, ``a`` a sum of the step's row, a constant and products ``h @ w`` by a constant ``w``,
-  is computed as ``Exp(a')`` with ``a'`` the same sum of the negated terms: ``w`` negated in the
-  body, the row's producer before the Scan negated in its constants (``x @ -w``, ``-b``), or by one
-  Neg over the whole input. Negating every term negates each product and each rounded sum exactly
-  (round to nearest is symmetric); only the sign of a zero, which Exp does not read, and the sign
-  of a NaN, which nothing defines, can differ.
+  inputs (followed here through elementwise ops, Split and MatMul).
+- ``Exp(-a)``, ``a`` a sum of the step's row, constants and products ``h @ w`` by a constant ``w``, or
+  a gate cut from such a sum by a Split, is computed as ``Exp(a')`` with ``a'`` the same sum of the
+  negated terms (of the gate's columns only): ``w``'s columns negated in the body, the row's
+  producer before the Scan negated in its constants (``x @ -w``, ``-b``), or, for a whole row of
+  another producer, one Neg over the whole input. Negating every term negates each product and each
+  rounded sum exactly (round to nearest is symmetric); only the sign of a zero, which Exp does not
+  read, and the sign of a NaN, which nothing defines, can differ.
+- The gates of a Split that go through the same pointwise nodes (an LSTM's three sigmoids) run
+  them once: the columns of every term of the Split's input are permuted the same way (weights,
+  biases, the projection before the Scan), so those gates lie side by side, then one Split cuts
+  the result. Each element meets the same ops; the ops taken are those whose result does not
+  depend on where an element lies in its tensor (ONNX Runtime's Log does, by an ulp at the end of
+  its vector loop: it is not taken).
+- ``(a + b) + c`` is one ``Sum(a, b, c)`` (ONNX Runtime adds a Sum's inputs in order), except where
+  an Add reads a product ``h @ w``, which ONNX Runtime runs inside the MatMul as a Gemm.
 
-On the benchmark GRU (t64 b16 h256: a body of 17 kernels becomes 13, the main graph 3 nodes 6, the
-same outputs bit for bit) one thread's CPU time per call is 0.95-0.97x the old graph's (ORT 1.32,
-old and new alternating in one process, 250-300 rotations, load 8-9; 0.97-0.98x without the Split
-of the sigmoid's halves), two threads' 0.95-1.02x. What is left is mostly the two recurrent
-products of each step, at the core's peak (about 100 GFLOP/s), and with two threads each of them
-is a parallel section of ORT's pool.
+A body value emitted twice (the new carry and the step's output) keeps its Identity: ONNX Runtime
+1.32 returns wrong values for a Scan whose body lists one value as two outputs.
+
+Figures (ORT 1.32; jaxconv's options; old and new graphs alternating in one process, medians of the
+ratio of one thread's CPU time per call). Benchmark GRU (t64 b16 h256): main graph 6 nodes -> 3,
+with the body 21 -> 20, CPU time 1.01-1.02x (load 5-8; the bias's Add and the gate Split in every
+step cost what the two hoisted projections and Adds did). Adding the bias by a Sum with each
+gate's row instead (19 nodes) cost 1.05x: ORT fuses ``row + h @ w`` into a Gemm, a Sum it does not.
+Benchmark LSTM (the exact Scan behind the LSTM op's finiteness guard): 32 nodes -> 24, body 23 -> 15.
+The outputs are those of the old graph bit for bit with ORT's graph optimizations off; with them on,
+ORT fuses different pairs of the two graphs (``x * (1 / y)`` as ``x / y``), both within the
+converter's tolerance of jax.jit.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Callable
 
 import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.split_matmul import _split as _split_matmul
 
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
 
 def rewrite(main: ir.Graph) -> int:
-    """Hoist per-row work out of every Scan in ``main`` (nested ones too); returns how many changes."""
+    """Rewrite the per-row work of every Scan in ``main`` (nested ones too); returns how many changes."""
     count = 0
     scans = [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Scan" and n.domain == ""]
     for scan in scans:
         if not _plain(scan):
             continue
         count += _hoist_rows(main, scan)
-        count += _fold_negations(main, scan)
         count += _merge_slices(main, scan)
+        count += _fold_negations(main, scan)
+        count += _group_chains(main, scan)
+        count += _sums(scan)
     return count
 
 
@@ -66,7 +85,6 @@ def _n_state(scan: ir.Node) -> int:
     return len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
 
 
-
 def _only_use(value: ir.Value) -> ir.Node | None:
     uses = list(value.uses())
     if len(uses) != 1 or value.is_graph_output():
@@ -75,24 +93,21 @@ def _only_use(value: ir.Value) -> ir.Node | None:
 
 
 def _hoist_rows(main: ir.Graph, scan: ir.Node) -> int:
-    body = scan.attributes["body"].value
     count = 0
     changed = True
     while changed:
         changed = False
         for k in range(_n_state(scan), len(scan.inputs)):
-            if _hoist_elementwise(main, scan, k) or _hoist_split(main, scan, k):
+            if _hoist_elementwise(main, scan, k):
                 count += 1
                 changed = True
                 break
-    if count:
-        for node in reversed(list(body)):
-            if not any(o.uses() or o.is_graph_output() for o in node.outputs):
-                body.remove(node, safe=True)
     return count
 
 
 def _hoist_elementwise(main: ir.Graph, scan: ir.Node, k: int) -> bool:
+    """A row read only by ``row op c`` (a constant that does not broadcast the row) read as that op
+    over the whole input, before the Scan; not a bias before a Split of the gates (below)."""
     body = scan.attributes["body"].value
     row, xs = body.inputs[k], scan.inputs[k]
     node = _only_use(row)
@@ -106,6 +121,8 @@ def _hoist_elementwise(main: ir.Graph, scan: ir.Node, k: int) -> bool:
     if arr is None or shape is None or full is None or other is row or row.dtype is None:
         return False
     if arr.dtype != row.dtype.numpy() or arr.ndim > len(shape) or out.is_graph_output():
+        return False
+    if node.op_type == "Add" and _split_reader(out) is not None:
         return False
     try:
         if list(np.broadcast_shapes(tuple(shape), arr.shape)) != shape:
@@ -132,175 +149,361 @@ def _split_sizes(split: ir.Node, width: int) -> list[int] | None:
     return [width // n] * n if n and width % n == 0 else None
 
 
-def _hoist_split(main: ir.Graph, scan: ir.Node, k: int) -> bool:
-    body = scan.attributes["body"].value
-    row, xs = body.inputs[k], scan.inputs[k]
-    split = _only_use(row)
-    shape, full = m.static_dims(row), m.static_dims(xs)
-    if split is None or split.op_type != "Split" or split.domain != "" or shape is None or full is None:
-        return False
-    axis = int(m.attr(split, "axis", 0))
-    if not -len(shape) <= axis < len(shape):
-        return False
-    axis %= len(shape)
-    sizes = _split_sizes(split, shape[axis])
-    if sizes is None or len(sizes) != len(split.outputs) or sum(sizes) != shape[axis] or min(sizes) <= 0:
-        return False
-    if any(o.is_graph_output() for o in split.outputs):
-        return False
-    graph = scan.graph
-    sizes_value = m.new_initializer(main, np.array(sizes, np.int64), "row_split_sizes")
-    outer = ir.node("Split", [xs, sizes_value], {"axis": axis + 1}, num_outputs=len(sizes))
-    parts_rows = []
-    for part, size in zip(outer.outputs, sizes):
-        dims = list(full)
-        dims[axis + 1] = size
-        part.type, part.shape = xs.type, ir.Shape(dims)
-        new_row = ir.Value(name=f"{row.name or 'row'}_{len(parts_rows)}", type=row.type, shape=ir.Shape(dims[1:]))
-        parts_rows.append(new_row)
-    graph.insert_before(scan, outer)
-    n = len(sizes)
-    inputs = list(scan.inputs)
-    for j in range(len(inputs)):
-        scan.replace_input_with(j, None)
-    new_inputs = inputs[:k] + list(outer.outputs) + inputs[k + 1:]
-    scan.resize_inputs(len(new_inputs))
-    for j, v in enumerate(new_inputs):
-        scan.replace_input_with(j, v)
-    scan.attributes["num_scan_inputs"] = ir.AttrInt64("num_scan_inputs",
-                                                      int(scan.attributes["num_scan_inputs"].value) + n - 1)
-    for old, new in zip(split.outputs, parts_rows):
-        old.replace_all_uses_with(new)
-    body_inputs = list(body.inputs)
-    body.inputs.clear()
-    body.inputs.extend(body_inputs[:k] + parts_rows + body_inputs[k + 1:])
-    body.remove(split, safe=True)
-    _push_split_up(main, graph, outer)
-    return True
+def _last_axis_split(split: ir.Node | None, width: int | None, rank: int) -> list[int] | None:
+    """The part widths of ``split`` when it cuts the last of ``rank`` axes (of ``width``) whole."""
+    if split is None or split.op_type != "Split" or split.domain != "" or width is None or rank < 1:
+        return None
+    if int(m.attr(split, "axis", 0)) % rank != rank - 1:
+        return None
+    sizes = _split_sizes(split, width)
+    if sizes is None or len(sizes) != len(split.outputs) or sum(sizes) != width or min(sizes, default=0) <= 0:
+        return None
+    return sizes
 
 
-def _push_split_up(main: ir.Graph, graph: ir.Graph, split: ir.Node) -> None:
-    """``Split(op(p, c))`` (op elementwise, ``c`` constant, read only there) as ``op(Split(p), c cut)``
-    per part, then ``Split(MatMul(x, w))`` as one MatMul per column block."""
-    while True:
-        src = split.inputs[0]
-        node = m.producer(src, *_ELEMENTWISE)
-        full = m.static_dims(src)
-        if node is None or node.graph is not graph or full is None or _only_use(src) is not split:
-            break
-        consts = [m.const(v) for v in node.inputs]
-        if len(node.inputs) != 2 or sum(c is not None for c in consts) != 1:
-            break
-        side = 0 if consts[0] is None else 1
-        arr = consts[1 - side]
-        p = node.inputs[side]
-        if m.static_dims(p) != full or arr.ndim > len(full):
-            break
-        axis = int(m.attr(split, "axis", 0)) % len(full)
-        lead = axis - (len(full) - arr.ndim)  # the constant's axis along the split, when it has one
-        sizes = [int(m.static_dims(o)[axis]) for o in split.outputs]
-        inner = ir.node("Split", [p, split.inputs[1]], {"axis": axis}, num_outputs=len(sizes))
-        graph.insert_before(node, inner)
-        start = 0
-        for part, piece, size in zip(split.outputs, inner.outputs, sizes):
-            piece.type, piece.shape = part.type, part.shape
-            if lead >= 0 and arr.shape[lead] != 1:
-                cut = np.take(arr, np.arange(start, start + size), axis=lead)
-                c = m.new_initializer(main, cut, "row_const_part")
-            else:
-                c = node.inputs[1 - side]
-            start += size
-            op = ir.node(node.op_type, [piece, c] if side == 0 else [c, piece])
-            m.replace(graph, part, op, split)
-        graph.remove(split, safe=True)
-        graph.remove(node, safe=True)
-        split = inner
-    _split_matmul(graph, split)
+def _split_reader(value: ir.Value) -> ir.Node | None:
+    """The Split that alone reads ``value``, along its last axis."""
+    split = _only_use(value)
+    dims = m.static_dims(value)
+    if split is None or not dims or _last_axis_split(split, dims[-1], len(dims)) is None:
+        return None
+    return split
 
 
-def _fold_negations(main: ir.Graph, scan: ir.Node) -> int:
-    body = scan.attributes["body"].value
-    count = 0
-    for neg in [n for n in body if n.op_type == "Neg" and n.domain == ""]:
-        out = neg.outputs[0]
-        uses = list(out.uses())
-        if not uses or out.is_graph_output() or any(u.node.op_type != "Exp" or u.node.domain != "" for u in uses):
-            continue
-        add = m.producer(neg.inputs[0], "Add")
-        if add is None or len(add.inputs) != 2 or _only_use(add.outputs[0]) is not neg:
-            continue
-        if not all(_negatable(scan, v, add) for v in add.inputs):
-            continue
-        terms = [_negated(main, scan, v) for v in add.inputs]
-        new = ir.node("Add", terms)
-        new.outputs[0].type, new.outputs[0].shape = out.type, out.shape
-        body.insert_before(neg, new)
-        out.replace_all_uses_with(new.outputs[0])
-        body.remove(neg, safe=True)
-        body.remove(add, safe=True)
-        count += 1
-    return count
+class _Cols:
+    """A signed permutation of a last axis: ``new[..., j] = sign[j] * old[..., perm[j]]``."""
+
+    def __init__(self, perm: np.ndarray, sign: np.ndarray):
+        self.perm, self.sign = perm, sign
+
+    @classmethod
+    def negation(cls, width: int) -> _Cols:
+        return cls(np.arange(width), -np.ones(width, np.int8))
+
+    @property
+    def width(self) -> int:
+        return len(self.perm)
+
+    def uniform(self) -> bool:
+        """Every column the same: no permutation, one sign."""
+        return bool(np.array_equal(self.perm, np.arange(self.width)) and np.all(self.sign == self.sign[0]))
+
+    def part_of(self, width: int, start: int) -> _Cols:
+        """This on columns ``start:start + self.width`` of an axis of ``width``, the others kept."""
+        perm, sign = np.arange(width), np.ones(width, np.int8)
+        perm[start:start + self.width] = start + self.perm
+        sign[start:start + self.width] = self.sign
+        return _Cols(perm, sign)
+
+    def apply(self, arr: np.ndarray) -> np.ndarray:
+        wide = np.broadcast_to(arr, arr.shape[:-1] + (self.width,)) if arr.ndim else np.full(self.width, arr)
+        out = np.take(wide, self.perm, axis=-1)
+        neg = self.sign < 0
+        out[..., neg] = -out[..., neg]  # a sign flip, exact (NaN stays NaN)
+        return np.ascontiguousarray(out, arr.dtype)
 
 
-def _negatable(scan: ir.Node, value: ir.Value | None, reader: ir.Node) -> bool:
-    """True when ``-value`` can be had without a node in the body: a constant, a product by a
-    constant (read only by ``reader``), or a scan input row read only by ``reader``."""
-    if value is None:
-        return False
-    arr = m.const(value)
-    if arr is not None:
-        return arr.dtype.kind == "f"
-    body = scan.attributes["body"].value
-    if value in body.inputs[_n_state(scan):]:
-        return _only_use(value) is reader and value.dtype is not None and value.dtype.is_floating_point()
+_Edit = Callable[[], None]
+
+
+def _cols_name(value: ir.Value, default: str) -> str:
+    return re.sub(r"(_cols)+(_\d+)?$", "", value.name or default) + "_cols"
+
+
+def _const_edit(main: ir.Graph, reader: ir.Node, value: ir.Value, arr: np.ndarray, t: _Cols) -> _Edit:
+    def edit() -> None:
+        new = m.new_initializer(main, t.apply(arr), _cols_name(value, "c"))
+        for j, v in enumerate(reader.inputs):
+            if v is value:
+                reader.replace_input_with(j, new)
+    return edit
+
+
+def _weight_edit(main: ir.Graph, mm: ir.Node, t: _Cols) -> _Edit:
+    def edit() -> None:
+        w = mm.inputs[1]
+        mm.replace_input_with(1, m.new_initializer(main, t.apply(m.const(w)), _cols_name(w, "w")))
+    return edit
+
+
+def _product(value: ir.Value, width: int) -> ir.Node | None:
+    """The MatMul by a constant float matrix of ``width`` columns that produces ``value``."""
     mm = m.producer(value, "MatMul")
-    if mm is None or _only_use(value) is not reader:
-        return False
-    w = m.const(mm.inputs[1])
-    return w is not None and w.dtype.kind == "f"
+    w = m.const(mm.inputs[1]) if mm is not None else None
+    if w is None or w.dtype.kind != "f" or w.ndim < 2 or w.shape[-1] != width:
+        return None
+    return mm
 
 
-def _negated(main: ir.Graph, scan: ir.Node, value: ir.Value) -> ir.Value:
-    body = scan.attributes["body"].value
+def _plan(main: ir.Graph, scan: ir.Node, value: ir.Value | None, t: _Cols, reader: ir.Node,
+          shapes: dict[int, tuple[int, ...]]) -> list[_Edit] | None:
+    """Edits that make the body's ``value`` (read by ``reader``) come out with its last axis
+    transformed by ``t``, no node added to the body: constants and weights' columns moved and
+    negated, through sums and Splits of the last axis, up to the producers of scan inputs. None when
+    some term cannot take it. Each sum of terms so transformed is the transformed sum exactly: a
+    permutation moves whole columns (each output column of a product is the same dot product,
+    wherever it lies) and round to nearest is symmetric, so negating every term negates each product
+    and each rounded sum (only the sign of a NaN, which nothing defines, can differ)."""
+    if value is None:
+        return None
     arr = m.const(value)
     if arr is not None:
-        return m.new_initializer(main, -arr, f"{value.name or 'c'}_neg")
-    if value in body.inputs:
-        k = list(body.inputs).index(value)
-        scan.replace_input_with(k, _negated_outer(main, scan.graph, scan, scan.inputs[k]))
-        return value
-    mm = value.producer()
-    assert mm is not None
-    w = m.new_initializer(main, -m.const(mm.inputs[1]), f"{mm.inputs[1].name or 'w'}_neg")
-    mm.replace_input_with(1, w)
-    return value
-
-
-def _negated_outer(main: ir.Graph, graph: ir.Graph, before: ir.Node, value: ir.Value) -> ir.Value:
-    """``-value`` before ``before``: the constants of its producer negated where it is read only by
-    ``before`` (``x @ w``, ``p + b``, recursively), else one Neg."""
+        return [_const_edit(main, reader, value, arr, t)] if arr.dtype.kind == "f" else None
+    if _only_use(value) is not reader or value.dtype is None or not value.dtype.is_floating_point():
+        return None
+    body = scan.attributes["body"].value
+    ins = list(body.inputs)
+    if any(value is v for v in ins):
+        k = next(j for j, v in enumerate(ins) if v is value)
+        if k < _n_state(scan):
+            return None
+        return _plan_outer(main, scan, k, scan.inputs[k], t, scan)
     node = value.producer()
-    if node is not None and node.graph is graph and node.domain == "" and _only_use(value) is before:
-        if node.op_type == "MatMul" and m.const(node.inputs[1]) is not None:
-            w = m.const(node.inputs[1])
-            if w.dtype.kind == "f":
-                node.replace_input_with(1, m.new_initializer(main, -w, f"{node.inputs[1].name or 'w'}_neg"))
-                return value
+    if node is None or node.domain != "" or node.graph is not body:
+        return None
+    if node.op_type == "MatMul":
+        return [_weight_edit(main, node, t)] if _product(value, t.width) is not None else None
+    if node.op_type in ("Add", "Sub", "Sum") and all(v is not None for v in node.inputs):
+        edits: list[_Edit] = []
+        for v in node.inputs:
+            dims = shapes.get(id(v))
+            if m.const(v) is None and (dims is None or not dims or dims[-1] != t.width):
+                if dims is not None and (not dims or dims[-1] == 1) and t.uniform() and t.sign[0] > 0:
+                    continue  # a column broadcast: a permutation does not see it
+                return None
+            got = _plan(main, scan, v, t, node, shapes)
+            if got is None:
+                return None
+            edits += got
+        return edits
+    if node.op_type == "Split":
+        src = node.inputs[0]
+        dims = shapes.get(id(src))
+        sizes = _last_axis_split(node, dims[-1] if dims else None, len(dims or ()))
+        if sizes is None:
+            return None
+        j = next(i for i, o in enumerate(node.outputs) if o is value)
+        return _plan(main, scan, src, t.part_of(sum(sizes), sum(sizes[:j])), node, shapes)
+    return None
+
+
+def _plan_outer(main: ir.Graph, scan: ir.Node, k: int, value: ir.Value, t: _Cols,
+                reader: ir.Node) -> list[_Edit] | None:
+    """``_plan`` for the value a scan input reads, before the Scan: ``x @ w`` and ``p + b``
+    (recursively) read only there take it in their constants; else, for a negation of every
+    column, one Neg before the Scan."""
+    graph = scan.graph
+    node = value.producer()
+    dims = m.static_dims(value)
+    if node is not None and node.graph is graph and node.domain == "" and _only_use(value) is reader \
+            and dims and dims[-1] == t.width:
+        if node.op_type == "MatMul" and _product(value, t.width) is not None:
+            return [_weight_edit(main, node, t)]
         if node.op_type == "Add" and len(node.inputs) == 2:
             consts = [m.const(v) for v in node.inputs]
             if sum(c is not None for c in consts) == 1:
                 side = 0 if consts[0] is None else 1
                 arr = consts[1 - side]
-                if arr.dtype.kind == "f":
-                    inner = _negated_outer(main, graph, node, node.inputs[side])
-                    node.replace_input_with(side, inner)
-                    node.replace_input_with(1 - side, m.new_initializer(main, -arr, "row_const_neg"))
-                    return value
-    neg = ir.node("Neg", [value])
-    neg.outputs[0].type, neg.outputs[0].shape = value.type, value.shape
-    graph.insert_before(before, neg)
-    return neg.outputs[0]
+                inner = _plan_outer(main, scan, k, node.inputs[side], t, node)
+                if arr.dtype.kind == "f" and inner is not None:
+                    return [*inner, _const_edit(main, node, node.inputs[1 - side], arr, t)]
+    if reader is not scan or not t.uniform() or t.sign[0] > 0:
+        return None
 
+    def negate() -> None:
+        neg = ir.node("Neg", [value])
+        neg.outputs[0].type, neg.outputs[0].shape = value.type, value.shape
+        graph.insert_before(scan, neg)
+        scan.replace_input_with(k, neg.outputs[0])
+    return [negate]
+
+
+def _fold_negations(main: ir.Graph, scan: ir.Node) -> int:
+    """``Exp(-a)`` as ``Exp(a')``, ``a'`` the same sum with every term negated (``_plan``). Exp does
+    not read the sign of a zero."""
+    body = scan.attributes["body"].value
+    count = 0
+    for neg in [n for n in body if n.op_type == "Neg" and n.domain == ""]:
+        out, a = neg.outputs[0], neg.inputs[0]
+        uses = list(out.uses())
+        if not uses or out.is_graph_output() or any(u.node.op_type != "Exp" or u.node.domain != "" for u in uses):
+            continue
+        dims = _body_shapes(scan).get(id(a))
+        if not dims:
+            continue
+        edits = _plan(main, scan, a, _Cols.negation(dims[-1]), neg, _body_shapes(scan))
+        if edits is None:
+            continue
+        for edit in edits:
+            edit()
+        out.replace_all_uses_with(a)
+        body.remove(neg, safe=True)
+        count += 1
+    return count
+
+
+# elementwise ops whose result for an element does not depend on where it lies in the tensor (ONNX
+# Runtime 1.32, one thread and two: Log's does, by an ulp at the vector loop's tail)
+_POINTWISE_UNARY = frozenset({"Exp", "Tanh", "Sigmoid", "Reciprocal", "Sqrt", "Abs", "Neg", "Relu", "Erf"})
+_POINTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
+
+
+def _chain(value: ir.Value, rank: int) -> list[tuple[ir.Node, tuple]]:
+    """The pointwise nodes that read ``value`` one after the other (each alone reading the one before,
+    a binary one with a constant that repeats one element), each with what it computes."""
+    chain: list[tuple[ir.Node, tuple]] = []
+    while True:
+        node = _only_use(value)
+        if node is None or node.domain != "" or len(node.outputs) != 1 or node.attributes:
+            return chain
+        if node.op_type in _POINTWISE_UNARY and len(node.inputs) == 1:
+            key: tuple = (node.op_type,)
+        elif node.op_type in _POINTWISE_BINARY and len(node.inputs) == 2:
+            side = 0 if node.inputs[0] is value else 1
+            other = node.inputs[1 - side]
+            arr = m.repeated_const(other)
+            dims = m.static_dims(other)
+            if other is value or arr is None or arr.size != 1 or dims is None or len(dims) > rank or any(
+                    d != 1 for d in dims):
+                return chain
+            key = (node.op_type, side, arr.dtype.str, arr.reshape(-1)[:1].tobytes())
+        else:
+            return chain
+        chain.append((node, key))
+        value = node.outputs[0]
+
+
+def _group_chains(main: ir.Graph, scan: ir.Node) -> int:
+    """The parts of a Split that go through the same pointwise nodes (the LSTM's three sigmoids) as
+    one run of those nodes over their columns put side by side, then a Split of its result: the
+    columns of the Split's input are permuted where its terms are made (``_plan``), so the parts
+    that share a chain are contiguous. Each element goes through the same ops; only where it lies
+    changes."""
+    body = scan.attributes["body"].value
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        shapes = _body_shapes(scan)
+        for split in [n for n in body if n.op_type == "Split" and n.domain == ""]:
+            dims = shapes.get(id(split.inputs[0])) if split.inputs else None
+            sizes = _last_axis_split(split, dims[-1] if dims else None, len(dims or ()))
+            if sizes is None or any(o.is_graph_output() for o in split.outputs):
+                continue
+            chains = [_chain(o, len(dims)) for o in split.outputs]
+            keys = [tuple(k for _, k in c) for c in chains]
+            group = next((g for g in ([j for j, k in enumerate(keys) if k == key] for key in keys if key)
+                          if len(g) > 1), None)
+            if group is None or not _group(main, scan, split, sizes, chains, group, shapes):
+                continue
+            count += 1
+            changed = True
+            break
+    return count
+
+
+def _group(main: ir.Graph, scan: ir.Node, split: ir.Node, sizes: list[int], chains: list,
+           group: list[int], shapes: dict[int, tuple[int, ...]]) -> bool:
+    """Rewrite one group (``_group_chains``); False, changing nothing, when the columns cannot move."""
+    body = scan.attributes["body"].value
+    first = group[0]
+    order = [j for j in range(first) if j not in group] + group + [j for j in range(first, len(sizes)) if j not in group]
+    starts = np.cumsum([0, *sizes])
+    perm = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in order])
+    src = split.inputs[0]
+    whole = len(group) == len(sizes)
+    if not whole:
+        edits = _plan(main, scan, src, _Cols(perm, np.ones(len(perm), np.int8)), split, shapes)
+        if edits is None:
+            return False
+        for edit in edits:
+            edit()
+    # the Split in the new order, the group's parts as one
+    rank = len(shapes[id(src)])
+    nodes: list[ir.Node] = []
+    if whole:
+        block = src
+    else:
+        merged = [j for j in order if j not in group[1:]]
+        new_sizes = [sum(sizes[j] for j in group) if j == first else sizes[j] for j in merged]
+        outer = ir.node("Split", [src, m.new_initializer(main, np.array(new_sizes, np.int64), "gate_sizes")],
+                        {"axis": rank - 1}, num_outputs=len(merged))
+        nodes.append(outer)
+        for j, out in zip(merged, outer.outputs):
+            out.type = split.outputs[j].type or src.type
+            if j != first:
+                out.shape = split.outputs[j].shape
+                split.outputs[j].replace_all_uses_with(out)
+        block = outer.outputs[merged.index(first)]
+    # the chain once over the group's columns
+    value = block
+    for node, _ in chains[first]:
+        ins = [value if _is_chain_input(node, v, chains[first]) else v for v in node.inputs]
+        twin = ir.node(node.op_type, ins)
+        twin.outputs[0].type = node.outputs[0].type or src.type
+        nodes.append(twin)
+        value = twin.outputs[0]
+    parts = ir.node("Split", [value, m.new_initializer(main, np.array([sizes[j] for j in group], np.int64), "gate_sizes")],
+                    {"axis": rank - 1}, num_outputs=len(group))
+    nodes.append(parts)
+    body.insert_before(split, nodes)
+    for j, out in zip(group, parts.outputs):
+        last = chains[j][-1][0].outputs[0]
+        out.type, out.shape = last.type or src.type, last.shape
+        _take_over(last, out)
+    for j in group:
+        for node, _ in reversed(chains[j]):
+            body.remove(node, safe=True)
+    body.remove(split, safe=True)
+    return True
+
+
+def _is_chain_input(node: ir.Node, value: ir.Value | None, chain: list) -> bool:
+    """True when ``value`` is what ``node`` reads from the chain (the part, or the node before)."""
+    k = [n for n, _ in chain].index(node)
+    prev = chain[k - 1][0].outputs[0] if k else None
+    if prev is not None:
+        return value is prev
+    return value is not None and m.const(value) is None
+
+
+def _take_over(old: ir.Value, new: ir.Value) -> None:
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    name = old.name
+    old.name = None
+    new.name = name
+
+
+def _sums(scan: ir.Node) -> int:
+    """``(a + b) + c`` (the inner Add read only by the outer) as ``Sum(a, b, c)``: ONNX Runtime adds a
+    Sum's inputs in order, so the bits are the same (floats; ``c + (a + b)`` too, addition
+    commutes), one kernel instead of two in every step. Not where either Add reads a product
+    (``h @ w``): ONNX Runtime runs that Add inside the MatMul (a Gemm), which a Sum would undo."""
+    body = scan.attributes["body"].value
+    count = 0
+    for node in list(body):
+        if node.op_type not in ("Add", "Sum") or node.domain != "" or node.graph is not body:
+            continue
+        out = node.outputs[0]
+        if out.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE) or len(node.inputs) != 2 or _reads_product(node):
+            continue
+        for side in (0, 1):
+            inner = m.producer(node.inputs[side])
+            if inner is None or inner.op_type not in ("Add", "Sum") or inner.domain != "" or inner.graph is not body:
+                continue
+            if _only_use(inner.outputs[0]) is not node or any(v is None for v in inner.inputs) or _reads_product(inner):
+                continue
+            total = ir.node("Sum", [*inner.inputs, node.inputs[1 - side]])
+            m.replace(body, out, total, node)
+            body.remove(node, safe=True)
+            body.remove(inner, safe=True)
+            count += 1
+            break
+    return count
+
+
+def _reads_product(node: ir.Node) -> bool:
+    return any(m.producer(v, "MatMul") is not None and _only_use(v) is node for v in node.inputs if v is not None)
 
 
 _UNARY = frozenset({"Exp", "Neg", "Tanh", "Sigmoid", "Identity", "Relu", "Abs", "Log", "Sqrt", "Reciprocal",
@@ -344,6 +547,15 @@ def _body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
                 a, b = ins
                 if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
                     out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+            elif node.op_type in ("Sum", "Max", "Min", "Mean") and ins and all(d is not None for d in ins):
+                out = tuple(np.broadcast_shapes(*ins))  # type: ignore[arg-type]
+            elif node.op_type == "Split" and ins and ins[0] is not None and node.domain == "":
+                dims = ins[0]
+                axis = int(m.attr(node, "axis", 0))
+                sizes = _split_sizes(node, dims[axis]) if -len(dims) <= axis < len(dims) else None
+                if sizes is not None and len(sizes) == len(node.outputs) and sum(sizes) == dims[axis]:
+                    for o, size in zip(node.outputs, sizes):
+                        shapes[id(o)] = tuple(size if a == axis % len(dims) else int(d) for a, d in enumerate(dims))
         except ValueError:
             out = None
         if out is not None and node.domain == "" and len(node.outputs) == 1:
