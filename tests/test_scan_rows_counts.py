@@ -194,3 +194,27 @@ def test_a_sum_of_three_is_one_node_but_not_where_an_add_reads_a_product():
     assert body["Sum"] == 1 and body["Add"] == plain_body["Add"] - 2, body
     model, plain = _check(recurrent, x)
     assert _ops(_body(model))["Sum"] == 0 and _ops(_body(model)) == _ops(_body(plain))
+
+
+@pytest.mark.parametrize("cell_name", ["LSTMCell", "GRUCell"])
+def test_flax_cells_fold_every_negation(cell_name):
+    """flax's cells (one Dense per gate, the bias a reshaped constant in the body): each sigmoid's Neg
+    goes into its gate's weights and bias."""
+    nn = pytest.importorskip("flax.linen")
+    hidden = 128
+    cell = getattr(nn, cell_name)(features=hidden)
+    x = _inputs((_T, _B, _I))[0]
+    carry = cell.initialize_carry(jax.random.PRNGKey(0), x[0].shape)
+    params = cell.init(jax.random.PRNGKey(0), carry, x[0])
+    rng = np.random.default_rng(5)
+    params = jax.tree_util.tree_map(lambda p: jnp.asarray(_w(rng, *np.shape(p), scale=0.3)), params)
+
+    def fn(xs):
+        c0 = jax.tree_util.tree_map(jnp.zeros_like, carry)
+        return jax.lax.scan(lambda c, v: cell.apply(params, c, v), c0, xs)
+
+    model, plain = _check(fn, x)
+    body, plain_body = _ops(_body(model)), _ops(_body(plain))
+    assert plain_body["Neg"] == plain_body["Exp"] > 0 and body["Neg"] == 0, (plain_body, body)
+    # and a Sum of three (two Adds of no product) is one node fewer
+    assert sum(body.values()) == sum(plain_body.values()) - plain_body["Neg"] - body["Sum"], (plain_body, body)

@@ -246,7 +246,7 @@ def _plan(main: ir.Graph, scan: ir.Node, value: ir.Value | None, t: _Cols, reade
     and each rounded sum (only the sign of a NaN, which nothing defines, can differ)."""
     if value is None:
         return None
-    arr = m.const(value)
+    arr = m.folded(value)  # a constant, or one reshaped in the body (folding runs after the rules)
     if arr is not None:
         return [_const_edit(main, reader, value, arr, t)] if arr.dtype.kind == "f" else None
     if _only_use(value) is not reader or value.dtype is None or not value.dtype.is_floating_point():
@@ -267,7 +267,7 @@ def _plan(main: ir.Graph, scan: ir.Node, value: ir.Value | None, t: _Cols, reade
         edits: list[_Edit] = []
         for v in node.inputs:
             dims = shapes.get(id(v))
-            if m.const(v) is None and (dims is None or not dims or dims[-1] != t.width):
+            if m.folded(v) is None and (dims is None or not dims or dims[-1] != t.width):
                 if dims is not None and (not dims or dims[-1] == 1) and t.uniform() and t.sign[0] > 0:
                     continue  # a column broadcast: a permutation does not see it
                 return None
@@ -531,7 +531,7 @@ def _body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
             return shapes[id(v)]
         known = m.static_dims(v)
         if known is None:
-            arr = m.const(v)
+            arr = m.folded(v)
             known = None if arr is None else list(arr.shape)
         return None if known is None else tuple(known)
 
