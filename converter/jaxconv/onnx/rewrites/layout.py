@@ -160,6 +160,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
             inputs.append(source)
         _emit(graph, use, ir.node(op, inputs, attrs), perm)
         return True
+    if op == "Pad" and single and use.inputs[0] is out:
+        return _sink_through_pad(graph, t, use)
     if op in ("Unsqueeze", "Squeeze", "Reshape") and single and use.inputs[0] is out:
         return _sink_through_unit_axes(graph, t, use)
     if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:
@@ -182,6 +184,25 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     return False
 
+
+
+def _sink_through_pad(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
+    """``Pad(Transpose(x))`` as ``Transpose(Pad(x))`` with the pads moved to x's axes (Keras'
+    ZeroPadding2D before a Conv): any mode pads each axis on its own."""
+    perm = _perm(t)
+    assert perm is not None
+    pads = m.const(use.inputs[1]) if len(use.inputs) > 1 else None
+    if pads is None or pads.ndim != 1 or pads.size != 2 * len(perm) or (len(use.inputs) > 3 and use.inputs[3] is not None):
+        return False  # pads of some axes only (opset 18's axes input): left alone
+    r = len(perm)
+    moved = np.zeros_like(pads)
+    for i, j in enumerate(perm):
+        moved[j], moved[r + j] = pads[i], pads[r + i]
+    c = ir.node("Constant", [], {"value": ir.tensor(moved.astype(np.int64))})
+    graph.insert_before(use, c)
+    new = ir.node("Pad", [t.inputs[0], c.outputs[0], *use.inputs[2:]], dict(use.attributes))
+    _emit(graph, use, new, perm)
+    return True
 
 
 def _output_as(graph: ir.Graph, back: ir.Node, x: ir.Value) -> bool:
