@@ -73,6 +73,10 @@ SCATTER_ROUNDING = ("XLA on CPU applies a float16/bfloat16 scatter-add or -multi
 GELU_TAIL = ("exact GELU below about -7: jax.jit's erfc form keeps x * erfc(-x / sqrt 2) / 2 (-3.9e-13 at -7.4), "
              "ONNX Runtime's Gelu gives -0; within the tolerance, but an op after it that tells 0 from a tiny "
              "number (x ** y, 1 / x, log) gives inf or NaN on one side (tests/test_fuzz_regressions_3.py, xfail)")
+GELU_TANH_TAIL = ("tanh GELU (jax.nn.gelu(approximate=True)) as ONNX Runtime's Gelu: below x = -4 the 1 + tanh(z) of "
+                  "the formula cancels in float32, and jax.jit's formula and ORT's kernel both carry absolute errors "
+                  "up to 8e-7 there (of the order of the value itself), differing from each other by up to 1.4e-6 "
+                  "(README: Known differences); a huge weight after it magnifies the difference")
 XLA_DIV_DIV = ("XLA's algebraic simplifier rewrites (a / b) / c as a / (b * c): where a / b underflows to 0 "
                "or b * c overflows, jax.jit differs from IEEE division (jax without jit, and the artifact)")
 ZERO_TIES = ("+0/-0 ties in max/min reductions and pooling follow ONNX Runtime's ReduceMax/ReduceMin/"
@@ -145,6 +149,7 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"scatter_{op}/{dtype}/{kind}", SCATTER_ROUNDING, frozenset({"repeated-index"}))
       for op in ("add", "mul") for dtype in ("f16", "bf16") for kind in ("value", "nan", "inf", "signed-zero")),
     *(Known(f"gelu_exact+*/*/{kind}", GELU_TAIL) for kind in ("nan", "inf", "signed-zero")),
+    Known("gelu_tanh+*/f32/value", GELU_TANH_TAIL),
     *(Known(f"{op}/f32/nan", LN_OVERFLOW, HUGE) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
 )
 
