@@ -11,7 +11,8 @@ faster without changing the numbers:
   so ORT fuses it into the Conv or Gemm before it; later, ``negated_products``: a SiLU's Neg of a product
   by a constant weight folded into the weight;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
-- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only for non-finite inputs; last,
+- ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only where the input's sum is NaN
+  or -inf (a ``Greater`` than -inf); last,
   ``pool_chains``: the pools on ``[N, C, H, W]`` itself, one such If for a chain of conv and pool layers;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
@@ -41,8 +42,11 @@ faster without changing the numbers:
 - ``rotary``: a rotary embedding's ``rotate_half`` Neg folded into the sine table, the tables laid out whole;
 - ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
 - ``where_consts``: a Where's constant operands (a mask's fill) cut back to the shape that carries them;
-- ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels;
-- ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add;
+- ``sum_pool``: sum pooling's one-channel Conv of ones over every plane as a depthwise Conv over the channels,
+  and a mean pool (those sums divided by the window size) as one AveragePool;
+- ``conv_affine``: a Sub of a constant in a Conv's affine chain (batch norm after a biased Conv) as an Add,
+  and the chain's constant Muls and Adds folded into the Conv's weights and bias where ORT's own Conv+Mul
+  and Conv+Add fusions would fold them (the same bits);
 - ``row_slices``: a Slice of rows (a classifier's first token) moved up through the row-wise ops before it,
   so the last layer computes only the rows read;
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
