@@ -28,6 +28,7 @@ from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _match as m
 
 MAX_TABLE = 1 << 16  # elements of a table laid out whole; a larger one keeps its broadcast shape
+MAX_SIGNS = 1 << 22  # elements of a rotated value whose signs are worked out (a bool array of its shape)
 _MOVERS = ("Concat", "Unsqueeze", "Reshape", "Squeeze")
 
 
@@ -43,6 +44,8 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
         if out is None or moved is None or table is None or moved is table or table.dtype is None:
             continue
         if not table.dtype.is_floating_point():
+            continue
+        if not _reaches_neg(moved) or np.prod(out) > MAX_SIGNS:
             continue
         negs: list[ir.Node] = []
         signs = _signs(moved, negs)
@@ -81,6 +84,19 @@ def _table(value: ir.Value | None) -> np.ndarray | None:
     if arr is None:
         arr = _constants.evaluate(value)
     return None if arr is None or arr.size > MAX_TABLE else arr
+
+
+def _reaches_neg(value: ir.Value | None, depth: int = 0) -> bool:
+    """Whether a Neg feeds ``value`` through single-reader movers (checked before any array is made)."""
+    node = value.producer() if value is not None else None
+    if node is None or depth > 32 or node.domain not in ("", "ai.onnx") or len(list(value.uses())) != 1:
+        return False
+    if node.op_type == "Neg":
+        return True
+    if node.op_type not in _MOVERS or not node.inputs:
+        return False
+    read = node.inputs if node.op_type == "Concat" else node.inputs[:1]
+    return any(_reaches_neg(v, depth + 1) for v in read)
 
 
 def _signs(value: ir.Value, negs: list[ir.Node]) -> np.ndarray | None:
