@@ -18,13 +18,14 @@ _BINARY = {
 }
 
 
-_UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": np.abs}
+_UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt,
+          "Reciprocal": np.reciprocal}  # each correctly rounded or exact, as ORT's kernels
 
 
 def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
-    """``value``'s content when it is computed from constants only by elementwise arithmetic, comparisons,
-    logic, Where, Casts, Gather and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice);
-    else None."""
+    """``value``'s content when it is computed from constants only by elementwise arithmetic (correctly
+    rounded: Sqrt and Reciprocal, not Exp), comparisons, logic, Where, Casts, Gather and shape ops
+    (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
     arr = m.const(value)
     if arr is not None or value is None or depth > 16:
         return arr

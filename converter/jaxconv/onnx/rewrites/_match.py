@@ -120,6 +120,22 @@ def static_dims(value: ir.Value | None) -> list[int] | None:
     return [int(d) for d in value.shape]
 
 
+CONTROL_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def sweep(graph: ir.Graph, keep: frozenset[str] = frozenset()) -> None:
+    """Remove the nodes whose outputs nothing reads (earlier rules leave them for the final clean-up), so
+    that only live readers count when a rule checks a value's readers; op types in ``keep`` stay."""
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(list(graph)):
+            if node.outputs and all(not o.uses() and not o.is_graph_output() for o in node.outputs) \
+                    and node.op_type not in keep:
+                graph.remove(node, safe=True)
+                changed = True
+
+
 def rank(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 

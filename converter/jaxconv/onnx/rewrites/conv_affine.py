@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layout import _sweep
 
 _CHAIN = frozenset({"Add", "Mul", "Sub"})
 MAX_DEPTH = 4
@@ -74,41 +74,6 @@ def _after_conv(value: ir.Value) -> bool:
     return False
 
 
-# ops whose float results are correctly rounded (or exact): any evaluator, the clean-up's constant
-# folding and ORT's kernels alike, gives the bits computed here
-_EXACT = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Identity", "Neg", "Abs",
-                    "Add", "Sub", "Mul", "Div", "Sqrt", "Reciprocal"})
-_MAX_EXPR = 16
-
-
-def _constant(value: ir.Value | None, graph: ir.Graph, depth: int = 0) -> np.ndarray | None:
-    """``value``'s content where it is a constant, or computed from constants by exactly rounded ops
-    (batch norm's ``scale / sqrt(var + eps)``, a weight's Transpose), which the clean-up folds into
-    the initializers ORT reads."""
-    arr = m.folded(value)
-    if arr is not None or value is None:
-        return arr
-    node = value.producer()
-    if node is None or node.op_type not in _EXACT or node.domain not in ("", "ai.onnx") or depth > _MAX_EXPR \
-            or len(node.outputs) != 1:
-        return None
-    inputs = []
-    for v in node.inputs:
-        got = None if v is None else _constant(v, graph, depth + 1)
-        if got is None and v is not None:
-            return None
-        inputs.append(got)
-    import onnx.reference.ops
-
-    version = graph.opset_imports.get("", 0) or 13
-    attrs = {name: a.value for name, a in node.attributes.items()}
-    try:
-        result = onnx.reference.ops.load_op("", node.op_type, version).eval(*inputs, **attrs)
-    except Exception:  # an op the reference cannot run: no fold
-        return None
-    return np.asarray(result[0] if isinstance(result, (tuple, list)) else result)
-
-
 def _per_channel(c: np.ndarray, rank: int, channels: int, scalar: bool) -> np.ndarray | None:
     """``c`` as ``[C]`` where ORT's fusion takes its shape (``[1, C, 1, ...]`` or ``[C, 1, ...]``
     against a weight of rank ``rank``, a scalar where ``scalar``), else None."""
@@ -137,10 +102,10 @@ def _fold_one(graph: ir.Graph, conv: ir.Node) -> ir.Node | None:
     if op.op_type not in ("Mul", "Add") or op.domain not in ("", "ai.onnx") or len(op.inputs) != 2 \
             or op.inputs[1] is out or op.graph is not graph:
         return None
-    w = _constant(conv.inputs[1], graph)
-    c = _constant(op.inputs[1], graph)
+    w = _constants.evaluate(conv.inputs[1])
+    c = _constants.evaluate(op.inputs[1])
     bias = conv.inputs[2] if len(conv.inputs) == 3 else None
-    b = _constant(bias, graph) if bias is not None else None
+    b = _constants.evaluate(bias) if bias is not None else None
     if w is None or c is None or w.dtype != np.float32 or c.dtype != np.float32 or w.ndim < 3 \
             or (bias is not None and (b is None or b.dtype != np.float32 or b.shape != (w.shape[0],))):
         return None
@@ -171,7 +136,7 @@ def fold(graph: ir.Graph) -> int:
     how many ops went."""
     if not any(n.op_type == "Conv" for n in graph):
         return 0
-    _sweep(graph)  # dead readers that earlier rules left would count as readers
+    m.sweep(graph, keep=m.CONTROL_OPS)  # dead readers that earlier rules left would count as readers
     count = 0
     for node in list(graph):
         conv: ir.Node | None = node

@@ -30,7 +30,6 @@ _UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Recipro
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "Less", "Greater",
                      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
-_CONTROL = frozenset({"If", "Loop", "Scan"})
 MAX_ROUNDS = 64
 
 
@@ -68,7 +67,7 @@ def _const_expr(value: ir.Value | None, depth: int = 0) -> bool:
     if value is None or m.const(value) is not None:
         return value is not None
     node = value.producer()
-    if node is None or depth > 8 or node.domain != "" or not node.inputs or node.op_type in _CONTROL:
+    if node is None or depth > 8 or node.domain != "" or not node.inputs or node.op_type in m.CONTROL_OPS:
         return False
     if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
         return False
@@ -90,19 +89,6 @@ def _const_expr_for(graph: ir.Graph, use: ir.Node, value: ir.Value, perm: list[i
     nodes.append(ir.node("Transpose", [value], {"perm": [int(i) for i in np.argsort(perm)]}))
     graph.insert_before(use, nodes)
     return nodes[-1].outputs[0]
-
-
-def _sweep(graph: ir.Graph) -> None:
-    """Remove nodes whose outputs nothing reads (other rules leave them until the clean-up; a dead
-    reader would keep a Transpose from moving)."""
-    changed = True
-    while changed:
-        changed = False
-        for node in reversed(list(graph)):
-            if node.outputs and all(not o.uses() and not o.is_graph_output() for o in node.outputs) \
-                    and node.op_type not in _CONTROL:
-                graph.remove(node, safe=True)
-                changed = True
 
 
 def _emit(graph: ir.Graph, node: ir.Node, new: ir.Node, perm: list[int] | None) -> None:
@@ -212,7 +198,7 @@ def _output_as(graph: ir.Graph, back: ir.Node, x: ir.Value) -> bool:
     end = back.outputs[0]
     node = x.producer()
     if node is None or node.graph is not graph or x.is_graph_output() or x.is_graph_input() \
-            or x.is_initializer() or node.op_type in _CONTROL:
+            or x.is_initializer() or node.op_type in m.CONTROL_OPS:
         return False
     name = end.name
     end.replace_all_uses_with(x, replace_graph_outputs=True)
@@ -296,7 +282,7 @@ def _sub_as_add(graph: ir.Graph) -> int:
 def rewrite(graph: ir.Graph) -> int:
     """Push Transposes down through layout-blind ops until they cancel; returns how many moves."""
     count = 0
-    _sweep(graph)
+    m.sweep(graph, keep=m.CONTROL_OPS)
     for _ in range(MAX_ROUNDS):
         moved = False
         for t in list(graph):

@@ -124,7 +124,6 @@ _LAYER_OPS = frozenset({
     "Cast", "IsNaN", "Equal",
 })
 _MAX_REGION = 256
-_CONTROL = frozenset({"If", "Loop", "Scan"})
 _BLOCK = 8  # ORT's NCHWc block is 8 (AVX2) or 16 (AVX-512) channels
 
 
@@ -251,7 +250,7 @@ def _region(graph: ir.Graph, end: ir.Value, before: Callable[[ir.Node], bool] | 
             continue
         node = v.producer()
         if node is None or node.graph is not graph or node.domain != "" or (
-                node.op_type not in _LAYER_OPS if before is None else before(node) or node.op_type in _CONTROL
+                node.op_type not in _LAYER_OPS if before is None else before(node) or node.op_type in m.CONTROL_OPS
                 or _const_expr(v)):  # a weight's Transpose: folded later, read from outside
             starts[id(v)] = v
             continue
@@ -343,7 +342,7 @@ def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_G
     end = last.result
     # a later end whose nodes are read nowhere else: the smallest (the If's plain branch copies it), the
     # farthest of equal ones
-    later = [n for n in order[at + 1:at + 1 + _MAX_REGION] if n.domain == "" and n.op_type not in _CONTROL
+    later = [n for n in order[at + 1:at + 1 + _MAX_REGION] if n.domain == "" and n.op_type not in m.CONTROL_OPS
              and len(n.outputs) == 1 and not n.outputs[0].is_graph_output() and _size(n.outputs[0]) <= _size(end)]
     for node in sorted(later, key=lambda n: (_size(n.outputs[0]), -pos[id(n)])):
         longer = _region(graph, node.outputs[0], lambda n: pos[id(n)] < first)
@@ -502,26 +501,18 @@ def _unblocked(g: _Guard) -> bool:
     return shape is not None and len(shape) >= 3 and isinstance(shape[1], int) and shape[1] % _BLOCK != 0
 
 
-def _sweep(graph: ir.Graph) -> None:
-    """Remove the nodes nothing reads (earlier rules leave them for the final clean-up), so that
-    only live readers count when a value's readers are checked."""
-    for node in reversed(list(graph)):
-        if not any(o.uses() or o.is_graph_output() for o in node.outputs):
-            graph.remove(node, safe=True)
-
-
 def _chains(graph: ir.Graph) -> int:
     if not any(n.op_type == "If" for n in graph):
         return 0
-    _sweep(graph)
+    m.sweep(graph)
     found = [g for g in (_unwrap(graph, n) for n in list(graph)) if g is not None]
     guards = [g for g in found if _after_conv(g)]
     alone = [g for g in found if g not in guards]
     if sum(_unplane(graph, g) for g in alone if _unblocked(g)):
-        _sweep(graph)
+        m.sweep(graph)
     count = sum(_guard_alone(graph, g) for g in alone)  # each in its own If
     if sum(_unplane(graph, g) for g in guards):
-        _sweep(graph)  # the Reshapes around the planes
+        m.sweep(graph)  # the Reshapes around the planes
     done: set[int] = set()
     for g in reversed(guards):
         if id(g) in done:

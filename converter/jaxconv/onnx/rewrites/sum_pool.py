@@ -21,7 +21,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layout import _sweep
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -30,7 +29,7 @@ def rewrite(graph: ir.Graph) -> int:
     count = m.count_everywhere(graph, "Conv", _one)
     for g in list(m.all_graphs(graph)):
         if any(n.op_type == "Conv" for n in g):
-            _sweep(g)  # dead readers that earlier rules left would count as readers
+            m.sweep(g, keep=m.CONTROL_OPS)  # dead readers that earlier rules left would count as readers
             count += sum(_average(g, n) for n in list(g) if n.op_type == "Conv" and n.graph is g)
     return count
 
