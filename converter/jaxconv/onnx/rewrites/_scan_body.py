@@ -1,0 +1,124 @@
+"""What the rules on a Scan's body read of it: the form of the Scan, its values' static shapes, the Splits of a last axis.
+
+The Scan is the one ``loops.to_scan`` writes (``plain``); its body's inputs often carry no shape,
+so ``body_shapes`` takes them from the Scan's inputs and follows them through the body.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+
+def plain(scan: ir.Node) -> bool:
+    """A forward Scan over axis 0 of every input, stacking along axis 0 (the form ``to_scan`` writes)."""
+    for name in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"):
+        attr = scan.attributes.get(name)
+        if attr is not None and any(int(v) != 0 for v in attr.value):
+            return False
+    body = scan.attributes["body"].value
+    return len(body.inputs) == len(scan.inputs) and all(v is not None for v in scan.inputs)
+
+
+def n_state(scan: ir.Node) -> int:
+    """How many of the Scan's inputs are states (carried); the rest are scan inputs."""
+    return len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
+
+
+def only_use(value: ir.Value) -> ir.Node | None:
+    """The one node that reads ``value``, which is no graph output; else None."""
+    uses = list(value.uses())
+    if len(uses) != 1 or value.is_graph_output():
+        return None
+    return uses[0].node
+
+
+def split_sizes(split: ir.Node, width: int) -> list[int] | None:
+    """The part sizes of ``split`` along an axis of ``width``: its attribute, its constant input, or equal parts."""
+    if "split" in split.attributes:  # opset < 13: the sizes as an attribute
+        return [int(v) for v in split.attributes["split"].value]
+    if len(split.inputs) > 1 and split.inputs[1] is not None:
+        arr = m.const(split.inputs[1])
+        return None if arr is None else [int(v) for v in np.atleast_1d(arr)]
+    n = len(split.outputs)
+    return [width // n] * n if n and width % n == 0 else None
+
+
+def last_axis_split(split: ir.Node | None, width: int | None, rank: int) -> list[int] | None:
+    """The part widths of ``split`` when it cuts the last of ``rank`` axes (of ``width``) whole."""
+    if split is None or split.op_type != "Split" or split.domain != "" or width is None or rank < 1:
+        return None
+    if int(m.attr(split, "axis", 0)) % rank != rank - 1:
+        return None
+    sizes = split_sizes(split, width)
+    if sizes is None or len(sizes) != len(split.outputs) or sum(sizes) != width or min(sizes, default=0) <= 0:
+        return None
+    return sizes
+
+
+def split_reader(value: ir.Value) -> ir.Node | None:
+    """The Split that alone reads ``value``, along its last axis."""
+    split = only_use(value)
+    dims = m.static_dims(value)
+    if split is None or not dims or last_axis_split(split, dims[-1], len(dims)) is None:
+        return None
+    return split
+
+
+_UNARY = frozenset({"Exp", "Neg", "Tanh", "Sigmoid", "Identity", "Relu", "Abs", "Log", "Sqrt", "Reciprocal",
+                    "Erf", "Sin", "Cos", "Floor", "Ceil", "Sign"})
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
+
+
+def body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
+    """Static shapes of the Scan body's values (by id): the inputs' from the Scan's inputs (a state
+    as its initial value, a row as the scan input less its first axis), followed through
+    elementwise ops and MatMul."""
+    body = scan.attributes["body"].value
+    states = n_state(scan)
+    shapes: dict[int, tuple[int, ...]] = {}
+    for k, v in enumerate(body.inputs):
+        outer = m.static_dims(scan.inputs[k])
+        known = m.static_dims(v) or (None if outer is None else outer if k < states else outer[1:])
+        if known is not None:
+            shapes[id(v)] = tuple(known)
+
+    def shape(v: ir.Value | None) -> tuple[int, ...] | None:
+        if v is None:
+            return None
+        if id(v) in shapes:
+            return shapes[id(v)]
+        known = m.static_dims(v)
+        if known is None:
+            arr = m.folded(v)
+            known = None if arr is None else list(arr.shape)
+        return None if known is None else tuple(known)
+
+    for node in body:
+        ins = [shape(v) for v in node.inputs]
+        out: tuple[int, ...] | None = None
+        try:
+            if node.op_type in _UNARY and len(ins) == 1:
+                out = ins[0]
+            elif node.op_type in _BINARY and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
+                out = tuple(np.broadcast_shapes(ins[0], ins[1]))
+            elif node.op_type == "MatMul" and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
+                a, b = ins
+                if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+                    out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+            elif node.op_type in ("Sum", "Max", "Min", "Mean") and ins and all(d is not None for d in ins):
+                out = tuple(np.broadcast_shapes(*ins))  # type: ignore[arg-type]
+            elif node.op_type == "Split" and ins and ins[0] is not None and node.domain == "":
+                dims = ins[0]
+                axis = int(m.attr(node, "axis", 0))
+                sizes = split_sizes(node, dims[axis]) if -len(dims) <= axis < len(dims) else None
+                if sizes is not None and len(sizes) == len(node.outputs) and sum(sizes) == dims[axis]:
+                    for o, size in zip(node.outputs, sizes):
+                        shapes[id(o)] = tuple(size if a == axis % len(dims) else int(d) for a, d in enumerate(dims))
+        except ValueError:
+            out = None
+        if out is not None and node.domain == "" and len(node.outputs) == 1:
+            shapes[id(node.outputs[0])] = tuple(int(d) for d in out)
+    return shapes
