@@ -45,13 +45,11 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
             continue
         if not table.dtype.is_floating_point():
             continue
-        if not _reaches_neg(moved) or np.prod(out) > MAX_SIGNS:
-            continue
         negs: list[ir.Node] = []
-        signs = _signs(moved, negs)
-        if signs is None or not negs:
+        source = _sources(moved, negs)
+        if source is None or not negs or np.prod(out) > MAX_SIGNS:
             continue
-        signs = _narrowed(signs)
+        signs = _narrowed(_signs(source))
         arr = _table(table)
         if arr is not None:
             try:
@@ -86,51 +84,59 @@ def _table(value: ir.Value | None) -> np.ndarray | None:
     return None if arr is None or arr.size > MAX_TABLE else arr
 
 
-def _reaches_neg(value: ir.Value | None, depth: int = 0) -> bool:
-    """Whether a Neg feeds ``value`` through single-reader movers (checked before any array is made)."""
-    node = value.producer() if value is not None else None
-    if node is None or depth > 32 or node.domain not in ("", "ai.onnx") or len(list(value.uses())) != 1:
-        return False
-    if node.op_type == "Neg":
-        return True
-    if node.op_type not in _MOVERS or not node.inputs:
-        return False
-    read = node.inputs if node.op_type == "Concat" else node.inputs[:1]
-    return any(_reaches_neg(v, depth + 1) for v in read)
+# where a rotated value's elements come from: (op, dims, axis, parts), op "Neg" (negated), "" (as
+# they are) or the mover (Concat: its parts along axis; Unsqueeze, Squeeze, Reshape: its one part)
+_Source = tuple[str, list[int], int, list]
 
 
-def _signs(value: ir.Value, negs: list[ir.Node]) -> np.ndarray | None:
-    """``value``'s elements that come from a Neg (True) through single-reader movers, as a bool array of
-    its shape; the Negs found go in ``negs``. None where the shape is not static."""
+def _sources(value: ir.Value, negs: list[ir.Node], depth: int = 0) -> _Source | None:
+    """Where ``value``'s elements come from, through single-reader movers (no array made); the Negs
+    found go in ``negs``. None where ``value``'s shape is not static."""
     dims = m.static_dims(value)
     if dims is None:
         return None
     node = value.producer()
-    plain = np.zeros(dims, bool)
-    if node is None or node.domain not in ("", "ai.onnx"):
+    plain: _Source = ("", dims, 0, [])
+    if node is None or node.domain not in ("", "ai.onnx") or depth > 32:
         return plain
     if len(list(value.uses())) != 1 or value.is_graph_output():
         return plain  # a value read elsewhere too keeps its numbers
     if node.op_type == "Neg":
         negs.append(node)
-        return np.ones(dims, bool)
+        return ("Neg", dims, 0, [])
     if node.op_type not in _MOVERS or len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
         return plain
     found = len(negs)
     read = node.inputs if node.op_type == "Concat" else node.inputs[:1]
-    parts = [_signs(v, negs) if v is not None else None for v in read]
-    try:
-        if any(p is None for p in parts):
-            raise ValueError("a shape is not static")
-        joined = parts[0]
-        if node.op_type == "Concat":
-            joined = np.concatenate(parts, axis=int(m.attr(node, "axis", 0)))
-        if joined.size != plain.size or (node.op_type == "Concat" and list(joined.shape) != dims):
-            raise ValueError("the shapes do not add up")
-    except ValueError:
+    parts = [_sources(v, negs, depth + 1) if v is not None else None for v in read]
+    axis = int(m.attr(node, "axis", 0)) if node.op_type == "Concat" else 0
+    if any(p is None for p in parts) or not _fits([p[1] for p in parts], dims, node.op_type == "Concat", axis):
         del negs[found:]
         return plain
-    return joined.reshape(dims)  # Unsqueeze, Squeeze and Reshape keep the row-major order
+    return (node.op_type, dims, axis, parts)
+
+
+def _fits(parts: list[list[int]], dims: list[int], concat: bool, axis: int) -> bool:
+    """Whether parts of these shapes make a value of shape ``dims``: joined along ``axis``, or the
+    one part holding as many elements."""
+    if not concat:
+        return int(np.prod(parts[0])) == int(np.prod(dims))
+    if not -len(dims) <= axis < len(dims) or any(len(p) != len(dims) for p in parts):
+        return False
+    axis %= len(dims)
+    rest = [d for a, d in enumerate(dims) if a != axis]
+    return sum(p[axis] for p in parts) == dims[axis] and all(
+        [d for a, d in enumerate(p) if a != axis] == rest for p in parts)
+
+
+def _signs(source: _Source) -> np.ndarray:
+    """The elements that come from a Neg (True), as a bool array of the value's shape."""
+    op, dims, axis, parts = source
+    if op in ("", "Neg"):
+        return np.full(dims, op == "Neg")
+    if op == "Concat":
+        return np.concatenate([_signs(p) for p in parts], axis=axis)
+    return _signs(parts[0]).reshape(dims)  # Unsqueeze, Squeeze and Reshape keep the row-major order
 
 
 def _narrowed(signs: np.ndarray) -> np.ndarray:
