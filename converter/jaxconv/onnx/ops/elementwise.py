@@ -16,6 +16,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import onnx_ir as ir
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
@@ -131,8 +132,13 @@ def _int_guards(ctx: LoweringContext, lhs: str, rhs: str, dtype: str) -> tuple[s
 
 @lowering("stablehlo.divide", onnx_ops=("Div",))
 def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Div; integers truncate, x / 0 is -1 (all ones unsigned) and INT_MIN / -1 is INT_MIN, like XLA."""
+    """Div; integers truncate, x / 0 is -1 (all ones unsigned) and INT_MIN / -1 is INT_MIN, like XLA;
+    float16 by a constant or a square root is a product with the float16 reciprocal, like XLA."""
     dtype = op.results[0].type.dtype
+    if dtype == "float16":
+        by_reciprocal = _f16_reciprocal(ctx, inputs[0], inputs[1])
+        if by_reciprocal is not None:
+            return by_reciprocal
     if dtype in dt.FLOATS:
         names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
         return result(ctx, op, ctx.op("Div", names, same_shape_inputs=True), work)
@@ -146,6 +152,45 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         q = where(ctx, minus_one, negated, q, dtype)
     by_zero = ctx.scalar(-1 if dtype in dt.SIGNED else np.iinfo(dtype).max, dtype)
     return where(ctx, is_zero, by_zero, q, dtype)
+
+
+def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
+    """``lhs / rhs`` in float16 as XLA on CPU computes it, or None where that is IEEE division.
+
+    XLA's algebraic simplifier turns ``a / c`` (``c`` constant, ``a`` not) into ``a * (1 / c)`` and
+    ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, the reciprocal rounded to float16
+    before the product: one float16 ulp from IEEE division in about a third of the elements (a norm's
+    ``c / sqrt(var)``). The product of two float16 values is exact in float32, so one rounding follows.
+    """
+    if known_values(ctx, lhs) is not None:
+        return None
+    movers: list[ir.Node] = []  # value-preserving nodes (a broadcast) between the divisor and its source
+    node = ctx.producer(rhs)
+    source = rhs
+    while node is not None and node.op_type in _MOVERS and node.inputs[0] is not None and len(movers) < 4:
+        movers.append(node)
+        source = node.inputs[0].name
+        node = node.inputs[0].producer()
+    constant = ctx.constant_value(source)
+    if constant is not None:
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            inverse = (np.float32(1) / np.asarray(constant, np.float32)).astype(np.float16)
+        recip = ctx.const(inverse)
+    elif node is not None and node.op_type == "Cast" and node.metadata_props.get("stablehlo.op") == "stablehlo.sqrt" \
+            and node.inputs[0] is not None and (root := node.inputs[0].producer()) is not None \
+            and root.op_type == "Sqrt" and root.metadata_props.get("stablehlo.op") == "stablehlo.sqrt":
+        # the float32 root (float16 is computed in float32), before its rounding
+        recip = ctx.cast(ctx.op("Reciprocal", [root.outputs[0].name]), "float16")
+    else:
+        return None
+    for mover in reversed(movers):  # the broadcast again, on the reciprocal
+        recip = ctx.op(mover.op_type, [recip] + [v.name if v is not None else None for v in mover.inputs[1:]],
+                       **{k: a.value for k, a in mover.attributes.items()})
+    product = ctx.op("Mul", [ctx.cast(lhs, "float32"), ctx.cast(recip, "float32")])
+    return ctx.cast(product, "float16")
+
+
+_MOVERS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity")
 
 
 @lowering("stablehlo.remainder", onnx_ops=("Mod",))

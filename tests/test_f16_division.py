@@ -1,0 +1,60 @@
+"""float16 division as XLA on CPU computes it: its algebraic simplifier turns ``a / c`` (a constant) into
+``a * (1 / c)`` and ``a / sqrt(b)`` into ``a * rsqrt(b)``, the reciprocal rounded to float16 before the
+product. A float16 norm written ``c / jnp.sqrt(var)`` differs in the last bit from IEEE division in about
+a third of its elements (found by the fuzzer: norm_two_pass+dense_gate/f16/value, 5 of 2048 outputs of
+the Dense after it beyond the float16 tolerance). The artifact must give jax.jit's bits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tests.lowering_check import assert_same_bits, convert_and_run
+
+EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, -65504.0, 6e-5, 6e-8, 1.0, -3.0, 1e-3], np.float16)
+
+
+def _numbers(n: int, seed: int) -> np.ndarray:
+    r = np.random.default_rng(seed)
+    return np.concatenate([EDGES, r.standard_normal(n - EDGES.size) * 3]).astype(np.float16)
+
+
+def _jit(fn, *args):
+    return [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+
+
+def test_f16_divide_by_constant_is_jits_bits():
+    x = _numbers(4096, 0)
+    for c in (3.0, 7.0, 0.1, 1e-5, 0.0, -0.0, np.inf):
+        def fn(x, c=np.float16(c)):
+            return x / c
+        _, got = convert_and_run(fn, x)
+        assert_same_bits(got, _jit(fn, x))
+
+
+def test_f16_divide_by_sqrt_is_jits_bits():
+    a = _numbers(4096, 1)
+    b = np.abs(_numbers(4096, 2))
+    b[:EDGES.size] = EDGES  # -0, negatives and NaN under the root too
+
+    def fn(a, b):
+        return a / jnp.sqrt(b), jnp.sqrt(b)  # the root used twice: XLA still rewrites the division
+
+    _, got = convert_and_run(fn, a, b)
+    assert_same_bits(got, _jit(fn, a, b))
+
+
+def test_f16_norm_over_broadcast_sqrt_is_jits_bits():
+    r = np.random.default_rng(3)
+    x = (r.standard_normal((64, 32)) * 2 + 1).astype(np.float16)
+    x[0, 26] = 9.5078125  # the fuzzer's row: 31 ones and one outlier
+    x[0, :26] = x[0, 27:] = 1.0
+    g = (r.standard_normal(32) * 0.1).astype(np.float16)
+
+    def fn(x):
+        c = x - jnp.mean(x, -1, keepdims=True)
+        return c / jnp.sqrt(jnp.mean(c * c, -1, keepdims=True) + np.float16(1e-5)) + g
+
+    _, got = convert_and_run(fn, x)
+    assert_same_bits(got, _jit(fn, x))
