@@ -132,8 +132,7 @@ def _int_guards(ctx: LoweringContext, lhs: str, rhs: str, dtype: str) -> tuple[s
 
 @lowering("stablehlo.divide", onnx_ops=("Div",))
 def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Div; integers truncate, x / 0 is -1 (all ones unsigned) and INT_MIN / -1 is INT_MIN, like XLA;
-    float16 by a constant or a square root is a product with the float16 reciprocal, like XLA."""
+    """Div; integers truncate, x / 0 is -1 and INT_MIN / -1 is INT_MIN; float16 by a constant or sqrt is x * (1 / d), like XLA."""
     dtype = op.results[0].type.dtype
     if dtype == "float16":
         by_reciprocal = _f16_reciprocal(ctx, inputs[0], inputs[1])
