@@ -136,6 +136,18 @@ def sweep(graph: ir.Graph, keep: frozenset[str] = frozenset()) -> None:
                 changed = True
 
 
+def is_const_expr(value: ir.Value | None, depth: int = 0) -> bool:
+    """True when ``value`` is computed from constants only (folded by the clean-up after the rules)."""
+    if value is None or const(value) is not None:
+        return value is not None
+    node = value.producer()
+    if node is None or depth > 8 or node.domain != "" or not node.inputs or node.op_type in CONTROL_OPS:
+        return False
+    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        return False
+    return all(i is None or is_const_expr(i, depth + 1) for i in node.inputs)
+
+
 def rank(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 

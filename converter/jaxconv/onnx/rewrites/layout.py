@@ -62,24 +62,12 @@ def _const_for(graph: ir.Graph, value: ir.Value, perm: list[int]) -> ir.Value | 
     return new
 
 
-def _const_expr(value: ir.Value | None, depth: int = 0) -> bool:
-    """True when ``value`` is computed from constants only (folded by the clean-up after the rules)."""
-    if value is None or m.const(value) is not None:
-        return value is not None
-    node = value.producer()
-    if node is None or depth > 8 or node.domain != "" or not node.inputs or node.op_type in m.CONTROL_OPS:
-        return False
-    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
-        return False
-    return all(i is None or _const_expr(i, depth + 1) for i in node.inputs)
-
-
 def _const_expr_for(graph: ir.Graph, use: ir.Node, value: ir.Value, perm: list[int]) -> ir.Value | None:
     """``value`` (computed from constants, broadcast against a transposed tensor) laid out for the
     untransposed one by an Unsqueeze and a Transpose the clean-up folds."""
     rank = m.rank(value)
     if rank is None or rank > len(perm) or value.shape is None or not value.shape.is_static() \
-            or int(np.prod(value.shape.numpy())) > FOLD_MAX_ELEMENTS or not _const_expr(value):
+            or int(np.prod(value.shape.numpy())) > FOLD_MAX_ELEMENTS or not m.is_const_expr(value):
         return None
     nodes = []
     if rank < len(perm):
@@ -270,7 +258,7 @@ def _sub_as_add(graph: ir.Graph) -> int:
         if node.op_type != "Sub" or node.domain != "" or len(node.inputs) != 2 or node.graph is not graph:
             continue
         x, c = node.inputs
-        if m.producer(x, "Conv") is None or c is None or not _const_expr(c):
+        if m.producer(x, "Conv") is None or c is None or not m.is_const_expr(c):
             continue
         neg = ir.node("Neg", [c])
         m.replace(graph, node.outputs[0], [neg, ir.node("Add", [x, neg.outputs[0]])], node)

@@ -38,7 +38,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layout import _const_expr
 
 
 def _where(node: ir.Node | None) -> tuple[ir.Value, ir.Value, ir.Value] | None:
@@ -251,7 +250,7 @@ def _region(graph: ir.Graph, end: ir.Value, before: Callable[[ir.Node], bool] | 
         node = v.producer()
         if node is None or node.graph is not graph or node.domain != "" or (
                 node.op_type not in _LAYER_OPS if before is None else before(node) or node.op_type in m.CONTROL_OPS
-                or _const_expr(v)):  # a weight's Transpose: folded later, read from outside
+                or m.is_const_expr(v)):  # a weight's Transpose: folded later, read from outside
             starts[id(v)] = v
             continue
         if id(node) in found:
@@ -483,9 +482,9 @@ def _after_conv(g: _Guard) -> bool:
             v = node.inputs[0]
             continue
         pair = m.binary(node, node.op_type) if node.op_type in ("Add", "Mul", "Sub") else None
-        if pair is None or _const_expr(pair[0]) == _const_expr(pair[1]):
+        if pair is None or m.is_const_expr(pair[0]) == m.is_const_expr(pair[1]):
             return False
-        v = pair[1] if _const_expr(pair[0]) else pair[0]
+        v = pair[1] if m.is_const_expr(pair[0]) else pair[0]
     return False
 
 
