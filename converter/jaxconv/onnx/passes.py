@@ -149,17 +149,20 @@ def _rules() -> list:
     - ``Slice(x, 0:k), Slice(x, k:n)`` on the last axis -> ``Split(x, num_outputs=2)`` for k = n // 2:
       for an odd n the Split cuts [k + 1, k], and it was placed after a reader of its first output
       (``jnp.linalg.inv``). ``rewrites/symbolic.py`` merges such Slices into a Split with their sizes.
+    - ``Reshape -> MatMul -> Reshape`` -> ``MatMul`` checks shapes only (a batched rhs met the wrong rows):
+      ``matmul_rules.py`` keeps it for a matrix rhs.
 
     ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included.
     """
     from onnxscript.rewriter.rules import common as c
 
+    from jaxconv.onnx import matmul_rules as mr
     from jaxconv.onnx import minmax_rules as mm
     from jaxconv.onnx.cast_rules import lossless_cast_round_trip_rule
 
     return [
         *c.mul_by_1_rule.commute(), c.sub_0_rule, c.div_by_1_rule, c.dropout_zero_rule, c.dropout_inference_rule,
-        c.one_reshape_matmul_reshape_rule, c.two_reshapes_matmul_reshape_rule,
+        mr.one_reshape_matmul_reshape_rule, mr.two_reshapes_matmul_reshape_rule,  # only for a matrix rhs
         c.cast_constant_of_shape_rule, c.cast_constant_of_shape_without_value_rule,
         c.collapse_slice_rule, c.collapse_slice2_rule, c.materialize_reshape_shape_rule,
         mm.min_min_rule, mm.max_max_rule, mm.min_max_rule, mm.max_min_rule,  # bound names unique
