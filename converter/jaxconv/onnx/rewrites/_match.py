@@ -191,6 +191,11 @@ def replace(graph: ir.Graph, old: ir.Value, new_nodes: ir.Node | list[ir.Node], 
     new = nodes[-1].outputs[0]
     new.type = old.type if old.type is not None else new.type
     new.shape = old.shape if old.shape is not None else new.shape
+    take_over(old, new)
+
+
+def take_over(old: ir.Value, new: ir.Value) -> None:
+    """Every use of ``old`` (graph outputs included) reads ``new``, which takes ``old``'s name."""
     old.replace_all_uses_with(new, replace_graph_outputs=True)
     name = old.name
     old.name = None

@@ -113,6 +113,19 @@ class _Cell:
         self.xs: ir.Value | None = None
         self.rows: list[int] = []
 
+    def sequence(self, steps: int) -> tuple[ir.Value, int, int] | None:
+        """(xs, batch, width): the sequence the terms read, ``[steps, batch, width]`` with static
+        batch and width, when every Slice of it keeps all rows; else None."""
+        xs = self.xs
+        if xs is None or xs.shape is None or len(xs.shape) != 3:
+            return None
+        batch, n_in = xs.shape[1], xs.shape[2]
+        if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
+            return None
+        if min(self.rows, default=batch) < batch:  # every Slice keeps all rows
+            return None
+        return xs, batch, n_in
+
     def linear(self, value: ir.Value | None, cols: tuple[int, int] | None = None,
                depth: int = 8) -> _Linear | None:
         """``value`` (columns ``cols`` of it, all when None) as a ``_Linear``, else None."""
@@ -324,14 +337,10 @@ def _match(loop: ir.Node) -> dict | None:
         return None
     r_value, n_x, n_h, before = found
     z, r = cell.gate(zn[0]), cell.gate(r_value)
-    xs = cell.xs
-    if z is None or r is None or xs is None or xs.shape is None or len(xs.shape) != 3:
+    seq = cell.sequence(steps)
+    if z is None or r is None or seq is None:
         return None
-    batch, n_in = xs.shape[1], xs.shape[2]
-    if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
-        return None
-    if min(cell.rows, default=batch) < batch:  # every Slice keeps all rows
-        return None
+    xs, batch, n_in = seq
     hidden = n_h.wh.shape[0]
     parts = {"z": z, "r": r, "n": n_x}
     wx = {k: p.wx if p.wx is not None else np.zeros((n_in, hidden), np.float32) for k, p in parts.items()}

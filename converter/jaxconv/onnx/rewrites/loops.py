@@ -525,7 +525,4 @@ def _take_over(graph: ir.Graph, old: ir.Value, new: ir.Value, known: ir.Shape | 
     shape (``known`` where that is given: a scan's row count the Loop's shape left unknown)."""
     new.type = old.type if old.type is not None else new.type
     new.shape = known if known is not None else old.shape if old.shape is not None else new.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    name = old.name
-    old.name = None
-    new.name = name
+    m.take_over(old, new)

@@ -108,14 +108,10 @@ def _match(loop: ir.Node) -> dict | None:
     # each gate's pre-activation: xs[t] @ w + h @ u + b (one fused product sliced, or one per gate)
     cell = _Cell(loop, h_in, body.inputs[2])
     parts = {k: cell.linear(v) for k, v in (("i", i), ("f", f), ("g", g), ("o", o))}
-    xs = cell.xs
-    if any(p is None for p in parts.values()) or xs is None or xs.shape is None or len(xs.shape) != 3:
+    seq = cell.sequence(steps)
+    if any(p is None for p in parts.values()) or seq is None:
         return None
-    batch, n_in = xs.shape[1], xs.shape[2]
-    if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
-        return None
-    if min(cell.rows, default=batch) < batch:  # every Slice keeps all rows
-        return None
+    xs, batch, n_in = seq
     recurrent = [p.wh for p in parts.values() if p.wh is not None]
     if not recurrent or recurrent[0].ndim != 2:
         return None

@@ -161,7 +161,7 @@ def _group(main: ir.Graph, scan: ir.Node, split: ir.Node, sizes: list[int], chai
     for j, out in zip(group, parts.outputs):
         last = chains[j][-1][0].outputs[0]
         out.type, out.shape = last.type or src.type, last.shape
-        _take_over(last, out)
+        m.take_over(last, out)
     for j in group:
         for node, _ in reversed(chains[j]):
             body.remove(node, safe=True)
@@ -177,9 +177,3 @@ def _is_chain_input(node: ir.Node, value: ir.Value | None, chain: list) -> bool:
         return value is prev
     return value is not None and m.const(value) is None
 
-
-def _take_over(old: ir.Value, new: ir.Value) -> None:
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    name = old.name
-    old.name = None
-    new.name = name

@@ -164,9 +164,7 @@ def _merge_slices(main: ir.Graph, scan: ir.Node) -> int:
             old = node.outputs[0]
             out.type = old.type if old.type is not None else src.type
             out.shape = old.shape
-            old.replace_all_uses_with(out, replace_graph_outputs=True)
-            name, old.name = old.name, None
-            out.name = name
+            m.take_over(old, out)
             body.remove(node, safe=True)
         count += 1
     return count
