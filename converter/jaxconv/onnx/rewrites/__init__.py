@@ -52,6 +52,8 @@ faster without changing the numbers:
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
   down-projection from width 1024, 2048, ...), which ORT's GEMM runs slowly, computed in column blocks
   of that operand's elementwise producers and summed;
+- ``add_chains``: a chain of float additions (the feed-forward blocks' partial sums, the residual, the
+  bias) as one Sum of them in the same order;
 - ``column_sums``: a long float sum over middle axes (an NHWC activation's spatial axes) summed in blocks of
   rows where they lie, instead of Transposed last and padded;
 - ``broadcast_spans``: a small operand broadcast along a short run of last axes (a group norm's statistics)
@@ -88,6 +90,7 @@ from jaxconv.onnx import thread_count
 from jaxconv.onnx.rewrites import (
     _match,
     activations,
+    add_chains,
     attention,
     attention_heads,
     broadcast_spans,
@@ -199,6 +202,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
+    fired["add_chains"] = add_chains.rewrite(model.graph)  # after k_blocks: its Sums
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
