@@ -40,7 +40,8 @@ NAN_BITS = ("without ONNX BitCast (opset < 26) the sign and payload of a NaN can
 NAN_SIGN = ("without ONNX BitCast (opset < 26) the sign of a NaN cannot be read: copysign(x, -NaN) gives +|x| "
             "(README: Known differences)")
 
-ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance); a later "
+ULP_BITS = ("XLA's and ONNX Runtime's float functions may differ in the last bit (within float tolerance; XLA on CPU "
+            "also contracts a fused a * b + c * d into an FMA); a later "
             "op (bitcast, rem, a cancellation, a cast to integer) magnifies it: jax.jit gives the artifact's result when "
             "that intermediate moves by one ulp")
 XLA_SELECT = ("XLA rewrites x * convert(pred) as select(pred, x, 0), so 0 x negative gives +0 where IEEE (and ONNX) "
