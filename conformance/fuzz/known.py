@@ -90,6 +90,10 @@ DIV_FTZ = ("a division by a huge value is subnormal: XLA on CPU flushes it to ze
 XLA_CLZ = ("XLA folds count_leading_zeros of a negative constant to -32 (clz(argmin(x) - 7) with one element, "
            "measured; clz of the same value at run time is 0); jax without jit and the artifact give 0 "
            "(README: Known differences)")
+XLA_SQUARE_SIGN = ("XLA's simplifier folds x * x < 0 to false (and x * x >= 0 to true) for signed integers, "
+                   "though the product wraps: (2^62 + 1)^2 is -2^63 + 1 in int64 (46341^2 is -2147479015 in int32); "
+                   "jax.jit returns that negative product and calls it non-negative, jax without jit and the "
+                   "artifact compare the wrapped value (README: Known differences)")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -143,6 +147,7 @@ KNOWN: tuple[Known, ...] = (
       for op in ("reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min")),
     Known("signbit/*/value", NAN_BITS, frozenset({"negative-nan-input"})),
     Known("argmin+*/i*/value", XLA_CLZ, frozenset({"clz"})),
+    *(Known(f"*{op}+*/i*/value", XLA_SQUARE_SIGN, frozenset({"int-square-sign"})) for op in ("square", "integer_pow")),
     *(Known(f"*+{op}/f*/value", DIV_FTZ, HUGE) for op in ("argmin", "argmax")),
     *(Known(f"{op}/*/{kind}", NAN_SIGN,
             frozenset({"negative-nan-input"} | ({"nan-sign-in-body"} if op != "copysign" else set())))
@@ -183,7 +188,7 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 def program_facts(program: FuzzProgram) -> frozenset[str]:
     """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims),
     ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``clz`` (a step counts
-    leading zeros)."""
+    leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
@@ -193,10 +198,27 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
             found.add("window-2d")
         if "lax.clz(" in step.expr:
             found.add("clz")
+        if _compares_a_square_with_zero(program, step):
+            found.add("int-square-sign")
         if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
                                                                          or "signbit(" in step.expr):
             found.add("nan-sign-in-body")
     return frozenset(found)
+
+
+_SIGN_TESTS = ("{0} < 0", "{0} >= 0", "0 > {0}", "0 <= {0}")
+
+
+def _compares_a_square_with_zero(program: FuzzProgram, step) -> bool:
+    """``step`` compares (its first argument) with 0, and that argument is a signed integer's square x * x."""
+    if not step.args or not any(t in step.expr for t in _SIGN_TESTS):
+        return False
+    source = next((s for s in program.steps if s.out == step.args[0]), None)
+    if source is None or source.op not in ("square", "integer_pow") or len(source.args) != 1:
+        return False
+    if source.expr not in ("{0} * {0}", "jnp.square({0})", "lax.integer_pow({0}, 2)"):
+        return False
+    return program.types[source.out].dtype in ("int8", "int16", "int32", "int64")
 
 
 def _index_facts(program: FuzzProgram, inputs: Sequence[np.ndarray]) -> frozenset[str]:
