@@ -2,18 +2,19 @@
 
 A pre-norm transformer layer ends in ``x + (h @ w2) + c2``; with the feed-forward product in column
 blocks (``k_blocks``) that is ``Sum(p0, p1)``, an ``Add`` of the residual and an ``Add`` of the bias:
-three kernels over ``[b, t, d]``, each waking ONNX Runtime's pool threads for a few microseconds of
+three kernels over ``[b, t, d]``, each waking ONNX Runtime's pool thread for some tens of microseconds of
 work. ORT's ``Sum`` of n operands adds them in order, ``((i0 + i1) + i2) + ...``, into one output
 (each operand broadcast to it), so the one node computes every element by the same float additions
 in the same order: bit for bit the same (tested, NaN, infinities and -0.0 included). The addition
 of two values is commutative, so an accumulator read as the second operand of an ``Add`` (or of a
 two-operand ``Sum``) continues the chain too.
 
-On the benchmark transformer (4 layers, ``[8, 128, 256]``: 8 Adds go, nodes 129 -> 121; one process,
-alternating, load 3.3-5.3) CPU time per call on one thread 0.986x and 0.987x in two runs, wall time
-on two threads 0.98x and 1.04x (the load's noise); ORT's kernel times of the Sums and Adds: about
-the same on one thread (the Sum makes the same passes over the data), 3.1 -> 2.6 ms on two (fewer
-wake-ups of the pool's thread). The benchmark BERT (3 Sums go): 0.990x and 0.987x.
+The ops alone (``Sum(p0, p1)``, ``+ x``, ``+ c`` on ``[8, 128, 256]`` against the one Sum; one process,
+alternating, load 3.6-3.9, four runs): one thread 0.94-1.02x the CPU time, two threads 0.86-0.94x the
+wall time (one wake-up of the pool's thread instead of three). On the benchmark transformer (8 Adds
+go, nodes 129 -> 121; the outputs bit for bit the same) that is a few tenths of a millisecond of ~80:
+within the load's noise of whole-model timings (one thread 0.99-1.04x, two threads 0.87-1.04x in five
+runs). The benchmark BERT: 3 Sums go.
 
 An accumulator is folded only where it is read by the next addition alone, and no Add that ORT fuses
 with a product goes: ``MatMul + constant`` (into ``Gemm`` or a bias-taking activation), an Add to a
