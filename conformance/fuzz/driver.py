@@ -120,7 +120,8 @@ def _relabel(small: Failure, target: str, rec: dict[str, Any]) -> known.Known | 
         return None
     if convzeros.relabel(small).diff.kind in ("conv-zeros", "overflow-order") \
             or _relabel_excess_precision(small).diff.kind == "excess-precision" \
-            or _relabel_last_bit(small).diff.kind == "last-bit":
+            or _relabel_last_bit(small).diff.kind == "last-bit" \
+            or _relabel_dot_order(small, target).diff.kind == "dot-order":
         return _classify(small, target, rec)
     return None
 
@@ -194,6 +195,82 @@ def _relabel_last_bit(failure: Failure) -> Failure:
                 d.kind = "last-bit"
                 return failure
     return failure
+
+
+DOT_STEPS = frozenset({"matmul", "dot_general_f32", "vmap_matvec", *known.MODEL_DOTS})
+
+
+def _relabel_dot_order(failure: Failure, target: str) -> Failure:
+    """Kind ``dot-order`` when a float32/float64 dot's sum, as the target computes it, explains the difference.
+
+    The target's value of one dot step (its own artifact of the program up to that step) is within the
+    tolerance of jax.jit's and no farther from the float64 dot than jax.jit's rounding (4x its largest error,
+    or 8 ulps of the largest result); jax.jit of the rest of the program, given it, gives the target's
+    outputs. Both are float sums in another order (XLA's dot emitter, ONNX Runtime's MLAS); a cancellation
+    after the dot magnifies their last bits. float16/bfloat16 dots are left out: there the accumulation's
+    precision, not only its order, could differ.
+    """
+    import numpy as np
+
+    from conformance.fuzz.minimise import intermediates, substitute
+    from conformance.fuzz.program import PRELUDE
+    from conformance.fuzz.run import Invalid, attempt, reference
+
+    d = failure.diff
+    if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
+        return failure
+    steps = [s for s in failure.program.steps[:-1] if s.op in DOT_STEPS
+             and failure.program.types[s.out].dtype in ("float32", "float64")]
+    if not steps:
+        return failure
+    try:
+        values = intermediates(failure.program, failure.inputs)
+    except Invalid:
+        return failure
+    for step in steps:
+        prefix = failure.program.copy()
+        prefix.outputs = [step.out]
+        prefix = prefix.prune()
+        status, _, jit_value, target_value, _ = attempt(prefix, target, failure.inputs)
+        if status != "ok" or not target_value:  # ok: within the tolerance of jax.jit's
+            continue
+        mine, theirs = np.asarray(target_value[0]), np.asarray(values[step.out])
+        wide = _step_in_float64(step, {**dict(zip(failure.program.inputs, failure.inputs)), **values}, PRELUDE)
+        if wide is None or wide.shape != mine.shape or not np.isfinite(wide).all():
+            continue
+        err_jit = float(np.abs(theirs.astype(np.float64) - wide).max(initial=0.0))
+        err_mine = float(np.abs(mine.astype(np.float64) - wide).max(initial=0.0))
+        ulp = float(np.finfo(mine.dtype).eps) * float(np.abs(wide).max(initial=0.0))
+        if err_mine > max(4 * err_jit, 8 * ulp):
+            continue
+        program = substitute(failure.program, step, values)
+        try:
+            moved = reference(program, list(failure.inputs) + [mine])
+        except Invalid:
+            continue
+        if compare_all(moved, failure.actual) is None:
+            d.kind = "dot-order"
+            return failure
+    return failure
+
+
+def _step_in_float64(step: Any, values: dict[int, Any], prelude: str) -> Any:
+    """``step`` on its arguments widened to float64 (its closed-over weights as they are), or None."""
+    import jax
+    import numpy as np
+
+    params = [f"a{k}" for k in range(len(step.args))]
+    scope: dict[str, Any] = {}
+    try:
+        exec(compile(prelude + f"def g({', '.join(params)}):\n    return " + step.expr.format(*params) + "\n",  # noqa: S102
+                     "<fuzz-step>", "exec"), scope)
+        args = [np.asarray(values[a]) for a in step.args]
+        args = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args]
+        with jax.enable_x64(True):
+            out = np.asarray(scope["g"](*args))
+    except Exception:  # noqa: BLE001  (no verdict from this experiment)
+        return None
+    return out.astype(np.float64) if out.dtype.kind == "f" else None
 
 
 def _unfused_intermediates(failure: Failure) -> dict[int, Any]:

@@ -1,0 +1,66 @@
+"""A float32 dot sums in another order in XLA and ONNX Runtime; a cancellation after it magnifies the last bits
+(found by the mixed family, seed 4711 program 378: dense_down+dense_gate_up+swiglu_split/f32/value, a
+SwiGLU's up projection of 0.00057 from terms up to 1.05). The fuzzer names it dot-order when the artifact's own
+value of the dot, within the float rounding of the float64 dot, makes jax.jit give the artifact's result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.fuzz import known
+from conformance.fuzz import run as fuzz_run
+from conformance.fuzz.compare import compare_all
+from conformance.fuzz.driver import _relabel_dot_order, class_of
+from conformance.fuzz.minimise import Failure
+from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
+
+DOT = "{0} @ _w(11, (64, 16), 'float32', 0.125, 0)"  # XLA and MLAS sum 64 x 16 in other orders
+
+
+def _program(near: np.ndarray, dtype: str = "float32") -> FuzzProgram:
+    t = ", ".join(repr(float(x)) for x in (near.reshape(-1) * (1 - 2.0 ** -18)))
+    return infer_types(FuzzProgram(
+        inputs=[0],
+        steps=[Step("matmul", (0,), DOT.replace("'float32'", repr(dtype)), 1),
+               Step("cancel", (1,), f"({{0}} - jnp.array([{t}], jnp.{dtype}).reshape({near.shape})) * 1e6", 2)],
+        outputs=[2], types={0: Value((2, 64), dtype)}))
+
+
+def _failure(dtype: str = "float32") -> tuple[Failure, np.ndarray]:
+    """The program's failure with the ONNX artifact's dot in place of jax.jit's, and that dot."""
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(dtype)
+    probe = _program(np.ones((2, 16), dtype), dtype)  # any centre: only the dot is run
+    probe.outputs = [1]
+    _, _, jit_value, onnx_value, _ = fuzz_run.attempt(probe.prune(), "onnx", [x])
+    p = _program(np.asarray(jit_value[0]), dtype)
+    expected = fuzz_run.reference(p, [x])
+    rest = p.copy()
+    rest.steps, rest.inputs = rest.steps[1:], [1]
+    actual = fuzz_run.reference(rest, [np.asarray(onnx_value[0])])
+    return Failure(p, [x], "mismatch", compare_all(expected, actual), "", expected, actual), np.asarray(onnx_value[0])
+
+
+def _dot_only(p: FuzzProgram) -> FuzzProgram:
+    q = p.copy()
+    q.outputs = [1]
+    return q.prune()
+
+
+def test_a_dot_sum_order_magnified_is_named_dot_order():
+    failure, onnx_dot = _failure()
+    assert not np.array_equal(onnx_dot, fuzz_run.reference(_dot_only(failure.program), failure.inputs)[0])
+    assert failure.diff is not None  # the two dots differ, and the cancellation shows it beyond the tolerance
+    named = _relabel_dot_order(failure, "onnx")
+    assert named.diff.kind == "dot-order" and known.match(class_of(named, "onnx")) is not None
+
+
+def test_a_difference_the_dot_does_not_explain_stays_a_value():
+    failure, _ = _failure()
+    far = [np.asarray(failure.expected[0]) + np.float32(3.0)]
+    other = Failure(failure.program, failure.inputs, "mismatch", compare_all(failure.expected, far), "",
+                    failure.expected, far)
+    assert _relabel_dot_order(other, "onnx").diff.kind == "value"
+
+
+def test_half_precision_dots_are_not_named():
+    assert known.match("matmul+cancel/f16/dot-order") is None and known.match("matmul+cancel/bf16/dot-order") is None
