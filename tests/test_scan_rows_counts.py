@@ -199,7 +199,7 @@ def test_a_sum_of_three_is_one_node_but_not_where_an_add_reads_a_product():
 @pytest.mark.parametrize("cell_name", ["LSTMCell", "GRUCell"])
 def test_flax_cells_fold_every_negation(cell_name):
     """flax's cells (one Dense per gate, the bias a reshaped constant in the body): each sigmoid's Neg
-    goes into its gate's weights and bias."""
+    goes into its gate's weights and bias, and the gates share one sigmoid."""
     nn = pytest.importorskip("flax.linen")
     hidden = 128
     cell = getattr(nn, cell_name)(features=hidden)
@@ -215,6 +215,10 @@ def test_flax_cells_fold_every_negation(cell_name):
 
     model, plain = _check(fn, x)
     body, plain_body = _ops(_body(model)), _ops(_body(plain))
-    assert plain_body["Neg"] == plain_body["Exp"] > 0 and body["Neg"] == 0, (plain_body, body)
-    # and a Sum of three (two Adds of no product) is one node fewer
-    assert sum(body.values()) == sum(plain_body.values()) - plain_body["Neg"] - body["Sum"], (plain_body, body)
+    assert plain_body["Neg"] == plain_body["Exp"] > 1 and body["Neg"] == 0, (plain_body, body)
+    # the gates' sigmoids run once over their columns side by side (scan_gate_pairs.merge_pairs), cut by a
+    # Split a pair merged; each merge drops one gate's product, its bias's and the product's Adds, its
+    # Exp, Add and Div, for the Split; and a Sum of three (two Adds of no product) is one node fewer
+    assert body["Exp"] == 1 and body["Split"] == plain_body["Exp"] - 1, (plain_body, body)
+    fewer = plain_body["Neg"] + 5 * body["Split"] + body["Sum"]
+    assert sum(body.values()) == sum(plain_body.values()) - fewer, (plain_body, body)

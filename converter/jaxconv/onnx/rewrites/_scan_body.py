@@ -122,3 +122,43 @@ def body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
         if out is not None and node.domain == "" and len(node.outputs) == 1:
             shapes[id(node.outputs[0])] = tuple(int(d) for d in out)
     return shapes
+
+
+# elementwise ops whose result for an element does not depend on where it lies in the tensor (ONNX
+# Runtime 1.32, one thread and two: Log's does, by an ulp at the vector loop's tail)
+_POINTWISE_UNARY = frozenset({"Exp", "Tanh", "Sigmoid", "Reciprocal", "Sqrt", "Abs", "Neg", "Relu", "Erf"})
+_POINTWISE_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
+
+
+def pointwise_chain(value: ir.Value, rank: int) -> list[tuple[ir.Node, tuple]]:
+    """The pointwise nodes that read ``value`` one after the other (each alone reading the one before,
+    a binary one with a constant that repeats one element), each with what it computes."""
+    chain: list[tuple[ir.Node, tuple]] = []
+    while True:
+        node = only_use(value)
+        if node is None or node.domain != "" or len(node.outputs) != 1 or node.attributes:
+            return chain
+        if node.op_type in _POINTWISE_UNARY and len(node.inputs) == 1:
+            key: tuple = (node.op_type,)
+        elif node.op_type in _POINTWISE_BINARY and len(node.inputs) == 2:
+            side = 0 if node.inputs[0] is value else 1
+            other = node.inputs[1 - side]
+            arr = m.repeated_const(other)
+            dims = m.static_dims(other)
+            if other is value or arr is None or arr.size != 1 or dims is None or len(dims) > rank or any(
+                    d != 1 for d in dims):
+                return chain
+            key = (node.op_type, side, arr.dtype.str, arr.reshape(-1)[:1].tobytes())
+        else:
+            return chain
+        chain.append((node, key))
+        value = node.outputs[0]
+
+
+def is_chain_input(node: ir.Node, value: ir.Value | None, chain: list) -> bool:
+    """True when ``value`` is what ``node`` reads from the chain (the part, or the node before)."""
+    k = [n for n, _ in chain].index(node)
+    prev = chain[k - 1][0].outputs[0] if k else None
+    if prev is not None:
+        return value is prev
+    return value is not None and m.const(value) is None

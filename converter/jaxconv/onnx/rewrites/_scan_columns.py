@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._scan_body import last_axis_split, n_state, only_use
 
@@ -70,14 +71,22 @@ def _const_edit(main: ir.Graph, reader: ir.Node, value: ir.Value, arr: np.ndarra
 def _weight_edit(main: ir.Graph, mm: ir.Node, t: Cols) -> _Edit:
     def edit() -> None:
         w = mm.inputs[1]
-        mm.replace_input_with(1, m.new_initializer(main, t.apply(m.const(w)), _cols_name(w, "w")))
+        mm.replace_input_with(1, m.new_initializer(main, t.apply(_constants.evaluate(w)), _cols_name(w, "w")))
     return edit
 
 
+def constant(value: ir.Value | None) -> np.ndarray | None:
+    """``value``'s content when it is a constant or computed from constants in the body (reshaped,
+    sliced: haiku's GRU cuts its bias and weights there); folding runs after the rules."""
+    arr = m.folded(value)
+    return arr if arr is not None else _constants.evaluate(value)
+
+
 def _product(value: ir.Value, width: int) -> ir.Node | None:
-    """The MatMul by a constant float matrix of ``width`` columns that produces ``value``."""
+    """The MatMul by a constant float matrix of ``width`` columns that produces ``value`` (a constant
+    or one computed from constants: haiku's GRU slices its recurrent weight in the body)."""
     mm = m.producer(value, "MatMul")
-    w = m.const(mm.inputs[1]) if mm is not None else None
+    w = _constants.evaluate(mm.inputs[1]) if mm is not None else None
     if w is None or w.dtype.kind != "f" or w.ndim < 2 or w.shape[-1] != width:
         return None
     return mm
@@ -94,7 +103,7 @@ def plan(main: ir.Graph, scan: ir.Node, value: ir.Value | None, t: Cols, reader:
     and each rounded sum (only the sign of a NaN, which nothing defines, can differ)."""
     if value is None:
         return None
-    arr = m.folded(value)  # a constant, or one reshaped in the body (folding runs after the rules)
+    arr = constant(value)
     if arr is not None:
         return [_const_edit(main, reader, value, arr, t)] if arr.dtype.kind == "f" else None
     if only_use(value) is not reader or value.dtype is None or not value.dtype.is_floating_point():
@@ -115,7 +124,7 @@ def plan(main: ir.Graph, scan: ir.Node, value: ir.Value | None, t: Cols, reader:
         edits: list[_Edit] = []
         for v in node.inputs:
             dims = shapes.get(id(v))
-            if m.folded(v) is None and (dims is None or not dims or dims[-1] != t.width):
+            if constant(v) is None and (dims is None or not dims or dims[-1] != t.width):
                 if dims is not None and (not dims or dims[-1] == 1) and t.uniform() and t.sign[0] > 0:
                     continue  # a column broadcast: a permutation does not see it
                 return None

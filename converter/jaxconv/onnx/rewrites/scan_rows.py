@@ -14,7 +14,7 @@ Per Scan, each change exact:
   body did not know its shapes when ``symbolic`` merges Slices; the Scan's body has them from its
   inputs (followed here through elementwise ops, Split and MatMul).
 - Its gates: ``Exp(-a)`` as ``Exp`` of the negated terms, gates that go through the same
-  pointwise nodes (an LSTM's three sigmoids) run them once (``scan_gates``).
+  pointwise nodes (an LSTM's three sigmoids, flax's GRUCell's r and z) run them once (``scan_gates``, ``scan_gate_pairs``).
 - ``(a + b) + c`` is one ``Sum(a, b, c)`` (ONNX Runtime adds a Sum's inputs in order), except where
   an Add reads a product ``h @ w``, which ONNX Runtime runs inside the MatMul as a Gemm.
 
@@ -38,7 +38,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import scan_gates
+from jaxconv.onnx.rewrites import scan_gate_pairs, scan_gates
 from jaxconv.onnx.rewrites._scan_body import body_shapes, n_state, only_use, plain, split_reader
 
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
@@ -55,6 +55,7 @@ def rewrite(main: ir.Graph) -> int:
         count += _merge_slices(main, scan)
         count += scan_gates.fold_negations(main, scan)
         count += scan_gates.group_chains(main, scan)
+        count += scan_gate_pairs.merge_pairs(main, scan)
         count += _sums(scan)
     return count
 
