@@ -6,6 +6,8 @@ so ``body_shapes`` takes them from the Scan's inputs and follows them through th
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import onnx_ir as ir
 
@@ -162,3 +164,36 @@ def is_chain_input(node: ir.Node, value: ir.Value | None, chain: list) -> bool:
     if prev is not None:
         return value is prev
     return value is not None and m.const(value) is None
+
+
+def chain_once(main: ir.Graph, chain: list[tuple[ir.Node, tuple]], value: ir.Value, sizes: list[int], axis: int,
+               fallback: ir.TypeProtocol | None = None) -> list[ir.Node]:
+    """New nodes that run ``chain`` (``pointwise_chain``) once over ``value``, gates side by side along
+    ``axis``, then cut the result into the gates' ``sizes``: the Split last."""
+    nodes: list[ir.Node] = []
+    for node, _ in chain:
+        ins = [value if is_chain_input(node, v, chain) else v for v in node.inputs]
+        twin = ir.node(node.op_type, ins)
+        twin.outputs[0].type = node.outputs[0].type or fallback
+        nodes.append(twin)
+        value = twin.outputs[0]
+    sizes_value = m.new_initializer(main, np.array(sizes, np.int64), "gate_sizes")
+    nodes.append(ir.node("Split", [value, sizes_value], {"axis": axis}, num_outputs=len(sizes)))
+    return nodes
+
+
+def hand_over(split: ir.Node, chains: list[list[tuple[ir.Node, tuple]]], fallback: ir.TypeProtocol | None = None) -> None:
+    """Each of ``split``'s parts takes the place (readers, name, type, shape) of one chain's last value."""
+    for chain, out in zip(chains, split.outputs):
+        last = chain[-1][0].outputs[0]
+        out.type, out.shape = last.type or fallback, last.shape
+        m.take_over(last, out)
+
+
+def until_unchanged(scan: ir.Node, step: Callable[[dict[int, tuple[int, ...]]], bool]) -> int:
+    """Run ``step`` on the body's shapes (worked out afresh each time) until it changes nothing;
+    returns how many times it changed the body."""
+    count = 0
+    while step(body_shapes(scan)):
+        count += 1
+    return count

@@ -25,7 +25,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._scan_body import body_shapes, is_chain_input, n_state, only_use, pointwise_chain
+from jaxconv.onnx.rewrites._scan_body import chain_once, hand_over, n_state, only_use, pointwise_chain, until_unchanged
 from jaxconv.onnx.rewrites._scan_columns import constant
 
 
@@ -37,11 +37,8 @@ def merge_pairs(main: ir.Graph, scan: ir.Node) -> int:
     weights (one scan input), two products of one value by constant weights as one product,
     constants side by side. Each element meets the same ops in the same order: the same bits."""
     body = scan.attributes["body"].value
-    count = 0
-    changed = True
-    while changed:
-        changed = False
-        shapes = body_shapes(scan)
+
+    def step(shapes: dict[int, tuple[int, ...]]) -> bool:
         starts: dict[tuple, list[tuple[ir.Value, list]]] = {}
         for node in body:
             dims = shapes.get(id(node.outputs[0])) if node.op_type in _SUM_OPS and len(node.outputs) == 1 else None
@@ -49,12 +46,8 @@ def merge_pairs(main: ir.Graph, scan: ir.Node) -> int:
             if chain:
                 starts.setdefault((tuple(k for _, k in chain), dims[:-1]), []).append((node.outputs[0], chain))
         pairs = [(a, b) for group in starts.values() for i, a in enumerate(group) for b in group[i + 1:]]
-        for a, b in pairs:
-            if _merge_pair(main, scan, a, b, shapes):
-                count += 1
-                changed = True
-                break
-    return count
+        return any(_merge_pair(main, scan, a, b, shapes) for a, b in pairs)
+    return until_unchanged(scan, step)
 
 
 _SUM_OPS = ("Add", "Sub", "Mul", "Div")
@@ -75,20 +68,9 @@ def _merge_pair(main: ir.Graph, scan: ir.Node, first: tuple[ir.Value, list], sec
     nodes: list[ir.Node] = []
     old: list[ir.Node] = []
     value = build(nodes, old)
-    for node, _ in chain_a:  # the chain once over both gates' columns
-        ins = [value if is_chain_input(node, v, chain_a) else v for v in node.inputs]
-        twin = ir.node(node.op_type, ins)
-        twin.outputs[0].type = node.outputs[0].type
-        nodes.append(twin)
-        value = twin.outputs[0]
-    parts = ir.node("Split", [value, m.new_initializer(main, np.array(widths, np.int64), "gate_sizes")],
-                    {"axis": len(dims) - 1}, num_outputs=2)
-    nodes.append(parts)
+    nodes += chain_once(main, chain_a, value, widths, len(dims) - 1)
     body.insert_before(chain_a[0][0], nodes)
-    for chain, out in zip((chain_a, chain_b), parts.outputs):
-        last = chain[-1][0].outputs[0]
-        out.type, out.shape = last.type, last.shape
-        m.take_over(last, out)
+    hand_over(nodes[-1], [chain_a, chain_b])
     for node in [n for n, _ in reversed(chain_a)] + [n for n, _ in reversed(chain_b)] + old[::-1]:
         body.remove(node, safe=True)
     body.sort()

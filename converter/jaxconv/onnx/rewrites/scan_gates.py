@@ -28,7 +28,14 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._scan_body import body_shapes, is_chain_input, last_axis_split, pointwise_chain
+from jaxconv.onnx.rewrites._scan_body import (
+    body_shapes,
+    chain_once,
+    hand_over,
+    last_axis_split,
+    pointwise_chain,
+    until_unchanged,
+)
 from jaxconv.onnx.rewrites._scan_columns import Cols, plan
 
 
@@ -63,11 +70,8 @@ def group_chains(main: ir.Graph, scan: ir.Node) -> int:
     that share a chain are contiguous. Each element goes through the same ops; only where it lies
     changes."""
     body = scan.attributes["body"].value
-    count = 0
-    changed = True
-    while changed:
-        changed = False
-        shapes = body_shapes(scan)
+
+    def step(shapes: dict[int, tuple[int, ...]]) -> bool:
         for split in [n for n in body if n.op_type == "Split" and n.domain == ""]:
             dims = shapes.get(id(split.inputs[0])) if split.inputs else None
             sizes = last_axis_split(split, dims[-1] if dims else None, len(dims or ()))
@@ -77,12 +81,10 @@ def group_chains(main: ir.Graph, scan: ir.Node) -> int:
             keys = [tuple(k for _, k in c) for c in chains]
             group = next((g for g in ([j for j, k in enumerate(keys) if k == key] for key in keys if key)
                           if len(g) > 1), None)
-            if group is None or not _group(main, scan, split, sizes, chains, group, shapes):
-                continue
-            count += 1
-            changed = True
-            break
-    return count
+            if group is not None and _group(main, scan, split, sizes, chains, group, shapes):
+                return True
+        return False
+    return until_unchanged(scan, step)
 
 
 def _group(main: ir.Graph, scan: ir.Node, split: ir.Node, sizes: list[int], chains: list,
@@ -118,22 +120,9 @@ def _group(main: ir.Graph, scan: ir.Node, split: ir.Node, sizes: list[int], chai
                 out.shape = split.outputs[j].shape
                 split.outputs[j].replace_all_uses_with(out)
         block = outer.outputs[merged.index(first)]
-    # the chain once over the group's columns
-    value = block
-    for node, _ in chains[first]:
-        ins = [value if is_chain_input(node, v, chains[first]) else v for v in node.inputs]
-        twin = ir.node(node.op_type, ins)
-        twin.outputs[0].type = node.outputs[0].type or src.type
-        nodes.append(twin)
-        value = twin.outputs[0]
-    parts = ir.node("Split", [value, m.new_initializer(main, np.array([sizes[j] for j in group], np.int64), "gate_sizes")],
-                    {"axis": rank - 1}, num_outputs=len(group))
-    nodes.append(parts)
+    nodes += chain_once(main, chains[first], block, [sizes[j] for j in group], rank - 1, src.type)
     body.insert_before(split, nodes)
-    for j, out in zip(group, parts.outputs):
-        last = chains[j][-1][0].outputs[0]
-        out.type, out.shape = last.type or src.type, last.shape
-        m.take_over(last, out)
+    hand_over(nodes[-1], [chains[j] for j in group], src.type)
     for j in group:
         for node, _ in reversed(chains[j]):
             body.remove(node, safe=True)
