@@ -64,3 +64,31 @@ def test_a_difference_the_dot_does_not_explain_stays_a_value():
 
 def test_half_precision_dots_are_not_named():
     assert known.match("matmul+cancel/f16/dot-order") is None and known.match("matmul+cancel/bf16/dot-order") is None
+
+
+def _dense() -> tuple[FuzzProgram, list[np.ndarray], list[np.ndarray]]:
+    """A Dense whose products cancel in one output (mixed family, seed 4711 program 558: terms up to 17.9, a
+    sum of 0.0035): jax.jit's result, the inputs, and the program."""
+    r = np.random.default_rng(3)
+    x = r.standard_normal((1, 8)).astype(np.float32) * 4
+    w = r.standard_normal((8, 4)).astype(np.float32)
+    w[-1, 0] = np.float32(-(x[0, :-1].astype(np.float64) @ w[:-1, 0]) / x[0, -1])  # output 0 nearly cancels
+    p = infer_types(FuzzProgram(inputs=[0, 1], steps=[Step("dense_up", (0, 1), "jnp.einsum('...d,df->...f', {0}, {1})", 2)],
+                                outputs=[2], types={0: Value((1, 8), "float32"), 1: Value((8, 4), "float32")}))
+    return p, [x, w], fuzz_run.reference(p, [x, w])
+
+
+def test_a_cancelling_dense_output_in_another_sum_order_is_named_dot_order():
+    p, inputs, expected = _dense()
+    e = np.asarray(expected[0])
+    largest = float(np.abs(e).max())
+    assert abs(float(e[0, 0])) < 1e-3 * largest  # the cancelling output
+    other_order = e.copy()
+    other_order[0, 0] += np.float32(3 * np.finfo(np.float32).eps * largest)  # 3 ulps of the largest result
+    failure = Failure(p, inputs, "mismatch", compare_all(expected, [other_order]), "", expected, [other_order])
+    assert failure.diff is not None
+    assert _relabel_dot_order(failure, "onnx").diff.kind == "dot-order"
+    wrong = e.copy()
+    wrong[0, 0] += np.float32(1000 * np.finfo(np.float32).eps * largest)
+    failure = Failure(p, inputs, "mismatch", compare_all(expected, [wrong]), "", expected, [wrong])
+    assert _relabel_dot_order(failure, "onnx").diff.kind == "value"
