@@ -390,6 +390,8 @@ def _relabel_excess_precision(failure: Failure) -> Failure:
 def _classify(failure: Failure, target: str, rec: dict[str, Any]) -> known.Known | None:
     """Fill in class, facts, known reason and description; returns the known row, if any."""
     seen = known.facts(failure.inputs, [v.size for v in failure.program.types.values()], failure.program)
+    if failure.status == "crash" and known.LITERT_ZERO_SIZE_NOTE in failure.detail:
+        seen |= {"litert-zero-size"}  # the converter's own diagnosis of LiteRT's failure
     rec["class"] = class_of(failure, target)
     rec["facts"] = sorted(seen)
     row = known.match(rec["class"], seen)

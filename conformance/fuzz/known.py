@@ -25,7 +25,8 @@ class Known:
     Facts: ``nan-input`` (an input holds a NaN), ``negative-nan-input``, ``inf-input``, ``huge-input`` (a finite input within
     a factor 16 of the dtype's largest value), ``zero-size`` (some value has no elements), and from the program
     ``tan-in-loop``, ``window-2d``, ``nan-sign-in-body`` (see ``program_facts``) and ``repeated-index`` (a
-    scatter's index input).
+    scatter's index input); ``litert-zero-size`` (a crash whose message is the converter's diagnosis of
+    LiteRT's zero-size limit, added by the driver).
     """
 
     pattern: str
@@ -98,6 +99,10 @@ XLA_SQUARE_SIGN = ("XLA's simplifier folds x * x < 0 to false (and x * x >= 0 to
                    "though the product wraps: (2^62 + 1)^2 is -2^63 + 1 in int64 (46341^2 is -2147479015 in int32); "
                    "jax.jit returns that negative product and calls it non-negative, jax without jit and the "
                    "artifact compare the wrapped value (README: Known differences)")
+LITERT_ZERO_SIZE_NOTE = "LiteRT rejects zero-size tensors"
+LITERT_ZERO_SIZE = ("LiteRT fails to run a model with a zero-size tensor (\"Invalid tensor size\"); the converter's "
+                    "check names the zero-size inputs and ops and raises (jaxconv.tf.tflite.run_error), a limit of "
+                    "the runtime")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -119,6 +124,7 @@ MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "attend+*", "conv_nhwc+batch_
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/excess-precision", EXCESS),
+    Known("tflite:*/*/crash", LITERT_ZERO_SIZE, frozenset({"zero-size", "litert-zero-size"})),
     Known("*bitcast_*/*/nan-bits", NAN_BITS),
     Known("*+*/*/last-bit", ULP_BITS),
     *(Known(f"*/{dtype}/dot-order", DOT_ORDER) for dtype in ("f32", "f64")),
