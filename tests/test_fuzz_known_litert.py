@@ -1,5 +1,5 @@
 """LiteRT cannot run a zero-size tensor; the converter's check says so and raises (found by the targets run,
-seed 7177 program 1568: tflite:cummax/i8/crash on i8[0, 1, 1]). The fuzzer counts that crash as known only when
+seed 7177 program 58: tflite:cummax/i8/crash on i8[0, 1, 1]). The fuzzer counts that crash as known only when
 the message is that diagnosis and some value has no elements."""
 
 from __future__ import annotations
