@@ -58,3 +58,16 @@ def test_f16_norm_over_broadcast_sqrt_is_jits_bits():
 
     _, got = convert_and_run(fn, x)
     assert_same_bits(got, _jit(fn, x))
+
+
+def test_f16_divide_by_exp_and_rsqrt_is_jits_bits():
+    """XLA also makes a / exp(b) into a * exp(-b) and a / rsqrt(b) into a * sqrt(b)."""
+    a = _numbers(4096, 4)
+    b = _numbers(4096, 5)
+    b[:EDGES.size] = EDGES[::-1]
+
+    def fn(a, b):
+        return a / jnp.exp(b), a / jax.lax.rsqrt(b)
+
+    _, got = convert_and_run(fn, a, b)
+    assert_same_bits(got, _jit(fn, a, b))

@@ -132,7 +132,7 @@ def _int_guards(ctx: LoweringContext, lhs: str, rhs: str, dtype: str) -> tuple[s
 
 @lowering("stablehlo.divide", onnx_ops=("Div",))
 def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Div; integers truncate, x / 0 is -1 and INT_MIN / -1 is INT_MIN; float16 by a constant or sqrt is x * (1 / d), like XLA."""
+    """Div; integers truncate, x / 0 is -1, INT_MIN / -1 is INT_MIN; float16 by a constant, sqrt, rsqrt or exp as XLA: x * (1 / d)."""
     dtype = op.results[0].type.dtype
     if dtype == "float16":
         by_reciprocal = _f16_reciprocal(ctx, inputs[0], inputs[1])
@@ -156,10 +156,11 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
     """``lhs / rhs`` in float16 as XLA on CPU computes it, or None where that is IEEE division.
 
-    XLA's algebraic simplifier turns ``a / c`` (``c`` constant, ``a`` not) into ``a * (1 / c)`` and
-    ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, the reciprocal rounded to float16
-    before the product: one float16 ulp from IEEE division in about a third of the elements (a norm's
-    ``c / sqrt(var)``). The product of two float16 values is exact in float32, so one rounding follows.
+    XLA's algebraic simplifier turns ``a / c`` (``c`` constant, ``a`` not) into ``a * (1 / c)``,
+    ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, ``a / rsqrt(b)`` into ``a * sqrt(b)``
+    and ``a / exp(b)`` into ``a * exp(-b)``, the reciprocal rounded to float16 before the product: one
+    float16 ulp from IEEE division in about a third of the elements (a norm's ``c / sqrt(var)``). The
+    product of two float16 values is exact in float32, so one rounding follows.
     """
     if known_values(ctx, lhs) is not None:
         return None
@@ -175,18 +176,41 @@ def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             inverse = (np.float32(1) / np.asarray(constant, np.float32)).astype(np.float16)
         recip = ctx.const(inverse)
-    elif node is not None and node.op_type == "Cast" and node.metadata_props.get("stablehlo.op") == "stablehlo.sqrt" \
-            and node.inputs[0] is not None and (root := node.inputs[0].producer()) is not None \
-            and root.op_type == "Sqrt" and root.metadata_props.get("stablehlo.op") == "stablehlo.sqrt":
-        # the float32 root (float16 is computed in float32), before its rounding
-        recip = ctx.cast(ctx.op("Reciprocal", [root.outputs[0].name]), "float16")
     else:
-        return None
+        recip = _f16_inverse(ctx, node)
+        if recip is None:
+            return None
     for mover in reversed(movers):  # the broadcast again, on the reciprocal
         recip = ctx.op(mover.op_type, [recip] + [v.name if v is not None else None for v in mover.inputs[1:]],
                        **{k: a.value for k, a in mover.attributes.items()})
     product = ctx.op("Mul", [ctx.cast(lhs, "float32"), ctx.cast(recip, "float32")])
     return ctx.cast(product, "float16")
+
+
+def _f16_inverse(ctx: LoweringContext, node: ir.Node | None) -> str | None:
+    """The float16 inverse XLA multiplies by when ``node`` rounds a float16 sqrt, rsqrt or exp to float16
+    (each computed in float32): rsqrt(b), sqrt(b) or exp(-b), rounded once from float32; else None."""
+    if node is None or node.op_type != "Cast" or node.inputs[0] is None:
+        return None
+    kind = node.metadata_props.get("stablehlo.op")
+    chain = {"stablehlo.sqrt": ("Sqrt",), "stablehlo.rsqrt": ("Reciprocal", "Sqrt"),
+             "stablehlo.exponential": ("Exp",)}.get(kind or "")
+    found, value = [], node.inputs[0]
+    for op_type in chain or ():
+        producer = value.producer() if value is not None else None
+        if producer is None or producer.op_type != op_type or producer.metadata_props.get("stablehlo.op") != kind:
+            return None
+        found.append(producer)
+        value = producer.inputs[0]
+    if not found or value is None:
+        return None
+    if kind == "stablehlo.sqrt":  # 1 / sqrt(b): the float32 root before its rounding
+        inverse = ctx.op("Reciprocal", [found[0].outputs[0].name])
+    elif kind == "stablehlo.rsqrt":  # 1 / rsqrt(b) = sqrt(b)
+        inverse = found[1].outputs[0].name
+    else:  # 1 / exp(b) = exp(-b)
+        inverse = ctx.op("Exp", [ctx.op("Neg", [value.name])])
+    return ctx.cast(inverse, "float16")
 
 
 _MOVERS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity")
