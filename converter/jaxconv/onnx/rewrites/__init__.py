@@ -62,6 +62,8 @@ faster without changing the numbers:
   indices point at, instead of a Where over the whole lookup;
 - ``repeat_gathers``: jnp.repeat's Expand of a new axis merged into the one before it as a Gather of that
   axis (ORT's Expand copies in short runs);
+- ``kv_broadcast``: grouped-query attention's repeated key/value heads (those Gathers) left to the
+  MatMul's broadcast of its batch axes instead of copied;
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
@@ -103,6 +105,7 @@ from jaxconv.onnx.rewrites import (
     k_blocks,
     keepdims,
     keras_norm,
+    kv_broadcast,
     layer_norm,
     layout,
     loops,
@@ -206,6 +209,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
+    fired["kv_broadcast"] = kv_broadcast.rewrite(model.graph)  # after repeat_gathers: its Gathers
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
