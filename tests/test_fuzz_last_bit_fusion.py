@@ -57,3 +57,33 @@ def test_a_difference_the_unfused_value_does_not_explain_stays_a_value():
     far = [expected[0] + np.float32(3.0)]
     named = _relabel_last_bit(Failure(p, inputs, "mismatch", compare_all(expected, far), "", expected, far))
     assert named.diff.kind == "value"
+
+
+def test_a_float16_step_is_not_explained_by_its_op_by_op_value():
+    """float16 a / sqrt(b): XLA multiplies by the rounded rsqrt, op by op it divides; a lowering must follow
+    jax.jit there (tests/test_f16_division.py), so the op-by-op value names nothing."""
+    from conformance.fuzz.driver import _ulp_step, _within_one_ulp
+
+    r = np.random.default_rng(1)
+    a = r.standard_normal(512).astype(np.float16)
+    b = (r.random(512) * 4 + 0.05).astype(np.float16)
+    quotient = jax.jit(lambda a, b: a / jax.numpy.sqrt(b))
+    jit_q = np.asarray(quotient(a, b))
+    with jax.disable_jit():
+        plain_q = np.asarray(a / jax.numpy.sqrt(b))
+    near = (plain_q == _ulp_step(jit_q, True)) | (plain_q == _ulp_step(jit_q, False)) | (plain_q == jit_q)
+    a, b = a[near][:64], b[near][:64]  # one ulp apart at most: what the op-by-op experiment would try
+    jit_q, plain_q = np.asarray(quotient(a, b)), plain_q[near][:64]
+    assert _within_one_ulp(plain_q, jit_q)
+    t = ", ".join(repr(float(x)) for x in jit_q.astype(np.float32) * np.float32(1 - 2.0 ** -9))
+    p = infer_types(FuzzProgram(
+        inputs=[0, 1], steps=[Step("div", (0, 1), "{0} / jnp.sqrt({1})", 2),
+                              Step("cancel", (2,), f"jnp.sum(({{0}}.astype(jnp.float32) - jnp.array([{t}])) * 1e4)", 3)],
+        outputs=[3], types={0: Value((64,), "float16"), 1: Value((64,), "float16")}))
+    expected = fuzz_run.reference(p, [a, b])
+    rest = p.copy()
+    rest.steps, rest.inputs = rest.steps[1:], [2]
+    actual = fuzz_run.reference(rest, [plain_q])
+    assert compare_all(expected, actual) is not None
+    named = _relabel_last_bit(Failure(p, [a, b], "mismatch", compare_all(expected, actual), "", expected, actual))
+    assert named.diff.kind == "value"

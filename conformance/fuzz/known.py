@@ -102,7 +102,7 @@ XLA_SQUARE_SIGN = ("XLA's simplifier folds x * x < 0 to false (and x * x >= 0 to
 LITERT_ZERO_SIZE_NOTE = "LiteRT rejects zero-size tensors"
 LITERT_ZERO_SIZE = ("LiteRT fails to run a model with a zero-size tensor (\"Invalid tensor size\"); the converter's "
                     "check names the zero-size inputs and ops and raises (jaxconv.tf.tflite.run_error), a limit of "
-                    "the runtime")
+                    "the runtime (README: Known differences)")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
