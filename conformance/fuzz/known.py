@@ -9,6 +9,7 @@ belongs here only when the difference is not jaxconv's to fix: a documented diff
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -55,6 +56,7 @@ NAN_ORDER = "without ONNX BitCast (opset < 26) -NaN is ordered like +NaN (README
 SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
              "XLA and ONNX Runtime use different orders, and neither result is more accurate")
 HUGE = frozenset({"huge-input"})
+HUGE_WEIGHT = frozenset({"huge-weight"})  # a closed-over weight (a model layer's) within a factor 16 of the largest float
 POW_FTZ = ("a power of a huge base with a negative exponent is subnormal: XLA on CPU flushes it to zero, ONNX Runtime "
            "keeps it, and a later division or comparison turns that into NaN/inf against a number")
 VAR_ROUNDING = ("the variance of equal values is the square of the mean's rounding error: XLA's float32 sum rounds the "
@@ -132,6 +134,8 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
       for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "inf", "value")),
     *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
+    # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
+    *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS) for kind in ("nan", "inf")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
@@ -199,7 +203,8 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 def program_facts(program: FuzzProgram) -> frozenset[str]:
     """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims),
     ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``clz`` (a step counts
-    leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0)."""
+    leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0), ``huge-weight`` (a closed-over
+    weight with edge values holds a finite value within a factor 16 of its dtype's largest)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
@@ -211,10 +216,38 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
             found.add("clz")
         if _compares_a_square_with_zero(program, step):
             found.add("int-square-sign")
+        if "_w(" in step.expr and any(_huge(w) for w in _weights(step.expr)):
+            found.add("huge-weight")
         if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
                                                                          or "signbit(" in step.expr):
             found.add("nan-sign-in-body")
     return frozenset(found)
+
+
+_WEIGHT_CALL = re.compile(r"_w\((\d+), (\([0-9, ]*\)), '(\w+)', ([-+0-9.e]+), ([-+0-9.e]+)\)")
+
+
+def _weights(expr: str) -> list[np.ndarray]:
+    """The closed-over weights ``_w(seed, shape, dtype, scale, edge)`` of a step with edge values (edge > 0)."""
+    import ast
+
+    from conformance.fuzz.program import WEIGHTS
+
+    scope: dict = {"np": np}
+    exec(WEIGHTS, scope)  # noqa: S102  (the generator's own weight function)
+    out = []
+    for seed, shape, dtype, scale, edge in _WEIGHT_CALL.findall(expr):
+        if float(edge) > 0:
+            out.append(scope["_w"](int(seed), ast.literal_eval(shape), dtype, float(scale), float(edge)))
+    return out
+
+
+def _huge(a: np.ndarray) -> bool:
+    import ml_dtypes
+
+    wide = np.asarray(a).astype(np.float64)
+    finite = wide[np.isfinite(wide)]
+    return bool(finite.size) and float(np.abs(finite).max()) >= float(ml_dtypes.finfo(a.dtype).max) / 16
 
 
 _SIGN_TESTS = ("{0} < 0", "{0} >= 0", "0 > {0}", "0 <= {0}")
