@@ -123,3 +123,16 @@ def assert_same_bits(got: Sequence[Any], want: Sequence[Any], nan_signs: bool = 
             g, w = np.where(np.isnan(g), np.nan, g), np.where(np.isnan(w), np.nan, w)
         bits = np.dtype(f"u{g.dtype.itemsize}")
         np.testing.assert_array_equal(g.view(bits), w.view(bits))
+
+
+def sequence_inputs(shape: Sequence[int]) -> list[np.ndarray]:
+    """float32 inputs for a scan over axis 0 of ``shape`` (at least [4, 2, 3]): normal values; the same
+    with NaN, +inf and -inf at three steps and -0.0 in the first; all -0.0."""
+    rng = np.random.default_rng(3)
+    plain = rng.standard_normal(shape).astype(np.float32)
+    edges = plain.copy()
+    edges[1, 0, 0] = np.nan
+    edges[2, 1, 1] = np.inf
+    edges[3, 0, 2] = -np.inf
+    edges[0] = -0.0
+    return [plain, edges, np.full(shape, -0.0, np.float32)]

@@ -16,7 +16,7 @@ import jaxconv
 from conformance.nets import gru
 from jaxconv.onnx.rewrites import scan_rows
 from jaxconv.runtimes.onnxrt import OnnxRunner
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, sequence_inputs
 
 _T, _B, _I, _H = 5, 2, 4, 128  # batch * 2H * H = 65,536: the GRU rule leaves it a Scan
 
@@ -36,18 +36,6 @@ def _gru_model():
         return hs @ p["out"], h
 
     return fn
-
-
-def _inputs(shape) -> list[np.ndarray]:
-    rng = np.random.default_rng(3)
-    plain = rng.standard_normal(shape).astype(np.float32)
-    edges = plain.copy()
-    edges[1, 0, 0] = np.nan
-    edges[2, 1, 1] = np.inf
-    edges[3, 0, 2] = -np.inf
-    edges[0] = -0.0
-    zeros = np.full(shape, -0.0, np.float32)
-    return [plain, edges, zeros]
 
 
 def _convert(fn, x, monkeypatch=None):
@@ -81,7 +69,7 @@ def _check(fn, x, monkeypatch):
     """Converted with and without the rule: (ops with, ops without); outputs compared on every input set."""
     model, plain = _convert(fn, x), _convert(fn, x, monkeypatch)
     run, run_plain = OnnxRunner(model.SerializeToString()), OnnxRunner(plain.SerializeToString())
-    for xs in _inputs(x.shape):
+    for xs in sequence_inputs(x.shape):
         got = run.run([xs])
         _same_bits(got, run_plain.run([xs]))
         for g, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(xs))):
@@ -91,7 +79,7 @@ def _check(fn, x, monkeypatch):
 
 def test_gru_negation_leaves_the_body_and_its_bias_and_gate_split_stay(monkeypatch):
     fn = _gru_model()
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     assert plain_body["Neg"] == 1 and plain_body["Split"] == 1 and plain_body["Slice"] == 2, plain_body
     # the Neg left (into the weights); the sigmoid's r and z halves are one Split instead of two Slices
@@ -112,7 +100,7 @@ def test_negated_scan_input_without_a_projection_is_one_neg_before_the_scan(monk
             return h, h
         return jax.lax.scan(cell, jnp.ones((xs.shape[1], _I)), xs)
 
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     # the row is also read by the last Add: it is neither hoisted nor negated; the sum is
     assert plain_body["Neg"] == 1 and body["Neg"] == 1, body
@@ -137,7 +125,7 @@ def test_neg_read_by_other_than_exp_stays(monkeypatch):
             return h, h
         return jax.lax.scan(cell, jnp.zeros((xs.shape[1], _I)), xs)
 
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (_, plain_body) = _check(fn, x, monkeypatch)
     assert body["Neg"] == 1 and main["Neg"] == 0, (main, body)
 
@@ -152,7 +140,7 @@ def test_row_bias_leaves_the_body(monkeypatch, bias_shape):
             return h, h
         return jax.lax.scan(cell, jnp.zeros((xs.shape[1], _I)), xs)
 
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     assert plain_body["Mul"] == 1 and body["Mul"] == 0 and main["Mul"] == 1, (main, body)
 
@@ -168,7 +156,7 @@ def test_bias_that_broadcasts_the_row_stays(monkeypatch):
             return h, h
         return jax.lax.scan(cell, jnp.zeros((xs.shape[1], _I)), xs)
 
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     # nothing before the Scan; in the body the two Adds after the bias's are one Sum
     assert main == plain_main and body["Add"] == plain_body["Add"] - 2 and body["Sum"] == 1, (body, plain_body)
@@ -185,7 +173,7 @@ def test_slices_of_a_body_value_merge_only_when_they_cut_it_into_pieces(monkeypa
             return h, h
         return jax.lax.scan(cell, jnp.ones((xs.shape[1], _I)), xs)
 
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     (main, body), (plain_main, plain_body) = _check(fn, x, monkeypatch)
     merged = cut[0] == cut[1]
     assert body["Split"] == plain_body["Split"] + merged, (body, plain_body)

@@ -19,7 +19,7 @@ import pytest
 import jaxconv
 from jaxconv.onnx.rewrites import scan_gate_pairs, scan_rows
 from jaxconv.runtimes.onnxrt import OnnxRunner
-from lowering_check import assert_same_floats
+from lowering_check import assert_same_floats, sequence_inputs
 
 _T, _B, _I, _H = 5, 2, 4, 128  # batch * 2H * H = 65,536: the GRU rule leaves it a Scan
 
@@ -81,17 +81,6 @@ def _flax_form_lstm():
     return fn
 
 
-def _inputs(shape) -> list[np.ndarray]:
-    rng = np.random.default_rng(3)
-    plain = rng.standard_normal(shape).astype(np.float32)
-    edges = plain.copy()
-    edges[1, 0, 0] = np.nan
-    edges[2, 1, 1] = np.inf
-    edges[3, 0, 2] = -np.inf
-    edges[0] = -0.0
-    return [plain, edges, np.full(shape, -0.0, np.float32)]
-
-
 def _convert(fn, x):
     return jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
 
@@ -128,13 +117,13 @@ def _same_bits(got, want):
 def _check(fn, plain_rule, monkeypatch):
     """The graph with the rules and with ``plain_rule`` (a module attribute path) off: their ops; the
     outputs the same bits (ORT's optimizations off) and within tolerance of jax.jit (on)."""
-    x = _inputs((_T, _B, _I))[0]
+    x = sequence_inputs((_T, _B, _I))[0]
     model = _convert(fn, x)
     with monkeypatch.context() as patch:
         patch.setattr(*plain_rule, lambda *args: 0)
         plain = _convert(fn, x)
     run, run_plain, run_opt = _unoptimized(model), _unoptimized(plain), OnnxRunner(model.SerializeToString())
-    for xs in _inputs(x.shape):
+    for xs in sequence_inputs(x.shape):
         _same_bits(run(xs), run_plain(xs))
         for g, w in zip(run_opt.run([xs]), jax.tree_util.tree_leaves(jax.jit(fn)(xs))):
             assert_same_floats(g, np.asarray(w), 2e-5, 2e-6)
@@ -169,7 +158,7 @@ def test_flax_linen_gru_cell():
         def __call__(self, x):
             return nn.RNN(nn.GRUCell(_H))(x)
 
-    inputs = [np.ascontiguousarray(a.transpose(1, 0, 2)) for a in _inputs((_T, _B, _I))]  # batch first
+    inputs = [np.ascontiguousarray(a.transpose(1, 0, 2)) for a in sequence_inputs((_T, _B, _I))]  # batch first
     x = inputs[0]
     params = Model().init(jax.random.PRNGKey(0), x)
 

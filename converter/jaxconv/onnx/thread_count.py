@@ -50,6 +50,10 @@ def recommend(model: Any, *, skip_unknown: bool = False) -> int | None:
         model: an ``onnx_ir`` model, cleaned up.
         skip_unknown: weigh only the products whose sizes are known (an estimate while rewrite
             rules run, some of whose new values carry no shape yet), instead of giving None.
+
+    A conversion asks twice: the rules for that estimate (``attention_heads`` runs only off one
+    thread) and the driver for the record, on the finished graph; the answers can differ (the
+    benchmark LSTM's estimate is 1, its record none: the LSTM op comes from a later rule).
     """
     small = large = 0.0
     for node, repeats, known in _products(model.graph, 1, {}):
