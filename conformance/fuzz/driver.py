@@ -160,8 +160,8 @@ def _relabel_last_bit(failure: Failure) -> Failure:
     """
     import numpy as np
 
-    from conformance.fuzz.minimise import intermediates, substitute
-    from conformance.fuzz.run import Invalid, reference
+    from conformance.fuzz.minimise import intermediates, replays, substitute
+    from conformance.fuzz.run import Invalid
 
     d = failure.diff
     if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
@@ -187,11 +187,10 @@ def _relabel_last_bit(failure: Failure) -> Failure:
         if eager is not None and _may_contract(step, value) and _within_one_ulp(eager, value):
             moves.append(eager)
         for step_value in moves:
-            try:
-                moved = reference(program, list(failure.inputs) + [step_value])
-            except Invalid:
+            same = replays(program, failure, step_value)
+            if same is None:
                 break
-            if compare_all(moved, failure.actual) is None:
+            if same:
                 d.kind = "last-bit"
                 return failure
     return failure
@@ -213,9 +212,9 @@ def _relabel_dot_order(failure: Failure, target: str) -> Failure:
     """
     import numpy as np
 
-    from conformance.fuzz.minimise import intermediates, substitute
+    from conformance.fuzz.minimise import intermediates, replays, substitute
     from conformance.fuzz.program import PRELUDE
-    from conformance.fuzz.run import Invalid, attempt, reference
+    from conformance.fuzz.run import Invalid, attempt
 
     d = failure.diff
     if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
@@ -248,12 +247,7 @@ def _relabel_dot_order(failure: Failure, target: str) -> Failure:
         mine = np.asarray(target_value[0])
         if not _as_rounded_as_jit(step, mine, given, PRELUDE):
             continue
-        program = substitute(failure.program, step, values)
-        try:
-            moved = reference(program, list(failure.inputs) + [mine])
-        except Invalid:
-            continue
-        if compare_all(moved, failure.actual) is None:
+        if replays(substitute(failure.program, step, values), failure, mine):
             d.kind = "dot-order"
             return failure
     return failure

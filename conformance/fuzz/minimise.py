@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.fuzz.compare import Diff
+from conformance.fuzz.compare import Diff, compare_all
 from conformance.fuzz.program import FLOATS, FuzzProgram, Step, infer_types
 from conformance.fuzz.run import Invalid, attempt, reference
 
@@ -235,6 +235,16 @@ def substitute(program: FuzzProgram, step: Step, values: dict[int, np.ndarray]) 
     p.steps = [s for s in p.steps if s is not step]
     p.inputs = p.inputs + [step.out]
     return p
+
+
+def replays(program: FuzzProgram | None, failure: "Failure", value: np.ndarray) -> bool | None:
+    """Whether jax.jit runs ``program`` (from ``substitute``) to the artifact's outputs when the replaced
+    step's value is ``value``; None when JAX rejects the program."""
+    try:
+        moved = reference(program, list(failure.inputs) + [value])
+    except Invalid:
+        return None
+    return compare_all(moved, failure.actual) is None
 
 
 def _compact(program: FuzzProgram, inputs: list[np.ndarray]) -> tuple[FuzzProgram, list[np.ndarray]]:
