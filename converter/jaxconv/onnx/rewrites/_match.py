@@ -300,3 +300,16 @@ def new_initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
     value.shape = ir.Shape(arr.shape)
     graph.register_initializer(value)
     return value
+
+
+def live_uses(value: ir.Value) -> list[Any]:
+    """The uses of ``value`` whose node is live (``is_live``): other rules leave dead readers until the clean-up."""
+    return [u for u in value.uses() if is_live(u.node)]
+
+
+def is_live(node: ir.Node, depth: int = 0) -> bool:
+    """Whether an output of ``node`` reaches a graph output (other rules leave dead nodes behind until the
+    clean-up); True past a few levels."""
+    if depth > 8:
+        return True
+    return any(o.is_graph_output() or any(is_live(u.node, depth + 1) for u in o.uses()) for o in node.outputs)

@@ -43,7 +43,6 @@ from jaxconv.onnx.rewrites.layer_norm import (
     MIN_OPSET,
     _eps_add,
     _last_axis_mean,
-    _live_uses,
     _only_uses,
     _row_const,
     _steps,
@@ -62,7 +61,7 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
 
 def _single_reader(value: ir.Value, op: str) -> ir.Node | None:
     """The one live reader of ``value`` when it is an ``op`` node of the default domain."""
-    uses = _live_uses(value)
+    uses = m.live_uses(value)
     if value.is_graph_output() or len(uses) != 1:
         return None
     node = uses[0].node
@@ -104,7 +103,7 @@ def _ddof_guard(value: ir.Value) -> ir.Node | None:
 
 def _reciprocal(sqrt: ir.Node) -> ir.Node | None:
     """``Reciprocal(s)`` or ``Div(1, s)``, the single reader of ``s`` (rsqrt as the lowering writes it)."""
-    uses = _live_uses(sqrt.outputs[0])
+    uses = m.live_uses(sqrt.outputs[0])
     if sqrt.outputs[0].is_graph_output() or len(uses) != 1:
         return None
     node = uses[0].node
@@ -148,7 +147,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     if recip is None:
         return 0
     inv, gamma_node, gamma = recip.outputs[0], None, None
-    uses = _live_uses(inv)
+    uses = m.live_uses(inv)
     if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None:
         gamma = _row_const(m.other_input(uses[0].node, inv), dim)
         if gamma is not None:
@@ -156,7 +155,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
             inv = gamma_node.outputs[0]
     if inv.is_graph_output():
         return 0
-    uses = _live_uses(inv)
+    uses = m.live_uses(inv)
     if len(uses) != 2:
         return 0
     mul_x = mul_mean = neg = None

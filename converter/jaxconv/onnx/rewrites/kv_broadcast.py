@@ -24,7 +24,6 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layer_norm import _live_uses
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -54,7 +53,7 @@ def _groups(gather: ir.Node) -> tuple[int, int, int] | None:
 
 
 def _single_reader(value: ir.Value) -> ir.Node | None:
-    uses = _live_uses(value)  # other rules leave dead readers until the clean-up
+    uses = m.live_uses(value)  # other rules leave dead readers until the clean-up
     if value.is_graph_output() or len(uses) != 1:
         return None
     return uses[0].node
@@ -92,7 +91,7 @@ def _one(graph: ir.Graph, gather: ir.Node) -> int:
     p = perm.index(axis)
     if p >= rank - 2:
         return 0
-    products = _live_uses(value)
+    products = m.live_uses(value)
     if not products or any(u.node.op_type != "MatMul" or u.node.domain != "" for u in products):
         return 0
     heads = [shape[k] for k in perm]  # the repeated operand as the products read it

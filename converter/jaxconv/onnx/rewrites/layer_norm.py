@@ -22,8 +22,6 @@ statistics are float32 by its default ``stash_type``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx_ir as ir
 
@@ -44,20 +42,8 @@ def _only_uses(value: ir.Value, *nodes: ir.Node) -> bool:
     """``value`` is read by ``nodes`` alone (each at least once) and is no graph output."""
     if value.is_graph_output():
         return False
-    readers = {id(u.node) for u in value.uses() if _read(u.node)}
+    readers = {id(u.node) for u in value.uses() if m.is_live(u.node)}
     return readers == {id(n) for n in nodes}
-
-
-def _live_uses(value: ir.Value) -> list[Any]:
-    return [u for u in value.uses() if _read(u.node)]
-
-
-def _read(node: ir.Node, depth: int = 0) -> bool:
-    """Whether an output of ``node`` reaches a graph output (other rules leave dead nodes behind until the
-    clean-up); True past a few levels."""
-    if depth > 8:
-        return True
-    return any(o.is_graph_output() or any(_read(u.node, depth + 1) for u in o.uses()) for o in node.outputs)
 
 
 def _last_axis_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
@@ -109,7 +95,7 @@ def _row_const(value: ir.Value | None, d: int) -> np.ndarray | None:
 
 def _affine(value: ir.Value, op: str, d: int) -> tuple[ir.Node, np.ndarray] | None:
     """The single ``op`` reader of ``value`` (``Mul``/``Add``) with a row constant, and that constant."""
-    uses = _live_uses(value)
+    uses = m.live_uses(value)
     if value.is_graph_output() or len(uses) != 1:
         return None
     node = uses[0].node
@@ -151,7 +137,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     x_mean = _last_axis_mean(mean, rank)
     if not isinstance(dim, int) or x_mean is None or x_mean[0] is not x:
         return 0
-    sqrt_uses = _live_uses(sqrt.outputs[0])
+    sqrt_uses = m.live_uses(sqrt.outputs[0])
     if len(sqrt_uses) != 1 or m.binary(sqrt_uses[0].node, "Div") is None or sqrt_uses[0].idx != 1:
         return 0
     div = sqrt_uses[0].node
@@ -205,7 +191,7 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
             or x_mean[0] is not x or not isinstance(x.shape[rank - 1], int):
         return 0
     dim = x.shape[rank - 1]
-    sqrt_uses = _live_uses(sqrt.outputs[0])
+    sqrt_uses = m.live_uses(sqrt.outputs[0])
     if len(sqrt_uses) != 1:
         return 0
     reader = sqrt_uses[0].node
@@ -213,12 +199,12 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
     scale = None  # Flax: mul = rsqrt(var + eps) * scale; y = (x - mean) * mul
     if recip is not None:
         factor = recip.outputs[0]
-        uses = _live_uses(factor)
+        uses = m.live_uses(factor)
         if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None \
                 and _row_const(m.other_input(uses[0].node, factor), dim) is not None:
             scale = uses[0].node
             factor = scale.outputs[0]
-            uses = _live_uses(factor)
+            uses = m.live_uses(factor)
         if len(uses) != 1 or m.binary(uses[0].node, "Mul") is None:
             return 0
         norm = uses[0].node
@@ -291,7 +277,7 @@ def _residual_as_sum(graph: ir.Graph, x: ir.Value, norm: set[int]) -> ir.Value:
     of the nodes of the norm, which read ``x`` until the op replaces them."""
     add = m.producer(x, "Add")
     if add is None or add.graph is not graph or len(add.inputs) != 2 or any(v is None for v in add.inputs) \
-            or any(id(u.node) not in norm for u in _live_uses(x)) or x.is_graph_output():
+            or any(id(u.node) not in norm for u in m.live_uses(x)) or x.is_graph_output():
         return x  # a sum read elsewhere too (a pre-norm residual stream): ORT does not fuse it
     a, b = add.inputs
     if a.shape is None or a.shape != b.shape or a.shape != x.shape or m.const(a) is not None or m.const(b) is not None:

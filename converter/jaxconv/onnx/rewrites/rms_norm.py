@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layer_norm import _eps_add, _live_uses, _only_uses, _row_const
+from jaxconv.onnx.rewrites.layer_norm import _eps_add, _only_uses, _row_const
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -59,7 +59,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
             or not isinstance(x.shape[rank - 1], int):
         return 0
     dim = x.shape[rank - 1]
-    uses = _live_uses(sqrt.outputs[0])
+    uses = m.live_uses(sqrt.outputs[0])
     if sqrt.outputs[0].is_graph_output() or len(uses) != 1:
         return 0
     reader, product = uses[0].node, None
@@ -71,7 +71,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
                                                  and m.is_scalar_const(pair[0], 1.0, rtol=0.0))
         if not one or reader.domain not in ("", "ai.onnx") or reader.outputs[0].is_graph_output():
             return 0
-        r_uses = _live_uses(reader.outputs[0])
+        r_uses = m.live_uses(reader.outputs[0])
         if len(r_uses) != 1 or m.binary(r_uses[0].node, "Mul") is None \
                 or m.other_input(r_uses[0].node, reader.outputs[0]) is not x:
             return 0
@@ -126,7 +126,7 @@ def _scale(value: ir.Value, dim: int) -> ir.Node | None:
     the rules, and ORT's fusion takes only a constant scale (else it fuses the Mul by ones the rule
     would add and leaves the weight's Mul as a pass of its own). Correctly rounded arithmetic: the same
     values, and ``(x / s) * c`` is ``c * (x / s)`` bit for bit."""
-    uses = _live_uses(value)
+    uses = m.live_uses(value)
     if value.is_graph_output() or len(uses) != 1 or m.binary(uses[0].node, "Mul") is None:
         return None
     mul = uses[0].node
