@@ -30,8 +30,8 @@ from jaxconv.known_differences import (
     ZERO_SIGN_OPS,
     as_edge_difference,
     as_fft_overflow,
-    as_fused_nan,
     as_jit_overflow,
+    as_program_order,
     as_pooling_nan,
     nan_dropping_ops,
 )
@@ -57,7 +57,7 @@ def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], sig
     kind = getattr(runner, "kind", "")
     out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
     out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
-    out = as_fused_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    out = as_program_order(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual, wide.get("float64"))
     out = as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
     return as_jit_overflow(out, [cls for _, cls in rows], wide.get("float64"), expected)
 

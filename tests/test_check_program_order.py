@@ -1,0 +1,174 @@
+"""The check where jax.jit's compiled code does not compute in the program's order, on edge inputs.
+
+XLA fuses a Conv, ReLU and sum pooling into code whose max drops NaN; its simplifier computes
+``(a / b) / c`` as ``a / (b * c)``, which stays finite where the program's ``a / b`` overflows; on the
+CPU it flushes subnormal intermediates to zero (``sqrt(0.999 * -FLT_MIN)`` is -0 in jax.jit, NaN in
+float64). The ONNX model follows the program, so the check calls such elements undecided (a warning)
+when JAX run op by op has the artifact's value there or float64 has its NaN, and a mismatch otherwise.
+The references are JAX's own runs and numpy's float64, never the code under test.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxconv
+from jaxconv import known_differences, references
+from jaxconv.compare import MISMATCH, OK, OutputCheck
+from jaxconv.judging import judge_set
+from jaxconv.runtimes import open_artifact
+from jaxconv.signature import Signature, input_infos, output_infos
+
+_rng = np.random.default_rng(0)
+W = (_rng.standard_normal((3, 3, 1, 32)) * 0.3).astype(np.float32)
+B = (_rng.standard_normal(32) * 0.1).astype(np.float32)
+SPEC = jax.ShapeDtypeStruct((2, 28, 28, 1), jnp.float32)
+BIG = float(np.finfo(np.float32).max)
+TINY = float(np.finfo(np.float32).tiny)
+
+
+def conv_relu_sum_pool(x):
+    """A Flax NNX MNIST layer: Conv, batch norm in inference mode, ReLU, average pooling."""
+    y = lax.conv_general_dilated(x, W, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + B
+    y = jax.nn.relu((y - 0.1) * 0.9 + 0.05)
+    return lax.reduce_window(y, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4.0
+
+
+def test_fused_nan_dropping_is_undecided_not_a_mismatch():
+    reports: list = []
+    jaxconv.to_onnx(conv_relu_sum_pool, SPEC, report_to=reports)
+    edge = [row for report in reports for row in report.rows if row.inputs == "edge"]
+    assert edge and edge[0].verdict == "undecided"
+    assert known_differences.PROGRAM_ORDER_NOTE in edge[0].note
+    assert "elements are as JAX run op by op has them" in edge[0].note
+
+
+def _judge_edge(fn, *inputs, tmp_path):
+    """judge_set on one edge-labelled input set, the artifact being the ONNX model of ``fn``."""
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(fn, *specs, path=path, check=False)
+    out = jax.eval_shape(fn, *specs)
+    sig = Signature(input_infos(specs, [f"x{i}" for i in range(len(specs))]),
+                    output_infos([out], jax.tree_util.tree_structure(out)))
+    runner = open_artifact(path)
+    expected = [np.asarray(jax.jit(fn)(*inputs))]
+    actual = [np.asarray(a) for a in runner.run(list(inputs))]
+    return judge_set(runner, fn, specs, sig, list(inputs), expected, actual, None, None, "edge"), expected, actual
+
+
+def nested_division(a, b, c):
+    return (a / b) / c
+
+
+def test_a_division_xla_reorders_is_undecided(tmp_path):
+    a = np.array([BIG, 1.0, 3.0], np.float32)
+    b = np.array([0.5, 2.0, 4.0], np.float32)
+    c = np.array([4.0, 4.0, 0.5], np.float32)
+    (row,), expected, actual = _judge_edge(nested_division, a, b, c, tmp_path=tmp_path)
+    with jax.disable_jit():
+        eager = np.asarray(nested_division(*map(jnp.asarray, (a, b, c))))
+    # the premise: jax.jit stays finite where the program's order (and JAX op by op) overflows
+    assert np.isfinite(expected[0][0]) and np.isposinf(eager[0]) and np.isposinf(actual[0][0])
+    assert row.verdict == "undecided" and row.ok, row.note
+    assert "1 elements are as JAX run op by op has them" in row.note
+
+
+def decayed_root(nu):
+    return jnp.sqrt(nu * 0.999)
+
+
+def test_a_flushed_subnormal_intermediate_is_undecided(tmp_path):
+    nu = np.array([-TINY, 4.0, -4.0], np.float32)
+    (row,), expected, actual = _judge_edge(decayed_root, nu, tmp_path=tmp_path)
+    with np.errstate(invalid="ignore"):
+        wide = np.sqrt(nu.astype(np.float64) * 0.999)
+    # the premise: jax.jit flushes 0.999 * -FLT_MIN to -0 (sqrt -0); float64 and the artifact have NaN
+    assert expected[0][0] == 0 and np.isnan(wide[0]) and np.isnan(actual[0][0])
+    assert row.verdict == "undecided" and row.ok, row.note
+    assert "1 are NaN as in float64" in row.note
+
+
+def _row(inputs="edge", n=3):
+    return OutputCheck(name="y", dtype="float32", shape=(n,), max_abs=0.0, max_rel=0.0, ok=False, note="",
+                       verdict="mismatch", inputs=inputs)
+
+
+def _apply(expected, actual, cls, truth=None, inputs="edge"):
+    return known_differences.as_program_order([_row(inputs, expected.size)], [cls], None, [], [], [expected], [actual],
+                                              None if truth is None else [truth])[0]
+
+
+def test_nan_the_op_by_op_run_lacks_stays_a_mismatch(monkeypatch):
+    expected = np.array([1.0, 2.0, 3.0], np.float32)
+    actual = np.array([np.nan, 2.0, 3.0], np.float32)
+    cls = np.array([MISMATCH, OK, OK], np.int8)
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [expected.copy()])
+    assert _apply(expected, actual, cls).verdict == "mismatch"
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
+    assert _apply(expected, actual, cls).verdict == "undecided"
+
+
+def test_an_infinity_the_op_by_op_run_lacks_stays_a_mismatch(monkeypatch):
+    expected = np.array([1.5e38, 2.0], np.float32)
+    actual = np.array([np.inf, 2.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([-np.inf, 2.0], np.float32)])
+    assert _apply(expected, actual, cls, truth=np.array([1.5e38, 2.0])).verdict == "mismatch"
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([np.inf, 2.0], np.float32)])
+    assert _apply(expected, actual, cls, truth=np.array([1.5e38, 2.0])).verdict == "undecided"
+
+
+def test_float64_nan_explains_without_the_op_by_op_run(monkeypatch):
+    def no_eager(fn, specs, flat):
+        raise AssertionError("the op-by-op run is not needed when float64 explains every element")
+
+    monkeypatch.setattr(references, "eager_outputs", no_eager)
+    expected = np.array([0.0, 5.0], np.float32)
+    actual = np.array([np.nan, 5.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    assert _apply(expected, actual, cls, truth=np.array([np.nan, 5.0])).verdict == "undecided"
+
+
+def test_a_finite_float64_does_not_explain_nan(monkeypatch):
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([0.0, 5.0], np.float32)])
+    expected = np.array([0.0, 5.0], np.float32)
+    actual = np.array([np.nan, 5.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    assert _apply(expected, actual, cls, truth=np.array([0.0, 5.0])).verdict == "mismatch"
+
+
+def test_a_row_is_excused_only_when_every_element_is(monkeypatch):
+    expected = np.array([1.0, 2.0, 3.0], np.float32)
+    actual = np.array([np.nan, np.inf, 7.0], np.float32)
+    eager = np.array([1.0, np.inf, 3.0], np.float32)
+    truth = np.array([np.nan, 2.0, 3.0])
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [eager])
+    cls = np.array([MISMATCH, MISMATCH, MISMATCH], np.int8)
+    assert _apply(expected, actual, cls, truth=truth).verdict == "mismatch"  # 7.0 is nobody's value
+    cls[2] = OK
+    row = _apply(expected, actual, cls, truth=truth)
+    assert row.verdict == "undecided"
+    assert "1 elements are as JAX run op by op has them" in row.note and "1 are NaN as in float64" in row.note
+
+
+@pytest.mark.parametrize("inputs", ["random", "given", "example"])
+def test_other_input_sets_are_not_excused(monkeypatch, inputs):
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.full(1, np.nan, np.float32)])
+    cls = np.array([MISMATCH], np.int8)
+    assert _apply(np.ones(1, np.float32), np.full(1, np.nan, np.float32), cls, inputs=inputs).verdict == "mismatch"
+
+
+def test_a_zero_of_the_other_sign_than_op_by_op_stays_a_mismatch(monkeypatch):
+    """-x on +0.0 is -0.0 in jax.jit and op by op; an artifact with +0.0 is wrong, however close."""
+    expected = np.array([-0.0, 1.0], np.float32)
+    actual = np.array([0.0, 1.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [expected.copy()])
+    assert _apply(expected, actual, cls).verdict == "mismatch"
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
+    assert _apply(expected, actual, cls).verdict == "undecided"
