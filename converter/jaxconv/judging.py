@@ -31,8 +31,8 @@ from jaxconv.known_differences import (
     as_edge_difference,
     as_fft_overflow,
     as_jit_overflow,
-    as_program_order,
     as_pooling_nan,
+    as_program_order,
     nan_dropping_ops,
 )
 
