@@ -44,7 +44,7 @@ def test_fused_nan_dropping_is_undecided_not_a_mismatch():
     edge = [row for report in reports for row in report.rows if row.inputs == "edge"]
     assert edge and edge[0].verdict == "undecided"
     assert known_differences.PROGRAM_ORDER_NOTE in edge[0].note
-    assert "elements are as JAX run op by op has them" in edge[0].note
+    assert "have JAX's op-by-op value" in edge[0].note
 
 
 def _judge_edge(fn, *inputs, tmp_path):
@@ -75,7 +75,7 @@ def test_a_division_xla_reorders_is_undecided(tmp_path):
     # the premise: jax.jit stays finite where the program's order (and JAX op by op) overflows
     assert np.isfinite(expected[0][0]) and np.isposinf(eager[0]) and np.isposinf(actual[0][0])
     assert row.verdict == "undecided" and row.ok, row.note
-    assert "1 elements are as JAX run op by op has them" in row.note
+    assert "1 have JAX's op-by-op value" in row.note
 
 
 def decayed_root(nu):
@@ -90,7 +90,7 @@ def test_a_flushed_subnormal_intermediate_is_undecided(tmp_path):
     # the premise: jax.jit flushes 0.999 * -FLT_MIN to -0 (sqrt -0); float64 and the artifact have NaN
     assert expected[0][0] == 0 and np.isnan(wide[0]) and np.isnan(actual[0][0])
     assert row.verdict == "undecided" and row.ok, row.note
-    assert "1 are NaN as in float64" in row.note
+    assert "1 lie where float64 is NaN" in row.note
 
 
 def _row(inputs="edge", n=3):
@@ -153,7 +153,7 @@ def test_a_row_is_excused_only_when_every_element_is(monkeypatch):
     cls[2] = OK
     row = _apply(expected, actual, cls, truth=truth)
     assert row.verdict == "undecided"
-    assert "1 elements are as JAX run op by op has them" in row.note and "1 are NaN as in float64" in row.note
+    assert "1 have JAX's op-by-op value" in row.note and "1 lie where float64 is NaN" in row.note
 
 
 @pytest.mark.parametrize("inputs", ["random", "given", "example"])
@@ -172,3 +172,15 @@ def test_a_zero_of_the_other_sign_than_op_by_op_stays_a_mismatch(monkeypatch):
     assert _apply(expected, actual, cls).verdict == "mismatch"
     monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [actual.copy()])
     assert _apply(expected, actual, cls).verdict == "undecided"
+
+
+def test_float64_nan_leaves_no_reference_value(monkeypatch):
+    """Where float64 is NaN and jax.jit a number (its flushed subnormal's sign is 0), an artifact with
+    another number is undecided; where jax.jit is NaN too, a number in the artifact stays a mismatch."""
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([3.5e-38, 5.0], np.float32)])
+    expected = np.array([3.5e-38, 5.0], np.float32)
+    actual = np.array([1e-4, 5.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    assert _apply(expected, actual, cls, truth=np.array([np.nan, 5.0])).verdict == "undecided"
+    expected[0] = np.nan
+    assert _apply(expected, actual, cls, truth=np.array([np.nan, 5.0])).verdict == "mismatch"

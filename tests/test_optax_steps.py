@@ -73,3 +73,35 @@ def test_optax_adam_family_passes_with_edge_warnings(name):
     assert flagged and all(row.inputs == "edge" and PROGRAM_ORDER_NOTE in row.note for row in flagged)
     with check_options(strict=True), pytest.raises(MismatchError):  # --strict refuses them
         jaxconv.to_onnx(step, *args)
+
+
+def _mlp_train_step(opt):
+    """A training step as people write it: value_and_grad of a cross-entropy loss, then the optimizer."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(1)
+    params = {"w1": (rng.standard_normal((12, 16)) * 0.3).astype(np.float32), "b1": np.zeros(16, np.float32),
+              "w2": (rng.standard_normal((16, 5)) * 0.3).astype(np.float32), "b2": np.zeros(5, np.float32)}
+    x = rng.standard_normal((8, 12)).astype(np.float32)
+    y = rng.integers(0, 5, 8).astype(np.int32)
+
+    def loss_fn(p, x, y):
+        logits = jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    def step(params, state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    return step, (params, opt.init(params), x, y), jnp
+
+
+@pytest.mark.parametrize("make", [lambda: optax.adam(1e-3), lambda: optax.lion(1e-4)], ids=["adam", "lion"])
+def test_a_training_step_converts_with_the_default_check(make):
+    step, args, _ = _mlp_train_step(make())
+    reports: list = []
+    jaxconv.to_onnx(step, *args, report_to=reports)
+    rows = [row for report in reports for row in report.rows]
+    assert rows and all(row.verdict in ("ok", "float64", "subnormal") for row in rows if row.inputs != "edge")

@@ -160,8 +160,8 @@ PROGRAM_ORDER_NOTE = ("jax.jit's compiled code reorders the program's arithmetic
 def program_order_explains(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray, eager: np.ndarray | None,
                            truth: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Per element, two masks over the mismatching ones: (the artifact has what JAX run op by op has,
-    its inf or NaN or a value within tolerance of it, a zero of its sign; the artifact and the float64
-    result are NaN).
+    its inf or NaN or a value within tolerance of it, a zero of its sign; the float64 result is NaN and
+    jax.jit's a number: no reference value exists there).
     Real float outputs only (others: two all-False masks)."""
     none = np.zeros(cls.shape, bool)
     expected = np.asarray(expected)
@@ -180,7 +180,7 @@ def program_order_explains(expected: np.ndarray, actual: np.ndarray, cls: np.nda
             by_eager = bad & same
         by_float64 = none
         if truth is not None and np.shape(truth) == cls.shape:
-            by_float64 = bad & ~by_eager & np.isnan(a) & np.isnan(as_float64(truth))
+            by_float64 = bad & ~by_eager & np.isnan(as_float64(truth)) & ~np.isnan(as_float64(expected))
     return by_eager, by_float64
 
 
@@ -192,9 +192,10 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
 
     An element counts when JAX run op by op (``jax.disable_jit``) has the artifact's value there (XLA's
     fusions drop NaN, as in a Conv, ReLU and sum pooling, and reorder divisions: Optax Adam's
-    ``mu / (1 - b1 ** t)`` overflows in the program's order and not in jax.jit's), or when the artifact
-    and the float64 result are both NaN (XLA on the CPU flushes a subnormal intermediate to zero: a
-    second moment of -FLT_MIN decayed by 0.999 gives sqrt(-0) = -0 in jax.jit, NaN in float64). The
+    ``mu / (1 - b1 ** t)`` overflows in the program's order and not in jax.jit's), or when the float64
+    result is NaN where jax.jit has a number (XLA on the CPU flushes a subnormal intermediate to zero: a
+    second moment of -FLT_MIN decayed by 0.999 gives sqrt(-0) = -0 in jax.jit, NaN in float64 and in the
+    artifact; Lion's sign of such a value is 0 in jax.jit, -1 in the artifact, NaN in float64). The
     op-by-op run happens only when a mismatching row has an element float64 does not explain."""
     candidates = [i for i, (r, cls) in enumerate(zip(rows, classes))
                   if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None]
@@ -220,12 +221,12 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
         if bool((by_eager | by_float64 | ~bad).all()):
             parts = []
             if by_eager.any():
-                parts.append(f"{int(by_eager.sum())} elements are as JAX run op by op has them")
+                parts.append(f"{int(by_eager.sum())} have JAX's op-by-op value")
             if by_float64.any():
-                parts.append(f"{int(by_float64.sum())} are NaN as in float64")
+                parts.append(f"{int(by_float64.sum())} lie where float64 is NaN")
             out[i] = dataclasses.replace(rows[i], ok=True, verdict="undecided",
-                                         note=f"{PROGRAM_ORDER_NOTE}: {', '.join(parts)} where jax.jit differs; "
-                                              f"{rows[i].note}")
+                                         note=f"{PROGRAM_ORDER_NOTE}; of the elements where jax.jit differs, "
+                                              f"{' and '.join(parts)}; {rows[i].note}")
     return out
 
 

@@ -16,8 +16,8 @@ where jax.jit has a number, in a program with max/min pooling or argmax/argmin, 
 (XLA on the CPU keeps or drops NaN there depending on the tensor's size, so jax.jit is no reference);
 and elements infinite or NaN on one side only, in a program with an FFT or a complex matrix product,
 are ``undecided`` too (where their sums overflow depends on the order XLA adds them in); and so are
-rows whose differing elements all have the value JAX run op by op (``jax.disable_jit``) gives, or are
-NaN as in float64 (XLA's compiled code drops NaN, as in a Conv, ReLU and sum pooling fused together,
+rows whose differing elements all have the value JAX run op by op (``jax.disable_jit``) gives, or lie
+where float64 is NaN and jax.jit has a number (XLA's compiled code drops NaN, as in a Conv, ReLU and sum pooling fused together,
 reorders divisions, and flushes subnormal intermediates to zero; the artifact follows the program); and so
 are elements inf or NaN in jax.jit but finite in float64, when those are an output's only differences
 (jax.jit's float32 overflowed, and where a sum of huge terms overflows depends on its order).
