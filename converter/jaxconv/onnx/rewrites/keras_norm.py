@@ -39,14 +39,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layer_norm import (
-    MIN_OPSET,
-    _eps_add,
-    _last_axis_mean,
-    _only_uses,
-    _row_const,
-    _steps,
-)
+from jaxconv.onnx.rewrites._norm_match import MIN_OPSET, eps_add, last_axis_mean, only_uses, row_const, steps
 
 # a total of squares below this bounds every row's sum of (x - mean)**2, in any order, below FLT_MAX
 _SQUARES_LIMIT = float(np.finfo(np.float32).max) / 8
@@ -73,7 +66,7 @@ def _single_reader(value: ir.Value, op: str) -> ir.Node | None:
 def _mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
     """``layer_norm``'s last-axis mean, or ``ReduceSum(x) / (n - ddof)`` with a count that is an
     expression of constants (jnp.var's, folded only after the rules)."""
-    found = _last_axis_mean(value, rank)
+    found = last_axis_mean(value, rank)
     pair = m.binary(m.producer(value, "Div"), "Div")
     if found is not None or pair is None:
         return found
@@ -120,7 +113,7 @@ def _reciprocal(sqrt: ir.Node) -> ir.Node | None:
 def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     """``x * inv + (-mean(x) * inv [+ beta])`` with ``inv = 1 / sqrt(var(x) + eps) [* gamma]``: one
     LayerNormalization."""
-    found = _eps_add(sqrt)
+    found = eps_add(sqrt)
     if found is None:
         return 0
     add, var, eps = found
@@ -149,7 +142,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     inv, gamma_node, gamma = recip.outputs[0], None, None
     uses = m.live_uses(inv)
     if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None:
-        gamma = _row_const(m.other_input(uses[0].node, inv), dim)
+        gamma = row_const(m.other_input(uses[0].node, inv), dim)
         if gamma is not None:
             gamma_node = uses[0].node
             inv = gamma_node.outputs[0]
@@ -175,27 +168,27 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     offset, beta_node, beta = mul_mean.outputs[0], None, None
     reader = _single_reader(offset, "Add")
     if reader is not None and m.other_input(reader, offset) is not mul_x.outputs[0]:
-        beta = _row_const(m.other_input(reader, offset), dim)
+        beta = row_const(m.other_input(reader, offset), dim)
         if beta is None:
             return 0
         beta_node, offset = reader, reader.outputs[0]
     last = _single_reader(offset, "Add")
     if last is None or m.other_input(last, offset) is not mul_x.outputs[0] or last.outputs[0].shape != x.shape \
-            or not _only_uses(mul_x.outputs[0], last):
+            or not only_uses(mul_x.outputs[0], last):
         return 0
     chain = [sub_node := d.producer(), square, add, sqrt, recip, neg, mul_x, mul_mean, *x_mean[1], *var_mean[1]]
     chain += second[1] if second is not None else []
     mean_readers = (sub_node, neg) if second is None else (sub_node,)
     chain += [n for n in (gamma_node, beta_node) if n is not None]
     chain += [guard] if guard is not None else []
-    if not (_only_uses(d, square) and _only_uses(square.outputs[0], var_mean[1][-1])
-            and _only_uses(var, guard if guard is not None else add)
-            and (guard is None or _only_uses(guard.outputs[0], add)) and _only_uses(mean, *mean_readers)
-            and (second is None or (_only_uses(offset_mean, neg)
-                                    and all(_only_uses(n.outputs[0], c) for n, c in _steps(second[1]))))
-            and _only_uses(add.outputs[0], sqrt) and _only_uses(neg.outputs[0], mul_mean)
-            and (gamma_node is None or _only_uses(recip.outputs[0], gamma_node))
-            and all(_only_uses(n.outputs[0], c) for n, c in _steps(x_mean[1]) + _steps(var_mean[1]))):
+    if not (only_uses(d, square) and only_uses(square.outputs[0], var_mean[1][-1])
+            and only_uses(var, guard if guard is not None else add)
+            and (guard is None or only_uses(guard.outputs[0], add)) and only_uses(mean, *mean_readers)
+            and (second is None or (only_uses(offset_mean, neg)
+                                    and all(only_uses(n.outputs[0], c) for n, c in steps(second[1]))))
+            and only_uses(add.outputs[0], sqrt) and only_uses(neg.outputs[0], mul_mean)
+            and (gamma_node is None or only_uses(recip.outputs[0], gamma_node))
+            and all(only_uses(n.outputs[0], c) for n, c in steps(x_mean[1]) + steps(var_mean[1]))):
         return 0
     if sub_node is None or any(n.graph is not graph for n in [*chain, last]):
         return 0

@@ -26,8 +26,14 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-
-MIN_OPSET = 17
+from jaxconv.onnx.rewrites._norm_match import (
+    MIN_OPSET,
+    eps_add,
+    last_axis_mean,
+    only_uses,
+    row_const,
+    steps,
+)
 
 
 def rewrite(graph: ir.Graph, opset: int) -> int:
@@ -36,61 +42,6 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
     if opset < MIN_OPSET:
         return 0
     return sum(_replace(graph, node) or _replace_fast(graph, node) for node in m.each_node(graph, "Sqrt"))
-
-
-def _only_uses(value: ir.Value, *nodes: ir.Node) -> bool:
-    """``value`` is read by ``nodes`` alone (each at least once) and is no graph output."""
-    if value.is_graph_output():
-        return False
-    readers = {id(u.node) for u in value.uses() if m.is_live(u.node)}
-    return readers == {id(n) for n in nodes}
-
-
-def _last_axis_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
-    """``(x, nodes)`` when ``value`` is the mean of ``x`` over the last of ``rank`` axes, keeping it:
-    ``ReduceMean(x)``, or ``ReduceSum(x) / n`` with the zeros rule's ``Sum(s, +0.0)`` fix between;
-    ``nodes`` from the one making ``value`` back to the reduction."""
-    node = m.producer(value, "ReduceMean")
-    nodes = [node]
-    if node is None:
-        div = m.producer(value, "Div")
-        pair = m.binary(div, "Div")
-        if div is None or pair is None:
-            return None
-        total, n = pair
-        nodes = [div]
-        fix = m.producer(total, "Sum")
-        if fix is not None and len(fix.inputs) == 2 and m.is_scalar_const(fix.inputs[1], 0.0):
-            nodes.append(fix)
-            total = fix.inputs[0]
-        node = m.producer(total, "ReduceSum")
-        count = m.const(n)
-        if node is None or count is None or count.size != 1:
-            return None
-        nodes.append(node)
-        x = node.inputs[0]
-        if x is None or x.shape is None or len(x.shape) != rank or x.shape[rank - 1] != float(count.reshape(())):
-            return None
-    if not m.attr(node, "keepdims", 1) or m.attr(node, "noop_with_empty_axes", 0):
-        return None
-    axes = m.reduce_axes(node)
-    if axes is None or m.normalize_axes(axes, rank) != (rank - 1,):
-        return None
-    return node.inputs[0], nodes
-
-
-def _steps(nodes: list[ir.Node]) -> list[tuple[ir.Node, ir.Node]]:
-    """(producer, its one reader) along a mean's nodes, listed from the result back to the reduction."""
-    return [(nodes[k + 1], nodes[k]) for k in range(len(nodes) - 1)]
-
-
-def _row_const(value: ir.Value | None, d: int) -> np.ndarray | None:
-    """A float32 constant that broadcasts along the last axis only, as a 1-D array of ``d`` elements."""
-    arr = m.folded(value)
-    if arr is None or arr.dtype != np.float32 or arr.ndim == 0 or arr.shape[-1] != d \
-            or any(n != 1 for n in arr.shape[:-1]):
-        return None
-    return arr.reshape(d)
 
 
 def _affine(value: ir.Value, op: str, d: int) -> tuple[ir.Node, np.ndarray] | None:
@@ -103,7 +54,7 @@ def _affine(value: ir.Value, op: str, d: int) -> tuple[ir.Node, np.ndarray] | No
     if pair is None or node.graph is not value.producer().graph:
         return None
     other = m.other_input(node, value)
-    arr = _row_const(other, d)
+    arr = row_const(other, d)
     if arr is None or node.outputs[0].shape != value.shape:
         return None
     return node, arr
@@ -122,7 +73,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
         return 0
     eps_value = float(eps.reshape(()))
     rank = m.rank(var)
-    var_mean = _last_axis_mean(var, rank) if rank else None
+    var_mean = last_axis_mean(var, rank) if rank else None
     square = m.producer(var_mean[0], "Mul") if var_mean is not None else None
     if square is None or square.inputs[0] is not square.inputs[1] or not np.isfinite(eps_value) or eps_value < 0:
         return 0
@@ -134,7 +85,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     if x is None or mean is None or x.dtype != ir.DataType.FLOAT or x.shape is None or len(x.shape) != rank:
         return 0
     dim = x.shape[rank - 1]
-    x_mean = _last_axis_mean(mean, rank)
+    x_mean = last_axis_mean(mean, rank)
     if not isinstance(dim, int) or x_mean is None or x_mean[0] is not x:
         return 0
     sqrt_uses = m.live_uses(sqrt.outputs[0])
@@ -145,17 +96,17 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     sub2 = None
     if num is not d:  # x - mean(x) written twice (CSE has not run yet)
         sub2 = m.producer(num, "Sub")
-        if sub2 is None or sub2.inputs[0] is not x or sub2.inputs[1] is not mean or not _only_uses(num, div):
+        if sub2 is None or sub2.inputs[0] is not x or sub2.inputs[1] is not mean or not only_uses(num, div):
             return 0
     if d.shape != x.shape or div.outputs[0].shape != x.shape:
         return 0
     chain = [sub, square, add, sqrt, *x_mean[1], *var_mean[1]] + ([sub2] if sub2 is not None else [])
     d_readers = (square, div) if sub2 is None else (square,)
     mean_readers = (sub,) if sub2 is None else (sub, sub2)
-    if not (_only_uses(mean, *mean_readers) and _only_uses(d, *d_readers)
-            and _only_uses(square.outputs[0], var_mean[1][-1]) and _only_uses(var, add)
-            and _only_uses(add.outputs[0], sqrt)
-            and all(_only_uses(n.outputs[0], c) for n, c in _steps(x_mean[1]) + _steps(var_mean[1]))):
+    if not (only_uses(mean, *mean_readers) and only_uses(d, *d_readers)
+            and only_uses(square.outputs[0], var_mean[1][-1]) and only_uses(var, add)
+            and only_uses(add.outputs[0], sqrt)
+            and all(only_uses(n.outputs[0], c) for n, c in steps(x_mean[1]) + steps(var_mean[1]))):
         return 0
     if any(n.graph is not graph for n in chain):
         return 0
@@ -165,7 +116,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
 def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
     """``sqrt(max(mean(x * x) - mean(x)**2, 0) + eps)`` (Flax's fast variance), dividing ``x - mean(x)``
     or multiplying it by its reciprocal: one LayerNormalization (see the module docstring)."""
-    found = _eps_add(sqrt)
+    found = eps_add(sqrt)
     if found is None:
         return 0
     add, var, eps_value = found
@@ -180,13 +131,13 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
     if diff is None or not rank:
         return 0
     m2, mu_sq = diff
-    mean_sq = _last_axis_mean(m2, rank)
+    mean_sq = last_axis_mean(m2, rank)
     square = m.producer(mean_sq[0], "Mul") if mean_sq is not None else None
     mu_mul = m.binary(m.producer(mu_sq, "Mul"), "Mul")
     if square is None or square.inputs[0] is not square.inputs[1] or mu_mul is None or mu_mul[0] is not mu_mul[1]:
         return 0
     x, mean = square.inputs[0], mu_mul[0]
-    x_mean = _last_axis_mean(mean, rank)
+    x_mean = last_axis_mean(mean, rank)
     if x is None or x.dtype != ir.DataType.FLOAT or x.shape is None or len(x.shape) != rank or x_mean is None \
             or x_mean[0] is not x or not isinstance(x.shape[rank - 1], int):
         return 0
@@ -201,7 +152,7 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
         factor = recip.outputs[0]
         uses = m.live_uses(factor)
         if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None \
-                and _row_const(m.other_input(uses[0].node, factor), dim) is not None:
+                and row_const(m.other_input(uses[0].node, factor), dim) is not None:
             scale = uses[0].node
             factor = scale.outputs[0]
             uses = m.live_uses(factor)
@@ -219,31 +170,18 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node) -> int:
         return 0
     chain = [add, clamp, diff_node := m.producer(clamp.inputs[0]), mu_sq.producer(), square, sub, *x_mean[1],
              *mean_sq[1]] + [n for n in (recip, scale) if n is not None]
-    if not (_only_uses(mean, mu_sq.producer(), sub) and _only_uses(d, norm)
-            and _only_uses(square.outputs[0], mean_sq[1][-1]) and _only_uses(m2, diff_node)
-            and _only_uses(mu_sq, diff_node) and _only_uses(diff_node.outputs[0], clamp)
-            and _only_uses(var, add) and _only_uses(add.outputs[0], sqrt)
-            and (recip is None or _only_uses(sqrt.outputs[0], recip))
-            and (scale is None or (_only_uses(recip.outputs[0], scale) and _only_uses(scale.outputs[0], norm)))
-            and all(_only_uses(n.outputs[0], c) for n, c in _steps(x_mean[1]) + _steps(mean_sq[1]))):
+    if not (only_uses(mean, mu_sq.producer(), sub) and only_uses(d, norm)
+            and only_uses(square.outputs[0], mean_sq[1][-1]) and only_uses(m2, diff_node)
+            and only_uses(mu_sq, diff_node) and only_uses(diff_node.outputs[0], clamp)
+            and only_uses(var, add) and only_uses(add.outputs[0], sqrt)
+            and (recip is None or only_uses(sqrt.outputs[0], recip))
+            and (scale is None or (only_uses(recip.outputs[0], scale) and only_uses(scale.outputs[0], norm)))
+            and all(only_uses(n.outputs[0], c) for n, c in steps(x_mean[1]) + steps(mean_sq[1]))):
         return 0
     if any(n is None or n.graph is not graph for n in chain):
         return 0
-    g = _row_const(m.other_input(scale, recip.outputs[0]), dim) if scale is not None and recip is not None else None
+    g = row_const(m.other_input(scale, recip.outputs[0]), dim) if scale is not None and recip is not None else None
     return _emit(graph, x, dim, eps_value, norm, chain, g)
-
-
-def _eps_add(sqrt: ir.Node) -> tuple[ir.Node, ir.Value, float] | None:
-    """``(add, v, eps)`` for ``sqrt(v + eps)`` with a finite float32 ``eps >= 0``."""
-    add = m.producer(sqrt.inputs[0], "Add")
-    if add is None or len(add.inputs) != 2:
-        return None
-    for k in (0, 1):
-        eps, var = m.const(add.inputs[1 - k]), add.inputs[k]
-        if eps is not None and eps.size == 1 and eps.dtype == np.float32 and var is not None:
-            value = float(eps.reshape(()))
-            return (add, var, value) if np.isfinite(value) and value >= 0 else None
-    return None
 
 
 def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, chain: list[ir.Node],

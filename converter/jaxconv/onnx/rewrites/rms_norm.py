@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites.layer_norm import _eps_add, _only_uses, _row_const
+from jaxconv.onnx.rewrites._norm_match import eps_add, only_uses, row_const
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -39,7 +39,7 @@ def rewrite(graph: ir.Graph) -> int:
 
 
 def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
-    found = _eps_add(sqrt)
+    found = eps_add(sqrt)
     if found is None or found[2] <= 0:
         return 0
     add, var, _ = found
@@ -78,8 +78,8 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
         product = r_uses[0].node
         norm = product
     out = norm.outputs[0]
-    if out.shape != x.shape or not (_only_uses(square.outputs[0], mean) and _only_uses(var, add)
-                                    and _only_uses(add.outputs[0], sqrt)):
+    if out.shape != x.shape or not (only_uses(square.outputs[0], mean) and only_uses(var, add)
+                                    and only_uses(add.outputs[0], sqrt)):
         return 0
     if any(n.graph is not graph for n in (square, mean, add, sqrt, reader, norm)):
         return 0
@@ -131,7 +131,7 @@ def _scale(value: ir.Value, dim: int) -> ir.Node | None:
         return None
     mul = uses[0].node
     weight = m.other_input(mul, value)
-    if _row_const(weight, dim) is not None:
+    if row_const(weight, dim) is not None:
         return mul
     arr = constants.evaluate(weight)
     rank = len(value.shape) if value.shape is not None else 0

@@ -1,0 +1,79 @@
+"""The matching the norm rules share (``layer_norm``, ``keras_norm``, ``rms_norm``): a mean over the
+last axis, ``sqrt(v + eps)``, a constant along the last axis, a value read by given nodes alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+MIN_OPSET = 17  # LayerNormalization
+
+
+def only_uses(value: ir.Value, *nodes: ir.Node) -> bool:
+    """``value`` is read by ``nodes`` alone (each at least once) and is no graph output."""
+    if value.is_graph_output():
+        return False
+    readers = {id(u.node) for u in value.uses() if m.is_live(u.node)}
+    return readers == {id(n) for n in nodes}
+
+
+def last_axis_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
+    """``(x, nodes)`` when ``value`` is the mean of ``x`` over the last of ``rank`` axes, keeping it:
+    ``ReduceMean(x)``, or ``ReduceSum(x) / n`` with the zeros rule's ``Sum(s, +0.0)`` fix between;
+    ``nodes`` from the one making ``value`` back to the reduction."""
+    node = m.producer(value, "ReduceMean")
+    nodes = [node]
+    if node is None:
+        div = m.producer(value, "Div")
+        pair = m.binary(div, "Div")
+        if div is None or pair is None:
+            return None
+        total, n = pair
+        nodes = [div]
+        fix = m.producer(total, "Sum")
+        if fix is not None and len(fix.inputs) == 2 and m.is_scalar_const(fix.inputs[1], 0.0):
+            nodes.append(fix)
+            total = fix.inputs[0]
+        node = m.producer(total, "ReduceSum")
+        count = m.const(n)
+        if node is None or count is None or count.size != 1:
+            return None
+        nodes.append(node)
+        x = node.inputs[0]
+        if x is None or x.shape is None or len(x.shape) != rank or x.shape[rank - 1] != float(count.reshape(())):
+            return None
+    if not m.attr(node, "keepdims", 1) or m.attr(node, "noop_with_empty_axes", 0):
+        return None
+    axes = m.reduce_axes(node)
+    if axes is None or m.normalize_axes(axes, rank) != (rank - 1,):
+        return None
+    return node.inputs[0], nodes
+
+
+def steps(nodes: list[ir.Node]) -> list[tuple[ir.Node, ir.Node]]:
+    """(producer, its one reader) along a mean's nodes, listed from the result back to the reduction."""
+    return [(nodes[k + 1], nodes[k]) for k in range(len(nodes) - 1)]
+
+
+def row_const(value: ir.Value | None, d: int) -> np.ndarray | None:
+    """A float32 constant that broadcasts along the last axis only, as a 1-D array of ``d`` elements."""
+    arr = m.folded(value)
+    if arr is None or arr.dtype != np.float32 or arr.ndim == 0 or arr.shape[-1] != d \
+            or any(n != 1 for n in arr.shape[:-1]):
+        return None
+    return arr.reshape(d)
+
+
+def eps_add(sqrt: ir.Node) -> tuple[ir.Node, ir.Value, float] | None:
+    """``(add, v, eps)`` for ``sqrt(v + eps)`` with a finite float32 ``eps >= 0``."""
+    add = m.producer(sqrt.inputs[0], "Add")
+    if add is None or len(add.inputs) != 2:
+        return None
+    for k in (0, 1):
+        eps, var = m.const(add.inputs[1 - k]), add.inputs[k]
+        if eps is not None and eps.size == 1 and eps.dtype == np.float32 and var is not None:
+            value = float(eps.reshape(()))
+            return (add, var, value) if np.isfinite(value) and value >= 0 else None
+    return None
