@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
@@ -207,7 +208,32 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
     if "ShapeDtypeStruct" in first:  # jit(static_argnums=...) passed a spec through as a Python value
         hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
                 "fix static values with functools.partial or a wrapper function)")
+    else:
+        hint = _symbolic_hint(first)
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
+
+
+_BOUND = re.compile(r"\b(min|max)\((?:(\d+), ([A-Za-z_]\w*)|([A-Za-z_]\w*), (\d+))\)")
+_INCONCLUSIVE = re.compile(r"comparison '([^']+)' (<=|>=|<|>|==|!=) '([^']+)' is inconclusive")
+
+
+def _symbolic_hint(first: str) -> str:
+    """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide: a
+    ``min(128, s)`` (a buffer of 128 positions sliced to the sequence: ``s <= 128``), a ``max(2, b)``,
+    or an inconclusive comparison; "" for other errors."""
+    found = _BOUND.search(first)
+    if found is not None:
+        kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
+        bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+        return (f" (a shape holds {found.group(0)}, which is {name} only where {bound}: if it always is, say so "
+                f"with --constraint \"{bound}\" (constraints=[\"{bound}\"] in Python))")
+    found = _INCONCLUSIVE.search(first)
+    if found is not None:
+        a, op, b = found.groups()
+        return (f" (the function compares {a} {op} {b}, which depends on the symbolic size: a --constraint that "
+                f"decides it, e.g. \"{a} {op} {b}\" when that always holds, or a fixed size in the spec, lets "
+                "it trace)")
+    return ""
 
 
 def _check_constraints(constraints: Sequence[str]) -> None:

@@ -1,0 +1,79 @@
+"""Trace errors from symbolic sizes name the --constraint that settles them.
+
+A model that slices a fixed buffer to the sequence length (a causal mask of 128 positions, as
+Hugging Face's Flax GPT-2 and Llama do) gets ``min(128, s)`` in its shapes, which jax.export cannot
+broadcast against ``s``; with ``s <= 128`` it can. A Python comparison of a symbolic size is
+inconclusive until a constraint decides it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxconv
+from jaxconv.errors import TraceError
+
+CAUSAL = np.tril(np.ones((128, 128), bool))
+
+
+def masked_scores(x):
+    s = x.shape[1]
+    mask = jnp.asarray(CAUSAL)[:s, :s]
+    return jnp.where(mask[None], x[:, None, :], 0.0)
+
+
+def first_ten(x):
+    return x[:10] if x.shape[0] >= 10 else x
+
+
+def test_a_buffer_sliced_to_the_sequence_names_its_bound():
+    with pytest.raises(TraceError) as e:
+        jaxconv.to_onnx(masked_scores, "f32[b,s]")
+    text = str(e.value)
+    assert "min(128, s)" in text and '--constraint "s <= 128"' in text and 'constraints=["s <= 128"]' in text
+
+
+def test_the_named_bound_converts_and_checks():
+    model = jaxconv.to_onnx(masked_scores, "f32[b,s]", constraints=["s <= 128"])  # the default check ran
+    assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "s"
+    x = np.random.default_rng(0).standard_normal((2, 7)).astype(np.float32)
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.asarray(jax.jit(masked_scores)(x)))
+
+
+def test_an_inconclusive_comparison_names_a_constraint():
+    with pytest.raises(TraceError) as e:
+        jaxconv.to_onnx(first_ten, "f32[s]")
+    assert "is inconclusive" in str(e.value) and 'a --constraint that decides it, e.g. "s >= 10"' in str(e.value)
+    model = jaxconv.to_onnx(first_ten, "f32[s]", constraints=["s >= 10"])
+    assert len(model.graph.output) == 1
+
+
+def test_other_trace_errors_get_no_constraint_hint():
+    def broken(x):
+        return x @ jnp.ones((3, 3))
+
+    with pytest.raises(TraceError) as e:
+        jaxconv.to_onnx(broken, "f32[2,4]")
+    assert "--constraint" not in str(e.value)
+
+
+def test_the_cli_says_it_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from cli_support import run_cli
+
+    src = tmp_path / "model.py"
+    src.write_text("import jax.numpy as jnp\nimport numpy as np\n\nCAUSAL = np.tril(np.ones((128, 128), bool))\n\n\n"
+                   "def f(x):\n    s = x.shape[1]\n    return jnp.where(jnp.asarray(CAUSAL)[:s, :s][None], x[:, None, :], 0.0)\n")
+    out = tmp_path / "m.onnx"
+    code, _, err = run_cli(["to-onnx", f"{src}:f", "--specs", "f32[b,s]", "-o", str(out)], capsys)
+    assert code != 0 and not out.exists()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and '--constraint "s <= 128"' in lines[0], err
+    code, _, err = run_cli(["to-onnx", f"{src}:f", "--specs", "f32[b,s]", "--constraint", "s <= 128", "-o", str(out)],
+                           capsys)
+    assert code == 0 and out.exists(), err
