@@ -15,7 +15,15 @@ def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constrai
     if isinstance(fn, Program):
         return fn
     require_specs(specs)
-    return trace(fn, specs, constraints=constraints, platforms=platforms, hoist_constants=hoist_constants)
+    program = trace(fn, specs, constraints=constraints, platforms=platforms, hoist_constants=hoist_constants)
+    if program.assumed:
+        import warnings
+
+        from jaxconv.program import assumed_text
+
+        for bound in program.assumed:
+            warnings.warn(assumed_text(bound, python=True), stacklevel=3)
+    return program
 
 
 def _refuse_a_check_too_large(program: Program, check: bool) -> None:

@@ -32,6 +32,9 @@ class Program:
         constants: closed-over arrays hoisted out of the module (``trace(..., hoist_constants=True)``):
             the module takes them as its first flat arguments, before the function's inputs. They are
             the caller's own buffers, not copies; the ONNX lowering makes them initializers.
+        assumed: constraints jaxconv added (also in ``constraints``) because the function's shapes only
+            trace under them: ``min(128, s)`` broadcast against ``s`` (a 128-position buffer sliced to
+            the sequence) needs ``s <= 128``, where JAX itself fails on a larger size anyway.
     """
 
     fn: Callable[..., Any]
@@ -45,6 +48,7 @@ class Program:
     keep_module: bool = True
     x64: bool = False
     constants: tuple[Any, ...] = ()
+    assumed: tuple[str, ...] = ()
 
     def jax_scope(self) -> ContextManager[Any]:
         """A context in which JAX keeps this program's 64-bit dtypes (see ``x64_scope``)."""
@@ -99,10 +103,22 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
     parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
     x64 = needs_x64(parsed)
     _check_constraints(constraints)
+    assumed: list[str] = []
     with x64_scope(x64):
-        arg_specs = to_shape_dtype_structs(parsed, constraints)
-        return _export(fn, arg_specs, x64, name=name, param_names=param_names, constraints=constraints,
-                       platforms=platforms, source_path=source_path, hoist=hoist_constants)
+        while True:
+            arg_specs = to_shape_dtype_structs(parsed, (*constraints, *assumed))
+            try:
+                program = _export(fn, arg_specs, x64, name=name, param_names=param_names,
+                                  constraints=(*constraints, *assumed), platforms=platforms,
+                                  source_path=source_path, hoist=hoist_constants)
+            except TraceError as e:
+                bound = implied_bound(str(e.__cause__ or ""))
+                if bound is None or bound in assumed or bound in constraints or len(assumed) >= _MAX_ASSUMED:
+                    raise
+                assumed.append(bound)
+                continue
+            program.assumed = tuple(assumed)
+            return program
 
 
 def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: str | None,
@@ -217,14 +233,36 @@ _BOUND = re.compile(r"\b(min|max)\((?:(\d+), ([A-Za-z_]\w*)|([A-Za-z_]\w*), (\d+
 _INCONCLUSIVE = re.compile(r"comparison '([^']+)' (<=|>=|<|>|==|!=) '([^']+)' is inconclusive")
 
 
+_MAX_ASSUMED = 4
+
+
+def implied_bound(text: str) -> str | None:
+    """The constraint under which a ``min(n, s)`` (``max(n, s)``) in a trace error's first line is ``s``:
+    ``s <= n`` (``s >= n``); None when the line holds neither."""
+    found = _BOUND.search(text.strip().split("\n", 1)[0])
+    if found is None:
+        return None
+    kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
+    return f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+
+
+def assumed_text(bound: str, python: bool = False) -> str:
+    """What a warning says of a constraint ``trace`` added (``python``: in the API's words, not the CLI's)."""
+    name, _, n = bound.split()
+    kind = "min" if "<=" in bound else "max"
+    state = f'constraints=["{bound}"]' if python else f'--constraint "{bound}"'
+    return (f"assumed {bound}: the function's shapes hold {kind}({n}, {name}), which is {name} only there "
+            f"(JAX fails on other sizes); say so with {state} to silence this")
+
+
 def _symbolic_hint(first: str) -> str:
     """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide: a
     ``min(128, s)`` (a buffer of 128 positions sliced to the sequence: ``s <= 128``), a ``max(2, b)``,
     or an inconclusive comparison; "" for other errors."""
     found = _BOUND.search(first)
     if found is not None:
-        kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
-        bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+        name = found.group(3) or found.group(4)
+        bound = implied_bound(first)
         return (f" (a shape holds {found.group(0)}, which is {name} only where {bound}: if it always is, say so "
                 f"with --constraint \"{bound}\" (constraints=[\"{bound}\"] in Python))")
     found = _INCONCLUSIVE.search(first)
