@@ -124,6 +124,32 @@ def test_model_products_and_norm_overflows_are_known_only_with_huge_inputs():
     assert known.match("norm_one_pass/f32/nan", frozenset({"huge-input"})) is not None
     assert known.match("norm_one_pass/f32/nan", frozenset({"nan-input"})) is None
     assert known.match("norm_one_pass/f32/value", frozenset({"huge-input"})) is None
+    # the one-pass variance's sum of squares overflowing in jax.jit only (its row: the offset)
+    assert known.match("norm_one_pass/f32/value", frozenset({"square-overflow-input"})) is not None
+    assert known.match("norm_two_pass/f32/value", frozenset({"square-overflow-input"})) is None
+
+
+def test_a_one_pass_norm_whose_squares_overflow_only_in_jit_gives_the_float64_row():
+    """Found as norm_one_pass/f32/value (silent, fuzz seed 24601073835): a row holding -6.3e18 and -1.8e19.
+    jax.jit's mean(x * x) overflows (3.3e38 + 3.9e37), the variance is inf and the row the offset; the
+    LayerNormalization op centres the row first and gives the float64 normalised row; the check calls
+    that ok (float64), and the fuzzer's facts name the cause."""
+    from conformance.fuzz import known
+
+    r = np.random.default_rng(0)
+    g, b = r.standard_normal(8).astype(np.float32), r.standard_normal(8).astype(np.float32)
+    norm = _one_pass_norm(g, b)
+    x = np.ones((2, 8), np.float32)
+    x[1, 1], x[1, 2] = -6.261933e18, -1.8151140e19
+    _, got = _onnx(norm, x)
+    jit = np.asarray(jax.jit(norm)(x))
+    wide = x.astype(np.float64)
+    mean = wide.mean(-1, keepdims=True)
+    var = (wide * wide).mean(-1, keepdims=True) - mean * mean
+    truth = (wide - mean) / np.sqrt(var + 1e-5) * g + b
+    np.testing.assert_allclose(jit[1], b, rtol=1e-6)  # the premise: jax.jit's row is the offset
+    np.testing.assert_allclose(got[0][1], truth[1], rtol=1e-4, atol=1e-5)
+    assert "square-overflow-input" in known.facts([x]) and "huge-input" not in known.facts([x])
 
 
 def test_a_model_reproducer_rebuilds_its_weights_and_opset(tmp_path):
