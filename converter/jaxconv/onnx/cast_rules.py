@@ -44,3 +44,26 @@ class LosslessCastRoundTrip(RewriteRuleClassBase):
 
 
 lossless_cast_round_trip_rule = LosslessCastRoundTrip.rule()
+
+
+class CastBeforeTranspose(RewriteRuleClassBase):
+    """``Cast(Transpose(x))`` read by a MatMul -> ``Transpose(Cast(x))``: the same values (a Cast acts on
+    each element alone), in the order ONNX Runtime 1.32 can load. Its MatMul-Transpose fusion crashes the
+    process while the session is built when a Transpose that moves the first axis ([1, 0, 2], [1, 2, 0],
+    [1, 2, 0, 3]) reaches a MatMul through a Cast (found with a float16 attention whose heads have one
+    element: f16 -> Transpose -> Cast(f32) -> MatMul); Cast -> Transpose -> MatMul loads and runs."""
+
+    def pattern(self, op, x, perm, to):
+        return op.Cast(op.Transpose(x, perm=perm), to=to, _outputs=["casted"])
+
+    def check(self, context, x: ir.Value, perm: ir.Attr, to: ir.Attr, casted: ir.Value) -> MatchResult:
+        result = MatchResult()
+        if not any(use.node.op_type in ("MatMul", "Gemm") and use.node.domain == "" for use in casted.uses()):
+            return result.fail("no MatMul reads the cast")
+        return result
+
+    def rewrite(self, op, x: ir.Value, perm: ir.Attr, to: ir.Attr, casted: ir.Value):
+        return op.Transpose(op.Cast(x, to=to.as_int()), perm=perm.as_ints())
+
+
+cast_before_transpose_rule = CastBeforeTranspose.rule()

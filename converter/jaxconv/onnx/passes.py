@@ -152,13 +152,15 @@ def _rules() -> list:
     - ``Reshape -> MatMul -> Reshape`` -> ``MatMul`` checks shapes only (a batched rhs met the wrong rows):
       ``matmul_rules.py`` keeps it for a matrix rhs.
 
-    ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included.
+    ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included. jaxconv's own:
+    a lossless Cast round trip is ``x``; a Cast after a Transpose that a MatMul reads goes before it
+    (``cast_rules.py``: a graph ONNX Runtime 1.32 crashes on).
     """
     from onnxscript.rewriter.rules import common as c
 
     from jaxconv.onnx import matmul_rules as mr
     from jaxconv.onnx import minmax_rules as mm
-    from jaxconv.onnx.cast_rules import lossless_cast_round_trip_rule
+    from jaxconv.onnx.cast_rules import cast_before_transpose_rule, lossless_cast_round_trip_rule
 
     return [
         *c.mul_by_1_rule.commute(), c.sub_0_rule, c.div_by_1_rule, c.dropout_zero_rule, c.dropout_inference_rule,
@@ -175,7 +177,7 @@ def _rules() -> list:
         c.fuse_batchnorm_into_conv_rule, c.fuse_batchnorm_into_conv_transpose_rule, c.fuse_batchnorm_into_gemm_rule,
         c.remove_optional_bias_from_conv_rule, c.remove_optional_bias_from_conv_transpose_rule,
         c.remove_optional_bias_from_qlinear_conv_rule, c.remove_optional_bias_from_gemm_rule,
-        lossless_cast_round_trip_rule,
+        lossless_cast_round_trip_rule, cast_before_transpose_rule,
     ]
 
 
