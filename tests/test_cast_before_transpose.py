@@ -70,3 +70,21 @@ def test_a_half_precision_attention_with_heads_first_loads_and_matches(dtype):
     got = OnnxRunner(model.SerializeToString()).run([v, s])[0]
     want = np.asarray(jax.jit(attend)(v, s))
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def attend_half_product(v, s):
+    """The heads moved to the front in float32, then a float16 product: Transpose -> Cast(f16) -> MatMul."""
+    p = jax.nn.softmax(s.astype(jnp.float32), axis=-1)
+    heads = (p @ v.astype(jnp.float32)).transpose(1, 0, 2).astype(jnp.float16)
+    return heads @ jnp.asarray(W[:1], jnp.float16)
+
+
+def test_a_narrowing_cast_after_a_transpose_loads_too():
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal((32, 8, 1)).astype(np.float16)
+    s = rng.standard_normal((32, 8, 8)).astype(np.float16)
+    model = jaxconv.to_onnx(attend_half_product, v, s)
+    assert not _crashes(model)
+    got = OnnxRunner(model.SerializeToString()).run([v, s])[0]
+    np.testing.assert_allclose(got.astype(np.float32), np.asarray(jax.jit(attend_half_product)(v, s)).astype(np.float32),
+                               rtol=2e-2, atol=2e-2)

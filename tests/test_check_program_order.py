@@ -90,7 +90,7 @@ def test_a_flushed_subnormal_intermediate_is_undecided(tmp_path):
     # the premise: jax.jit flushes 0.999 * -FLT_MIN to -0 (sqrt -0); float64 and the artifact have NaN
     assert expected[0][0] == 0 and np.isnan(wide[0]) and np.isnan(actual[0][0])
     assert row.verdict == "undecided" and row.ok, row.note
-    assert "1 lie where float64 is NaN" in row.note
+    assert "1 lie where float64 is NaN or has their infinity" in row.note
 
 
 def _row(inputs="edge", n=3):
@@ -153,7 +153,7 @@ def test_a_row_is_excused_only_when_every_element_is(monkeypatch):
     cls[2] = OK
     row = _apply(expected, actual, cls, truth=truth)
     assert row.verdict == "undecided"
-    assert "1 have JAX's op-by-op value" in row.note and "1 lie where float64 is NaN" in row.note
+    assert "1 have JAX's op-by-op value" in row.note and "1 lie where float64 is NaN or has their infinity" in row.note
 
 
 @pytest.mark.parametrize("inputs", ["random", "given", "example"])
@@ -184,3 +184,15 @@ def test_float64_nan_leaves_no_reference_value(monkeypatch):
     assert _apply(expected, actual, cls, truth=np.array([np.nan, 5.0])).verdict == "undecided"
     expected[0] = np.nan
     assert _apply(expected, actual, cls, truth=np.array([np.nan, 5.0])).verdict == "mismatch"
+
+
+def test_the_artifact_with_float64s_infinity_where_jit_flushed(monkeypatch):
+    """exp(-100) is subnormal in float32: jax.jit flushes it, 0 * inf = NaN; float64 and the artifact
+    have inf. Another infinity than float64's stays a mismatch."""
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([np.nan, 5.0], np.float32)])
+    expected = np.array([np.nan, 5.0], np.float32)
+    actual = np.array([np.inf, 5.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    assert _apply(expected, actual, cls, truth=np.array([np.inf, 5.0])).verdict == "undecided"
+    assert _apply(expected, actual, cls, truth=np.array([-np.inf, 5.0])).verdict == "mismatch"
+    assert _apply(expected, actual, cls, truth=np.array([1e30, 5.0])).verdict == "mismatch"

@@ -161,7 +161,7 @@ def program_order_explains(expected: np.ndarray, actual: np.ndarray, cls: np.nda
                            truth: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Per element, two masks over the mismatching ones: (the artifact has what JAX run op by op has,
     its inf or NaN or a value within tolerance of it, a zero of its sign; the float64 result is NaN and
-    jax.jit's a number: no reference value exists there).
+    jax.jit's a number, so no reference value exists there, or the artifact has float64's infinity).
     Real float outputs only (others: two all-False masks)."""
     none = np.zeros(cls.shape, bool)
     expected = np.asarray(expected)
@@ -180,7 +180,9 @@ def program_order_explains(expected: np.ndarray, actual: np.ndarray, cls: np.nda
             by_eager = bad & same
         by_float64 = none
         if truth is not None and np.shape(truth) == cls.shape:
-            by_float64 = bad & ~by_eager & np.isnan(as_float64(truth)) & ~np.isnan(as_float64(expected))
+            t = as_float64(truth)
+            no_value = np.isnan(t) & ~np.isnan(as_float64(expected))  # float64 NaN, jax.jit a number
+            by_float64 = bad & ~by_eager & (no_value | (np.isinf(a) & (a == t)))  # or float64's infinity
     return by_eager, by_float64
 
 
@@ -195,7 +197,9 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
     ``mu / (1 - b1 ** t)`` overflows in the program's order and not in jax.jit's), or when the float64
     result is NaN where jax.jit has a number (XLA on the CPU flushes a subnormal intermediate to zero: a
     second moment of -FLT_MIN decayed by 0.999 gives sqrt(-0) = -0 in jax.jit, NaN in float64 and in the
-    artifact; Lion's sign of such a value is 0 in jax.jit, -1 in the artifact, NaN in float64). The
+    artifact; Lion's sign of such a value is 0 in jax.jit, -1 in the artifact, NaN in float64), or when
+    the artifact has float64's infinity (a softmax weight exp(-100), subnormal in float32, times inf:
+    jax.jit flushes it, 0 * inf = NaN; float64 and the artifact inf). The
     op-by-op run happens only when a mismatching row has an element float64 does not explain."""
     candidates = [i for i, (r, cls) in enumerate(zip(rows, classes))
                   if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None]
@@ -223,7 +227,7 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
             if by_eager.any():
                 parts.append(f"{int(by_eager.sum())} have JAX's op-by-op value")
             if by_float64.any():
-                parts.append(f"{int(by_float64.sum())} lie where float64 is NaN")
+                parts.append(f"{int(by_float64.sum())} lie where float64 is NaN or has their infinity")
             out[i] = dataclasses.replace(rows[i], ok=True, verdict="undecided",
                                          note=f"{PROGRAM_ORDER_NOTE}; of the elements where jax.jit differs, "
                                               f"{' and '.join(parts)}; {rows[i].note}")

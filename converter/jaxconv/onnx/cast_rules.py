@@ -47,22 +47,25 @@ lossless_cast_round_trip_rule = LosslessCastRoundTrip.rule()
 
 
 class CastBeforeTranspose(RewriteRuleClassBase):
-    """``Cast(Transpose(x))`` read by a MatMul -> ``Transpose(Cast(x))``: the same values (a Cast acts on
-    each element alone), in the order ONNX Runtime 1.32 can load. Its MatMul-Transpose fusion crashes the
-    process while the session is built when a Transpose that moves the first axis ([1, 0, 2], [1, 2, 0],
-    [1, 2, 0, 3]) reaches a MatMul through a Cast (found with a float16 attention whose heads have one
-    element: f16 -> Transpose -> Cast(f32) -> MatMul); Cast -> Transpose -> MatMul loads and runs."""
+    """``Cast(Transpose(x))`` -> ``Transpose(Cast(x))``: the same values (a Cast acts on each element
+    alone), in the order ONNX Runtime 1.32 can load. Its MatMul-Transpose fusion crashes the process
+    while the session is built when a Transpose that moves the first axis ([1, 0, 2], [1, 2, 0],
+    [1, 2, 0, 3], [1, 2, 3, 0]) reaches a MatMul through a Cast, directly or through another Transpose
+    its optimizer merges (found with a float16 attention whose heads have one element: f16 -> Transpose
+    -> Cast(f32) -> MatMul); with the Cast first, every such graph loads and runs. Done wherever the
+    Transpose has no other reader (no work is added), and where a MatMul reads the Cast."""
 
     def pattern(self, op, x, perm, to):
-        return op.Cast(op.Transpose(x, perm=perm), to=to, _outputs=["casted"])
+        return op.Cast(op.Transpose(x, perm=perm, _outputs=["moved"]), to=to, _outputs=["casted"])
 
-    def check(self, context, x: ir.Value, perm: ir.Attr, to: ir.Attr, casted: ir.Value) -> MatchResult:
+    def check(self, context, x: ir.Value, perm: ir.Attr, to: ir.Attr, moved: ir.Value, casted: ir.Value) -> MatchResult:
         result = MatchResult()
-        if not any(use.node.op_type in ("MatMul", "Gemm") and use.node.domain == "" for use in casted.uses()):
-            return result.fail("no MatMul reads the cast")
+        alone = len(moved.uses()) == 1 and not moved.is_graph_output()
+        if not alone and not any(u.node.op_type in ("MatMul", "Gemm") and u.node.domain == "" for u in casted.uses()):
+            return result.fail("the Transpose has other readers and no MatMul reads the Cast")
         return result
 
-    def rewrite(self, op, x: ir.Value, perm: ir.Attr, to: ir.Attr, casted: ir.Value):
+    def rewrite(self, op, x: ir.Value, perm: ir.Attr, to: ir.Attr, moved: ir.Value, casted: ir.Value):
         return op.Transpose(op.Cast(x, to=to.as_int()), perm=perm.as_ints())
 
 
