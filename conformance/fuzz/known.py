@@ -57,6 +57,7 @@ NAN_ORDER = "without ONNX BitCast (opset < 26) -NaN is ordered like +NaN (README
 SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
              "XLA and ONNX Runtime use different orders, and neither result is more accurate")
 HUGE = frozenset({"huge-input"})
+SQUARES = frozenset({"square-overflow-input"})  # an input whose square (or a row's sum of squares) can overflow
 HUGE_WEIGHT = frozenset({"huge-weight"})  # a closed-over weight (a model layer's) within a factor 16 of the largest float
 POW_FTZ = ("a power of a huge base with a negative exponent is subnormal: XLA on CPU flushes it to zero, ONNX Runtime "
            "keeps it, and a later division or comparison turns that into NaN/inf against a number")
@@ -177,8 +178,8 @@ KNOWN: tuple[Known, ...] = (
       for op in ("add", "mul") for dtype in ("f16", "bf16") for kind in ("value", "nan", "inf", "signed-zero")),
     *(Known(f"gelu_exact+*/*/{kind}", GELU_TAIL) for kind in ("nan", "inf", "signed-zero")),
     Known("gelu_tanh+*/f32/value", GELU_TANH_TAIL),
-    *(Known(f"{op}/f32/nan", LN_OVERFLOW, HUGE) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
-    Known("norm_one_pass/f32/value", LN_SQUARES, frozenset({"square-overflow-input"})),
+    *(Known(f"{op}/f32/nan", LN_OVERFLOW, SQUARES) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
+    Known("norm_one_pass/f32/value", LN_SQUARES, SQUARES),
 )
 
 
