@@ -244,11 +244,17 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
 
     jax.clear_caches()  # the export's lowered module and constants: the size of the weights, twice over
     reports: list = []
+    import warnings
+
     try:
-        model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
-                            rtol=args.rtol, atol=args.atol, report_to=reports, keep_weights=False)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", UserWarning)
+            model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
+                                rtol=args.rtol, atol=args.atol, report_to=reports, keep_weights=False)
     finally:
         _print_reports(reports)
+    for w in said:
+        print(f"jaxconv: warning: {w.message}", file=sys.stderr)
     data = args.output + ".data"
     beside = f"; weights in {data}, keep it beside the model" if any(
         e.key == "location" and e.value == os.path.basename(data) for t in model.graph.initializer

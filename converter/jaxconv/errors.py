@@ -43,6 +43,20 @@ class UnsupportedError(JaxconvError):
     exit_code = 6
 
 
+class OpsetRequired(UnsupportedError):
+    """A construct needs a newer ONNX opset than the model is being built for.
+
+    Attributes:
+        needed: the lowest opset that has it.
+        what: the construct, in words.
+    """
+
+    def __init__(self, message: str, needed: int, what: str) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.what = what
+
+
 class ConversionError(JaxconvError):
     """A converter (ours, TFLite's, tf2onnx) failed for another reason."""
 

@@ -50,4 +50,4 @@ def test_reduce_precision_needs_opset_26():
     from jaxconv.errors import UnsupportedError
 
     with pytest.raises(UnsupportedError, match=r"reduce_precision .*exponent 5, mantissa 10.*opset >= 26"):
-        check(lambda x: lax.reduce_precision(x, 5, 10), precision_inputs())
+        check(lambda x: lax.reduce_precision(x, 5, 10), precision_inputs(), opset=21)

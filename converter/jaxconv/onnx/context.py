@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper, numpy_helper
 
-from jaxconv.errors import ConversionError, UnsupportedError
+from jaxconv.errors import ConversionError, OpsetRequired
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.complex_layout import COMPONENT
 from jaxconv.stablehlo import ir as hir
@@ -246,8 +246,8 @@ class LoweringContext:
 
     def require_opset(self, needed: int, what: str) -> None:
         if self.opset < needed:
-            raise UnsupportedError(f"{what} needs ONNX opset >= {needed}; the model is being built for opset "
-                                   f"{self.opset} (use --opset {needed})")
+            raise OpsetRequired(f"{what} needs ONNX opset >= {needed}; the model is being built for opset "
+                                f"{self.opset} (use --opset {needed})", needed, what)
 
     def fold(self, name: str, limit: int = 64) -> np.ndarray | None:
         """The value of ``name`` when it is computed from constants only (at most ``limit`` nodes), else None."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, BinaryIO, Sequence
@@ -44,14 +45,42 @@ def program_to_parts(program: Program, opset: int | None = None) -> Parts:
     """
     from jaxconv.onnx.driver import paused_gc
 
+    chosen = _opset_chosen(opset)
     opset = check_opset(opset)
     with paused_gc():  # reading, lowering and serializing make objects that live on, little garbage
-        parts = _program_to_parts(program, opset)
+        parts = _program_to_parts(program, opset, raise_opset=not chosen)
     _collect_graph_cycles(parts)
     return parts
 
 
-def _program_to_parts(program: Program, opset: int) -> Parts:
+def _opset_chosen(opset: int | None) -> bool:
+    """Whether the user chose the opset (``--opset`` or ``$JAXCONV_OPSET``) rather than taking the default."""
+    return opset is not None or bool(os.environ.get("JAXCONV_OPSET", "").strip())
+
+
+def lower_at_needed_opset(lower: Any, opset: int, raise_opset: bool) -> Any:
+    """``lower(opset=opset)``; where a construct needs a newer opset (``OpsetRequired``) and the opset is the
+    default, ``lower`` again at the opset it needs (up to ``MAX_OPSET``), with a warning naming why:
+    ``jnp.searchsorted``, ``jnp.interp`` and ``jnp.histogram`` compare floats in total order, which reads
+    their bits with BitCast (opset 26)."""
+    import warnings
+
+    from jaxconv.errors import OpsetRequired
+
+    while True:
+        try:
+            model = lower(opset=opset)
+        except OpsetRequired as e:
+            if not raise_opset or e.needed > MAX_OPSET or e.needed <= opset:
+                raise
+            opset = e.needed
+            warnings.warn(f"built for ONNX opset {opset} rather than the default {DEFAULT_OPSET}: {e.what} needs it "
+                          f"(choose one with --opset)", stacklevel=5)  # the caller of to_onnx
+            continue
+        return model
+
+
+def _program_to_parts(program: Program, opset: int, raise_opset: bool = False) -> Parts:
     from jaxconv.onnx.driver import lower_to_ir
     from jaxconv.onnx.stream import split
     from jaxconv.stablehlo.reader import read_module
@@ -66,9 +95,10 @@ def _program_to_parts(program: Program, opset: int) -> Parts:
     meta = {"jaxconv.signature": json.dumps(program.signature.to_json()), "jaxconv.function": program.name}
     if not program.keep_module:
         program.exported = None  # the module read holds the constants now: one copy of the weights fewer
-    model = lower_to_ir(module, inputs=inputs, outputs=outputs, opset=opset, graph_name=program.name,
-                        metadata=meta, constants=constants)
-    del module, constants
+    lower = functools.partial(lower_to_ir, module, inputs=inputs, outputs=outputs, graph_name=program.name,
+                              metadata=meta, constants=constants)
+    model = lower_at_needed_opset(lower, opset, raise_opset)
+    del lower, module, constants
     parts = split(model)
     del model
     return parts
@@ -95,6 +125,7 @@ def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | Non
     from jaxconv.artifacts import read_bytes
     from jaxconv.stablehlo.reader import read_module
 
+    chosen = _opset_chosen(opset)
     opset = check_opset(opset)
     data = read_bytes(path)
     module = read_module(data if data[:4] in (b"ML\xefR",) else data.decode("utf-8", "replace"))
@@ -111,7 +142,8 @@ def stablehlo_file_to_onnx(path: str, entry: str | None = None, opset: int | Non
     outputs = [GraphIO(f"output_{i}", v.type.dtype, tuple(d if d is not None else f"r{i}_{k}" for k, d in enumerate(v.type.shape)))
                for i, v in enumerate(fn.body.returns)]
     graph_name = os.path.splitext(os.path.basename(path))[0]
-    return lower_module(module, inputs=inputs, outputs=outputs, entry=fn.name, opset=opset, graph_name=graph_name)
+    lower = functools.partial(lower_module, module, inputs=inputs, outputs=outputs, entry=fn.name, graph_name=graph_name)
+    return lower_at_needed_opset(lower, opset, not chosen)
 
 
 def _arg_name(fn, i: int) -> str:
