@@ -70,3 +70,19 @@ def test_general_body_over_dynamic_window_reports_clearly():
                                        (2, 1), (1, 1), "VALID")
     with pytest.raises(UnsupportedError, match="reduce_window with this body over a dynamic windowed dimension"):
         assert_onnx_matches_jax(f, _f((3, 6)), _f((3, 6)), specs=[spec, spec])
+
+
+def positions_from_mask(ids):
+    """Hugging Face Flax OPT's position ids: a cumulative sum of ``jnp.ones_like(ids)`` along the sequence."""
+    mask = jnp.ones_like(ids)
+    return jnp.cumsum(mask, axis=1) * mask - 1 + ids
+
+
+def test_cumsum_of_a_tensor_broadcast_to_the_input_shape_along_a_symbolic_axis():
+    """The window is the input's length s; the scanned tensor is an Expand of 1 to (b, s): its length is
+    read from the Expand's shape operand, so the scan is recognised (it was refused before)."""
+    b, s = jax.export.symbolic_shape("b, s")
+    ids = RNG.integers(0, 50, (2, 7)).astype(np.int32)
+    model = assert_onnx_matches_jax(positions_from_mask, ids, specs=[jax.ShapeDtypeStruct((b, s), np.int32)],
+                                    inputs_for_run=[(RNG.integers(0, 50, (3, 11)).astype(np.int32),)])
+    assert "CumSum" in onnx_op_types(model)

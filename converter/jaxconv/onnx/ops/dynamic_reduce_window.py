@@ -93,12 +93,35 @@ def _one_element(ctx: LoweringContext, name: str) -> bool:
     return arr is not None and np.asarray(arr).size == 1
 
 
-def dimension(ctx: LoweringContext, name: str, axis: int) -> Affine:
-    """Dimension ``axis`` of tensor ``name``: its static size, else an atom."""
+def dimension(ctx: LoweringContext, name: str, axis: int, depth: int = 0) -> Affine:
+    """Dimension ``axis`` of tensor ``name``: its static size; the size an Expand or ConstantOfShape
+    that makes it was given (``jnp.ones_like(ids)`` is as long as ``ids``); else an atom."""
     shape = ctx.value(name).shape
     if shape is not None and axis < len(shape) and isinstance(shape[axis], int):
         return _const(shape[axis])
-    return (0, ((("dim", _canonical(ctx, name), axis), 1),))
+    canonical = _canonical(ctx, name)
+    node = ctx.producer(canonical)
+    if node is not None and depth < _DEPTH and node.op_type in ("Expand", "ConstantOfShape"):
+        arg = node.inputs[1 if node.op_type == "Expand" else 0]
+        sizes = values(ctx, arg.name, depth + 1) if arg is not None else None
+        rank = len(shape) if shape is not None else len(sizes) if sizes is not None else -1
+        if sizes is not None and len(sizes) == rank > axis and (node.op_type == "ConstantOfShape"
+                                                                  or _fills(ctx, node, rank)):
+            return sizes[axis]
+    return (0, ((("dim", canonical, axis), 1),))
+
+
+def _fills(ctx: LoweringContext, expand: Any, rank: int) -> bool:
+    """Whether an Expand's data has at most ``rank`` axes, all of size 1 (its shape, else its value when it
+    is computed from constants): then the shape given is the result's."""
+    data = expand.inputs[0]
+    if data is None:
+        return False
+    dims = data.shape
+    if dims is None:
+        known = ctx.fold(data.name)
+        dims = np.shape(known) if known is not None else None
+    return dims is not None and len(dims) <= rank and all(d == 1 for d in dims)
 
 
 def _ints(ctx: LoweringContext, name: str | None) -> list[int] | None:
