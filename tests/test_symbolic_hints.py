@@ -87,3 +87,37 @@ def test_the_cli_warns_of_the_assumed_bound(tmp_path, capsys):
     code, _, err = run_cli(["to-onnx", f"{src}:f", "--specs", "f32[b,s]", "--constraint", "s <= 128", "-o", str(out)],
                            capsys)
     assert code == 0 and out.exists() and "assumed" not in err, err
+
+
+TABLE = np.random.default_rng(1).standard_normal((64, 8)).astype(np.float32)
+
+
+def with_positions(x):
+    """keras-hub's PositionEmbedding: the first s rows of a 64-row table, by lax.dynamic_slice."""
+    rows = jax.lax.dynamic_slice(jnp.asarray(TABLE), (0, 0), (x.shape[1], 8))
+    return x + rows[None]
+
+
+def test_a_bound_a_jax_shape_rule_needs_is_assumed():
+    with pytest.warns(UserWarning, match=r"assumed s <= 64: JAX's shape rule for dynamic_slice needs it"):
+        model = jaxconv.to_onnx(with_positions, "f32[b,s,8]")  # the default check runs within the bound
+    x = np.random.default_rng(2).standard_normal((3, 9, 8)).astype(np.float32)
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.asarray(jax.jit(with_positions)(x)))
+    with pytest.raises(TypeError, match="slice_sizes must be less than or equal"):  # the premise: beyond it JAX fails
+        jax.jit(with_positions)(np.zeros((1, 65, 8), np.float32))
+
+
+def test_an_inconclusive_comparison_behind_a_library_first_line_is_found():
+    from jaxconv.program import _trace_message
+
+    class Wrapped(Exception):
+        pass
+
+    e = Wrapped("Exception encountered when calling Layer.call().\n\n\x1b[1mSymbolic dimension comparison 's' >= "
+                "'10' is inconclusive.\nThis error arises for comparison operations")
+    text = _trace_message("f", e, None)
+    assert text.splitlines()[0].startswith("tracing f failed: Wrapped: Exception encountered")
+    assert 'e.g. "s >= 10"' in text

@@ -19,10 +19,8 @@ def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constrai
     if program.assumed:
         import warnings
 
-        from jaxconv.program import assumed_text
-
         for bound in program.assumed:
-            warnings.warn(assumed_text(bound, python=True), stacklevel=3)
+            warnings.warn(bound.text(python=True), stacklevel=3)
     return program
 
 

@@ -179,10 +179,8 @@ def _load_program(args: argparse.Namespace, hoist_constants: bool = False):
     program = trace(loaded.fn, args.specs, name=loaded.name, param_names=loaded.param_names,
                     constraints=args.constraints, platforms=platforms, source_path=loaded.path,
                     hoist_constants=hoist_constants)
-    from jaxconv.program import assumed_text
-
     for bound in program.assumed:
-        print(f"jaxconv: warning: {assumed_text(bound)}", file=sys.stderr)
+        print(f"jaxconv: warning: {bound.text()}", file=sys.stderr)
     _configure_check(args, loaded, program)
     return program
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
 from jaxconv.errors import TraceError, UsageError
 from jaxconv.signature import Signature, input_infos, output_infos
+from jaxconv.symbolic_bounds import Assumed, implied, unfiltered_tracebacks
 
 
 @dataclass
@@ -32,9 +32,9 @@ class Program:
         constants: closed-over arrays hoisted out of the module (``trace(..., hoist_constants=True)``):
             the module takes them as its first flat arguments, before the function's inputs. They are
             the caller's own buffers, not copies; the ONNX lowering makes them initializers.
-        assumed: constraints jaxconv added (also in ``constraints``) because the function's shapes only
-            trace under them: ``min(128, s)`` broadcast against ``s`` (a 128-position buffer sliced to
-            the sequence) needs ``s <= 128``, where JAX itself fails on a larger size anyway.
+        assumed: constraints jaxconv added (also in ``constraints``) because the function only traces
+            under them (``symbolic_bounds``): ``min(128, s)`` broadcast against ``s`` (a 128-position
+            buffer sliced to the sequence) needs ``s <= 128``, where JAX itself fails on a larger size.
     """
 
     fn: Callable[..., Any]
@@ -48,7 +48,7 @@ class Program:
     keep_module: bool = True
     x64: bool = False
     constants: tuple[Any, ...] = ()
-    assumed: tuple[str, ...] = ()
+    assumed: tuple[Assumed, ...] = ()
 
     def jax_scope(self) -> ContextManager[Any]:
         """A context in which JAX keeps this program's 64-bit dtypes (see ``x64_scope``)."""
@@ -103,18 +103,23 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
     parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
     x64 = needs_x64(parsed)
     _check_constraints(constraints)
-    assumed: list[str] = []
+    assumed: list[Assumed] = []
+    first_error: TraceError | None = None
     with x64_scope(x64):
         while True:
-            arg_specs = to_shape_dtype_structs(parsed, (*constraints, *assumed))
+            given = (*constraints, *(a.constraint for a in assumed))
+            arg_specs = to_shape_dtype_structs(parsed, given)
             try:
-                program = _export(fn, arg_specs, x64, name=name, param_names=param_names,
-                                  constraints=(*constraints, *assumed), platforms=platforms,
-                                  source_path=source_path, hoist=hoist_constants)
+                with unfiltered_tracebacks():
+                    program = _export(fn, arg_specs, x64, name=name, param_names=param_names, constraints=given,
+                                      platforms=platforms, source_path=source_path, hoist=hoist_constants)
             except TraceError as e:
-                bound = implied_bound(str(e.__cause__ or ""))
-                if bound is None or bound in assumed or bound in constraints or len(assumed) >= _MAX_ASSUMED:
-                    raise
+                first_error = first_error or e
+                bound = implied(e.__cause__)
+                if bound is None:
+                    raise  # nothing to assume (after an assumption: the next problem in the function)
+                if bound.constraint in given or len(assumed) >= _MAX_ASSUMED or not _parses(bound.constraint):
+                    raise first_error from e.__cause__  # the assumption did not help: the first error, with its hint
                 assumed.append(bound)
                 continue
             program.assumed = tuple(assumed)
@@ -225,52 +230,31 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
         hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
                 "fix static values with functools.partial or a wrapper function)")
     else:
-        hint = _symbolic_hint(first)
+        from jaxconv.symbolic_bounds import hint as symbolic_hint
+
+        hint = symbolic_hint(_inconclusive_text(e) or first)
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
-
-
-_BOUND = re.compile(r"\b(min|max)\((?:(\d+), ([A-Za-z_]\w*)|([A-Za-z_]\w*), (\d+))\)")
-_INCONCLUSIVE = re.compile(r"comparison '([^']+)' (<=|>=|<|>|==|!=) '([^']+)' is inconclusive")
 
 
 _MAX_ASSUMED = 4
 
 
-def implied_bound(text: str) -> str | None:
-    """The constraint under which a ``min(n, s)`` (``max(n, s)``) in a trace error's first line is ``s``:
-    ``s <= n`` (``s >= n``); None when the line holds neither."""
-    found = _BOUND.search(text.strip().split("\n", 1)[0])
-    if found is None:
-        return None
-    kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
-    return f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+def _parses(constraint: str) -> bool:
+    from jaxconv.errors import SpecError
+
+    try:
+        _check_constraints((constraint,))
+    except SpecError:
+        return False
+    return True
 
 
-def assumed_text(bound: str, python: bool = False) -> str:
-    """What a warning says of a constraint ``trace`` added (``python``: in the API's words, not the CLI's)."""
-    name, _, n = bound.split()
-    kind = "min" if "<=" in bound else "max"
-    state = f'constraints=["{bound}"]' if python else f'--constraint "{bound}"'
-    return (f"assumed {bound}: the function's shapes hold {kind}({n}, {name}), which is {name} only there "
-            f"(JAX fails on other sizes); say so with {state} to silence this")
-
-
-def _symbolic_hint(first: str) -> str:
-    """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide: a
-    ``min(128, s)`` (a buffer of 128 positions sliced to the sequence: ``s <= 128``), a ``max(2, b)``,
-    or an inconclusive comparison; "" for other errors."""
-    found = _BOUND.search(first)
-    if found is not None:
-        name = found.group(3) or found.group(4)
-        bound = implied_bound(first)
-        return (f" (a shape holds {found.group(0)}, which is {name} only where {bound}: if it always is, say so "
-                f"with --constraint \"{bound}\" (constraints=[\"{bound}\"] in Python))")
-    found = _INCONCLUSIVE.search(first)
-    if found is not None:
-        a, op, b = found.groups()
-        return (f" (the function compares {a} {op} {b}, which depends on the symbolic size: a --constraint that "
-                f"decides it, e.g. \"{a} {op} {b}\" when that always holds, or a fixed size in the spec, lets "
-                "it trace)")
+def _inconclusive_text(e: BaseException) -> str:
+    """The line of an inconclusive symbolic comparison anywhere in ``e``'s message (a library may wrap
+    it: keras puts its own first line before it), or ""."""
+    for line in str(e).splitlines():
+        if "is inconclusive" in line:
+            return line.strip().strip("\x1b[1m").strip()
     return ""
 
 

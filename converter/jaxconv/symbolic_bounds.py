@@ -1,0 +1,127 @@
+"""Bounds a symbolic size must meet for a function to trace, read from the trace's error.
+
+jax.export traces a function once for every size of a symbolic dimension, so a shape that only makes
+sense for some sizes stops the trace. Two kinds say exactly which sizes:
+
+- a shape holding ``min(128, s)`` that must be ``s`` (Hugging Face's Flax GPT-2 and Llama slice a
+  128-position causal mask to the sequence): ``s <= 128``; ``max(n, b)`` likewise ``b >= n``;
+- a comparison a JAX shape rule cannot decide (keras-hub's ``PositionEmbedding`` takes ``s`` rows of a
+  64-row table with ``lax.dynamic_slice``, whose rule needs ``s <= 64``).
+
+On any concrete size outside the bound JAX itself fails, so ``program.trace`` traces again under it
+and warns (``Assumed``). A comparison the user's own code makes (``x[:10] if n >= 10 else x``) is a
+choice between programs, not a bound: the error names a constraint that would decide it (``hint``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_BOUND = re.compile(r"\b(min|max)\((?:(\d+), ([A-Za-z_]\w*)|([A-Za-z_]\w*), (\d+))\)")
+_INCONCLUSIVE = re.compile(r"comparison '([^']+)' (<=|>=|<|>|==|!=) '([^']+)' is inconclusive")
+_SHAPE_POLY = os.path.join("jax", "_src", "export", "shape_poly.py")
+_LAX = os.path.join("jax", "_src", "lax") + os.sep
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A constraint the trace needed, and why.
+
+    Attributes:
+        constraint: as ``--constraint`` takes it, e.g. ``s <= 128``.
+        why: what in the function needs it, in words.
+    """
+
+    constraint: str
+    why: str
+
+    def text(self, python: bool = False) -> str:
+        """The warning (``python``: in the API's words, not the CLI's)."""
+        state = f'constraints=["{self.constraint}"]' if python else f'--constraint "{self.constraint}"'
+        return (f"assumed {self.constraint}: {self.why} (JAX fails on other sizes); say so with {state} to "
+                "silence this")
+
+
+def implied(error: BaseException | None) -> Assumed | None:
+    """The bound a failed trace (the exception jax raised) says the function needs, or None."""
+    text = str(error or "")
+    found = _BOUND.search(text.strip().split("\n", 1)[0])
+    if found is not None:
+        kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
+        bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+        return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {name} only there")
+    rule = _shape_rule(error)
+    compared = _INCONCLUSIVE.search(text)
+    if rule is None or compared is None:
+        return None
+    bound = _as_constraint(*compared.groups())
+    if bound is None:
+        return None
+    return Assumed(bound, f"JAX's shape rule for {rule} needs it")
+
+
+def _shape_rule(error: BaseException | None) -> str | None:
+    """The primitive whose shape rule made the comparison that failed (``dynamic_slice`` for
+    ``_dynamic_slice_shape_rule``), or None when other code made it (the user's own). JAX removes its
+    own frames from the traceback it raises; ``unfiltered_tracebacks`` keeps them on a chained exception."""
+    import traceback
+
+    seen = 0
+    while error is not None and seen < 8:
+        frames = traceback.extract_tb(error.__traceback__)
+        callers = [f for f in frames if not f.filename.endswith(_SHAPE_POLY)]
+        if len(callers) < len(frames) and callers:  # this traceback holds the comparison's own frames
+            caller = callers[-1]
+            if _LAX in caller.filename and caller.name.endswith("_shape_rule"):
+                return caller.name.strip("_").removesuffix("_shape_rule")
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+def unfiltered_tracebacks() -> Any:
+    """A context in which JAX keeps its frames on an exception chained to the one it raises
+    (``jax_traceback_filtering=remove_frames``; the default, ``quiet_remove_frames``, drops them)."""
+    import contextlib
+
+    try:
+        from jax._src import config
+    except ImportError:  # pragma: no cover  (a JAX without it: no bounds from shape rules)
+        return contextlib.nullcontext()
+    state = getattr(config, "traceback_filtering", None)
+    if state is None or state.value not in (None, "auto", "quiet_remove_frames"):
+        return contextlib.nullcontext()  # the user chose a mode: keep it
+    return state("remove_frames")
+
+
+def _as_constraint(a: str, op: str, b: str) -> str | None:
+    """``a op b`` as jax.export takes a constraint (>=, <=, ==; a strict bound against a number moves by one)."""
+    if op in ("<=", ">=", "=="):
+        return f"{a} {op} {b}"
+    if op in ("<", ">") and b.lstrip("-").isdigit():
+        return f"{a} <= {int(b) - 1}" if op == "<" else f"{a} >= {int(b) + 1}"
+    if op in ("<", ">") and a.lstrip("-").isdigit():
+        return f"{b} >= {int(a) + 1}" if op == "<" else f"{b} <= {int(a) - 1}"
+    return None
+
+
+def hint(first: str) -> str:
+    """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide (a
+    ``min(128, s)``, a ``max(2, b)``, an inconclusive comparison); "" for other errors."""
+    found = _BOUND.search(first)
+    if found is not None:
+        bound = implied(Exception(first))
+        assert bound is not None
+        name = found.group(3) or found.group(4)
+        return (f" (a shape holds {found.group(0)}, which is {name} only where {bound.constraint}: if it always is, "
+                f"say so with --constraint \"{bound.constraint}\" (constraints=[\"{bound.constraint}\"] in Python))")
+    found = _INCONCLUSIVE.search(first)
+    if found is not None:
+        a, op, b = found.groups()
+        return (f" (the function compares {a} {op} {b}, which depends on the symbolic size: a --constraint that "
+                f"decides it, e.g. \"{a} {op} {b}\" when that always holds, or a fixed size in the spec, lets "
+                "it trace)")
+    return ""
