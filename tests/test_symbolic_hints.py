@@ -121,3 +121,35 @@ def test_an_inconclusive_comparison_behind_a_library_first_line_is_found():
     text = _trace_message("f", e, None)
     assert text.splitlines()[0].startswith("tracing f failed: Wrapped: Exception encountered")
     assert 'e.g. "s >= 10"' in text
+
+
+def first_three_plus(x, y):
+    return x[:, :3] + y
+
+
+def cumsum_after_three(x):
+    return jnp.cumsum(x[:, 3:], axis=1)
+
+
+def test_a_min_that_must_be_the_number_assumes_the_other_way():
+    """x[:, :3] has min(s, 3) columns; added to y's 3 it must be 3: s >= 3 (s <= 3 would be wrong)."""
+    y = np.ones((2, 3), np.float32)
+    with pytest.warns(UserWarning, match=r"assumed s >= 3: .*min\(s, 3\), which is 3 only there"):
+        model = jaxconv.to_onnx(first_three_plus, "f32[b,s]", "f32[b,3]")
+    x = np.random.default_rng(3).standard_normal((2, 9)).astype(np.float32)
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(got[0], np.asarray(jax.jit(first_three_plus)(x, y)))
+
+
+def test_a_min_in_a_shape_rule_comparison_is_not_read_as_a_broadcast(recwarn):
+    """cumsum(x[:, 3:]) compares s - min(s, 3) >= 1 in reduce_window's rule: that is assumed (s >= 4),
+    never s <= 3, which would make every column vanish."""
+    try:
+        jaxconv.to_onnx(cumsum_after_three, "f32[b,s]")
+    except jaxconv.JaxconvError:
+        pass  # the scan over a window of s - min(s, 3) is refused; what matters is what was assumed
+    said = [str(w.message) for w in recwarn if "assumed" in str(w.message)]
+    assert said and all("s <= 3" not in m for m in said), said
+    assert "- min(s, 3) + s >= 1" in said[0]

@@ -48,11 +48,9 @@ class Assumed:
 def implied(error: BaseException | None) -> Assumed | None:
     """The bound a failed trace (the exception jax raised) says the function needs, or None."""
     text = str(error or "")
-    found = _BOUND.search(text.strip().split("\n", 1)[0])
-    if found is not None:
-        kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
-        bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
-        return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {name} only there")
+    bound = _broadcast_bound(text.strip().split("\n", 1)[0])
+    if bound is not None:
+        return bound
     rule = _shape_rule(error)
     compared = _INCONCLUSIVE.search(text)
     if rule is None or compared is None:
@@ -61,6 +59,26 @@ def implied(error: BaseException | None) -> Assumed | None:
     if bound is None:
         return None
     return Assumed(bound, f"JAX's shape rule for {rule} needs it")
+
+
+def _broadcast_bound(first: str) -> Assumed | None:
+    """From a broadcasting error between a shape holding ``min(n, s)`` and one that holds ``s`` itself
+    (Hugging Face's causal mask against the sequence): ``s <= n``; against one that holds ``n`` (``x[:, :3]
+    + y[b, 3]``): ``s >= n``; ``max`` the other way round. Only where exactly one of the two stands bare in
+    the other shapes: that is the size the broadcast needs, and JAX fails on any size where it is not."""
+    found = _BOUND.search(first)
+    if found is None or "for broadcasting" not in first:
+        return None
+    kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
+    rest = _BOUND.sub("", first)
+    bare = [re.search(rf"[\[(,]\s*{re.escape(token)}\s*[\]),]", rest) is not None for token in (name, n)]
+    if bare == [True, False]:  # min(n, s) must be s
+        bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
+        return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {name} only there")
+    if bare == [False, True]:  # min(n, s) must be n
+        bound = f"{name} >= {n}" if kind == "min" else f"{name} <= {n}"
+        return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {n} only there")
+    return None
 
 
 def _shape_rule(error: BaseException | None) -> str | None:
@@ -74,9 +92,11 @@ def _shape_rule(error: BaseException | None) -> str | None:
         frames = traceback.extract_tb(error.__traceback__)
         callers = [f for f in frames if not f.filename.endswith(_SHAPE_POLY)]
         if len(callers) < len(frames) and callers:  # this traceback holds the comparison's own frames
-            caller = callers[-1]
-            if _LAX in caller.filename and caller.name.endswith("_shape_rule"):
-                return caller.name.strip("_").removesuffix("_shape_rule")
+            for caller in reversed(callers):  # back through lax's own checks (_check_shapelike) to the rule
+                if _LAX not in caller.filename:
+                    break
+                if caller.name.endswith("_shape_rule"):
+                    return caller.name.strip("_").removesuffix("_shape_rule").removeprefix("common_")
         error = error.__cause__ or error.__context__
         seen += 1
     return None
@@ -112,11 +132,11 @@ def hint(first: str) -> str:
     """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide (a
     ``min(128, s)``, a ``max(2, b)``, an inconclusive comparison); "" for other errors."""
     found = _BOUND.search(first)
-    if found is not None:
-        bound = implied(Exception(first))
-        assert bound is not None
+    bound = _broadcast_bound(first)
+    if found is not None and bound is not None:
         name = found.group(3) or found.group(4)
-        return (f" (a shape holds {found.group(0)}, which is {name} only where {bound.constraint}: if it always is, "
+        size = name if bound.why.endswith(f"which is {name} only there") else found.group(2) or found.group(5)
+        return (f" (a shape holds {found.group(0)}, which is {size} only where {bound.constraint}: if it always is, "
                 f"say so with --constraint \"{bound.constraint}\" (constraints=[\"{bound.constraint}\"] in Python))")
     found = _INCONCLUSIVE.search(first)
     if found is not None:
