@@ -62,12 +62,13 @@ def implied(error: BaseException | None) -> Assumed | None:
 
 
 def _broadcast_bound(first: str) -> Assumed | None:
-    """From a broadcasting error between a shape holding ``min(n, s)`` and one that holds ``s`` itself
+    """From an error between shapes that must agree (a broadcast, a dot_general's batch dimensions), one
+    holding ``min(n, s)`` and one that holds ``s`` itself
     (Hugging Face's causal mask against the sequence): ``s <= n``; against one that holds ``n`` (``x[:, :3]
     + y[b, 3]``): ``s >= n``; ``max`` the other way round. Only where exactly one of the two stands bare in
     the other shapes: that is the size the broadcast needs, and JAX fails on any size where it is not."""
     found = _BOUND.search(first)
-    if found is None or "for broadcasting" not in first:
+    if found is None or "is inconclusive" in first:  # a comparison, not shapes that must agree
         return None
     kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
     rest = _BOUND.sub("", first)
