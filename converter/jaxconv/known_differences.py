@@ -6,7 +6,8 @@ no reference there), each with why.
 - ``as_pooling_nan``: NaN in the artifact where jax.jit has a number, in a program with max/min
   pooling or argmax/argmin (XLA on the CPU keeps or drops NaN there by the tensor's size);
 - ``as_program_order``: elements where the artifact has JAX's op-by-op value (XLA's fused code drops
-  NaN or reorders divisions) or NaN as float64 has (XLA flushed a subnormal intermediate);
+  NaN or reorders divisions), where float64 is NaN and jax.jit a number, or where the artifact has
+  float64's infinity (XLA flushed a subnormal intermediate);
 - ``as_fft_overflow``: inf or NaN on one side only, in a program with an FFT or a complex product;
 - ``as_jit_overflow``: jax.jit inf or NaN where the float64 result is finite, alone.
 
@@ -199,8 +200,8 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
     second moment of -FLT_MIN decayed by 0.999 gives sqrt(-0) = -0 in jax.jit, NaN in float64 and in the
     artifact; Lion's sign of such a value is 0 in jax.jit, -1 in the artifact, NaN in float64), or when
     the artifact has float64's infinity (a softmax weight exp(-100), subnormal in float32, times inf:
-    jax.jit flushes it, 0 * inf = NaN; float64 and the artifact inf). The
-    op-by-op run happens only when a mismatching row has an element float64 does not explain."""
+    jax.jit flushes it, 0 * inf = NaN; float64 and the artifact inf). The op-by-op run happens only
+    when a mismatching row has an element float64 does not explain."""
     candidates = [i for i, (r, cls) in enumerate(zip(rows, classes))
                   if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None]
     if not candidates:

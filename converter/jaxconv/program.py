@@ -119,7 +119,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
                 if bound is None:
                     raise  # nothing to assume (after an assumption: the next problem in the function)
                 if bound.constraint in given or len(assumed) >= _MAX_ASSUMED or not _parses(bound.constraint):
-                    raise first_error from e.__cause__  # the assumption did not help: the first error, with its hint
+                    raise first_error  # the assumption did not help: the first error, with its hint
                 assumed.append(bound)
                 continue
             program.assumed = tuple(assumed)
@@ -231,8 +231,9 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
                 "fix static values with functools.partial or a wrapper function)")
     else:
         from jaxconv.symbolic_bounds import hint as symbolic_hint
+        from jaxconv.symbolic_bounds import inconclusive_line
 
-        hint = symbolic_hint(_inconclusive_text(e) or first)
+        hint = symbolic_hint(inconclusive_line(e) or first)
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
 
 
@@ -247,15 +248,6 @@ def _parses(constraint: str) -> bool:
     except SpecError:
         return False
     return True
-
-
-def _inconclusive_text(e: BaseException) -> str:
-    """The line of an inconclusive symbolic comparison anywhere in ``e``'s message (a library may wrap
-    it: keras puts its own first line before it), or ""."""
-    for line in str(e).splitlines():
-        if "is inconclusive" in line:
-            return line.strip().strip("\x1b[1m").strip()
-    return ""
 
 
 def _check_constraints(constraints: Sequence[str]) -> None:

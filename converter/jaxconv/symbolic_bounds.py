@@ -129,6 +129,15 @@ def _as_constraint(a: str, op: str, b: str) -> str | None:
     return None
 
 
+def inconclusive_line(error: BaseException) -> str:
+    """The line of an inconclusive symbolic comparison anywhere in ``error``'s message (a library may wrap
+    it: keras puts its own first line before it, and a terminal's bold around it), or ""."""
+    for line in str(error).splitlines():
+        if "is inconclusive" in line:
+            return re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    return ""
+
+
 def hint(first: str) -> str:
     """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide (a
     ``min(128, s)``, a ``max(2, b)``, an inconclusive comparison); "" for other errors."""
