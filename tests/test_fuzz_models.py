@@ -120,6 +120,12 @@ def test_model_products_and_norm_overflows_are_known_only_with_huge_inputs():
     assert known.match("scores+padding_bias+softmax/f32/nan", frozenset({"nan-input"})) is None
     assert known.match("softmax+scores/f32/nan", frozenset({"huge-input"})) is None
     assert known.match("dense_down/f32/signed-zero") is not None
+    # a conv's overflow reaching a later layer (model seed 31415094633: conv, relu, max pool, mean, dense)
+    assert known.match("conv_nhwc+relu+..+dense_head/f32/nan", frozenset({"huge-input"})) is not None
+    assert known.match("conv_nhwc+relu+..+dense_head/f32/nan", frozenset()) is None
+    # a product in a loop body (model seed 31415094409: tanh(c @ v2 + v3) with +-FLT_MAX in c and v2)
+    assert known.match("fori_loop/f32/nan", frozenset({"huge-input", "product-in-loop"})) is not None
+    assert known.match("fori_loop/f32/nan", frozenset({"huge-input"})) is None
     # the layer norm op's overflow (open, the xfails below) only where an input's square can overflow:
     # within 16x of sqrt(FLT_MAX) (found at 3.5e29 among ones, fuzz seed 27182081651)
     assert known.match("norm_one_pass/f32/nan", frozenset({"square-overflow-input"})) is not None
@@ -252,3 +258,15 @@ def test_attention_heads_before_a_deep_graph_convert():
     x = r.standard_normal((2, 3, 16)).astype(np.float32)
     _, got = _onnx(fn, x)
     assert compare_all([np.asarray(jax.jit(fn)(x))], got) is None
+
+
+def test_a_product_in_a_loop_body_is_a_fact_of_the_program():
+    from conformance.fuzz import known
+    from conformance.fuzz.program import FuzzProgram, Step
+
+    def program(expr, op="fori_loop"):
+        return FuzzProgram(inputs=[0], steps=[Step(op=op, args=(0,), expr=expr, out=1)], outputs=[1])
+
+    with_product = program("lax.fori_loop(0, 1, lambda i, c: jnp.tanh(c @ v2 + v3) * jnp.exp(v1), v0)")
+    assert "product-in-loop" in known.program_facts(with_product)
+    assert "product-in-loop" not in known.program_facts(program("lax.fori_loop(0, 1, lambda i, c: c * 2, v0)"))

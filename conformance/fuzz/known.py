@@ -128,7 +128,7 @@ LN_SQUARES = ("jax.jit's one-pass layer norm (mean(x * x) - mean(x) ** 2) overfl
 # Chains that begin with such a product: a difference it makes near FLT_MAX (inf against a finite sum, or ONNX
 # Runtime's optimizer folding a constant scale into the product: (q @ k) * c for (q * c) @ k, W * g in a Conv)
 # reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it.
-MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "attend+*", "conv_nhwc+batch_norm*")
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "attend+*", "conv_nhwc+*")
 
 KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
@@ -153,6 +153,9 @@ KNOWN: tuple[Known, ...] = (
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
     Known("reduce_var+asin/*/nan", VAR_ROUNDING),
     Known("while_loop/*/value", LOOP_TAN, frozenset({"tan-in-loop"})),
+    # a product in a loop body over a huge input: where its sums overflow depends on their order
+    *(Known(f"{loop}/*/{kind}", SUM_ORDER, HUGE | {"product-in-loop"})
+      for loop in ("fori_loop", "while_loop", "scan") for kind in ("value", "nan", "inf")),
     # Not NaN for conv: there a huge input proves nothing (convzeros.py tells padding x inf from inf - inf).
     *(Known(f"conv/*/{kind}", SUM_ORDER, HUGE) for kind in ("value", "inf")),
     Known("conv/*/overflow-order", SUM_ORDER),
@@ -210,15 +213,21 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
     return frozenset(found)
 
 
+_PRODUCTS = (" @ ", "jnp.dot(", "jnp.matmul(", "einsum(", "dot_general(")
+
+
 def program_facts(program: FuzzProgram) -> frozenset[str]:
     """``tan-in-loop`` (a loop body applies tan), ``window-2d`` (a reduce_window over 2+ active dims),
-    ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``clz`` (a step counts
+    ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``product-in-loop`` (a
+    loop body takes a matrix product), ``clz`` (a step counts
     leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0), ``huge-weight`` (a closed-over
     weight with edge values holds a finite value within a factor 16 of its dtype's largest)."""
     found = set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
             found.add("tan-in-loop")
+        if step.op in ("while_loop", "fori_loop", "scan") and any(p in step.expr for p in _PRODUCTS):
+            found.add("product-in-loop")
         if (step.op.startswith("reduce_window") or step.op in ("sum_pool", "mean_pool")) \
                 and _active_window_dims(step.expr) >= 2:
             found.add("window-2d")
