@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxconv
-from jaxconv.errors import TraceError
+from jaxconv.errors import JaxconvWarning, TraceError
 
 CAUSAL = np.tril(np.ones((128, 128), bool))
 
@@ -32,7 +32,7 @@ def first_ten(x):
 def test_a_buffer_sliced_to_the_sequence_assumes_its_bound():
     """min(128, s) broadcast against s traces only where s <= 128 (JAX itself fails beyond): the
     conversion assumes it, says so, and the default check runs within it."""
-    with pytest.warns(UserWarning, match=r'assumed s <= 128: .*min\(128, s\).*constraints=\["s <= 128"\]'):
+    with pytest.warns(JaxconvWarning, match=r'assumed s <= 128: .*min\(128, s\).*constraints=\["s <= 128"\]'):
         model = jaxconv.to_onnx(masked_scores, "f32[b,s]")
     assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "s"
     x = np.random.default_rng(0).standard_normal((2, 7)).astype(np.float32)
@@ -99,7 +99,7 @@ def with_positions(x):
 
 
 def test_a_bound_a_jax_shape_rule_needs_is_assumed():
-    with pytest.warns(UserWarning, match=r"assumed s <= 64: JAX's shape rule for dynamic_slice needs it"):
+    with pytest.warns(JaxconvWarning, match=r"assumed s <= 64: JAX's shape rule for dynamic_slice needs it"):
         model = jaxconv.to_onnx(with_positions, "f32[b,s,8]")  # the default check runs within the bound
     x = np.random.default_rng(2).standard_normal((3, 9, 8)).astype(np.float32)
     import onnxruntime as ort
@@ -134,7 +134,7 @@ def cumsum_after_three(x):
 def test_a_min_that_must_be_the_number_assumes_the_other_way():
     """x[:, :3] has min(s, 3) columns; added to y's 3 it must be 3: s >= 3 (s <= 3 would be wrong)."""
     y = np.ones((2, 3), np.float32)
-    with pytest.warns(UserWarning, match=r"assumed s >= 3: .*min\(s, 3\), which is 3 only there"):
+    with pytest.warns(JaxconvWarning, match=r"assumed s >= 3: .*min\(s, 3\), which is 3 only there"):
         model = jaxconv.to_onnx(first_three_plus, "f32[b,s]", "f32[b,3]")
     x = np.random.default_rng(3).standard_normal((2, 9)).astype(np.float32)
     import onnxruntime as ort

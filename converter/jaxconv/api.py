@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from jaxconv.errors import UsageError
+from jaxconv.errors import JaxconvWarning, UsageError
 from jaxconv.program import Program, require_specs, trace
 from jaxconv.verify import CheckReport, check_runner, raise_on_mismatch
 
@@ -20,7 +20,7 @@ def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constrai
         import warnings
 
         for bound in program.assumed:
-            warnings.warn(bound.text(python=True), stacklevel=3)
+            warnings.warn(bound.text(python=True), JaxconvWarning, stacklevel=3)
     return program
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from jaxconv.errors import ArtifactError, JaxconvError, UsageError
+from jaxconv.errors import ArtifactError, JaxconvError, JaxconvWarning, UsageError
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -246,13 +246,16 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
 
     try:
         with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always", UserWarning)
+            warnings.simplefilter("always", JaxconvWarning)
             model = api.to_onnx(program, path=args.output, opset=args.opset, check=not args.no_check,
                                 rtol=args.rtol, atol=args.atol, report_to=reports, keep_weights=False)
     finally:
         _print_reports(reports)
-    for w in said:
-        print(f"jaxconv: warning: {w.message}", file=sys.stderr)
+    for w in said:  # jaxconv's own in its words; a library's as Python shows it
+        if issubclass(w.category, JaxconvWarning):
+            print(f"jaxconv: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     data = args.output + ".data"
     beside = f"; weights in {data}, keep it beside the model" if any(
         e.key == "location" and e.value == os.path.basename(data) for t in model.graph.initializer

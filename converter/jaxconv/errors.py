@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+class JaxconvWarning(UserWarning):
+    """What jaxconv chose for the user and says so: an opset raised, a symbolic bound assumed."""
+
+
 class JaxconvError(Exception):
     """Base class of every error jaxconv reports to a user.
 

@@ -35,7 +35,9 @@ def test_the_default_opset_rises_to_what_a_construct_needs():
 
     rng = np.random.default_rng(0)
     a, v = rng.standard_normal(10).astype(np.float32), rng.standard_normal(4).astype(np.float32)
-    with pytest.warns(UserWarning, match=r"built for ONNX opset 26 rather than the default 21: .*TOTALORDER"):
+    from jaxconv.errors import JaxconvWarning
+
+    with pytest.warns(JaxconvWarning, match=r"built for ONNX opset 26 rather than the default 21: .*TOTALORDER"):
         model = jaxconv.to_onnx(_sorted_lookup, a, v)  # the default check runs it in ONNX Runtime
     assert model.opset_import[0].version == 26
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a, "v": v})
@@ -64,3 +66,16 @@ def test_the_cli_says_which_opset_it_built(tmp_path, capsys):
     assert code == 0 and out.exists(), err
     assert "(opset 26," in stdout
     assert "jaxconv: warning: built for ONNX opset 26 rather than the default 21" in err
+
+
+def test_the_cli_leaves_a_library_warning_as_python_shows_it(tmp_path, capsys):
+    from cli_support import run_cli
+
+    src = tmp_path / "noisy.py"
+    src.write_text("import warnings\n\nimport jax.numpy as jnp\n\n\ndef f(x):\n"
+                   "    warnings.warn('a library speaking', UserWarning)\n"
+                   "    return jnp.searchsorted(jnp.sort(x), x)\n")
+    code, _, err = run_cli(["to-onnx", f"{src}:f", "--specs", "f32[6]", "-o", str(tmp_path / "m.onnx")], capsys)
+    assert code == 0, err
+    assert "jaxconv: warning: built for ONNX opset 26" in err
+    assert "jaxconv: warning: a library speaking" not in err

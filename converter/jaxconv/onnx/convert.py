@@ -65,7 +65,7 @@ def lower_at_needed_opset(lower: Any, opset: int, raise_opset: bool) -> Any:
     their bits with BitCast (opset 26)."""
     import warnings
 
-    from jaxconv.errors import OpsetRequired
+    from jaxconv.errors import JaxconvWarning, OpsetRequired
 
     while True:
         try:
@@ -75,7 +75,7 @@ def lower_at_needed_opset(lower: Any, opset: int, raise_opset: bool) -> Any:
                 raise
             opset = e.needed
             warnings.warn(f"built for ONNX opset {opset} rather than the default {DEFAULT_OPSET}: {e.what} needs it "
-                          f"(choose one with --opset)", stacklevel=5)  # the caller of to_onnx
+                          f"(choose one with --opset)", JaxconvWarning, stacklevel=5)  # the caller of to_onnx
             continue
         return model
 
