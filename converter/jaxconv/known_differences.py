@@ -158,38 +158,34 @@ PROGRAM_ORDER_NOTE = ("jax.jit's compiled code reorders the program's arithmetic
                       "intermediates to zero; the artifact follows the program's own order")
 
 
-def program_order_explains(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray, eager: np.ndarray | None,
-                           truth: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per element, two masks over the mismatching ones: (the artifact has what JAX run op by op has,
-    its inf or NaN or a value within tolerance of it, a zero of its sign; the float64 result is NaN and
-    jax.jit's a number, so no reference value exists there, or the artifact has float64's infinity).
-    Real float outputs only (others: two all-False masks)."""
-    none = np.zeros(cls.shape, bool)
-    expected = np.asarray(expected)
-    if not is_float(expected) or expected.dtype.kind == "c" or cls.shape != expected.shape:
-        return none, none
-    bad = cls == MISMATCH
-    a = as_float64(actual)
-    rtol, atol = tolerance(expected.dtype.name, None, None)
+def _as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, dtype: str) -> np.ndarray:
+    """The mismatching elements where the artifact has what JAX run op by op has: its inf or NaN, or a value
+    within the dtype's tolerance of it, a zero of its sign."""
+    if eager is None or np.shape(eager) != bad.shape:
+        return np.zeros(bad.shape, bool)
+    a, g = as_float64(actual), as_float64(eager)
+    rtol, atol = tolerance(dtype, None, None)
     with np.errstate(all="ignore"):
-        by_eager = none
-        if eager is not None and np.shape(eager) == cls.shape:
-            g = as_float64(eager)
-            zero_signs = (a != 0) | (g != 0) | (np.signbit(a) == np.signbit(g))
-            same = ((np.isnan(a) & np.isnan(g)) | (np.isinf(a) & (a == g))
-                    | (np.isfinite(a) & np.isfinite(g) & (np.abs(a - g) <= atol + rtol * np.abs(g)) & zero_signs))
-            by_eager = bad & same
-        by_float64 = none
-        if truth is not None and np.shape(truth) == cls.shape:
-            t = as_float64(truth)
-            no_value = np.isnan(t) & ~np.isnan(as_float64(expected))  # float64 NaN, jax.jit a number
-            by_float64 = bad & ~by_eager & (no_value | (np.isinf(a) & (a == t)))  # or float64's infinity
-    return by_eager, by_float64
+        zero_signs = (a != 0) | (g != 0) | (np.signbit(a) == np.signbit(g))
+        same = ((np.isnan(a) & np.isnan(g)) | (np.isinf(a) & (a == g))
+                | (np.isfinite(a) & np.isfinite(g) & (np.abs(a - g) <= atol + rtol * np.abs(g)) & zero_signs))
+    return bad & same
+
+
+def _as_float64(expected: np.ndarray, actual: np.ndarray, truth: np.ndarray | None, bad: np.ndarray) -> np.ndarray:
+    """The mismatching elements where float64 is NaN and jax.jit a number (no reference value exists), or
+    where the artifact has float64's infinity."""
+    if truth is None or np.shape(truth) != bad.shape:
+        return np.zeros(bad.shape, bool)
+    a, t = as_float64(actual), as_float64(truth)
+    no_value = np.isnan(t) & ~np.isnan(as_float64(expected))
+    return bad & (no_value | (np.isinf(a) & (a == t)))
 
 
 def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                      arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-                     actual: Sequence[np.ndarray], truth: Sequence[np.ndarray] | None = None) -> list[OutputCheck]:
+                     actual: Sequence[np.ndarray], truth: Sequence[np.ndarray] | None = None,
+                     op_by_op: Callable[[], Any] | None = None) -> list[OutputCheck]:
     """Mismatches on edge values whose every mismatching element the artifact computes as the program
     says and jax.jit's compiled code does not, as ``undecided`` rows naming why; others unchanged.
 
@@ -200,30 +196,24 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
     second moment of -FLT_MIN decayed by 0.999 gives sqrt(-0) = -0 in jax.jit, NaN in float64 and in the
     artifact; Lion's sign of such a value is 0 in jax.jit, -1 in the artifact, NaN in float64), or when
     the artifact has float64's infinity (a softmax weight exp(-100), subnormal in float32, times inf:
-    jax.jit flushes it, 0 * inf = NaN; float64 and the artifact inf). The op-by-op run happens only
-    when a mismatching row has an element float64 does not explain."""
+    jax.jit flushes it, 0 * inf = NaN; float64 and the artifact inf). The op-by-op run (``op_by_op``, the
+    caller's shared one, else its own) happens only when a row has an element float64 does not explain."""
     candidates = [i for i, (r, cls) in enumerate(zip(rows, classes))
-                  if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None]
-    if not candidates:
-        return rows
+                  if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_float(np.asarray(expected[i]))
+                  and np.asarray(expected[i]).dtype.kind != "c" and np.shape(cls) == np.shape(expected[i])]
     wide = truth if truth is not None and len(truth) == len(rows) else None
-    eager: list[np.ndarray] | None = None
+    run = op_by_op or (lambda: references.eager_outputs(fn, arg_specs, flat))
     out = list(rows)
     for i in candidates:
-        cls = classes[i]
-        assert cls is not None
-        t = wide[i] if wide is not None else None
-        bad = cls == MISMATCH
-        _, by_float64 = program_order_explains(expected[i], actual[i], cls, None, t)
-        if not bad.any() or not is_float(np.asarray(expected[i])) or np.asarray(expected[i]).dtype.kind == "c":
-            continue
-        g = None
-        if not bool((by_float64 | ~bad).all()):
-            if eager is None:
-                eager = references.eager_outputs(fn, arg_specs, flat) or []
-            g = eager[i] if i < len(eager) else None
-        by_eager, by_float64 = program_order_explains(expected[i], actual[i], cls, g, t)
-        if bool((by_eager | by_float64 | ~bad).all()):
+        bad = classes[i] == MISMATCH
+        with np.errstate(all="ignore"):
+            by_float64 = _as_float64(expected[i], actual[i], wide[i] if wide is not None else None, bad)
+            by_eager = np.zeros(bad.shape, bool)
+            if bad.any() and not (by_float64 | ~bad).all():
+                eager = run() or []
+                by_eager = _as_op_by_op(actual[i], eager[i] if i < len(eager) else None, bad & ~by_float64,
+                                        np.asarray(expected[i]).dtype.name)
+        if bad.any() and bool((by_eager | by_float64 | ~bad).all()):
             parts = []
             if by_eager.any():
                 parts.append(f"{int(by_eager.sum())} have JAX's op-by-op value")

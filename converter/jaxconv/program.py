@@ -9,7 +9,8 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from jaxconv.errors import TraceError, UsageError
 from jaxconv.signature import Signature, input_infos, output_infos
-from jaxconv.symbolic_bounds import Assumed, implied, unfiltered_tracebacks
+from jaxconv.symbolic_bounds import Assumed, implied, inconclusive_line, unfiltered_tracebacks
+from jaxconv.symbolic_bounds import hint as symbolic_hint
 
 
 @dataclass
@@ -230,9 +231,6 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
         hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
                 "fix static values with functools.partial or a wrapper function)")
     else:
-        from jaxconv.symbolic_bounds import hint as symbolic_hint
-        from jaxconv.symbolic_bounds import inconclusive_line
-
         hint = symbolic_hint(inconclusive_line(e) or first)
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
 

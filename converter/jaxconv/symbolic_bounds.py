@@ -141,13 +141,10 @@ def inconclusive_line(error: BaseException) -> str:
 def hint(first: str) -> str:
     """A hint naming the ``--constraint`` that settles a symbolic shape jax.export cannot decide (a
     ``min(128, s)``, a ``max(2, b)``, an inconclusive comparison); "" for other errors."""
-    found = _BOUND.search(first)
     bound = _broadcast_bound(first)
-    if found is not None and bound is not None:
-        name = found.group(3) or found.group(4)
-        size = name if bound.why.endswith(f"which is {name} only there") else found.group(2) or found.group(5)
-        return (f" (a shape holds {found.group(0)}, which is {size} only where {bound.constraint}: if it always is, "
-                f"say so with --constraint \"{bound.constraint}\" (constraints=[\"{bound.constraint}\"] in Python))")
+    if bound is not None:
+        return (f" ({bound.why}, i.e. where {bound.constraint}: if that always holds, say so with --constraint "
+                f"\"{bound.constraint}\" (constraints=[\"{bound.constraint}\"] in Python))")
     found = _INCONCLUSIVE.search(first)
     if found is not None:
         a, op, b = found.groups()
