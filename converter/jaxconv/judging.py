@@ -13,6 +13,7 @@ import numpy as np
 from jaxconv import references
 from jaxconv.check_context import release_compiled
 from jaxconv.check_inputs import flush_subnormals
+from jaxconv.excess_precision import as_excess_precision
 from jaxconv.compare import (
     MISMATCH,
     OK,
@@ -53,6 +54,9 @@ def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], sig
     rows = (_judge_open(runner, fn, arg_specs, flat, expected, actual, rtol, atol, label, names, judged, open_, wide,
                         op_by_op) if open_ else judged)
     rows = _zero_signs(rows, runner, fn, arg_specs, flat, expected, actual, op_by_op)
+    excused = as_excess_precision([row for row, _ in rows], [cls for _, cls in rows], fn, arg_specs, flat, actual,
+                                  op_by_op)
+    rows = [(row, cls) for row, (_, cls) in zip(excused, rows)]
     if all(row.verdict != "mismatch" for row, _ in rows):
         return [row for row, _ in rows]
     kind = getattr(runner, "kind", "")

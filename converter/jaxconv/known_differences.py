@@ -86,25 +86,16 @@ NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax"
 POOLING_NAN_NOTE = "XLA on the CPU drops NaN in max pooling depending on the tensor size"
 
 
-def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
-                     names: frozenset[str] = NAN_DROPPING_OPS) -> set[str] | None:
-    """The ops of ``NAN_DROPPING_OPS`` in the traced program (a generic ``reduce_window`` with a max or
-    min body counts as ``reduce_window_max``/``_min``); None when the program cannot be traced here."""
+def program_eqns(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[Any] | None:
+    """Every equation of the traced program, those of nested jaxprs (loop bodies, branches, calls) too;
+    None when the program cannot be traced here."""
     import jax
 
-    found: set[str] = set()
+    found: list[Any] = []
 
     def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
-            name = eqn.primitive.name
-            if name in names:
-                found.add(name)
-            if name == "dot_general" and "dot_general_complex" in names and any(
-                    getattr(getattr(v, "aval", None), "dtype", np.dtype("f4")).kind == "c" for v in eqn.invars):
-                found.add("dot_general_complex")
-            body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
-            if name == "reduce_window" and hasattr(body, "eqns"):
-                found.update(f"reduce_window_{e.primitive.name}" for e in body.eqns if e.primitive.name in ("max", "min"))
+            found.append(eqn)
             for p in eqn.params.values():
                 for sub in (p if isinstance(p, (list, tuple)) else [p]):
                     inner = getattr(sub, "jaxpr", sub)
@@ -117,6 +108,27 @@ def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seq
         walk(jax.make_jaxpr(fn)(*args).jaxpr)
     except Exception:  # noqa: BLE001
         return None
+    return found
+
+
+def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                     names: frozenset[str] = NAN_DROPPING_OPS) -> set[str] | None:
+    """The ops of ``names`` (default ``NAN_DROPPING_OPS``) in the traced program (a generic ``reduce_window``
+    with a max or min body counts as ``reduce_window_max``/``_min``); None when the program cannot be traced here."""
+    eqns = program_eqns(fn, arg_specs, flat)
+    if eqns is None:
+        return None
+    found: set[str] = set()
+    for eqn in eqns:
+        name = eqn.primitive.name
+        if name in names:
+            found.add(name)
+        if name == "dot_general" and "dot_general_complex" in names and any(
+                getattr(getattr(v, "aval", None), "dtype", np.dtype("f4")).kind == "c" for v in eqn.invars):
+            found.add("dot_general_complex")
+        body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
+        if name == "reduce_window" and hasattr(body, "eqns"):
+            found.update(f"reduce_window_{e.primitive.name}" for e in body.eqns if e.primitive.name in ("max", "min"))
     return found
 
 
@@ -158,11 +170,13 @@ PROGRAM_ORDER_NOTE = ("jax.jit's compiled code reorders the program's arithmetic
                       "intermediates to zero; the artifact follows the program's own order")
 
 
-def _as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, dtype: str) -> np.ndarray:
+def as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, dtype: str) -> np.ndarray:
     """The mismatching elements where the artifact has what JAX run op by op has: its inf or NaN, or a value
-    within the dtype's tolerance of it, a zero of its sign."""
+    within the dtype's tolerance of it, a zero of its sign; for integers and bools, its value."""
     if eager is None or np.shape(eager) != bad.shape:
         return np.zeros(bad.shape, bool)
+    if not is_float(np.asarray(actual)):
+        return bad & (np.asarray(actual) == np.asarray(eager))
     a, g = as_float64(actual), as_float64(eager)
     rtol, atol = tolerance(dtype, None, None)
     with np.errstate(all="ignore"):
@@ -211,7 +225,7 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
             by_eager = np.zeros(bad.shape, bool)
             if bad.any() and not (by_float64 | ~bad).all():
                 eager = run() or []
-                by_eager = _as_op_by_op(actual[i], eager[i] if i < len(eager) else None, bad & ~by_float64,
+                by_eager = as_op_by_op(actual[i], eager[i] if i < len(eager) else None, bad & ~by_float64,
                                         np.asarray(expected[i]).dtype.name)
         if bad.any() and bool((by_eager | by_float64 | ~bad).all()):
             parts = []

@@ -115,7 +115,8 @@ class CheckReport:
 
 
 def _result_text(r: OutputCheck) -> str:
-    return {"ok": "ok", "float64": "ok (float64)", "subnormal": "ok (subnormal)", "undecided": "UNDECIDED",
+    return {"ok": "ok", "float64": "ok (float64)", "subnormal": "ok (subnormal)", "op-by-op": "ok (op by op)",
+            "undecided": "UNDECIDED",
             EDGE: "differs on edge values"}.get(r.verdict, "MISMATCH" if not r.ok else "ok")
 
 

@@ -1,0 +1,118 @@
+"""The check on bfloat16 programs, whose arithmetic jax.jit computes in float32 without rounding between ops.
+
+XLA on the CPU computes a bfloat16 op in float32 and drops the rounding to bfloat16 between such ops
+(excess precision), so ``jnp.exp(x.astype(bfloat16)).astype(float32)`` differs from the program, and
+from JAX run op by op, by bfloat16's rounding. The ONNX model rounds as the program says. These
+programs failed the default check on random inputs ("written but is WRONG"); an element is now ``ok (op
+by op)`` when it has JAX's op-by-op value, and anything else stays a mismatch. References are JAX's own
+runs, never the code under test.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxconv
+from jaxconv.check_context import check_options
+from jaxconv.compare import MISMATCH
+from jaxconv.excess_precision import NOTE, VERDICT, as_excess_precision, narrow_arithmetic
+from jaxconv.judging import judge_set
+from jaxconv.runtimes import open_artifact
+from jaxconv.signature import Signature, input_infos, output_infos
+
+BF16 = jnp.bfloat16
+_rng = np.random.default_rng(3)
+W = _rng.standard_normal((8, 5)).astype(np.float32)
+
+
+def exp_bf16(x):
+    return jnp.exp(x.astype(BF16)).astype(jnp.float32)
+
+
+def dense_bf16(x):
+    """A bfloat16 dense layer (Flax's ``dtype=jnp.bfloat16`` with float32 params) cast back to float32."""
+    return jnp.tanh(x.astype(BF16) @ W.astype(BF16) + 1.0).astype(jnp.float32)
+
+
+def softmax_bf16(x):
+    return jax.nn.softmax(x.astype(BF16), axis=-1).astype(jnp.float32)
+
+
+def dot_bf16(x, w):
+    return (x.astype(BF16) @ w.astype(BF16)).astype(jnp.float32)
+
+
+CASES = [(exp_bf16, [(4, 8)]), (dense_bf16, [(4, 8)]), (softmax_bf16, [(4, 8)]), (dot_bf16, [(4, 8), (8, 3)])]
+
+
+def _specs(shapes):
+    return [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+
+
+@pytest.mark.parametrize("fn, shapes", CASES, ids=[c[0].__name__ for c in CASES])
+def test_bf16_program_passes_the_default_and_strict_check(fn, shapes):
+    args = [np.random.default_rng(0).standard_normal(s).astype(np.float32) for s in shapes]
+    jit = np.asarray(jax.jit(fn)(*args))
+    with jax.disable_jit():
+        eager = np.asarray(fn(*map(jnp.asarray, args)))
+    # the premise: jax.jit is not the program's rounding, far beyond float32's tolerance
+    assert np.max(np.abs(jit - eager) / np.abs(eager)) > 1e-3
+    reports: list = []
+    with check_options(strict=True):
+        jaxconv.to_onnx(fn, *_specs(shapes), report_to=reports)
+    random_rows = [row for report in reports for row in report.rows if row.inputs == "random"]
+    assert random_rows and all(row.ok for row in random_rows)
+    assert any(row.verdict == VERDICT for row in random_rows)
+    shown = "\n".join(report.table() for report in reports)
+    assert "ok (op by op)" in shown and "excess precision" in shown
+
+
+def _judged(fn, args, actual, tmp_path):
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+    path = str(tmp_path / "m.onnx")
+    jaxconv.to_onnx(fn, *specs, path=path, check=False)
+    out = jax.eval_shape(fn, *specs)
+    sig = Signature(input_infos(specs, [f"x{i}" for i in range(len(specs))]),
+                    output_infos([out], jax.tree_util.tree_structure(out)))
+    expected = [np.asarray(jax.jit(fn)(*args))]
+    return judge_set(open_artifact(path), fn, specs, sig, list(args), expected, [actual], None, None, "random")
+
+
+def test_an_element_off_the_op_by_op_value_stays_a_mismatch(tmp_path):
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    with jax.disable_jit():
+        eager = np.asarray(exp_bf16(jnp.asarray(x)))
+    wrong = eager.copy()
+    wrong[2, 3] *= 1 + 2.0 ** -7  # one bfloat16 step off the program's value
+    (row,) = _judged(exp_bf16, [x], wrong, tmp_path)
+    assert row.verdict == "mismatch" and not row.ok
+    (row,) = _judged(exp_bf16, [x], eager, tmp_path)
+    assert row.verdict == VERDICT and row.ok
+
+
+def test_float32_program_gets_no_such_excuse():
+    x = np.random.default_rng(2).standard_normal(6).astype(np.float32)
+    fn = lambda v: jnp.exp(v) * 3.0  # noqa: E731
+    expected = np.asarray(jax.jit(fn)(x))
+    actual = (expected * (1 + 1e-3)).astype(np.float32)
+    from jaxconv.compare import judge
+    row, cls = judge("output_0", expected, actual, inputs="random")
+    assert row.verdict == "mismatch"
+    spec = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
+    # even an op-by-op run that agreed with the artifact would not excuse a float32 program
+    (out,) = as_excess_precision([row], [cls], fn, spec, [x], [actual], lambda: [actual])
+    assert out.verdict == "mismatch" and (cls == MISMATCH).any()
+
+
+def test_narrow_arithmetic_reads_the_program():
+    spec = [jax.ShapeDtypeStruct((4, 8), jnp.float32)]
+    x = [np.zeros((4, 8), np.float32)]
+    assert narrow_arithmetic(exp_bf16, spec, x) == ["bfloat16"]
+    assert narrow_arithmetic(lambda v: jnp.exp(v.astype(jnp.float16)).astype(jnp.float32), spec, x) == ["float16"]
+    assert narrow_arithmetic(lambda v: jnp.exp(v), spec, x) == []
+    # a bare round trip keeps its rounding in jax.jit: nothing to excuse
+    assert narrow_arithmetic(lambda v: v.astype(BF16).astype(jnp.float32), spec, x) == []
+
