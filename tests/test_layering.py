@@ -93,8 +93,11 @@ LAYERS = {
     # XLA's results on edge values; neither reaches back into verify.
     "references.py": {"allowed": ("jaxconv.compare", "jaxconv.jit_reference")},
     "known_differences.py": {"allowed": ("jaxconv.compare", "jaxconv.references")},
+    "excess_precision.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
+    "nan_choices.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
     "judging.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences",
-                               "jaxconv.check_context", "jaxconv.check_inputs")},
+                               "jaxconv.excess_precision", "jaxconv.nan_choices", "jaxconv.check_context",
+                               "jaxconv.check_inputs")},
     "check_context.py": {"allowed": ("jaxconv.jit_reference",)},
     # proto_wire.py: protobuf's wire format for the readers and writers of model files; nothing of
     # jaxconv, and no protobuf library (it reads what they would load whole).

@@ -27,8 +27,8 @@ from jaxconv.known_differences import as_op_by_op, program_eqns
 
 VERDICT = "op-by-op"
 NARROW_FLOATS = ("bfloat16", "float16")
-NOTE = ("jax.jit computes the program's {dtypes} arithmetic in float32 without rounding between ops (XLA's "
-        "excess precision); the artifact rounds each op's result as the program says, as JAX run op by op does")
+NOTE = ("jax.jit skips the rounding between {dtypes} ops (XLA's excess precision); the artifact rounds each op "
+        "as the program and JAX run op by op do")
 
 
 def narrow_arithmetic(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[str]:

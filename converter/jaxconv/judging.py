@@ -14,6 +14,7 @@ from jaxconv import references
 from jaxconv.check_context import release_compiled
 from jaxconv.check_inputs import flush_subnormals
 from jaxconv.excess_precision import as_excess_precision
+from jaxconv.nan_choices import as_nan_choice
 from jaxconv.compare import (
     MISMATCH,
     OK,
@@ -34,6 +35,7 @@ from jaxconv.known_differences import (
     as_jit_overflow,
     as_pooling_nan,
     as_program_order,
+    as_sum_overflow,
     nan_dropping_ops,
 )
 
@@ -62,9 +64,11 @@ def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], sig
     kind = getattr(runner, "kind", "")
     out = [as_edge_difference(row, kind, e, a, cls) for (row, cls), e, a in zip(rows, expected, actual)]
     out = as_pooling_nan(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    out = as_nan_choice(out, [cls for _, cls in rows], fn, arg_specs, flat, runner)
     out = as_program_order(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual, wide.get("float64"),
                            op_by_op)
     out = as_fft_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, expected, actual)
+    out = as_sum_overflow(out, [cls for _, cls in rows], fn, arg_specs, flat, wide.get("float64"), expected, actual)
     return as_jit_overflow(out, [cls for _, cls in rows], wide.get("float64"), expected)
 
 

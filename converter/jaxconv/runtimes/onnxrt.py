@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from jaxconv.errors import ArtifactError
+from jaxconv.onnx.model_opset import default_opset
 
 _BF16 = 16  # TensorProto.BFLOAT16
 
@@ -90,6 +91,7 @@ class OnnxRunner:
         """
         self._source: str | bytes | None = path_or_bytes
         self.path = path_or_bytes if isinstance(path_or_bytes, str) else None  # the check's capped copy reads it
+        self.opset = default_opset(path_or_bytes)  # what the lowering could express (the check asks)
         self._options = (threads, spinning)
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
