@@ -81,6 +81,22 @@ def test_unused_argument_stays_an_input(tmp_path, capsys, user_file):
     assert [i.name for i in model.graph.input] == ["x", "unused", "y"]
 
 
+def test_a_parameter_with_a_default_may_be_given_a_spec(tmp_path, capsys, user_file):
+    """``def f(x, scale=2.0)``: one spec keeps the default, two make scale an input, three are refused."""
+    path = user_file("def f(x, scale=2.0):\n    return x * scale\n", "dflt.py")
+    import onnx
+
+    for specs, names in ((["f32[3]"], ["x"]), (["f32[3]", "f32[3]"], ["x", "scale"])):
+        out = tmp_path / f"d{len(specs)}.onnx"
+        code, _, err = run_cli(["to-onnx", path, "--specs", *specs, "-o", str(out)], capsys)
+        assert code == 0, err
+        assert [i.name for i in onnx.load(str(out)).graph.input] == names
+    code, _, err = run_cli(["to-onnx", path, "--specs", "f32[3]", "f32[3]", "f32[3]", "-o", str(tmp_path / "d3.onnx")],
+                           capsys)
+    assert code == 2 and "takes 1 to 2 positional argument(s) (x, scale) but 3 spec(s)" in err
+    assert not (tmp_path / "d3.onnx").exists()
+
+
 def test_check_command_with_npz_inputs(tmp_path, capsys, user_file):
     path = user_file("import jax.numpy as jnp\ndef f(x, n):\n    return jnp.sin(x) * n\n")
     out = tmp_path / "f.onnx"

@@ -123,18 +123,30 @@ def public_functions(module: Any) -> list[str]:
 
 
 def positional_params(fn: Callable[..., Any]) -> tuple[str, ...] | None:
-    """Names of positional parameters, or None for ``*args`` functions or unknown signatures."""
+    """Names of the positional parameters, those with defaults too (a spec may bind them), or None for
+    ``*args`` functions or unknown signatures."""
+    params = _positional(fn)
+    return None if params is None else tuple(p.name for p in params)
+
+
+def required_positional(fn: Callable[..., Any]) -> int | None:
+    """How many positional parameters have no default, or None for ``*args`` functions or unknown signatures."""
+    params = _positional(fn)
+    return None if params is None else sum(p.default is p.empty for p in params)
+
+
+def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
     try:
         sig = inspect.signature(inspect.unwrap(fn) if hasattr(fn, "__wrapped__") else fn)
     except (TypeError, ValueError):
         return None
-    names = []
+    out = []
     for p in sig.parameters.values():
         if p.kind == p.VAR_POSITIONAL:
             return None
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty:
-            names.append(p.name)
-    return tuple(names)
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            out.append(p)
+    return out
 
 
 def load_function(target: str, fn_name: str | None = None) -> LoadedFunction:

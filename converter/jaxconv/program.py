@@ -134,14 +134,15 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
     import jax
     from jax import export
 
-    from jaxconv.loading import positional_params
+    from jaxconv.loading import positional_params, required_positional
     from jaxconv.specs import check_spec_count
 
     fn_name = name or getattr(fn, "__name__", None) or "fn"
     if param_names is None:
         param_names = positional_params(fn)
     if param_names is not None:
-        check_spec_count(len(arg_specs), len(param_names), fn_name, param_names)
+        check_spec_count(len(arg_specs), param_names, required_positional(fn), fn_name)
+        param_names = tuple(param_names)[:len(arg_specs)]
     jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
     constants: tuple[Any, ...] = ()
     try:

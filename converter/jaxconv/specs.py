@@ -257,9 +257,13 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def check_spec_count(n_specs: int, n_params: int | None, fn_name: str, param_names: Sequence[str]) -> None:
-    """Raise UsageError when the number of specs does not match the positional parameters."""
-    if n_params is not None and n_specs != n_params:
-        raise UsageError(
-            f"{fn_name} takes {n_params} positional argument(s) ({', '.join(param_names) or 'none'}) "
-            f"but {n_specs} spec(s) were given; pass one --specs entry per argument, in order")
+def check_spec_count(n_specs: int, param_names: Sequence[str], required: int | None, fn_name: str) -> None:
+    """Raise UsageError when the number of specs is not between the positional parameters without a
+    default (``required``; None: all of them) and all of them (``param_names``)."""
+    least = len(param_names) if required is None else required
+    if least <= n_specs <= len(param_names):
+        return
+    count = f"{least} to {len(param_names)}" if least < len(param_names) else f"{least}"
+    raise UsageError(
+        f"{fn_name} takes {count} positional argument(s) ({', '.join(param_names) or 'none'}) "
+        f"but {n_specs} spec(s) were given; pass one --specs entry per argument, in order")
