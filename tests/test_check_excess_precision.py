@@ -18,7 +18,7 @@ import pytest
 import jaxconv
 from jaxconv.check_context import check_options
 from jaxconv.compare import MISMATCH
-from jaxconv.excess_precision import NOTE, VERDICT, as_excess_precision, narrow_arithmetic
+from jaxconv.excess_precision import VERDICT, as_excess_precision, narrow_arithmetic
 from jaxconv.judging import judge_set
 from jaxconv.runtimes import open_artifact
 from jaxconv.signature import Signature, input_infos, output_infos

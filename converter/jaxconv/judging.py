@@ -13,8 +13,6 @@ import numpy as np
 from jaxconv import references
 from jaxconv.check_context import release_compiled
 from jaxconv.check_inputs import flush_subnormals
-from jaxconv.excess_precision import as_excess_precision
-from jaxconv.nan_choices import as_nan_choice
 from jaxconv.compare import (
     MISMATCH,
     OK,
@@ -26,6 +24,7 @@ from jaxconv.compare import (
     is_narrow_float,
     judge,
 )
+from jaxconv.excess_precision import as_excess_precision
 from jaxconv.known_differences import (
     FOREIGN_KERNELS,
     ZERO_SIGN_NOTE,
@@ -38,6 +37,7 @@ from jaxconv.known_differences import (
     as_sum_overflow,
     nan_dropping_ops,
 )
+from jaxconv.nan_choices import as_nan_choice
 
 
 def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],
