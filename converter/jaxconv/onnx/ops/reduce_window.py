@@ -10,7 +10,8 @@ window is folded in row-major order starting from the init value, and a cumulati
 longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's ReduceWindowRewriter does
 (scan each tile, exclusive scan of the tile totals, combine); the scans match XLA bit for bit.
 So are other bfloat16 sum and product windows over static windowed dimensions; the rest
-accumulate in float32 and round once.
+accumulate in float32 and round once. Cumulative float32/float64 products take the same tiled
+order unless ONNX CumProd (opset 26) does the inclusive scan (``product_in_xla_order``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,20 @@ def ordered(kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
     # float16 windows are not always folded row-major by XLA (a 2x3 window sums its rows first)
     return (xt.dtype == "bfloat16" and all(xt.shape[a] is not None for a in active)
             and int(np.prod([w.dims[a] for a in active])) <= MAX_ORDERED_WINDOW)
+
+
+def product_in_xla_order(ctx: LoweringContext, kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
+    """True for a cumulative float32/float64 product that ONNX CumProd does not compute (below
+    opset 26, or an exclusive scan): ``ordered_reduce_window`` folds it in XLA CPU's order, left
+    to right from the init value, in tiles past ``XLA_SCAN_BASE`` elements.
+
+    Partial products overflow and underflow, so their association shows on edge values: on the row
+    [FLT_MAX, -FLT_MAX, FLT_MAX/7, -FLT_MIN, 3 FLT_MIN] XLA's left-to-right product is +inf at
+    index 4, while a log-step scan first pairs -FLT_MIN * 3 FLT_MIN = -0, then -inf * -0 = NaN.
+    """
+    scan = _cumulative_axis(xt, w)
+    return (kind == "mul" and xt.dtype in ("float32", "float64") and scan is not None
+            and (ctx.opset < 26 or scan[2]))
 
 
 def _check_reduce_window(op: hir.Op) -> str | None:
@@ -137,7 +152,7 @@ def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, i
         scalar = ctx.op("Reshape", [init, ctx.i64([])])
         out = win.pad(ctx, x, xt.dtype, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], scalar)
         return with_init(ctx, kind, out, scalar, xt.dtype) if xt.dtype == "bfloat16" else out
-    if ordered(kind, xt, w):
+    if ordered(kind, xt, w) or product_in_xla_order(ctx, kind, xt, w):
         def fold(accs: list[str], values: list[str]) -> list[str]:
             return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]
 
@@ -182,7 +197,12 @@ def _is_cumulative(xt: hir.TensorType, w: win.Window, axis: int) -> bool:
 
 def cumulative(ctx: LoweringContext, kind: str, x: str, dtype: str, shape: Sequence[int | None], axis: int,
                reverse: bool) -> str:
-    """Inclusive scan of ``kind`` along ``axis``: CumSum, CumProd (opset 26) or a log-step scan."""
+    """Inclusive scan of ``kind`` along ``axis``: CumSum, CumProd (opset 26) or a log-step scan.
+
+    The log-step scan is exact only where the association cannot show: max, min, logic and
+    integer products (they wrap, a ring). Static float products below opset 26 are folded in
+    XLA's order instead (``product_in_xla_order``); the symbolic-length lowering refuses them.
+    """
     axis_t = ctx.const(np.array(axis, dtype=np.int64))
     if kind == "add" and dtype != "bool":
         work = work_dtype("add", dtype)
@@ -197,7 +217,11 @@ def cumulative(ctx: LoweringContext, kind: str, x: str, dtype: str, shape: Seque
 
 def log_step_scan(ctx: LoweringContext, kind: str, x: str, dtype: str, shape: Sequence[int | None], axis: int,
                   reverse: bool) -> str:
-    """Hillis-Steele scan: combine with a copy shifted by 1, 2, 4, ... filled with the identity."""
+    """Hillis-Steele scan: combine with a copy shifted by 1, 2, 4, ... filled with the identity.
+
+    It associates differently from XLA's left-to-right fold: only for kinds where that cannot
+    change the result (see ``cumulative``).
+    """
     n = shape[axis]
     assert n is not None
     rank = len(shape)
