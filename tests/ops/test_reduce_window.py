@@ -49,7 +49,8 @@ def test_cumsum(axis):
 def test_cumprod(axis, opset):
     x = _f((5, 7)) * 0.5 + 1.0
     model = assert_onnx_matches_jax(lambda x: jnp.cumprod(x, axis=axis), x, opset=opset)
-    assert ("CumProd" in onnx_op_types(model)) == (opset >= 26)
+    # float products follow XLA's order at every opset (ORT's CumProd associates otherwise: test_cumprod_order)
+    assert "CumProd" not in onnx_op_types(model)
 
 
 def test_cummax_along_dynamic_axis_reports_clearly():

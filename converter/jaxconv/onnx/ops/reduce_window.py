@@ -11,7 +11,7 @@ longer than ``XLA_SCAN_BASE`` is split into tiles the way XLA's ReduceWindowRewr
 (scan each tile, exclusive scan of the tile totals, combine); the scans match XLA bit for bit.
 So are other bfloat16 sum and product windows over static windowed dimensions; the rest
 accumulate in float32 and round once. Cumulative float32/float64 products take the same tiled
-order unless ONNX CumProd (opset 26) does the inclusive scan (``product_in_xla_order``).
+order at every opset (``product_in_xla_order``).
 """
 
 from __future__ import annotations
@@ -68,18 +68,17 @@ def ordered(kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
             and int(np.prod([w.dims[a] for a in active])) <= MAX_ORDERED_WINDOW)
 
 
-def product_in_xla_order(ctx: LoweringContext, kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
-    """True for a cumulative float32/float64 product that ONNX CumProd does not compute (below
-    opset 26, or an exclusive scan): ``ordered_reduce_window`` folds it in XLA CPU's order, left
-    to right from the init value, in tiles past ``XLA_SCAN_BASE`` elements.
+def product_in_xla_order(kind: str | None, xt: hir.TensorType, w: win.Window) -> bool:
+    """True for a cumulative float32/float64 product: ``ordered_reduce_window`` folds it in XLA CPU's
+    order, left to right from the init value, in tiles past ``XLA_SCAN_BASE`` elements. ONNX
+    CumProd (opset 26) is not used for them: ONNX Runtime's associates otherwise (on edge rows it
+    differed from jax.jit at n = 7 reversed, and at n = 40 and 300 either way).
 
     Partial products overflow and underflow, so their association shows on edge values: on the row
     [FLT_MAX, -FLT_MAX, FLT_MAX/7, -FLT_MIN, 3 FLT_MIN] XLA's left-to-right product is +inf at
     index 4, while a log-step scan first pairs -FLT_MIN * 3 FLT_MIN = -0, then -inf * -0 = NaN.
     """
-    scan = _cumulative_axis(xt, w)
-    return (kind == "mul" and xt.dtype in ("float32", "float64") and scan is not None
-            and (ctx.opset < 26 or scan[2]))
+    return kind == "mul" and xt.dtype in ("float32", "float64") and _cumulative_axis(xt, w) is not None
 
 
 def _check_reduce_window(op: hir.Op) -> str | None:
@@ -152,7 +151,7 @@ def reduce_window(ctx: LoweringContext, kind: str, x: str, xt: hir.TensorType, i
         scalar = ctx.op("Reshape", [init, ctx.i64([])])
         out = win.pad(ctx, x, xt.dtype, [lo for lo, _ in w.padding], [hi for _, hi in w.padding], scalar)
         return with_init(ctx, kind, out, scalar, xt.dtype) if xt.dtype == "bfloat16" else out
-    if ordered(kind, xt, w) or product_in_xla_order(ctx, kind, xt, w):
+    if ordered(kind, xt, w) or product_in_xla_order(kind, xt, w):
         def fold(accs: list[str], values: list[str]) -> list[str]:
             return [rounded_combine(ctx, kind, accs[0], values[0], xt.dtype)]
 
@@ -200,8 +199,8 @@ def cumulative(ctx: LoweringContext, kind: str, x: str, dtype: str, shape: Seque
     """Inclusive scan of ``kind`` along ``axis``: CumSum, CumProd (opset 26) or a log-step scan.
 
     The log-step scan is exact only where the association cannot show: max, min, logic and
-    integer products (they wrap, a ring). Static float products below opset 26 are folded in
-    XLA's order instead (``product_in_xla_order``); the symbolic-length lowering refuses them.
+    integer products (they wrap, a ring). Static float32/float64 products are folded in XLA's
+    order instead (``product_in_xla_order``); below opset 26 the symbolic-length lowering refuses them.
     """
     axis_t = ctx.const(np.array(axis, dtype=np.int64))
     if kind == "add" and dtype != "bool":
