@@ -120,6 +120,20 @@ def test_a_sum_overflowing_in_the_artifacts_order_is_undecided(tmp_path):
     assert row.verdict == "undecided" and known_differences.SUM_OVERFLOW_NOTE in row.note
 
 
+def test_a_sum_beyond_float_range_reaching_other_infinities_is_undecided(tmp_path):
+    """A Flax Dense over edge-valued params showed it first: float64 beyond FLT_MAX, jax.jit and the
+    artifact each reach an infinity or NaN of their own, by their summation orders."""
+    h = BIG / 2
+    x = np.array([[1.0, h, 1.0, -h, -h, -BIG, -h, BIG, h, h, 1.0, BIG, 1.0, BIG, -h, h]], np.float32)
+    w = np.ones((16, 1), np.float32)
+    (row,), expected, actual = _judge(dot, [x, w], "edge", tmp_path)
+    truth = x.astype(np.float64) @ w.astype(np.float64)
+    assert truth[0, 0] > BIG  # the premise: the sum is beyond float32's range
+    assert not np.isfinite(expected[0]).any() and not np.isfinite(actual[0]).any()
+    assert not np.array_equal(expected[0], actual[0], equal_nan=True)
+    assert row.verdict == "undecided" and known_differences.SUM_OVERFLOW_NOTE in row.note
+
+
 def test_nan_where_float64_is_finite_stays_a_mismatch(tmp_path):
     x = np.array([[1.0] * 8], np.float32)
     w = np.ones((8, 1), np.float32)
