@@ -134,6 +134,7 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
     import jax
     from jax import export
 
+    from jaxconv.key_inputs import as_key_data
     from jaxconv.loading import positional_params, required_positional
     from jaxconv.specs import check_spec_count
 
@@ -143,6 +144,7 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
     if param_names is not None:
         check_spec_count(len(arg_specs), param_names, required_positional(fn), fn_name)
         param_names = tuple(param_names)[:len(arg_specs)]
+    fn, arg_specs = as_key_data(fn, arg_specs)
     jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
     constants: tuple[Any, ...] = ()
     try:
