@@ -14,14 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from judging_support import judge_one_set
 
 import jaxconv
 from jaxconv.check_context import check_options
 from jaxconv.compare import MISMATCH
 from jaxconv.excess_precision import VERDICT, as_excess_precision, narrow_arithmetic
-from jaxconv.judging import judge_set
-from jaxconv.runtimes import open_artifact
-from jaxconv.signature import Signature, input_infos, output_infos
 
 BF16 = jnp.bfloat16
 _rng = np.random.default_rng(3)
@@ -70,26 +68,15 @@ def test_bf16_program_passes_the_default_and_strict_check(fn, shapes):
     assert "ok (op by op)" in shown and "excess precision" in shown
 
 
-def _judged(fn, args, actual, tmp_path):
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-    path = str(tmp_path / "m.onnx")
-    jaxconv.to_onnx(fn, *specs, path=path, check=False)
-    out = jax.eval_shape(fn, *specs)
-    sig = Signature(input_infos(specs, [f"x{i}" for i in range(len(specs))]),
-                    output_infos([out], jax.tree_util.tree_structure(out)))
-    expected = [np.asarray(jax.jit(fn)(*args))]
-    return judge_set(open_artifact(path), fn, specs, sig, list(args), expected, [actual], None, None, "random")
-
-
 def test_an_element_off_the_op_by_op_value_stays_a_mismatch(tmp_path):
     x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
     with jax.disable_jit():
         eager = np.asarray(exp_bf16(jnp.asarray(x)))
     wrong = eager.copy()
     wrong[2, 3] *= 1 + 2.0 ** -7  # one bfloat16 step off the program's value
-    (row,) = _judged(exp_bf16, [x], wrong, tmp_path)
+    (row,), _, _ = judge_one_set(exp_bf16, [x], "random", tmp_path, actual=[wrong])
     assert row.verdict == "mismatch" and not row.ok
-    (row,) = _judged(exp_bf16, [x], eager, tmp_path)
+    (row,), _, _ = judge_one_set(exp_bf16, [x], "random", tmp_path, actual=[eager])
     assert row.verdict == VERDICT and row.ok
 
 

@@ -18,14 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg.blas as blas
+from judging_support import judge_one_set
 
 import jaxconv
 from jaxconv import known_differences, nan_choices
 from jaxconv.check_context import check_options
 from jaxconv.errors import MismatchError
-from jaxconv.judging import judge_set
 from jaxconv.runtimes import open_artifact
-from jaxconv.signature import Signature, input_infos, output_infos
 
 BIG = float(np.finfo(np.float32).max)
 # a column whose pivot OpenBLAS and reference LAPACK choose differently: 0, NaN, -FLT_MAX, a subnormal
@@ -33,20 +32,6 @@ EDGE_MATRIX = np.array([[0.0, -0.0, np.inf, -np.inf],
                         [np.nan, 1.0, -1.0, BIG],
                         [-BIG, 4.8611764e37, -1.1754944e-38, 3.5264831e-38],
                         [1.4e-45, -7.0e-45, 0.5, -3.25]], np.float32)
-
-
-def _judge(fn, inputs, label, tmp_path, actual=None, opset=None):
-    """judge_set on one input set, the artifact being the ONNX model of ``fn``; ``actual`` replaces its outputs."""
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
-    path = str(tmp_path / "m.onnx")
-    jaxconv.to_onnx(fn, *specs, path=path, check=False, opset=opset)
-    out = jax.eval_shape(fn, *specs)
-    sig = Signature(input_infos(specs, [f"x{i}" for i in range(len(specs))]),
-                    output_infos(jax.tree_util.tree_leaves(out), jax.tree_util.tree_structure(out)))
-    runner = open_artifact(path)
-    expected = [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))]
-    got = actual if actual is not None else [np.asarray(a) for a in runner.run(list(inputs))]
-    return judge_set(runner, fn, specs, sig, list(inputs), expected, got, None, None, label), expected, got
 
 
 def test_openblas_pivot_search_is_not_reference_lapack():
@@ -59,7 +44,7 @@ def test_openblas_pivot_search_is_not_reference_lapack():
 
 
 def test_det_of_an_edge_matrix_is_undecided(tmp_path):
-    (row,), expected, actual = _judge(jnp.linalg.det, [EDGE_MATRIX], "edge", tmp_path)
+    (row,), expected, actual = judge_one_set(jnp.linalg.det, [EDGE_MATRIX], "edge", tmp_path)
     assert expected[0] == 0.0 and np.isnan(actual[0])  # jax.jit pivots on the zero: det 0
     assert row.verdict == "undecided" and row.ok, row.note
     assert nan_choices.LU_NOTE in row.note
@@ -76,7 +61,7 @@ def test_lu_and_det_pass_the_default_check_and_fail_strict():
 def test_an_lu_difference_on_random_inputs_stays_a_mismatch(tmp_path):
     a = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
     wrong = [np.asarray(jnp.linalg.det(a)) * np.float32(1.01)]
-    (row,), _, _ = _judge(jnp.linalg.det, [a], "random", tmp_path, actual=wrong)
+    (row,), _, _ = judge_one_set(jnp.linalg.det, [a], "random", tmp_path, actual=wrong)
     assert row.verdict == "mismatch" and not row.ok
 
 
@@ -88,7 +73,7 @@ X_NAN = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, BIG], np.float3
 
 
 def test_top_k_of_negated_nan_below_opset_26_is_undecided(tmp_path):
-    rows, expected, actual = _judge(smallest_three, [X_NAN], "edge", tmp_path)
+    rows, expected, actual = judge_one_set(smallest_three, [X_NAN], "edge", tmp_path)
     # the premise: jax.jit puts -NaN last; the artifact, blind to the sign, first
     assert not np.isnan(expected[0]).any() and np.isnan(actual[0][0])
     assert rows[0].verdict == "undecided" and nan_choices.TOP_K_NOTE in rows[0].note
@@ -96,7 +81,7 @@ def test_top_k_of_negated_nan_below_opset_26_is_undecided(tmp_path):
 
 
 def test_top_k_at_opset_26_gets_no_such_excuse(tmp_path):
-    rows, expected, actual = _judge(smallest_three, [X_NAN], "edge", tmp_path, opset=26)
+    rows, expected, actual = judge_one_set(smallest_three, [X_NAN], "edge", tmp_path, opset=26)
     assert all(np.array_equal(e, a, equal_nan=True) for e, a in zip(expected, actual))  # it reads NaN signs
     assert all(row.verdict == "ok" for row in rows)
     specs = [jax.ShapeDtypeStruct(X_NAN.shape, X_NAN.dtype)]
@@ -113,7 +98,7 @@ def dot(x, w):
 def test_a_sum_overflowing_in_the_artifacts_order_is_undecided(tmp_path):
     x = np.array([[-np.inf] + [BIG] * 7], np.float32)
     w = np.ones((8, 1), np.float32)
-    (row,), expected, actual = _judge(dot, [x, w], "edge", tmp_path)
+    (row,), expected, actual = judge_one_set(dot, [x, w], "edge", tmp_path)
     # the premise: jax.jit and float64 keep the infinite term; ONNX Runtime's vectorised sum gives NaN
     assert np.isneginf(expected[0]).all() and np.isneginf(x.astype(np.float64) @ w.astype(np.float64)).all()
     assert np.isnan(actual[0]).all()
@@ -126,7 +111,7 @@ def test_a_sum_beyond_float_range_reaching_other_infinities_is_undecided(tmp_pat
     h = BIG / 2
     x = np.array([[1.0, h, 1.0, -h, -h, -BIG, -h, BIG, h, h, 1.0, BIG, 1.0, BIG, -h, h]], np.float32)
     w = np.ones((16, 1), np.float32)
-    (row,), expected, actual = _judge(dot, [x, w], "edge", tmp_path)
+    (row,), expected, actual = judge_one_set(dot, [x, w], "edge", tmp_path)
     truth = x.astype(np.float64) @ w.astype(np.float64)
     assert truth[0, 0] > BIG  # the premise: the sum is beyond float32's range
     assert not np.isfinite(expected[0]).any() and not np.isfinite(actual[0]).any()
@@ -137,5 +122,5 @@ def test_a_sum_beyond_float_range_reaching_other_infinities_is_undecided(tmp_pat
 def test_nan_where_float64_is_finite_stays_a_mismatch(tmp_path):
     x = np.array([[1.0] * 8], np.float32)
     w = np.ones((8, 1), np.float32)
-    (row,), _, _ = _judge(dot, [x, w], "edge", tmp_path, actual=[np.full((1, 1), np.nan, np.float32)])
+    (row,), _, _ = judge_one_set(dot, [x, w], "edge", tmp_path, actual=[np.full((1, 1), np.nan, np.float32)])
     assert row.verdict == "mismatch"

@@ -15,13 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from judging_support import judge_one_set
 
 import jaxconv
 from jaxconv import known_differences, references
 from jaxconv.compare import MISMATCH, OK, OutputCheck
-from jaxconv.judging import judge_set
-from jaxconv.runtimes import open_artifact
-from jaxconv.signature import Signature, input_infos, output_infos
 
 _rng = np.random.default_rng(0)
 W = (_rng.standard_normal((3, 3, 1, 32)) * 0.3).astype(np.float32)
@@ -47,20 +45,6 @@ def test_fused_nan_dropping_is_undecided_not_a_mismatch():
     assert "have JAX's op-by-op value" in edge[0].note
 
 
-def _judge_edge(fn, *inputs, tmp_path):
-    """judge_set on one edge-labelled input set, the artifact being the ONNX model of ``fn``."""
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
-    path = str(tmp_path / "m.onnx")
-    jaxconv.to_onnx(fn, *specs, path=path, check=False)
-    out = jax.eval_shape(fn, *specs)
-    sig = Signature(input_infos(specs, [f"x{i}" for i in range(len(specs))]),
-                    output_infos([out], jax.tree_util.tree_structure(out)))
-    runner = open_artifact(path)
-    expected = [np.asarray(jax.jit(fn)(*inputs))]
-    actual = [np.asarray(a) for a in runner.run(list(inputs))]
-    return judge_set(runner, fn, specs, sig, list(inputs), expected, actual, None, None, "edge"), expected, actual
-
-
 def nested_division(a, b, c):
     return (a / b) / c
 
@@ -69,7 +53,7 @@ def test_a_division_xla_reorders_is_undecided(tmp_path):
     a = np.array([BIG, 1.0, 3.0], np.float32)
     b = np.array([0.5, 2.0, 4.0], np.float32)
     c = np.array([4.0, 4.0, 0.5], np.float32)
-    (row,), expected, actual = _judge_edge(nested_division, a, b, c, tmp_path=tmp_path)
+    (row,), expected, actual = judge_one_set(nested_division, [a, b, c], "edge", tmp_path)
     with jax.disable_jit():
         eager = np.asarray(nested_division(*map(jnp.asarray, (a, b, c))))
     # the premise: jax.jit stays finite where the program's order (and JAX op by op) overflows
@@ -84,7 +68,7 @@ def decayed_root(nu):
 
 def test_a_flushed_subnormal_intermediate_is_undecided(tmp_path):
     nu = np.array([-TINY, 4.0, -4.0], np.float32)
-    (row,), expected, actual = _judge_edge(decayed_root, nu, tmp_path=tmp_path)
+    (row,), expected, actual = judge_one_set(decayed_root, [nu], "edge", tmp_path)
     with np.errstate(invalid="ignore"):
         wide = np.sqrt(nu.astype(np.float64) * 0.999)
     # the premise: jax.jit flushes 0.999 * -FLT_MIN to -0 (sqrt -0); float64 and the artifact have NaN

@@ -7,7 +7,6 @@ there: below opset 26 no op reads a float's bits, so the sign of a NaN is out of
 from __future__ import annotations
 
 import io
-import os
 from typing import BinaryIO
 
 from jaxconv.onnx import proto_wire
@@ -18,14 +17,7 @@ _OPSET_IMPORT_FIELD = 8  # ModelProto.opset_import: OperatorSetIdProto {1: domai
 def default_opset(path_or_bytes: str | bytes) -> int | None:
     """The version of the default domain ("" or "ai.onnx") in the model's ``opset_import``; None when it
     imports none or the data is not a model."""
-    try:
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            data = bytes(path_or_bytes)
-            return _read(io.BytesIO(data), len(data))
-        with open(path_or_bytes, "rb") as f:
-            return _read(f, os.fstat(f.fileno()).st_size)
-    except (OSError, ValueError):  # proto_wire.WireError is a ValueError
-        return None
+    return proto_wire.read_model(path_or_bytes, _read)
 
 
 def _read(f: BinaryIO, size: int) -> int | None:

@@ -14,7 +14,9 @@ A field is a key (``number << 3 | wire type``, a varint), then its value: a vari
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator, NamedTuple
+from typing import BinaryIO, Callable, Iterator, NamedTuple, TypeVar
+
+T = TypeVar("T")
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5  # wire types
 _FIXED = {I64: 8, I32: 4}
@@ -137,3 +139,19 @@ def strings(data: bytes) -> dict[int, str]:
             raise WireError(f"field {field.number} is not a string (wire type {field.wire})")
         out[field.number] = read(f, field.value, field.stop).decode("utf-8", "replace")
     return out
+
+
+def read_model(path_or_bytes: str | bytes, reader: Callable[[BinaryIO, int], T]) -> T | None:
+    """``reader(f, size)`` on a model file (or its bytes), reading only what it asks for; None when the
+    file cannot be read or its bytes are not a protobuf message (``WireError``)."""
+    import io
+    import os
+
+    try:
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            data = bytes(path_or_bytes)
+            return reader(io.BytesIO(data), len(data))
+        with open(path_or_bytes, "rb") as f:
+            return reader(f, os.fstat(f.fileno()).st_size)
+    except (OSError, ValueError):  # WireError is a ValueError
+        return None

@@ -28,9 +28,7 @@ bench``, scripts/bench.py) read the record (``recorded``) when no thread count i
 
 from __future__ import annotations
 
-import io
 import math
-import os
 from typing import Any, BinaryIO, Iterator
 
 import numpy as np
@@ -151,14 +149,7 @@ def _flops(node: Any, known: _Known) -> float | None:
 
 def recorded(path_or_bytes: str | bytes) -> int | None:
     """The thread count a model file (or its bytes) records under ``THREADS_KEY``, without parsing its graph."""
-    try:
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            data = bytes(path_or_bytes)
-            return _read_record(io.BytesIO(data), len(data))
-        with open(path_or_bytes, "rb") as f:
-            return _read_record(f, os.fstat(f.fileno()).st_size)
-    except (OSError, ValueError):  # proto_wire.WireError is a ValueError
-        return None
+    return proto_wire.read_model(path_or_bytes, _read_record)
 
 
 def _read_record(f: BinaryIO, size: int) -> int | None:
