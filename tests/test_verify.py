@@ -252,10 +252,11 @@ def test_attention_with_standard_normal_weights_is_no_false_alarm_and_an_edit_is
     wrong.CopyFrom(model)
     edited = 0
     for init in wrong.graph.initializer:  # the feature count that divides the sums of mean and variance
-        a = numpy_helper.to_array(init)
-        if a.size and a.dtype.kind == "f" and np.all(a == 32.0):
-            init.CopyFrom(numpy_helper.from_array(np.full_like(a, 33.0), init.name))
-            edited += 1
+        a = numpy_helper.to_array(init)  # (or its reciprocal, by which XLA and the ONNX multiply)
+        for count, edit in ((32.0, 33.0), (np.float32(1 / 32), np.float32(1 / 33))):
+            if a.size and a.dtype.kind == "f" and np.all(a == count):
+                init.CopyFrom(numpy_helper.from_array(np.full_like(a, edit), init.name))
+                edited += 1
     assert edited
     with check_options(sizes=(5,), edge=False):
         report = check_runner(OnnxRunner(wrong.SerializeToString()), "a.onnx", program.fn, program.arg_specs, program.signature)

@@ -23,6 +23,9 @@ from jaxconv.onnx.complex_layout import COMPONENT
 from jaxconv.stablehlo import ir as hir
 
 SAME_SHAPE_KEY = "jaxconv.same_shape_inputs"
+# A float Div that XLA's algebraic simplifier computes as a product by the divisor's reciprocal
+# (a constant or broadcast divisor): ``passes.optimize`` writes it so once the fusion rules have run.
+RECIPROCAL_KEY = "jaxconv.xla_reciprocal"
 
 
 @dataclass(eq=False)

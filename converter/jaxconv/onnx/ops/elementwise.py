@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx import dtypes as dt
-from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.context import RECIPROCAL_KEY, LoweringContext
 from jaxconv.onnx.ops._common import (
     compute_in,
     direct,
@@ -140,7 +140,12 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
             return by_reciprocal
     if dtype in dt.FLOATS:
         names, work = compute_in(ctx, inputs, dtype, dt.ARITH)
-        return result(ctx, op, ctx.op("Div", names, same_shape_inputs=True), work)
+        quotient = ctx.op("Div", names, same_shape_inputs=True)
+        if dtype in ("float32", "float64") and _by_reciprocal_in_xla(ctx, op, inputs[0], inputs[1]):
+            node = ctx.producer(quotient)
+            assert node is not None
+            node.metadata_props[RECIPROCAL_KEY] = "1"
+        return result(ctx, op, quotient, work)
     lhs, rhs = inputs
     is_zero, safe = _int_guards(ctx, lhs, rhs, dtype)
     # x / -1 is computed as -(x / 1), which wraps INT_MIN to itself.
@@ -151,6 +156,46 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         q = where(ctx, minus_one, negated, q, dtype)
     by_zero = ctx.scalar(-1 if dtype in dt.SIGNED else np.iinfo(dtype).max, dtype)
     return where(ctx, is_zero, by_zero, q, dtype)
+
+
+def _by_reciprocal_in_xla(ctx: LoweringContext, op: hir.Op, lhs: str, rhs: str) -> bool:
+    """Whether XLA's algebraic simplifier computes this float32/float64 ``lhs / rhs`` as ``lhs * (1 / rhs)``:
+    when the divisor is a constant, or a broadcast of fewer elements (``x / x.max(-1, keepdims=True)``,
+    ``x / 255.0``, ``x / s`` for a scalar input) not made by a root, exp or power, and the dividend is not
+    a constant. Measured on
+    [64, 256] arrays: such quotients differ from IEEE division in 20-34% of the elements and equal the
+    product by the reciprocal in all; ``a / b`` of one shape stays IEEE division. One ulp matters where a
+    comparison or a cast to an integer follows (``(x / x.max() * 255).astype(uint8)``: 254 against 255)."""
+    if known_values(ctx, lhs) is not None:
+        return False
+    source, movers = _divisor_source(ctx, rhs)
+    if ctx.constant_value(source) is not None or known_values(ctx, source) is not None:
+        return True
+    made = ctx.producer(source)
+    if not movers or (made is not None and made.metadata_props.get("stablehlo.op") in _OWN_RULES):
+        return False
+    small, whole = ctx.value(source).shape, op.results[0].type.shape
+    if small is None or not small.is_static() or any(d is None for d in whole):
+        return bool(movers) and any(m.op_type == "Expand" for m in movers)
+    return int(np.prod(small.numpy())) < int(np.prod(whole))
+
+
+# Divisors XLA rewrites by rules of their own (``a / sqrt(b)`` is ``a * rsqrt(b)`` with XLA's rsqrt, not
+# ``1 / sqrt(b)``: it matched neither form on float32): left as IEEE division, which ONNX Runtime's norm
+# fusions read (an RMS norm's ``x / sqrt(mean(x^2) + eps)``).
+_OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponential", "stablehlo.power"})
+
+
+def _divisor_source(ctx: LoweringContext, rhs: str) -> tuple[str, list[ir.Node]]:
+    """The value a divisor is moved or broadcast from (through ``_MOVERS``), and those nodes."""
+    movers: list[ir.Node] = []
+    node = ctx.producer(rhs)
+    source = rhs
+    while node is not None and node.op_type in _MOVERS and node.inputs[0] is not None and len(movers) < 4:
+        movers.append(node)
+        source = node.inputs[0].name
+        node = node.inputs[0].producer()
+    return source, movers
 
 
 def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
@@ -164,13 +209,8 @@ def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
     """
     if known_values(ctx, lhs) is not None:
         return None
-    movers: list[ir.Node] = []  # value-preserving nodes (a broadcast) between the divisor and its source
-    node = ctx.producer(rhs)
-    source = rhs
-    while node is not None and node.op_type in _MOVERS and node.inputs[0] is not None and len(movers) < 4:
-        movers.append(node)
-        source = node.inputs[0].name
-        node = node.inputs[0].producer()
+    source, movers = _divisor_source(ctx, rhs)  # value-preserving nodes (a broadcast) between the two
+    node = ctx.producer(source)
     constant = ctx.constant_value(source)
     if constant is not None:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
