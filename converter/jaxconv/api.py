@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable, Sequence
 
-from jaxconv.errors import JaxconvWarning, UsageError
+from jaxconv.errors import CheckWarning, JaxconvWarning, UsageError
 from jaxconv.program import Program, require_specs, trace
 from jaxconv.verify import CheckReport, check_runner, raise_on_mismatch
 
@@ -17,8 +18,6 @@ def _as_program(fn: Callable[..., Any] | Program, specs: Sequence[Any], constrai
     require_specs(specs)
     program = trace(fn, specs, constraints=constraints, platforms=platforms, hoist_constants=hoist_constants)
     if program.assumed:
-        import warnings
-
         for bound in program.assumed:
             warnings.warn(bound.text(python=True), JaxconvWarning, stacklevel=3)
     return program
@@ -53,6 +52,9 @@ def _checked(program: Program, runner: Any, artifact: str, check: bool, rtol: fl
     if report_to is not None:
         report_to.append(report)
     raise_on_mismatch(report)
+    said = report.warning()
+    if said:  # the CLI prints it with the report's table; a Python caller hears it as a warning
+        warnings.warn(said.removeprefix("warning: "), CheckWarning, stacklevel=3)
 
 
 def to_stablehlo(fn: Callable[..., Any] | Program, *specs: Any, path: str | None = None,

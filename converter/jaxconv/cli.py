@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from jaxconv.errors import ArtifactError, JaxconvError, JaxconvWarning, UsageError
+from jaxconv.errors import ArtifactError, CheckWarning, JaxconvError, JaxconvWarning, UsageError
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -251,7 +251,9 @@ def cmd_to_onnx(args: argparse.Namespace) -> int:
                                 rtol=args.rtol, atol=args.atol, report_to=reports, keep_weights=False)
     finally:
         _print_reports(reports)
-    for w in said:  # jaxconv's own in its words; a library's as Python shows it
+    for w in said:  # jaxconv's own in its words (the check's are in its table); a library's as Python shows it
+        if issubclass(w.category, CheckWarning):
+            continue
         if issubclass(w.category, JaxconvWarning):
             print(f"jaxconv: warning: {w.message}", file=sys.stderr)
         else:
@@ -603,6 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from jaxconv.check_context import check_options
 
         _freeze_at_exit()
+        import warnings
+
+        warnings.filterwarnings("ignore", category=CheckWarning)  # printed with the check's table
         with check_options(), _terminate_as_interrupt(), _thawed_after():
             return COMMANDS[args.command](args)
     except JaxconvError as e:

@@ -7,6 +7,11 @@ class JaxconvWarning(UserWarning):
     """What jaxconv chose for the user and says so: an opset raised, a symbolic bound assumed."""
 
 
+class CheckWarning(JaxconvWarning):
+    """The check passed an artifact with outputs it cannot decide, or that differ on edge values only on a
+    TF target: ``--strict`` (``check_options(strict=True)``) fails them."""
+
+
 class JaxconvError(Exception):
     """Base class of every error jaxconv reports to a user.
 
