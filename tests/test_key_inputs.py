@@ -77,3 +77,38 @@ def test_an_nnx_state_with_rng_keys():
     want = np.asarray(jax.jit(apply)(state, x))
     assert (want == 0).any() and (want != 0).any()  # the dropout mask is drawn from the key
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_key_outputs_are_their_key_data():
+    """``jax.random.split(key)`` returned typed keys, which failed the signature ('Cannot interpret key<fry>')."""
+    key = jax.random.key(3)
+    model = jaxconv.to_onnx(lambda k: jax.random.split(k, 4), jax.ShapeDtypeStruct(key.shape, key.dtype))
+    out = model.graph.output[0]
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [4, 2]
+    (got,) = OnnxRunner(model.SerializeToString()).run([np.asarray(jax.random.key_data(key))])
+    np.testing.assert_array_equal(got, np.asarray(jax.random.key_data(jax.random.split(key, 4))))
+
+
+def test_an_nnx_state_updated_and_returned():
+    from flax import nnx
+
+    rngs = nnx.Rngs(0)
+    graph, state = nnx.split(rngs)
+
+    def draw(state, x):
+        r = nnx.merge(graph, state)
+        y = x + jax.random.normal(r(), x.shape)
+        return y, nnx.split(r)[1]
+
+    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), state)
+    x = np.zeros(3, np.float32)
+    model = jaxconv.to_onnx(draw, specs, jax.ShapeDtypeStruct(x.shape, x.dtype))
+    leaves = [np.asarray(jax.random.key_data(v)) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key)
+              else np.asarray(v) for v in jax.tree.leaves(state)]
+    got = OnnxRunner(model.SerializeToString()).run([*leaves, x])
+    want = jax.tree.leaves(jax.jit(draw)(state, x))
+    want = [np.asarray(jax.random.key_data(v)) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key)
+            else np.asarray(v) for v in want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)

@@ -1,9 +1,10 @@
-"""Typed PRNG key inputs (``jax.random.key(...)``, a Flax NNX state's ``RngKey``) as their key data.
+"""Typed PRNG keys (``jax.random.key(...)``, a Flax NNX state's ``RngKey``) as their key data, in and out.
 
 A key array has no numpy dtype, so no artifact (ONNX, a SavedModel, TFLite, an .npz of inputs) can take
 one. Such an input becomes its key data, ``uint32[*shape, *key_shape]`` (threefry: 2 words per key), as
 ``jax.random.key_data(key)`` gives it; the function is traced with that data wrapped back into keys
 (``jax.random.wrap_key_data``), so it computes what it computes on the keys. Callers pass the key data.
+A key output (``jax.random.split(key)``, an updated NNX state) is returned as its key data likewise.
 """
 
 from __future__ import annotations
@@ -44,3 +45,14 @@ def as_key_data(fn: Callable[..., Any], arg_specs: Sequence[Any]) -> tuple[Calla
         return fn(*jax.tree_util.tree_unflatten(tree, keys))
 
     return with_keys, jax.tree_util.tree_unflatten(tree, data)
+
+
+def key_data_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with every key-typed output replaced by its key data (``jax.random.key_data``)."""
+    import jax
+
+    @functools.wraps(fn)
+    def as_data(*args: Any) -> Any:
+        return jax.tree_util.tree_map(lambda v: jax.random.key_data(v) if key_impl(v) is not None else v, fn(*args))
+
+    return as_data

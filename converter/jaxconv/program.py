@@ -134,7 +134,7 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
     import jax
     from jax import export
 
-    from jaxconv.key_inputs import as_key_data
+    from jaxconv.key_inputs import as_key_data, key_data_outputs, key_impl
     from jaxconv.loading import positional_params, required_positional
     from jaxconv.specs import check_spec_count
 
@@ -145,20 +145,25 @@ def _export(fn: Callable[..., Any], arg_specs: list[Any], x64: bool, *, name: st
         check_spec_count(len(arg_specs), param_names, required_positional(fn), fn_name)
         param_names = tuple(param_names)[:len(arg_specs)]
     fn, arg_specs = as_key_data(fn, arg_specs)
-    jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
-    constants: tuple[Any, ...] = ()
-    try:
-        if hoist:
-            exported, constants = _export_hoisted(jitted, arg_specs, tuple(platforms))
-        else:
-            exported = export.export(jitted, platforms=tuple(platforms))(*arg_specs)
-    except Exception as e:
-        from jaxconv.callbacks import callback_message, callbacks_of
 
-        found = callbacks_of(jitted, arg_specs, source_path)  # export fails on callbacks in several ways
-        if found:
-            raise TraceError(callback_message(fn_name, found)) from e
-        raise TraceError(_trace_message(fn_name, e, source_path)) from e
+    def exported_of(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...]]:
+        jitted = fn if hasattr(fn, "lower") and hasattr(fn, "trace") else jax.jit(fn)
+        try:
+            if hoist:
+                return _export_hoisted(jitted, arg_specs, tuple(platforms))
+            return export.export(jitted, platforms=tuple(platforms))(*arg_specs), ()
+        except Exception as e:
+            from jaxconv.callbacks import callback_message, callbacks_of
+
+            found = callbacks_of(jitted, arg_specs, source_path)  # export fails on callbacks in several ways
+            if found:
+                raise TraceError(callback_message(fn_name, found)) from e
+            raise TraceError(_trace_message(fn_name, e, source_path)) from e
+
+    exported, constants = exported_of(fn)
+    if any(key_impl(aval) is not None for aval in exported.out_avals):  # (rare: traced again)
+        fn = key_data_outputs(fn)
+        exported, constants = exported_of(fn)
     if not exported.out_avals:
         raise TraceError(_no_outputs_message(fn, fn_name, exported.out_tree))
     signature = Signature(input_infos(arg_specs, param_names), output_infos(exported.out_avals, exported.out_tree))
