@@ -117,8 +117,9 @@ def test_xla_counts_negative_leading_zeros_after_a_division_by_zero():
 
 
 def test_argmin_over_a_quotient_xla_flushes_to_zero():
-    """Named (subnormals, huge input): 1 / 1.8e308 is subnormal; XLA flushes it in the loop body, so
-    [1, 0] / max ties at 0 and argmin is 0; the artifact keeps 5.6e-309 and argmin is 1."""
+    """1 / 1.8e308 is subnormal; XLA multiplies by that reciprocal and flushes it in the loop body, so
+    [1, 0] / max ties at 0 and argmin is 0. The artifact kept 5.6e-309 (argmin 1) until it multiplied by
+    the flushed reciprocal as XLA does (onnx/xla_division.py)."""
     x, d = np.array([[1.0, 0.0]], F64), np.array(1.79769313e308, F64)
     expected, actual = _run(lambda d, x: jnp.argmin(lax.fori_loop(0, 1, lambda i, c: c / d, x), axis=1), d, x)
-    assert expected[0].tolist() == [0] and actual[0].tolist() == [1]
+    assert expected[0].tolist() == [0] and actual[0].tolist() == [0]

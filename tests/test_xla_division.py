@@ -86,3 +86,17 @@ def test_a_root_divisor_keeps_ieee_division_for_the_norm_fusion():
     _, _, model = _run(lambda x: x / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6), _positive(4, 32))
     assert "Div" in {n.op_type for n in model.graph.node}
     assert "Reciprocal" not in {n.op_type for n in model.graph.node}
+
+
+def test_zero_signs_and_flushed_reciprocals():
+    """``x / -inf`` is -0 for a positive x (ONNX Runtime's Where would have made it +0); ``x / FLT_MAX`` is 0
+    in jax.jit, whose reciprocal 2.9e-39 is subnormal and flushed."""
+    x = np.array([[3.0, -2.0, 0.0, -0.0, np.inf, 1e-3]], np.float32).repeat(4, axis=0)
+    b = np.array([-np.inf, np.finfo(np.float32).max, -0.0, 2.0], np.float32)
+    got, want, _ = _run(lambda x, b: x / b[:, None], x, b)
+    assert (want[0][1, :2] == 0).all()  # the premise: jax.jit flushed 1 / FLT_MAX
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    np.testing.assert_array_equal(got[0][~np.isnan(want[0])], want[0][~np.isnan(want[0])])
+    numbers = ~np.isnan(want[0])
+    np.testing.assert_array_equal(np.signbit(got[0][numbers]), np.signbit(want[0][numbers]))
+

@@ -65,13 +65,13 @@ def _rewrite(div: ir.Node) -> int:
 def _flushed_reciprocal(x: ir.Value) -> list[ir.Node]:
     """``1 / x`` with a subnormal result flushed to a zero of its sign, as XLA on the CPU computes it
     (``x / x.max()`` of a row holding FLT_MAX: the reciprocal 2.9e-39 is 0 in jax.jit, so every quotient is
-    0 there, not near 1). The nodes run on the divisor's elements, before its broadcast."""
+    0 there, not near 1): ``r * (|r| >= FLT_MIN)``, a product, because ONNX Runtime's Where gives +0 for a
+    selected -0 (``x / -inf`` must stay -0). The nodes run on the divisor's elements, before its broadcast."""
     dtype = x.dtype.numpy() if x.dtype is not None else np.dtype(np.float32)
     tiny = ir.node("Constant", [], {"value": ir.tensor(np.array(np.finfo(dtype).tiny, dtype))})
-    zero = ir.node("Constant", [], {"value": ir.tensor(np.array(0, dtype))})
     inverse = ir.node("Reciprocal", [x])
-    small = ir.node("Less", [ir.node("Abs", [inverse.outputs[0]]).outputs[0], tiny.outputs[0]])
-    magnitude = small.inputs[0].producer()
-    signed_zero = ir.node("Mul", [inverse.outputs[0], zero.outputs[0]])
-    flushed = ir.node("Where", [small.outputs[0], signed_zero.outputs[0], inverse.outputs[0]])
-    return [tiny, zero, inverse, magnitude, small, signed_zero, flushed]
+    magnitude = ir.node("Abs", [inverse.outputs[0]])
+    normal = ir.node("GreaterOrEqual", [magnitude.outputs[0], tiny.outputs[0]])
+    keep = ir.node("Cast", [normal.outputs[0]], {"to": ir.AttrInt64("to", ir.DataType.from_numpy(dtype))})
+    flushed = ir.node("Mul", [inverse.outputs[0], keep.outputs[0]])
+    return [tiny, inverse, magnitude, normal, keep, flushed]
