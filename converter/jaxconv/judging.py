@@ -36,6 +36,7 @@ from jaxconv.known_differences import (
     as_program_order,
     as_sum_overflow,
     nan_dropping_ops,
+    one_trace,
 )
 from jaxconv.nan_choices import as_nan_choice
 
@@ -48,6 +49,13 @@ def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], sig
     Those are judged again against the float64 result and jax.jit's spread under input rounding;
     when float64 is not available, also against JAX run op by op.
     """
+    with one_trace():  # the rules below may each read the program's ops: one trace for them all
+        return _judge_set(runner, fn, arg_specs, signature, flat, expected, actual, rtol, atol, label)
+
+
+def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],
+               expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], rtol: float | None, atol: float | None,
+               label: str) -> list[OutputCheck]:
     names = [info.name for info in signature.outputs]
     judged = [judge(n, e, a, rtol, atol, inputs=label) for n, e, a in zip(names, expected, actual)]
     open_ = [i for i, (_, cls) in enumerate(judged) if cls is not None and cls.max(initial=OK) == MISMATCH]

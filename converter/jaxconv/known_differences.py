@@ -18,8 +18,9 @@ no reference there), each with why.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -88,9 +89,34 @@ NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax"
 POOLING_NAN_NOTE = "XLA on the CPU drops NaN in max pooling depending on the tensor size"
 
 
+_traced: dict[Any, list[Any] | None] | None = None  # program_eqns' results while ``one_trace`` is active
+
+
+@contextlib.contextmanager
+def one_trace() -> Iterator[None]:
+    """Within it, ``program_eqns`` traces each program (at the same input shapes) once: the rules that read
+    the program's ops (pooling, LU, FFT, sums, half precision, zero signs) ask in turn about one input set."""
+    global _traced
+    outer, _traced = _traced, {} if _traced is None else _traced
+    try:
+        yield
+    finally:
+        _traced = outer
+
+
 def program_eqns(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[Any] | None:
     """Every equation of the traced program, those of nested jaxprs (loop bodies, branches, calls) too;
     None when the program cannot be traced here."""
+    key = (id(fn), tuple((np.shape(a), np.asarray(a).dtype.name) for a in flat))
+    if _traced is not None and key in _traced:
+        return _traced[key]
+    found = _trace_eqns(fn, arg_specs, flat)
+    if _traced is not None:
+        _traced[key] = found
+    return found
+
+
+def _trace_eqns(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> list[Any] | None:
     import jax
 
     found: list[Any] = []

@@ -29,17 +29,23 @@ def rewrite(graph: ir.Graph) -> int:
     return count
 
 
+def moved_from(value: ir.Value) -> tuple[ir.Value, list[ir.Node]]:
+    """The value ``value`` is moved or broadcast from (through at most 4 ``_MOVERS``), and those nodes, last first."""
+    movers: list[ir.Node] = []
+    source = value
+    while (made := source.producer()) is not None and made.op_type in _MOVERS and made.domain == "" \
+            and made.inputs[0] is not None and len(movers) < 4:
+        movers.append(made)
+        source = made.inputs[0]
+    return source, movers
+
+
 def _rewrite(div: ir.Node) -> int:
     dividend, divisor = div.inputs
     owner = div.graph
     if dividend is None or divisor is None or owner is None:
         return 0
-    movers: list[ir.Node] = []
-    source = divisor
-    while (made := source.producer()) is not None and made.op_type in _MOVERS and made.domain == "" \
-            and made.inputs[0] is not None and len(movers) < 4:
-        movers.append(made)
-        source = made.inputs[0]
+    source, movers = moved_from(divisor)
     new: list[ir.Node] = []
     constant = source.const_value
     if constant is not None:

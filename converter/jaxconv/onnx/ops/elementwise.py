@@ -32,6 +32,7 @@ from jaxconv.onnx.ops._common import (
 )
 from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
+from jaxconv.onnx.xla_division import moved_from
 from jaxconv.stablehlo import ir as hir
 
 # ---- 1:1 table rows -----------------------------------------------------------------------
@@ -176,7 +177,7 @@ def _by_reciprocal_in_xla(ctx: LoweringContext, op: hir.Op, lhs: str, rhs: str) 
         return False
     small, whole = ctx.value(source).shape, op.results[0].type.shape
     if small is None or not small.is_static() or any(d is None for d in whole):
-        return bool(movers) and any(m.op_type == "Expand" for m in movers)
+        return any(m.op_type == "Expand" for m in movers)
     return int(np.prod(small.numpy())) < int(np.prod(whole))
 
 
@@ -187,15 +188,9 @@ _OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponent
 
 
 def _divisor_source(ctx: LoweringContext, rhs: str) -> tuple[str, list[ir.Node]]:
-    """The value a divisor is moved or broadcast from (through ``_MOVERS``), and those nodes."""
-    movers: list[ir.Node] = []
-    node = ctx.producer(rhs)
-    source = rhs
-    while node is not None and node.op_type in _MOVERS and node.inputs[0] is not None and len(movers) < 4:
-        movers.append(node)
-        source = node.inputs[0].name
-        node = node.inputs[0].producer()
-    return source, movers
+    """The value a divisor is moved or broadcast from, and those nodes (``xla_division.moved_from``)."""
+    source, movers = moved_from(ctx.value(rhs))
+    return source.name or rhs, movers
 
 
 def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
@@ -252,8 +247,6 @@ def _f16_inverse(ctx: LoweringContext, node: ir.Node | None) -> str | None:
         inverse = ctx.op("Exp", [ctx.op("Neg", [value.name])])
     return ctx.cast(inverse, "float16")
 
-
-_MOVERS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity")
 
 
 @lowering("stablehlo.remainder", onnx_ops=("Mod",))
