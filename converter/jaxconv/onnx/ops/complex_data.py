@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._complex import component, is_complex, pack, parts, real_lowering, real_view, via_parts
+from jaxconv.onnx.ops.complex_arith import multiply, zeros_like
 from jaxconv.onnx.ops.indexing import scatter_kind
 from jaxconv.onnx.ops.reduce import reducer_kind
 from jaxconv.onnx.registry import REGISTRY, complex_lowering
@@ -142,15 +144,39 @@ def _check_sum(op: hir.Op) -> str | None:
         if op.name == "stablehlo.scatter"
         else (reducer_kind(op.regions[0]) if n == 1 else None)
     )
-    if kind not in ("add", "none"):
+    if kind == "mul" and op.name == "stablehlo.scatter" and not op.attrs.get("unique_indices"):
+        return ("complex scatter-multiply at indices that may repeat is not lowered "
+                "(`.at[i].multiply` with slices, integers or `unique_indices=True` is)")
+    if kind not in ("add", "none", "mul") or (kind == "mul" and op.name != "stablehlo.scatter"):
         return f"complex {op.short_name} with a combiner other than add is not lowered"
     return _real_check(op)
 
 
-@complex_lowering("stablehlo.scatter", check=_check_sum, onnx_ops=("ScatterND",))
+def _setting(op: hir.Op) -> hir.Op:
+    """``op`` (a scatter) with a body that sets each element to its update."""
+    body = op.regions[0]
+    return hir.Op(op.name, op.operands, op.results, op.attrs,
+                  [hir.Block(body.args, [], [body.args[1]])], op.location)
+
+
+@complex_lowering("stablehlo.scatter", check=_check_sum, onnx_ops=("ScatterND", "Where"))
 def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
-    """Scatter (set or add) of (re, im) pairs, the pair axis one more update window axis."""
-    return lower_indexed(ctx, op, inputs)
+    """Scatter (set or add) of (re, im) pairs, the pair axis one more update window axis.
+
+    A product at unique indices scatters the updates and a mask of the places they reach, and
+    multiplies there with XLA's complex product: each place meets one update, as in XLA."""
+    if scatter_kind(op) != "mul":
+        return lower_indexed(ctx, op, inputs)
+    x, idx, upd = inputs
+    dtype = component(op.results[0].type.dtype)
+    setting = _setting(op)
+    zeros = zeros_like(ctx, x, dtype)
+    spread = lower_indexed(ctx, setting, [zeros, idx, upd])[0]
+    ones = ctx.op("Expand", [ctx.scalar(1.0, dtype), ctx.op("Shape", [upd])])
+    reached = lower_indexed(ctx, setting, [zeros, idx, ones])[0]
+    reached = ctx.op("Cast", [parts(ctx, reached)[0]], to=TensorProto.BOOL)
+    product = pack(ctx, *multiply(ctx, parts(ctx, x), parts(ctx, spread), dtype))
+    return [ctx.op("Where", [ctx.op("Unsqueeze", [reached, ctx.i64([-1])]), product, x])]
 
 
 def _check_reduce(op: hir.Op) -> str | None:
