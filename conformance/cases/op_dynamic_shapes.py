@@ -122,3 +122,18 @@ for name, fn, dtype in [
     ("roberta_position_ids", lambda ids: roberta_position_ids(ids, padding_idx=1), np.int32),
 ]:
     sizes_row(f"cumulative_window.{name}", fn, lambda n, dtype=dtype: [arr(2, n, dtype=dtype, seed=n)], [spec(2, T, dtype=dtype)])
+
+
+def _repeats(n, seed=0):
+    """``n`` values with repeats, NaN and both zeros among them."""
+    pool = np.array([3, 1, -0.0, 0.0, np.nan, 7, -2], np.float32)
+    return [np.random.default_rng(seed).choice(pool, size=n)]
+
+
+# jnp.unique(size=) over a symbolic length: a cumulative count over a mask the scatter lowering pads
+# past the end and slices back to the operand's length (its length must be known to be the window's).
+for name, fn in [
+    ("unique", lambda x: jnp.unique(x, size=4, fill_value=0)),
+    ("unique_counts_inverse", lambda x: jnp.unique(x, size=3, return_counts=True, return_inverse=True, fill_value=-1)),
+]:
+    sizes_row(f"cumulative_window.{name}", fn, lambda n: _repeats(n, seed=n), [spec(B)], sizes=(1, 3, 7, 12))

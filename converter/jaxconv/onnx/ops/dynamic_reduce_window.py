@@ -108,7 +108,40 @@ def dimension(ctx: LoweringContext, name: str, axis: int, depth: int = 0) -> Aff
         if sizes is not None and len(sizes) == rank > axis and (node.op_type == "ConstantOfShape"
                                                                   or _fills(ctx, node, rank)):
             return sizes[axis]
+    if node is not None and depth < _DEPTH:
+        found = _through_padding(ctx, node, axis, depth + 1)
+        if found is not None:
+            return found
     return (0, ((("dim", canonical, axis), 1),))
+
+
+def _through_padding(ctx: LoweringContext, node: Any, axis: int, depth: int) -> Affine | None:
+    """Dimension ``axis`` of a ScatterND (its data's), a Pad (its input's plus the amounts), or a
+    Slice from 0 with step 1 (its end, when the data is at least that long: a scatter into rows
+    padded past the end and sliced back to the operand's length), else None."""
+    ins = [i.name if i is not None else None for i in node.inputs]
+    if node.op_type == "ScatterND" and ins[0]:
+        return dimension(ctx, ins[0], axis, depth)
+    if node.op_type == "Pad" and ins[0] and len(ins) > 1 and (len(ins) < 4 or not ins[3]):
+        pads = values(ctx, ins[1], depth) if ins[1] else None
+        rank = len(pads) // 2 if pads is not None else 0
+        if pads is None or axis >= rank:
+            return None
+        return _combine(dimension(ctx, ins[0], axis, depth), _combine(pads[axis], pads[axis + rank], 1), 1)
+    if node.op_type != "Slice" or len(ins) < 4 or not ins[0] or not ins[3]:
+        return None
+    axes, starts = _ints(ctx, ins[3]), _ints(ctx, ins[1])
+    steps = _ints(ctx, ins[4]) if len(ins) > 4 and ins[4] else [1] * len(axes or [])
+    if axes is None or starts is None or steps is None or len(axes) != 1:
+        return None
+    whole = dimension(ctx, ins[0], axis, depth)
+    if axes[0] != axis:
+        return whole
+    ends = values(ctx, ins[2], depth) if ins[2] else None
+    if starts != [0] or steps != [1] or ends is None or len(ends) != 1:
+        return None
+    spare = _combine(whole, ends[0], -1)  # >= 0 when a sum of dimensions (never negative) and a constant >= 0
+    return ends[0] if spare[0] >= 0 and all(k > 0 for _, k in spare[1]) else None
 
 
 def _fills(ctx: LoweringContext, expand: Any, rank: int) -> bool:
@@ -154,10 +187,13 @@ def values(ctx: LoweringContext, name: str, depth: int = 0) -> list[Affine] | No
         return values(ctx, ins[0], depth + 1)  # type: ignore[arg-type]
     if op == "Shape":
         shape = node.inputs[0].shape if node.inputs[0] is not None else None
+        start = attr("start", 0)
+        if shape is None and start >= 0 and node.attributes.get("end") is not None and attr("end", 0) >= start:
+            return [dimension(ctx, ins[0], a) for a in range(start, attr("end", 0))]  # type: ignore[arg-type]
         if shape is None:
             return None
         rank = len(shape)
-        start, end = attr("start", 0), attr("end", rank)
+        end = attr("end", rank)
         start, end = start + rank if start < 0 else start, end + rank if end < 0 else min(end, rank)
         return [dimension(ctx, ins[0], a) for a in range(start, end)]  # type: ignore[arg-type]
     if op == "Concat":
