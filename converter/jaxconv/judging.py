@@ -39,6 +39,7 @@ from jaxconv.known_differences import (
     one_trace,
 )
 from jaxconv.nan_choices import as_nan_choice
+from jaxconv.vector_signs import CanonicalSigns, as_vector_signs
 
 
 def judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any, flat: Sequence[np.ndarray],
@@ -67,6 +68,9 @@ def _judge_set(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], si
     excused = as_excess_precision([row for row, _ in rows], [cls for _, cls in rows], fn, arg_specs, flat, actual,
                                   op_by_op)
     rows = [(row, cls) for row, (_, cls) in zip(excused, rows)]
+    signed = as_vector_signs([row for row, _ in rows], fn, arg_specs, flat, expected, actual, rtol, atol,
+                             getattr(runner, "kind", ""), CanonicalSigns(fn, arg_specs, flat))
+    rows = [(row, cls) for row, (_, cls) in zip(signed, rows)]
     if all(row.verdict != "mismatch" for row, _ in rows):
         return [row for row, _ in rows]
     kind = getattr(runner, "kind", "")

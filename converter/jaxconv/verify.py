@@ -21,6 +21,8 @@ where float64 is NaN and jax.jit has a number (XLA's compiled code drops NaN, as
 reorders divisions, and flushes subnormal intermediates to zero; the artifact follows the program); and so
 are elements inf or NaN in jax.jit but finite in float64, when those are an output's only differences
 (jax.jit's float32 overflowed, and where a sum of huge terms overflows depends on its order).
+Eigenvectors and singular vectors of the other sign than LAPACK's are judged against jax.jit with the
+ONNX lowering's canonical signs (``vector_signs``): ok (vector signs) when they agree.
 
 Zero signs count: a zero of the other sign than jax.jit's is a mismatch (``1 / x`` is then the other
 infinity), unless the target's kernels are not jaxconv's (a note), the program has an op after which
@@ -117,6 +119,7 @@ class CheckReport:
 def _result_text(r: OutputCheck) -> str:
     return {"ok": "ok", "float64": "ok (float64)", "subnormal": "ok (subnormal)", "op-by-op": "ok (op by op)",
             "undecided": "UNDECIDED",
+            "vector-signs": "ok (vector signs)",
             EDGE: "differs on edge values"}.get(r.verdict, "MISMATCH" if not r.ok else "ok")
 
 
