@@ -23,6 +23,7 @@ from conformance.cases import (  # noqa: F401
     op_indexing,
     op_lapack,
     op_linalg,
+    op_qr,
     op_reduce,
     op_reduce_window,
     op_rng,

@@ -37,7 +37,7 @@ def test_dynamic_matrix_size_is_refused_with_reason():
 
 
 @pytest.mark.parametrize("fn,target", [
-    (jnp.linalg.qr, "lapack_sgeqrf_ffi"),
+    (jnp.linalg.eig, "lapack_sgeev_ffi"),
     (jnp.linalg.eigh, "lapack_ssyevd_ffi"),
     (jnp.linalg.svd, "lapack_sgesdd_ffi"),
 ])
@@ -46,8 +46,8 @@ def test_unsupported_lapack_routines_are_named(fn, target):
 
 
 @pytest.mark.parametrize("target,named", [
-    ("lapack_sgeqrf_ffi", "jnp.linalg.qr"),
-    ("lapack_dorgqr_ffi", "jnp.linalg.qr"),
+    ("lapack_sgeqp3_ffi", "jax.scipy.linalg.qr(pivoting=True)"),
+    ("lapack_cgeqrf_ffi", "complex LAPACK routines are not lowered"),
     ("lapack_ssyevd_ffi", "jnp.linalg.eigh"),
     ("lapack_dgesdd_ffi", "jnp.linalg.svd"),
     ("lapack_sgeev_ffi", "jnp.linalg.eig"),
@@ -83,4 +83,4 @@ def test_check_reports_size_option_and_dtype_problems():
     assert "uplo" in check_lapack_call(call("lapack_spotrf_ffi", ("float32", (3, 3)), uplo=ord("X")))
     assert "expects float64" in check_lapack_call(call("lapack_dgetrf_ffi", ("float32", (3, 3))))
     assert "takes 2 matrix operand(s), got 1" in check_lapack_call(call("lapack_strsm_ffi", ("float32", (3, 3))))
-    assert "jnp.linalg.qr" in check_lapack_call(call("lapack_sgeqrf_ffi", ("float32", (3, 3))))
+    assert "pivoting=True" in check_lapack_call(call("lapack_sgeqp3_ffi", ("float32", (3, 3))))

@@ -6,6 +6,8 @@ On CPU, ``jnp.linalg.cholesky`` becomes ``lapack_{s,d}potrf_ffi``, ``solve_trian
 one-character flags as ASCII codes) and, for factorizations, returns LAPACK's ``info`` status,
 which JAX turns into NaNs (potrf) or ignores (getrf, where a zero pivot only marks singularity).
 Leading batch dimensions are the operands' extra leading axes (``num_batch_dims``).
+Householder QR (``jnp.linalg.qr``: geqrf, then orgqr) is lowered in :mod:`jaxconv.onnx.ops.lapack_qr`
+with these tables and checks.
 
 The factorizations are unrolled over the matrix size, so sizes must be static and bounded; the
 other LAPACK routines JAX calls (QR, eigen and singular value decompositions, Schur, Hessenberg,
@@ -32,8 +34,10 @@ from jaxconv.stablehlo import ir as hir
 MAX_LAPACK_SIZE = MAX_SOLVE_SIZE
 
 _PRECISIONS = {"s": "float32", "d": "float64"}
-_SUPPORTED = ("potrf", "trsm", "getrf")
-_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1}
+_SUPPORTED = ("potrf", "trsm", "getrf", "geqrf", "orgqr")  # geqrf, orgqr: lapack_qr
+_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1, "geqrf": 1, "orgqr": 2}
+# Routines taking m x n matrices; the others take square ones.
+_RECTANGULAR = ("getrf", "geqrf", "orgqr")
 # What each routine computes and the JAX functions that call it, for messages.
 _ROUTINE_SOURCES: dict[str, tuple[str, str]] = {
     "potrf": ("Cholesky", "jnp.linalg.cholesky / jax.scipy.linalg.cho_factor"),
@@ -54,13 +58,15 @@ _ROUTINE_SOURCES: dict[str, tuple[str, str]] = {
     "hetrd": ("tridiagonal reduction", "jax.lax.linalg.tridiagonal"),
     "gtsv": ("tridiagonal solve", "jax.lax.linalg.tridiagonal_solve"),
 }
-_TARGET = re.compile(r"^lapack_([sdcz])([a-z]+)_ffi$")
+_TARGET = re.compile(r"^lapack_([sdcz])([a-z][a-z0-9]*)_ffi$")  # geqp3 has a digit
 
 # Options each routine reads from mhlo.backend_config: name -> (default, allowed values).
 _OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "potrf": {"uplo": ("L", "LU")},
     "trsm": {"side": ("L", "LR"), "uplo": ("L", "LU"), "trans_x": ("N", "NTC"), "diag": ("N", "NU")},
     "getrf": {},
+    "geqrf": {},
+    "orgqr": {},
 }
 
 
@@ -134,8 +140,9 @@ def check_lapack_call(op: hir.Op) -> str | None:
 def check_operands(op: hir.Op, routine: str, dtype: str, options: dict[str, tuple[str, str]], label: str,
                    described: str) -> str | None:
     """Why the operands or flags of a LAPACK call of ``routine`` on ``dtype`` matrices cannot be lowered,
-    else None: their count and dtype, static sizes up to ``MAX_LAPACK_SIZE`` (square but for getrf), the
-    ``options`` flags allowed. ``label`` (``LAPACK potrf``) and ``described`` name the routine in messages."""
+    else None: their count and dtype, static sizes up to ``MAX_LAPACK_SIZE`` (square but for
+    ``_RECTANGULAR``), the ``options`` flags allowed. ``label`` (``LAPACK potrf``) and ``described``
+    name the routine in messages."""
     target = str(op.attrs.get("call_target_name", ""))
     data = _data_operands(op)
     if len(data) != _ARITY[routine]:
@@ -148,7 +155,7 @@ def check_operands(op: hir.Op, routine: str, dtype: str, options: dict[str, tupl
     rows, cols = a.shape[-2], a.shape[-1]
     if rows is None or cols is None:
         return f"{described} with a dynamic matrix size is not lowered (it is unrolled over the rows)"
-    if routine != "getrf" and rows != cols:
+    if routine not in _RECTANGULAR and rows != cols:
         return f"LAPACK {routine} of {rows}x{cols} matrices (expects square ones)"
     if max(rows, cols) > MAX_LAPACK_SIZE:
         return (f"{described} of {rows}x{cols} matrices is not lowered "
