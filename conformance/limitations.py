@@ -101,7 +101,7 @@ _TFL_COMPLEX_IO = fails("convert", r"TFLite cannot hold (input|output) \w+",
 _SUBNORMAL = "subnormal inputs: XLA on the CPU flushes them to zero, {} does not"
 _LAPACK_SM = fails("run", r"No FFI handler registered for lapack_\w+_ffi",
                    "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
-                   "needs an ONNX lowering, which syevd/geqrf lack")
+                   "needs an ONNX lowering, which syevd lacks")
 _TF_NAN = "TF's XLA runtime does not propagate NaN through max/min like jax.jit"
 
 
@@ -134,8 +134,12 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
     (differs(_SUBNORMAL.format("TFLite"), outputs=(0, 1), classes=("subnormal",)), ("edge.subnormal.compare",)),
     (_cannot(r"stablehlo\.custom_call @lapack_\w+_ffi x\d",
              "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
-             "needs an ONNX lowering, which syevd/geqrf lack"),
-     ("op.linalg.eigh", "op.linalg.qr")),
+             "needs an ONNX lowering, which syevd lacks"),
+     ("op.linalg.eigh",)),
+    (_cannot(r"stablehlo\.custom_call @lapack_\w*geqrf_ffi x\d",
+             "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route's "
+             "QR rounds its rank-one updates once, as LAPACK's FMA does, in float64, which TFLite has no kernels for"),
+     ("op.linalg.qr",)),
     (_cannot(r"stablehlo\.dynamic_gather x\d.*the tf-ops route: LiteRT failed while running .*Invalid tensor",
              "the converter does not legalize stablehlo.dynamic_gather; the tf-ops model meets LiteRT's zero-size "
              "tensor limit"), ("sym.slice_half",)),
@@ -158,13 +162,11 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("edge.subnormal.sign", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1, 2), classes=("subnormal",)),
     ("edge.subnormal.tanh_logistic", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0,),
                                                             classes=("subnormal",)),
-    ("op.linalg.qr", "onnx", ANY_DEVICE): fails(
-        "convert", r"@lapack_\w*geqrf_ffi x\d+ \(Householder QR", "Householder QR (LAPACK geqrf/orgqr) has no ONNX lowering"),
     ("op.linalg.eigh", "onnx", ANY_DEVICE): fails(
         "convert", r"@lapack_\w*syevd_ffi x\d+ \(symmetric eigendecomposition",
         "symmetric eigendecomposition (LAPACK syevd) has no ONNX lowering"),
 }
-for _case in ("op.linalg.eigh", "op.linalg.qr"):  # the others run as plain TF ops (route tf-ops)
+for _case in ("op.linalg.eigh",):  # the others run as plain TF ops (route tf-ops)
     LIMITATIONS[(_case, "saved-model", ANY_DEVICE)] = _LAPACK_SM
 for _row, _cases in TFLITE:
     for _case in _cases:
