@@ -95,9 +95,10 @@ LAYERS = {
     "known_differences.py": {"allowed": ("jaxconv.compare", "jaxconv.references")},
     "excess_precision.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
     "nan_choices.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
+    "vector_signs.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences")},
     "judging.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences",
-                               "jaxconv.excess_precision", "jaxconv.nan_choices", "jaxconv.check_context",
-                               "jaxconv.check_inputs")},
+                               "jaxconv.excess_precision", "jaxconv.nan_choices", "jaxconv.vector_signs",
+                               "jaxconv.check_context", "jaxconv.check_inputs")},
     "check_context.py": {"allowed": ("jaxconv.jit_reference",)},
     # proto_wire.py: protobuf's wire format for the readers and writers of model files; nothing of
     # jaxconv, and no protobuf library (it reads what they would load whole).
