@@ -238,9 +238,25 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
     if "ShapeDtypeStruct" in first:  # jit(static_argnums=...) passed a spec through as a Python value
         hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
                 "fix static values with functools.partial or a wrapper function)")
+    elif "custom calls whose targets have no compatibility guarantees" in first:
+        hint = _refused_custom_calls(str(e))
     else:
         hint = symbolic_hint(inconclusive_line(e) or first)
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
+
+
+def _refused_custom_calls(message: str) -> str:
+    """The custom calls jax.export names in ``message`` (its examples), each with what computes it: jax.export
+    refuses them for every target (e.g. ``jax.scipy.linalg.qr(pivoting=True)``'s ``lapack_sgeqp3_ffi``)."""
+    import re
+
+    from jaxconv.onnx.registry import unsupported_target_reason
+
+    targets = sorted(set(re.findall(r"stablehlo\.custom_call @([\w.]+)", message)))
+    if not targets:
+        return ""
+    named = "; ".join(f"@{t}: {unsupported_target_reason(t)}" for t in targets)
+    return f" ({named}; jax.export refuses {'it' if len(targets) == 1 else 'them'} for every target)"
 
 
 _MAX_ASSUMED = 4

@@ -62,12 +62,13 @@ def test_pivoted_qr_is_refused_when_traced():
     assert "Cannot serialize code with custom calls whose targets have no compatibility guarantees" in message
 
 
-@pytest.mark.xfail(strict=True, reason="the trace error keeps only the first line of jax.export's message, "
-                                       "which does not name the custom call")
-def test_pivoted_qr_refusal_names_the_routine():
+def test_pivoted_qr_refusal_names_the_routine_and_the_jax_function():
     with pytest.raises(TraceError) as info:
         jaxconv.to_onnx(lambda a: jsl.qr(a, pivoting=True), "f32[3,3]")
-    assert "geqp3" in str(info.value)
+    message = str(info.value)
+    assert "@lapack_sgeqp3_ffi: pivoted QR (LAPACK geqp3, from jax.scipy.linalg.qr(pivoting=True))" in message
+    assert "jax.export refuses it for every target" in message
+    assert "\n" not in message
 
 
 def test_pivoted_qr_target_names_the_jax_function():
