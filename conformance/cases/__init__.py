@@ -17,6 +17,7 @@ from conformance.cases import (  # noqa: F401
     op_convert,
     op_convolution,
     op_dynamic_shapes,
+    op_eigen,
     op_elementwise,
     op_gelu_grad,
     op_half_precision,

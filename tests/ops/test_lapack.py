@@ -38,7 +38,6 @@ def test_dynamic_matrix_size_is_refused_with_reason():
 
 @pytest.mark.parametrize("fn,target", [
     (jnp.linalg.eig, "lapack_sgeev_ffi"),
-    (jnp.linalg.eigh, "lapack_ssyevd_ffi"),
     (jnp.linalg.svd, "lapack_sgesdd_ffi"),
 ])
 def test_unsupported_lapack_routines_are_named(fn, target):
@@ -48,7 +47,7 @@ def test_unsupported_lapack_routines_are_named(fn, target):
 @pytest.mark.parametrize("target,named", [
     ("lapack_sgeqp3_ffi", "jax.scipy.linalg.qr(pivoting=True)"),
     ("lapack_cgeqrf_ffi", "complex LAPACK routines are not lowered"),
-    ("lapack_ssyevd_ffi", "jnp.linalg.eigh"),
+    ("lapack_cheevd_ffi", "jnp.linalg.eigh"),
     ("lapack_dgesdd_ffi", "jnp.linalg.svd"),
     ("lapack_sgeev_ffi", "jnp.linalg.eig"),
     ("lapack_sgees_ffi", "jax.scipy.linalg.schur"),

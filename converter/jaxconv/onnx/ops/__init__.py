@@ -9,6 +9,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     elementwise,
     indexing,
     lapack,
+    lapack_eigen,
     lapack_qr,
     linalg,
     quantized,

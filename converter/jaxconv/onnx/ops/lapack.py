@@ -1,4 +1,4 @@
-"""LAPACK FFI custom calls of JAX CPU exports: potrf, trsm and getrf, unrolled for static sizes.
+"""LAPACK FFI custom calls of JAX CPU exports: the routine tables and checks, and potrf, trsm, getrf.
 
 On CPU, ``jnp.linalg.cholesky`` becomes ``lapack_{s,d}potrf_ffi``, ``solve_triangular`` becomes
 ``lapack_{s,d}trsm_ffi``, and ``inv``/``det``/``slogdet``/``solve``/``lu``/``lu_factor`` start with
@@ -6,11 +6,12 @@ On CPU, ``jnp.linalg.cholesky`` becomes ``lapack_{s,d}potrf_ffi``, ``solve_trian
 one-character flags as ASCII codes) and, for factorizations, returns LAPACK's ``info`` status,
 which JAX turns into NaNs (potrf) or ignores (getrf, where a zero pivot only marks singularity).
 Leading batch dimensions are the operands' extra leading axes (``num_batch_dims``).
-Householder QR (``jnp.linalg.qr``: geqrf, then orgqr) is lowered in :mod:`jaxconv.onnx.ops.lapack_qr`
-with these tables and checks.
 
-The factorizations are unrolled over the matrix size, so sizes must be static and bounded; the
-other LAPACK routines JAX calls (QR, eigen and singular value decompositions, Schur, Hessenberg,
+These factorizations are unrolled over the matrix size, so sizes must be static and bounded.
+Householder QR (``jnp.linalg.qr``: geqrf, then orgqr) is lowered in :mod:`jaxconv.onnx.ops.lapack_qr`,
+the symmetric eigendecomposition (``jnp.linalg.eigh``/``eigvalsh``: syevd) in
+:mod:`jaxconv.onnx.ops.lapack_eigen` (Jacobi in a Loop), both with these tables and checks. The other
+LAPACK routines JAX calls (singular value and general eigen decompositions, Schur, Hessenberg,
 tridiagonal) have no lowering, and :func:`unsupported_reason` names the JAX function behind each.
 """
 
@@ -34,8 +35,8 @@ from jaxconv.stablehlo import ir as hir
 MAX_LAPACK_SIZE = MAX_SOLVE_SIZE
 
 _PRECISIONS = {"s": "float32", "d": "float64"}
-_SUPPORTED = ("potrf", "trsm", "getrf", "geqrf", "orgqr")  # geqrf, orgqr: lapack_qr
-_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1, "geqrf": 1, "orgqr": 2}
+_SUPPORTED = ("potrf", "trsm", "getrf", "geqrf", "orgqr", "syevd")  # geqrf, orgqr: lapack_qr; syevd: lapack_eigen
+_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1, "geqrf": 1, "orgqr": 2, "syevd": 1}
 # Routines taking m x n matrices; the others take square ones.
 _RECTANGULAR = ("getrf", "geqrf", "orgqr")
 # What each routine computes and the JAX functions that call it, for messages.
@@ -67,6 +68,7 @@ _OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "getrf": {},
     "geqrf": {},
     "orgqr": {},
+    "syevd": {"mode": ("V", "VN"), "uplo": ("L", "LU")},
 }
 
 
