@@ -99,9 +99,6 @@ def differs(reason: str, outputs: tuple[int, ...] = (), classes: tuple[str, ...]
 _TFL_COMPLEX_IO = fails("convert", r"TFLite cannot hold (input|output) \w+",
                         "TFLite models cannot take or return complex tensors (its kernels have no complex arithmetic)")
 _SUBNORMAL = "subnormal inputs: XLA on the CPU flushes them to zero, {} does not"
-_LAPACK_SM = fails("run", r"No FFI handler registered for lapack_\w+_ffi",
-                   "TF has no FFI handlers for JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
-                   "needs an ONNX lowering, which syevd lacks")
 _TF_NAN = "TF's XLA runtime does not propagate NaN through max/min like jax.jit"
 
 
@@ -132,10 +129,6 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
     (differs("TFLite's exp(NaN) is 0; its log and sqrt of 3e38 give inf and 2.6e19", outputs=(0, 1, 2),
              classes=("nan", "inf", "value")), ("edge.exp_log_special",)),
     (differs(_SUBNORMAL.format("TFLite"), outputs=(0, 1), classes=("subnormal",)), ("edge.subnormal.compare",)),
-    (_cannot(r"stablehlo\.custom_call @lapack_\w+_ffi x\d",
-             "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route "
-             "needs an ONNX lowering, which syevd lacks"),
-     ("op.linalg.eigh",)),
     (_cannot(r"stablehlo\.custom_call @lapack_\w*geqrf_ffi x\d",
              "the TFLite converter does not legalize JAX's LAPACK custom calls (lapack_*_ffi), and the tf-ops route's "
              "QR rounds its rank-one updates once, as LAPACK's FMA does, in float64, which TFLite has no kernels for"),
@@ -162,12 +155,7 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("edge.subnormal.sign", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0, 1, 2), classes=("subnormal",)),
     ("edge.subnormal.tanh_logistic", "onnx", "cpu"): differs(_SUBNORMAL.format("ONNX Runtime"), outputs=(0,),
                                                             classes=("subnormal",)),
-    ("op.linalg.eigh", "onnx", ANY_DEVICE): fails(
-        "convert", r"@lapack_\w*syevd_ffi x\d+ \(symmetric eigendecomposition",
-        "symmetric eigendecomposition (LAPACK syevd) has no ONNX lowering"),
 }
-for _case in ("op.linalg.eigh",):  # the others run as plain TF ops (route tf-ops)
-    LIMITATIONS[(_case, "saved-model", ANY_DEVICE)] = _LAPACK_SM
 for _row, _cases in TFLITE:
     for _case in _cases:
         LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _row

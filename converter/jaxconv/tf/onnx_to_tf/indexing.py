@@ -54,17 +54,32 @@ def gather_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
 def scatter_nd(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     tf = tr.tf
     x, idx, upd = ins[0].t, tf.cast(ins[1].t, tf.int32), ins[2].t
-    reduction = attrs(node).get("reduction", "none")
     if len(idx.shape) == 1:  # one index: TF wants a list of them
         idx, upd = tf.expand_dims(idx, 0), tf.expand_dims(upd, 0)
+    return Value(_scatter(tf, x, idx, upd, attrs(node).get("reduction", "none"), node.op_type), ins[0].dtype)
+
+
+@handles("ScatterElements")
+def scatter_elements(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """A ScatterND at the full coordinates of each update: the grid with the indices on ``axis``."""
+    tf = tr.tf
+    x = ins[0].t
+    axis = attrs(node).get("axis", 0) % len(x.shape)
+    coordinates = _coordinates(tf, _wrap(tf, ins[1].t, tf.shape(x)[axis]), axis)
+    return Value(_scatter(tf, x, coordinates, ins[2].t, attrs(node).get("reduction", "none"), node.op_type),
+                 ins[0].dtype)
+
+
+def _scatter(tf: Any, x: Any, idx: Any, upd: Any, reduction: str, op_type: str) -> Any:
+    """``x`` with ``upd`` scattered at the index rows of ``idx`` (ScatterND's layout), combined by ``reduction``."""
     if reduction == "none":
-        return Value(tf.tensor_scatter_nd_update(x, idx, upd), ins[0].dtype)
+        return tf.tensor_scatter_nd_update(x, idx, upd)
     if reduction == "add":
-        return Value(x + tf.scatter_nd(idx, upd, tf.shape(x)), ins[0].dtype)
+        return x + tf.scatter_nd(idx, upd, tf.shape(x))
     combine = _COMBINE.get(reduction)
     if combine is None:
-        raise ValueError(f"ScatterND reduction {reduction!r}")
-    return Value(_scatter_one_by_one(tf, x, idx, upd, lambda old, new: combine(tf, old, new)), ins[0].dtype)
+        raise ValueError(f"{op_type} reduction {reduction!r}")
+    return _scatter_one_by_one(tf, x, idx, upd, lambda old, new: combine(tf, old, new))
 
 
 _COMBINE = {
