@@ -1,10 +1,11 @@
 """The check where jax.jit's compiled code does not compute in the program's order, on edge inputs.
 
 XLA fuses a Conv, ReLU and sum pooling into code whose max drops NaN; its simplifier computes
-``(a / b) / c`` as ``a / (b * c)``, which stays finite where the program's ``a / b`` overflows; on the
-CPU it flushes subnormal intermediates to zero (``sqrt(0.999 * -FLT_MIN)`` is -0 in jax.jit, NaN in
-float64). The ONNX model follows the program, so the check calls such elements undecided (a warning)
-when JAX run op by op has the artifact's value there or float64 has its NaN, and a mismatch otherwise.
+``(a / b) / c`` as ``a / (b * c)``, which stays finite where the program's ``a / b`` overflows (jaxconv's
+ONNX now divides so too; an artifact in the program's order stands in for it); on the CPU it flushes
+subnormal intermediates to zero (``sqrt(0.999 * -FLT_MIN)`` is -0 in jax.jit, NaN in float64). Where
+an artifact follows the program, the check calls such elements undecided (a warning) when JAX run op
+by op has the artifact's value there or float64 has its NaN, and a mismatch otherwise.
 The references are JAX's own runs and numpy's float64, never the code under test.
 """
 
@@ -53,9 +54,11 @@ def test_a_division_xla_reorders_is_undecided(tmp_path):
     a = np.array([BIG, 1.0, 3.0], np.float32)
     b = np.array([0.5, 2.0, 4.0], np.float32)
     c = np.array([4.0, 4.0, 0.5], np.float32)
-    (row,), expected, actual = judge_one_set(nested_division, [a, b, c], "edge", tmp_path)
     with jax.disable_jit():
         eager = np.asarray(nested_division(*map(jnp.asarray, (a, b, c))))
+    # jaxconv's ONNX divides as XLA does (onnx/xla_reassociation.py): an artifact in the program's order
+    # is JAX's op-by-op result
+    (row,), expected, actual = judge_one_set(nested_division, [a, b, c], "edge", tmp_path, actual=[eager])
     # the premise: jax.jit stays finite where the program's order (and JAX op by op) overflows
     assert np.isfinite(expected[0][0]) and np.isposinf(eager[0]) and np.isposinf(actual[0][0])
     assert row.verdict == "undecided" and row.ok, row.note

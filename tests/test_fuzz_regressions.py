@@ -211,13 +211,15 @@ def test_signbit_of_a_negative_nan_needs_opset_26():
 
 @pytest.mark.parametrize("dtype", [F32, F16], ids=str)
 def test_xla_rewrites_a_division_by_a_quotient(dtype):
-    """Named: jax.jit computes (a / b) / c as a / (b * c): 6.1e-5 / 16376 / 0 is inf there, NaN in IEEE
-    arithmetic (jax without jit, and the artifact: 6.1e-5 / 16376 underflows to 0 in f16, 1e-30 / 1e30 in
-    f32)."""
+    """jax.jit computes (a / b) / c as a / (b * c): 6.1e-5 / 16376 / 0 is inf there, NaN in IEEE
+    arithmetic (jax without jit: 6.1e-5 / 16376 underflows to 0 in f16, 1e-30 / 1e30 in f32). The float32
+    artifact divides as XLA does (onnx/xla_reassociation.py); float16, computed through casts, is named
+    (README: the program's order)."""
     a = np.array([6.104e-05 if dtype == F16 else 1e-30, 1.0], dtype)
     b = np.array([16376.0 if dtype == F16 else 1e30, 2.0], dtype)
     c = np.array([0.0, 4.0], dtype)
     expected, actual = _run(lambda a, b, c: a / b / c, a, b, c)
     eager = np.asarray(jnp.asarray(a) / jnp.asarray(b) / jnp.asarray(c))
-    assert np.isinf(expected[0][0]) and np.isnan(actual[0][0]) and np.isnan(eager[0])
+    assert np.isinf(expected[0][0]) and np.isnan(eager[0])
+    assert np.isnan(actual[0][0]) if dtype == F16 else np.isposinf(actual[0][0])
     assert actual[0][1] == expected[0][1] == eager[1]

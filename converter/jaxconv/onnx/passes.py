@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from jaxconv.onnx import xla_division
+from jaxconv.onnx import xla_division, xla_reassociation
 from jaxconv.onnx.context import SAME_SHAPE_KEY, subgraph_inputs
 
 __all__ = ["FOLD_MAX_ELEMENTS", "optimize", "clean_up", "drop_redundant_expands", "subgraph_inputs",
@@ -37,8 +37,10 @@ def optimize(model: ir.Model, opset: int) -> None:
     """Clean up a freshly lowered model in place: our passes, the fusion rewrites, onnxscript's optimizer."""
     drop_redundant_expands(model.graph)
     fold_weight_views(model.graph)
+    xla_reassociation.fold_additions(model.graph)  # before add_chains sums the chains
     _apply_rewrites(model, opset)
     xla_division.rewrite(model.graph)  # after the rules that read a softmax's or a norm's Div
+    xla_reassociation.rewrite(model.graph)  # after xla_division folds the reciprocals
     unique_value_names(model.graph)  # the rewrites' new values are named val_0, val_1, ... each time
     _strip_markers(model.graph)
     clean_up(model)

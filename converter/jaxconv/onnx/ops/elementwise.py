@@ -63,7 +63,30 @@ def _binary(onnx_op: str, bool_op: str) -> Callable[[LoweringContext, hir.Op, li
 
 lowering("stablehlo.add", onnx_ops=("Add",))(_binary("Add", "Or"))
 lowering("stablehlo.subtract", onnx_ops=("Sub",))(_binary("Sub", "Xor"))
-lowering("stablehlo.multiply", onnx_ops=("Mul",))(_binary("Mul", "And"))
+_multiply = _binary("Mul", "And")
+
+
+@lowering("stablehlo.multiply", onnx_ops=("Mul", "Where"))
+def lower_multiply(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """Mul; integers wrap; booleans use And; a float32/float64 product by a bool converted to float is a select."""
+    selected = select_by_converted_bool(ctx, op.results[0].type.dtype, inputs[0], inputs[1])
+    return selected if selected is not None else _multiply(ctx, op, inputs)
+
+
+def select_by_converted_bool(ctx: LoweringContext, dtype: str, lhs: str, rhs: str) -> str | None:
+    """``pred ? v : +0`` for ``convert(pred) * v`` (either order), as XLA's algebraic simplifier computes it:
+    a NaN or an infinity where ``pred`` is False gives 0, not NaN (measured on jax 0.10.2). Only where the
+    convert is an operand itself: one broadcast after it (``m[None] * v``) stays a product in XLA."""
+    if dtype not in ("float32", "float64"):
+        return None
+    for mask, other in ((lhs, rhs), (rhs, lhs)):
+        made = ctx.producer(mask)
+        source = made.inputs[0] if made is not None and made.op_type == "Cast" else None
+        if made is None or source is None or source.dtype != ir.DataType.BOOL \
+                or made.metadata_props.get("stablehlo.op") != "stablehlo.convert":
+            continue
+        return where(ctx, source.name or "", other, ctx.scalar(0.0, dtype), dtype)
+    return None
 
 
 # ---- maximum, minimum, clamp ----------------------------------------------------------------

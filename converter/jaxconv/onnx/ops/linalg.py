@@ -9,6 +9,7 @@ import numpy as np
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
 from jaxconv.onnx.ops._common import where
+from jaxconv.onnx.ops.elementwise import select_by_converted_bool
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -54,6 +55,10 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     contraction = [lhs_t.shape[d] for d in lc]
     if result.is_static and (0 in result.shape or 0 in contraction):
         return ctx.const(np.zeros(result.shape, dt.numpy_dtype(result.dtype)))  # nothing to multiply
+    if not lf and not rf and lhs_t.dtype == rhs_t.dtype == result.dtype:
+        selected = _masked_sum(ctx, inputs, lb + lc, rb + rc, len(lb), result.dtype)
+        if selected is not None:
+            return selected
     lhs = ctx.cast_if(inputs[0], lhs_t.dtype, work)
     rhs = ctx.cast_if(inputs[1], rhs_t.dtype, work)
     lhs = transpose(ctx, lhs, lb + lf + lc)
@@ -78,6 +83,21 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     if result.dtype == "bool":
         return ctx.op("Greater", [out, ctx.scalar(0, work)])
     return ctx.cast_if(out, work, result.dtype)
+
+
+def _masked_sum(ctx: LoweringContext, inputs: list[str], lhs_perm: list[int], rhs_perm: list[int], batch: int,
+                dtype: str) -> str | None:
+    """A float32/float64 dot of two operands without free dimensions, one a bool converted to float, as XLA
+    computes it: its strength reduction makes it a sum of products, and a product by a converted bool is a
+    select, so ``jnp.dot(mask, v)`` drops a NaN or an infinity of ``v`` where ``mask`` is False (optax's
+    onecycle schedules at a NaN step: 0 in jax.jit). None for any other dot."""
+    if lhs_perm != sorted(lhs_perm) or rhs_perm != sorted(rhs_perm):
+        return None
+    selected = select_by_converted_bool(ctx, dtype, inputs[0], inputs[1])
+    if selected is None:
+        return None
+    axes = list(range(batch, len(lhs_perm)))
+    return ctx.op("ReduceSum", [selected, ctx.i64(axes)], keepdims=0) if axes else selected
 
 
 def transpose(ctx: LoweringContext, x: str, perm: Sequence[int]) -> str:

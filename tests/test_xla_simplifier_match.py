@@ -1,0 +1,166 @@
+"""Constant chains, nested divisions and products by a converted bool, computed as jax.jit computes them.
+
+XLA's algebraic simplifier rewrites the program before running it: ``(x * 0.1) * 3`` is ``x * 0.3``,
+``(x + 0.1) + 3`` is ``x + 3.1``, ``(x / 3) * 3`` is ``x``, ``(a / b) / c`` is ``a / (b * c)``, and a
+product by a bool converted to float is a select, so a NaN at a False position is dropped (optax's
+onecycle schedules at a NaN step are 0 in jax.jit). Each case asserts its premise (jax.jit differs from
+the program's order, or matches it for the negative cases) and then the ONNX, bit for bit.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+RNG = np.random.default_rng(0)
+ROW = (RNG.standard_normal(256) + 2).astype(np.float32)
+FULL_1 = RNG.standard_normal((64, 256)).astype(np.float32)
+FULL_2 = RNG.standard_normal((64, 256)).astype(np.float32)
+
+
+def _run(fn, *args, x64=False):
+    with jax.enable_x64(x64):
+        specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+        model = jaxconv.to_onnx(fn, *specs, check=False)
+        want = np.asarray(jax.jit(fn)(*args))
+    got = OnnxRunner(model.SerializeToString()).run([np.asarray(a) for a in args])[0]
+    return got, want, model
+
+
+def _assert_bits(got, want):
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def _normal(*shape, dtype=np.float32, shift=0.0):
+    return (RNG.standard_normal(shape) + shift).astype(dtype)
+
+
+# name: (function, the program's order in numpy (or None), whether XLA rewrites it, argument shifts)
+REWRITTEN = {
+    "(x * 0.1) * 3": (lambda x: (x * 0.1) * 3, lambda x, t: (x * t(0.1)) * t(3)),
+    "(0.1 * x) * 3": (lambda x: (0.1 * x) * 3, lambda x, t: (x * t(0.1)) * t(3)),
+    "3 * (x * 0.1)": (lambda x: 3 * (x * 0.1), lambda x, t: (x * t(0.1)) * t(3)),
+    "(x * full) * full": (lambda x: (x * FULL_1.astype(x.dtype)) * FULL_2.astype(x.dtype),
+                          lambda x, t: (x * FULL_1.astype(t)) * FULL_2.astype(t)),
+    "(x + 0.1) + 3": (lambda x: (x + 0.1) + 3, lambda x, t: (x + t(0.1)) + t(3)),
+    "3 + (0.1 + x)": (lambda x: 3 + (0.1 + x), lambda x, t: (x + t(0.1)) + t(3)),
+    "(x - 0.1) + 3": (lambda x: (x - 0.1) + 3, lambda x, t: (x - t(0.1)) + t(3)),
+    "(x + 0.1) - 3": (lambda x: (x + 0.1) - 3, lambda x, t: (x + t(0.1)) - t(3)),
+    "(x - 0.1) - 3": (lambda x: (x - 0.1) - 3, lambda x, t: (x - t(0.1)) - t(3)),
+    "(0.1 - x) + 3": (lambda x: (0.1 - x) + 3, lambda x, t: (t(0.1) - x) + t(3)),
+    "(0.1 - x) - 3": (lambda x: (0.1 - x) - 3, lambda x, t: (t(0.1) - x) - t(3)),
+    "(x + full) + full": (lambda x: (x + FULL_1.astype(x.dtype)) + FULL_2.astype(x.dtype),
+                          lambda x, t: (x + FULL_1.astype(t)) + FULL_2.astype(t)),
+    "((x * 0.1) * 3) * 7": (lambda x: ((x * 0.1) * 3) * 7, lambda x, t: ((x * t(0.1)) * t(3)) * t(7)),
+    "(x / 0.1) * 3": (lambda x: (x / 0.1) * 3, lambda x, t: (x / t(0.1)) * t(3)),
+    "(x * 3) / 0.1": (lambda x: (x * 3) / 0.1, lambda x, t: (x * t(3)) / t(0.1)),
+    "(a / b) / c": (lambda a, b, c: (a / b) / c, lambda a, b, c, t: (a / b) / c),
+    "a / (b / c)": (lambda a, b, c: a / (b / c), lambda a, b, c, t: a / (b / c)),
+    "(a / b) / (c / d)": (lambda a, b, c, d: (a / b) / (c / d), lambda a, b, c, d, t: (a / b) / (c / d)),
+    "((a / b) / c) / d": (lambda a, b, c, d: ((a / b) / c) / d, lambda a, b, c, d, t: ((a / b) / c) / d),
+    "1 / (b / c)": (lambda b, c: 1 / (b / c), lambda b, c, t: t(1) / (b / c)),
+    "(1 / b) / c": (lambda b, c: (1 / b) / c, lambda b, c, t: (t(1) / b) / c),
+}
+
+
+def _args(fn, dtype):
+    n = fn.__code__.co_argcount
+    return [_normal(64, 256, dtype=dtype, shift=3.0 if k else 0.0) for k in range(n)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", list(REWRITTEN))
+def test_rewritten_forms_are_jax_jits_bit_for_bit(name, dtype):
+    fn, program_order = REWRITTEN[name]
+    args = _args(fn, dtype)
+    got, want, _ = _run(fn, *args, x64=dtype == np.float64)
+    with np.errstate(all="ignore"):
+        assert not np.array_equal(want, program_order(*args, dtype))  # the premise: XLA rewrote it
+    _assert_bits(got, want)
+
+
+NOT_REWRITTEN = {
+    "(x * row) * row": lambda x: (x * ROW) * (ROW + 1),
+    "(x * 0.1) * full": lambda x: (x * 0.1) * FULL_2,
+    "(x * full) * 3": lambda x: (x * FULL_1) * 3,
+    "(x * s) * 3, s an input": lambda x, s: (x * s[0, 0]) * 3,
+    "3 - (x + 0.1)": lambda x: 3 - (x + 0.1),
+    "(x + row) + row": lambda x: (x + ROW) + (ROW + 1),
+    "(x + 0.1) + full": lambda x: (x + 0.1) + FULL_2,
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_REWRITTEN))
+def test_forms_xla_keeps_are_computed_as_written(name):
+    fn = NOT_REWRITTEN[name]
+    args = _args(fn, np.float32)
+    got, want, _ = _run(fn, *args)
+    np.testing.assert_array_equal(want, fn(*args))  # the premise: numpy's float32, in the program's order
+    _assert_bits(got, want)
+
+
+def test_a_constant_division_undone_by_its_product_is_the_identity():
+    x = _normal(64, 256)
+    got, want, _ = _run(lambda x: (x / 3) * 3, x)
+    assert (want == x).all()  # the premise
+    assert not ((x / np.float32(3)) * np.float32(3) == x).all()
+    _assert_bits(got, x)
+
+
+def test_a_chain_folded_to_zero_keeps_negative_zero():
+    """``(x + 0.5) - 0.5`` is ``x + 0``, which XLA drops: -0 stays -0."""
+    x = np.array([-0.0, 0.0, 1.0, -1e-9, np.nan, -np.inf], np.float32)
+    got, want, _ = _run(lambda x: (x + 0.5) - 0.5, x)
+    assert np.signbit(want[0])  # the premise
+    _assert_bits(got, want)
+
+
+def test_a_root_divisor_is_not_a_nested_division():
+    a, b, c = _args(lambda a, b, c: 0, np.float32)
+    _, _, model = _run(lambda a, b, c: (a / b) / jnp.sqrt(c), a, b, c)
+    assert sum(n.op_type == "Div" for n in model.graph.node) == 2
+
+
+# ---- a product by a bool converted to float is a select ----------------------------------------------
+MASK = np.array([True, False, True, False, False, True])
+VALUES = np.array([-0.0, np.nan, -2.0, np.inf, -3.0, 5.0], np.float32)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, v: m * v,
+    lambda m, v: v * m.astype(jnp.float32),
+    lambda m, v: jnp.dot(m, v),
+    lambda m, v: jnp.dot(v, m.astype(jnp.float32)),
+    lambda m, v: jnp.einsum("bi,bi->b", jnp.stack([m, ~m]).astype(jnp.float32), jnp.stack([v, v])),
+], ids=["mask * v", "v * float mask", "dot", "dot, mask second", "batched dot"])
+def test_products_by_a_converted_bool_drop_what_is_not_selected(fn):
+    got, want, _ = _run(fn, MASK, VALUES)
+    assert not np.isnan(want).all()  # the premise: the NaN and inf at False positions are gone
+    _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m, v: m[1] * v,
+    lambda m, v: m[None] * jnp.stack([v, v]),
+    lambda m, v: jnp.stack([m, m]).astype(jnp.float32) @ v,
+], ids=["broadcast scalar mask", "broadcast row mask", "matrix-vector product"])
+def test_products_xla_keeps_propagate_nan(fn):
+    got, want, _ = _run(fn, MASK, VALUES)
+    assert np.isnan(want).any()  # the premise: computed as a product
+    np.testing.assert_array_equal(got, want)
+
+
+def test_optax_onecycle_schedules_at_a_nan_step_pass_the_default_check():
+    optax = pytest.importorskip("optax")
+    for schedule in (optax.cosine_onecycle_schedule(100, 0.1), optax.linear_onecycle_schedule(100, 0.1)):
+        nan = np.float32(np.nan)
+        assert float(jax.jit(schedule)(nan)) == 0.0  # the premise
+        model = jaxconv.to_onnx(schedule, jax.ShapeDtypeStruct((), jnp.float32))
+        got = OnnxRunner(model.SerializeToString()).run([np.asarray(nan)])[0]
+        assert float(got) == 0.0
