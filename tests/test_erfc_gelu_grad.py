@@ -37,7 +37,9 @@ def test_grad_of_the_exact_gelu_is_one_erf_and_one_exp():
     grad = jax.grad(lambda x: gelu(x).sum())
     ops, (got,) = convert_and_run(grad, GRID)
     _assert_collapsed(ops)
-    assert sum(ops.values()) == 13  # 79 with jax's erfc formula; 14 before rotary folded a Neg into its constant factor
+    # 79 with jax's erfc formula; 14 before rotary folded a Neg into its constant factor, 13 before constant
+    # chains folded as XLA folds them
+    assert sum(ops.values()) == 12
     assert_same_floats(got, _jit(grad, GRID)[0], rtol=1e-4, atol=1e-5)
 
 

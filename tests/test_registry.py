@@ -35,7 +35,7 @@ def test_lapack_targets_state_their_dtype_and_size_limit():
 
 
 @pytest.mark.parametrize("target,words", [
-    ("lapack_sgeqrf_ffi", "Householder QR (LAPACK geqrf, from jnp.linalg.qr"),
+    ("lapack_sgeev_ffi", "general eigendecomposition (LAPACK geev, from jnp.linalg.eig"),
     ("lapack_cheevd_ffi", "complex Hermitian eigendecomposition"),
     ("my_kernel", "custom call target 'my_kernel' has no ONNX equivalent"),
 ])
