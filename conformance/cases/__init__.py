@@ -31,6 +31,7 @@ from conformance.cases import (  # noqa: F401
     op_shape,
     op_signed_zeros,
     op_sort,
+    op_svd,
     op_zero_size,
     reduce,
     shape,

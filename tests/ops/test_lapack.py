@@ -36,19 +36,19 @@ def test_dynamic_matrix_size_is_refused_with_reason():
     assert "lapack_spotrf_ffi" in message and "dynamic matrix size" in message
 
 
-@pytest.mark.parametrize("fn,target", [
-    (jnp.linalg.eig, "lapack_sgeev_ffi"),
-    (jnp.linalg.svd, "lapack_sgesdd_ffi"),
+@pytest.mark.parametrize("fn,target,shape", [
+    (jnp.linalg.eig, "lapack_sgeev_ffi", (3, 3)),
+    (jnp.linalg.svd, "lapack_sgesdd_ffi", (3, 4)),  # full_matrices=True of a rectangular matrix
 ])
-def test_unsupported_lapack_routines_are_named(fn, target):
-    assert target in _to_onnx_error(fn, S((3, 3), np.float32))
+def test_unsupported_lapack_routines_are_named(fn, target, shape):
+    assert target in _to_onnx_error(fn, S(shape, np.float32))
 
 
 @pytest.mark.parametrize("target,named", [
     ("lapack_sgeqp3_ffi", "jax.scipy.linalg.qr(pivoting=True)"),
     ("lapack_cgeqrf_ffi", "complex LAPACK routines are not lowered"),
     ("lapack_cheevd_ffi", "jnp.linalg.eigh"),
-    ("lapack_dgesdd_ffi", "jnp.linalg.svd"),
+    ("lapack_zgesdd_ffi", "jnp.linalg.svd"),
     ("lapack_sgeev_ffi", "jnp.linalg.eig"),
     ("lapack_sgees_ffi", "jax.scipy.linalg.schur"),
     ("lapack_cpotrf_ffi", "complex LAPACK routines are not lowered"),
@@ -59,7 +59,8 @@ def test_unsupported_reason_names_the_jax_function(target, named):
     assert named in unsupported_reason(target)
 
 
-@pytest.mark.parametrize("target", ["lapack_spotrf_ffi", "lapack_dtrsm_ffi", "lapack_sgetrf_ffi", "ApproxTopK"])
+@pytest.mark.parametrize("target", ["lapack_spotrf_ffi", "lapack_dtrsm_ffi", "lapack_sgetrf_ffi", "ApproxTopK",
+                                    "lapack_sgesdd_ffi", "lapack_dgesdd_ffi"])
 def test_lowered_targets_have_no_unsupported_reason(target):
     from jaxconv.onnx.ops.lapack import unsupported_reason
 

@@ -11,6 +11,7 @@ from jaxconv.onnx.ops import (  # noqa: F401
     lapack,
     lapack_eigen,
     lapack_qr,
+    lapack_svd,
     linalg,
     quantized,
     reduce,

@@ -10,8 +10,9 @@ Leading batch dimensions are the operands' extra leading axes (``num_batch_dims`
 These factorizations are unrolled over the matrix size, so sizes must be static and bounded.
 Householder QR (``jnp.linalg.qr``: geqrf, then orgqr) is lowered in :mod:`jaxconv.onnx.ops.lapack_qr`,
 the symmetric eigendecomposition (``jnp.linalg.eigh``/``eigvalsh``: syevd) in
-:mod:`jaxconv.onnx.ops.lapack_eigen` (Jacobi in a Loop), both with these tables and checks. The other
-LAPACK routines JAX calls (singular value and general eigen decompositions, Schur, Hessenberg,
+:mod:`jaxconv.onnx.ops.lapack_eigen` and the singular value decomposition (``jnp.linalg.svd``, ``pinv``,
+``lstsq``, ...: gesdd) in :mod:`jaxconv.onnx.ops.lapack_svd` (Jacobi rotations in a Loop), all with these
+tables and checks. The other LAPACK routines JAX calls (general eigendecomposition, Schur, Hessenberg,
 tridiagonal) have no lowering, and :func:`unsupported_reason` names the JAX function behind each.
 """
 
@@ -35,10 +36,11 @@ from jaxconv.stablehlo import ir as hir
 MAX_LAPACK_SIZE = MAX_SOLVE_SIZE
 
 _PRECISIONS = {"s": "float32", "d": "float64"}
-_SUPPORTED = ("potrf", "trsm", "getrf", "geqrf", "orgqr", "syevd")  # geqrf, orgqr: lapack_qr; syevd: lapack_eigen
-_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1, "geqrf": 1, "orgqr": 2, "syevd": 1}
+# potrf, trsm, getrf here; geqrf, orgqr in lapack_qr; syevd in lapack_eigen; gesdd in lapack_svd
+_SUPPORTED = ("potrf", "trsm", "getrf", "geqrf", "orgqr", "syevd", "gesdd")
+_ARITY = {"potrf": 1, "trsm": 2, "getrf": 1, "geqrf": 1, "orgqr": 2, "syevd": 1, "gesdd": 1}
 # Routines taking m x n matrices; the others take square ones.
-_RECTANGULAR = ("getrf", "geqrf", "orgqr")
+_RECTANGULAR = ("getrf", "geqrf", "orgqr", "gesdd")
 # What each routine computes and the JAX functions that call it, for messages.
 _ROUTINE_SOURCES: dict[str, tuple[str, str]] = {
     "potrf": ("Cholesky", "jnp.linalg.cholesky / jax.scipy.linalg.cho_factor"),
@@ -69,6 +71,7 @@ _OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "geqrf": {},
     "orgqr": {},
     "syevd": {"mode": ("V", "VN"), "uplo": ("L", "LU")},
+    "gesdd": {"mode": ("A", "ASN")},
 }
 
 
