@@ -3,6 +3,8 @@
 - LU: OpenBLAS's ``i?amax`` (jax.jit's pivot search) returns a NaN's index or a column's first entry on
   a column holding NaN; the ONNX passes over NaN as reference LAPACK does. ``jnp.linalg.det`` of a
   4x4 edge matrix failed the default check ("written but is WRONG": jax.jit 0, artifact NaN).
+- eigh: LAPACK's syevd of a matrix holding NaN returns values of its own making (finite eigenvalues for
+  ``[[NaN, 1], [1, 1]]``); the ONNX's Jacobi returns NaN.
 - ``top_k(-x)`` / ``jnp.partition`` below opset 26: the ONNX cannot read a NaN's sign.
 - A sum with an infinite term and huge finite ones: ONNX Runtime's vectorised sum overflows a partial
   sum to the other infinity (NaN in the end) where jax.jit and float64 keep the infinite term's sign.
@@ -56,6 +58,24 @@ def test_lu_and_det_pass_the_default_check_and_fail_strict():
     jaxconv.to_onnx(lambda a: jax.scipy.linalg.lu(a), spec)
     with check_options(strict=True), pytest.raises(MismatchError, match="cannot decide"):
         jaxconv.to_onnx(jnp.linalg.det, spec)
+
+
+NAN_DIAGONAL = np.array([[np.nan, 1.0], [1.0, 1.0]], np.float32)
+
+
+def test_eigenvalues_of_a_matrix_holding_nan_are_undecided(tmp_path):
+    (row,), expected, actual = judge_one_set(jnp.linalg.eigvalsh, [NAN_DIAGONAL], "edge", tmp_path)
+    # the premise: LAPACK's syevd returns finite eigenvalues of its own making; the artifact NaN
+    assert np.isfinite(expected[0]).all() and np.isnan(actual[0]).all()
+    assert row.verdict == "undecided" and row.ok, row.note
+    assert nan_choices.EIGH_NOTE in row.note
+
+
+def test_an_eigenvalue_difference_on_random_inputs_stays_a_mismatch(tmp_path):
+    a = np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)
+    wrong = [np.asarray(jnp.linalg.eigvalsh(a)) + np.float32(0.5)]
+    (row,), _, _ = judge_one_set(jnp.linalg.eigvalsh, [a], "random", tmp_path, actual=wrong)
+    assert row.verdict == "mismatch" and not row.ok
 
 
 def test_an_lu_difference_on_random_inputs_stays_a_mismatch(tmp_path):
