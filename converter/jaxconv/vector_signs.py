@@ -40,14 +40,12 @@ from jaxconv.compare import (
     is_narrow_float,
     judge,
 )
+from jaxconv.jaxpr_rebind import bind, rebound_program
 from jaxconv.known_differences import FOREIGN_KERNELS, program_eqns
 
 VERDICT = "vector-signs"
 NOTE = ("eigenvectors and singular vectors are unique only up to sign ({ops}): the artifact writes each with "
         "its largest entry positive, jax.jit has LAPACK's signs")
-# Ops whose sub-program runs once, its inputs and outputs those of the op: followed into.
-CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-                   "checkpoint", "remat2", "remat"})
 
 
 def _vectors_of(eqn: Any) -> list[Any]:
@@ -93,86 +91,21 @@ def canonical_singular_vectors(u: Any, vt: Any) -> tuple[Any, Any]:
     return u, vt
 
 
-def _subprogram(eqn: Any) -> Any | None:
-    """The sub-program (a ClosedJaxpr or Jaxpr) of a call in ``CALLS``; None for any other op."""
-    if eqn.primitive.name not in CALLS:
-        return None
-    sub = eqn.params.get("call_jaxpr", eqn.params.get("jaxpr"))
-    return sub if hasattr(getattr(sub, "jaxpr", sub), "eqns") else None
-
-
-def _nested(eqn: Any) -> list[Any]:
-    """The jaxprs an equation holds (loop bodies, branches, calls)."""
-    found = []
-    for p in eqn.params.values():
-        for sub in (p if isinstance(p, (list, tuple)) else [p]):
-            inner = getattr(sub, "jaxpr", sub)
-            if hasattr(inner, "eqns"):
-                found.append(inner)
-    return found
-
-
-def _holds_vectors(jaxpr: Any) -> bool:
-    return any(_real_vectors(e) or any(_holds_vectors(s) for s in _nested(e)) for e in jaxpr.eqns)
-
-
-def _reachable(jaxpr: Any) -> bool:
-    """Every vector op of ``jaxpr`` sits at its top or in calls (``CALLS``), never in a loop or a branch."""
-    for eqn in jaxpr.eqns:
-        inner = _subprogram(eqn)
-        if inner is not None:
-            if not _reachable(getattr(inner, "jaxpr", inner)):
-                return False
-        elif any(_holds_vectors(s) for s in _nested(eqn)):
-            return False
-    return True
-
-
-def _evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-    """``jaxpr`` on ``args`` (traced values), each vector op's results given canonical signs."""
-    from jax.extend.core import Literal
-
-    env: dict[Any, Any] = {}
-
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, Literal) else env[v]
-
-    env.update(zip(jaxpr.constvars, consts))
-    env.update(zip(jaxpr.invars, args))
-    for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
-        sub = _subprogram(eqn)
-        if sub is not None and _holds_vectors(getattr(sub, "jaxpr", sub)):
-            outs = _evaluate(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), ins)
-        else:
-            with eqn.ctx.manager:  # the equation's own context, as in jax.core.eval_jaxpr
-                result = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
-            outs = list(result) if eqn.primitive.multiple_results else [result]
-            if _real_vectors(eqn) and eqn.primitive.name == "eigh":
-                outs[0] = canonical_eigenvectors(outs[0])
-            elif _real_vectors(eqn):
-                outs[1], outs[2] = canonical_singular_vectors(outs[1], outs[2])
-        env.update(zip(eqn.outvars, outs))
-    return [read(v) for v in jaxpr.outvars]
+def _canonical_signs(eqn: Any, ins: list[Any]) -> list[Any]:
+    """An ``eigh`` or ``svd`` equation's results, its vectors given canonical signs."""
+    outs = bind(eqn, ins)
+    if eqn.primitive.name == "eigh":
+        outs[0] = canonical_eigenvectors(outs[0])
+    else:
+        outs[1], outs[2] = canonical_singular_vectors(outs[1], outs[2])
+    return outs
 
 
 def canonical_program(fn: Callable[..., Any], arg_specs: Sequence[Any],
                       flat: Sequence[np.ndarray]) -> Callable[..., Any] | None:
     """``fn`` with its eigenvectors and singular vectors given canonical signs, as a function of the same
-    arguments (the program traced once at ``flat``'s shapes and evaluated op by op, the constants it
-    closes over embedded as jax.jit embeds them); None when a vector op sits in a loop or a branch."""
-    import jax
-
-    treedef = jax.tree_util.tree_structure(list(arg_specs))
-    specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in flat]
-    closed = jax.make_jaxpr(lambda *leaves: fn(*jax.tree_util.tree_unflatten(treedef, list(leaves))))(*specs)
-    if not _reachable(closed.jaxpr):
-        return None
-
-    def program(*args: Any) -> list[Any]:
-        return _evaluate(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(list(args)))
-
-    return program
+    arguments (``jaxpr_rebind``); None when a vector op sits in a loop or a branch."""
+    return rebound_program(fn, arg_specs, flat, _real_vectors, _canonical_signs)
 
 
 class CanonicalSigns:
