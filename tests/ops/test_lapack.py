@@ -84,3 +84,16 @@ def test_check_reports_size_option_and_dtype_problems():
     assert "expects float64" in check_lapack_call(call("lapack_dgetrf_ffi", ("float32", (3, 3))))
     assert "takes 2 matrix operand(s), got 1" in check_lapack_call(call("lapack_strsm_ffi", ("float32", (3, 3))))
     assert "pivoting=True" in check_lapack_call(call("lapack_sgeqp3_ffi", ("float32", (3, 3))))
+
+
+@pytest.mark.parametrize("fn", [jnp.linalg.inv, lambda a: jax.lax.linalg.lu(a)[0],
+                                lambda a: jnp.linalg.solve(a, jnp.ones(2, a.dtype))])
+def test_a_pivot_beyond_one_over_flt_min_scales_by_a_flushed_reciprocal(fn):
+    """Found by the fuzzer: LAPACK runs under XLA's flush to zero, so 1 / FLT_MAX (subnormal) is 0 and the
+    update of [[FLT_MAX, inf], [1, 1]] meets 0 x inf: jax.jit's inv is all NaN (the artifact had 0 and -0)."""
+    from lowering_check import assert_onnx_matches_jax
+
+    a = np.array([[np.finfo(np.float32).max, np.inf], [1.0, 1.0]], np.float32)
+    lu = np.asarray(jax.jit(lambda a: jax.lax.linalg.lu(a)[0])(a))
+    assert lu[1, 0] == 0 and np.isnan(lu[1, 1])  # the premise: the multiplier 1 / FLT_MAX was flushed
+    assert_onnx_matches_jax(fn, a)

@@ -295,9 +295,14 @@ class LuArithmetic(Generic[V]):
         return self.ctx.op("Equal", [x, self.ctx.scalar(0, self.dtype)])
 
     def reciprocal(self, x: V, is_zero: str) -> V:
-        """1 / x, and 1 where ``is_zero`` (a zero pivot leaves its column unscaled)."""
-        safe = self.ctx.op("Where", [is_zero, self.ctx.scalar(1, self.dtype), x])
-        return self.ctx.op("Reciprocal", [safe])
+        """1 / x, and 1 where ``is_zero`` (a zero pivot leaves its column unscaled); a subnormal reciprocal
+        (of a pivot beyond 1 / FLT_MIN) is 0, as LAPACK computes it under XLA's flush to zero (jax.jit's
+        inv of [[FLT_MAX, inf], [1, 1]] is all NaN: 0 x inf in the update)."""
+        ctx = self.ctx
+        r = ctx.op("Reciprocal", [ctx.op("Where", [is_zero, ctx.scalar(1, self.dtype), x])])
+        smallest = float(np.finfo(dt.numpy_dtype(self.dtype)).tiny)
+        normal = ctx.op("GreaterOrEqual", [ctx.op("Abs", [r]), ctx.scalar(smallest, self.dtype)])
+        return ctx.op("Mul", [r, ctx.cast(normal, self.dtype)])  # r x 0 keeps r's sign: Where would not
 
     def mul(self, a: V, b: V) -> V:
         return self.ctx.op("Mul", [a, b])
