@@ -466,6 +466,27 @@ def control(b: "Builder") -> Made:
                                 f"(0, {{0}}))[1]")
 
 
+# Factorizations of square float32/float64 matrices (LAPACK calls in jax.jit), in forms whose values do
+# not depend on the vector signs LAPACK picks (the ONNX writes canonical ones: the check's vector_signs).
+LINALG = {
+    "qr_r": "jnp.linalg.qr({0})[1]", "qr_q": "jnp.linalg.qr({0})[0]", "eigvalsh": "jnp.linalg.eigvalsh({0})",
+    "eigh_product": "(lambda w, v: (v * w[..., None, :]) @ jnp.swapaxes(v, -1, -2))(*jnp.linalg.eigh({0}))",
+    "det": "jnp.linalg.det({0})", "slogdet": "jnp.linalg.slogdet({0})[1]", "inv": "jnp.linalg.inv({0})",
+    "cholesky": "jnp.linalg.cholesky({0})",
+}
+
+
+def linalg(b: "Builder") -> Made:
+    x = b.pick(kinds="f", min_rank=2, max_rank=3)
+    t = b.type(x) if x is not None else None
+    if t is None or t.shape[-1] != t.shape[-2] or t.dtype not in ("float32", "float64"):
+        n = b.rng.choice([1, 2, 3, 4])
+        dtypes = [d for d in b.dtypes if d in ("float32", "float64")] or ["float32"]
+        x = b.fresh((n, n) if b.rng.random() < 0.7 else (2, n, n), b.rng.choice(dtypes))
+    op = b.rng.choice(sorted(LINALG))
+    return op, (x,), LINALG[op]
+
+
 def _const(b: "Builder", shape: tuple[int, ...], dtype: str, low: float = -2.0, high: float = 2.0) -> str:
     """A closed-over constant written out: ``np.array([...], jnp.float32)`` of seeded values."""
     import math
@@ -565,5 +586,5 @@ def forms(b: "Builder") -> Made:
 MAKERS: tuple[tuple[Maker, float], ...] = (
     (unary, 6), (binary, 7), (compare, 2), (select, 3), (cast, 3), (clamp, 1), (reduce, 3), (cumulative, 1),
     (dot, 1.5), (conv, 1), (reduce_window, 1), (gather, 1.5), (scatter, 1.5), (dynamic_slice, 1), (slicing, 2),
-    (concatenate, 1), (layout, 2), (sort, 1.5), (control, 2), (forms, 3),
+    (concatenate, 1), (layout, 2), (sort, 1.5), (control, 2), (forms, 3), (linalg, 0.5),
 )
