@@ -62,10 +62,21 @@ def test_an_svd_in_a_branch_skips_edge_values_with_the_reason():
     assert "'edge'" not in out.split("LABELS", 1)[1].splitlines()[0]
 
 
-def test_a_program_without_svd_vectors_is_not_guarded():
+def test_a_program_without_svd_vectors_of_3x3_or_more_is_not_guarded():
     x = np.ones((3, 3), np.float32)
     assert not lapack_hangs.hanging_ops(lambda a: jnp.linalg.svd(a, compute_uv=False), [x], [x])
     assert lapack_hangs.hanging_ops(jnp.linalg.pinv, [x], [x])
+    for small in (np.ones((2, 5), np.float32), np.ones((1, 1), np.float32)):
+        assert not lapack_hangs.hanging_ops(jnp.linalg.pinv, [small], [small])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 2)])
+def test_the_premise_small_matrices_with_an_infinity_return(shape):
+    """jax.jit's svd with vectors returns on these (no guard needed), junk vectors or LAPACK's own."""
+    a = np.ones(shape, np.float32)
+    a[0, 0] = np.inf
+    u, s, vt = jax.jit(lambda a: jnp.linalg.svd(a, full_matrices=False))(a)
+    assert np.isnan(np.asarray(s)).all()
 
 
 def test_the_guarded_program_gives_jax_jit_outputs_on_finite_and_nan_matrices():

@@ -1,7 +1,7 @@
 """jax.jit's LAPACK calls that never return on some inputs, guarded for the check's edge values.
 
 LAPACK's gesdd with singular vectors (jax.jit's ``jnp.linalg.svd``, ``pinv``, ``lstsq``, ``cond``, ...)
-never returns on a matrix of 3x3 or more that holds an infinity and no NaN (measured: ``jnp.linalg.pinv``
+never returns on a matrix of 3x3 or more (both sides) that holds an infinity and no NaN (measured: ``jnp.linalg.pinv``
 of ``[[inf, 1, 2], [3, 4, 5], [6, 7, 8]]`` in float32 runs on; its bidiagonal QR iteration does not end),
 while a matrix holding NaN gives all-NaN results at once (gesdd refuses it and JAX fills NaN). The check
 runs jax.jit on edge values, where a program can hand svd such a matrix (``pinv(jnp.nan_to_num(x, nan=0,
@@ -27,8 +27,11 @@ SKIP_NOTE = ("edge values skipped: LAPACK's gesdd with vectors (jax.jit's svd) n
 
 
 def _never_returns_on_inf(eqn: Any) -> bool:
-    """An ``svd`` computing vectors (LAPACK's gesdd in jax.jit)."""
-    return eqn.primitive.name == "svd" and bool(eqn.params.get("compute_uv", False))
+    """An ``svd`` computing vectors (LAPACK's gesdd in jax.jit) of matrices of 3x3 or more (smaller ones return:
+    junk vectors for 2x2, 2x3 and 3x2, LAPACK's own for a row or a column, which the ONNX lowering follows)."""
+    shape = getattr(eqn.invars[0].aval, "shape", ()) if eqn.invars else ()
+    return (eqn.primitive.name == "svd" and bool(eqn.params.get("compute_uv", False)) and len(shape) >= 2
+            and min(shape[-2:]) >= 3)
 
 
 def hanging_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray]) -> bool:
