@@ -41,6 +41,7 @@ from jaxconv.onnx.ops.lapack import (
     _data_inputs,
     _describe,
     _option,
+    _slice,
     _zeros_like_batch,
     check_operands,
 )
@@ -89,11 +90,7 @@ def round_robin_source(size: int) -> np.ndarray:
     return source
 
 
-def _slice(ctx: LoweringContext, x: str, start: int, stop: int, axis: int) -> str:
-    return ctx.op("Slice", [x, ctx.i64([start]), ctx.i64([stop]), ctx.i64([axis])])
-
-
-def _rotation(ctx: LoweringContext, diff: str, twice_off: str, rotate: str, dtype: str) -> tuple[str, str, str]:
+def rotation(ctx: LoweringContext, diff: str, twice_off: str, rotate: str, dtype: str) -> tuple[str, str, str]:
     """(c, s, t) of the Jacobi rotation ``t = sign(theta) / (|theta| + sqrt(theta^2 + 1))``, ``theta = diff /
     twice_off``, ``c = 1 / sqrt(t^2 + 1)``, ``s = t c``; the identity (c 1, s 0) where ``rotate`` is false."""
     o = ctx.op
@@ -107,7 +104,7 @@ def _rotation(ctx: LoweringContext, diff: str, twice_off: str, rotate: str, dtyp
     return c, o("Mul", [t, c]), t
 
 
-def _rotate_halves(ctx: LoweringContext, x: str, c: str, s: str, axis: int, half: int, size: int) -> str:
+def rotate_halves(ctx: LoweringContext, x: str, c: str, s: str, axis: int, half: int, size: int) -> str:
     """``x`` with its first and second halves along ``axis`` (pairs i, half + i) rotated:
     ``first' = c first - s second``, ``second' = s first + c second`` (c, s broadcast along ``axis``)."""
     o = ctx.op
@@ -123,7 +120,7 @@ def _any(ctx: LoweringContext, flags: str) -> str:
     return ctx.op("Greater", [count, ctx.scalar(0, "int32")])
 
 
-def _jacobi_loop(ctx: LoweringContext, carried: list[tuple[str, hir.TensorType]], quiet: str, size: int,
+def jacobi_loop(ctx: LoweringContext, carried: list[tuple[str, hir.TensorType]], quiet: str, size: int,
                  body: Callable[[list[str]], tuple[list[str], str]]) -> list[str]:
     """A ``Loop`` of rounds: ``body`` maps the carried values to (new values, whether each matrix had a
     pair to rotate, [...] bool); it runs until every matrix went a whole sweep (``size - 1`` rounds)
@@ -167,11 +164,11 @@ def _worth_rotating(ctx: LoweringContext, off: str, first: str, second: str, dty
     return o("Greater", [o("Abs", [off]), o("Mul", [scale, ctx.scalar(eps, dtype)])])
 
 
-def _dynamic(t: hir.TensorType) -> hir.TensorType:
+def dynamic(t: hir.TensorType) -> hir.TensorType:
     return hir.TensorType(t.dtype, tuple(None for _ in t.shape))
 
 
-def _position_of(ctx: LoweringContext, labels: str, size: int) -> str:
+def position_of(ctx: LoweringContext, labels: str, size: int) -> str:
     """Where each label sits: the inverse of the permutation ``labels`` ([size] int64)."""
     positions = ctx.const(np.arange(size, dtype=np.int64))
     return ctx.op("ScatterElements", [positions, labels, positions], axis=0)
@@ -191,7 +188,7 @@ def _batch_reduce(ctx: LoweringContext, op_type: str, x: str, rank: int) -> str:
     return ctx.op(op_type, [x, ctx.i64([rank - 2, rank - 1])], keepdims=0)
 
 
-def _finite_magnitude(ctx: LoweringContext, x: str, rank: int, dtype: str) -> str:
+def finite_magnitude(ctx: LoweringContext, x: str, rank: int, dtype: str) -> str:
     """The largest |x| of each matrix ([...]), 1 where it is 0 or not finite (a safe scale)."""
     largest = _batch_reduce(ctx, "ReduceMax", ctx.op("Abs", [x]), rank)
     usable = ctx.op("And", [ctx.op("Greater", [largest, ctx.scalar(0, dtype)]),
@@ -199,7 +196,7 @@ def _finite_magnitude(ctx: LoweringContext, x: str, rank: int, dtype: str) -> st
     return ctx.op("Where", [usable, largest, ctx.scalar(1, dtype)])
 
 
-def _per_matrix(ctx: LoweringContext, x: str) -> str:
+def per_matrix(ctx: LoweringContext, x: str) -> str:
     """[...] -> [..., 1, 1]."""
     return ctx.op("Unsqueeze", [x, ctx.i64([-2, -1])])
 
@@ -226,11 +223,11 @@ def _eigen_round(ctx: LoweringContext, names: list[str], rank: int, size: int, d
     apq = o("Gather", [flat, ctx.i64([i * size + half + i for i in range(half)])], axis=rank - 2)
     rotate = _worth_rotating(ctx, apq, app, aqq, dtype)
     twice = o("Mul", [apq, ctx.scalar(2, dtype)])
-    c, s, t = _rotation(ctx, o("Sub", [aqq, app]), twice, rotate, dtype)
+    c, s, t = rotation(ctx, o("Sub", [aqq, app]), twice, rotate, dtype)
     column_c, column_s = o("Unsqueeze", [c, ctx.i64([rank - 2])]), o("Unsqueeze", [s, ctx.i64([rank - 2])])
     row_c, row_s = o("Unsqueeze", [c, ctx.i64([rank - 1])]), o("Unsqueeze", [s, ctx.i64([rank - 1])])
-    rotated = _rotate_halves(ctx, a, row_c, row_s, rank - 2, half, size)
-    rotated = _rotate_halves(ctx, rotated, column_c, column_s, rank - 1, half, size)
+    rotated = rotate_halves(ctx, a, row_c, row_s, rank - 2, half, size)
+    rotated = rotate_halves(ctx, rotated, column_c, column_s, rank - 1, half, size)
     # The rotated pairs' couplings are 0 by construction, and their diagonal entries are app - t apq and
     # aqq + t apq: set them so (ten times more accurate eigenvalues than the rotated products at 64x64).
     keep = 1 - np.eye(size, dtype=dt.numpy_dtype(dtype))
@@ -248,7 +245,7 @@ def _eigen_round(ctx: LoweringContext, names: list[str], rank: int, size: int, d
     a = o("Where", [still, rotated, a])
     out = [o("Gather", [o("Gather", [a, source], axis=rank - 2), source], axis=rank - 1)]
     if vectors is not None:
-        turned = _rotate_halves(ctx, vectors, column_c, column_s, rank - 1, half, size)
+        turned = rotate_halves(ctx, vectors, column_c, column_s, rank - 1, half, size)
         out.append(o("Gather", [o("Where", [still, turned, vectors]), source], axis=rank - 1))
     out.append(o("Gather", [labels, source], axis=0))
     return out, any_pair
@@ -269,24 +266,24 @@ def _syevd(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     sym = _symmetric(ctx, a, rank, n, upper)
     size = n + n % 2
     work = sym if size == n else o("Pad", [sym, ctx.i64([0] * (rank - 2) + [0, 0] + [0] * (rank - 2) + [1, 1])])
-    matrix_type = _dynamic(hir.TensorType(dtype, at.shape[:-2] + (size, size)))
+    matrix_type = dynamic(hir.TensorType(dtype, at.shape[:-2] + (size, size)))
     carried = [(work, matrix_type)]
     if with_vectors:
         eye = ctx.const(np.eye(size, dtype=dt.numpy_dtype(dtype)))
         carried.append((o("Expand", [eye, o("Shape", [work])]), matrix_type))
     carried.append((ctx.const(np.arange(size, dtype=np.int64)), hir.TensorType("int64", (None,))))
-    final = _jacobi_loop(ctx, carried, _zeros_like_batch(ctx, a, rank, [], "int64"), size,
+    final = jacobi_loop(ctx, carried, _zeros_like_batch(ctx, a, rank, [], "int64"), size,
                          lambda names: _eigen_round(ctx, names, rank, size, dtype, with_vectors))
-    order = _slice(ctx, _position_of(ctx, final[-1], size), 0, n, 0)  # labels 0..n-1: the dummy goes
+    order = _slice(ctx, position_of(ctx, final[-1], size), 0, n, 0)  # labels 0..n-1: the dummy goes
     flat = o("Reshape", [final[0], ctx.i64([0] * (rank - 2) + [size * size])])
     diagonal = o("Gather", [flat, ctx.i64([i * (size + 1) for i in range(size)])], axis=rank - 2)
     values = o("Gather", [diagonal, order], axis=rank - 2)
 
-    has_nan = _any_per_matrix(ctx, o("IsNaN", [sym]), rank)
-    has_inf = _any_per_matrix(ctx, o("IsInf", [sym]), rank)
+    has_nan = any_per_matrix(ctx, o("IsNaN", [sym]), rank)
+    has_inf = any_per_matrix(ctx, o("IsInf", [sym]), rank)
     off_triangle = o("And", [o("Not", [o("Equal", [sym, ctx.scalar(0, dtype)])]),
                              ctx.const(~np.eye(n, dtype=bool))])
-    diagonal_only = o("Not", [_any_per_matrix(ctx, off_triangle, rank)])
+    diagonal_only = o("Not", [any_per_matrix(ctx, off_triangle, rank)])
     if n > 1:  # LAPACK scales by max|a| = inf, that is by 0: the eigenvalues become NaN
         scaled_by_zero = o("And", [has_inf, o("Not", [has_nan])])
         nan = ctx.scalar(np.nan, dtype)
@@ -311,7 +308,7 @@ def _syevd(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     if partial is not None:
         kept_vectors = np.full((n, n), np.nan, dtype=dt.numpy_dtype(dtype))
         kept_vectors[0] = np.eye(n)[0]
-        vectors = o("Where", [_per_matrix(ctx, partial), ctx.const(kept_vectors), vectors])
+        vectors = o("Where", [per_matrix(ctx, partial), ctx.const(kept_vectors), vectors])
     return [vectors, values, info]
 
 
@@ -319,6 +316,38 @@ def _nan_like(ctx: LoweringContext, x: str, axis: int, count: int, dtype: str) -
     """NaNs shaped like ``x`` with ``count`` entries along ``axis`` (the last)."""
     shape = ctx.op("Concat", [ctx.op("Shape", [x], end=axis), ctx.i64([count])], axis=0)
     return ctx.op("ConstantOfShape", [shape], value=helper.make_tensor("nan", dt.onnx_type(dtype), [1], [np.nan]))
+
+
+# (step, keys) -> (the position trip ``step`` fills, the position it takes from), inside the Loop body.
+Pick = Callable[[str, str], tuple[str, str]]
+
+
+def swap_loop(ctx: LoweringContext, values: str, taken: str, rank: int, n: int, dtype: str, pick: Pick,
+              name: str) -> tuple[str, str]:
+    """``values`` ([..., n]) and ``taken`` (int64 indices following them) after n - 1 ``Loop`` trips, trip
+    ``step`` swapping the two positions ``pick`` names (the same position: no swap): LAPACK's selection
+    sorts, each of its steps one trip."""
+    o = ctx.op
+    positions = ctx.const(np.arange(n, dtype=np.int64))
+    with ctx.subgraph() as scope:
+        step, cond_in, keys, labels = (ctx.fresh(h) for h in ("step", "cond_in", "keys", "labels"))
+        target, chosen = pick(step, keys)
+        swap = o("Where", [o("Equal", [positions, target]), chosen,
+                           o("Where", [o("Equal", [positions, chosen]), target, positions])])
+        outs = [o("Identity", [cond_in]), o("GatherElements", [keys, swap], axis=rank - 1),
+                o("GatherElements", [labels, swap], axis=rank - 1)]
+        key_type = hir.TensorType(dtype, (None,) * rank)
+        index_type = hir.TensorType("int64", (None,) * rank)
+        bool_scalar = hir.TensorType("bool", ())
+        graph = ctx.make_graph(
+            scope, ctx.fresh(name),
+            [ctx.value_info(step, hir.TensorType("int64", ())), ctx.value_info(cond_in, bool_scalar),
+             ctx.value_info(keys, key_type), ctx.value_info(labels, index_type)],
+            [ctx.value_info(outs[0], bool_scalar), ctx.value_info(outs[1], key_type),
+             ctx.value_info(outs[2], index_type)])
+    trips = ctx.const(np.array(n - 1, np.int64))
+    result = o("Loop", [trips, ctx.const(np.array(True)), values, taken], outputs=2, body=graph)
+    return result[0], result[1]
 
 
 def selection_sort(ctx: LoweringContext, values: str, rank: int, n: int, dtype: str) -> tuple[str, str]:
@@ -331,33 +360,18 @@ def selection_sort(ctx: LoweringContext, values: str, rank: int, n: int, dtype: 
     batch_index = o("Expand", [ctx.const(np.arange(n, dtype=np.int64)), o("Shape", [values])])
     if n == 1:
         return values, batch_index
-    positions = ctx.const(np.arange(n, dtype=np.int64))
-    with ctx.subgraph() as scope:
-        step, cond_in, keys, taken = (ctx.fresh(h) for h in ("step", "cond_in", "keys", "taken"))
+
+    def first_smallest_after(step: str, keys: str) -> tuple[str, str]:
         tail = o("Slice", [keys, o("Unsqueeze", [step, ctx.i64([0])]), ctx.i64([n]), ctx.i64([rank - 1])])
         candidates = o("Where", [o("IsNaN", [tail]), ctx.scalar(np.inf, dtype), tail])
         smallest = o("Add", [o("ArgMin", [candidates], axis=rank - 1, keepdims=1), step])
         pivot = o("GatherElements", [keys, o("Expand", [step, o("Shape", [smallest])])], axis=rank - 1)
-        chosen = o("Where", [o("IsNaN", [pivot]), step, smallest])
-        swap = o("Where", [o("Equal", [positions, step]), chosen,
-                           o("Where", [o("Equal", [positions, chosen]), step, positions])])
-        outs = [o("Identity", [cond_in]), o("GatherElements", [keys, swap], axis=rank - 1),
-                o("GatherElements", [taken, swap], axis=rank - 1)]
-        key_type = hir.TensorType(dtype, (None,) * rank)
-        index_type = hir.TensorType("int64", (None,) * rank)
-        bool_scalar = hir.TensorType("bool", ())
-        graph = ctx.make_graph(
-            scope, ctx.fresh("selection_step"),
-            [ctx.value_info(step, hir.TensorType("int64", ())), ctx.value_info(cond_in, bool_scalar),
-             ctx.value_info(keys, key_type), ctx.value_info(taken, index_type)],
-            [ctx.value_info(outs[0], bool_scalar), ctx.value_info(outs[1], key_type),
-             ctx.value_info(outs[2], index_type)])
-    trips = ctx.const(np.array(n - 1, np.int64))
-    result = ctx.op("Loop", [trips, ctx.const(np.array(True)), values, batch_index], outputs=2, body=graph)
-    return result[0], result[1]
+        return step, o("Where", [o("IsNaN", [pivot]), step, smallest])
+
+    return swap_loop(ctx, values, batch_index, rank, n, dtype, first_smallest_after, "selection_step")
 
 
-def _any_per_matrix(ctx: LoweringContext, flags: str, rank: int) -> str:
+def any_per_matrix(ctx: LoweringContext, flags: str, rank: int) -> str:
     """[..., r, c] bool -> [...] bool: whether any flag of each matrix holds."""
     return ctx.op("Greater", [_batch_reduce(ctx, "ReduceMax", ctx.cast(flags, "int32"), rank),
                               ctx.scalar(0, "int32")])

@@ -48,22 +48,23 @@ from jaxconv.onnx.ops.lapack import (
     _data_inputs,
     _describe,
     _option,
+    _slice,
     _swap_last,
     _zeros_like_batch,
     check_operands,
 )
 from jaxconv.onnx.ops.lapack_eigen import (
-    _any_per_matrix,
-    _dynamic,
-    _finite_magnitude,
-    _jacobi_loop,
-    _per_matrix,
-    _position_of,
-    _rotate_halves,
-    _rotation,
-    _slice,
+    any_per_matrix,
     canonical_sign,
+    dynamic,
+    finite_magnitude,
+    jacobi_loop,
+    per_matrix,
+    position_of,
+    rotate_halves,
+    rotation,
     round_robin_source,
+    swap_loop,
 )
 from jaxconv.onnx.registry import custom_call_target
 from jaxconv.stablehlo import ir as hir
@@ -121,13 +122,13 @@ def _column_round(ctx: LoweringContext, names: list[str], rank: int, size: int, 
     beta = o("ReduceSumSquare", [second, rows], keepdims=0)
     gamma = o("ReduceSum", [o("Mul", [first, second]), rows], keepdims=0)
     rotate = _worth_rotating(ctx, gamma, alpha, beta, dtype, eps)
-    c, s, _ = _rotation(ctx, o("Sub", [beta, alpha]), o("Mul", [gamma, ctx.scalar(2, dtype)]), rotate, dtype)
+    c, s, _ = rotation(ctx, o("Sub", [beta, alpha]), o("Mul", [gamma, ctx.scalar(2, dtype)]), rotate, dtype)
     column_c, column_s = o("Unsqueeze", [c, rows]), o("Unsqueeze", [s, rows])
     source = ctx.const(round_robin_source(size))
-    turned = _rotate_halves(ctx, w, column_c, column_s, rank - 1, half, size)
+    turned = rotate_halves(ctx, w, column_c, column_s, rank - 1, half, size)
     out = [o("Gather", [turned, source], axis=rank - 1)]
     if vectors is not None:
-        turned_vectors = _rotate_halves(ctx, vectors, column_c, column_s, rank - 1, half, size)
+        turned_vectors = rotate_halves(ctx, vectors, column_c, column_s, rank - 1, half, size)
         out.append(o("Gather", [turned_vectors, source], axis=rank - 1))
     out.append(o("Gather", [labels, source], axis=0))
     any_pair = o("Greater", [o("ReduceMax", [ctx.cast(rotate, "int32"), ctx.i64([rank - 2])], keepdims=0),
@@ -143,17 +144,17 @@ def _orthogonal_columns(ctx: LoweringContext, work: str, rank: int, rows: int, c
     size = cols + cols % 2
     if size != cols:
         work = o("Pad", [work, ctx.i64([0] * rank + [0] * (rank - 1) + [1])])
-    matrix_type = _dynamic(hir.TensorType(dtype, (None,) * (rank - 2) + (rows, size)))
+    matrix_type = dynamic(hir.TensorType(dtype, (None,) * (rank - 2) + (rows, size)))
     carried = [(work, matrix_type)]
     if with_vectors:
         eye = ctx.const(np.eye(size, dtype=dt.numpy_dtype(dtype)))
         batch_shape = o("Concat", [o("Shape", [work], end=rank - 2), ctx.i64([size, size])], axis=0)
-        carried.append((o("Expand", [eye, batch_shape]), _dynamic(hir.TensorType(dtype, matrix_type.shape[:-2]
+        carried.append((o("Expand", [eye, batch_shape]), dynamic(hir.TensorType(dtype, matrix_type.shape[:-2]
                                                                                    + (size, size)))))
     carried.append((ctx.const(np.arange(size, dtype=np.int64)), hir.TensorType("int64", (None,))))
-    final = _jacobi_loop(ctx, carried, _zeros_like_batch(ctx, batch_of, rank, [], "int64"), size,
+    final = jacobi_loop(ctx, carried, _zeros_like_batch(ctx, batch_of, rank, [], "int64"), size,
                          lambda names: _column_round(ctx, names, rank, size, dtype, eps, with_vectors))
-    order = _slice(ctx, _position_of(ctx, final[-1], size), 0, cols, 0)  # labels 0..cols-1: the dummy goes
+    order = _slice(ctx, position_of(ctx, final[-1], size), 0, cols, 0)  # labels 0..cols-1: the dummy goes
     w = o("Gather", [final[0], order], axis=rank - 1)
     if not with_vectors:
         return w, None
@@ -174,38 +175,21 @@ SMLSIZ = 25
 def _selection_pass(ctx: LoweringContext, values: str, taken: str, rank: int, n: int, dtype: str,
                     kind: tuple[bool, str, int]) -> tuple[str, str]:
     """One of LAPACK's selection sorts (``_DBDSQR``...) of ``values`` ([..., n]), ``taken`` (int64 indices)
-    following: n - 1 steps, one ``Loop`` trip each, each swapping at most one pair."""
+    following: n - 1 steps, one ``Loop`` trip each, each swapping at most one pair (``swap_loop``)."""
     from_end, pick_op, last = kind
     o = ctx.op
-    positions = ctx.const(np.arange(n, dtype=np.int64))
-    with ctx.subgraph() as scope:
-        step, cond_in, keys, labels = (ctx.fresh(h) for h in ("step", "cond_in", "keys", "labels"))
+
+    def pick(step: str, keys: str) -> tuple[str, str]:
         axis = ctx.i64([rank - 1])
         if from_end:
             target = o("Sub", [ctx.const(np.array(n - 1, np.int64)), step])
             window = o("Slice", [keys, ctx.i64([0]), o("Add", [o("Unsqueeze", [target, ctx.i64([0])]),
                                                                   ctx.i64([1])]), axis])
-            chosen = o(pick_op, [window], axis=rank - 1, keepdims=1, select_last_index=last)  # [..., 1]
-        else:
-            target = step
-            window = o("Slice", [keys, o("Unsqueeze", [step, ctx.i64([0])]), ctx.i64([n]), axis])
-            chosen = o("Add", [o(pick_op, [window], axis=rank - 1, keepdims=1, select_last_index=last), step])
-        swap = o("Where", [o("Equal", [positions, target]), chosen,
-                           o("Where", [o("Equal", [positions, chosen]), target, positions])])
-        outs = [o("Identity", [cond_in]), o("GatherElements", [keys, swap], axis=rank - 1),
-                o("GatherElements", [labels, swap], axis=rank - 1)]
-        key_type = hir.TensorType(dtype, (None,) * rank)
-        index_type = hir.TensorType("int64", (None,) * rank)
-        bool_scalar = hir.TensorType("bool", ())
-        graph = ctx.make_graph(
-            scope, ctx.fresh("lapack_sort_step"),
-            [ctx.value_info(step, hir.TensorType("int64", ())), ctx.value_info(cond_in, bool_scalar),
-             ctx.value_info(keys, key_type), ctx.value_info(labels, index_type)],
-            [ctx.value_info(outs[0], bool_scalar), ctx.value_info(outs[1], key_type),
-             ctx.value_info(outs[2], index_type)])
-    trips = ctx.const(np.array(n - 1, np.int64))
-    result = o("Loop", [trips, ctx.const(np.array(True)), values, taken], outputs=2, body=graph)
-    return result[0], result[1]
+            return target, o(pick_op, [window], axis=rank - 1, keepdims=1, select_last_index=last)  # [..., 1]
+        window = o("Slice", [keys, o("Unsqueeze", [step, ctx.i64([0])]), ctx.i64([n]), axis])
+        return step, o("Add", [o(pick_op, [window], axis=rank - 1, keepdims=1, select_last_index=last), step])
+
+    return swap_loop(ctx, values, taken, rank, n, dtype, pick, "lapack_sort_step")
 
 
 def _vectors_through_infinity(ctx: LoweringContext, oriented: str, u: str, vt: str, has_inf: str, rank: int,
@@ -216,13 +200,13 @@ def _vectors_through_infinity(ctx: LoweringContext, oriented: str, u: str, vt: s
     an infinity further on makes the long factor NaN and the short one 1."""
     o = ctx.op
     if rows > 1:
-        further = _any_per_matrix(ctx, o("IsInf", [_slice(ctx, oriented, 1, rows, rank - 2)]), rank)
+        further = any_per_matrix(ctx, o("IsInf", [_slice(ctx, oriented, 1, rows, rank - 2)]), rank)
         first_only = o("And", [has_inf, o("Not", [further])])
     else:
         first_only = has_inf
     unit = np.zeros((rows, 1), dt.numpy_dtype(dtype))
     unit[0] = 1
-    inf, first = _per_matrix(ctx, has_inf), _per_matrix(ctx, first_only)
+    inf, first = per_matrix(ctx, has_inf), per_matrix(ctx, first_only)
     if transposed:  # 1 x n: u is [[1]], vt the long factor (-e_0 after u's sign)
         long = o("Where", [first, ctx.const(-unit.T), ctx.scalar(np.nan, dtype)])
         return o("Where", [inf, ctx.scalar(1, dtype), u]), o("Where", [inf, long, vt])
@@ -261,12 +245,12 @@ def _gesdd(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> list[str]:
     transposed = m < n
     work = _swap_last(ctx, a, rank) if transposed else a  # [..., p, k], p >= k
     rows = max(m, n)
-    has_nan = _any_per_matrix(ctx, o("IsNaN", [work]), rank)
-    has_inf = _any_per_matrix(ctx, o("IsInf", [work]), rank)
-    scale = _finite_magnitude(ctx, work, rank, dtype)
+    has_nan = any_per_matrix(ctx, o("IsNaN", [work]), rank)
+    has_inf = any_per_matrix(ctx, o("IsInf", [work]), rank)
+    scale = finite_magnitude(ctx, work, rank, dtype)
     not_finite = o("Or", [o("IsNaN", [work]), o("IsInf", [work])])
     oriented = work
-    work = o("Where", [not_finite, ctx.scalar(0, dtype), o("Div", [work, _per_matrix(ctx, scale)])])
+    work = o("Where", [not_finite, ctx.scalar(0, dtype), o("Div", [work, per_matrix(ctx, scale)])])
     compute = COMPUTE_DTYPES.get(dtype, dtype)
     eps = float(np.finfo(dt.numpy_dtype(dtype)).eps)
     w, v = _orthogonal_columns(ctx, ctx.cast_if(work, dtype, compute), rank, rows, k, compute, eps,
