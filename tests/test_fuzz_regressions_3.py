@@ -28,7 +28,7 @@ FORMS = ("gelu_exact", "gelu_tanh", "masked_softmax", "masked_log_softmax", "cau
 def test_generator_makes_every_model_form():
     ops: collections.Counter[str] = collections.Counter()
     dtypes: dict[str, set[str]] = collections.defaultdict(set)
-    for seed in range(200):
+    for seed in range(300):  # 200 drew no float16 GELU once the factorizations joined the catalogue
         p = generate(seed)
         for s in p.steps:
             ops[s.op] += 1
