@@ -174,6 +174,7 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
     loops: list[str] | None = None
     capped: tuple[Callable[..., Any] | None, Any, str] | None = None
     hangs: bool | None = None  # an op jax.jit may never return from on edge values (lapack_hangs)
+    guards: dict[tuple[tuple[int, ...], ...], Callable[..., Any] | None] = {}
     for inputs_set in _input_sets(fn, arg_specs, signature, inputs, seed, constraints, options):
         flat = inputs_set.arrays
         set_fn, set_runner = fn, runner
@@ -193,7 +194,10 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
             if hangs is None:
                 hangs = hanging_ops(fn, arg_specs, flat)
             if hangs:  # jax.jit on the program with its svd operands guarded (lapack_hangs), traced at these shapes
-                guarded = guarded_program(fn, arg_specs, flat) if not loops else None
+                shapes = tuple(np.shape(a) for a in flat)
+                if shapes not in guards:  # the edge sets of one size share one trace
+                    guards[shapes] = guarded_program(fn, arg_specs, flat) if not loops else None
+                guarded = guards[shapes]
                 if guarded is None:
                     report.notes.append(HANG_SKIP_NOTE)
                     continue
