@@ -20,6 +20,11 @@ from jaxconv.onnx.context import RECIPROCAL_KEY
 _MOVERS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity")
 
 
+# Divisors XLA rewrites by rules of their own (``a / sqrt(b)`` is ``a * rsqrt(b)`` with XLA's rsqrt, not
+# ``1 / sqrt(b)``: it matched neither form on float32): left as IEEE division, which ONNX Runtime's norm
+# fusions read (an RMS norm's ``x / sqrt(mean(x^2) + eps)``), and out of the nested-division rules.
+OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponential", "stablehlo.power"})
+
 def rewrite(graph: ir.Graph) -> int:
     """Rewrite the marked Divs of ``graph`` and its subgraphs; returns how many."""
     count = 0

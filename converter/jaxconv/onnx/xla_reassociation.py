@@ -26,14 +26,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.xla_division import moved_from
+from jaxconv.onnx.xla_division import OWN_RULES, moved_from
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 _ADDITIVE = {"stablehlo.add": "Add", "stablehlo.subtract": "Sub"}
 # A division by a constant is a product by its reciprocal once ``xla_division`` has run.
 _PRODUCTS = ("stablehlo.multiply", "stablehlo.divide")
-# Divisors XLA rewrites by rules of their own before any nested-division rule sees them.
-_OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponential", "stablehlo.power"})
 
 
 def fold_additions(graph: ir.Graph) -> int:
@@ -80,7 +78,7 @@ def _divides_in_xla(div: ir.Node) -> bool:
     if movers or _constant(source) is not None:
         return False
     made = source.producer()
-    return made is None or _origin(made) not in _OWN_RULES
+    return made is None or _origin(made) not in OWN_RULES
 
 
 def _constant(value: ir.Value) -> np.ndarray | None:

@@ -32,7 +32,7 @@ from jaxconv.onnx.ops._common import (
 )
 from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
-from jaxconv.onnx.xla_division import moved_from
+from jaxconv.onnx.xla_division import OWN_RULES, moved_from
 from jaxconv.stablehlo import ir as hir
 
 # ---- 1:1 table rows -----------------------------------------------------------------------
@@ -196,18 +196,12 @@ def _by_reciprocal_in_xla(ctx: LoweringContext, op: hir.Op, lhs: str, rhs: str) 
     if ctx.constant_value(source) is not None or known_values(ctx, source) is not None:
         return True
     made = ctx.producer(source)
-    if not movers or (made is not None and made.metadata_props.get("stablehlo.op") in _OWN_RULES):
+    if not movers or (made is not None and made.metadata_props.get("stablehlo.op") in OWN_RULES):
         return False
     small, whole = ctx.value(source).shape, op.results[0].type.shape
     if small is None or not small.is_static() or any(d is None for d in whole):
         return any(m.op_type == "Expand" for m in movers)
     return int(np.prod(small.numpy())) < int(np.prod(whole))
-
-
-# Divisors XLA rewrites by rules of their own (``a / sqrt(b)`` is ``a * rsqrt(b)`` with XLA's rsqrt, not
-# ``1 / sqrt(b)``: it matched neither form on float32): left as IEEE division, which ONNX Runtime's norm
-# fusions read (an RMS norm's ``x / sqrt(mean(x^2) + eps)``).
-_OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponential", "stablehlo.power"})
 
 
 def _divisor_source(ctx: LoweringContext, rhs: str) -> tuple[str, list[ir.Node]]:
