@@ -1,13 +1,12 @@
 """Half-precision arithmetic that jax.jit computes wider than the program says.
 
 XLA on the CPU has no bfloat16 arithmetic: it computes a bfloat16 op in float32 and, since excess
-precision is allowed (``xla_allow_excess_precision``, on by default), drops the rounding to bfloat16
-between such ops. ``jnp.exp(x.astype(bfloat16)).astype(float32)`` is then float32's exp in jax.jit,
-where the program rounds it to bfloat16 first, and so do JAX run op by op (``jax.disable_jit``) and
-the artifact (ONNX Runtime has no bfloat16 arithmetic either: each op is computed in float32 between
-two Casts). The difference is bfloat16's rounding, about 0.3%, far beyond float32's tolerance: a
-Flax model with ``dtype=jnp.bfloat16`` whose logits are cast to float32, or a bfloat16 matrix product
-cast back, failed the check on random inputs though the artifact computes what the program says.
+precision is allowed (``xla_allow_excess_precision``, on by default), hands a convert of the result to
+float32 the value before its rounding to bfloat16. ``jnp.exp(x.astype(bfloat16)).astype(float32)`` is then
+float32's exp in jax.jit, where the program rounds it to bfloat16 first, and so does JAX run op by op
+(``jax.disable_jit``). The difference is bfloat16's rounding, about 0.3%, far beyond float32's tolerance.
+The ONNX follows jax.jit there (``onnx/xla_bfloat16.py``); this rule is for artifacts that round as the
+program says (the other targets, or forms the ONNX does not follow).
 
 ``as_excess_precision`` makes such a row ``op-by-op`` (shown as ``ok (op by op)``): in a program
 with half-precision arithmetic, every element where the artifact differs from jax.jit has JAX's

@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx import dtypes as dt
+from jaxconv.onnx import xla_bfloat16
 from jaxconv.onnx.context import RECIPROCAL_KEY, LoweringContext
 from jaxconv.onnx.ops._common import (
     compute_in,
@@ -520,7 +521,8 @@ def lower_compare(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 # ---- convert, bitcast_convert, reduce_precision --------------------------------------------------
 @lowering("stablehlo.convert", onnx_ops=("Cast",))
 def lower_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Cast; float -> int saturates with NaN -> 0 (XLA on CPU), x -> bool is x != 0, bfloat16 via float32."""
+    """Cast; float -> int saturates with NaN -> 0 (XLA on CPU), x -> bool is x != 0, bfloat16 via float32;
+    a computed bfloat16 value converted to float32 is its float32 value before rounding (``xla_bfloat16``)."""
     src = op.operands[0].type.dtype
     dst = op.results[0].type.dtype
     x = inputs[0]
@@ -533,6 +535,10 @@ def lower_convert(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
         return float_to_int(ctx, x, src, dst)
     if src in dt.FLOATS and dst in dt.FLOATS and "bfloat16" in (src, dst) and "float32" not in (src, dst):
         x = ctx.cast(x, "float32")  # XLA rounds float64 -> bfloat16 through float32 too
+    if (src, dst) == ("bfloat16", "float32"):
+        before_rounding = xla_bfloat16.unrounded(ctx.producer(x))
+        if before_rounding is not None and before_rounding.name:
+            return before_rounding.name  # XLA computes the op in float32 and hands that to the convert
     return ctx.cast(x, dst)
 
 
