@@ -71,3 +71,21 @@ def test_f16_divide_by_exp_and_rsqrt_is_jits_bits():
 
     _, got = convert_and_run(fn, a, b)
     assert_same_bits(got, _jit(fn, a, b))
+
+
+def test_f16_divide_by_a_broadcast_is_jits_bits():
+    """``a / broadcast(b)`` is ``a * broadcast(1 / b)`` in XLA too (``jax.nn.softmax``'s sum, a row maximum):
+    IEEE division differed in 17-28% of these elements."""
+    x = _numbers(4096, 6).reshape(64, 64)
+    y = (np.abs(_numbers(4096, 7)) + 1).astype(np.float16).reshape(64, 64)
+    y[0, :EDGES.size] = EDGES  # zeros, infinities and NaN as divisors
+
+    def fn(x, y):
+        return (jax.nn.softmax(x, axis=-1), x / y[0], x / jnp.abs(x).max(-1, keepdims=True),
+                x / y.sum(-1, keepdims=True))
+
+    want = _jit(fn, x, y)
+    ieee_row = (x.astype(np.float32) / y[0].astype(np.float32)).astype(np.float16)
+    assert np.mean(ieee_row[1:] != want[1][1:]) > 0.1  # the premise: not IEEE division
+    _, got = convert_and_run(fn, x, y)
+    assert_same_bits(got, want)

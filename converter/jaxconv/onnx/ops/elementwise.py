@@ -160,7 +160,7 @@ def lower_divide(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Div; integers truncate, x / 0 is -1, INT_MIN / -1 is INT_MIN; float16 by a constant, sqrt, rsqrt or exp as XLA: x * (1 / d)."""
     dtype = op.results[0].type.dtype
     if dtype == "float16":
-        by_reciprocal = _f16_reciprocal(ctx, inputs[0], inputs[1])
+        by_reciprocal = _f16_reciprocal(ctx, op, inputs[0], inputs[1])
         if by_reciprocal is not None:
             return by_reciprocal
     if dtype in dt.FLOATS:
@@ -211,14 +211,16 @@ def _divisor_source(ctx: LoweringContext, rhs: str) -> tuple[str, list[ir.Node]]
     return source.name or rhs, movers
 
 
-def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
+def _f16_reciprocal(ctx: LoweringContext, op: hir.Op, lhs: str, rhs: str) -> str | None:
     """``lhs / rhs`` in float16 as XLA on CPU computes it, or None where that is IEEE division.
 
     XLA's algebraic simplifier turns ``a / c`` (``c`` constant, ``a`` not) into ``a * (1 / c)``,
-    ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, ``a / rsqrt(b)`` into ``a * sqrt(b)``
-    and ``a / exp(b)`` into ``a * exp(-b)``, the reciprocal rounded to float16 before the product: one
-    float16 ulp from IEEE division in about a third of the elements (a norm's ``c / sqrt(var)``). The
-    product of two float16 values is exact in float32, so one rounding follows.
+    ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, ``a / rsqrt(b)`` into ``a * sqrt(b)``,
+    ``a / exp(b)`` into ``a * exp(-b)`` and ``a / broadcast(b)`` into ``a * broadcast(1 / b)`` (a softmax's
+    sum, a row maximum: the float32 rule, ``_by_reciprocal_in_xla``), the reciprocal rounded to float16
+    before the product: one float16 ulp from IEEE division in a quarter to a third of the elements (a
+    norm's ``c / sqrt(var)``, ``jax.nn.softmax``). The product of two float16 values is exact in float32,
+    so one rounding follows.
     """
     if known_values(ctx, lhs) is not None:
         return None
@@ -231,8 +233,10 @@ def _f16_reciprocal(ctx: LoweringContext, lhs: str, rhs: str) -> str | None:
         recip = ctx.const(inverse)
     else:
         recip = _f16_inverse(ctx, node)
-        if recip is None:
+        if recip is None and not _by_reciprocal_in_xla(ctx, op, lhs, rhs):
             return None
+        if recip is None:  # 1 / b in float32, rounded to float16 as XLA computes a float16 division
+            recip = ctx.cast(ctx.op("Reciprocal", [ctx.cast(source, "float32")]), "float16")
     for mover in reversed(movers):  # the broadcast again, on the reciprocal
         recip = ctx.op(mover.op_type, [recip] + [v.name if v is not None else None for v in mover.inputs[1:]],
                        **{k: a.value for k, a in mover.attributes.items()})

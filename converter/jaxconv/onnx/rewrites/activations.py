@@ -179,11 +179,12 @@ def _is_scalar(value: ir.Value | None, expected: float, rtol: float) -> bool:
 
 
 def _repeated(value: ir.Value | None) -> np.ndarray | None:
-    """The constant ``value`` repeats, through shape ops (``m.SHAPE_OPS``), Casts and Sqrt (both computed:
-    the lowering casts a half-float constant to float32 and back around its broadcast), else None.
-    Its shape may differ from ``value``'s."""
+    """The constant ``value`` repeats, through shape ops (``m.SHAPE_OPS``), Casts, Sqrt and Reciprocal (all
+    computed: the lowering casts a half-float constant to float32 and back around its broadcast, and divides
+    a half float by a broadcast scalar as a product by its reciprocal), else None. Its shape may differ
+    from ``value``'s."""
     arr = m.const(value)
-    node = m.producer(value, "Cast", "Sqrt", *m.SHAPE_OPS)
+    node = m.producer(value, "Cast", "Sqrt", "Reciprocal", *m.SHAPE_OPS)
     if arr is not None or node is None:
         return arr
     src = _repeated(node.inputs[0])
@@ -191,7 +192,12 @@ def _repeated(value: ir.Value | None) -> np.ndarray | None:
         return src
     if node.op_type == "Cast":
         return src.astype(ir.DataType(m.attr(node, "to")).numpy())
-    return np.sqrt(src) if src.dtype.kind == "f" and bool(np.all(src >= 0)) else None
+    if src.dtype.kind != "f":
+        return None
+    if node.op_type == "Reciprocal":
+        with np.errstate(divide="ignore"):
+            return (np.ones((), src.dtype) / src).astype(src.dtype)
+    return np.sqrt(src) if bool(np.all(src >= 0)) else None
 
 
 def _rewrite_erf_gelu(graph: ir.Graph, erf: ir.Node, opset: int) -> bool:
