@@ -85,6 +85,48 @@ def test_rewritten_forms_are_jax_jits_bit_for_bit(name, dtype):
     _assert_bits(got, want)
 
 
+CHAINS = [name for name in REWRITTEN if "/ b" not in name and "/ c" not in name]  # not the nested divisions
+
+
+@pytest.mark.parametrize("name", CHAINS)
+def test_float16_chains_fold_their_constants_in_float16(name):
+    """XLA's simplifier folds float16 constant chains as float32 ones, the constants folded in float16; the
+    lowering computes each float16 op in float32 between Casts, and the rule reads through them."""
+    fn, program_order = REWRITTEN[name]
+    args = _args(fn, np.float16)
+    got, want, _ = _run(fn, *args)
+    with np.errstate(all="ignore"):
+        assert not np.array_equal(want, program_order(*args, np.float16))  # the premise: XLA rewrote it
+    _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (x + 3.1).astype(jnp.float32) + 1.7,
+    lambda x: (x * 3.1).astype(jnp.float32) * 1.7,
+], ids=["add", "multiply"])
+def test_a_bfloat16_op_read_as_float32_folds_into_a_float32_chain(fn):
+    """XLA computes the bfloat16 op in float32 and hands that value to the convert (``xla_bfloat16``); the
+    float32 chain that follows folds into it (``bf16(3.1) + 1.7`` in float32)."""
+    import ml_dtypes
+
+    x = _normal(64, 256, dtype=ml_dtypes.bfloat16)
+    got, want, _ = _run(fn, x)
+    _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("fn", [lambda x: (x * 3.1) * 1.7, lambda x: (x + 3.1) + 1.7], ids=["multiply", "add"])
+def test_bfloat16_chains_round_after_each_op(fn):
+    """XLA rounds each bfloat16 op before the next reads it, so it folds nothing there."""
+    import ml_dtypes
+
+    x = _normal(64, 256, dtype=ml_dtypes.bfloat16)
+    got, want, _ = _run(fn, x)
+    with jax.disable_jit():
+        op_by_op = np.asarray(fn(jnp.asarray(x)))
+    np.testing.assert_array_equal(want.astype(np.float32), op_by_op.astype(np.float32))  # the premise
+    _assert_bits(got.astype(np.float32), want.astype(np.float32))
+
+
 NOT_REWRITTEN = {
     "(x * row) * row": lambda x: (x * ROW) * (ROW + 1),
     "(x * 0.1) * full": lambda x: (x * 0.1) * FULL_2,

@@ -15,10 +15,16 @@ ops, applied here to the ONNX nodes lowered from them:
   ``(a * d) / (b * c)`` for divisions XLA leaves divisions: not by a constant or a broadcast (those are
   products by the reciprocal, ``xla_division``), nor by a root, exp or power (rules of their own).
 
+float16 chains fold the same way, the constants folded in float16 (measured: 28% and 49% of the elements
+of ``(x * 3.1) * 1.7`` and ``(x + 3.1) + 1.7`` differed by a float16 ulp): each float16 op is lowered as
+float32 arithmetic between Casts, so the chain is read through the Cast pair that rounds the inner result.
+bfloat16 chains are not folded: XLA computes bfloat16 ops in float32 with a rounding after each
+(``xla_bfloat16``), which the simplifier does not see through.
+
 ``fold_additions`` runs before the fusion rules (so ``rewrites.add_chains`` sums the folded chain),
 ``rewrite`` after ``xla_division`` (so a product by a folded reciprocal is seen). Only nodes lowered from
-``stablehlo.add``/``subtract``/``multiply``/``divide`` in float32 or float64 are read; integers need no
-emulation (their arithmetic is exact modulo wrapping), narrower floats are computed through casts.
+``stablehlo.add``/``subtract``/``multiply``/``divide`` in float32 or float64 are read (float16's are float32
+nodes); integers need no emulation (their arithmetic is exact modulo wrapping).
 """
 
 from __future__ import annotations
@@ -65,8 +71,10 @@ def _origin(node: ir.Node) -> str:
 
 def _lowered_from(node: ir.Node, *ops: str) -> bool:
     out = node.outputs[0]
-    return node.domain == "" and _origin(node) in ops and out.dtype in _FLOATS and len(node.inputs) == 2 \
-        and all(v is not None and v.dtype in (None, out.dtype) for v in node.inputs)
+    # a half float's op computes in float32 between Casts, its result's dtype not yet inferred
+    dtype = out.dtype or next((v.dtype for v in node.inputs if v is not None and v.dtype is not None), None)
+    return node.domain == "" and _origin(node) in ops and dtype in _FLOATS and len(node.inputs) == 2 \
+        and all(v is not None and v.dtype in (None, dtype) for v in node.inputs)
 
 
 def _divides_in_xla(div: ir.Node) -> bool:
@@ -82,14 +90,48 @@ def _divides_in_xla(div: ir.Node) -> bool:
 
 
 def _constant(value: ir.Value) -> np.ndarray | None:
-    """The value of an initializer or a Constant node's output, else None."""
+    """The value of an initializer or a Constant node's output (or a Cast of one: a float16 constant read as
+    float32), else None."""
     if value.const_value is not None:
         return value.const_value.numpy()
     made = value.producer()
     if made is not None and made.op_type == "Constant" and made.domain == "" and "value" in made.attributes:
         tensor = made.attributes["value"].value
         return tensor.numpy() if hasattr(tensor, "numpy") else None
+    if made is not None and made.op_type == "Cast" and made.domain == "" and made.inputs[0] is not None:
+        inner = _constant(moved_from(made.inputs[0])[0])  # a scalar broadcast before its Cast stays a scalar
+        to = ir.DataType(made.attributes["to"].as_int())
+        floats = (*_FLOATS, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+        return None if inner is None or to not in floats else inner.astype(to.numpy())
     return None
+
+
+def _inner(value: ir.Value, ops: tuple[str, ...]) -> tuple[ir.Node | None, type | None]:
+    """The node computing ``value`` and the dtype its constants fold in: None for the node's own dtype, or
+    float16 when ``value`` is a float16 result read as float32 (the lowering's ``Cast(Cast(op, f16), f32)``)."""
+    made = value.producer()
+    if made is None or made.op_type != "Cast" or made.domain:
+        return made, None
+    rounded = made.inputs[0]
+    narrowing = rounded.producer() if rounded is not None else None
+    if narrowing is None or narrowing.op_type != "Cast" or narrowing.domain or narrowing.inputs[0] is None \
+            or narrowing.attributes["to"].as_int() != ir.DataType.FLOAT16 \
+            or made.attributes["to"].as_int() != ir.DataType.FLOAT or _origin(narrowing) not in ops:
+        return None, None
+    computed = narrowing.inputs[0]
+    if computed.dtype is None:  # float16 arithmetic is lowered in float32 (dtypes.WIDER); not yet inferred
+        computed.dtype = ir.DataType.FLOAT
+    return computed.producer(), np.float16
+
+
+def _folded(c1: np.ndarray, c2: np.ndarray, combine, narrow: type | None) -> np.ndarray:
+    """``combine(c1, c2)`` in the constants' dtype, or computed in float32 and rounded to ``narrow`` (as XLA
+    folds float16 constants), held in the constants' dtype."""
+    if narrow is None:
+        return np.asarray(combine(c1, c2), dtype=c1.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = combine(np.asarray(c1, np.float32), np.asarray(c2, np.float32)).astype(narrow)
+    return total.astype(c1.dtype)
 
 
 def _constant_kind(value: ir.Value, node: ir.Node) -> tuple[str, np.ndarray] | None:
@@ -121,7 +163,7 @@ def _full_shape(node: ir.Node, depth: int = 4) -> tuple[int, ...] | None:
         made = value.producer()
         if value.shape is not None and value.shape.is_static():
             found.append(tuple(value.shape.numpy()))
-        elif made is not None and made.op_type in ("Add", "Sub", "Mul", "Div") and depth > 0:
+        elif made is not None and made.op_type in ("Add", "Sub", "Mul", "Div", "Cast") and depth > 0:
             inner = _full_shape(made, depth - 1)
             found += [inner] if inner is not None else []
     return max(found, key=lambda s: (int(np.prod(s)), len(s)), default=None)
@@ -148,15 +190,14 @@ def _fold_product(outer: ir.Node) -> int:
     if found is None:
         return 0
     inner_value, kind, c2 = found
-    inner = inner_value.producer()
+    inner, narrow = _inner(inner_value, _PRODUCTS)
     if inner is None or inner.op_type != "Mul" or not _lowered_from(inner, *_PRODUCTS):
         return 0
     inner_found = _split(inner)
     if inner_found is None or inner_found[1] != kind:
         return 0
     a, _, c1 = inner_found
-    product = np.asarray(c1 * c2, dtype=c1.dtype)
-    return _replace(outer, "Mul", [a, None], product)
+    return _replace(outer, "Mul", [a, None], _folded(c1, c2, np.multiply, narrow))
 
 
 def _fold_addition(outer: ir.Node) -> int:
@@ -168,7 +209,7 @@ def _fold_addition(outer: ir.Node) -> int:
         return 0
     inner_value, kind, c2 = found
     c2 = -c2 if outer.op_type == "Sub" else c2
-    inner = inner_value.producer()
+    inner, narrow = _inner(inner_value, tuple(_ADDITIVE))
     if inner is None or not _lowered_from(inner, *_ADDITIVE) or _ADDITIVE.get(_origin(inner)) != inner.op_type:
         return 0
     inner_found = _split(inner)
@@ -177,10 +218,9 @@ def _fold_addition(outer: ir.Node) -> int:
     a, _, c1 = inner_found
     constant_first = _constant_kind(inner.inputs[0], inner) is not None
     if inner.op_type == "Sub" and constant_first:  # (c1 - a) + c2 = (c1 + c2) - a
-        total = np.asarray(c1 + c2, dtype=c1.dtype)
-        return _replace(outer, "Sub", [None, a], total)
+        return _replace(outer, "Sub", [None, a], _folded(c1, c2, np.add, narrow))
     c1 = -c1 if inner.op_type == "Sub" else c1
-    total = np.asarray(c1 + c2, dtype=c1.dtype)
+    total = _folded(c1, c2, np.add, narrow)
     if not np.any(total):  # XLA drops a + 0; a + -0 is a, bit for bit
         total = np.full_like(total, -0.0)
     return _replace(outer, "Add", [a, None], total)
