@@ -5,7 +5,8 @@ Input sets, in order:
 - ``example``/``given``: the user's own arguments (``example_inputs()`` in the Python file, or ``--inputs``);
 - ``random``: standard normal floats, integers in [-8, 8] ([0, 8] unsigned), random bools, once for
   each size of the symbolic dimensions (2, 5 and 1 by default; 1 only for dimensions without a
-  constraint; 0 never, since jax.export assumes every symbolic dimension is at least 1);
+  constraint; 0 never, since jax.export assumes every symbolic dimension is at least 1); a size that
+  breaks a constraint moves to the nearest that meets them all (``floordiv(s, 8) >= 1``: 8, then 9);
 - ``edge``: ±0, ±inf, NaN, the largest and smallest normal magnitudes, subnormals, and integer
   extremes (MIN, -1, 0, MAX), interleaved with random values, at the largest size; a second edge set
   (a third too for inputs too small to hold NaN and an infinity) moves them onto other elements
@@ -16,7 +17,10 @@ Input sets, in order:
 
 from __future__ import annotations
 
+import ast
+import functools
 import math
+import operator
 import os
 import re
 from dataclasses import dataclass, field
@@ -35,6 +39,8 @@ DEFAULT_MAX_BYTES = 2 << 30
 EDGE_SEED_OFFSET = 100
 _FUNCS = ("floordiv", "mod", "max", "min")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+SEARCH_SPAN = 1024
+"""How far from a size that breaks a constraint the check looks for one that meets them all."""
 
 
 @dataclass
@@ -85,11 +91,17 @@ def _bounds(constraints: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]
     return low, high
 
 
-def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ()) -> dict[str, int]:
+def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = (),
+               taken: Sequence[dict[str, int]] = ()) -> dict[str, int]:
     """A value for each symbolic name, raised to satisfy ``name >= N`` constraints and lowered to
-    satisfy ``name <= N`` ones (``==`` sets both).
+    satisfy ``name <= N`` ones (``==`` sets both); when that breaks another constraint
+    (``floordiv(s, 8) >= 1``), the nearest values that meet every one (``_meeting``), other than ``taken``
+    where there are such.
 
     Expressions (2*b) are evaluated from their names by concrete_shape.
+
+    Raises:
+        UsageError: no values within ``SEARCH_SPAN`` of those meet every constraint.
     """
     low, high = _bounds(constraints)
     out = {}
@@ -98,7 +110,109 @@ def _dim_sizes(signature: Signature, size: int, constraints: Sequence[str] = ())
         if name in high:
             value = max(min(value, high[name]), low.get(name, 1))
         out[name] = value
-    return out
+    return _meeting(signature, out, constraints, taken)
+
+
+def _meeting(signature: Signature, sizes: dict[str, int], constraints: Sequence[str],
+             taken: Sequence[dict[str, int]] = ()) -> dict[str, int]:
+    """``sizes`` when they meet every constraint, else the nearest sizes that do, and keep every input dimension
+    positive: all names moved by the same step first, then one name at a time (``s >= t + 1``), up before
+    down, never below 2 (unless the size asked for is), preferring sizes not already ``taken`` (which meet every
+    constraint: with nothing else found, the first of them).
+
+    Raises:
+        UsageError: naming the constraints ``sizes`` break, when nothing within ``SEARCH_SPAN`` meets them
+            and nothing is ``taken``.
+    """
+    broken = [c for c in constraints if _holds(c, sizes) is False]
+    if not broken:
+        return sizes
+    floor = {n: min(v, SYMBOLIC_SIZES[0]) for n, v in sizes.items()}
+    fallback = None
+    for step in range(1, SEARCH_SPAN + 1):
+        for sign in (step, -step):
+            for moved in (tuple(sizes), *((n,) for n in sizes if len(sizes) > 1)):
+                candidate = {n: v + sign if n in moved else v for n, v in sizes.items()}
+                if any(candidate[n] < floor[n] for n in moved) or not _allowed(signature, candidate, constraints):
+                    continue
+                if candidate not in taken:
+                    return candidate
+                fallback = fallback or candidate
+    if fallback is not None or taken:  # sizes already chosen meet every constraint: no new ones
+        return fallback or dict(taken[0])
+    tried = ", ".join(f"{n} = {v}" for n, v in sizes.items())
+    names = "them" if len(broken) > 1 else "it"
+    raise UsageError(f"the check found no sizes that meet --constraint {' and '.join(repr(c) for c in broken)}: it "
+                     f"tried {tried} and every size up to {SEARCH_SPAN} away; give sizes that meet {names} with "
+                     "--check-sizes (check_options(sizes=...) in Python), or convert without the check (--no-check, "
+                     "check=False)")
+
+
+def _allowed(signature: Signature, sizes: dict[str, int], constraints: Sequence[str]) -> bool:
+    """Whether ``sizes`` meet every constraint (one that cannot be evaluated is not held against them) and give
+    every symbolic input dimension a positive size."""
+    if any(_holds(c, sizes) is False for c in constraints):
+        return False
+    try:
+        return all(n >= 1 for t in signature.inputs for d, n in zip(t.shape, concrete_shape(t.shape, sizes))
+                   if isinstance(d, str))
+    except Exception:  # noqa: BLE001  (an expression we cannot evaluate)
+        return False
+
+
+_COMPARE = {ast.Eq: operator.eq, ast.GtE: operator.ge, ast.LtE: operator.le, ast.Gt: operator.gt, ast.Lt: operator.lt}
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Pow: operator.pow,
+               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CALLS = {"floordiv": operator.floordiv, "mod": operator.mod, "max": max, "min": min}
+
+
+def _holds(constraint: str, sizes: dict[str, int]) -> bool | None:
+    """Whether ``constraint`` holds at ``sizes``, or None when it cannot be evaluated (a name without a size).
+
+    A constraint compares two integer expressions in jax.export's syntax (``+ - *``, ``^`` for a power,
+    ``floordiv``, ``mod``, ``max``, ``min``) with ``==``, ``>=``, ``<=``, ``>`` or ``<``; it is read with
+    ``ast`` and evaluated node by node, never by ``eval``. A division by zero breaks it.
+    """
+    tree = _parsed(constraint)
+    if tree is None:
+        return None
+    try:
+        return bool(_COMPARE[type(tree.ops[0])](_value(tree.left, sizes), _value(tree.comparators[0], sizes)))
+    except ZeroDivisionError:
+        return False
+    except (KeyError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(constraint: str) -> ast.Compare | None:
+    try:
+        tree = ast.parse(constraint.replace("^", "**").strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(tree, ast.Compare) and len(tree.ops) == 1 and type(tree.ops[0]) in _COMPARE:
+        return tree
+    return None
+
+
+def _value(node: ast.AST, sizes: dict[str, int]) -> int:
+    """The integer value of a constraint's expression at ``sizes`` (KeyError: a name without a size)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return sizes[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _value(node.operand, sizes)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _value(node.left, sizes), _value(node.right, sizes)
+        if isinstance(node.op, ast.Pow) and not 0 <= right <= 64:
+            raise ValueError(f"power {right} in a constraint")
+        return _ARITHMETIC[type(node.op)](left, right)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
+            and len(node.args) == 2 and not node.keywords):
+        return _CALLS[node.func.id](*(_value(a, sizes) for a in node.args))
+    raise ValueError(f"not a dimension expression: {ast.dump(node)}")
 
 
 def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[str] = ()) -> list[dict[str, int]]:
@@ -120,7 +234,7 @@ def size_sets(signature: Signature, sizes: Sequence[int], constraints: Sequence[
                 continue
             chosen = {n: size for n in names}
         else:
-            chosen = _dim_sizes(signature, size, constraints)
+            chosen = _dim_sizes(signature, size, constraints, taken=out)
         try:
             if any(n < 1 for t in signature.inputs for d, n in zip(t.shape, concrete_shape(t.shape, chosen))
                    if isinstance(d, str)):
@@ -144,6 +258,8 @@ def _staggered_sizes(signature: Signature, names: Sequence[str], constraints: Se
     _, high = _bounds(constraints)
     base = _dim_sizes(signature, SYMBOLIC_SIZES[0], constraints)
     chosen = {n: v if n in high else v + k for k, (n, v) in enumerate(sorted(base.items()))}
+    if any(_holds(c, chosen) is False for c in constraints):
+        return None
     try:
         if any(n < 1 for t in signature.inputs for d, n in zip(t.shape, concrete_shape(t.shape, chosen))
                if isinstance(d, str)):

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
 from jaxconv.errors import TraceError, UsageError
 from jaxconv.signature import Signature, input_infos, output_infos
-from jaxconv.symbolic_bounds import Assumed, implied, inconclusive_line, unfiltered_tracebacks
+from jaxconv.symbolic_bounds import (
+    COMPARISONS,
+    Assumed,
+    comparison,
+    implied,
+    inconclusive_line,
+    jax_constraint,
+    unfiltered_tracebacks,
+)
 from jaxconv.symbolic_bounds import hint as symbolic_hint
 
 
@@ -89,6 +98,8 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
 
     Args:
         specs: spec strings, parsed specs, or ShapeDtypeStruct pytrees; one per positional argument.
+        constraints: jax.export's symbolic constraints, plus strict comparisons (``s > 64``), which the
+            program keeps as jax.export takes them (``s >= 65``; ``symbolic_bounds.jax_constraint``).
         hoist_constants: export closed-over arrays of ``HOIST_BYTES`` and more as module arguments
             (``Program.constants``) instead of embedding them: jax.export copies embedded constants
             into the module and again into its serialized bytes. Only the ONNX target reads such a
@@ -104,6 +115,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[Any], *, name: str | None = No
     parsed = [parse_spec(s) if isinstance(s, str) else s for s in specs]
     x64 = needs_x64(parsed)
     _check_constraints(constraints)
+    constraints = tuple(jax_constraint(c) for c in constraints)
     assumed: list[Assumed] = []
     first_error: TraceError | None = None
     with x64_scope(x64):
@@ -232,8 +244,7 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
         mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(source_path)]
         if mine:
             where = f" at {mine[-1].filename}:{mine[-1].lineno}"
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
+    first = _first_line(str(e))
     hint = ""
     if "ShapeDtypeStruct" in first:  # jit(static_argnums=...) passed a spec through as a Python value
         hint = (" (a static argument of jax.jit received a spec: jaxconv passes every argument as an array; "
@@ -245,11 +256,28 @@ def _trace_message(fn_name: str, e: BaseException, source_path: str | None) -> s
     return f"tracing {fn_name} failed{where}: {type(e).__name__}: {first}{hint}"
 
 
+_WRAPPER_LINES = re.compile(r"Exception encountered when calling .*|.*:")
+"""A first line that only introduces the error after it: Keras wraps every layer's error as "Exception
+encountered when calling X.call().", then a blank line and the real one; a line ending in a colon."""
+
+
+def _first_line(message: str) -> str:
+    """The first line of ``message``; when it only wraps the error below it (``_WRAPPER_LINES``), followed by
+    the first line that says something (``... when calling X.call(): In arange with ...``). Terminal
+    colours (Keras makes the cause bold) are dropped."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", message).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    if _WRAPPER_LINES.fullmatch(first) is None:
+        return first
+    cause = next((line for line in lines[1:] if _WRAPPER_LINES.fullmatch(line) is None), None)
+    return first if cause is None else f"{first.rstrip('.:')}: {cause}"
+
+
 def _refused_custom_calls(message: str) -> str:
     """The custom calls jax.export names in ``message`` (its examples), each with what computes it: jax.export
     refuses them for every target (e.g. ``jax.scipy.linalg.qr(pivoting=True)``'s ``lapack_sgeqp3_ffi``)."""
-    import re
-
     from jaxconv.onnx.registry import unsupported_target_reason
 
     targets = sorted(set(re.findall(r"stablehlo\.custom_call @([\w.]+)", message)))
@@ -273,14 +301,18 @@ def _parses(constraint: str) -> bool:
 
 
 def _check_constraints(constraints: Sequence[str]) -> None:
-    """Raise SpecError naming the first ``--constraint`` jax.export cannot parse."""
+    """Raise SpecError naming the first ``--constraint`` that does not make one comparison, or that jax.export
+    cannot parse (a strict one as ``jax_constraint`` writes it)."""
     from jax import export
 
     from jaxconv.errors import SpecError
 
     for c in constraints:
+        if comparison(c) is None:
+            raise SpecError(f"bad --constraint {c!r}: it must compare two integer expressions with one of "
+                            f"{COMPARISONS}")
         try:
-            export.SymbolicScope((c,))
+            export.SymbolicScope((jax_constraint(c),))
         except Exception as e:  # jax raises ValueError with its own text
             text = str(e).strip().splitlines()
             raise SpecError(f"bad --constraint {c!r}: {text[0] if text else type(e).__name__}") from e

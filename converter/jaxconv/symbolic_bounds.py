@@ -66,13 +66,18 @@ def _broadcast_bound(first: str) -> Assumed | None:
     holding ``min(n, s)`` and one that holds ``s`` itself
     (Hugging Face's causal mask against the sequence): ``s <= n``; against one that holds ``n`` (``x[:, :3]
     + y[b, 3]``): ``s >= n``; ``max`` the other way round. Only where exactly one of the two stands bare in
-    the other shapes: that is the size the broadcast needs, and JAX fails on any size where it is not."""
+    the other shapes: that is the size the broadcast needs, and JAX fails on any size where it is not.
+    Where both do (a 128-row position table sliced to ``s`` and added to ``f32[2,s,128]``: the table's own
+    128 columns), the dimensions on the axis of ``min(n, s)`` decide (``_facing``): all ``s``, or all ``n``."""
     found = _BOUND.search(first)
     if found is None or "is inconclusive" in first:  # a comparison, not shapes that must agree
         return None
     kind, n, name = found.group(1), found.group(2) or found.group(5), found.group(3) or found.group(4)
     rest = _BOUND.sub("", first)
     bare = [re.search(rf"[\[(,]\s*{re.escape(token)}\s*[\]),]", rest) is not None for token in (name, n)]
+    if bare == [True, True]:
+        facing = _facing(first, found.group(0))
+        bare = [facing == {name}, facing == {n}]
     if bare == [True, False]:  # min(n, s) must be s
         bound = f"{name} <= {n}" if kind == "min" else f"{name} >= {n}"
         return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {name} only there")
@@ -80,6 +85,43 @@ def _broadcast_bound(first: str) -> Assumed | None:
         bound = f"{name} >= {n}" if kind == "min" else f"{name} <= {n}"
         return Assumed(bound, f"the function's shapes hold {found.group(0)}, which is {n} only there")
     return None
+
+
+def _facing(text: str, bound: str) -> set[str]:
+    """The dimensions the other shapes in ``text`` hold on the axis where one holds ``bound`` (``min(128, s)``),
+    axes counted from the right as broadcasting aligns them: ``{"s"}`` for ``(2, s, 128), (min(128, s), 128)``.
+    Empty when no shape holds ``bound``, or no other shape reaches its axis."""
+    shapes = _shapes(text)
+    axes = {len(shape) - i for shape in shapes for i, dim in enumerate(shape) if dim == bound}
+    return {shape[-axis] for shape in shapes if bound not in shape for axis in axes if axis <= len(shape)}
+
+
+def _shapes(text: str) -> list[list[str]]:
+    """The shapes a message lists, ``(2, s, 128)``, each as its dimensions' text; a call such as ``min(128, s)``
+    or ``Layer.call()`` is not a shape, and stays one dimension inside one."""
+    shapes: list[list[str]] = []
+    depth, start = 0, -1
+    for i, ch in enumerate(text):
+        if ch == "(":
+            if depth == 0:
+                start = -1 if i and (text[i - 1].isalnum() or text[i - 1] in "_.") else i
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0 and start >= 0:
+                shapes.append(_dims(text[start + 1:i]))
+    return shapes
+
+
+def _dims(inside: str) -> list[str]:
+    """``2, min(128, s), 128`` as ``["2", "min(128, s)", "128"]`` (the commas inside a call kept)."""
+    dims, depth, start = [], 0, 0
+    for i, ch in enumerate(inside + ","):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            dims.append(inside[start:i].strip())
+            start = i + 1
+    return [d for d in dims if d]
 
 
 def _shape_rule(error: BaseException | None) -> str | None:
@@ -129,6 +171,31 @@ def _as_constraint(a: str, op: str, b: str) -> str | None:
     return None
 
 
+COMPARISONS = "'==', '>=', '<=', '>' or '<'"
+"""The comparisons a ``--constraint`` may make, as its error names them."""
+_COMPARISON = re.compile(r"==|>=|<=|!=|>|<")
+
+
+def comparison(constraint: str) -> str | None:
+    """The one comparison ``constraint`` makes (``==``, ``>=``, ``<=``, ``>``, ``<``), or None when it makes
+    none, several (``s > 3 > 2``, ``s >> 3``), ``!=`` (no single constraint), or lacks a side (``b >``)."""
+    found = _COMPARISON.findall(constraint)
+    if len(found) != 1 or found[0] == "!=" or not all(side.strip() for side in constraint.split(found[0])):
+        return None
+    return found[0]
+
+
+def jax_constraint(constraint: str) -> str:
+    """``constraint`` as jax.export takes it, which compares integer expressions with ``==``, ``>=`` or ``<=``
+    only: ``a > b`` is ``a >= b + 1`` and ``a < b`` is ``a <= b - 1`` (against a number, ``s > 64``, the
+    number moves: ``s >= 65``). Other text is returned as it is."""
+    op = comparison(constraint)
+    if op not in (">", "<"):
+        return constraint
+    a, b = (side.strip() for side in constraint.split(op))
+    return _as_constraint(a, op, b) or (f"{a} >= {b} + 1" if op == ">" else f"{a} <= {b} - 1")
+
+
 def inconclusive_line(error: BaseException) -> str:
     """The line of an inconclusive symbolic comparison anywhere in ``error``'s message (a library may wrap
     it: keras puts its own first line before it, and a terminal's bold around it), or ""."""
@@ -148,7 +215,8 @@ def hint(first: str) -> str:
     found = _INCONCLUSIVE.search(first)
     if found is not None:
         a, op, b = found.groups()
+        deciding = jax_constraint(f"{a} {'>' if op == '!=' else op} {b}")  # != : either side decides it
         return (f" (the function compares {a} {op} {b}, which depends on the symbolic size: a --constraint that "
-                f"decides it, e.g. \"{a} {op} {b}\" when that always holds, or a fixed size in the spec, lets "
+                f"decides it, e.g. \"{deciding}\" when that always holds, or a fixed size in the spec, lets "
                 "it trace)")
     return ""
