@@ -81,3 +81,27 @@ def test_product_also_read_whole_stays(monkeypatch):
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops == plain_ops
     assert_same_bits(got, plain)
+
+
+def test_a_weight_used_by_many_split_products_is_stored_once():
+    """An unrolled RNN (``hk.static_unroll``) slices its gates' weight for each step: each column block of
+    the weight is one initializer however many products read it (the ONNX of a 2-layer Haiku LSTM unrolled
+    64 steps held 64 copies: 14.7 MB for 0.23 MB of weights)."""
+    import jaxconv
+    from onnx import numpy_helper
+
+    w = (np.random.default_rng(0).standard_normal((32, 256)) * 0.1).astype(np.float32)
+
+    def fn(xs):
+        out = 0.0
+        for t in range(8):
+            a, b = jnp.split(xs[t] @ w, 2, axis=-1)
+            out = out + jnp.tanh(a) * b
+        return out
+
+    xs = np.random.default_rng(1).standard_normal((8, 2, 32)).astype(np.float32)
+    model = jaxconv.to_onnx(fn, "f32[8,2,32]")
+    stored = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer)
+    assert stored <= w.nbytes + 1024
+    _, (got,) = _convert(fn, xs)
+    assert_same_floats(got, np.asarray(jax.jit(fn)(xs)), rtol=1e-6, atol=1e-6)

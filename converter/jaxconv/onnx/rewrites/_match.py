@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -287,18 +288,33 @@ def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.
     return new
 
 
+_MADE = "jaxconv.made_initializers"  # graph.meta: (dtype, shape, digest) -> the initializer made for it
+
+
 def new_initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
-    """``arr`` as an initializer of ``graph`` named ``name`` (``name_1``, ... when taken)."""
+    """``arr`` as an initializer of ``graph`` named ``name`` (``name_1``, ... when taken).
+
+    An array equal to one made here before (same dtype, shape and bytes) is that initializer again: a rule
+    that slices a weight for each of its uses (the column blocks of an RNN cell's gates, once per step of
+    an unrolled loop) stores each slice once. Callers never change an initializer they were given.
+    """
+    # np.ascontiguousarray makes a 0-d array 1-d: keep the shape.
+    data = np.ascontiguousarray(arr).reshape(arr.shape)
+    key = (data.dtype.name, data.shape, hashlib.sha256(data.tobytes()).hexdigest())
+    made: dict[tuple[str, tuple[int, ...], str], ir.Value] = graph.meta.setdefault(_MADE, {})
+    earlier = made.get(key)
+    if earlier is not None and earlier.name is not None and graph.initializers.get(earlier.name) is earlier:
+        return earlier
     taken = graph.initializers
     k, fresh = 0, name
     while fresh in taken:
         k += 1
         fresh = f"{name}_{k}"
-    # np.ascontiguousarray makes a 0-d array 1-d: keep the shape.
-    value = ir.Value(name=fresh, const_value=ir.tensor(np.ascontiguousarray(arr).reshape(arr.shape)))
+    value = ir.Value(name=fresh, const_value=ir.tensor(data))
     value.type = ir.TensorType(ir.DataType.from_numpy(arr.dtype))
     value.shape = ir.Shape(arr.shape)
     graph.register_initializer(value)
+    made[key] = value
     return value
 
 

@@ -333,11 +333,8 @@ def _merged(x: ir.Value, add: Callable[[ir.Node], ir.Value], flat: ir.Value) -> 
 
 
 def _scalar_init(graph: ir.Graph, x: np.float32, name: str) -> ir.Value:
-    """A float32 scalar initializer (``_match.new_initializer`` makes a 0-d array one-dimensional)."""
-    value = m.new_initializer(graph, np.array([x], np.float32), name)
-    value.const_value = ir.tensor(np.array(x, np.float32))
-    value.shape = ir.Shape(())
-    return value
+    """A float32 scalar initializer."""
+    return m.new_initializer(graph, np.array(x, np.float32), name)
 
 
 def _position(graph: ir.Graph, node: ir.Node) -> int:
