@@ -7,8 +7,8 @@ faster without changing the numbers:
 - ``symbolic``: Expands that broadcasting makes redundant, found through symbolic dimensions;
 - ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
-- ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept),
-  so ORT fuses it into the Conv or Gemm before it; later, ``negated_products``: a SiLU's Neg of a product
+- ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept) and
+  jax.nn.leaky_relu's select as LeakyRelu, so ORT fuses them into the Conv or Gemm before; later, ``negated_products``: a SiLU's Neg of a product
   by a constant weight folded into the weight;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only where the input's sum is NaN
@@ -30,6 +30,8 @@ faster without changing the numbers:
   MatMul with the weight laid out per head (three Transposes of four per layer go), heads first
   ([h, b, t, dh]) where every reader up to the merge treats the leading axes as batch axes;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
+- ``einsum_order``: a MatMul between Transposes and Reshapes that merge free axes (grouped-query attention's
+  einsums) planned again, either operand on the left, so the fewest elements are transposed;
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
@@ -99,6 +101,7 @@ from jaxconv.onnx.rewrites import (
     broadcasts,
     column_sums,
     conv_affine,
+    einsum_order,
     gather_fill,
     gru,
     head_merge,
@@ -184,6 +187,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     heads = HEADS_ON_ONE_THREAD or thread_count.recommend(model, skip_unknown=True) != 1
     fired["attention_heads"] = attention_heads.rewrite(model.graph) if heads else 0
     fired["mask_min"] = mask_min.rewrite(model.graph)
+    fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
     fired["loops"] = loops.rewrite(model.graph)

@@ -1,4 +1,5 @@
-"""Activation forms: jax.nn.gelu (tanh approximation, and the exact one) as Gelu, ``max(x, 0)`` as Relu.
+"""Activation forms: jax.nn.gelu (tanh approximation, and the exact one) as Gelu, ``max(x, 0)`` as Relu,
+jax.nn.leaky_relu's select as LeakyRelu.
 
 Gelu (opset 20) with ``approximate="tanh"`` computes jax's formula
 ``x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``. Relu lets ORT fuse it into the Conv or
@@ -416,7 +417,60 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
             count += _rewrite_erf_gelu(graph, node, opset)
         elif node.op_type == "Max":
             count += _rewrite_relu(graph, node)
+        elif node.op_type == "Mul":
+            count += _rewrite_leaky_relu(graph, node)
     return count
+
+
+def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:
+    """``where(x >= 0, x, alpha * x)`` (jax.nn.leaky_relu, Keras' leaky_relu) as LeakyRelu, which ORT fuses
+    into the Conv before it and keeps in its blocked layout (a CSPDarkNet ran 65 layout reorders around
+    the select's six nodes).
+
+    The lowering writes a float select as ``Where(not c, 1, x) * Where(c, 1, alpha * x)`` (``float_select``:
+    -0 kept). ORT's LeakyRelu is ``x >= 0 ? x : alpha * x`` in float32, the same bits for every input
+    (NaN, infinities, -0, subnormals: neither form flushes them, where jax.jit on the CPU reads a negative
+    subnormal as -0 and returns it unchanged); with ``x > 0`` the condition only differs at zeros, where
+    ``alpha * x`` is ``x`` itself for ``alpha >= 0``.
+    """
+    pair = m.binary(product, "Mul")
+    if pair is None:
+        return False
+    found = _select_operands(*pair)
+    if found is None:
+        return False
+    cond, x, other = found
+    compare = m.producer(cond, "GreaterOrEqual", "Greater")
+    zero = _repeated(compare.inputs[1]) if compare is not None else None
+    if compare is None or compare.inputs[0] is not x or zero is None or zero.dtype != np.float32 \
+            or not bool(np.all(zero == 0)):
+        return False
+    scaled = m.binary(m.producer(other, "Mul"), "Mul")
+    if scaled is None or x not in scaled:
+        return False
+    alpha = _scalar(scaled[1] if scaled[0] is x else scaled[0])
+    if alpha is None or (compare.op_type == "Greater" and alpha < 0):
+        return False
+    m.replace(graph, product.outputs[0], ir.node("LeakyRelu", [x], {"alpha": float(alpha)}), product)
+    return True
+
+
+def _select_operands(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+    """``(c, x, y)`` when ``a * b`` is the lowering's float select ``Where(not c, 1, x) * Where(c, 1, y)``."""
+    for first, second in ((a, b), (b, a)):
+        negated, chosen = m.producer(first, "Where"), m.producer(second, "Where")
+        if negated is None or chosen is None or not _is_scalar(negated.inputs[1], 1.0, 0.0) \
+                or not _is_scalar(chosen.inputs[1], 1.0, 0.0):
+            continue
+        flip = m.binary(m.producer(negated.inputs[0], "Xor"), "Xor")
+        if flip is None or chosen.inputs[0] not in flip:
+            continue
+        other = flip[1] if flip[0] is chosen.inputs[0] else flip[0]
+        truth = m.const(other)
+        if truth is None or truth.dtype != np.bool_ or not bool(np.all(truth)):
+            continue
+        return chosen.inputs[0], negated.inputs[2], chosen.inputs[2]
+    return None
 
 
 def negated_products(graph: ir.Graph) -> int:
