@@ -1,6 +1,6 @@
 """Real third-party models: jaxconv's ONNX and jax2onnx's in ONNX Runtime, against jax.jit.
 
-    .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2] [--quick] [--profile DIR]
+    .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2 | --more] [--quick] [--profile DIR]
 
 The models (scripts/zoo_models.py) are Hugging Face Flax, Haiku, keras-hub, Flax linen and NNX and
 Equinox models in small configurations, built as their users build them; the libraries are the
@@ -224,12 +224,16 @@ def summary(rows: list[ZooRow]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    known = zoo_models.NAMES + zoo_models.EXTRA
+    known = zoo_models.NAMES + zoo_models.MORE + zoo_models.EXTRA
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--models", default=",".join(zoo_models.NAMES), help=f"comma-separated, from {', '.join(known)}"
+    )
+    parser.add_argument(
+        "--more", action="store_true",
+        help="the second battery instead (zoo_models.MORE: 42 models of kinds the first lacks)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="few iterations (15 rotations, about 0.5 s each)"
@@ -242,6 +246,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile", metavar="DIR", help="write ORT profiles, optimized graphs and node counts to DIR"
     )
     args = parser.parse_args(argv)
+    if args.more and "--models" not in (argv if argv is not None else sys.argv):
+        args.models = ",".join(zoo_models.MORE)
     args.models = [m for m in args.models.split(",") if m]
     unknown = [m for m in args.models if m not in known]
     if unknown:

@@ -611,11 +611,22 @@ OTHERS: dict[str, Callable[[], Model]] = {
 NAMES = HF + tuple(OTHERS)
 EXTRA = ("tiny",)
 
+# The second battery: kinds the first lacks (zoo_more_transformers.py, zoo_more_cnn_rnn.py: Whisper,
+# LongT5, DeBERTa-V3, Mixtral, ...; EfficientNet, DenseNet, U-Net, ...; GRU and LSTM cells of Flax, NNX,
+# Haiku, Equinox and Keras). Imported here, after the helpers they use are defined.
+from zoo_more_cnn_rnn import MODELS as _MORE_CNN_RNN  # noqa: E402
+from zoo_more_transformers import MODELS as _MORE_TRANSFORMERS  # noqa: E402
+
+_MORE = {**_MORE_TRANSFORMERS, **_MORE_CNN_RNN}
+MORE = tuple(_MORE)
+
 
 def build(name: str) -> Model:
-    """The model called ``name`` (one of NAMES or EXTRA)."""
+    """The model called ``name`` (one of NAMES, MORE or EXTRA)."""
     if name in HF:
         return hf(name)
     if name == "tiny":
         return tiny()
+    if name in _MORE:
+        return _MORE[name]()
     return OTHERS[name]()

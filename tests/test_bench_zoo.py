@@ -76,3 +76,12 @@ def test_unknown_model_is_a_usage_error():
         timeout=120,
     )
     assert proc.returncode == 2 and "unknown model(s) nope" in proc.stderr
+
+
+def test_more_selects_the_second_battery_and_its_names_are_new():
+    more = bench_zoo.zoo_models.MORE
+    assert len(more) == 42 and len(set(more)) == len(more)
+    assert not set(more) & set(bench_zoo.zoo_models.NAMES)
+    assert bench_zoo.parse_args(["--more"]).models == list(more)
+    assert bench_zoo.parse_args(["--more", "--models", "kh_fnet"]).models == ["kh_fnet"]
+    assert bench_zoo.parse_args([]).models == list(bench_zoo.zoo_models.NAMES)

@@ -87,8 +87,9 @@ def test_a_weight_used_by_many_split_products_is_stored_once():
     """An unrolled RNN (``hk.static_unroll``) slices its gates' weight for each step: each column block of
     the weight is one initializer however many products read it (the ONNX of a 2-layer Haiku LSTM unrolled
     64 steps held 64 copies: 14.7 MB for 0.23 MB of weights)."""
-    import jaxconv
     from onnx import numpy_helper
+
+    import jaxconv
 
     w = (np.random.default_rng(0).standard_normal((32, 256)) * 0.1).astype(np.float32)
 
