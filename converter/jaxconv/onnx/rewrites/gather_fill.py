@@ -8,7 +8,9 @@ indices point at that row (a Where over the indices only) and the Gather alone w
 the same bits everywhere (the row holds the fill's own bits). Only a constant table read by nothing
 else is extended (one row more, no second copy). One thread, process CPU time, medians of 9
 alternating (load 8.5): ``[8, 128]`` ids into a ``[32000, 512]`` table 0.33 -> 0.16 ms (jax.jit
-0.20); ``[16, 512]`` ids into ``[1000, 64]`` 0.59 -> 0.22 ms (jax.jit 0.24).
+0.20); ``[16, 512]`` ids into ``[1000, 64]`` 0.59 -> 0.22 ms (jax.jit 0.24). Indices of run-time size
+(symbolic dimensions, named alike in the condition, the indices and the result) are handled too: T5's
+relative-position bias table read at ``[s, s]`` buckets (HF mT5, LongT5).
 """
 
 from __future__ import annotations
@@ -45,14 +47,19 @@ def _one(graph: ir.Graph, where: ir.Node) -> int:
         if idx_shape is None or cond_shape is None or out_shape is None or len(cond_shape) != len(idx_shape) + 1 \
                 or list(cond_shape) != list(idx_shape) + [1] or list(out_shape) != list(looked_up.shape or []):
             continue
-        if not all(isinstance(d, int) for d in idx_shape) or idx.dtype not in (ir.DataType.INT32, ir.DataType.INT64):
-            continue
+        if not all(isinstance(d, int) or d.value is not None for d in idx_shape) \
+                or idx.dtype not in (ir.DataType.INT32, ir.DataType.INT64):
+            continue  # a dimension without a name could be any size: the shapes above prove nothing
         rows = arr.shape[0]
         extended = np.concatenate([arr, np.broadcast_to(fill_value.reshape(1, 1), (1, arr.shape[1]))], axis=0)
         new_table = m.new_initializer(graph, extended, f"{table.name or 'table'}_with_fill")
-        shape = m.new_initializer(graph, np.array(list(idx_shape), np.int64), "gather_fill_shape")
         fill_row = m.new_initializer(graph, np.array(rows, idx.dtype.numpy()), "gather_fill_row")
-        flat = ir.node("Reshape", [cond, shape])
+        if all(isinstance(d, int) for d in idx_shape):
+            shape = m.new_initializer(graph, np.array(list(idx_shape), np.int64), "gather_fill_shape")
+            flat = ir.node("Reshape", [cond, shape])
+        else:  # sizes known at run time (T5's relative-position buckets [s, s]): the last axis of 1 dropped
+            last = m.new_initializer(graph, np.array([-1], np.int64), "gather_fill_axis")
+            flat = ir.node("Squeeze", [cond, last])
         flat.outputs[0].type, flat.outputs[0].shape = cond.type, ir.Shape(list(idx_shape))
         pick = [fill_row, idx] if fill_when else [idx, fill_row]
         pointed = ir.node("Where", [flat.outputs[0], *pick])

@@ -16,7 +16,19 @@ ops, MatMul, Reshape, Slice, Transpose, reductions) and then:
 - turns Slices that cut one tensor into consecutive pieces along one axis into one Split;
 - runs an elementwise op before an Expand of its operand when its other operands are no larger
   (``op(Expand(a, s), c)`` -> ``Expand(op(a, c), s)``; broadcasting commutes with pointwise ops),
-  so the Expand can move on to a consumer that makes it redundant.
+  so the Expand can move on to a consumer that makes it redundant;
+- likewise a Reshape, Unsqueeze or Squeeze of an Expand that only adds or drops axes of length 1 (on
+  the Expand's input too): it runs on the input and the Expand follows with the shape's entries
+  gathered, where the shape is known only at run time and every reader is pointwise, so the Expand moves
+  on (``jnp.take_along_axis``'s index checks on ``Reshape(Expand(idx), [..., 1])``: keras-hub
+  DeBERTa's relative-position indices, ``[1, 1, s, s]`` broadcast over batch and heads, were compared
+  with the bounds at full size, four comparisons on ``[2, 4, 64, 64, 1]``, 1.37 of 3.95 ms per run in
+  ORT's profile; CPU per run 5.36 -> 2.96 ms, the same bits).
+
+Gather and GatherElements have known shapes here (data's axes around the indices'; the indices'), so a
+take's fill broadcast to a lookup of run-time size (T5's relative-position bias, ``jnp.take``'s NaN
+fill) needs no Expand, and the norm rules see the embeddings' shapes (DeBERTa 2.96 -> 2.46 ms a run:
+its layer norms become LayerNormalization as in a static model; their numbers are those rules').
 
 Dimensions are tokens: an int, or a string naming one run-time value (a graph input's symbolic
 dimension, or an internal ``?``-prefixed name for a dimension only this analysis relates).
@@ -162,6 +174,14 @@ class _Shapes:
             return self.shape(ins[0])
         if op == "Expand":
             return broadcast(self.shape(ins[0]), self.value(ins[1]))
+        if op == "GatherElements":  # the indices' shape
+            return self.shape(ins[1])
+        if op == "Gather":  # data's axes around the axis, the indices' shape in its place
+            data, idx = self.shape(ins[0]), self.shape(ins[1])
+            if data is None or idx is None:
+                return None
+            axis = m.attr(node, "axis", 0) % len(data)
+            return tuple(data[:axis]) + tuple(idx) + tuple(data[axis + 1:])
         if op == "MatMul":
             a, b = self.shape(ins[0]), self.shape(ins[1])
             if a is None or b is None or len(a) < 2 or len(b) < 2:
@@ -310,6 +330,9 @@ def rewrite(graph: ir.Graph) -> int:
         if node.op_type == "Expand" and _noop_expand(graph, node, shapes):
             count += 1
             continue
+        if node.op_type in _REGROUP and _sink_regroup(graph, node, shapes):
+            count += 1
+            continue
         if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
             if _sink(graph, node, shapes):
                 count += 1
@@ -395,6 +418,86 @@ def _sink(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
     shapes.infer(grow)
     m.replace(graph, node.outputs[0], [inner, grow], node)
     return True
+
+
+_REGROUP = frozenset({"Reshape", "Unsqueeze", "Squeeze"})
+
+
+def _sink_regroup(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
+    """``Reshape(Expand(a, s))`` that only inserts or drops length-1 axes -> ``Expand(Unsqueeze(a), s')``
+    (``Squeeze``), ``s'`` gathered from ``s`` and a 1; the same elements in the same order."""
+    expand = m.producer(node.inputs[0], "Expand")
+    out = node.outputs[0]
+    if expand is None or expand.inputs[0] is None or len(node.outputs) != 1 or out.dtype in _NO_ORT_EXPAND:
+        return False
+    shapes.infer(node)
+    big, small, after = shapes.shape(node.inputs[0]), shapes.shape(expand.inputs[0]), shapes.shape(out)
+    if node.op_type == "Reshape" and (after is None or not _named(after)):
+        after = shapes.value(node.inputs[1])  # the target itself, where it holds no 0 (copy) or -1
+        if after is None or any(isinstance(d, int) and d <= 0 for d in after):
+            return False
+    target = expand.inputs[1]
+    want = shapes.value(target)
+    if big is None or small is None or after is None or want is None or len(small) != len(big):
+        return False
+    if not _named(after) or all(isinstance(d, int) for d in want):
+        return False  # static: constant folding and the broadcasts rule see the Expand where it is
+    readers = [use.node for use in out.uses()]
+    if out.is_graph_output() or not readers or any(
+            r.op_type not in _BROADCASTING | _POINTWISE_UNARY | _REGROUP for r in readers):
+        return False  # only where the Expand moves on past the readers (a MatMul keeps it: jnp.repeat)
+    if broadcast(small, want) != tuple(big) or tuple(want) != tuple(big) or not _named(big):
+        return False
+    plan = _unit_axes(tuple(big), tuple(after))
+    if plan is None:
+        return False
+    inserted, dropped = plan
+    if any(small[k] != 1 for k in dropped):
+        return False
+    nodes: list[ir.Node] = []
+    value = expand.inputs[0]
+    if dropped:
+        nodes.append(ir.node("Squeeze", [value, _int64s(graph, dropped, "regroup_axes")]))
+        value = nodes[-1].outputs[0]
+    if inserted:
+        nodes.append(ir.node("Unsqueeze", [value, _int64s(graph, inserted, "regroup_axes")]))
+        value = nodes[-1].outputs[0]
+    kept = [k for k in range(len(big)) if k not in dropped]
+    index, src = [], iter(kept)
+    for j in range(len(after)):
+        index.append(len(big) if j in inserted else next(src))
+    one = ir.node("Concat", [target, _int64s(graph, [1], "regroup_one")], {"axis": 0})
+    gather = ir.node("Gather", [one.outputs[0], _int64s(graph, index, "regroup_dims")], {"axis": 0})
+    grow = ir.node("Expand", [value, gather.outputs[0]])
+    nodes += [one, gather, grow]
+    for n in nodes:
+        n.outputs[0].dtype = target.dtype if n in (one, gather) else out.dtype
+        shapes.infer(n)
+    m.replace(graph, out, nodes, node)
+    return True
+
+
+def _unit_axes(before: Dims, after: Dims) -> tuple[list[int], list[int]] | None:
+    """(axes of ``after`` inserted, axes of ``before`` dropped) when they differ only in axes of length 1."""
+    core_b = [k for k, d in enumerate(before) if d != 1]
+    core_a = [j for j, d in enumerate(after) if d != 1]
+    if [before[k] for k in core_b] != [after[j] for j in core_a]:
+        return None
+    # Keep the length-1 axes that stay put relative to the others: match them greedily in order.
+    dropped, inserted = [], []
+    i = j = 0
+    while i < len(before) or j < len(after):
+        if i < len(before) and j < len(after) and before[i] == after[j]:
+            i, j = i + 1, j + 1
+        elif i < len(before) and before[i] == 1:
+            dropped.append(i)
+            i += 1
+        elif j < len(after) and after[j] == 1:
+            inserted.append(j)
+            j += 1
+        else:
+            return None
+    return (inserted, dropped) if inserted or dropped else None
 
 
 def _single_use(v: ir.Value) -> bool:
