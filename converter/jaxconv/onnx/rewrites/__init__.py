@@ -73,6 +73,7 @@ faster without changing the numbers:
 - ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
+- ``loop_weight_first``: a vmapped ``W @ hᵀ`` in a loop body (Equinox's RNN cells) as ``h @ Wᵀ``;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``scan_rows``: a Scan body's per-row work in fewer nodes: a row's scale done before the Scan, a
@@ -111,6 +112,7 @@ from jaxconv.onnx.rewrites import (
     kv_broadcast,
     layer_norm,
     layout,
+    loop_weight_first,
     loops,
     lstm,
     mask_min,
@@ -190,6 +192,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
+    fired["loop_weight_first"] = loop_weight_first.rewrite(model.graph)  # before loops: it hoists x @ Wᵀ
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)
     fired["gru"] = gru.rewrite(model.graph)

@@ -80,6 +80,27 @@ def _one_thread(batch: int, hidden: int) -> bool:
     return batch * 2 * hidden * hidden < MLAS_THREAD_COMPLEXITY
 
 
+def _static_shape(value: ir.Value, depth: int = 4) -> list[int] | None:
+    """``value``'s static shape, or where shape inference left its rows unknown, they as the rules know
+    them: a Loop's scan output has a row per step, a Transpose its input's dims permuted (the next
+    layer's sequence, made from an RNN op's output)."""
+    dims = m.static_dims(value)
+    if dims is not None or depth == 0:
+        return None if dims is None else list(dims)
+    loop = m.producer(value, "Loop")
+    if loop is not None and value.shape is not None and all(isinstance(d, int) for d in list(value.shape)[1:]):
+        body = loop.attributes["body"].value  # a scan output of a Loop: one row per step
+        n_state = len(body.inputs) - 2
+        steps = _loop_shape(loop) if list(loop.outputs).index(value) >= n_state else None
+        return None if steps is None else [steps, *list(value.shape)[1:]]
+    node = m.producer(value, "Transpose")
+    inner = _static_shape(node.inputs[0], depth - 1) if node is not None else None
+    perm = m.attr(node, "perm", None) if inner is not None else None
+    if perm is None or sorted(perm) != list(range(len(inner))):
+        return None
+    return [inner[p] for p in perm]
+
+
 @dataclass
 class _Linear:
     """A gate pre-activation ``x_t @ wx + h @ wh + b`` restricted to some columns.
@@ -117,10 +138,11 @@ class _Cell:
         """(xs, batch, width): the sequence the terms read, ``[steps, batch, width]`` with static
         batch and width, when every Slice of it keeps all rows; else None."""
         xs = self.xs
-        if xs is None or xs.shape is None or len(xs.shape) != 3:
+        dims = _static_shape(xs) if xs is not None else None
+        if dims is None or len(dims) != 3:
             return None
-        batch, n_in = xs.shape[1], xs.shape[2]
-        if xs.shape[0] != steps or not isinstance(batch, int) or not isinstance(n_in, int):
+        batch, n_in = dims[1], dims[2]
+        if dims[0] != steps:
             return None
         if min(self.rows, default=batch) < batch:  # every Slice keeps all rows
             return None
