@@ -8,15 +8,14 @@ inputs with NaN, infinities and -0.0, and where the graph before ran the same ke
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
-import onnxruntime as ort
+from scan_support import convert as _convert
+from scan_support import ops as _ops
+from scan_support import same_bits as _same_bits
+from scan_support import unoptimized as _unoptimized
 
-import jaxconv
 from jaxconv.onnx.rewrites import loop_weight_first, loops, scan_gate_pairs
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats, sequence_inputs
@@ -26,39 +25,6 @@ _T, _B, _I, _H = 5, 2, 4, 128  # batch * 2H * H = 65,536: the GRU rule leaves a 
 
 def _w(rng, *shape, scale=0.1):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def _convert(fn, x):
-    return jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
-
-
-def _ops(model: onnx.ModelProto) -> tuple[collections.Counter, collections.Counter]:
-    """(op types of the main graph, op types of every subgraph)."""
-    main = collections.Counter(n.op_type for n in model.graph.node)
-    body: collections.Counter = collections.Counter()
-
-    def walk(graph):
-        for n in graph.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    body.update(b.op_type for b in a.g.node)
-                    walk(a.g)
-    walk(model.graph)
-    return main, body
-
-
-def _unoptimized(model: onnx.ModelProto):
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return lambda x: session.run(None, {session.get_inputs()[0].name: x})
-
-
-def _same_bits(got, want):
-    """Bit for bit, but for the sign of a NaN (a negation folded into the weights can flip a NaN's)."""
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-        np.testing.assert_array_equal(g[~np.isnan(g)].view(np.uint32), w[~np.isnan(w)].view(np.uint32))
 
 
 def _near_jax(model, fn, shape):

@@ -7,16 +7,15 @@ with NaN, infinities and -0.0."""
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
+from scan_support import convert as _convert
+from scan_support import ops as _ops
+from scan_support import same_bits as _same_bits
+from scan_support import unoptimized as _unoptimized
 
-import jaxconv
 from jaxconv.onnx.rewrites import scan_gate_pairs, scan_rows
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats, sequence_inputs
@@ -79,39 +78,6 @@ def _flax_form_lstm():
         zeros = jnp.zeros((xs.shape[1], _H))
         return jax.lax.scan(cell, (zeros, zeros), xs)
     return fn
-
-
-def _convert(fn, x):
-    return jaxconv.to_onnx(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
-
-
-def _ops(model: onnx.ModelProto) -> tuple[collections.Counter, collections.Counter]:
-    """(op types of the main graph, op types of every subgraph)."""
-    main = collections.Counter(n.op_type for n in model.graph.node)
-    body: collections.Counter = collections.Counter()
-
-    def walk(graph):
-        for n in graph.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    body.update(b.op_type for b in a.g.node)
-                    walk(a.g)
-    walk(model.graph)
-    return main, body
-
-
-def _unoptimized(model: onnx.ModelProto):
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return lambda x: session.run(None, {session.get_inputs()[0].name: x})
-
-
-def _same_bits(got, want):
-    """Bit for bit, but for the sign of a NaN (a negation folded into the weights can flip a NaN's)."""
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
-        np.testing.assert_array_equal(g[~np.isnan(g)].view(np.uint32), w[~np.isnan(w)].view(np.uint32))
 
 
 def _check(fn, plain_rule, monkeypatch):
