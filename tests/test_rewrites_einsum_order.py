@@ -89,3 +89,19 @@ def test_forms_without_a_saving_are_left_alone(monkeypatch, equation):
     plain_ops, plain = _plain(monkeypatch, fn, a, b)
     assert ops == plain_ops
     assert_same_bits(got, plain)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4), (2, 3, 4)])
+def test_a_vmapped_weight_first_product_with_unknown_operand_shapes_converts(shape):
+    """A doubly vmapped ``W @ v`` (the fuzzer's dense_q): an operand whose shapes the rule cannot read
+    (no Transpose before its Reshape) is left alone instead of failing the conversion (an unfinished
+    version of the rule raised a TypeError here)."""
+    w = (np.random.default_rng(0).standard_normal((4, 4)) * 0.5).astype(np.float32)
+    b = (np.random.default_rng(1).standard_normal(4) * 0.1).astype(np.float32)
+
+    def fn(v):
+        return jax.vmap(jax.vmap(lambda x: w @ x))(v) + b
+
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    _, (got,) = convert_and_run(fn, x)
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), rtol=1e-6, atol=1e-6)

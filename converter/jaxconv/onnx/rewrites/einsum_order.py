@@ -13,8 +13,7 @@ pushes the Transpose past a constant mask) runs on axes of length 2 too.
 The chain is an einsum over labelled axes: each operand's source axes, the result's axes after the
 split and the Transpose. This rule plans it again: either operand may go left, the batch and free
 axes of each side are taken in the result's order or in their operand's, and each operand gets one
-Transpose (and
-Reshape) that lays it out as ``[batch, free, contracted]`` / ``[batch, contracted, free]``; the plan
+Transpose (and Reshape) that lays it out as ``[batch, free, contracted]`` / ``[batch, contracted, free]``; the plan
 that transposes the fewest elements (operands and result, counted by size) replaces the chain when
 it transposes fewer than the chain does. Only static shapes, operands whose batch axes are equal
 (no broadcast) and Reshapes that merge or split whole axes are handled; a chain without a Reshape on
