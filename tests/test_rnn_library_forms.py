@@ -27,6 +27,19 @@ def _w(rng, *shape, scale=0.1):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
+def _split_gru_step(rng):
+    """One step of a GRU that cuts r, z and n from one product each (nnx's, Equinox's, Keras' GRUCell)."""
+    wi, wh, b = _w(rng, _I, 3 * _H), _w(rng, _H, 3 * _H), _w(rng, 3 * _H, scale=0.01)
+
+    def step(h, x):
+        xr, xz, xn = jnp.split(x @ wi + b, 3, axis=-1)
+        hr, hz, hn = jnp.split(h @ wh, 3, axis=-1)
+        r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        return (1.0 - z) * n + z * h
+    return step
+
+
 def _near_jax(model, fn, shape):
     """ORT's outputs (its optimizations on) within tolerance of jax.jit on normal and edge inputs."""
     run = OnnxRunner(model.SerializeToString())
@@ -207,16 +220,11 @@ def test_unrolled_gru_body_cuts_every_steps_gates_with_one_split(monkeypatch):
     first step's were)."""
     from jaxconv.onnx.rewrites import _scan_body
 
-    rng = np.random.default_rng(7)
-    wi, wh, b = _w(rng, _I, 3 * _H), _w(rng, _H, 3 * _H), _w(rng, 3 * _H, scale=0.01)
+    step = _split_gru_step(np.random.default_rng(7))
 
     def fn(xs):
         def cell(h, x):
-            xr, xz, xn = jnp.split(x @ wi + b, 3, axis=-1)
-            hr, hz, hn = jnp.split(h @ wh, 3, axis=-1)
-            r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
-            n = jnp.tanh(xn + r * hn)
-            h = (1.0 - z) * n + z * h
+            h = step(h, x)
             return h, h
         return jax.lax.scan(cell, jnp.zeros((xs.shape[1], _H)), xs, unroll=4)
 
@@ -238,16 +246,11 @@ def test_gru_cutting_its_gates_from_one_product_runs_r_and_z_through_one_sigmoid
     """nnx's, Equinox's and Keras' GRUCell cut r, z and n from one product (a Split in three): r's and z's
     parts of each Split as one part, their sums and sigmoid once, then a Split (nnx_gru: 22 nodes a
     step -> 19)."""
-    rng = np.random.default_rng(8)
-    wi, wh, b = _w(rng, _I, 3 * _H), _w(rng, _H, 3 * _H), _w(rng, 3 * _H, scale=0.01)
+    step = _split_gru_step(np.random.default_rng(8))
 
     def fn(xs):
         def cell(h, x):
-            xr, xz, xn = jnp.split(x @ wi + b, 3, axis=-1)
-            hr, hz, hn = jnp.split(h @ wh, 3, axis=-1)
-            r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
-            n = jnp.tanh(xn + r * hn)
-            return (1.0 - z) * n + z * h, h
+            return step(h, x), h
         return jax.lax.scan(cell, jnp.zeros((xs.shape[1], _H)), xs)
 
     x = sequence_inputs((_T, _B, _I))[0]
