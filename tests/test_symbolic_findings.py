@@ -243,19 +243,22 @@ def row_at_a_log_bucket(x):
     return x + jax.lax.dynamic_slice(jnp.asarray(TABLE), (bucket, 0), (2, 4))
 
 
-def test_a_lowering_folding_a_masked_log_of_zero_warns_nothing():
+def _converted_without_runtime_warnings(fn, spec):
+    """``fn``'s ONNX (checked), asserting that converting it raised no RuntimeWarning."""
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        model = jaxconv.to_onnx(row_at_a_log_bucket, "f32[2,4]")
+        model = jaxconv.to_onnx(fn, spec)
     assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+    return model
+
+
+def test_a_lowering_folding_a_masked_log_of_zero_warns_nothing():
+    model = _converted_without_runtime_warnings(row_at_a_log_bucket, "f32[2,4]")
     x = np.random.default_rng(8).standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_array_equal(_run(model, x=x)[0], np.asarray(jax.jit(row_at_a_log_bucket)(x)))
 
 
 def test_folding_a_masked_log_of_zero_warns_nothing():
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        model = jaxconv.to_onnx(relative_buckets, "f32[8,8]")
-    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+    model = _converted_without_runtime_warnings(relative_buckets, "f32[8,8]")
     x = np.random.default_rng(6).standard_normal((8, 8)).astype(np.float32)
     np.testing.assert_allclose(_run(model, x=x)[0], np.asarray(jax.jit(relative_buckets)(x)), rtol=1e-6, atol=1e-6)
