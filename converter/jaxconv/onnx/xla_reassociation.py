@@ -118,10 +118,7 @@ def _inner(value: ir.Value, ops: tuple[str, ...]) -> tuple[ir.Node | None, type 
             or narrowing.attributes["to"].as_int() != ir.DataType.FLOAT16 \
             or made.attributes["to"].as_int() != ir.DataType.FLOAT or _origin(narrowing) not in ops:
         return None, None
-    computed = narrowing.inputs[0]
-    if computed.dtype is None:  # float16 arithmetic is lowered in float32 (dtypes.WIDER); not yet inferred
-        computed.dtype = ir.DataType.FLOAT
-    return computed.producer(), np.float16
+    return narrowing.inputs[0].producer(), np.float16
 
 
 def _folded(c1: np.ndarray, c2: np.ndarray, combine, narrow: type | None) -> np.ndarray:
