@@ -54,6 +54,37 @@ def parts(ctx: LoweringContext, name: str) -> tuple[str, str]:
     return re, im
 
 
+def known_parts(ctx: LoweringContext, name: str) -> tuple[str, str] | None:
+    """The (re, im) halves of ``name`` when they need no Gather (a lowering made them, or a constant),
+    else None: a lowering that can read the packed tensor directly does so instead."""
+    if _cached(ctx, name) is not None or ctx.constant_value(name) is not None:
+        return parts(ctx, name)
+    return None
+
+
+_VALUE_KEEPING = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Transpose", "Flatten")
+
+
+def is_zeros(ctx: LoweringContext, name: str) -> bool:
+    """True when every element of the float tensor ``name`` is a zero by construction: a constant of
+    zeros, broadcast, reshaped or transposed (the zero imaginary half of a real value made complex)."""
+    for _ in range(8):
+        known = ctx.constant_value(name)
+        if known is not None:
+            return known.dtype.kind == "f" and not np.any(known)
+        node = ctx.producer(name)
+        if node is None or node.domain or node.op_type not in _VALUE_KEEPING or node.inputs[0] is None:
+            return False
+        name = node.inputs[0].name or ""
+    return False
+
+
+def share_parts(ctx: LoweringContext, name: str, re: str, im: str) -> None:
+    """Record ``re`` and ``im`` (computed apart) as the halves of the complex tensor ``name``: readers
+    of its halves use them, and what computes ``name`` goes where nothing reads it packed."""
+    ctx.complex_parts[(ctx.scope, name)] = (re, im)
+
+
 def pack(ctx: LoweringContext, re: str, im: str) -> str:
     """The complex tensor with halves ``re`` and ``im`` (same shape and real dtype)."""
     axis = ctx.i64([-1])
