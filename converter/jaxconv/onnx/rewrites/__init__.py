@@ -33,6 +33,8 @@ faster without changing the numbers:
 - ``einsum_order``: a MatMul between Transposes and Reshapes that merge free axes (grouped-query attention's
   einsums) planned again, either operand on the left, so the fewest elements are transposed;
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
+- ``broadcast_matmul_order``: the same for a MatMul with a broadcast operand (a mixture of experts'
+  ``einsum('th,ehm->etm')``, traced with the weights on the left);
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``strided_slices``: ``x[..., ::2]`` and ``x[..., 1::2]`` (interleaved rotary embeddings) as one Split of pairs;
@@ -98,6 +100,7 @@ from jaxconv.onnx.rewrites import (
     add_chains,
     attention,
     attention_heads,
+    broadcast_matmul_order,
     broadcast_spans,
     broadcasts,
     column_sums,
@@ -190,6 +193,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["attention_heads"] = attention_heads.rewrite(model.graph) if heads else 0
     fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
+    fired["broadcast_matmul_order"] = broadcast_matmul_order.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
     fired["loop_weight_first"] = loop_weight_first.rewrite(model.graph)  # before loops: it hoists x @ Wᵀ
