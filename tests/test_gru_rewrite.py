@@ -52,15 +52,23 @@ def test_gru_scan_becomes_the_gru_op_with_an_exact_fallback(z_first, gru_on):
     assert_runs_like_jit(model, fn, [gru_inputs(0), gru_inputs(1), gru_inputs(2, nonfinite=True)])
 
 
-def test_other_update_rule_is_not_the_gru_op(gru_on):
-    # h' = z * n + (1 - z) * h is not ONNX's GRU (its gates would be swapped): the Loop runs
-    fn = _gru(swapped_update=True)
+@pytest.mark.parametrize("z_first", [False, True])
+def test_haikus_update_is_the_gru_op_with_z_negated(z_first):
+    # h' = z * n + (1 - z) * h (hk.GRU): ONNX's z is 1 - z = sigmoid(-a), its weights and bias negated
+    fn = _gru(z_first=z_first, swapped_update=True)
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
-    assert "GRU" not in op_types_with_branches(model)
-    assert_runs_like_jit(model, fn, [gru_inputs(0)])
+    assert "GRU" in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)
+    assert_runs_like_jit(model, fn, [gru_inputs(0), gru_inputs(1), gru_inputs(2, nonfinite=True)])
 
 
 def test_gru_rule_is_off_by_default_where_orts_products_would_thread():
-    # batch 512 x 2H x H = 65,536 multiplies a step: ORT would split each product over its threads
-    model = jaxconv.to_onnx(_gru(), f"f32[{T},512,{N_IN}]", f"f32[512,{H}]", check=False)
+    # batch 512 x 2H x H = 65,536 multiplies a step: ORT would split each product over its threads, and
+    # a product of 537 MFLOP beside the scan gives the model two threads (thread_count)
+    big = np.full((1024, 1024), 1 / 1024, np.float32)
+    gru_fn = _gru()
+
+    def fn(xs, h0, x):
+        return gru_fn(xs, h0), x @ big
+
+    model = jaxconv.to_onnx(fn, f"f32[{T},512,{N_IN}]", f"f32[512,{H}]", "f32[256,1024]", check=False)
     assert "GRU" not in op_types_with_branches(model) and "Scan" in op_types_with_branches(model)

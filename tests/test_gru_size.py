@@ -1,6 +1,7 @@
 """The GRU rule by size: a GRU-cell scan whose per-step products ORT's GEMM runs on one thread
-(batch x 2H x H under 65,536 multiplies) becomes the GRU op by default; a larger one stays a Scan.
-Numbers are jax.jit's, NaN, inf and -0.0 inputs included (the exact Loop runs for non-finite ones)."""
+(batch x 2H x H under 65,536 multiplies) becomes the GRU op by default; a larger one too where the model
+runs on one thread (tests/test_gru_threads.py), else it stays a Scan. Numbers are jax.jit's, NaN, inf and
+-0.0 inputs included (the exact Loop runs for non-finite ones)."""
 
 from __future__ import annotations
 
@@ -67,9 +68,20 @@ def test_a_gru_whose_products_run_on_one_thread_is_the_gru_op_by_default(steps, 
     (16, 256, False),  # the benchmark GRU
 ])
 def test_the_line_is_orts_one_thread_gemm(batch, hidden, op):
-    model = jaxconv.to_onnx(_fn(4, hidden), f"f32[6,{batch},4]", f"f32[{batch},{hidden}]", check=False)
+    specs = f"f32[6,{batch},4]", f"f32[{batch},{hidden}]", "f32[256,1024]"
+    model = jaxconv.to_onnx(_beside_a_big_product(_fn(4, hidden)), *specs, check=False)
     assert ("GRU" in op_types_with_branches(model)) is op
     assert "Scan" in op_types_with_branches(model)
+
+
+def _beside_a_big_product(fn):
+    """``fn`` beside a product of 537 MFLOP, which gives the model ORT's threads (thread_count)."""
+    big = np.full((1024, 1024), 1 / 1024, np.float32)
+
+    def both(xs, h0, x):
+        return fn(xs, h0), x @ big
+
+    return both
 
 
 def test_enabled_forces_the_gru_op_at_every_size(monkeypatch):

@@ -20,16 +20,19 @@ thread (quiet machine) and 1.3-1.9x ``jax.jit``'s CPU time on two. A 3x3 convolu
 
 ``recommend`` weighs the products of a converted model (MatMul, Gemm, Conv, ConvTranspose; those
 in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the rest, the model
-records ``THREADS_KEY = "1"``. ORT's own RNN ops (LSTM, GRU, RNN) thread their steps themselves
-(the benchmark LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record,
-nor does one whose product sizes are not all known. jaxconv's sessions (``check``, ``jaxconv
+records ``THREADS_KEY = "1"``. ORT's LSTM and RNN ops thread their steps themselves (the benchmark
+LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record, nor does one
+whose product sizes are not all known. The GRU op is weighed as the products it runs (the input
+projection of every step at once, then each step's recurrent product): two threads cost its kernel
+2.4-4x the CPU time of one (``rewrites/gru.py``), so where its steps' small products outweigh the
+rest it runs on one thread, like the Scan it replaces. jaxconv's sessions (``check``, ``jaxconv
 bench``, scripts/bench.py) read the record (``recorded``) when no thread count is asked for.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Collection, Iterator
 
 import numpy as np
 
@@ -37,7 +40,8 @@ from jaxconv.onnx import proto_wire
 
 THREADS_KEY = "jaxconv.intra_op_threads"
 SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
-_RNN_OPS = ("LSTM", "GRU", "RNN")
+_SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
+_RNN_OPS = (*_SELF_THREADED, "GRU")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 
 
@@ -53,31 +57,60 @@ def recommend(model: Any, *, skip_unknown: bool = False) -> int | None:
     thread) and the driver for the record, on the finished graph; the answers can differ (the
     benchmark LSTM's estimate is 1, its record none: the LSTM op comes from a later rule).
     """
-    small = large = 0.0
-    for node, repeats, known in _products(model.graph, 1, {}):
-        if node.op_type in _RNN_OPS:
-            return None
-        flops = _flops(node, known)
-        if flops is None or repeats is None:
-            if skip_unknown:
-                continue
-            return None
-        if flops < SMALL_FLOPS:
-            small += flops * repeats
-        else:
-            large += flops * repeats
+    return recommend_graph(model.graph, skip_unknown=skip_unknown)
+
+
+def recommend_graph(graph: Any, *, skip_unknown: bool = False) -> int | None:
+    """``recommend`` for a graph."""
+    weights = weigh(graph, skip_unknown=skip_unknown)
+    return None if weights is None else one_thread_for(*weights)
+
+
+def one_thread_for(small: float, large: float) -> int | None:
+    """The record for products of ``small`` and ``large`` flops in all (``weigh``)."""
     return 1 if small > large else None
+
+
+def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any], int | None] | None = None,
+          leave_out: Collection[Any] = ()) -> tuple[float, float] | None:
+    """(flops of the products under ``SMALL_FLOPS``, of the others) a call runs, or None where a size
+    is unknown (unless ``skip_unknown``) or an LSTM or RNN op runs.
+
+    Args:
+        loop_steps: the steps of a Loop that will run a fixed number of them (a rule's estimate
+            before ``to_scan`` makes it a Scan); without it a Loop's products are of unknown count.
+        leave_out: nodes not weighed, nor their subgraphs (a Loop a rule is about to replace).
+    """
+    small = large = 0.0
+    for node, repeats, known in _products(graph, 1, {}, loop_steps, {id(n) for n in leave_out}):
+        if node.op_type in _SELF_THREADED:
+            return None
+        weighed = _gru_products(node, known) if node.op_type == "GRU" else [(_flops(node, known), 1)]
+        for flops, times in weighed:
+            if flops is None or repeats is None:
+                if skip_unknown:
+                    continue
+                return None
+            if flops < SMALL_FLOPS:
+                small += flops * repeats * times
+            else:
+                large += flops * repeats * times
+    return small, large
 
 
 _Known = dict[int, list[int]]  # dims of a body's inputs that carry no shape, by id of the value
 
 
-def _products(graph: Any, repeats: int | None, known: _Known) -> Iterator[tuple[Any, int | None, _Known]]:
+def _products(graph: Any, repeats: int | None, known: _Known,
+              loop_steps: Callable[[Any], int | None] | None = None,
+              leave_out: frozenset[int] | set[int] = frozenset()) -> Iterator[tuple[Any, int | None, _Known]]:
     """(node, how many times a call runs it, dims known of body inputs) for every product and RNN
     op, subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
     for node in graph:
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") or id(node) in leave_out:
             continue
+        if not any(o.uses() or o.is_graph_output() for o in node.outputs):
+            continue  # dead (a rule's estimate runs before dead nodes are removed)
         if node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose", *_RNN_OPS):
             yield node, repeats, known
         for attr in node.attributes.values():
@@ -86,10 +119,26 @@ def _products(graph: Any, repeats: int | None, known: _Known) -> Iterator[tuple[
             steps: int | None = 1
             inner = known
             if node.op_type == "Loop":
-                steps = None
+                steps = None if loop_steps is None else loop_steps(node)
+                inner = _loop_carries(node, attr.value, known)
             elif node.op_type == "Scan":
                 steps, inner = _scan_steps(node, attr.value, known)
-            yield from _products(attr.value, None if repeats is None or steps is None else repeats * steps, inner)
+            times = None if repeats is None or steps is None else repeats * steps
+            yield from _products(attr.value, times, inner, loop_steps, leave_out)
+
+
+def _gru_products(node: Any, known: _Known) -> list[tuple[float | None, int]]:
+    """(flops, times a run of the op does it) of a GRU op: ORT's kernel projects every step's input
+    at once (``[T * B, I] x [I, 3H]`` per direction), then runs each step's ``[B, H] x [H, 3H]``."""
+    x = _dims(node.inputs[0], known)
+    r = _dims(node.inputs[2], known) if len(node.inputs) > 2 else None
+    layout = node.attributes.get("layout")
+    if not x or len(x) != 3 or not r or len(r) != 3 or (layout is not None and int(layout.value)):
+        return [(None, 1)]
+    steps, batch, width = x
+    directions, gates, hidden = r
+    projection, step = 2.0 * steps * batch * width * gates, 2.0 * batch * hidden * gates
+    return [(projection, directions), (step, directions * steps)]
 
 
 def _scan_steps(scan: Any, body: Any, known: _Known) -> tuple[int | None, _Known]:
@@ -112,12 +161,24 @@ def _scan_steps(scan: Any, body: Any, known: _Known) -> tuple[int | None, _Known
     return steps, inner
 
 
+def _loop_carries(loop: Any, body: Any, known: _Known) -> _Known:
+    """A Loop body's inputs' dims from the Loop's inputs (each carry keeps its initial value's shape)."""
+    inner = dict(known)
+    for outer, inside in zip(loop.inputs[2:], body.inputs[2:]):
+        dims = _dims(outer, known)
+        if dims is not None and inside.shape is None:
+            inner[id(inside)] = dims
+    return inner
+
+
 def _dims(value: Any, known: _Known) -> list[int] | None:
     if value is None:
         return None
     if id(value) in known:
         return known[id(value)]
     shape = value.shape
+    if shape is None and value.const_value is not None:  # an initializer a rule made without a shape
+        shape = value.const_value.shape
     if shape is None or not shape.is_static():
         return None
     return [int(d) for d in shape.numpy()]

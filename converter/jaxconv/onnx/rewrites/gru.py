@@ -7,6 +7,8 @@ Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved the inp
     n = tanh(x @ wn + bn + (r * h) @ un)            # linear_before_reset=0 (reset first)
     n = tanh(x @ wn + bn + r * (h @ un + bun))      # linear_before_reset=1 (flax.linen.GRUCell, PyTorch)
     h' = (1 - z) * n + z * h;   carry h', emit h'
+    h' = (1 - z) * h + z * n                        # hk.GRU: ONNX's z is 1 - z = sigmoid(-a), its
+                                                    # weights and bias negated (not bit for bit)
 
 Each gate's pre-activation is read as a sum of terms, so the weights may be fused (one
 ``x @ wx`` whose columns are sliced or split, r and z in either order, one sigmoid over both)
@@ -15,10 +17,13 @@ or separate (one Dense per gate, as flax writes it). Sigmoid must be written exa
 in one op; like the LSTM rule, it runs only when the sequence and the initial state are finite,
 else the exact Loop does.
 
-Chosen by size (``ENABLED`` forces it for every size): the GRU op where each step's recurrent
-products are too small for ONNX Runtime's GEMM (MLAS) to split over threads, ``batch * 2H * H``
-multiplies under ``MLAS_THREAD_COMPLEXITY`` (65,536; MLAS gives a product
-``multiplies / 65,536 + 1`` threads); the Scan elsewhere. There the GRU op never waits on the
+Chosen by size and threads (``ENABLED`` forces it for every size): the GRU op where each step's
+recurrent products are too small for ONNX Runtime's GEMM (MLAS) to split over threads, ``batch * 2H *
+H`` multiplies under ``MLAS_THREAD_COMPLEXITY`` (65,536; MLAS gives a product ``multiplies / 65,536 +
+1`` threads), or where the model runs on one intra-op thread (``thread_count``: its small products,
+the scans' counted once per step, outweigh the rest; the model then records that thread, so ORT's
+sessions with jaxconv's options run the op on one) and its products are under ``ONE_THREAD_LIMIT``;
+the Scan elsewhere. On one thread the op wins at every size (below). Below the line the GRU op never waits on the
 thread pool, and it saves the Scan's cost per step (the benchmark GRU's graph with an empty Scan
 body took 1.6 ms of the full graph's 6.2 ms, one thread, ORT 1.32; the cell's elementwise nodes
 another 1.0 ms): measured on 2 cores under load 8-10 (jaxconv's session
@@ -57,6 +62,16 @@ op 2.11-3.08x jax.jit (18.2-30.6 ms, 21.5-22.2 ms CPU per call) against the Scan
 ms CPU). So the collapse is still there: it is the op's two-thread CPU time, three times its
 one-thread time, not the load alone; the Scan's two threads cost 1.1x its one-thread CPU time
 (each step's two products are two parallel sections of ORT's pool, woken with spinning off).
+
+So the op above the line where the model records one thread (2026-12-02, load 8.4-8.8, the GRU op
+against the Scan, both on the one thread the models record, alternating with jax.jit in one process,
+three rotations each; CPU time and wall time new / old): the benchmark GRU (t64 b16 h256) 0.84-0.87 /
+0.83-0.84 (CPU over jax.jit's 0.64-0.67 -> 0.55-0.57); the zoo's Flax linen GRU tagger (B2 H128)
+0.43-0.46 / 0.42-0.44 (1.30-1.49 -> 0.56-0.66); Haiku's ``hk.GRU`` under ``dynamic_unroll`` (B4
+H128, which the update form above reads) 0.51-0.55 / 0.47-0.49 (1.24-1.40 -> 0.65-0.72). A session
+that ignores the record and runs the op on two threads loses what the paragraphs above say: a plain
+``InferenceSession`` ran the benchmark GRU as the op at 1.64x jax.jit against the Scan's 0.98x, so above
+``ONE_THREAD_LIMIT`` (8x the line; the benchmark GRU is 32x) the Scan stays whatever the record.
 """
 
 from __future__ import annotations
@@ -66,18 +81,26 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx import thread_count
+from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites.loops import scan_steps
 from jaxconv.onnx.rewrites.loops import trip_count as _loop_shape
 from jaxconv.onnx.rewrites.lstm import _const, _guarded, _initial_state, _is_counter_index, _sigmoid_of
 
 ENABLED = False  # True: every GRU-cell scan becomes the GRU op, whatever its size (module docstring)
 MLAS_THREAD_COMPLEXITY = 1 << 16  # ORT's GEMM runs a product of fewer multiplies on one thread
+# Above this, the op stays a Scan even where the model records one thread: a session that ignores the
+# record (a plain InferenceSession: ORT's default threads, spinning on) runs the op on every core and
+# loses (the benchmark GRU, 32x the line: 0.98x -> 1.64x jax.jit); Haiku's and Flax's B2-B4 H128
+# GRUs (1-2x the line) took 0.45-0.65x jax.jit as the op in such a session, against 0.83-1.5x.
+ONE_THREAD_LIMIT = 8 * MLAS_THREAD_COMPLEXITY
 
 
-def _one_thread(batch: int, hidden: int) -> bool:
+def _one_thread(batch: int, hidden: int, limit: int = MLAS_THREAD_COMPLEXITY) -> bool:
     """True when each step's products (``[batch, H] x [H, 2H]`` and ``[batch, H] x [H, H]``) are
-    small enough that ORT's GEMM runs them on the calling thread alone."""
-    return batch * 2 * hidden * hidden < MLAS_THREAD_COMPLEXITY
+    small enough that ORT's GEMM runs them on the calling thread alone (under ``limit`` multiplies)."""
+    return batch * 2 * hidden * hidden < limit
 
 
 def _static_shape(value: ir.Value, depth: int = 4) -> list[int] | None:
@@ -215,8 +238,10 @@ class _Cell:
 
 def _weight(value: ir.Value | None, depth: int = 4) -> np.ndarray | None:
     """A constant, or a Concat / Reshape of constants (flax's fused Dense kernels and biases, before
-    constant folding runs)."""
+    constant folding runs), or shape ops on one (haiku's GRU slices its kernels and bias)."""
     arr = m.folded(value)
+    if arr is None and m.producer(value, "Slice", "Unsqueeze", "Transpose") is not None:
+        arr = _constants.evaluate(value)
     if arr is not None or depth == 0:
         return arr
     node = m.producer(value, "Concat", "Reshape")
@@ -279,20 +304,25 @@ def _pair(value: ir.Value | None, op: str) -> tuple[ir.Value, ir.Value] | None:
     return m.binary(m.producer(value), op)
 
 
-def _update(h_out: ir.Value, h_in: ir.Value) -> tuple[ir.Value, ir.Value] | None:
-    """(z, n) for ``h_out = (1 - z) * n + z * h_in`` (any operand order)."""
+def _update(h_out: ir.Value, h_in: ir.Value) -> tuple[ir.Value, ir.Value, bool] | None:
+    """(z, n, kept) for ``h_out = (1 - z) * n + z * h_in`` (kept: True) or ``(1 - z) * h_in + z * n``
+    (haiku's GRU; kept: False, ONNX's z is ``1 - z``), any operand order."""
     terms = _pair(h_out, "Add")
     if terms is None:
         return None
     for t1, t2 in (terms, terms[::-1]):
         a, b = _pair(t1, "Mul") or (None, None), _pair(t2, "Mul") or (None, None)
-        for zz, hh in ((b[0], b[1]), (b[1], b[0])):
-            if hh is not h_in or zz is None:
+        for zz, other in ((b[0], b[1]), (b[1], b[0])):
+            if zz is None or other is None:
                 continue
-            for one_minus, nn in ((a[0], a[1]), (a[1], a[0])):
+            for one_minus, rest in ((a[0], a[1]), (a[1], a[0])):
                 sub = _pair(one_minus, "Sub")
-                if sub is not None and sub[1] is zz and m.is_scalar_const(sub[0], 1.0):
-                    return zz, nn
+                if sub is None or sub[1] is not zz or not m.is_scalar_const(sub[0], 1.0) or rest is None:
+                    continue
+                if other is h_in and rest is not h_in:
+                    return zz, rest, True
+                if rest is h_in and other is not h_in:
+                    return zz, other, False
     return None
 
 
@@ -303,7 +333,7 @@ def _candidate(cell: _Cell, n_pre: ir.Value) -> tuple[ir.Value, _Linear, _Linear
         rest = terms[:k] + terms[k + 1:]
         mm = m.producer(term, "MatMul")
         rh = _pair(mm.inputs[0], "Mul") if mm is not None else None
-        un = m.const(mm.inputs[1]) if mm is not None else None
+        un = _weight(mm.inputs[1]) if mm is not None else None
         if rh is not None and un is not None and un.ndim == 2:  # (r * h) @ un
             for r, hh in (rh, rh[::-1]):
                 if hh is cell.h_in:
@@ -359,6 +389,8 @@ def _match(loop: ir.Node) -> dict | None:
         return None
     r_value, n_x, n_h, before = found
     z, r = cell.gate(zn[0]), cell.gate(r_value)
+    if z is not None and not zn[2]:  # 1 - sigmoid(a) as ONNX's z: sigmoid(-a)
+        z = _Linear(*(None if w is None else -w for w in (z.wx, z.wh, z.b)), projs=z.projs)
     seq = cell.sequence(steps)
     if z is None or r is None or seq is None:
         return None
@@ -392,13 +424,37 @@ def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.ascontiguousarray(a, np.float32) for a in (w, r, b))
 
 
+def _runs_on_one_thread(graph: ir.Graph, matched: list[tuple[ir.Node, dict]]) -> bool:
+    """True when the model will record one intra-op thread (``thread_count``) with the ``matched``
+    scans as GRU ops: its small products outweigh the rest, each scan's counted once per step. The
+    scans' bodies are weighed as the op's recurrent products (shape inference leaves theirs unknown);
+    their input projections, outside, as the op's."""
+    weights = thread_count.weigh(graph, loop_steps=scan_steps, leave_out=[loop for loop, _ in matched])
+    if weights is None:
+        return False
+    small, large = weights
+    for _, got in matched:
+        step = 2.0 * got["xs"].shape[1] * got["hidden"] * 3 * got["hidden"]
+        if step < thread_count.SMALL_FLOPS:
+            small += step * got["steps"]
+        else:
+            large += step * got["steps"]
+    return thread_count.one_thread_for(small, large) == 1
+
+
 def rewrite(graph: ir.Graph) -> int:
     """Replace GRU-cell scans in ``graph`` (the main graph) by the GRU op; returns how many."""
+    matched = [(loop, got) for loop in graph if loop.op_type == "Loop" and loop.domain == ""
+               if (got := _match(loop)) is not None]
+    if not ENABLED:
+        matched = [(loop, got) for loop, got in matched
+                   if _one_thread(got["xs"].shape[1], got["hidden"], limit=ONE_THREAD_LIMIT)]
+    threaded = [(loop, got) for loop, got in matched
+                if not (ENABLED or _one_thread(got["xs"].shape[1], got["hidden"]))]
+    if threaded and not _runs_on_one_thread(graph, matched):
+        matched = [pair for pair in matched if pair not in threaded]
     count = 0
-    for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
-        got = _match(loop)
-        if got is None or not (ENABLED or _one_thread(got["xs"].shape[1], got["hidden"])):
-            continue
+    for loop, got in matched:
         w_arr, r_arr, b_arr = _onnx_weights(got)
         if not all(np.isfinite(a).all() for a in (w_arr, r_arr, b_arr)):
             continue

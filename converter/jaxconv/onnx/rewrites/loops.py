@@ -14,6 +14,13 @@
   B2 T64): the backward LSTM the LSTM op like the forward one, 8 index nodes a step gone; time over
   jax.jit's 2.36 -> 1.44, CPU time 2.38 -> 1.41 (load 4.2, alternating in one process; again at load
   4.5: 2.63 -> 1.50, CPU 2.72 -> 1.64).
+- A scan unrolled k steps a body on rows it regroups itself (``nnx.RNN(unroll=k)``: each body step
+  reads ``[k, B, I]``, Splits it and Reshapes each ``[B, I]`` for its own ``x @ w``) has that
+  regrouping, which never touches the last axis, done once before the Loop for every step
+  (``_regroup_steps``), so each ``x @ w`` is the input projection above and leaves too (k products
+  before the Loop, as many scan inputs). The zoo's ``nnx_gru`` (two layers, B4 H128, unroll 4):
+  body MatMuls 8 -> 4 a layer, and ``scan_rows`` folds the sigmoids' negations into each projection's
+  weight again; time new / old 0.96-0.98, CPU time 0.91-0.93 (load 8.1-8.4, alternating in one process).
 
 ``to_scan`` (after them): a Loop with a fixed trip count and scan outputs (a ``lax.scan`` with
 ``ys``) becomes a Scan, or straight-line code for a few steps of a wide state; a Loop without scan
@@ -133,6 +140,173 @@ def _hoist_projection(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
     return count
 
 
+_ROW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Split", "Identity")
+
+
+def _regroup_steps(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
+    """A step's rows regrouped in the body before a product by a weight from outside (a scan unrolled
+    k steps a body, as ``nnx.RNN(unroll=k)`` writes it: each body step reads ``[k, B, I]``, Splits it
+    and Reshapes each ``[B, I]`` for its own ``x @ w``) regrouped once before the Loop instead, every
+    step at once (the same ops one axis further in), the body reading its row of the result as
+    ``Squeeze(Slice(.., i, i + 1))``: the form ``_hoist_projection`` moves the product out of. The
+    ops move whole rows of the last axis and never change it: the same values in the same steps."""
+    inside = _body_values(body)
+    outer = loop.graph
+    made: dict[int, ir.Value] = {}  # id of a body value -> the outer value holding it for every step
+    count = 0
+    for mm in list(body):
+        if mm.op_type != "MatMul" or mm.domain != "" or len(mm.inputs) != 2:
+            continue
+        a, w = mm.inputs
+        if w is None or id(w) in inside or _rank(w) != 2 or not _visible_in(w, outer, main):
+            continue
+        found = _row_chain(a, inside)
+        if found is None or a is None or id(a) in made:
+            continue
+        sl, chain = found
+        xs = sl.inputs[0]
+        if len(chain) == 1 and _drops_axis0(chain[0][0], xs):
+            continue  # the form _hoist_projection reads already
+        shapes = _chain_shapes(xs, chain)
+        if shapes is None or not _visible_in(xs, outer, main):
+            continue
+        if id(sl.outputs[0]) not in made:  # the step's rows, every step: [T, 1, ...]
+            unsqueeze = ir.node("Unsqueeze", [xs, _i64_outer(main, [1], "row_groups")])
+            outer.insert_before(loop, unsqueeze)
+            _set_rows(unsqueeze.outputs[0], xs, shapes[0])
+            made[id(sl.outputs[0])] = unsqueeze.outputs[0]
+        for (node, _), shape in zip(chain, shapes):
+            if id(node.outputs[0]) not in made:
+                _regroup_outside(main, loop, node, made, xs, shape)
+        step = ir.node("Slice", [made[id(a)], *sl.inputs[1:]])
+        row = ir.node("Squeeze", [step.outputs[0], _i64(body, [0])])
+        body.insert_after(chain[-1][0], [step, row])
+        row.outputs[0].type, row.outputs[0].shape = a.type, a.shape
+        m.take_over(a, row.outputs[0])
+        count += 1
+    return count
+
+
+def _regroup_outside(main: ir.Graph, loop: ir.Node, node: ir.Node, made: dict[int, ir.Value], xs: ir.Value,
+                     step_shape: list[int]) -> None:
+    """``node`` (a row op of the body, reading a step of shape ``step_shape``) as the same op on every
+    step at once before ``loop``: its axes one further in, its constants initializers of ``main``;
+    ``made`` takes its outputs."""
+    attrs = {k: v.value for k, v in node.attributes.items()}
+    args = [made[id(node.inputs[0])]]
+    op, rank = node.op_type, len(step_shape)
+    arg = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if op == "Reshape" and arg is not None:
+        args.append(_i64_outer(main, [0, *[int(t) for t in arg]], "row_groups"))  # 0: the steps as they are
+    elif op in ("Squeeze", "Unsqueeze") and arg is not None:
+        axes_rank = rank if op == "Squeeze" else rank + arg.size
+        args.append(_i64_outer(main, [int(a) % axes_rank + 1 for a in np.atleast_1d(arg)], "row_groups"))
+    elif op == "Split":
+        attrs["axis"] = int(m.attr(node, "axis", 0)) % rank + 1
+        if arg is not None:
+            args.append(_i64_outer(main, [int(v) for v in np.atleast_1d(arg)], "row_groups"))
+    copy = ir.node(op, args, attrs, num_outputs=len(node.outputs))
+    loop.graph.insert_before(loop, copy)
+    for k, (old, new) in enumerate(zip(node.outputs, copy.outputs)):
+        made[id(old)] = new
+        _set_rows(new, xs, _row_op_shape(node, k, step_shape))
+
+
+def _set_rows(value: ir.Value, xs: ir.Value, step_shape: list[int] | None) -> None:
+    """``value`` (every step of ``xs`` regrouped) typed as ``xs``, shaped ``[steps, *step_shape]`` (the
+    steps as ``xs`` states them, known or not)."""
+    value.type = xs.type
+    if xs.shape is not None and len(xs.shape) and step_shape is not None:
+        value.shape = ir.Shape([xs.shape[0], *step_shape])
+
+
+def _chain_shapes(xs: ir.Value | None, chain: list[tuple[ir.Node, int]]) -> list[list[int]] | None:
+    """The shapes of one step's rows of ``xs`` (static but for its rows) and of each op's output on
+    the path through the ``chain`` of row ops, when none moves or changes the last axis; else None."""
+    rest = list(xs.shape)[1:] if xs is not None and xs.shape is not None else []
+    if not rest or not all(isinstance(d, int) for d in rest):
+        return None
+    shapes = [[1, *[int(d) for d in rest]]]
+    for node, index in chain:
+        shape = _row_op_shape(node, index, shapes[-1])
+        if not shape or shape[-1] != shapes[0][-1]:
+            return None
+        shapes.append(shape)
+    return shapes
+
+
+def _row_chain(value: ir.Value | None, inside: set[int]) -> tuple[ir.Node, list[tuple[ir.Node, int]]] | None:
+    """(the step's ``Slice(xs, i, i + 1)``, the row ops from it to ``value`` in order, each with the
+    output the path leaves by) when ``value`` is reached from that Slice by ``_ROW_OPS`` alone."""
+    chain: list[tuple[ir.Node, int]] = []
+    for _ in range(8):
+        if value is None:
+            return None
+        sl = _step_slice(value, inside)
+        if sl is not None:
+            return (sl, chain[::-1]) if chain else None
+        node = m.producer(value, *_ROW_OPS)
+        if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
+            return None
+        chain.append((node, value.index() or 0))
+        value = node.inputs[0]
+    return None
+
+
+def _row_op_shape(node: ir.Node, index: int, shape: list[int]) -> list[int] | None:
+    """The shape of ``node``'s output ``index`` from an input of ``shape``, when the op leaves the last
+    axis where it is; else None."""
+    rank = len(shape)
+    op = node.op_type
+    if op == "Identity":
+        return shape
+    arg = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if op == "Reshape":
+        if arg is None or arg.ndim != 1 or len(arg) == 0 or m.attr(node, "allowzero", 0):
+            return None
+        target = [int(t) for t in arg]
+        if target[-1] != shape[-1] or any(t < -1 for t in target) or target.count(-1) > 1:
+            return None
+        dims = [shape[k] if t == 0 and k < rank else t for k, t in enumerate(target)]
+        known = int(np.prod([d for d in dims if d != -1]))
+        total = int(np.prod(shape))
+        if -1 in dims:
+            if known == 0 or total % known:
+                return None
+            dims[dims.index(-1)] = total // known
+        return dims if int(np.prod(dims)) == total else None
+    if op in ("Squeeze", "Unsqueeze"):
+        if arg is None:
+            return None
+        out_rank = rank - len(np.atleast_1d(arg)) if op == "Squeeze" else rank + len(np.atleast_1d(arg))
+        axes = sorted({int(a) % max(rank if op == "Squeeze" else out_rank, 1) for a in np.atleast_1d(arg)})
+        if op == "Squeeze":
+            if rank - 1 in axes or any(shape[a] != 1 for a in axes):
+                return None
+            return [d for k, d in enumerate(shape) if k not in axes]
+        if out_rank - 1 in axes:
+            return None
+        dims = list(shape)
+        for a in axes:
+            dims.insert(a, 1)
+        return dims
+    if op == "Split":
+        axis = int(m.attr(node, "axis", 0)) % rank
+        if axis == rank - 1:
+            return None
+        if arg is not None:
+            sizes = [int(v) for v in np.atleast_1d(arg)]
+        else:
+            parts = len(node.outputs)
+            if shape[axis] % parts:
+                return None
+            sizes = [shape[axis] // parts] * parts
+        if sum(sizes) != shape[axis] or len(sizes) != len(node.outputs):
+            return None
+        return [sizes[index] if k == axis else d for k, d in enumerate(shape)]
+    return None
+
+
 def _width(w: ir.Value) -> int | None:
     """The number of columns of the 2-D weight ``w`` (from its constant where it has no shape)."""
     if w.shape is not None and len(w.shape) == 2 and isinstance(w.shape[1], int):
@@ -226,6 +400,7 @@ def rewrite(main: ir.Graph) -> int:
         count += _hoist_invariants(loop, body)  # first: a weight the body builds from constants leaves too
         count += _split_concat_products(loop, body, main)
         count += _reversed_steps(loop, body, main)
+        count += _regroup_steps(loop, body, main)
         count += _hoist_projection(loop, body, main)
     return count
 
@@ -304,8 +479,8 @@ def _index_values(value: ir.Value | None, counter: ir.Value, steps: int, depth: 
     return None
 
 
-def _i64_outer(main: ir.Graph, values: list[int]) -> ir.Value:
-    return m.new_initializer(main, np.asarray(values, np.int64), "reverse_rows")
+def _i64_outer(main: ir.Graph, values: list[int], name: str = "reverse_rows") -> ir.Value:
+    return m.new_initializer(main, np.asarray(values, np.int64), name)
 
 
 def trip_count(loop: ir.Node) -> int | None:
@@ -345,20 +520,34 @@ def to_scan(main: ir.Graph) -> int:
     return count
 
 
-def _to_scan(loop: ir.Node) -> int:
+def scan_steps(loop: ir.Node) -> int | None:
+    """The step count of a Loop that ``to_scan`` turns into a Scan (or unrolls), else None."""
     body = loop.attributes["body"].value
     steps = trip_count(loop)
     if steps is None or not 1 <= steps <= _MAX_STEPS or body.inputs[0].uses() or body.inputs[1].uses():
-        return 0
+        return None
     counter = body.inputs[2]
     dtype = counter.dtype or (loop.inputs[2].dtype if loop.inputs[2] is not None else None)
     if dtype is None or dtype not in (ir.DataType.INT32, ir.DataType.INT64):
-        return 0
+        return None
     n_carry = len(body.inputs) - 3
     if len(loop.inputs) != 3 + n_carry or any(v is None for v in loop.inputs[3:]):
-        return 0
+        return None
     if len(body.outputs) == 2 + n_carry:  # no scan outputs: left a Loop, as the TF translation reads it
+        return None
+    return steps
+
+
+def _to_scan(loop: ir.Node) -> int:
+    body = loop.attributes["body"].value
+    steps = scan_steps(loop)
+    if steps is None:
         return 0
+    counter = body.inputs[2]
+    dtype = counter.dtype or (loop.inputs[2].dtype if loop.inputs[2] is not None else None)
+    if dtype is None:  # scan_steps found one
+        return 0
+    n_carry = len(body.inputs) - 3
     graph = loop.graph
     inside = _body_values(body)
     sliced = _sliced_inputs(body, counter, inside, steps)
