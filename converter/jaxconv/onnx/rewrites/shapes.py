@@ -13,7 +13,11 @@ exact:
 - ``Cast(Where(c, 1, 0), bool)`` is ``c``; ``Equal(Cast(b), 0)`` of a bool is ``Not(b)``, and
   ``Not(Not(b))`` and ``Xor(Not(b), True)`` are ``b`` (an attention mask given as numbers);
 - an ``Unsqueeze`` of leading axes in front of broadcasting pointwise ops whose other operands
-  already have the rank is dropped (ONNX broadcasting aligns trailing axes).
+  already have the rank is dropped (ONNX broadcasting aligns trailing axes);
+- ``Max(Min(a, x), b)`` with constants ``a <= b`` is ``b`` (and ``Min(Max(a, x), b)`` with ``a >= b``):
+  a dynamic slice's start 0 clamped to ``[0, s - 1]`` (``x[:, 0]`` of a symbolic length) is 0;
+- a Slice's bounds computed from constants only become constants (``row_slices`` reads them);
+- ``Concat`` of every output of a ``Split``, in order, is the Split's input.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Xor", "And", "Or", "Equal", "Less",
@@ -188,6 +193,84 @@ def _not_not(node: ir.Node) -> bool:
     return True
 
 
+def _settled_clamp(node: ir.Node) -> bool:
+    """``Max(Min(a, x), b)`` of integers with constants ``a <= b`` is ``b`` (and ``Min(Max(a, x), b)``
+    with ``a >= b``), where ``x`` broadcasts nothing: a start index ``a`` clamped to ``[b, x]``, as the
+    lowering of StableHLO's dynamic_slice clamps ``x[:, 0]`` or ``pos[:s]`` (``x`` is ``dim - size``)."""
+    out = node.outputs[0]
+    if out.dtype not in _INTS or out.is_graph_output() or len(node.inputs) != 2:
+        return False
+    inner_op = "Min" if node.op_type == "Max" else "Max"
+    for inner_value, b in (node.inputs, node.inputs[::-1]):
+        inner = m.producer(inner_value, inner_op)
+        bound = _known_scalar(b)
+        if inner is None or len(inner.inputs) != 2 or bound is None or bound.size != 1:
+            continue
+        for a, x in (inner.inputs, inner.inputs[::-1]):
+            first = _known_scalar(a)
+            if first is None or first.size != 1 or x is None or b.dtype != out.dtype:
+                continue
+            settled = first.item() <= bound.item() if node.op_type == "Max" else first.item() >= bound.item()
+            dims = m.static_dims(x)
+            if settled and dims is not None and all(d == 1 for d in dims) \
+                    and max(len(dims), first.ndim) <= bound.ndim:
+                out.replace_all_uses_with(b)
+                return True
+    return False
+
+
+def _known_scalar(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
+    """An integer scalar's value computed from constants, also through a Where whose condition is a
+    constant (jnp's negative-index wrap of a constant index: ``Where(0 < 0, i + n, i)``) and Casts."""
+    arr = constants.evaluate(value)
+    if arr is not None or depth > 4 or m.rank(value) != 0:
+        return arr if arr is not None and arr.dtype.kind in "iu" else None
+    node = m.producer(value, "Where", "Cast")
+    if node is None:
+        return None
+    if node.op_type == "Cast":
+        inner = _known_scalar(node.inputs[0], depth + 1)
+        return None if inner is None else inner.astype(ir.DataType(m.attr(node, "to")).numpy())
+    cond = constants.evaluate(node.inputs[0])
+    if cond is None or cond.size != 1 or len(node.inputs) != 3:
+        return None
+    return _known_scalar(node.inputs[1] if cond.item() else node.inputs[2], depth + 1)
+
+
+def _concat_of_split(node: ir.Node) -> bool:
+    """``Concat`` of every output of a ``Split``, in order and along its axis, is the Split's input (a shape
+    vector cut into its entries and stacked again, as the lowering of a dynamic slice does)."""
+    split = m.producer(node.inputs[0]) if node.inputs else None
+    out = node.outputs[0]
+    if split is None or split.op_type != "Split" or split.domain != "" or out.is_graph_output():
+        return False
+    if list(node.inputs) != list(split.outputs) or split.inputs[0] is None:
+        return False
+    rank = m.rank(out)
+    if rank is None or m.rank(split.inputs[0]) != rank or split.inputs[0].dtype != out.dtype:
+        return False
+    if m.attr(node, "axis") % rank != m.attr(split, "axis", 0) % rank:
+        return False
+    out.replace_all_uses_with(split.inputs[0])
+    return True
+
+
+def _constant_bounds(graph: ir.Graph, node: ir.Node) -> int:
+    """A Slice's starts, ends, axes or steps computed from constants only given as constants, so that the
+    rules after this one (``row_slices``) read them."""
+    count = 0
+    for k in range(1, min(len(node.inputs), 5)):
+        value = node.inputs[k]
+        if value is None or m.const(value) is not None or value.producer() is None:
+            continue
+        arr = constants.evaluate(value)
+        if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.size > 16:
+            continue
+        node.replace_input_with(k, m.new_initializer(graph, arr, "slice_bounds"))
+        count += 1
+    return count
+
+
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
     """The largest rank ``node``'s other operands keep whatever other leading Unsqueezes are removed too (two
     of them feeding one Where, directly or through broadcasting ops, must not vouch for each other)."""
@@ -261,4 +344,10 @@ def rewrite(graph: ir.Graph) -> int:
             count += _equal_zero_of_bool(graph, node)
         elif op == "Not" or (op == "Xor" and len(node.inputs) == 2):
             count += _not_not(node)
+        elif op in ("Max", "Min"):
+            count += _settled_clamp(node)
+        elif op == "Slice":
+            count += _constant_bounds(graph, node)
+        elif op == "Concat":
+            count += _concat_of_split(node)
     return count

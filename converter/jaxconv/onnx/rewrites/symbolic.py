@@ -25,6 +25,19 @@ ops, MatMul, Reshape, Slice, Transpose, reductions) and then:
   with the bounds at full size, four comparisons on ``[2, 4, 64, 64, 1]``, 1.37 of 3.95 ms per run in
   ORT's profile; CPU per run 5.36 -> 2.96 ms, the same bits).
 
+- drops a float ``Mul(x, ones)`` whose ones broadcast nothing, or that only broadcasts into its one reader,
+  and a Reshape back to its input's shape or to that of the value the Reshape before it read (Hugging
+  Face's head mask of ones between two Transposes of the attention probabilities: they cancel after).
+
+A Slice from clamped starts to starts plus sizes (StableHLO's dynamic_slice: ``pos[:s]`` of a learned
+position table) has the sizes' shape, CumSum and Clip their input's, and small integer shape vectors are
+added, subtracted and compared entry by entry: Flax linen's and Haiku's encoders with learned positions
+and RoBERTa's position ids then keep the sequence's name through the whole encoder, so the mean and scale
+Expands of every layer norm go and the norm becomes LayerNormalization as in a static model (the norm
+rules' numbers). Symbolic ``s`` against static 64 (zoo, ORT on one thread, alternating, load 8-9): CPU
+1.31-1.35x -> 1.00-1.06x (linen_enc), 1.24-1.39x -> 1.02-1.05x (hk_padenc), 1.41-1.50x -> 1.04-1.08x
+(hf_robpre, whose head-major attention projections the symbolic graph takes on two threads).
+
 Gather and GatherElements have known shapes here (data's axes around the indices'; the indices'), so a
 take's fill broadcast to a lookup of run-time size (T5's relative-position bias, ``jnp.take``'s NaN
 fill) needs no Expand, and the norm rules see the embeddings' shapes (DeBERTa 2.96 -> 2.46 ms a run:
@@ -43,6 +56,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx import dtypes as dt
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 Dim = Union[int, str]
@@ -55,12 +69,14 @@ _BROADCASTING = frozenset({
 _SAME_SHAPE = frozenset({
     "Identity", "Cast", "Neg", "Abs", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Relu", "Gelu", "Erf", "Not",
     "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Reciprocal", "Sin", "Cos", "Softmax", "LogSoftmax",
-    "BitwiseNot", "Softplus", "Tan", "Atan", "Asin", "Acos"})
-_POINTWISE_UNARY = _SAME_SHAPE - {"Softmax", "LogSoftmax", "Identity"}
+    "BitwiseNot", "Softplus", "Tan", "Atan", "Asin", "Acos", "CumSum", "Clip"})
+_POINTWISE_UNARY = _SAME_SHAPE - {"Softmax", "LogSoftmax", "Identity", "CumSum"}
 _SHAPE_PASS = frozenset({"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
                      "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
 _INT_TYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
+_INT_ARITHMETIC = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+                   "Max": max, "Min": min}
 _NO_ORT_EXPAND = frozenset(ir.DataType(dt.onnx_type(d)) for d in dt.ALL - dt.kernels("Expand"))  # bfloat16
 
 
@@ -142,6 +158,23 @@ class _Shapes:
                 return tuple(src[int(i)] for i in np.atleast_1d(idx))
             except IndexError:
                 return None
+        if op in _INT_ARITHMETIC and len(node.inputs) == 2:  # of known integers only
+            a, b = self.value(node.inputs[0]), self.value(node.inputs[1])
+            if a is None or b is None or not all(isinstance(d, int) for d in (*a, *b)) or \
+                    (len(a) != len(b) and 1 not in (len(a), len(b))):
+                return None
+            n = max(len(a), len(b))
+            out = tuple(int(_INT_ARITHMETIC[op](x, y)) for x, y in zip(a * n if len(a) == 1 else a,
+                                                                       b * n if len(b) == 1 else b))
+            bits = 31 if v.dtype == ir.DataType.INT32 else 63
+            return out if all(-(1 << bits) <= d < 1 << bits for d in out) else None  # no wrap-around
+        if op == "Split" and m.attr(node, "axis", 0) in (0, -1) and len(node.inputs) == 2:
+            src, sizes = self.value(node.inputs[0]), m.const(node.inputs[1])
+            if src is None or sizes is None or sizes.ndim != 1 or int(sizes.sum()) != len(src):
+                return None
+            k = list(node.outputs).index(v)
+            start = int(sizes[:k].sum())
+            return tuple(src[start:start + int(sizes[k])])
         if op == "Slice":
             src = self.value(node.inputs[0])
             args = [m.const(i) for i in node.inputs[1:]]
@@ -253,6 +286,8 @@ class _Shapes:
             return None
         starts, ends = self.value(ins[1]), self.value(ins[2])
         axes, steps = _axes_steps(ins, len(a), self)
+        if starts is None and ends is None and axes is not None and steps is not None:
+            return self._sized_slice(node, a, axes, steps)
         if starts is None or ends is None or axes is None or steps is None:
             return None
         out = list(a)
@@ -269,6 +304,92 @@ class _Shapes:
             else:
                 out[axis] = self.fresh()
         return tuple(out)
+
+    def _sized_slice(self, node: ir.Node, a: Dims, axes: Dims, steps: Dims) -> Dims | None:
+        """``Slice(x, starts, starts + sizes)`` with the starts clamped to ``[0, dims - sizes]`` (the lowering
+        of StableHLO's dynamic_slice, dynamic_gather and real_dynamic_slice: ``pos[:s]`` of a learned
+        position table, ``lax.dynamic_slice``): ``sizes`` along the axes. A valid program has every size at
+        most its dimension (JAX asserts it), so the clamped slice lies inside the operand."""
+        begin, end = _int_source(node.inputs[1]), m.producer(_int_source(node.inputs[2]), "Add")
+        if begin is None or end is None or any(st != 1 for st in steps) or begin not in end.inputs:
+            return None
+        sizes = self.value(m.other_input(end, begin))
+        if sizes is None or len(sizes) != len(axes):
+            return None
+        dims = tuple(a[int(axis) % len(a)] for axis in axes)
+        if not self._clamped(begin, dims, sizes) and not all(
+                self._clamped(_element_of(begin, k, len(axes)), (d,), (n,), scalar=True)
+                for k, (d, n) in enumerate(zip(dims, sizes))):
+            return None
+        out = list(a)
+        for axis, size in zip(axes, sizes):
+            out[int(axis) % len(a)] = size
+        return tuple(out)
+
+    def _clamped(self, start: ir.Value | None, dims: Dims, sizes: Dims, scalar: bool = False) -> bool:
+        """``start`` (a vector, or a ``scalar``) lies in ``[0, dims - sizes]``: it is constant 0, or
+        ``Min(c, dims - sizes)`` of a constant ``c >= 0``, or that ``Min`` of any ``c`` under
+        ``Max(., 0)``."""
+        arr = m.const(start)
+        if arr is not None:
+            return arr.size == (1 if scalar else len(dims)) and not np.any(arr)
+        outer = m.producer(start, "Max")
+        zero = _zero_in(outer) if outer is not None else None
+        inner = m.producer(m.other_input(outer, zero) if zero is not None else start, "Min")
+        if outer is not None and zero is None:
+            return False
+        if inner is None or len(inner.inputs) != 2:
+            return False
+        for c, hi in (inner.inputs, inner.inputs[::-1]):
+            least = self.value(c) if outer is None else None
+            if outer is None and (least is None or not all(isinstance(d, int) and d >= 0 for d in least)):
+                continue
+            if self._difference(hi, dims, sizes):
+                return True
+        return False
+
+    def _difference(self, hi: ir.Value | None, dims: Dims, sizes: Dims) -> bool:
+        """``hi`` holds ``dims - sizes``: a constant, or a (squeezed) ``Sub`` of those dimensions."""
+        arr = m.const(hi)
+        if arr is not None:
+            ints = all(isinstance(d, int) for d in (*dims, *sizes))
+            return ints and arr.size == len(dims) and [int(v) for v in arr.reshape(-1)] == [
+                d - n for d, n in zip(dims, sizes)]
+        while m.producer(hi, "Squeeze", "Reshape", "Unsqueeze", "Cast") is not None:
+            hi = hi.producer().inputs[0]
+        sub = m.producer(hi, "Sub")
+        return sub is not None and len(sub.inputs) == 2 and self.value(sub.inputs[0]) == tuple(dims) \
+            and self.value(sub.inputs[1]) == tuple(sizes)
+
+
+def _int_source(value: ir.Value | None) -> ir.Value | None:
+    """``value`` before the Casts between integer types that made it."""
+    while (cast := m.producer(value, "Cast")) is not None and cast.inputs[0] is not None \
+            and cast.inputs[0].dtype in _INT_TYPES:
+        value = cast.inputs[0]
+    return value
+
+
+def _zero_in(node: ir.Node) -> ir.Value | None:
+    """The input of ``node`` that is a constant 0, if any."""
+    for v in node.inputs:
+        arr = m.const(v)
+        if arr is not None and arr.size == 1 and int(arr.reshape(())) == 0:
+            return v
+    return None
+
+
+def _element_of(vector: ir.Value, k: int, length: int) -> ir.Value | None:
+    """Element ``k`` of a ``length``-element vector stacked by Concat from one-element pieces (a scalar
+    Unsqueezed, or a constant), as the value it was stacked from."""
+    concat = m.producer(vector, "Concat")
+    if concat is None or len(concat.inputs) != length:
+        return None
+    piece = concat.inputs[k]
+    if m.const(piece) is not None:
+        return piece
+    lift = m.producer(piece, "Unsqueeze", "Reshape")
+    return lift.inputs[0] if lift is not None else None
 
 
 def _axes_steps(ins, rank: int, shapes: "_Shapes") -> tuple[Dims | None, Dims | None]:
@@ -333,6 +454,10 @@ def rewrite(graph: ir.Graph) -> int:
         if node.op_type in _REGROUP and _sink_regroup(graph, node, shapes):
             count += 1
             continue
+        if (node.op_type == "Reshape" and _noop_reshape(node, shapes)) or \
+                (node.op_type == "Mul" and _unit_mul(node, shapes)):
+            count += 1
+            continue
         if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
             if _sink(graph, node, shapes):
                 count += 1
@@ -366,6 +491,41 @@ def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
     return True
 
 
+def _noop_reshape(node: ir.Node, shapes: _Shapes) -> bool:
+    """A Reshape to its input's shape is its input; a Reshape back to the shape of the value a Reshape
+    before it read is that value (a head mask's Mul between them gone: ``[h, b, s, s]`` to ``[h, 1, b*s*s]``
+    and back, its target from ``Shape`` slices)."""
+    out, x = node.outputs[0], node.inputs[0]
+    after = shapes.shape(out) if id(out) in shapes.shapes else shapes._reshape(node)
+    if out.is_graph_output() or x is None or after is None:
+        return False
+    before = m.producer(x, "Reshape")
+    for source in (x, before.inputs[0] if before is not None else None):
+        if source is not None and source.dtype == out.dtype and shapes.shape(source) == tuple(after):
+            out.replace_all_uses_with(source)
+            return True
+    return False
+
+
+def _unit_mul(node: ir.Node, shapes: _Shapes) -> bool:
+    """A float ``Mul(x, ones)`` whose ones broadcast nothing is ``x`` (``x * 1`` is ``x`` for every float,
+    NaN and -0 included): Hugging Face's head mask of ones, ``[h, 1, 1]`` against ``[h, 1, b*s*s]``."""
+    out = node.outputs[0]
+    if out.is_graph_output() or len(node.inputs) != 2 or out.dtype is None \
+            or not out.dtype.is_floating_point():
+        return False
+    for x, ones in (node.inputs, node.inputs[::-1]):
+        if x is None or x.dtype != out.dtype or shapes.shape(x) is None:
+            continue
+        if broadcast(shapes.shape(x), shapes.shape(ones)) != shapes.shape(x):
+            continue
+        arr = constants.evaluate(ones)
+        if arr is not None and arr.size and bool(np.all(arr == 1)):
+            out.replace_all_uses_with(x)
+            return True
+    return False
+
+
 def _drop_inputs(node: ir.Node, shapes: _Shapes) -> int:
     """Read an Expand's input directly where the op's output shape stays the same."""
     want = broadcast(*[shapes.shape(i) for i in node.inputs])
@@ -373,14 +533,34 @@ def _drop_inputs(node: ir.Node, shapes: _Shapes) -> int:
         return 0
     count = 0
     for k, value in enumerate(node.inputs):
-        expand = m.producer(value, "Expand")
-        if expand is None or expand.inputs[0] is None:
+        source = _broadcast_source(value)
+        if source is None:
             continue
-        trial = [shapes.shape(expand.inputs[0] if j == k else i) for j, i in enumerate(node.inputs)]
+        trial = [shapes.shape(source if j == k else i) for j, i in enumerate(node.inputs)]
         if broadcast(*trial) == want:
-            node.replace_input_with(k, expand.inputs[0])
+            node.replace_input_with(k, source)
             count += 1
     return count
+
+
+def _broadcast_source(value: ir.Value | None) -> ir.Value | None:
+    """What ``value`` broadcasts: an Expand's input, or ``x`` of a float ``Mul(x, ones)`` that only this
+    reader reads (``x * 1`` is ``x`` for every float, NaN and -0 included: a layer norm's scale of ones, as
+    initialized; a Mul read elsewhere too stays whole, in the form the norm rules match)."""
+    node = m.producer(value)
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Expand":
+        return node.inputs[0]
+    if node.op_type != "Mul" or len(node.inputs) != 2 or value.dtype is None or \
+            not value.dtype.is_floating_point() or not _single_use(value):
+        return None
+    for x, ones in (node.inputs, node.inputs[::-1]):
+        arr = constants.evaluate(ones)
+        if x is not None and x.dtype == value.dtype and arr is not None and arr.size \
+                and bool(np.all(arr == 1)):
+            return x
+    return None
 
 
 def _sink(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:

@@ -9,7 +9,8 @@ so that broadcasting gives the same result with the same shape: values only, the
 change. (The mask itself is still a computation here; onnxscript folds it later, full size.)
 
 A Where whose condition is one constant everywhere (jnp.var's guard for ``ddof``, in every keras-hub
-layer norm; keras-hub's attention mask from a padding mask of ones) is the operand it chooses.
+layer norm; keras-hub's attention mask from a padding mask of ones) is the operand it chooses; with a
+symbolic length too, where the other operands have only axes of length 1 (Haiku's ``hk.LayerNorm``).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
         return 0
     shapes = [static_shape(v) for v in node.inputs]
-    if any(s is None for s in shapes):
-        return 0
     if _constant_choice(node, shapes):
         return 1
+    if any(s is None for s in shapes):
+        return 0
     try:
         out = np.broadcast_shapes(*shapes)
     except ValueError:
@@ -85,13 +86,24 @@ def _constant_choice(node: ir.Node, shapes: list) -> bool:
     if not (cond.all() or not cond.any()):
         return False
     k = 1 if cond.all() else 2
-    try:
-        if tuple(np.broadcast_shapes(*shapes)) != shapes[k]:
-            return False
-    except ValueError:
+    if not _keeps_shape(shapes, k, m.rank(node.inputs[k])):
         return False
     out.replace_all_uses_with(node.inputs[k])
     return True
+
+
+def _keeps_shape(shapes: list, k: int, rank: int | None) -> bool:
+    """Whether broadcasting the Where's operands of ``shapes`` gives operand ``k``'s shape: the static
+    shapes agree, or (a symbolic length: ``[2, s, 1]``) every other operand has only size-1 axes and
+    no more of them than operand ``k``."""
+    if all(s is not None for s in shapes):
+        try:
+            return tuple(np.broadcast_shapes(*shapes)) == shapes[k]
+        except ValueError:
+            return False
+    others = [s for j, s in enumerate(shapes) if j != k]
+    return rank is not None and all(s is not None and len(s) <= rank and all(d == 1 for d in s)
+                                    for s in others)
 
 
 _ELEMENTWISE = frozenset(
