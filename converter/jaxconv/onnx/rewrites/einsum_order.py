@@ -8,199 +8,385 @@ einsum's order. keras-hub's Gemma gets the keys on the left: the scores come out
 ``[b, kv, s, t, g]`` and a Transpose of the whole score tensor (and one of the probabilities before
 ``probs @ v``) puts them in order; its last axis is the group (2 here), the slow case of ONNX
 Runtime's Transpose, and a mask Where or Softmax left on that layout (ORT's transpose optimizer
-pushes the Transpose past a constant mask) runs on axes of length 2 too.
+pushes the Transpose past a constant mask) runs on axes of length 2 too. Flax NNX's attention writes
+the heads as ``[..., h, 1, d]`` (a group of one) and multiplies the values on the left as well:
+``v[b, s, h, d]`` by ``probs[1, b, h, t, s]`` gives ``[b, h, d, 1, t]``, after a Transpose of the
+whole probability tensor.
 
 The chain is an einsum over labelled axes: each operand's source axes, the result's axes after the
-split and the Transpose. This rule plans it again: either operand may go left, the batch and free
-axes of each side are taken in the result's order or in their operand's, and each operand gets one
-Transpose (and Reshape) that lays it out as ``[batch, free, contracted]`` / ``[batch, contracted, free]``; the plan
-that transposes the fewest elements (operands and result, counted by size) replaces the chain when
-it transposes fewer than the chain does. Only static shapes, operands whose batch axes are equal
-(no broadcast) and Reshapes that merge or split whole axes are handled; a chain without a Reshape on
-an operand is ``matmul_order``'s.
+split and the Transpose. This rule plans it again: either operand may go left, the batch, free and
+contracted axes are taken in the result's order or in an operand's, and each operand gets one
+Transpose (and Reshape) that lays it out as ``[batch, free, contracted]`` / ``[batch, contracted, free]``;
+the plan that transposes the fewest elements (operands and result, counted by size) replaces the chain
+when it transposes fewer than the chain does. Axes of length 1 carry no label: a Transpose that moves
+only them moves no element, and the plan leaves them to Squeeze, Unsqueeze or the Reshapes. An operand's
+swap of its last two axes costs nothing where ONNX Runtime folds it into the MatMul (a transposed operand;
+static, ``transposes`` first drops the axes of length 1 such a Transpose also moves): keras-hub Llama and
+Phi-3, whose probabilities come as ``[1, b, h, t, s]`` too, took 1.02-1.05x the CPU time re-planned.
+
+Dimensions are products of the graph's named sizes (``_dim_products``): the Reshape targets that a
+symbolic model computes at run time (``Concat`` of ``Shape`` slices) are read as such products, and the
+new Reshapes take constant targets where ``0`` (copy) and one ``-1`` (infer) cover the named sizes, else
+the named sizes from ``Shape`` slices of the chain's sources. Operands whose batch axes are equal (no
+broadcast) and Reshapes that merge or split whole axes are handled; a chain without a Reshape on an
+operand is ``matmul_order``'s.
 
 Numbers: each output element is the same dot product of the same two vectors, over the contracted
-axis in the same order, so ORT's results do not change (the test compares the bits); ``matmul_order``
-(the same swap without the Reshapes) relies on the same property.
+axis in the same order, so ORT's results do not change (the tests compare the bits); ``matmul_order``
+(the same swap without the Reshapes) relies on the same property. A product of one row or one column
+(a symbolic length of 1 at run time) may take ORT's vector kernel in one order and not the other, whose
+sums round differently: within the float tolerance of jax.jit (tested).
 
 keras-hub Gemma-2 (GQA, soft-caps, 2 layers, zoo2 ``kh_gemma2``, one ORT thread): the node medians of
 ORT's profile sum to 1.45 ms a run, 2.82 before (Where 0.78 -> 0.10 ms, Transpose 0.44 -> 0.05,
-Softmax 0.29 -> 0.04); CPU time over jax.jit's 1.10-1.11, 2.89 before. Symbolic sizes (NNX's grouped
-attention with ``s``, ``t``) are not handled yet: the Reshapes' targets are computed there.
+Softmax 0.29 -> 0.04); CPU time over jax.jit's 1.10-1.11, 2.89 before. Flax NNX's encoder-decoder with
+symbolic ``s``, ``t`` (zoo2 ``nnx_seq2seq``): 418 -> 370 nodes, ORT's Transpose kernels 1.19 -> 0.43
+ms a run (the probabilities' ``[1, 2, 4, 0, 3]`` Transposes, 0.2 ms each at ``s`` = 64, gone); CPU time
+with / without 0.77-0.81 on one thread, 0.81-0.84 on the default threads (load 3.2-3.5).
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites._dim_products import Size
+
+Label = Union[int, None]  # an axis of length > 1, or None for one of length 1
+# A Reshape target entry: an int (0 copies, -1 infers) or (source, axis): that source's dimension.
+Piece = Union[int, tuple]
+_SHAPE_ARITHMETIC = frozenset({"Shape", "Cast", "Concat", "ReduceProd", "Gather", "Slice", "Squeeze",
+                               "Unsqueeze", "Reshape", "Mul", "Identity"})
 
 
 def rewrite(graph: ir.Graph) -> int:
     """Re-plan the MatMul chains in ``graph`` where fewer elements are transposed; returns how many."""
-    return sum(_one(graph, node) for node in m.each_node(graph, "MatMul"))
+    count = 0
+    for node in m.each_node(graph, "MatMul"):
+        plan = _plan(node)
+        if plan is not None:
+            _emit(graph, node, plan)
+            count += 1
+    return count
 
 
-def _op(node: ir.Node | None, op_type: str) -> bool:
-    return node is not None and node.domain in ("", "ai.onnx") and node.op_type == op_type
+def _is(node: ir.Node, op_type: str) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type == op_type
 
 
 def _sole(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def _shape_const(node: ir.Node) -> list[int] | None:
-    if len(node.inputs) < 2 or m.attr(node, "allowzero", 0):
-        return None
-    shape = m.const(node.inputs[1])
-    return None if shape is None else [int(d) for d in np.asarray(shape).reshape(-1)]
+def _feeds_only(value: ir.Value, node: ir.Node, depth: int = 0) -> bool:
+    """Whether ``value`` is read by ``node`` and otherwise only by shape arithmetic whose results go only
+    into ``node``'s target (a run-time Reshape target computed from the value's own shape)."""
+    if value.is_graph_output() or depth > 8:
+        return False
+    for use in value.uses():
+        reader = use.node
+        if reader is node:
+            continue
+        if reader.domain not in ("", "ai.onnx") or reader.op_type not in _SHAPE_ARITHMETIC:
+            return False
+        if depth == 0 and reader.op_type != "Shape":  # the tensor itself feeds only Shape
+            return False
+        if not all(_into_target(out, node, depth + 1) for out in reader.outputs):
+            return False
+    return any(use.node is node for use in value.uses())
+
+
+def _into_target(value: ir.Value, node: ir.Node, depth: int) -> bool:
+    if value.is_graph_output() or depth > 8 or not value.uses():
+        return False
+    for use in value.uses():
+        if use.node is node and use.idx == 1 and node.op_type == "Reshape":
+            continue
+        if use.node.domain not in ("", "ai.onnx") or use.node.op_type not in _SHAPE_ARITHMETIC:
+            return False
+        if not all(_into_target(out, node, depth + 1) for out in use.node.outputs):
+            return False
+    return True
 
 
 class _Side:
     """One operand: ``src`` -> (Transpose ``perm``) -> ``pre`` -> (Reshape) -> the MatMul's operand."""
 
-    def __init__(self, value: ir.Value) -> None:
-        self.reshape = None
+    def __init__(self, value: ir.Value, mm: ir.Node) -> None:
+        self.reshape: ir.Node | None = None
         self.pre = value
-        producer = value.producer()
-        if _op(producer, "Reshape") and _sole(value) and _shape_const(producer) is not None:
-            self.reshape, self.pre = producer, producer.inputs[0]
-        self.transpose = None
+        node = m.producer(value, "Reshape")
+        if node is not None and len(node.inputs) == 2 and _sole(value):
+            self.reshape, self.pre = node, node.inputs[0]
+        self.transpose: ir.Node | None = None
         self.src = self.pre
-        producer = self.pre.producer()
-        if _op(producer, "Transpose") and _sole(self.pre):
-            perm = m.attr(producer, "perm")
-            if perm is not None:
-                self.transpose, self.src = producer, producer.inputs[0]
-        self.src_dims = m.static_dims(self.src)
-        self.pre_dims = m.static_dims(self.pre)
-        self.perm = ([] if self.pre_dims is None else list(range(len(self.pre_dims))) if self.transpose is None
-                     else [int(p) for p in m.attr(self.transpose, "perm")])
+        node = m.producer(self.pre, "Transpose")
+        reader = self.reshape or mm
+        if node is not None and m.attr(node, "perm") is not None and _feeds_only(self.pre, reader):
+            self.transpose, self.src = node, node.inputs[0]
+        self.src_dims = dp.dims(self.src)
+        self.perm: list[int] = []
+        if self.src_dims is not None:
+            self.perm = (list(range(len(self.src_dims))) if self.transpose is None
+                         else [int(p) for p in m.attr(self.transpose, "perm")])
+        self.pre_dims = None
+        if self.src_dims is not None and sorted(self.perm) == list(range(len(self.src_dims))):
+            self.pre_dims = [self.src_dims[p] for p in self.perm]
+        self.labels: list[Label] = []  # of the source's axes, set once the chain is read
 
 
-def _split(dims: Sequence[int], batch: Sequence[int], first: int, second: int) -> tuple[list, list] | None:
+def _split(dims: Sequence[Size], batch: Sequence[Size], first: Size,
+           second: Size) -> tuple[list, list] | None:
     """``dims`` as ``batch`` + a group of axes of product ``first`` + one of product ``second``."""
     nb = len(batch)
     if list(dims[:nb]) != list(batch):
         return None
     rest = list(dims[nb:])
-    for j in range(1, len(rest)):
-        if math.prod(rest[:j]) == first and math.prod(rest[j:]) == second:
+    for j in range(len(rest) + 1):
+        if dp.product(rest[:j]) == first and dp.product(rest[j:]) == second:
             return rest[:j], rest[j:]
     return None
 
 
-def _one(graph: ir.Graph, mm: ir.Node) -> int:
-    out = mm.outputs[0]
-    dims = m.static_dims(out)
-    if dims is None or len(dims) < 3 or mm.inputs[0] is None or mm.inputs[1] is None:
-        return 0
-    r = len(dims)
-    batch, rows, cols = dims[:r - 2], dims[-2], dims[-1]
-    a, b = _Side(mm.inputs[0]), _Side(mm.inputs[1])
-    a_dims, b_dims = m.static_dims(mm.inputs[0]), m.static_dims(mm.inputs[1])
-    if a.src_dims is None or b.src_dims is None or a.pre_dims is None or b.pre_dims is None:
-        return 0
+def _long(labels: Sequence[Label]) -> list[int]:
+    return [x for x in labels if x is not None]
+
+
+def _long_sizes(dims: Sequence[Size]) -> list[Size]:
+    return [d for d in dims if not d.unit]
+
+
+@dataclass
+class _Plan:
+    """The new chain: operands laid out from their sources, the product, the result's regrouping."""
+
+    left: _Side
+    right: _Side
+    left_steps: list
+    right_steps: list
+    out_steps: list
+    last: ir.Value
+
+
+def _plan(mm: ir.Node) -> _Plan | None:
+    if len(mm.inputs) != 2 or mm.inputs[0] is None or mm.inputs[1] is None or mm.outputs[0].type is None:
+        return None
+    a, b = _Side(mm.inputs[0], mm), _Side(mm.inputs[1], mm)
     if a.reshape is None and b.reshape is None:  # no regrouping: matmul_order's case
-        return 0
-    if len(a.perm) != len(a.pre_dims) or len(b.perm) != len(b.pre_dims):
-        return 0
-    if a_dims is None or b_dims is None or a_dims[:r - 2] != batch or b_dims[:r - 2] != batch:
-        return 0
-    contracted = a_dims[-1]
-    a_groups = _split(a.pre_dims, batch, rows, contracted)
-    b_groups = _split(b.pre_dims, batch, contracted, cols)
-    if a_groups is None or b_groups is None or a_groups[1] != b_groups[0]:
-        return 0
-    m_atoms, k_atoms, n_atoms = a_groups[0], a_groups[1], b_groups[1]
-    # The result: an optional Reshape that splits rows and columns into those atoms, an optional Transpose.
-    last, post_dims, final_perm = out, list(dims), None
-    owned_out: list[ir.Node] = []
-    readers = [u.node for u in out.uses()]
-    if len(readers) == 1 and not out.is_graph_output() and _op(readers[0], "Reshape") and readers[0].inputs[0] is out:
-        target = m.static_dims(readers[0].outputs[0])
-        if target is not None and _shape_const(readers[0]) is not None:
-            post_dims, last = target, readers[0].outputs[0]
-            owned_out.append(readers[0])
-    if owned_out:
-        if _split(post_dims, batch, rows, cols) != (m_atoms, n_atoms):
-            return 0
-    elif len(m_atoms) != 1 or len(n_atoms) != 1:
-        return 0
-    readers = [u.node for u in last.uses()]
-    if len(readers) == 1 and not last.is_graph_output() and _op(readers[0], "Transpose"):
-        perm = m.attr(readers[0], "perm")
-        if perm is not None and len(perm) == len(post_dims):
-            final_perm = [int(p) for p in perm]
-            last = readers[0].outputs[0]
-    # Labels: batch 0.., then the atoms of rows, contracted and columns.
-    nb = len(batch)
-    lab_m = list(range(nb, nb + len(m_atoms)))
-    lab_k = list(range(lab_m[-1] + 1, lab_m[-1] + 1 + len(k_atoms)))
-    lab_n = list(range(lab_k[-1] + 1, lab_k[-1] + 1 + len(n_atoms)))
-    size = dict(zip(range(nb), batch)) | dict(zip(lab_m, m_atoms)) | dict(zip(lab_k, k_atoms)) | dict(
-        zip(lab_n, n_atoms))
-    a_src = _source_labels(list(range(nb)) + lab_m + lab_k, a.perm)
-    b_src = _source_labels(list(range(nb)) + lab_k + lab_n, b.perm)
-    post = list(range(nb)) + lab_m + lab_n
-    order = [post[p] for p in final_perm] if final_perm is not None else post
-    elements = math.prod(dims)
-    now = (_moved(a.perm) * math.prod(a.src_dims) + _moved(b.perm) * math.prod(b.src_dims)
-           + (final_perm is not None and _moved(final_perm)) * elements)
-    best = None
-    for side_l, side_r, free_l, free_r, src_l, src_r in (
-            (a, b, lab_m, lab_n, a_src, b_src), (b, a, lab_n, lab_m, b_src, a_src)):
-        # Each group of axes in the result's order or in its operand's: whichever moves fewer elements.
-        for bat in _orders(list(range(nb)), order, src_l, src_r):
-            for fl in _orders(free_l, order, src_l):
-                for fr in _orders(free_r, order, src_r):
-                    perm_l = [src_l.index(x) for x in bat + fl + lab_k]
-                    perm_r = [src_r.index(x) for x in bat + lab_k + fr]
-                    res = bat + fl + fr
-                    perm_o = [res.index(x) for x in order]
-                    cost = (_moved(perm_l) * math.prod(side_l.src_dims)
-                            + _moved(perm_r) * math.prod(side_r.src_dims) + _moved(perm_o) * elements)
-                    if best is None or cost < best[0]:
-                        best = (cost, side_l, side_r, bat, fl, fr, perm_l, perm_r, res, perm_o)
-    cost, side_l, side_r, bat, fl, fr, perm_l, perm_r, res, perm_o = best
-    if cost >= now or [size[x] for x in order] != m.static_dims(last) or out.type is None:
-        return 0
+        return None
+    a_dims, b_dims = dp.dims(mm.inputs[0]), dp.dims(mm.inputs[1])
+    if a.pre_dims is None or b.pre_dims is None or a_dims is None or b_dims is None:
+        return None
+    if any(d.static == 0 for d in (*a.pre_dims, *b.pre_dims)):
+        return None
+    r = len(a_dims)
+    if r < 3 or len(b_dims) != r or a_dims[:-2] != b_dims[:-2] or a_dims[-1] != b_dims[-2]:
+        return None
+    batch, rows, cols = a_dims[:-2], a_dims[-2], b_dims[-1]
+    a_groups = _split(a.pre_dims, batch, rows, a_dims[-1])
+    b_groups = _split(b.pre_dims, batch, a_dims[-1], cols)
+    if a_groups is None or b_groups is None or _long_sizes(a_groups[1]) != _long_sizes(b_groups[0]):
+        return None
+    # Labels: every axis of length > 1 one, shared where two tensors hold the same axis.
+    fresh = itertools.count()
+    size: dict[int, Size] = {}
+
+    def name(dims: Sequence[Size]) -> list[Label]:
+        out: list[Label] = []
+        for d in dims:
+            label = None if d.unit else next(fresh)
+            if label is not None:
+                size[label] = d
+            out.append(label)
+        return out
+
+    def again(dims: Sequence[Size], labels: list[int]) -> list[Label]:
+        rest = iter(labels)
+        return [None if d.unit else next(rest) for d in dims]
+
+    bat, lab_m, lab_k = name(batch), name(a_groups[0]), name(a_groups[1])
+    lab_n = name(b_groups[1])
+    long_m, long_k, long_n = _long(lab_m), _long(lab_k), _long(lab_n)
+    a.labels = _source_labels(bat + lab_m + lab_k, a.perm)
+    b.labels = _source_labels(bat + again(b_groups[0], long_k) + lab_n, b.perm)
+    # The result: an optional Reshape that splits rows and columns into those axes, an optional Transpose.
+    out = mm.outputs[0]
+    out_dims = batch + [rows, cols]
+    last, post_dims, post_m, post_n = out, out_dims, [rows], [cols]
+    post = next((u.node for u in out.uses() if _is(u.node, "Reshape") and u.idx == 0), None)
+    if post is not None and _feeds_only(out, post):
+        got = dp.reshaped(post, out_dims)
+        groups = None if got is None else _split(got, batch, rows, cols)
+        if groups is not None:
+            last, post_dims, (post_m, post_n) = post.outputs[0], got, groups
+    if _long_sizes(post_m) != [size[x] for x in long_m] or _long_sizes(post_n) != [size[x] for x in long_n]:
+        return None
+    post_labels = bat + again(post_m, long_m) + again(post_n, long_n)
+    order, last_dims = post_labels, post_dims
+    while True:  # the Transposes after it (jnp's einsum may leave two in a row), composed
+        readers = [u.node for u in last.uses()]
+        perm = m.attr(readers[0], "perm") if len(readers) == 1 and _is(readers[0], "Transpose") else None
+        if perm is None or last.is_graph_output() or sorted(int(p) for p in perm) != list(range(len(order))):
+            break
+        order, last_dims = [order[int(p)] for p in perm], [last_dims[int(p)] for p in perm]
+        last = readers[0].outputs[0]
+    if any(d.static == 0 for d in last_dims):
+        return None
+    want = _long(order)
+    now = (_laid(a, _long(bat), long_m, long_k) + _laid(b, _long(bat), long_k, long_n)
+           + _moved(post_labels, want) * dp.estimate(out_dims))
+    best: tuple | None = None
+    for left, right, free_l, free_r in ((a, b, long_m, long_n), (b, a, long_n, long_m)):
+        src_l, src_r = _long(left.labels), _long(right.labels)
+        # Each group of axes in the result's order or in an operand's: whichever moves fewer elements.
+        for bt in _orders(_long(bat), want, src_l, src_r):
+            for fl in _orders(free_l, want, src_l):
+                for fr in _orders(free_r, want, src_r):
+                    for kk in _orders(long_k, src_l, src_r):
+                        cost = (_laid(left, bt, fl, kk) + _laid(right, bt, kk, fr)
+                                + _moved(bt + fl + fr, want) * dp.estimate(out_dims))
+                        if best is None or cost < best[0]:
+                            best = (cost, left, right, bt, fl, fr, kk)
+    if best is None or best[0] >= now:
+        return None
+    _, left, right, bt, fl, fr, kk = best
+    sources = [left.src_dims, right.src_dims]
+
+    def dims_of(labels: Sequence[int]) -> list[Size]:
+        return [size[x] for x in labels]
+
+    def merged(groups: Sequence[Sequence[int]]) -> list[Size]:
+        return [dp.product(dims_of(g)) for g in groups]
+
+    left_steps = _lay(left, bt + fl + kk, merged([[x] for x in bt] + [fl, kk]), size, sources)
+    right_steps = _lay(right, bt + kk + fr, merged([[x] for x in bt] + [kk, fr]), size, sources)
+    mm_dims = merged([[x] for x in bt] + [fl, fr])
+    res = bt + fl + fr
+    if res == want:
+        out_steps = [_regroup(mm_dims, last_dims, sources)]
+    else:
+        out_steps = [_regroup(mm_dims, dims_of(res), sources), ("transpose", [res.index(x) for x in want]),
+                     _regroup(dims_of(want), last_dims, sources)]
+    if any(s is None for s in (*left_steps, *right_steps, *out_steps)):
+        return None
+    return _Plan(left, right, left_steps, right_steps, out_steps, last)
+
+
+def _lay(side: _Side, layout: list[int], operand: list[Size], size: dict[int, Size],
+         sources: list[list[Size]]) -> list:
+    """The steps from ``side``'s source to the MatMul operand: its long axes in ``layout``'s order, merged."""
+    assert side.src_dims is not None
+    src = _long(side.labels)
+    if src == layout:
+        return [_regroup(side.src_dims, operand, sources)]
+    return [_regroup(side.src_dims, [size[x] for x in src], sources),
+            ("transpose", [src.index(x) for x in layout]),
+            _regroup([size[x] for x in layout], operand, sources)]
+
+
+def _regroup(now: list[Size], want: list[Size], sources: list[list[Size]]) -> tuple | None:
+    """How a tensor of dimensions ``now`` becomes one of ``want`` (the same elements in the same order):
+    nothing, a Reshape (``("reshape", pieces, want)``) or a Squeeze and an Unsqueeze of axes of length 1;
+    None where no target can be written."""
+    if now == want:
+        return ("same",)
+    if dp.product(now) != dp.product(want):
+        return None
+    pieces: list[Piece | None] = []
+    for j, d in enumerate(want):
+        if d.static is not None:
+            pieces.append(d.static)
+        elif j < len(now) and now[j] == d:
+            pieces.append(0)
+        else:
+            pieces.append(None)
+    unknown = [j for j, p in enumerate(pieces) if p is None]
+    if len(unknown) <= 1:
+        return ("reshape", [-1 if p is None else p for p in pieces], want)
+    if _long_sizes(now) == _long_sizes(want):
+        gone, added = [j for j, d in enumerate(now) if d.unit], [j for j, d in enumerate(want) if d.unit]
+        return ("squeeze", gone, added, want)
+    found = {j: next(((s, k) for s, dims in enumerate(sources) for k, d in enumerate(dims) if d == want[j]),
+                     None) for j in unknown}
+    inferred = [j for j in unknown if found[j] is None]
+    if len(inferred) > 1:
+        return None
+    minus = inferred[0] if inferred else unknown[0]
+    for j in unknown:
+        pieces[j] = -1 if j == minus else found[j]
+    return ("reshape", pieces, want)
+
+
+def _emit(graph: ir.Graph, mm: ir.Node, plan: _Plan) -> None:
     nodes: list[ir.Node] = []
+    float_type = mm.outputs[0].type
+    sources = [plan.left.src, plan.right.src]
 
-    def emit(op: str, inputs: list[ir.Value], shape: list[int], **attrs) -> ir.Value:
-        node = ir.node(op, inputs, attributes=attrs or None)
-        node.outputs[0].shape = ir.Shape(shape)
-        node.outputs[0].type = out.type
-        nodes.append(node)
-        return node.outputs[0]
-
-    def lay(side: _Side, perm: list[int], groups: list[list[int]]) -> ir.Value:
-        value = side.src
-        laid = [side.src_dims[p] for p in perm]
-        if _moved(perm):
-            value = emit("Transpose", [value], laid, perm=perm)
-        merged = [math.prod(size[x] for x in g) for g in groups]
-        if merged != laid:
-            shape = m.new_initializer(graph, np.array(merged, np.int64), "einsum_shape")
-            value = emit("Reshape", [value, shape], merged)
+    def node(op: str, inputs: list[ir.Value], shape: list[Size] | None, **attrs) -> ir.Value:
+        """A new node; its output a float tensor of dimensions ``shape``, or an int64 one (None)."""
+        made = ir.node(op, inputs, attributes=attrs or None)
+        value = made.outputs[0]
+        value.type = ir.TensorType(ir.DataType.INT64) if shape is None else float_type
+        if shape is not None:
+            value.shape = ir.Shape([d.static if d.static is not None else _dim_name(d) for d in shape])
+        nodes.append(made)
         return value
 
-    left = lay(side_l, perm_l, [[x] for x in bat] + [fl, lab_k])
-    right = lay(side_r, perm_r, [[x] for x in bat] + [lab_k, fr])
-    mm_dims = [size[x] for x in bat] + [math.prod(size[x] for x in fl), math.prod(size[x] for x in fr)]
-    value = emit("MatMul", [left, right], mm_dims)
-    res_dims = [size[x] for x in res]
-    if res_dims != mm_dims:
-        shape = m.new_initializer(graph, np.array(res_dims, np.int64), "einsum_shape")
-        value = emit("Reshape", [value, shape], res_dims)
-    if _moved(perm_o):
-        value = emit("Transpose", [value], [size[x] for x in order], perm=perm_o)
-    m.replace(graph, last, nodes, mm)
-    return 1
+    def run(value: ir.Value, dims: list[Size], steps: list) -> tuple[ir.Value, list[Size]]:
+        for step in steps:
+            if step[0] == "transpose":
+                dims = [dims[p] for p in step[1]]
+                value = node("Transpose", [value], dims, perm=step[1])
+            elif step[0] == "reshape":
+                dims = step[2]
+                value = node("Reshape", [value, _target(graph, step[1], sources, node)], dims)
+            elif step[0] == "squeeze":
+                _, gone, added, dims = step
+                if gone:
+                    axes = m.new_initializer(graph, np.array(gone, np.int64), "einsum_axes")
+                    value = node("Squeeze", [value, axes], _long_sizes(dims))
+                if added:
+                    axes = m.new_initializer(graph, np.array(added, np.int64), "einsum_axes")
+                    value = node("Unsqueeze", [value, axes], dims)
+        return value, dims
+
+    assert plan.left.src_dims is not None and plan.right.src_dims is not None
+    left, left_dims = run(plan.left.src, plan.left.src_dims, plan.left_steps)
+    right, right_dims = run(plan.right.src, plan.right.src_dims, plan.right_steps)
+    mm_dims = left_dims[:-1] + right_dims[-1:]
+    run(node("MatMul", [left, right], mm_dims), mm_dims, plan.out_steps)
+    m.replace(graph, plan.last, nodes, mm)  # the last node made computes the chain's result
+
+
+def _target(graph: ir.Graph, pieces: list[Piece], sources: list[ir.Value], node) -> ir.Value:
+    """The Reshape target ``pieces`` as an int64 tensor: each run of ints one constant, each source's
+    dimension a Shape slice."""
+    if all(isinstance(p, int) for p in pieces):
+        return m.new_initializer(graph, np.array(pieces, np.int64), "einsum_shape")
+    parts: list[ir.Value] = []
+    run: list[int] = []
+    for p in pieces + [None]:
+        if isinstance(p, int):
+            run.append(p)
+            continue
+        if run:
+            parts.append(m.new_initializer(graph, np.array(run, np.int64), "einsum_shape"))
+            run = []
+        if p is not None:
+            source, axis = p
+            parts.append(node("Shape", [sources[source]], None, start=axis, end=axis + 1))
+    return node("Concat", parts, None, axis=0)
+
+
+def _dim_name(d: Size) -> str | None:
+    return d.names[0] if d.coef == 1 and len(d.names) == 1 else None
 
 
 def _orders(labels: list[int], *orders: list[int]) -> list[list[int]]:
@@ -213,13 +399,28 @@ def _orders(labels: list[int], *orders: list[int]) -> list[list[int]]:
     return found
 
 
-def _source_labels(pre_labels: list[int], perm: list[int]) -> list[int]:
+def _source_labels(pre_labels: list[Label], perm: list[int]) -> list[Label]:
     """The labels of the source's axes, given the labels after its Transpose ``perm``."""
-    src = [0] * len(perm)
+    src: list[Label] = [None] * len(perm)
     for i, p in enumerate(perm):
         src[p] = pre_labels[i]
     return src
 
 
-def _moved(perm: Sequence[int]) -> bool:
-    return list(perm) != list(range(len(perm)))
+def _laid(side: _Side, batch: list[int], first: list[int], second: list[int]) -> int:
+    """The elements moved to lay ``side``'s source out as ``batch + first + second`` (the MatMul operand's
+    axes before its merge). None where ONNX Runtime does it inside the product: a swap of the last two
+    axes, each a whole group, is its MatMul's transposed operand (``transposes`` first makes a static
+    Transpose that also moves axes of length 1 that swap; a symbolic one stays a general Transpose)."""
+    assert side.src_dims is not None
+    if not _moved(side.labels, batch + first + second):
+        return 0
+    swap = len(first) == 1 and len(second) == 1 and not _moved(side.labels, batch + second + first)
+    if swap and (all(d.static is not None for d in side.src_dims) or not any(d.unit for d in side.src_dims)):
+        return 0
+    return dp.estimate(side.src_dims)
+
+
+def _moved(labels: Sequence[Label], layout: Sequence[int]) -> bool:
+    """Whether laying out the axes labelled ``labels`` as ``layout`` moves elements (length-1 axes do not)."""
+    return _long(labels) != list(layout)
