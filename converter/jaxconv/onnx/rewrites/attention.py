@@ -250,24 +250,36 @@ def _masking(x: ir.Value) -> tuple[ir.Value, list[ir.Node], ir.Value | None, boo
 
 def _round_trip(p: ir.Value) -> list[ir.Node]:
     """``Transpose(Reshape(Reshape(Transpose(p, perm), s1), s2), perm⁻¹)`` with ``s2`` the first
-    Transpose's static shape, each node the single reader of the one before: ``p``'s values again."""
+    Transpose's static shape, or ``Transpose(Transpose(p, perm), perm⁻¹)`` (the Reshapes dropped by
+    ``symbolic``), each node the single reader of the one before: ``p``'s values again."""
+    for ops in (("Transpose", "Reshape", "Reshape", "Transpose"), ("Transpose", "Transpose")):
+        nodes = _chain(p, ops)
+        if nodes and _gives_back(p, nodes):
+            return nodes
+    return []
+
+
+def _chain(value: ir.Value, op_types: tuple[str, ...]) -> list[ir.Node]:
+    """The nodes of ``op_types`` that follow ``value``, each the single reader of the one before; [] if not."""
     nodes: list[ir.Node] = []
-    value = p
-    for op_type in ("Transpose", "Reshape", "Reshape", "Transpose"):
+    for op_type in op_types:
         uses = list(value.uses())
         if len(uses) != 1 or value.is_graph_output() or uses[0].node.op_type != op_type \
                 or uses[0].node.domain not in ("", "ai.onnx") or uses[0].idx != 0:
             return []
         nodes.append(uses[0].node)
         value = nodes[-1].outputs[0]
-    first, last = (list(m.attr(n, "perm", []) or []) for n in (nodes[0], nodes[3]))
+    return nodes
+
+
+def _gives_back(p: ir.Value, nodes: list[ir.Node]) -> bool:
+    """True when the chain's inverse Transposes (and Reshapes back to the moved shape) give ``p`` again."""
+    first, last = (list(m.attr(n, "perm", []) or []) for n in (nodes[0], nodes[-1]))
     moved = nodes[0].outputs[0].shape
     identity = list(range(len(first)))
-    if not first or sorted(first) != identity or [first[i] for i in last] != identity \
-            or moved is None or not moved.is_static() or nodes[2].outputs[0].shape != moved \
-            or value.shape != p.shape or p.shape is None:
-        return []
-    return nodes
+    return bool(first) and sorted(first) == identity and [first[i] for i in last] == identity \
+        and moved is not None and moved.is_static() and nodes[-2].outputs[0].shape == moved \
+        and nodes[-1].outputs[0].shape == p.shape and p.shape is not None
 
 
 def _zeroing(p: ir.Value, cond: ir.Value | None, keep: bool) -> ir.Node | None:
