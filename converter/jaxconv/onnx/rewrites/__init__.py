@@ -3,6 +3,9 @@
 The lowering emits exact, general graphs; the rules here turn parts of them into forms ORT runs
 faster without changing the numbers:
 
+- ``unrolled_steps``: straight-line copies of one recurrence step (a Python loop over time steps,
+  ``hk.static_unroll``, ``lax.scan(unroll=True)``) folded into the Loop ``lax.scan`` lowers to, first, so
+  that every rule below reads it as a scan;
 - ``zero_bias``: an Add of a constant of zeros that does not broadcast dropped, as XLA drops it;
 - ``symbolic``: Expands that broadcasting makes redundant, found through symbolic dimensions;
 - ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
@@ -140,6 +143,7 @@ from jaxconv.onnx.rewrites import (
     transposes,
     tri_masks,
     unit_scale,
+    unrolled_steps,
     weight_first,
     where_consts,
     zero_bias,
@@ -165,6 +169,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
              "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
              "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
+    fired["unrolled_steps"] = unrolled_steps.rewrite(model.graph)  # first: its Loop's body is a graph below
     for graph in list(_match.all_graphs(model.graph)):
         fired["zero_bias"] += zero_bias.rewrite(graph)
         fired["symbolic"] += symbolic.rewrite(graph)
