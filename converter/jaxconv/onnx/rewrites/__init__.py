@@ -34,7 +34,8 @@ faster without changing the numbers:
   ([h, b, t, dh]) where every reader up to the merge treats the leading axes as batch axes;
 - ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
 - ``einsum_order``: a MatMul between Transposes and Reshapes that merge free axes (grouped-query attention's
-  einsums) planned again, either operand on the left, so the fewest elements are transposed;
+  einsums) planned again, either operand on the left, so the fewest elements are transposed; on symbolic
+  sizes too, read through the run-time shape arithmetic of the Reshape targets (``_dim_products``);
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``broadcast_matmul_order``: the same for a MatMul with a broadcast operand (a mixture of experts'
   ``einsum('th,ehm->etm')``, traced with the weights on the left);
@@ -85,8 +86,9 @@ faster without changing the numbers:
   sigmoid's negation in the weights' columns, the gates that share a sigmoid run it once (columns
   permuted), ``(a + b) + c`` as one Sum;
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
-- ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell too) as the ONNX GRU op
-  where each step's products are small enough for ORT to run on one thread (larger, the Scan is faster).
+- ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell and hk.GRU too) as the ONNX GRU
+  op where each step's products are small enough for ORT to run on one thread, or up to 8x that size where
+  the model records one intra-op thread (larger, the Scan is faster).
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
