@@ -52,14 +52,38 @@ def _reference(fn, args):
 
 
 def _assert_same(fn, args, got, exact=True):
+    """``exact``: True (bit for bit), False (rtol = atol = 1e-6) or ``BackwardStable(n)``."""
     want = _reference(fn, args)
     assert len(got) == len(want)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype and g.shape == w.shape
+        if isinstance(exact, BackwardStable):
+            continue
         if exact:
             np.testing.assert_array_equal(g, w)
         else:
             np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=1e-6, atol=1e-6)
+    if isinstance(exact, BackwardStable):
+        exact.check(_reference(fn, [np.asarray(a, np.float64) for a in args]), want, got)
+
+
+class BackwardStable:
+    """A float32 factorization judged against its float64 result: a backward stable one is exact for a
+    matrix within about ``n * eps * |A|`` of A, so its eigenvalues (Weyl) and its product ``V diag(w) Vᵀ``
+    lie within ``n * eps`` times the largest magnitude of the outputs (|A|'s spectral norm for eigh's
+    eigenvalues) of float64's, for jax.jit's LAPACK and for the ONNX's Jacobi sweeps alike. Two such
+    results may then differ by twice that: which float32 rounding each makes depends on the CPU."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def check(self, wide, want, got):
+        scale = max(float(np.abs(t).max()) for t in wide)
+        bound = self.n * float(np.finfo(np.float32).eps) * scale
+        for t, w, g in zip(wide, want, got):
+            for name, x in (("jax.jit", w), ("the translation", g)):
+                err = float(np.abs(x.astype(np.float64) - t).max())
+                assert err <= bound, f"{name} is {err:.3g} off float64, beyond n * eps * |A| = {bound:.3g}"
 
 
 S = jax.ShapeDtypeStruct
@@ -112,7 +136,8 @@ CASES = {
         True,
     ),
     # eigh's Jacobi loop (ScatterElements); vectors have their own signs, so a product that ignores them
-    "eigh": (lambda a: (lambda w, v: (w, (v * w) @ v.T))(*jnp.linalg.eigh(a + a.T)), [S((4, 4), np.float32)], False),
+    "eigh": (lambda a: (lambda w, v: (w, (v * w) @ v.T))(*jnp.linalg.eigh(a + a.T)), [S((4, 4), np.float32)],
+             BackwardStable(4)),
     "fmod_floor_divide": (
         lambda x, y: (lax.rem(x, y), jnp.floor_divide(x, y)),
         [S((20,), np.float32)] * 2,

@@ -228,9 +228,59 @@ def _attention(params, x):
     return x
 
 
+def test_a_cancelling_sum_of_flt_max_products_is_judged_by_how_far_float64_moves(tmp_path):
+    """A masked attention row: the mean of v, whose column holds -FLT_MAX and FLT_MAX. Each product by
+    1/6 rounds by up to half an ulp of FLT_MAX / 6 (2.5e30): summed in an order without a fused
+    multiply-add they cancel exactly, with one the rounding of one stays (1.69e30, ONNX Runtime's MatMul on
+    an AVX2 EPYC), and the exact sum is 0.11. jax.jit's spread cannot show it (FLT_MAX moved by a rounding
+    step overflows), the float64 result moved by a fraction of one does; 1e33 is beyond any order's
+    rounding."""
+    from judging_support import judge_one_set
+
+    big = np.finfo(np.float32).max
+    v = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    v[:, 0] = [1.4e-45, 0.16728023, -big, big, 3.5264831e-38, 0.67456782]
+    third = np.float32(1) / np.float32(6)
+
+    def mean_of_rows(v):
+        import jax.numpy as jnp
+
+        return jnp.full((2, 6), third, jnp.float32) @ v
+
+    products = (third * v[:, 0]).astype(np.float32)
+    fused = np.float64(products[2]) + np.float64(third) * np.float64(v[3, 0])  # fma(1/6, FLT_MAX, -FLT_MAX/6)
+    fused = np.float32(fused + products[[0, 1, 4, 5]].astype(np.float64).sum())
+    _, expected, _ = judge_one_set(mean_of_rows, [v], "edge", tmp_path, actual=[np.zeros((2, 4), np.float32)])
+    assert 1e30 < fused < 2.5e30
+    for value, ok in ((fused, True), (np.float32(1e33), False)):
+        artifact = np.asarray(expected[0]).copy()
+        artifact[:, 0] = value
+        (row,), _, _ = judge_one_set(mean_of_rows, [v], "edge", tmp_path, actual=[artifact])
+        assert row.ok == ok, row.note
+        assert row.verdict in (("ok", "float64") if ok else ("mismatch",)), row.note
+
+
+class _Float64Runner:
+    """The most accurate float32 artifact there is: the program computed in float64, rounded once."""
+
+    kind = "onnx"
+
+    def __init__(self, program):
+        self.program = program
+
+    def run(self, inputs):
+        from jaxconv.references import float64_outputs
+
+        out, why = float64_outputs(self.program.fn, self.program.arg_specs, inputs)
+        assert out is not None, why
+        return [np.asarray(o).astype(np.float32) for o in out]
+
+
 def test_attention_with_standard_normal_weights_is_no_false_alarm_and_an_edit_is_still_caught():
-    """With N(0,1) weights the logits are huge: jax.jit and ONNX Runtime differ far beyond the float32
-    tolerance, yet both are as accurate as float32 allows. A wrong constant still fails."""
+    """With N(0,1) weights the logits are huge: jax.jit is off the float64 result far beyond the float32
+    tolerance, so an artifact as accurate as float32 allows (float64 rounded once) differs from it that far,
+    yet passes; so does ONNX Runtime, whichever side of jax.jit its own sum orders fall on this CPU. A
+    wrong constant still fails."""
     import onnx
     from onnx import numpy_helper
 
@@ -243,11 +293,16 @@ def test_attention_with_standard_normal_weights_is_no_false_alarm_and_an_edit_is
     layer = '{"q":"f32[32,32]","k":"f32[32,32]","v":"f32[32,32]","o":"f32[32,32]"}'
     program = trace(_attention, ["[" + ",".join([layer] * 8) + "]", "f32[b,16,32]"])
     model = program_to_onnx(program, None)
+    runner = OnnxRunner(model.SerializeToString())
     with check_options(sizes=(5,), edge=False):
-        report = check_runner(OnnxRunner(model.SerializeToString()), "a.onnx", program.fn, program.arg_specs, program.signature)
+        report = check_runner(_Float64Runner(program), "a.onnx", program.fn, program.arg_specs, program.signature)
     (row,) = report.rows
     assert row.max_rel > 1e-3  # far outside the plain tolerance
     assert report.ok and row.verdict == "float64", row.note
+    with check_options(sizes=(5,), edge=False):
+        report = check_runner(runner, "a.onnx", program.fn, program.arg_specs, program.signature)
+    (row,) = report.rows
+    assert report.ok and row.verdict in ("ok", "float64"), row.note
     wrong = onnx.ModelProto()
     wrong.CopyFrom(model)
     edited = 0

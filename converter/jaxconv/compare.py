@@ -8,7 +8,10 @@ Every element gets a class:
                 allows (``<= 2 * noise + atol``). The noise of an element is the largest of jax.jit's
                 error against float64 and how far jax.jit moves when the float inputs move by one
                 rounding step (``spread``: the program's sensitivity to rounding), raised to the 90th
-                percentile of that among elements of similar magnitude. Also an element where jax.jit
+                percentile of that among elements of similar magnitude, and how far the float64 result
+                itself moves when the float inputs move by up to one rounding step (``moved``: what any
+                float32 evaluation may be off by, where a sum of huge terms cancels). Also an element
+                where jax.jit
                 is inf or NaN (its float32 arithmetic overflowed), the float64 result is finite and
                 within the dtype's range, and the artifact is within the dtype's tolerance of it
 ``subnormal``   both values are zero or subnormal: XLA on the CPU flushes subnormals to zero
@@ -81,12 +84,19 @@ class References:
         spread: per element, how far jax.jit's result moves when the float inputs move by one
             rounding step, or None.
         why_not: why ``float64`` is missing, for the note.
+        moved: per element, how far the float64 result moves when each float input moves by its own
+            fraction of one rounding step (``judging.float64_moved``), or None. Unlike ``spread`` it is
+            not pooled (it is the element's own sensitivity, not a sample of jax.jit's errors), and it
+            sees past inputs at the dtype's largest value: a step of FLT_MAX outwards overflows in
+            float32, so jax.jit's ``spread`` is blind to the sum of -FLT_MAX / 6 and FLT_MAX / 6, whose
+            products' rounding (half an ulp, 1.7e30) one float32 order keeps and another cancels.
     """
 
     float64: np.ndarray | None = None
     eager: np.ndarray | None = None
     spread: np.ndarray | None = None
     why_not: str = ""
+    moved: np.ndarray | None = None
 
 
 def is_float(a: np.ndarray) -> bool:
@@ -165,7 +175,7 @@ def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: 
                 if refs.eager is not None and refs.eager.shape == e.shape:  # JAX's other float32 execution
                     err_jax = np.maximum(err_jax, np.where(known & np.isfinite(refs.eager), np.abs(refs.eager - t), 0.0))
                 err_jax = np.maximum(err_jax, _finite_or_zero(refs.spread, e.shape))
-                noise = _pooled_noise(err_jax, t, known)
+                noise = np.maximum(_pooled_noise(err_jax, t, known), _finite_or_zero(refs.moved, e.shape))
                 cand = open_ & known
                 licensed = cand & (np.abs(a - t) <= LICENSE_FACTOR * noise + atol)
                 cls[licensed] = FLOAT64

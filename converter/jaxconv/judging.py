@@ -199,14 +199,16 @@ def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], f
     if truth is not None and wide is not None:
         wide["float64"] = truth
     eager: list[np.ndarray] | None = None
+    refs: dict[int, References] = {}
     for attempt in range(2):
         for i in open_:
-            refs = None
             if i in floats:
                 t = as_float64(truth[i]) if truth is not None and is_narrow_float(expected[i].dtype) else None
-                refs = References(float64=t, eager=as_float64(eager[i]) if eager is not None else None,
-                                  spread=spread[i] if spread is not None else None, why_not=why if t is None else "")
-            judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, refs=refs, inputs=label, explained=explained.get(i))
+                refs[i] = References(float64=t, eager=as_float64(eager[i]) if eager is not None else None,
+                                     spread=spread[i] if spread is not None else None,
+                                     why_not=why if t is None else "")
+            judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, refs=refs.get(i), inputs=label,
+                              explained=explained.get(i))
         left = [i for i in floats if judged[i][1] is not None and judged[i][1].max(initial=OK) >= UNDECIDED
                 and (truth is None or not is_narrow_float(expected[i].dtype))]
         if attempt or not left:
@@ -214,7 +216,84 @@ def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], f
         eager = op_by_op() if op_by_op is not None else references.eager_outputs(fn, arg_specs, flat)
         if eager is None or len(eager) != len(expected):
             break
+    finite_mismatch = [i for i in floats if refs.get(i) is not None and refs[i].float64 is not None
+                       and _finite_mismatch(expected[i], actual[i], judged[i][1])]
+    moved = None
+    if finite_mismatch and truth is not None:
+        release_compiled()  # as around the float64 run: its program's constants, before this one widens them
+        moved = float64_moved(fn, arg_specs, flat, truth)
+        release_compiled()
+    for i in finite_mismatch if moved is not None else []:
+        if moved[i] is not None:
+            judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, inputs=label,
+                              explained=explained.get(i), refs=dataclasses.replace(refs[i], moved=moved[i]))
     return judged
+
+
+def _finite_mismatch(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> bool:
+    """Whether some mismatching element is finite in jax.jit and in the artifact."""
+    if cls is None or cls.shape != np.shape(expected):
+        return False
+    with np.errstate(all="ignore"):
+        e, a = as_float64(expected), as_float64(actual)
+        finite = np.isfinite(e) & np.isfinite(a)
+    if finite.ndim > cls.ndim:  # complex: (re, im) pairs
+        finite = finite.all(axis=-1)
+    return bool(((cls == MISMATCH) & finite).any())
+
+
+MOVED_RUNS = 2
+MOVED_SEED = 54321
+
+
+def float64_moved(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
+                  truth: Sequence[np.ndarray], runs: int = MOVED_RUNS) -> list[np.ndarray | None] | None:
+    """Per output (float64, complex as pairs): how far the float64 result moves when every finite, nonzero
+    narrow-float input ``x`` moves to ``x + x * d``, ``d`` drawn per element from [-eps, eps] (its dtype's
+    rounding step), over ``runs`` draws; None when that cannot be computed.
+
+    The move is computed in float64 (``references.float64_outputs`` widens ``x + x * d`` too), so it is the
+    program's own sensitivity to a rounding of its inputs: what any float evaluation may be off by, which
+    jax.jit, exact by chance on a cancelling sum, need not show. Each element draws its own fraction of a
+    step: -FLT_MAX and FLT_MAX moved by the same fraction would cancel as before.
+    """
+    import jax
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    treedef = jax.tree_util.tree_structure(list(arg_specs))
+    narrow = [k for k, x in enumerate(flat) if is_narrow_float(np.asarray(x).dtype) and np.size(x)]
+    if not narrow:
+        return None
+
+    def moved_program(xs: list[Any], ds: list[Any]) -> Any:
+        xs = list(xs)
+        for k, d in zip(narrow, ds):
+            x = xs[k]
+            xs[k] = jnp.where(jnp.isfinite(x) & (x != 0), x + x * d, x)
+        return fn(*jax.tree_util.tree_unflatten(treedef, xs))
+
+    rng = np.random.default_rng(MOVED_SEED)
+    wide = [as_float64(t) for t in truth]
+    out: list[np.ndarray | None] = [None] * len(truth)
+    for _ in range(runs):
+        ds = []
+        for k in narrow:
+            x = np.asarray(flat[k])
+            component = x.real.dtype if x.dtype.kind == "c" else x.dtype
+            eps = float(ml_dtypes.finfo(component).eps)
+            ds.append(rng.uniform(-eps, eps, x.shape).astype(component))
+        got, _ = references.float64_outputs(moved_program, [list(flat), ds], [*flat, *ds])
+        if got is None:  # no such reference then; the verdicts stand
+            return None
+        for i, g in enumerate(got):
+            g = as_float64(np.asarray(g))
+            if i < len(wide) and g.shape == wide[i].shape:
+                with np.errstate(all="ignore"):
+                    step = np.abs(g - wide[i])
+                step = np.where(np.isfinite(step), step, 0.0)
+                out[i] = step if out[i] is None else np.maximum(out[i], step)
+    return out
 
 
 def _explained_by_flushing(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequence[np.ndarray],
