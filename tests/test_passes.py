@@ -252,3 +252,18 @@ def test_value_names_are_unique_across_subgraphs():
     assert len(names) == len(set(names)), names
     x0 = np.array([1.0, -2.0, 0.5], np.float32)
     np.testing.assert_allclose(_run(proto, x0)[0], np.exp(x0) + x0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("combine", ["min", "max", "add", "multiply", "set"])
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_a_scatter_over_every_row_keeps_its_reduction(combine, dtype):
+    """Found by the fuzzer: ``x.at[0].min(u)`` on a one-row ``x`` is a ScatterND over every row, which
+    onnxscript's rule replaced by ``u`` whatever its reduction (7 came back as 2147483647)."""
+    def f(x, i, u):
+        return getattr(x.at[i], combine)(u, mode="clip")
+
+    info = np.iinfo(dtype) if dtype == np.int32 else np.finfo(dtype)
+    x = np.array([[7, -3, 0, 5]], dtype)
+    u = np.array([[info.max, info.min, 2, 5]], dtype)
+    model = assert_onnx_matches_jax(f, x, np.array([0], np.int8), u)
+    assert combine == "set" or "ScatterND" in onnx_op_types(model)

@@ -146,7 +146,7 @@ def _should_fold(node: ir.Node) -> bool | None:
 
 def _rules() -> list:
     """onnxscript's default rewrite rules (0.7), named one by one, less two that change IEEE results
-    and one that cuts wrongly.
+    and one that cuts wrongly, one of them for assignments only.
 
     - ``x + 0 -> x`` would turn the lowering's -0 + 0 = +0 (Relu, XLA's max) back into -0.
     - ``Cast(Cast(x, f32), f16) -> Cast(x, f16)`` rounds once instead of twice, which can differ.
@@ -155,6 +155,8 @@ def _rules() -> list:
       (``jnp.linalg.inv``). ``rewrites/symbolic.py`` merges such Slices into a Split with their sizes.
     - ``Reshape -> MatMul -> Reshape`` -> ``MatMul`` checks shapes only (a batched rhs met the wrong rows):
       ``matmul_rules.py`` keeps it for a matrix rhs.
+    - ``ScatterND(data, every row, updates) -> updates`` ignores ``reduction``: a one-row ``x.at[0].min(u)``
+      returned ``u``. ``scatter_rules.py`` keeps it for plain assignment.
 
     ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included. jaxconv's own:
     a lossless Cast round trip is ``x``; a Cast after a Transpose that a MatMul reads goes before it
@@ -165,6 +167,7 @@ def _rules() -> list:
     from jaxconv.onnx import matmul_rules as mr
     from jaxconv.onnx import minmax_rules as mm
     from jaxconv.onnx.cast_rules import cast_before_transpose_rule, lossless_cast_round_trip_rule
+    from jaxconv.onnx.scatter_rules import whole_scatter_assignment_rule
 
     return [
         *c.mul_by_1_rule.commute(), c.sub_0_rule, c.div_by_1_rule, c.dropout_zero_rule, c.dropout_inference_rule,
@@ -175,7 +178,7 @@ def _rules() -> list:
         c.successive_clip_relu_rule, c.successive_relu_clip_rule, c.successive_relu_rule, c.successive_clip_rule,
         c.no_op_cast_rule, c.no_op_expand_rule, c.flatten_to_reshape_rule, c.reshape_reshape_rule,
         c.no_op_transpose_rule, c.transpose_transpose_rule, c.unsqueeze_unsqueeze_rule,
-        c.squeeze_reshape_1d_rule, c.no_op_dynamic_scatter_nd_rule, c.no_op_static_scatter_nd_rule,
+        c.squeeze_reshape_1d_rule, c.no_op_dynamic_scatter_nd_rule, whole_scatter_assignment_rule,
         c.normalize_pad_format_conv_rule, c.normalize_pad_format_conv_integer_rule,
         c.fuse_pad_into_conv_rule, c.fuse_pad_into_conv_integer_rule,
         c.fuse_batchnorm_into_conv_rule, c.fuse_batchnorm_into_conv_transpose_rule, c.fuse_batchnorm_into_gemm_rule,
