@@ -68,11 +68,64 @@ def test_model_inputs_hold_a_few_edge_values():
 
 
 def test_the_fuzzer_records_which_rewrites_fired():
-    p = generate_model(47)  # a fused GRU scan
-    outcome = fuzz_run.evaluate(p, "onnx", 47)
+    p = generate_model(10, ["gru"])  # Haiku's GRU scan: (1 - z) * h + z * n
+    assert p.ops()[0] == "gru_haiku"
+    outcome = fuzz_run.evaluate(p, "onnx", 10)
     assert outcome.status == "ok"
     assert outcome.rules["gru"] == 1 and outcome.rules["scan"] == 1 and outcome.rules["attention"] == 0
     assert jaxconv.onnx.rewrites.apply.__name__ == "apply"  # the counter put the converter's function back
+
+
+@pytest.mark.parametrize("kind, seed, first, rule, fired", [
+    ("unrolled", 0, "unrolled_lstm_fused", "unrolled_steps", 1),  # a Python loop over time steps: one Loop
+    ("unrolled", 4, "stacked_layers", "unrolled_steps", 0),  # a loop over stacked layer weights stays unrolled
+    ("moe", 0, "moe_router", "broadcast_matmul_order", 1),  # einsum('th,ehm->etm') computed as x @ w
+])
+def test_the_new_kinds_reach_their_rules(kind, seed, first, rule, fired):
+    p = generate_model(seed, [kind])
+    assert p.ops()[0] == first
+    outcome = fuzz_run.evaluate(p, "onnx", seed)
+    assert outcome.status == "ok" and outcome.rules[rule] == fired, (outcome.status, outcome.detail, outcome.rules)
+
+
+def test_the_unrolled_gru_moe_and_fft_kinds_draw_every_form():
+    """The recurrences unrolled at trace time (every cell, both forms, the three outputs), GRUs of the GRU op's
+    sizes with ``unroll=k``, the experts' two einsums and the FFT halves, each drawn by some seed."""
+    ops: collections.Counter[str] = collections.Counter()
+    text: collections.Counter[str] = collections.Counter()
+    sizes = set()
+    for seed in range(120):
+        for kind in ("unrolled", "gru", "moe", "fft"):
+            p = generate_model(seed, [kind])
+            ops.update(p.ops())
+            src = p.source()
+            text.update(t for t in ("[:, t]", "[t]", "axis=0)", "axis=1)", "[-1][1]", "unroll=True", "unroll=2",
+                                    "unroll=3", "unroll=4", "'th,ehm->etm'", "'etm,emh->eth'", "lax.top_k")
+                        if t in src)
+            if kind == "gru":
+                sizes.add(p.types[p.steps[0].out].shape[-1])
+    cells = ("rnn_tanh", "lstm_fused", "lstm_flax", "lstm_haiku", "gru_fused", "gru_flax", "gru_haiku")
+    for op in (*(f"unrolled_{c}" for c in cells), "stacked_layers", "gru_haiku", "gru_fused", "gru_flax", "moe_up",
+               "moe_down", "fft2_real", "fft2_imag", "fft_abs", "ifft2_real", "ifft2_filter", "fnet"):
+        assert ops[op] > 0, (op, ops)
+    assert sum(ops[f"scan_unrolled_{c}"] > 0 for c in cells) >= 5, ops
+    assert all(text[t] > 0 for t in ("[:, t]", "[t]", "axis=0)", "axis=1)", "[-1][1]", "unroll=True", "unroll=2",
+                                     "unroll=4", "'th,ehm->etm'", "'etm,emh->eth'", "lax.top_k")), text
+    assert {64, 128} <= sizes
+
+
+def test_kinds_restrict_the_model_programs():
+    from conformance.fuzz import cli
+
+    assert generate(3, family="model", kinds=["fft"]).ops()[0] in ("fft2_real", "fft2_imag", "fft_abs", "ifft2_real",
+                                                                     "ifft2_filter", "fnet")
+    assert generate(3, family="model", kinds=["fft"]).source() == generate_model(3, ["fft"]).source()
+    assert cli.parse_args(["--kinds", "unrolled, moe"]).kind_list == ["unrolled", "moe"]
+    assert cli.parse_args([]).kind_list is None
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--kinds", "transformer"])
+    with pytest.raises(ValueError, match="unknown model kind"):
+        generate_model(3, ["transformer"])
 
 
 def _one_pass_norm(g, b):

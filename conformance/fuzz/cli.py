@@ -31,6 +31,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--targets", default="onnx", help=f"comma-separated, from {','.join(TARGETS)} (default onnx)")
     p.add_argument("--family", choices=FAMILIES, default="mixed",
                    help="programs: mixed (one in four model-shaped, default), random (2-8 ops) or model")
+    p.add_argument("--kinds", default="",
+                   help="comma-separated model kinds the model-shaped programs draw from (default: all; "
+                        "conformance/fuzz/models.py KINDS)")
     p.add_argument("-o", "--output", default="fuzz-out", help="folder for reproducers and results (default fuzz-out)")
     p.add_argument("--no-minimise", action="store_true", help="classify without shrinking (faster, coarser classes)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per failing program")
@@ -45,6 +48,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.count < 0 or args.jobs < 1:
         p.error("--count must be >= 0 and -j >= 1")
     args.target_list = targets
+    from conformance.fuzz.models import KINDS
+
+    args.kind_list = [k.strip() for k in args.kinds.split(",") if k.strip()] or None
+    unknown = sorted(set(args.kind_list or ()) - set(KINDS))
+    if unknown:
+        p.error(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
     return args
 
 
@@ -132,11 +141,11 @@ def findings(tally: Tally) -> str:
 
 _JAX_ONLY = """
 import sys
-sys.path[:0] = sys.argv[3:]
+sys.path[:0] = sys.argv[4:]
 from conformance.fuzz.generate import INPUT_SETS, generate, input_values
 from conformance.fuzz.run import Invalid, reference
 seed = int(sys.argv[1])
-program = generate(seed, family=sys.argv[2])
+program = generate(seed, family=sys.argv[2], kinds=sys.argv[3].split(",") if sys.argv[3] else None)
 for kind in INPUT_SETS:
     try:
         reference(program, input_values(program, kind, seed))
@@ -145,7 +154,7 @@ for kind in INPUT_SETS:
 """
 
 
-def jax_aborts(seed: int, family: str = "mixed") -> str:
+def jax_aborts(seed: int, family: str = "mixed", kinds: Sequence[str] | None = None) -> str:
     """When program ``seed`` kills its worker: the fatal line if jax.jit alone kills a process, else ''.
 
     XLA can abort (a failed CHECK) while compiling a valid program; that is jax's bug, not a converter crash.
@@ -154,8 +163,9 @@ def jax_aborts(seed: int, family: str = "mixed") -> str:
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        done = subprocess.run([sys.executable, "-c", _JAX_ONLY, str(seed), family, root, os.path.join(root, "converter")],
-                              capture_output=True, text=True, timeout=300)
+        command = [sys.executable, "-c", _JAX_ONLY, str(seed), family, ",".join(kinds or ()), root,
+                   os.path.join(root, "converter")]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return ""
     if done.returncode >= 0:
@@ -222,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(args.output, exist_ok=True)
     out = os.path.abspath(args.output)
     tasks = [{"seed": program_seed(args.seed, k), "targets": args.target_list, "out": out, "minimise": not args.no_minimise,
-              "family": args.family}
+              "family": args.family, "kinds": args.kind_list}
              for k in range(args.start, args.start + args.count)]
     tally = Tally()
     started = time.monotonic()
@@ -246,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_lost(task: dict[str, Any], why: str) -> list[dict[str, Any]]:
         status = "not-run" if why == NOT_STARTED else "lost"
         if why.startswith("worker process died"):
-            aborted = jax_aborts(task["seed"], task.get("family", "mixed"))
+            aborted = jax_aborts(task["seed"], task.get("family", "mixed"), task.get("kinds"))
             if aborted:
                 status, why = "invalid", f"jax.jit aborts the process: {aborted}"
         return [{"seed": task["seed"], "target": t, "status": status, "detail": why, "ops": []} for t in task["targets"]]

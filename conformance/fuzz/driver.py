@@ -71,7 +71,7 @@ def fuzz_task(task: dict[str, Any]) -> list[dict[str, Any]]:
 
     _quiet_runtimes()
     seed = task["seed"]
-    program = generate(seed, family=task.get("family", "mixed"))
+    program = generate(seed, family=task.get("family", "mixed"), kinds=task.get("kinds"))
     records = []
     for target in task["targets"]:
         start = time.perf_counter()

@@ -7,6 +7,7 @@ The same seed always gives the same program and the same inputs: the generator u
 from __future__ import annotations
 
 import random
+from typing import Sequence
 
 import numpy as np
 
@@ -72,16 +73,18 @@ class Builder:
         return self.fresh(t.shape, t.dtype)
 
 
-def generate(seed: int, min_ops: int = 2, max_ops: int = 8, family: str = "mixed") -> FuzzProgram:
+def generate(seed: int, min_ops: int = 2, max_ops: int = 8, family: str = "mixed",
+             kinds: Sequence[str] | None = None) -> FuzzProgram:
     """A random program of ``min_ops``..``max_ops`` steps; deterministic for ``seed`` and ``family``.
 
     ``family`` mixed: one seed in four (``seed % 4 == 3``) gives a model-shaped program
-    (``models.generate_model``), the others a random one; ``model``: always a model; ``random``: never.
+    (``models.generate_model``, of one of ``kinds``: default every kind), the others a random one;
+    ``model``: always a model; ``random``: never.
     """
     if family == "model" or (family == "mixed" and seed % MODEL_EVERY == MODEL_EVERY - 1):
         from conformance.fuzz.models import generate_model
 
-        return generate_model(seed)
+        return generate_model(seed, kinds)
     rng = random.Random(seed)
     b = Builder(rng, x64=rng.random() < 0.25)
     for _ in range(rng.choice([1, 1, 2])):

@@ -117,10 +117,23 @@ EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
 
+# conformance/fuzz/models.py's FFT steps: in the artifact, products with DFT matrices (sums over each axis).
+FFT_STEPS = ("fft2_real", "fft2_imag", "fft_abs", "ifft2_real", "ifft2_filter", "fnet")
+DFT_ZEROS = ("an FFT is a product with a DFT matrix in the artifact (README: Known differences): every input element is "
+             "multiplied by every twiddle factor, the exact zeros (sin 0, sin pi) included, so an inf or NaN input "
+             "makes NaN (inf x 0) in outputs where XLA's FFT, like numpy's (pocketfft), skips the trivial twiddles of its "
+             "butterflies and gives a number (jax.jit: fft2 of ones with one -inf has an imaginary half of zeros, "
+             "the artifact NaN; ifft2 of a 1 x 1 value with a NaN imaginary part keeps its real part)")
+DFT_TWIDDLES = ("open (jaxconv's own, ops/fft.py): the DFT matrix's quarter-turn entries are cos(pi / 2) = 6.1e-17 and "
+                "sin(pi) = 1.2e-16, not 0, so a large input leaves that share of itself in outputs where XLA's "
+                "butterflies cancel exactly (fft of [1, 1e30, 1, 1]: 6.1e13 against 0); within the float rounding of "
+                "the transform's norm (tests/test_fuzz_regressions_4.py, strict xfail)")
+
 # The products of conformance/fuzz/models.py's layers: sums over a contracted axis, as matmul and conv.
 MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense_k", "dense_v", "dense_out", "dense_qkv",
               "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "lstm_fused", "lstm_flax",
-              "gru_fused", "gru_flax")
+              "gru_fused", "gru_flax", "gru_haiku", "unrolled_*", "scan_unrolled_*", "stacked_layers", "moe_router",
+              "moe_up", "moe_down", "moe_combine")
 
 LN_OVERFLOW = ("open (jaxconv's own): the layer_norm rule's LayerNormalization op gives a row whose sum or mean of "
                "squares overflows a finite norm, where jax.jit's is NaN (inf - inf); the exact guard per norm cost the "
@@ -146,8 +159,9 @@ KNOWN: tuple[Known, ...] = (
     Known("convert_bool_*+mul*", XLA_SELECT),
     *(Known(f"{op}/*/*", LAPACK_NAN, frozenset({"nan-input"})) for op in ("eigvalsh", "eigh_product")),
     Known("eigh_product/*/value", LAPACK_NORM, HUGE),
+    Known("eigvalsh/*/value", LAPACK_NORM, SQUARES),  # an eigenvalue near 0 beside one of 1.8e19: both within eps x norm
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
-      for op in ("top_k", "top_k_indices", "sort", "argsort") for kind in ("nan", "inf", "value")),
+      for op in ("top_k", "top_k_indices", "sort", "argsort", "moe_gates") for kind in ("nan", "inf", "value")),
     *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS) for kind in ("nan", "inf")),
@@ -168,6 +182,11 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"conv/*/{kind}", SUM_ORDER, HUGE) for kind in ("value", "inf")),
     Known("conv/*/overflow-order", SUM_ORDER),
     Known("*/*/conv-zeros", CONV_ZEROS),
+    *(Known(f"{op}/*/{kind}", DFT_ZEROS, frozenset({fact})) for op in FFT_STEPS for fact in ("nan-input", "inf-input")
+      for kind in ("nan", "inf", "value", "signed-zero")),
+    # an input whose square can overflow is 1.1e18 or more: 6e-17 of it passes the float tolerance
+    *(Known(f"{op}/*/{kind}", DFT_TWIDDLES, frozenset({fact})) for op in FFT_STEPS
+      for fact in ("square-overflow-input", "huge-weight") for kind in ("value", "nan", "inf")),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
                                                               "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS)),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),

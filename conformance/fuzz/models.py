@@ -5,8 +5,11 @@ weight, an attention block between head Transposes, a layer norm over the last a
 a scan). ``generate_model`` draws a small model instead: feed-forward blocks (GELU, ReLU, SiLU,
 SwiGLU; hidden widths that are multiples of 1024 and not), attention with causal and padding masks
 (-inf, ``finfo.min`` and other fills), softmax / log_softmax heads, layer and RMS norms, LSTM and GRU
-cells in ``lax.scan`` (fused hand-written and per-gate Flax-style), NHWC conv and pool chains, a
-classifier reading one row of its last layer, ``fori_loop`` with loop invariants.
+cells in ``lax.scan`` (fused hand-written, per-gate Flax-style, Haiku's; ``unroll=k``), the same cells
+unrolled at trace time (a Python loop over time steps, ``unroll=True``) and a Python loop over stacked
+layer weights, NHWC conv and pool chains, a classifier reading one row of its last layer, ``fori_loop``
+with loop invariants, a mixture of experts (top-k routing, the experts' einsums) and the real halves of
+small FFTs (FNet's token mixing).
 
 Weights are mostly closed-over constants (the rules match constant weights), written as
 ``_w(seed, shape, dtype, scale, edge)``: seeded normal values, a share ``edge`` of them replaced by
@@ -18,11 +21,12 @@ the minimiser can cut a failing model down layer by layer.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Callable, Sequence
 
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
-KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads")
+KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
+         "fft")
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -38,6 +42,7 @@ class ModelBuilder:
         # the program's share of edge values in constants: most programs have none, some a few, some many
         self.edge = rng.choice([0.0, 0.0, 0.0, 0.001, 0.01, 0.05])
         self.weight_inputs = rng.random() < 0.3
+        self.exact_sigmoid = False
 
     def input(self, shape: tuple[int, ...], dtype: str | None = None, role: str = "") -> int:
         v = self.program.new_id()
@@ -82,7 +87,8 @@ class ModelBuilder:
         return v
 
     def sig(self, z: str) -> str:
-        return f"jax.nn.sigmoid({z})" if self.rng.random() < 0.5 else f"(1 / (1 + jnp.exp(-({z}))))"
+        """A sigmoid in the form ``cell`` drew for its gates (the GRU rule reads ``1 / (1 + exp(-z))``)."""
+        return f"(1 / (1 + jnp.exp(-({z}))))" if self.exact_sigmoid else f"jax.nn.sigmoid({z})"
 
     # -- layers -----------------------------------------------------------------------------------
 
@@ -296,24 +302,28 @@ class ModelBuilder:
             vv = self.ref(v) if v is not None else self.w((b, h, t, dh), 1.0)
             self.step("attend", f"{self.ref(p)} @ {vv}", (b, h, t, dh))
 
-    def rnn(self, cell: str) -> None:
-        # size-1 dims are rare: the LSTM and GRU rules do not match them (no products to fuse)
-        t, b, d = self.rng.choice([1, 2, 3, 5, 5]), self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 4, 4, 8, 16])
-        h = self.rng.choice([1, 2, 3, 3, 4, 8, 16, 32])
-        batch_major = self.rng.random() < 0.3
-        xs = self.input((b, t, d) if batch_major else (t, b, d))
-        seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
+    def cell(self, kind: str, d: int, h: int, b: int) -> tuple[str, str, str]:
+        """A recurrent cell: a ``lax.scan`` body ``lambda carry, xt: (carry, y)``, its first carry, its name.
+
+        Kinds: ``rnn_tanh``; ``lstm_fused`` (one product, jax's (i, f, g, o) columns), ``lstm_flax`` (one
+        Dense per gate), ``lstm_haiku`` (``concat([x, h]) @ W``, forget bias 1); ``gru_fused`` (reset before
+        the product, ONNX's default), ``gru_flax`` (reset after it), ``gru_haiku`` (``(1 - z) * h + z * n``).
+        """
+        self.exact_sigmoid = self.rng.random() < 0.5  # one form for every gate of the cell
+        sig = self.sig
         zeros = f"jnp.zeros(({b}, {h}), jnp.{self.dtype})"
         init = zeros if self.rng.random() < 0.7 else self.w((b, h), 1.0)
-        sig = self.sig
-        if cell == "lstm" and self.rng.random() < 0.5:  # one fused product, jax's (i, f, g, o) columns
+        if kind == "rnn_tanh":
+            body = (f"lambda s, xt: (lambda hn: (hn, hn))(jnp.tanh(xt @ {self.w((d, h))} + "
+                    f"s @ {self.w((h, h))} + {self.bias(h)}))")
+            return body, init, kind
+        if kind == "lstm_fused":
             wx, wh, bias = self.w((d, 4 * h)), self.w((h, 4 * h)), self.bias(4 * h)
-            body = (f"lambda hc, xt: (lambda i, f, g, o: (lambda c: ((lambda hn: ((hn, c), hn))({sig('o')} * jnp.tanh(c))))"
-                    f"({sig('f')} * hc[1] + {sig('i')} * jnp.tanh(g)))(*jnp.split(xt @ {wx} + hc[0] @ {wh} + {bias}, 4, "
-                    f"axis=-1))")
-            carry = f"({init}, {zeros})"
-            op = "lstm_fused"
-        elif cell == "lstm":  # flax.linen.LSTMCell: one Dense per gate, carry (c, h)
+            body = (f"lambda hc, xt: (lambda i, f, g, o: (lambda c: ((lambda hn: ((hn, c), hn))("
+                    f"{sig('o')} * jnp.tanh(c))))({sig('f')} * hc[1] + {sig('i')} * jnp.tanh(g)))("
+                    f"*jnp.split(xt @ {wx} + hc[0] @ {wh} + {bias}, 4, axis=-1))")
+            return body, f"({init}, {zeros})", kind
+        if kind == "lstm_flax":  # flax.linen.LSTMCell: carry (c, h)
             gates = {g: (self.w((d, h)), self.w((h, h)), self.bias(h)) for g in "ifgo"}
 
             def pre(g: str) -> str:
@@ -321,34 +331,141 @@ class ModelBuilder:
                 return f"xt @ {wi} + (ch[1] @ {whh} + {bb})"
             body = (f"lambda ch, xt: (lambda c: (lambda hn: ((c, hn), hn))({sig(pre('o'))} * jnp.tanh(c)))"
                     f"({sig(pre('f'))} * ch[0] + {sig(pre('i'))} * jnp.tanh({pre('g')}))")
-            carry = f"({zeros}, {init})"
-            op = "lstm_flax"
-        elif self.rng.random() < 0.5:  # fused GRU, reset applied before the product (ONNX's default)
+            return body, f"({zeros}, {init})", kind
+        if kind == "lstm_haiku":  # hk.LSTM: carry (h, c), columns (i, g, f, o), the forget gate's bias 1
+            w, bias = self.w((d + h, 4 * h)), self.bias(4 * h)
+            body = (f"lambda hc, xt: (lambda i, g, f, o: (lambda c: (lambda hn: ((hn, c), hn))("
+                    f"{sig('o')} * jnp.tanh(c)))({sig('f + 1')} * hc[1] + {sig('i')} * jnp.tanh(g)))("
+                    f"*jnp.split(jnp.concatenate([xt, hc[0]], -1) @ {w} + {bias}, 4, axis=-1))")
+            return body, f"({init}, {zeros})", kind
+        if kind in ("gru_fused", "gru_haiku"):
+            # gru_fused: r, z columns, (1 - z) * n + z * h; hk.GRU: z, r columns, (1 - z) * h + z * n
             wx, wh, un, bias = self.w((d, 3 * h)), self.w((h, 2 * h)), self.w((h, h)), self.bias(3 * h)
-            body = (f"lambda s, xt: (lambda gx: (lambda r, z: (lambda n: ((1 - z) * n + z * s,) * 2)("
-                    f"jnp.tanh(gx[..., {2 * h}:] + (r * s) @ {un})))(*jnp.split({sig(f'gx[..., :{2 * h}] + s @ {wh}')}, 2, "
-                    f"axis=-1)))(xt @ {wx} + {bias})")
-            carry = init
-            op = "gru_fused"
-        else:  # flax.linen.GRUCell: r, z, n Dense per gate; linear_before_reset
-            ir_, iz, in_ = (self.w((d, h)) for _ in range(3))
-            hr, hz, hn = (self.w((h, h)) for _ in range(3))
-            bir, biz, bin_, bhn = (self.bias(h) for _ in range(4))
-            body = (f"lambda s, xt: (lambda r, z: (lambda n: ((1 - z) * n + z * s,) * 2)("
-                    f"jnp.tanh(xt @ {in_} + {bin_} + r * (s @ {hn} + {bhn}))))("
-                    f"{sig(f'xt @ {ir_} + {bir} + s @ {hr}')}, {sig(f'xt @ {iz} + {biz} + s @ {hz}')})")
-            carry = init
-            op = "gru_flax"
-        out = self.rng.choice(["ys", "last"])
-        if out == "ys":
-            expr = f"lax.scan({body}, {carry}, {seq})[1]"
+            fused = kind == "gru_fused"
+            gates, update = ("r, z", "(1 - z) * n + z * s") if fused else ("z, r", "(1 - z) * s + z * n")
+            body = (f"lambda s, xt: (lambda gx: (lambda {gates}: (lambda n: ({update},) * 2)("
+                    f"jnp.tanh(gx[..., {2 * h}:] + (r * s) @ {un})))("
+                    f"*jnp.split({sig(f'gx[..., :{2 * h}] + s @ {wh}')}, 2, axis=-1)))(xt @ {wx} + {bias})")
+            return body, init, kind
+        # flax.linen.GRUCell: r, z, n Dense per gate; linear_before_reset
+        ir_, iz, in_ = (self.w((d, h)) for _ in range(3))
+        hr, hz, hn = (self.w((h, h)) for _ in range(3))
+        bir, biz, bin_, bhn = (self.bias(h) for _ in range(4))
+        body = (f"lambda s, xt: (lambda r, z: (lambda n: ((1 - z) * n + z * s,) * 2)("
+                f"jnp.tanh(xt @ {in_} + {bin_} + r * (s @ {hn} + {bhn}))))("
+                f"{sig(f'xt @ {ir_} + {bir} + s @ {hr}')}, {sig(f'xt @ {iz} + {biz} + s @ {hz}')})")
+        return body, init, "gru_flax"
+
+    def rnn(self, cell: str) -> None:
+        """A cell in ``lax.scan`` (sometimes ``unroll=k``, the input projection left in the body); GRUs of
+        the small sizes the GRU op takes (B 1-4, H up to 128) too."""
+        # size-1 dims are rare: the LSTM and GRU rules do not match them (no products to fuse)
+        t, b = self.rng.choice([1, 2, 3, 5, 5]), self.rng.choice([1, 2, 3, 4])
+        d = self.rng.choice([1, 2, 3, 4, 4, 8, 16])
+        h = self.rng.choice([1, 2, 3, 3, 4, 8, 16, 32] + ([64, 128] if cell == "gru" else []))
+        batch_major = self.rng.random() < 0.3
+        xs = self.input((b, t, d) if batch_major else (t, b, d))
+        seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
+        kinds = ["lstm_fused", "lstm_flax"] if cell == "lstm" else ["gru_fused", "gru_flax", "gru_haiku"]
+        body, carry, op = self.cell(self.rng.choice(kinds), d, h, b)
+        unroll = f", unroll={self.rng.choice([2, 3, 4])}" if self.rng.random() < 0.25 else ""
+        if self.rng.random() < 0.5:
+            expr = f"lax.scan({body}, {carry}, {seq}{unroll})[1]"
             shape: tuple[int, ...] = (t, b, h)
         else:
-            expr = f"lax.scan({body}, {carry}, {seq})[1][-1]"
+            expr = f"lax.scan({body}, {carry}, {seq}{unroll})[1][-1]"
             shape = (b, h)
         y = self.step(op, expr, shape)
         if self.rng.random() < 0.5:
             self.head(y, shape)
+
+    def unrolled(self) -> None:
+        """A recurrence unrolled at trace time: a Python loop over T >= 5 time steps (rows ``xs[:, t]`` or
+        ``xs[t]``; the outputs stacked on axis 0 or 1, or only the last kept) or ``lax.scan(...,
+        unroll=True)``; or a Python loop over stacked layer weights (``x = f(x @ w[i]) + x``)."""
+        if self.rng.random() < 0.2:
+            return self.stacked_layers()
+        t, b, d = self.rng.choice([5, 6, 8]), self.rng.choice([1, 2, 3, 4]), self.rng.choice([2, 3, 4, 8])
+        h = self.rng.choice([2, 3, 4, 8, 16])
+        kind = self.rng.choice(["rnn_tanh", "lstm_fused", "lstm_flax", "lstm_haiku", "gru_fused", "gru_flax",
+                                "gru_haiku"])
+        body, carry, op = self.cell(kind, d, h, b)
+        batch_major = self.rng.random() < 0.5
+        xs = self.input((b, t, d) if batch_major else (t, b, d))
+        out = self.rng.choice(["stack0", "stack1", "last"])
+        if self.rng.random() < 0.3:
+            seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
+            ys = f"lax.scan({body}, {carry}, {seq}, unroll=True)[1]"  # [t, b, h]
+            expr = {"stack0": ys, "stack1": f"jnp.swapaxes({ys}, 0, 1)", "last": f"{ys}[-1]"}[out]
+            form = "scan_unrolled"
+        else:
+            row = f"{self.ref(xs)}[:, t]" if batch_major else f"{self.ref(xs)}[t]"
+            steps = f"(lambda body, p: [p := body(p[0], {row}) for t in range({t})])({body}, ({carry}, None))"
+            if out == "last":
+                expr = f"{steps}[-1][1]"
+            else:  # zip, not a comprehension: its iterable may not hold the walrus above
+                expr = f"jnp.stack(list(zip(*{steps}))[1], axis={out[-1]})"
+            form = "unrolled"
+        shape = {"stack0": (t, b, h), "stack1": (b, t, h), "last": (b, h)}[out]
+        y = self.step(f"{form}_{op}", expr, shape)
+        if self.rng.random() < 0.3:
+            self.head(y, shape)
+
+    def stacked_layers(self) -> None:
+        n, d = self.rng.choice([2, 3, 5, 6]), self.rng.choice([4, 8, 16])
+        rows = (self.rng.choice([1, 2, 4]),) if self.rng.random() < 0.5 else (2, self.rng.choice([3, 5]))
+        shape = rows + (d,)
+        x = self.input(shape)
+        f = self.rng.choice(["jnp.tanh", "jax.nn.relu", "jax.nn.gelu"])
+        w = self.w((n, d, d), 1.0 / d ** 0.5)
+        expr = f"(lambda x: [x := {f}(x @ {w}[i]) + x for i in range({n})][-1])({self.ref(x)})"
+        self.step("stacked_layers", expr, shape)
+
+    def moe(self) -> None:
+        """A mixture of experts: a router's top-k weights, the experts' ``einsum('th,ehm->etm')`` and
+        ``einsum('etm,emh->eth')``, the outputs combined by the routing weights."""
+        t, hd = self.rng.choice([2, 4, 8, 16, 32]), self.rng.choice([4, 8, 16])
+        m, e = self.rng.choice([8, 16, 32]), self.rng.choice([2, 4, 8])
+        k = self.rng.choice([1, 2])
+        x = self.input((t, hd))
+        logits = self.step("moe_router", f"{self.ref(x)} @ {self.w((hd, e))}", (t, e))
+        if self.rng.random() < 0.5:  # Mixtral: the softmax over the chosen k
+            gate = f"(lambda vi: (jax.nn.softmax(vi[0], -1), vi[1]))(lax.top_k({self.ref(logits)}, {k}))"
+        else:  # Switch: the softmax over every expert, then the top k
+            gate = f"lax.top_k(jax.nn.softmax({self.ref(logits)}, -1), {k})"
+        gates = self.step("moe_gates", f"(lambda vi: jnp.sum(jax.nn.one_hot(vi[1], {e}, dtype=vi[0].dtype) * "
+                          f"vi[0][..., None], axis=-2))({gate})", (t, e))
+        up = f"jnp.einsum('th,ehm->etm', {self.ref(x)}, {self.w((e, hd, m), 1.0 / hd ** 0.5)})"
+        if self.rng.random() < 0.4:
+            up += f" + {self.w((e, 1, m), 0.1)}"
+        u = self.step("moe_up", up, (e, t, m))
+        a = self.act(u, (e, t, m), self.rng.choice(["relu", "silu", "gelu_tanh"]))
+        w2 = self.w((e, m, hd), 1.0 / m ** 0.5)
+        down = self.step("moe_down", f"jnp.einsum('etm,emh->eth', {self.ref(a)}, {w2})", (e, t, hd))
+        self.step("moe_combine", f"jnp.einsum('eth,te->th', {self.ref(down)}, {self.ref(gates)})", (t, hd))
+
+    def fft(self) -> None:
+        """Real halves of small FFTs (the complex values stay inside one step): ``fft2(x).real``, ``.imag``,
+        ``abs(fft(x))``, ``ifft2(z).real``; or FNet's token mixing ``fft2(x).real``, a residual and a norm."""
+        b, n = self.rng.choice([1, 2]), self.rng.choice([1, 2, 3, 4, 5, 8])
+        m = self.rng.choice([1, 2, 3, 4, 6, 8])
+        x = self.input((b, n, m))
+        form = self.rng.choice(["fft2_real", "fft2_imag", "fft_abs", "ifft2_real", "ifft2_filter", "fnet"])
+        if form == "fft2_real" or form == "fnet":
+            expr = f"jnp.fft.fft2({self.ref(x)}).real"
+        elif form == "fft2_imag":
+            expr = f"jnp.fft.fft2({self.ref(x)}).imag"
+        elif form == "fft_abs":
+            expr = f"jnp.abs(jnp.fft.fft({self.ref(x)}))"
+        elif form == "ifft2_real":
+            expr = f"jnp.fft.ifft2(lax.complex({self.ref(x)}, {self.ref(self.input((b, n, m)))})).real"
+        else:  # a filter in the frequency domain
+            expr = f"jnp.fft.ifft2(jnp.fft.fft2({self.ref(x)}) * {self.w((n, m), 1.0, may_input=False)}).real"
+        y = self.step(form, expr, (b, n, m))
+        if form == "fnet":
+            y = self.norm(self.step("residual", f"{self.ref(x)} + {self.ref(y)}", (b, n, m)), (b, n, m))
+            f = self.feed_forward(y, (b, n, m))
+            self.step("residual", f"{self.ref(y)} + {self.ref(f)}", (b, n, m))
 
     def cnn(self) -> None:
         n, hw = self.rng.choice([1, 2]), self.rng.choice([4, 5, 6, 8])
@@ -408,17 +525,23 @@ class ModelBuilder:
             self.head(y, self.program.types[y].shape)
 
 
-def generate_model(seed: int) -> FuzzProgram:
-    """A model-shaped program for ``seed`` (deterministic); its kind is the first step's family."""
+def generate_model(seed: int, kinds: Sequence[str] | None = None) -> FuzzProgram:
+    """A model-shaped program for ``seed`` (deterministic) of one of ``kinds`` (default: ``KINDS``)."""
+    unknown = sorted(set(kinds or ()) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
     rng = random.Random(seed)
     for _ in range(5):
         dtype = rng.choices(["float32", "float16", "bfloat16"], weights=[0.8, 0.1, 0.1])[0]
         mb = ModelBuilder(rng, dtype)
-        kind = rng.choice(KINDS)
+        kind = rng.choice(tuple(kinds or KINDS))
+        if kind == "fft":
+            mb.dtype = "float32"  # jnp.fft computes in complex64 at least: a half float would be widened
         build: dict[str, Callable[[], None]] = {
             "mlp": mb.mlp, "encoder": lambda: mb.encoder(False), "decoder": lambda: mb.encoder(True),
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
+            "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft,
         }
         build[kind]()
         p = mb.program
