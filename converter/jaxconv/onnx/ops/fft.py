@@ -52,9 +52,21 @@ def _use_dft_op(n: int, kind: str) -> bool:
     return n >= DFT_OP_FROM[kind]
 
 
-def _angles(n: int, m: int, sign: float) -> np.ndarray:
+def _turns(n: int, m: int, sign: float) -> tuple[np.ndarray, np.ndarray]:
+    """[n, m] float64: cos and sin of ``sign * 2 pi (j k mod n) / n``, exactly 0 and +-1 at quarter turns.
+
+    cos(pi / 2) in float64 is 6.1e-17, not 0: times a huge input it leaves a residue where the transform
+    has an exact zero (the real half of fft([1, 1e30, 1, 1]) is [1e30, 0, -1e30, 0] in jax.jit, whose
+    butterflies add and subtract; 6.1e13 came out for its zeros).
+    """
     j, k = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
-    return sign * 2.0 * np.pi * ((j * k) % max(n, 1)) / max(n, 1)
+    r = (j * k) % max(n, 1)
+    t = sign * 2.0 * np.pi * r / max(n, 1)
+    quarter = (4 * r) % max(n, 1) == 0
+    q = (4 * r // max(n, 1)) % 4
+    cos = np.where(quarter, np.array([1.0, 0.0, -1.0, 0.0])[q], np.cos(t))
+    sin = np.where(quarter, sign * np.array([0.0, 1.0, 0.0, -1.0])[q], np.sin(t))
+    return cos, sin
 
 
 # The matrices are [n, c_in, m, c_out]: element (j, c_in) of the input to element (k, c_out) of the
@@ -63,8 +75,7 @@ def _angles(n: int, m: int, sign: float) -> np.ndarray:
 
 def complex_matrix(n: int, inverse: bool) -> np.ndarray:
     """[n, 2, n, 2] float64: a complex signal to its DFT (its inverse DFT, 1/n scaled)."""
-    t = _angles(n, n, 1.0 if inverse else -1.0)
-    c, s = np.cos(t), np.sin(t)
+    c, s = _turns(n, n, 1.0 if inverse else -1.0)
     w = np.empty((n, 2, n, 2))
     w[:, 0, :, 0], w[:, 0, :, 1], w[:, 1, :, 0], w[:, 1, :, 1] = c, s, -s, c
     return w / (n if inverse else 1)
@@ -73,8 +84,7 @@ def complex_matrix(n: int, inverse: bool) -> np.ndarray:
 def r2c_matrix(n: int) -> np.ndarray:
     """[n, 1, n//2+1, 2] float64: a real signal to the non-negative half of its spectrum."""
     m = n // 2 + 1
-    t = _angles(n, m, -1.0)
-    return np.stack([np.cos(t), np.sin(t)], axis=-1)[:, None]
+    return np.stack(_turns(n, m, -1.0), axis=-1)[:, None]
 
 
 def c2r_matrix(n: int) -> np.ndarray:
@@ -84,9 +94,9 @@ def c2r_matrix(n: int) -> np.ndarray:
     """
     m = n // 2 + 1
     k = np.arange(m)
-    t = 2.0 * np.pi * ((k[:, None] * np.arange(n)[None, :]) % max(n, 1)) / max(n, 1)
+    cos, sin = (a.T for a in _turns(n, m, 1.0))  # [m, n]: (k j mod n)
     weight = np.where((k == 0) | ((n % 2 == 0) & (k == n // 2)), 1.0, 2.0)[:, None]
-    re, im = weight * np.cos(t), -weight * np.sin(t)
+    re, im = weight * cos, -weight * sin
     im[0] = 0.0
     if n % 2 == 0 and n:
         im[n // 2] = 0.0
