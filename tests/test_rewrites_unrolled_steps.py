@@ -136,3 +136,12 @@ def test_a_recurrence_whose_weights_are_inputs_folds(monkeypatch):
     _, want = _plain(monkeypatch, fn, xs, w, u)
     assert_same_bits(got, want)
     assert_same_floats(got[0], np.asarray(jax.jit(fn)(xs, w, u)), rtol=1e-5, atol=1e-6)
+
+
+def test_copies_that_read_their_own_results_stay_unrolled():
+    """A long cumprod lowers to an associative scan whose later levels read the earlier levels' rows: the copies
+    match, but a Loop in their place would read its own output (the graph had a cycle)."""
+    x = (1 + np.random.default_rng(2).standard_normal((4, 300)) * 0.01).astype(np.float32)
+    ops, got = convert_and_run(lambda v: jnp.cumprod(v, axis=-1), x)
+    assert ops["Loop"] + ops["Scan"] == 0
+    assert_same_floats(got[0], np.asarray(jax.jit(lambda v: jnp.cumprod(v, axis=-1))(x)), rtol=1e-5, atol=1e-6)

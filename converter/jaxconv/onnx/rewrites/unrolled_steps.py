@@ -356,9 +356,29 @@ def _copies(graph: ir.Graph, rows: list[_Rows], steps: int, cascade: bool) -> tu
             return None
         seen |= copy.taken
     carries = _carries(copies, mid, seen)
-    if carries is None:
+    if carries is None or _reads_its_own_results(graph, rows, seen):
         return None
     return template, copies, carries, seen
+
+
+def _reads_its_own_results(graph: ir.Graph, rows: list[_Rows], taken: set[int]) -> bool:
+    """True when a copy, or a sequence the rows come from, reads a value computed from the copies' own
+    results outside them (an associative scan's later levels): one Loop in their place would read its
+    own output, a cycle."""
+    after: set[int] = set()
+    for node in graph:  # in order: every node computed from a copy's result, outside the copies
+        if id(node) in taken:
+            continue
+        for value in node.inputs:
+            producer = value.producer() if value is not None else None
+            if producer is not None and (id(producer) in taken or id(producer) in after):
+                after.add(id(node))
+                break
+    for node in graph:
+        if id(node) in taken and any(v is not None and v.producer() is not None and id(v.producer()) in after
+                                     for v in node.inputs):
+            return True
+    return any(r.source.producer() is not None and id(r.source.producer()) in after for r in rows)
 
 
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"})
