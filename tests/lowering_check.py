@@ -136,3 +136,19 @@ def sequence_inputs(shape: Sequence[int]) -> list[np.ndarray]:
     edges[3, 0, 2] = -np.inf
     edges[0] = -0.0
     return [plain, edges, np.full(shape, -0.0, np.float32)]
+
+
+def without_unit_muls(monkeypatch: Any) -> None:
+    """Turn off every rule that drops a float ``Mul`` by ones (``unit_scale``, and ``symbolic``'s own:
+    ``_unit_mul`` and the Mul read through in ``_broadcast_source``), to compare with the graph that keeps it."""
+    from jaxconv.onnx.rewrites import _match, symbolic, unit_scale
+
+    through = symbolic._broadcast_source
+
+    def expands_only(value: Any) -> Any:
+        node = _match.producer(value)
+        return None if node is not None and node.op_type == "Mul" else through(value)
+
+    monkeypatch.setattr(unit_scale, "rewrite", lambda graph: 0)
+    monkeypatch.setattr(symbolic, "_unit_mul", lambda node, shapes: False)
+    monkeypatch.setattr(symbolic, "_broadcast_source", expands_only)

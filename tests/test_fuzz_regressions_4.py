@@ -14,7 +14,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
