@@ -329,3 +329,21 @@ def is_live(node: ir.Node, depth: int = 0) -> bool:
     if depth > 8:
         return True
     return any(o.is_graph_output() or any(is_live(u.node, depth + 1) for u in o.uses()) for o in node.outputs)
+
+
+def transpose_perm(node: ir.Node | None, rank: int) -> list[int] | None:
+    """The permutation of ``node`` when it is a Transpose with an explicit one of ``rank`` axes, else None."""
+    if node is None or node.domain not in ("", "ai.onnx") or node.op_type != "Transpose":
+        return None
+    perm = attr(node, "perm")
+    return [int(p) for p in perm] if perm is not None and len(perm) == rank else None
+
+
+def is_identity(perm: Any) -> bool:
+    """Whether the permutation ``perm`` keeps every axis in place."""
+    return list(perm) == list(range(len(perm)))
+
+
+def sole_use(value: ir.Value) -> bool:
+    """Whether one node reads ``value`` and it is no graph output."""
+    return len(value.uses()) == 1 and not value.is_graph_output()

@@ -14,8 +14,6 @@ vectors, so the numbers do not change (but a NaN's sign: the products' operands 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import onnx_ir as ir
 
@@ -31,30 +29,14 @@ def _last_two_swapped(rank: int) -> list[int]:
     return list(range(rank - 2)) + [rank - 1, rank - 2]
 
 
-def _transpose_perm(node: ir.Node | None, rank: int) -> list[int] | None:
-    """The permutation of ``node`` when it is a Transpose with an explicit one of ``rank`` axes."""
-    if node is None or node.domain not in ("", "ai.onnx") or node.op_type != "Transpose":
-        return None
-    perm = m.attr(node, "perm")
-    return [int(p) for p in perm] if perm is not None and len(perm) == rank else None
-
-
-def _identity(perm: Sequence[int]) -> bool:
-    return list(perm) == list(range(len(perm)))
-
-
-def _sole_use(value: ir.Value) -> bool:
-    return len(value.uses()) == 1 and not value.is_graph_output()
-
-
 def _operand(x: ir.Value, rank: int) -> tuple[bool, ir.Value, list[int]]:
     """(whether a Transpose goes, the value to permute, the permutation) for ``S(x)``, ``x`` of ``rank``
     axes: a Transpose before ``x`` is composed with the swap (and goes where ``x`` has no other reader)."""
     swap = _last_two_swapped(rank)
-    perm = _transpose_perm(x.producer(), rank)
+    perm = m.transpose_perm(x.producer(), rank)
     if perm is None:
         return False, x, swap
-    return _sole_use(x), x.producer().inputs[0], [perm[s] for s in swap]
+    return m.sole_use(x), x.producer().inputs[0], [perm[s] for s in swap]
 
 
 def _stored(x: ir.Value) -> np.ndarray | None:
@@ -71,18 +53,18 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
     if ranks == (rank, rank) or min(ranks) < 2 or max(ranks) > rank:  # equal ranks: matmul_order's
         return 0
     readers = [use.node for use in out.uses()]
-    after = _transpose_perm(readers[0], rank) if len(readers) == 1 and not out.is_graph_output() else None
+    after = m.transpose_perm(readers[0], rank) if len(readers) == 1 and not out.is_graph_output() else None
     operands = [_operand(x, m.rank(x) or 0) for x in (b, a)]  # the new first operand is S(b), the second S(a)
     swap = _last_two_swapped(rank)
     out_perm = [swap[p] for p in after] if after is not None else swap
     before = sum(goes for goes, _, _ in operands) + (after is not None)
-    later = sum(not _identity(p) and _stored(x) is None for _, x, p in operands) + (not _identity(out_perm))
+    later = sum(not m.is_identity(p) and _stored(x) is None for _, x, p in operands) + (not m.is_identity(out_perm))
     if later >= before:
         return 0
     inputs, new_nodes = [], []
     for _, x, perm in operands:
-        known = _stored(x) if not _identity(perm) else None
-        if _identity(perm):
+        known = _stored(x) if not m.is_identity(perm) else None
+        if m.is_identity(perm):
             inputs.append(x)
         elif known is not None:  # a constant operand is stored permuted
             inputs.append(m.new_initializer(graph, known.transpose(perm), f"{x.name or 'w'}_swapped"))
@@ -93,7 +75,7 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
     new_mm = ir.node("MatMul", inputs)
     new_nodes.append(new_mm)
     result = new_mm.outputs[0]
-    if not _identity(out_perm):
+    if not m.is_identity(out_perm):
         t = ir.node("Transpose", [result], attributes={"perm": out_perm})
         new_nodes.append(t)
         result = t.outputs[0]

@@ -10,8 +10,6 @@ element is the same dot product of the same two vectors, so ONNX Runtime's numbe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
@@ -22,22 +20,6 @@ def rewrite(graph: ir.Graph) -> int:
     return sum(_swap(graph, node) for node in m.each_node(graph, "MatMul"))
 
 
-def _perm(node: ir.Node | None, rank: int) -> list[int] | None:
-    """The permutation of a Transpose ``node`` (explicit, of ``rank`` axes), else None."""
-    if node is None or node.domain not in ("", "ai.onnx") or node.op_type != "Transpose":
-        return None
-    perm = m.attr(node, "perm")
-    return [int(p) for p in perm] if perm is not None and len(perm) == rank else None
-
-
-def _identity(perm: Sequence[int]) -> bool:
-    return list(perm) == list(range(len(perm)))
-
-
-def _sole_use(value: ir.Value) -> bool:
-    return len(value.uses()) == 1 and not value.is_graph_output()
-
-
 def _swap(graph: ir.Graph, mm: ir.Node) -> int:
     a, b = mm.inputs[0], mm.inputs[1]
     out = mm.outputs[0]
@@ -46,23 +28,23 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
         return 0
     swap = list(range(rank - 2)) + [rank - 1, rank - 2]
     readers = [use.node for use in out.uses()]
-    after = _perm(readers[0], rank) if len(readers) == 1 and not out.is_graph_output() else None
+    after = m.transpose_perm(readers[0], rank) if len(readers) == 1 and not out.is_graph_output() else None
     operands = []
     for x in (b, a):  # the new first operand is S(b), the second S(a)
-        p = _perm(x.producer(), rank)
-        owned = p is not None and _sole_use(x)
+        p = m.transpose_perm(x.producer(), rank)
+        owned = p is not None and m.sole_use(x)
         source = x.producer().inputs[0] if owned else x
         composed = [p[s] for s in swap] if owned else swap
         operands.append((owned, source, composed))
     out_perm = [swap[p] for p in after] if after is not None else list(swap)
     before = sum(owned for owned, _, _ in operands) + (after is not None)
-    later = sum(not _identity(c) for _, _, c in operands) + (not _identity(out_perm))
+    later = sum(not m.is_identity(c) for _, _, c in operands) + (not m.is_identity(out_perm))
     if later >= before:
         return 0
     inputs = []
     new_nodes = []
     for _, source, composed in operands:
-        if _identity(composed):
+        if m.is_identity(composed):
             inputs.append(source)
         else:
             t = ir.node("Transpose", [source], attributes={"perm": composed})
@@ -71,7 +53,7 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
     new_mm = ir.node("MatMul", inputs)
     new_nodes.append(new_mm)
     result = new_mm.outputs[0]
-    if not _identity(out_perm):
+    if not m.is_identity(out_perm):
         t = ir.node("Transpose", [result], attributes={"perm": out_perm})
         new_nodes.append(t)
         result = t.outputs[0]
