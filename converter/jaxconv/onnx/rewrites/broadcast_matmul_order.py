@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites.matmul_order import replace_product
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -72,13 +73,5 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
             t = ir.node("Transpose", [x], attributes={"perm": perm})
             new_nodes.append(t)
             inputs.append(t.outputs[0])
-    new_mm = ir.node("MatMul", inputs)
-    new_nodes.append(new_mm)
-    result = new_mm.outputs[0]
-    if not m.is_identity(out_perm):
-        t = ir.node("Transpose", [result], attributes={"perm": out_perm})
-        new_nodes.append(t)
-        result = t.outputs[0]
     old = readers[0].outputs[0] if after is not None else out
-    m.replace(graph, old, new_nodes, mm)
-    return 1
+    return replace_product(graph, mm, old, inputs, new_nodes, out_perm)

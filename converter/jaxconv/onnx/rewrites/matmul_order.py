@@ -50,13 +50,17 @@ def _swap(graph: ir.Graph, mm: ir.Node) -> int:
             t = ir.node("Transpose", [source], attributes={"perm": composed})
             new_nodes.append(t)
             inputs.append(t.outputs[0])
+    old = readers[0].outputs[0] if after is not None else out
+    return replace_product(graph, mm, old, inputs, new_nodes, out_perm)
+
+
+def replace_product(graph: ir.Graph, mm: ir.Node, old: ir.Value, inputs: list[ir.Value], new_nodes: list[ir.Node],
+                    out_perm: list[int]) -> int:
+    """Put ``MatMul(*inputs)``, then a Transpose by ``out_perm`` unless it is the identity, in place of
+    ``old`` (``mm``'s output or the Transpose after it), after ``new_nodes`` (the operands' Transposes)."""
     new_mm = ir.node("MatMul", inputs)
     new_nodes.append(new_mm)
-    result = new_mm.outputs[0]
     if not m.is_identity(out_perm):
-        t = ir.node("Transpose", [result], attributes={"perm": out_perm})
-        new_nodes.append(t)
-        result = t.outputs[0]
-    old = readers[0].outputs[0] if after is not None else out
+        new_nodes.append(ir.node("Transpose", [new_mm.outputs[0]], attributes={"perm": out_perm}))
     m.replace(graph, old, new_nodes, mm)
     return 1
