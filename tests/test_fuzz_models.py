@@ -323,3 +323,19 @@ def test_a_product_in_a_loop_body_is_a_fact_of_the_program():
     with_product = program("lax.fori_loop(0, 1, lambda i, c: jnp.tanh(c @ v2 + v3) * jnp.exp(v1), v0)")
     assert "product-in-loop" in known.program_facts(with_product)
     assert "product-in-loop" not in known.program_facts(program("lax.fori_loop(0, 1, lambda i, c: c * 2, v0)"))
+
+
+def test_the_deep_rnn_kind_stacks_two_or_three_cells_with_and_without_feedback():
+    """Stacked cells in one scan step: two and three layers, a layer that reads the top layer's last state
+    (feedback), reversed scans, LSTM and GRU cells, all drawn by some seed; one program runs and matches."""
+    depths, forms = collections.Counter(), collections.Counter()
+    for seed in range(60):
+        p = generate_model(seed, ["deep_rnn"])
+        op, src = p.ops()[0], p.source()
+        assert op.startswith("deep_"), op
+        depths[len(op.split("_")) // 2] += 1
+        forms.update(t for t in ("_top(cs[", "reverse=True", "lstm", "gru", "rnn_tanh") if t in src + op)
+    assert depths[2] > 0 and depths[3] > 0, depths
+    assert all(forms[t] > 0 for t in ("_top(cs[", "reverse=True", "lstm", "gru", "rnn_tanh")), forms
+    outcome = fuzz_run.evaluate(generate_model(0, ["deep_rnn"]), "onnx", 0)
+    assert outcome.status == "ok" and outcome.rules["scan"] == 1, (outcome.status, outcome.detail, outcome.rules)

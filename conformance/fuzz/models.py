@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft")
+         "fft", "deep_rnn")
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -379,6 +379,39 @@ class ModelBuilder:
         if self.rng.random() < 0.5:
             self.head(y, shape)
 
+    def deep_rnn(self) -> None:
+        """Two or three stacked cells in one ``lax.scan`` step (``hk.DeepRNN``, a multi-layer LSTM written by
+        hand): each layer reads the new output of the layer below it at the same step; sometimes a layer
+        also reads the state of the one above it at the previous step (feedback: no layer-by-layer split)."""
+        t, b = self.rng.choice([3, 5, 8]), self.rng.choice([1, 2, 3])
+        d = self.rng.choice([2, 3, 4, 8])
+        sizes = [self.rng.choice([2, 3, 4, 8, 16]) for _ in range(self.rng.choice([2, 2, 3]))]
+        kinds = ["rnn_tanh", "lstm_fused", "lstm_flax", "lstm_haiku", "gru_fused", "gru_flax", "gru_haiku"]
+        cells = []
+        width = d
+        for h in sizes:
+            cells.append(self.cell(self.rng.choice(kinds), width, h, b))
+            width = h
+        xs = self.input((t, b, d))
+        feedback = self.rng.random() < 0.2
+        # the step: r_i = cell_i(carry[i], input_i); the carry is the tuple of every layer's carry
+        inner = "((" + ", ".join(f"r{i}[0]" for i in range(len(cells))) + ",), r" + str(len(cells) - 1) + "[1])"
+        for i in reversed(range(len(cells))):
+            arg = "xt" if i == 0 else f"r{i - 1}[1]"
+            if i == 0 and feedback and len(cells) > 1:
+                top = sizes[-1]
+                arg = f"xt + jnp.mean(_top(cs[{len(cells) - 1}]), axis=-1, keepdims=True)[..., :1] * {1.0 / top}"
+            inner = f"(lambda r{i}: {inner})(({cells[i][0]})(cs[{i}], {arg}))"
+        top_of = "(lambda c: c[0] if isinstance(c, tuple) else c)"
+        body = f"lambda cs, xt: (lambda _top: {inner})({top_of})"
+        carry = "(" + ", ".join(c[1] for c in cells) + ",)"
+        last = self.rng.random() < 0.4
+        scan = f"lax.scan({body}, {carry}, {self.ref(xs)}, reverse={self.rng.random() < 0.2})[1]"
+        expr, shape = (f"{scan}[-1]", (b, sizes[-1])) if last else (scan, (t, b, sizes[-1]))
+        y = self.step("deep_" + "_".join(c[2] for c in cells), expr, shape)
+        if self.rng.random() < 0.3:
+            self.head(y, shape)
+
     def unrolled(self) -> None:
         """A recurrence unrolled at trace time: a Python loop over T >= 5 time steps (rows ``xs[:, t]`` or
         ``xs[t]``; the outputs stacked on axis 0 or 1, or only the last kept) or ``lax.scan(...,
@@ -541,7 +574,7 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None) -> FuzzProgram
             "mlp": mb.mlp, "encoder": lambda: mb.encoder(False), "decoder": lambda: mb.encoder(True),
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
-            "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft,
+            "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn,
         }
         build[kind]()
         p = mb.program
