@@ -282,3 +282,21 @@ def test_bfloat16_and_complex_models_are_timed(user_file, capsys, spec):
     row = _table(out)
     assert float(row["ORT ms"]) > 0 and float(row["ORT 1t ms"]) > 0  # not dropped (numpy cannot feed bfloat16; complex goes in as pairs)
     assert "\n- ort" not in out
+
+
+def test_an_output_the_check_passes_against_float64_is_not_a_mismatch(user_file, tmp_path, capsys):
+    """jax.jit's own rounding is off (the sum of x + 1e8 cancels): an artifact nearer the float64 result is
+    right, as ``check`` says, so bench gives no warning; an artifact off the float64 result still gets one."""
+    src = user_file("import jax.numpy as jnp\n\n\ndef shifted(x):\n    return jnp.sum(x + 1e8, axis=-1) - 16e8\n\n\n"
+                    "def plain(x):\n    return jnp.sum(x, axis=-1)\n\n\ndef off(x):\n    return jnp.sum(x, axis=-1) + 100.0\n",
+                    "shifted.py")
+    for name, wrong in (("plain", False), ("off", True)):
+        path = tmp_path / f"{name}.onnx"
+        _to_onnx(src, name, "f32[4,16]", path)
+        capsys.readouterr()
+        code, out, err = bench(capsys, f"{src}:shifted", "--specs", "f32[4,16]", "--onnx", str(path))
+        assert code == 0, err
+        error = _table(out)["max abs error"]
+        assert float(error.split()[0]) > 1.0  # jax.jit is off by more than the tolerance
+        assert error.endswith(" (mismatch)") == wrong, error
+        assert ("differs from jax.jit" in err) == wrong, err

@@ -415,7 +415,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import tempfile
 
     from jaxconv import benchmark, check_inputs
-    from jaxconv.compare import judge
+    from jaxconv.judging import judge_set
     from jaxconv.onnx.thread_count import recorded
     from jaxconv.references import reference_outputs
     from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
@@ -460,8 +460,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             model, nodes, size_mb = _bench_source(program, args.opset, workdir)
         expected = reference_outputs(program.fn, program.arg_specs, inputs)
-        actual = OnnxRunner(model).run(inputs)
-        rows = [judge(t.name, e, a)[0] for t, e, a in zip(signature.outputs, expected, actual)]
+        runner = OnnxRunner(model)
+        actual = runner.run(inputs)
+        # the check's verdicts (float64 and the other references where jax.jit is off), on this one set
+        rows = judge_set(runner, program.fn, program.arg_specs, signature, inputs, expected, actual, None, None,
+                         what)
         del expected, actual
         result = benchmark.measure(
             program.name, benchmark.jit_call(program.fn, program.arg_specs, inputs), model, inputs,
