@@ -6,6 +6,8 @@ faster without changing the numbers:
 - ``unrolled_steps``: straight-line copies of one recurrence step (a Python loop over time steps,
   ``hk.static_unroll``, ``lax.scan(unroll=True)``) folded into the Loop ``lax.scan`` lowers to, first, so
   that every rule below reads it as a scan;
+- ``unrolled_bodies``: a Loop body of k copies of one step (``lax.scan(unroll=k)``, ``nnx.RNN(unroll=k)``)
+  folded into one step over k times the trips, so that the rules below read it as a scan too;
 - ``zero_bias``: an Add of a constant of zeros that does not broadcast dropped, as XLA drops it;
 - ``symbolic``: Expands that broadcasting makes redundant, found through symbolic dimensions;
 - ``keepdims``: ``Unsqueeze`` of a reduction's result folded into the reduction (``keepdims=1``);
@@ -145,6 +147,7 @@ from jaxconv.onnx.rewrites import (
     transposes,
     tri_masks,
     unit_scale,
+    unrolled_bodies,
     unrolled_steps,
     weight_first,
     where_consts,
@@ -172,6 +175,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
              "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
     fired["unrolled_steps"] = unrolled_steps.rewrite(model.graph)  # first: its Loop's body is a graph below
+    fired["unrolled_bodies"] = unrolled_bodies.rewrite(model.graph)  # the same: the raw lowering's copies
     for graph in list(_match.all_graphs(model.graph)):
         fired["zero_bias"] += zero_bias.rewrite(graph)
         fired["symbolic"] += symbolic.rewrite(graph)
