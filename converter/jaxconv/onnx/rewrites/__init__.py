@@ -82,6 +82,8 @@ faster without changing the numbers:
   batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
 - ``loop_weight_first``: a vmapped ``W @ hᵀ`` in a loop body (Equinox's RNN cells) as ``h @ Wᵀ``;
+- ``loop_fission``: a Loop whose carries fall into layers that feed one another forward (stacked RNN
+  cells in one scan step, ``hk.DeepRNN``) as one Loop a layer, so that the rules below read each one;
 - ``loops``: loop-invariant nodes and a scan's input projection moved out of Loop bodies;
 - ``scan``: a Loop with a fixed trip count and scan outputs as a Scan (after the RNN-cell rules);
 - ``scan_rows``: a Scan body's per-row work in fewer nodes: a row's scale done before the Scan, a
@@ -122,6 +124,7 @@ from jaxconv.onnx.rewrites import (
     kv_broadcast,
     layer_norm,
     layout,
+    loop_fission,
     loop_weight_first,
     loops,
     lstm,
@@ -207,6 +210,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["broadcast_matmul_order"] = broadcast_matmul_order.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
+    fired["loop_fission"] = loop_fission.rewrite(model.graph)  # before loops: one Loop a layer
     fired["loop_weight_first"] = loop_weight_first.rewrite(model.graph)  # before loops: it hoists x @ Wᵀ
     fired["loops"] = loops.rewrite(model.graph)
     fired["lstm"] = lstm.rewrite(model.graph)

@@ -104,17 +104,21 @@ def _one_thread(batch: int, hidden: int, limit: int = MLAS_THREAD_COMPLEXITY) ->
 
 
 def _static_shape(value: ir.Value, depth: int = 4) -> list[int] | None:
-    """``value``'s static shape, or where shape inference left its rows unknown, they as the rules know
-    them: a Loop's scan output has a row per step, a Transpose its input's dims permuted (the next
+    """``value``'s static shape, or where shape inference left it unknown, as the rules know it: a Loop's
+    scan output has a row per step, its final state the initial state's shape (the lowering's Loops, from
+    StableHLO's while, carry each state at one type), a Transpose its input's dims permuted (the next
     layer's sequence, made from an RNN op's output)."""
     dims = m.static_dims(value)
     if dims is not None or depth == 0:
         return None if dims is None else list(dims)
     loop = m.producer(value, "Loop")
-    if loop is not None and value.shape is not None and all(isinstance(d, int) for d in list(value.shape)[1:]):
-        body = loop.attributes["body"].value  # a scan output of a Loop: one row per step
-        n_state = len(body.inputs) - 2
-        steps = _loop_shape(loop) if list(loop.outputs).index(value) >= n_state else None
+    if loop is not None:
+        k = list(loop.outputs).index(value)
+        if k < len(loop.attributes["body"].value.inputs) - 2:  # a state
+            return _static_shape(loop.inputs[2 + k], depth - 1)
+        if value.shape is None or not all(isinstance(d, int) for d in list(value.shape)[1:]):
+            return None
+        steps = _loop_shape(loop)  # a scan output: one row per step
         return None if steps is None else [steps, *list(value.shape)[1:]]
     node = m.producer(value, "Transpose")
     inner = _static_shape(node.inputs[0], depth - 1) if node is not None else None
@@ -122,6 +126,16 @@ def _static_shape(value: ir.Value, depth: int = 4) -> list[int] | None:
     if perm is None or sorted(perm) != list(range(len(inner))):
         return None
     return [inner[p] for p in perm]
+
+
+def _state_fits(loop: ir.Node, k: int, batch: int, hidden: int) -> bool:
+    """True when the state ``loop`` carries at input ``k`` is known to be ``[batch, hidden]``, the shape the
+    RNN ops take their initial state in. A state of more rows than the sequence (``zeros((2, H))`` over a
+    batch of 1, the cell's sums broadcasting the sequence) would make the op return the sequence's batch."""
+    body = loop.attributes["body"].value
+    shapes = (_static_shape(loop.inputs[k]), m.static_dims(body.inputs[k]))
+    known = [dims for dims in shapes if dims is not None]
+    return bool(known) and all(dims == [batch, hidden] for dims in known)
 
 
 @dataclass
@@ -407,7 +421,7 @@ def _match(loop: ir.Node) -> dict | None:
         return None
     if any(w.shape != (hidden, hidden) or w.dtype != np.float32 for w in wh.values()):
         return None
-    if any(b.shape != (hidden,) for b in bias.values()):
+    if any(b.shape != (hidden,) for b in bias.values()) or not _state_fits(loop, 3, batch, hidden):
         return None
     projs = list(dict.fromkeys(p for part in (z, r, n_x) for p in part.projs))
     return {"projs": projs, "xs": xs, "wx": wx, "wh": wh, "b": bias, "hidden": hidden, "steps": steps,
@@ -454,7 +468,12 @@ def rewrite(graph: ir.Graph) -> int:
     if threaded and not _runs_on_one_thread(graph, matched):
         matched = [pair for pair in matched if pair not in threaded]
     count = 0
-    for loop, got in matched:
+    for loop, _ in matched:
+        # matched again: a Loop replaced before this one may have been its sequence's producer, whose output
+        # then moved into an If's exact branch (the If's output takes its place)
+        got = _match(loop)
+        if got is None:
+            continue
         w_arr, r_arr, b_arr = _onnx_weights(got)
         if not all(np.isfinite(a).all() for a in (w_arr, r_arr, b_arr)):
             continue

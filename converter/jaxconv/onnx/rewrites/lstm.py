@@ -75,7 +75,7 @@ def _is_counter_index(value: ir.Value, counter: ir.Value) -> bool:
 
 def _match(loop: ir.Node) -> dict | None:
     """The LSTM cell in ``loop``'s body: its gates' weights in ONNX's layout, the sequence, the state."""
-    from jaxconv.onnx.rewrites.gru import _Cell
+    from jaxconv.onnx.rewrites.gru import _Cell, _state_fits
     from jaxconv.onnx.rewrites.loops import trip_count
 
     body = loop.attributes["body"].value
@@ -140,6 +140,8 @@ def _match(loop: ir.Node) -> dict | None:
             if arr.shape != shape or arr.dtype != np.float32:
                 return None
             arrays[kind, k] = arr
+    if not all(_state_fits(loop, k, batch, hidden) for k in (3, 4)):
+        return None
     projs = list(dict.fromkeys(pr for part in parts.values() for pr in part.projs))
     return {"projs": projs, "xs": xs, "arrays": arrays, "hidden": hidden, "steps": steps, "k_h": k_h,
             "h0": loop.inputs[3 + k_h], "c0": loop.inputs[4 - k_h]}
