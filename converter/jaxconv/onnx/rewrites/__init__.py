@@ -41,6 +41,10 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``broadcast_matmul_order``: the same for a MatMul with a broadcast operand (a mixture of experts'
   ``einsum('th,ehm->etm')``, traced with the weights on the left);
+- ``expert_columns``: such a MatMul of [t, h] rows by constant [e, h, m] weights as one MatMul by the
+  weights side by side ([h, e * m], which ORT prepacks), a Reshape and a Transpose, where ``2 t <= h``;
+- ``expert_split``: a batched MatMul by constant [e, m, h] weights (the experts' second product) as a Split,
+  one 2-D MatMul per expert (prepacked) and a Concat, where ``8 t <= m`` and ``t * m * h >= 2 ** 22``;
 - ``layout``: Transposes pushed through layout-blind ops until they cancel, so consecutive conv and
   pool layers stay NCHW;
 - ``strided_slices``: ``x[..., ::2]`` and ``x[..., 1::2]`` (interleaved rotary embeddings) as one Split of pairs;
@@ -115,6 +119,8 @@ from jaxconv.onnx.rewrites import (
     column_sums,
     conv_affine,
     einsum_order,
+    expert_columns,
+    expert_split,
     gather_fill,
     gru,
     head_merge,
@@ -208,6 +214,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
     fired["broadcast_matmul_order"] = broadcast_matmul_order.rewrite(model.graph)
+    fired["expert_columns"] = expert_columns.rewrite(model.graph)  # after broadcast_matmul_order's swap
+    fired["expert_split"] = expert_split.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
     fired["loop_fission"] = loop_fission.rewrite(model.graph)  # before loops: one Loop a layer
