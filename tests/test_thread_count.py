@@ -65,8 +65,17 @@ def test_a_big_product_outweighing_a_small_scan_records_nothing():
 
 
 def test_unknown_sizes_record_nothing():
+    """A scan over a symbolic length is a Loop whose trip count the weighing does not know."""
     fn, xs = _rnn()
     model = jaxconv.to_onnx(fn, "f32[t,4,64]", check=False)
+    assert _recorded_in(model) is None
+
+
+def test_a_size_made_up_by_shape_inference_records_nothing():
+    """A Concat along the symbolic axis: the product's rows are a name of no input (``f32[b, 64] -> 64``
+    alone records one thread: test_a_symbolic_batch_mlp_records_by_its_width)."""
+    narrow = _w(64, 64)
+    model = jaxconv.to_onnx(lambda a: jnp.tanh(jnp.concatenate([a, a[:1]]) @ narrow), "f32[b,64]", check=False)
     assert _recorded_in(model) is None
 
 
@@ -119,3 +128,49 @@ def test_skip_unknown_weighs_only_the_products_of_known_sizes():
     model = ir.Model(ir.Graph([small, unknown, w], [n.outputs[0] for n in nodes], nodes=nodes), ir_version=10)
     assert thread_count.recommend(model) is None
     assert thread_count.recommend(model, skip_unknown=True) == 1
+
+
+def _symbolic_product_graph(*products):
+    """A graph of MatMuls ``[rows..., k] x [k, n]`` whose rows may name symbolic dimensions of its input."""
+    import onnx_ir as ir
+
+    names = sorted({d for rows, _, _ in products for d in rows if isinstance(d, str)})
+    x = ir.Value(name="x", shape=ir.Shape([*names, 1]), type=ir.TensorType(ir.DataType.FLOAT))
+    nodes = []
+    for k, (rows, inner, n) in enumerate(products):
+        a = ir.Value(name=f"a{k}", shape=ir.Shape([*rows, inner]), type=ir.TensorType(ir.DataType.FLOAT))
+        w = ir.Value(name=f"w{k}", shape=ir.Shape([inner, n]), type=ir.TensorType(ir.DataType.FLOAT))
+        nodes.append(ir.node("MatMul", [a, w]))
+    inputs = [x] + [v for n in nodes for v in n.inputs]
+    return ir.Graph(inputs, [n.outputs[0] for n in nodes], nodes=nodes)
+
+
+@pytest.mark.parametrize("products,expected", [
+    ([((2, "s"), 128, 128)] * 3, 1),  # q, k, v of width 128: 8.4 MFLOP each at 128
+    ([((2, "s"), 128, 256)], None),  # a feed-forward product: 2.1 MFLOP at 16, 16.8 at 128
+    ([(("b",), 784, 512)], None),  # an MLP's first layer: 103 MFLOP at 128
+    ([(("b",), 64, 64)], 1),  # 1 MFLOP at 128
+    ([(("b", "s"), 64, 64)], None),  # both symbolic: 16384 rows at 128
+    ([((2, "s"), 128, 128)] * 3 + [((64,), 256, 512)], None),  # a fixed 16.8 MFLOP product outweighs them at 16
+])
+def test_symbolic_sizes_are_weighed_at_the_record_sizes(products, expected):
+    graph = _symbolic_product_graph(*products)
+    assert thread_count.recommend_graph(graph) is None  # unknown sizes, as the rules' estimate sees them
+    assert thread_count.recommend_graph(graph, symbolic_sizes=thread_count.RECORD_SIZES) == expected
+
+
+def test_a_fixed_big_product_beside_growing_small_ones_needs_every_record_size():
+    graph = _symbolic_product_graph(*[((2, "s"), 128, 128)] * 3, ((64,), 256, 512))
+    small, large = thread_count.weigh(graph, sizes={"s": 128})
+    assert small == 3 * 2 * 2 * 128 * 128 * 128 and large == 2 * 64 * 256 * 512
+    assert thread_count.recommend_graph(graph, symbolic_sizes=[128]) == 1
+    assert thread_count.recommend_graph(graph, symbolic_sizes=[16, 128]) is None
+
+
+def test_a_symbolic_batch_mlp_records_by_its_width():
+    wide, narrow = _w(784, 512), _w(64, 64)
+    x = _RNG.standard_normal((3, 784)).astype(np.float32)
+    assert _recorded_in(jaxconv.to_onnx(lambda a: jnp.tanh(a @ wide), "f32[b,784]", check=False)) is None
+    model = jaxconv.to_onnx(lambda a: jnp.tanh(a @ narrow), "f32[b,64]", check=False)
+    assert _recorded_in(model) == "1"
+    assert _recorded_in(jaxconv.to_onnx(lambda a: jnp.tanh(a @ wide), x, check=False)) == "1"  # static: 2.4 MFLOP

@@ -22,19 +22,43 @@ thread (quiet machine) and 1.3-1.9x ``jax.jit``'s CPU time on two. A 3x3 convolu
 in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the rest, the model
 records ``THREADS_KEY = "1"``. ORT's LSTM and RNN ops thread their steps themselves (the benchmark
 LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record, nor does one
-whose product sizes are not all known. The GRU op is weighed as the products it runs (the input
+whose product sizes are not all known (a dimension shape inference made up: a Concat's along a
+symbolic one, a Reshape's). The GRU op is weighed as the products it runs (the input
 projection of every step at once, then each step's recurrent product): two threads cost its kernel
 2.4-4x the CPU time of one (``rewrites/gru.py``), so where its steps' small products outweigh the
 rest it runs on one thread, like the Scan it replaces. jaxconv's sessions (``check``, ``jaxconv
 bench``, scripts/bench.py) read the record (``recorded``) when no thread count is asked for.
+
+A model with symbolic sizes (``f32[b, 784]``, a sequence ``s``) runs at sizes the conversion does
+not know, and one session serves them all. The record weighs its products with every symbolic
+dimension of its inputs at each of ``RECORD_SIZES`` (16 and 128) and records one thread only when
+both weighings do: an MLP ``f32[b, 64] -> 64`` records it (1 MFLOP at 128), ``f32[b, 784] -> 512``
+(103 MFLOP at 128) does not, nor does a model whose products the symbolic sizes multiply together
+(``b`` and ``s``: 16384 rows at 128), nor a scan over a symbolic length (a Loop whose trip count
+the weighing does not know). The encoders of width 128 with a symbolic sequence
+(``scripts/zoo_more_transformers.py``: linen_enc, hk_padenc, hf_robpre, batch 2) record it: at
+s = 16, 64 and 128 one thread took 0.26-1.05x the wall time of two and 0.78-1.01x the CPU time, and
+at s = 256 and 512, above the sizes weighed, 0.48-0.98x and 0.80-0.91x (hk_padenc; alternating,
+load 9-10). A caller that runs much larger sizes on an idle machine, where products of tens of
+MFLOP gain from the second thread, asks for a thread count.
+
+Convolutions are weighed by their flops like the other products, grouped and depthwise ones
+included (``group`` divides each output's window): chains of one kind of convolution at 0.6-57
+MFLOP (3x3, 1x1, depthwise 3x3 and 5x5; ORT runs them as NCHWc blocked convolutions) took 0.27-0.92x
+the wall time on one thread of two below 30 MFLOP (load 10), depthwise ones included, and the
+keras-hub MobileNetV3, EfficientNet and CSPDarkNet (every convolution under 10 MFLOP but the half
+of CSPDarkNet's flops in its 3x3 ones: all three record one thread) took a median 0.78x, 0.53x and
+0.78x the wall time on one thread of two (0.75x, 0.82x, 0.88x the CPU time; 12 x 41 pairs each).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, BinaryIO, Callable, Collection, Iterator
+from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
+import onnx_ir as ir
 
 from jaxconv.onnx import proto_wire
 
@@ -43,27 +67,44 @@ SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than w
 _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
+RECORD_SIZES = (16, 128)  # each symbolic dimension's sizes when a model's record is weighed
 
 
-def recommend(model: Any, *, skip_unknown: bool = False) -> int | None:
+def recommend(model: Any, *, skip_unknown: bool = False, symbolic_sizes: Sequence[int] = ()) -> int | None:
     """1 where the model's small products outweigh its big ones, else None (ORT's thread count).
 
     Args:
         model: an ``onnx_ir`` model, cleaned up.
         skip_unknown: weigh only the products whose sizes are known (an estimate while rewrite
             rules run, some of whose new values carry no shape yet), instead of giving None.
+        symbolic_sizes: where the graph's inputs have symbolic dimensions, weigh the products once
+            with every input's symbolic dimension at each of these sizes, and give 1 only when
+            every weighing does (the record: ``RECORD_SIZES``). Empty: such a product's size is unknown.
 
     A conversion asks twice: the rules for that estimate (``attention_heads`` runs only off one
     thread) and the driver for the record, on the finished graph; the answers can differ (the
     benchmark LSTM's estimate is 1, its record none: the LSTM op comes from a later rule).
     """
-    return recommend_graph(model.graph, skip_unknown=skip_unknown)
+    return recommend_graph(model.graph, skip_unknown=skip_unknown, symbolic_sizes=symbolic_sizes)
 
 
-def recommend_graph(graph: Any, *, skip_unknown: bool = False) -> int | None:
+def recommend_graph(graph: Any, *, skip_unknown: bool = False, symbolic_sizes: Sequence[int] = ()) -> int | None:
     """``recommend`` for a graph."""
-    weights = weigh(graph, skip_unknown=skip_unknown)
-    return None if weights is None else one_thread_for(*weights)
+    names = symbolic_names(graph)
+    if not names or not symbolic_sizes:
+        weights = weigh(graph, skip_unknown=skip_unknown)
+        return None if weights is None else one_thread_for(*weights)
+    for size in symbolic_sizes:
+        weights = weigh(graph, skip_unknown=skip_unknown, sizes=dict.fromkeys(names, size))
+        if weights is None or one_thread_for(*weights) is None:
+            return None
+    return 1
+
+
+def symbolic_names(graph: Any) -> set[str]:
+    """The names of the symbolic dimensions of the graph's inputs (``b`` of ``f32[b, 784]``)."""
+    return {d.value for v in graph.inputs if v.shape is not None
+            for d in v.shape if isinstance(d, ir.SymbolicDim) and d.value is not None}
 
 
 def one_thread_for(small: float, large: float) -> int | None:
@@ -72,7 +113,7 @@ def one_thread_for(small: float, large: float) -> int | None:
 
 
 def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any], int | None] | None = None,
-          leave_out: Collection[Any] = ()) -> tuple[float, float] | None:
+          leave_out: Collection[Any] = (), sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
     """(flops of the products under ``SMALL_FLOPS``, of the others) a call runs, or None where a size
     is unknown (unless ``skip_unknown``) or an LSTM or RNN op runs.
 
@@ -80,12 +121,15 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
         loop_steps: the steps of a Loop that will run a fixed number of them (a rule's estimate
             before ``to_scan`` makes it a Scan); without it a Loop's products are of unknown count.
         leave_out: nodes not weighed, nor their subgraphs (a Loop a rule is about to replace).
+        sizes: a size for each named symbolic dimension (of the graph's inputs: ``symbolic_names``);
+            a dimension of another name (one the shape inference made up) stays unknown.
     """
     small = large = 0.0
-    for node, repeats, known in _products(graph, 1, {}, loop_steps, {id(n) for n in leave_out}):
+    shapes = _Shapes({}, dict(sizes or {}))
+    for node, repeats, seen in _products(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
         if node.op_type in _SELF_THREADED:
             return None
-        weighed = _gru_products(node, known) if node.op_type == "GRU" else [(_flops(node, known), 1)]
+        weighed = _gru_products(node, seen) if node.op_type == "GRU" else [(_flops(node, seen), 1)]
         for flops, times in weighed:
             if flops is None or repeats is None:
                 if skip_unknown:
@@ -98,13 +142,22 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
     return small, large
 
 
-_Known = dict[int, list[int]]  # dims of a body's inputs that carry no shape, by id of the value
+@dataclasses.dataclass(frozen=True)
+class _Shapes:
+    """Where dims come from besides a value's static shape: a Scan or Loop body's inputs that carry
+    no shape (they take the outer value's, by id of the body input), and named symbolic dims."""
+
+    known: dict[int, list[int]]
+    sizes: dict[str, int]
+
+    def with_known(self, more: dict[int, list[int]]) -> _Shapes:
+        return _Shapes({**self.known, **more}, self.sizes)
 
 
-def _products(graph: Any, repeats: int | None, known: _Known,
+def _products(graph: Any, repeats: int | None, shapes: _Shapes,
               loop_steps: Callable[[Any], int | None] | None = None,
-              leave_out: frozenset[int] | set[int] = frozenset()) -> Iterator[tuple[Any, int | None, _Known]]:
-    """(node, how many times a call runs it, dims known of body inputs) for every product and RNN
+              leave_out: frozenset[int] | set[int] = frozenset()) -> Iterator[tuple[Any, int | None, _Shapes]]:
+    """(node, how many times a call runs it, where its dims come from) for every product and RNN
     op, subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
     for node in graph:
         if node.domain not in ("", "ai.onnx") or id(node) in leave_out:
@@ -112,26 +165,26 @@ def _products(graph: Any, repeats: int | None, known: _Known,
         if not any(o.uses() or o.is_graph_output() for o in node.outputs):
             continue  # dead (a rule's estimate runs before dead nodes are removed)
         if node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose", *_RNN_OPS):
-            yield node, repeats, known
+            yield node, repeats, shapes
         for attr in node.attributes.values():
             if attr.type.name != "GRAPH":
                 continue
             steps: int | None = 1
-            inner = known
+            inner = shapes
             if node.op_type == "Loop":
                 steps = None if loop_steps is None else loop_steps(node)
-                inner = _loop_carries(node, attr.value, known)
+                inner = _loop_carries(node, attr.value, shapes)
             elif node.op_type == "Scan":
-                steps, inner = _scan_steps(node, attr.value, known)
+                steps, inner = _scan_steps(node, attr.value, shapes)
             times = None if repeats is None or steps is None else repeats * steps
             yield from _products(attr.value, times, inner, loop_steps, leave_out)
 
 
-def _gru_products(node: Any, known: _Known) -> list[tuple[float | None, int]]:
+def _gru_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
     """(flops, times a run of the op does it) of a GRU op: ORT's kernel projects every step's input
     at once (``[T * B, I] x [I, 3H]`` per direction), then runs each step's ``[B, H] x [H, 3H]``."""
-    x = _dims(node.inputs[0], known)
-    r = _dims(node.inputs[2], known) if len(node.inputs) > 2 else None
+    x = _dims(node.inputs[0], shapes)
+    r = _dims(node.inputs[2], shapes) if len(node.inputs) > 2 else None
     layout = node.attributes.get("layout")
     if not x or len(x) != 3 or not r or len(r) != 3 or (layout is not None and int(layout.value)):
         return [(None, 1)]
@@ -141,16 +194,17 @@ def _gru_products(node: Any, known: _Known) -> list[tuple[float | None, int]]:
     return [(projection, directions), (step, directions * steps)]
 
 
-def _scan_steps(scan: Any, body: Any, known: _Known) -> tuple[int | None, _Known]:
+def _scan_steps(scan: Any, body: Any, shapes: _Shapes) -> tuple[int | None, _Shapes]:
     """A Scan over axis 0: its step count, and its body inputs' dims from the Scan's inputs."""
     for name in ("scan_input_axes", "scan_output_axes"):
         attr = scan.attributes.get(name)
         if attr is not None and any(int(v) != 0 for v in attr.value):
-            return None, known
+            return None, shapes
     n_state = len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
-    inner, steps = dict(known), None
+    inner: dict[int, list[int]] = {}
+    steps = None
     for k, (outer, inside) in enumerate(zip(scan.inputs, body.inputs)):
-        dims = _dims(outer, known)
+        dims = _dims(outer, shapes)
         if dims is None:
             continue
         if k < n_state:
@@ -158,36 +212,37 @@ def _scan_steps(scan: Any, body: Any, known: _Known) -> tuple[int | None, _Known
         elif dims:
             steps = dims[0]
             inner[id(inside)] = dims[1:]
-    return steps, inner
+    return steps, shapes.with_known(inner)
 
 
-def _loop_carries(loop: Any, body: Any, known: _Known) -> _Known:
+def _loop_carries(loop: Any, body: Any, shapes: _Shapes) -> _Shapes:
     """A Loop body's inputs' dims from the Loop's inputs (each carry keeps its initial value's shape)."""
-    inner = dict(known)
+    inner: dict[int, list[int]] = {}
     for outer, inside in zip(loop.inputs[2:], body.inputs[2:]):
-        dims = _dims(outer, known)
+        dims = _dims(outer, shapes)
         if dims is not None and inside.shape is None:
             inner[id(inside)] = dims
-    return inner
+    return shapes.with_known(inner)
 
 
-def _dims(value: Any, known: _Known) -> list[int] | None:
+def _dims(value: Any, shapes: _Shapes) -> list[int] | None:
     if value is None:
         return None
-    if id(value) in known:
-        return known[id(value)]
+    if id(value) in shapes.known:
+        return shapes.known[id(value)]
     shape = value.shape
     if shape is None and value.const_value is not None:  # an initializer a rule made without a shape
         shape = value.const_value.shape
-    if shape is None or not shape.is_static():
+    if shape is None:
         return None
-    return [int(d) for d in shape.numpy()]
+    dims = [d if isinstance(d, int) else shapes.sizes.get(d.value) if d.value is not None else None for d in shape]
+    return None if any(d is None for d in dims) else dims
 
 
-def _flops(node: Any, known: _Known) -> float | None:
+def _flops(node: Any, shapes: _Shapes) -> float | None:
     """Multiply-adds times two of one run of a product, from its operands' static shapes; None when unknown."""
-    a = _dims(node.inputs[0], known)
-    b = _dims(node.inputs[1], known) if len(node.inputs) > 1 else None
+    a = _dims(node.inputs[0], shapes)
+    b = _dims(node.inputs[1], shapes) if len(node.inputs) > 1 else None
     if not a or not b:
         return None
     if node.op_type == "MatMul":
@@ -203,7 +258,7 @@ def _flops(node: Any, known: _Known) -> float | None:
         n = b[0] if trans_b is not None and int(trans_b.value) else b[-1]
         return 2.0 * m * k * n
     if node.op_type == "Conv":  # weight [Cout, Cin/group, k...]: each output sums Cin/group x window
-        out = _dims(node.outputs[0], known)
+        out = _dims(node.outputs[0], shapes)
         return None if not out else 2.0 * math.prod(out) * math.prod(b[1:])
     return 2.0 * math.prod(a) * math.prod(b[1:])  # ConvTranspose, weight [Cin, Cout/group, k...]
 

@@ -209,7 +209,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["attention"] = attention.rewrite(model.graph, opset)
     # Head-major projections cost more than the Transposes they save on one thread (1.02-1.08x the CPU
     # time of the zoo's transformers, which record one thread) and gain on two (0.98x): only there.
-    heads = HEADS_ON_ONE_THREAD or thread_count.recommend(model, skip_unknown=True) != 1
+    heads = HEADS_ON_ONE_THREAD or thread_count.recommend(
+        model, skip_unknown=True, symbolic_sizes=thread_count.RECORD_SIZES) != 1  # as the driver's record
     fired["attention_heads"] = attention_heads.rewrite(model.graph) if heads else 0
     fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
