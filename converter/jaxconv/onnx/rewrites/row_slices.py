@@ -103,16 +103,28 @@ def _length(dim: Any, part: tuple[int, int, int]) -> int | None:
     return len(range(*slice(*part).indices(dim))) if isinstance(dim, int) else None
 
 
+FEW_ROWS = 8  # a cut of a symbolic axis to at most this many rows is taken to keep at most half of it
+
+
 def _halves(x: ir.Value, cut: Cut) -> bool:
-    """The cut keeps at most half of ``x``'s elements along its axes (static sizes)."""
+    """The cut keeps at most half of ``x``'s elements along its axes: on static sizes, or where it cuts a
+    symbolic axis (a sequence of run-time length) to at most ``FEW_ROWS`` rows from the start (a
+    classifier's first token: sequences are longer)."""
     assert x.shape is not None
-    kept, whole = 1, 1
+    kept, whole, symbolic = 1, 1, False
     for a, part in cut.items():
-        n = _length(x.shape[a], part)
+        dim = x.shape[a]
+        if not isinstance(dim, int):
+            start, end, step = part
+            if step != 1 or not 0 <= start < end or end - start > FEW_ROWS:
+                return False
+            symbolic = True
+            continue
+        n = _length(dim, part)
         if n is None:
             return False
-        kept, whole = kept * n, whole * int(x.shape[a])
-    return whole > 0 and 2 * kept <= whole
+        kept, whole = kept * n, whole * int(dim)
+    return symbolic or (whole > 0 and 2 * kept <= whole)
 
 
 def _same_dim(a: Any, b: Any) -> bool:

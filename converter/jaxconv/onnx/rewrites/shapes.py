@@ -16,7 +16,8 @@ exact:
   already have the rank is dropped (ONNX broadcasting aligns trailing axes);
 - ``Max(Min(a, x), b)`` with constants ``a <= b`` is ``b`` (and ``Min(Max(a, x), b)`` with ``a >= b``):
   a dynamic slice's start 0 clamped to ``[0, s - 1]`` (``x[:, 0]`` of a symbolic length) is 0;
-- a Slice's bounds computed from constants only become constants (``row_slices`` reads them);
+- a Slice's bounds computed from constants only become constants (``row_slices`` reads them), also
+  through the Concat that stacks a dynamic slice's start indices and the sums that give its ends;
 - ``Concat`` of every output of a ``Split``, in order, is the Split's input.
 """
 
@@ -263,12 +264,40 @@ def _constant_bounds(graph: ir.Graph, node: ir.Node) -> int:
         value = node.inputs[k]
         if value is None or m.const(value) is not None or value.producer() is None:
             continue
-        arr = constants.evaluate(value)
+        arr = _known_vector(value)
         if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iu" or arr.size > 16:
             continue
         node.replace_input_with(k, m.new_initializer(graph, arr, "slice_bounds"))
         count += 1
     return count
+
+
+_VECTOR_ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Min": np.minimum,
+                      "Max": np.maximum}
+
+
+def _known_vector(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
+    """An integer vector's value computed from constants, also through a ``Concat`` and the integer
+    arithmetic on one: the lowering of a dynamic slice stacks its start indices (``Unsqueeze`` of each
+    clamped scalar, settled to constants by ``_settled_clamp``) and adds the sizes for the ends, all of
+    which the constant folding only sees after the rules. Integer sums wrap in numpy as in ONNX Runtime."""
+    arr = constants.evaluate(value)
+    if arr is not None or depth > 8:
+        return arr if arr is not None and arr.dtype.kind in "iu" else None
+    node = m.producer(value, "Concat", *_VECTOR_ARITHMETIC)
+    if node is None or not node.inputs:
+        return None
+    parts = [_known_vector(v, depth + 1) for v in node.inputs]
+    if any(p is None or p.dtype != parts[0].dtype for p in parts):
+        return None
+    if node.op_type == "Concat":
+        if any(p.ndim != 1 for p in parts) or m.attr(node, "axis") not in (0, -1):
+            return None
+        return np.concatenate(parts)
+    if len(parts) != 2 or parts[0].ndim > 1 or parts[1].ndim > 1:
+        return None
+    with np.errstate(all="ignore"):
+        return np.asarray(_VECTOR_ARITHMETIC[node.op_type](parts[0], parts[1]))
 
 
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
