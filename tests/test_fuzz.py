@@ -637,3 +637,23 @@ def test_argmin_flush_and_window_convert_rows_need_huge_inputs():
     huge = known.facts([np.float64([1.79769313e308])])
     for klass in ("fori_loop+argmin/f64/value", "reduce_window_add+convert_f16_u16/f16/value"):
         assert known.match(klass, huge) is not None and known.match(klass) is None, klass
+
+
+def test_a_difference_from_a_subnormal_weight_is_classified_subnormal():
+    """inf times a closed-over weight of the smallest subnormal: XLA reads the weight as 0 (NaN), ONNX Runtime keeps
+    it (inf). Flushing the weights, not the inputs, explains it; a difference from a normal weight stays a value."""
+    from conformance.fuzz import driver
+
+    def failure_of(expr):
+        p = infer_types(FuzzProgram(inputs=[0], steps=[Step("mul", (0,), expr, 1),
+                                                       Step("isnan", (1,), "jnp.isnan({0})", 2)],
+                                    outputs=[2], types={0: Value((1, 1), "float32")}))
+        inputs = [np.float32([[np.inf]])]
+        return Failure(p, inputs, *fuzz_run.attempt(p, "onnx", inputs)[:2], "", *fuzz_run.attempt(p, "onnx", inputs)[2:4])
+
+    # _w(103030569, (1, 3), 'float32', 1, 0.05) is [-0.29, 1.4e-45, -1.08]
+    failure = failure_of("{0} @ _w(103030569, (1, 3), 'float32', 1, 0.05)")
+    assert failure.status == "mismatch" and failure.diff.kind == "value", failure.diff
+    assert driver._relabel_subnormal(failure, "onnx").diff.kind == "subnormal"
+    assert class_of(failure, "onnx") == "isnan/f32/subnormal"
+    assert failure_of("{0} @ _w(103030569, (1, 3), 'float32', 1, 0.0)").status == "ok"

@@ -68,9 +68,9 @@ def test_model_inputs_hold_a_few_edge_values():
 
 
 def test_the_fuzzer_records_which_rewrites_fired():
-    p = generate_model(10, ["gru"])  # Haiku's GRU scan: (1 - z) * h + z * n
+    p = generate_model(48, ["gru"])  # Haiku's GRU scan: (1 - z) * h + z * n
     assert p.ops()[0] == "gru_haiku"
-    outcome = fuzz_run.evaluate(p, "onnx", 10)
+    outcome = fuzz_run.evaluate(p, "onnx", 48)
     assert outcome.status == "ok"
     assert outcome.rules["gru"] == 1 and outcome.rules["scan"] == 1 and outcome.rules["attention"] == 0
     assert jaxconv.onnx.rewrites.apply.__name__ == "apply"  # the counter put the converter's function back
@@ -80,6 +80,8 @@ def test_the_fuzzer_records_which_rewrites_fired():
     ("unrolled", 0, "unrolled_lstm_fused", "unrolled_steps", 1),  # a Python loop over time steps: one Loop
     ("unrolled", 4, "stacked_layers", "unrolled_steps", 0),  # a loop over stacked layer weights stays unrolled
     ("moe", 0, "moe_router", "broadcast_matmul_order", 1),  # einsum('th,ehm->etm') computed as x @ w
+    ("moe", 12, "moe_router", "expert_columns", 1),  # wide experts: their weights side by side, prepacked
+    ("moe", 12, "moe_router", "expert_split", 1),  # and their second product one 2-D MatMul an expert
 ])
 def test_the_new_kinds_reach_their_rules(kind, seed, first, rule, fired):
     p = generate_model(seed, [kind])
@@ -339,3 +341,24 @@ def test_the_deep_rnn_kind_stacks_two_or_three_cells_with_and_without_feedback()
     assert all(forms[t] > 0 for t in ("_top(cs[", "reverse=True", "lstm", "gru", "rnn_tanh")), forms
     outcome = fuzz_run.evaluate(generate_model(0, ["deep_rnn"]), "onnx", 0)
     assert outcome.status == "ok" and outcome.rules["scan"] == 1, (outcome.status, outcome.detail, outcome.rules)
+
+
+def test_scans_unrolled_by_k_run_two_or_more_trips_and_wide_experts_are_drawn():
+    """``unroll=k`` comes with sequences of 6-16 steps (two or more trips of k steps, sometimes steps left over,
+    sometimes reversed); the deep RNNs put an op between layers; some mixtures of experts are wide enough for
+    the prepacked expert products."""
+    trips, between, wide = set(), collections.Counter(), 0
+    for seed in range(80):
+        for kind in ("lstm", "gru"):
+            p = generate_model(seed, [kind])
+            src = p.source()
+            if "unroll=" in src:
+                t = p.types[p.inputs[0]].shape
+                k = int(src.split("unroll=")[1][0])
+                trips.add((max(t[:2]) // k >= 2, max(t[:2]) % k != 0, "reverse=True" in src))
+        src = generate_model(seed, ["deep_rnn"]).source()
+        between.update(t for t in ("jax.nn.relu(r0", "jnp.tanh(r0", "0.5 * (r0", "unroll=") if t in src)
+        wide += ", 1024), " in generate_model(seed, ["moe"]).source()  # the experts' [e, h, 1024] weights
+    assert {(True, False, False), (True, True, False), (True, True, True)} <= trips, trips
+    assert all(between[t] > 0 for t in ("jax.nn.relu(r0", "jnp.tanh(r0", "0.5 * (r0", "unroll=")), between
+    assert wide > 0

@@ -360,7 +360,10 @@ class ModelBuilder:
         """A cell in ``lax.scan`` (sometimes ``unroll=k``, the input projection left in the body); GRUs of
         the small sizes the GRU op takes (B 1-4, H up to 128) too."""
         # size-1 dims are rare: the LSTM and GRU rules do not match them (no products to fuse)
-        t, b = self.rng.choice([1, 2, 3, 5, 5]), self.rng.choice([1, 2, 3, 4])
+        k = self.rng.choice([2, 3, 4]) if self.rng.random() < 0.25 else 0
+        # with unroll=k: two or more trips of k steps, sometimes steps left over (jax runs them after the loop)
+        t = self.rng.choice([6, 8, 9, 12, 16] if k else [1, 2, 3, 5, 5])
+        b = self.rng.choice([1, 2, 3, 4])
         d = self.rng.choice([1, 2, 3, 4, 4, 8, 16])
         h = self.rng.choice([1, 2, 3, 3, 4, 8, 16, 32] + ([64, 128] if cell == "gru" else []))
         batch_major = self.rng.random() < 0.3
@@ -368,7 +371,7 @@ class ModelBuilder:
         seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
         kinds = ["lstm_fused", "lstm_flax"] if cell == "lstm" else ["gru_fused", "gru_flax", "gru_haiku"]
         body, carry, op = self.cell(self.rng.choice(kinds), d, h, b)
-        unroll = f", unroll={self.rng.choice([2, 3, 4])}" if self.rng.random() < 0.25 else ""
+        unroll = f", unroll={k}" + (", reverse=True" if self.rng.random() < 0.3 else "") if k else ""
         if self.rng.random() < 0.5:
             expr = f"lax.scan({body}, {carry}, {seq}{unroll})[1]"
             shape: tuple[int, ...] = (t, b, h)
@@ -396,8 +399,9 @@ class ModelBuilder:
         feedback = self.rng.random() < 0.2
         # the step: r_i = cell_i(carry[i], input_i); the carry is the tuple of every layer's carry
         inner = "((" + ", ".join(f"r{i}[0]" for i in range(len(cells))) + ",), r" + str(len(cells) - 1) + "[1])"
+        between = self.rng.choice(["", "", "jax.nn.relu", "jnp.tanh", "0.5 * "])  # applied to a layer's output
         for i in reversed(range(len(cells))):
-            arg = "xt" if i == 0 else f"r{i - 1}[1]"
+            arg = "xt" if i == 0 else f"{between}(r{i - 1}[1])"
             if i == 0 and feedback and len(cells) > 1:
                 top = sizes[-1]
                 arg = f"xt + jnp.mean(_top(cs[{len(cells) - 1}]), axis=-1, keepdims=True)[..., :1] * {1.0 / top}"
@@ -406,7 +410,8 @@ class ModelBuilder:
         body = f"lambda cs, xt: (lambda _top: {inner})({top_of})"
         carry = "(" + ", ".join(c[1] for c in cells) + ",)"
         last = self.rng.random() < 0.4
-        scan = f"lax.scan({body}, {carry}, {self.ref(xs)}, reverse={self.rng.random() < 0.2})[1]"
+        unroll = f", unroll={self.rng.choice([2, 4])}" if t >= 4 and self.rng.random() < 0.25 else ""
+        scan = f"lax.scan({body}, {carry}, {self.ref(xs)}, reverse={self.rng.random() < 0.2}{unroll})[1]"
         expr, shape = (f"{scan}[-1]", (b, sizes[-1])) if last else (scan, (t, b, sizes[-1]))
         y = self.step("deep_" + "_".join(c[2] for c in cells), expr, shape)
         if self.rng.random() < 0.3:
@@ -457,8 +462,11 @@ class ModelBuilder:
     def moe(self) -> None:
         """A mixture of experts: a router's top-k weights, the experts' ``einsum('th,ehm->etm')`` and
         ``einsum('etm,emh->eth')``, the outputs combined by the routing weights."""
-        t, hd = self.rng.choice([2, 4, 8, 16, 32]), self.rng.choice([4, 8, 16])
-        m, e = self.rng.choice([8, 16, 32]), self.rng.choice([2, 4, 8])
+        if self.rng.random() < 0.15:  # few tokens, wide experts: expert_columns and expert_split fire
+            t, hd, m, e = 8, self.rng.choice([512, 768]), 1024, self.rng.choice([2, 4])
+        else:
+            t, hd = self.rng.choice([2, 4, 8, 16, 32]), self.rng.choice([4, 8, 16])
+            m, e = self.rng.choice([8, 16, 32]), self.rng.choice([2, 4, 8])
         k = self.rng.choice([1, 2])
         x = self.input((t, hd))
         logits = self.step("moe_router", f"{self.ref(x)} @ {self.w((hd, e))}", (t, e))

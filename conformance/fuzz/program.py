@@ -41,6 +41,19 @@ def _w(seed, shape, dtype, scale=1.0, edge=0.0):
         return a.astype(dt)
 '''
 PRELUDE = "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n" + WEIGHTS
+# the weights with their subnormal values flushed to zeros of the same sign, as XLA on the CPU reads them
+FLUSHED_WEIGHTS = '''
+_w_kept = _w
+
+
+def _w(seed, shape, dtype, scale=1.0, edge=0.0):
+    import ml_dtypes
+
+    a = _w_kept(seed, shape, dtype, scale, edge)
+    wide = a.astype(np.float64)
+    sub = (wide != 0) & (np.abs(wide) < float(ml_dtypes.finfo(a.dtype).tiny))
+    return np.where(sub, np.copysign(0.0, wide), wide).astype(a.dtype)
+'''
 
 
 @dataclass(frozen=True)
@@ -85,10 +98,11 @@ class FuzzProgram:
     x64: bool = False
     family: str = ""  # "model" for conformance.fuzz.models' programs
     opset: int | None = None  # the ONNX opset to convert at (None: jaxconv's default)
+    flushed_weights: bool = False  # the closed-over weights' subnormals read as zeros (FLUSHED_WEIGHTS)
 
     def copy(self) -> "FuzzProgram":
         return FuzzProgram(list(self.inputs), list(self.steps), list(self.outputs), dict(self.types), self.x64,
-                           self.family, self.opset)
+                           self.family, self.opset, self.flushed_weights)
 
     def new_id(self) -> int:
         return max(self.types, default=-1) + 1
@@ -105,7 +119,8 @@ class FuzzProgram:
     def function(self) -> Callable[..., Any]:
         """The program as a callable (the source executed with jax, jnp, lax and np in scope)."""
         scope: dict[str, Any] = {}
-        exec(compile(PRELUDE + self.source(), "<fuzz-program>", "exec"), scope)  # noqa: S102
+        prelude = PRELUDE + (FLUSHED_WEIGHTS if self.flushed_weights else "")
+        exec(compile(prelude + self.source(), "<fuzz-program>", "exec"), scope)  # noqa: S102
         return scope["f"]
 
     def specs(self) -> list[Any]:
