@@ -15,6 +15,7 @@ faster without changing the numbers:
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept) and
   jax.nn.leaky_relu's select as LeakyRelu, so ORT fuses them into the Conv or Gemm before; later,
   ``negated_products``: a SiLU's Neg of a product by a constant weight folded into the weight;
+- ``activations`` also: jax.nn.hard_swish (Keras' ``* (1 / 6)`` too) as HardSwish (opset 14) for the Conv;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only where the input's sum is NaN
   or -inf (a ``Greater`` than -inf); last,

@@ -1,12 +1,12 @@
 """Activation forms: jax.nn.gelu (tanh approximation, and the exact one) as Gelu, ``max(x, 0)`` as Relu,
-jax.nn.leaky_relu's select as LeakyRelu.
+jax.nn.leaky_relu's select as LeakyRelu, jax.nn.hard_swish as HardSwish.
 
 Gelu (opset 20) with ``approximate="tanh"`` computes jax's formula
 ``x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``. Relu lets ORT fuse it into the Conv or
 Gemm before it. NaN passes through Relu as through jax's max, but Relu(-0.0) is -0.0 where jax
 gives +0.0 (and ORT removes an ``Add(+0.0)`` after it), so the max becomes Relu only where every
 consumer is blind to the sign of zero: a MatMul, Gemm, Conv, sum or comparison, possibly through
-reshapes and ops whose results differ only in a zero's sign then (max pools, adds, products).
+reshapes, Pads and ops whose results differ only in a zero's sign then (max pools, adds, products).
 
 The exact GELU ``0.5 * x * (1 + Erf(x / sqrt 2))`` (or ``1 - Erf(-x / sqrt 2)``, jax's erfc put back by
 ``stablehlo.primitive_groups``) becomes Gelu with ``approximate="none"`` (opset 20), below opset 20
@@ -328,7 +328,7 @@ def _rewrite_relu(graph: ir.Graph, node: ir.Node) -> bool:
 
 # consumers whose results do not depend on the sign of a zero input (sums start from +0.0)
 _SIGN_BLIND = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "ReduceSum", "ReduceMean"})
-_PASS_THROUGH = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+_PASS_THROUGH = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Pad"})
 # consumers that only compare the value (a zero's sign changes no comparison) ...
 _COMPARE = frozenset({"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "IsNaN", "IsInf"})
 # ... and those whose result differs at most in a zero's sign when an input zero's sign does (a max
@@ -418,8 +418,100 @@ def rewrite(graph: ir.Graph, opset: int) -> int:
         elif node.op_type == "Max":
             count += _rewrite_relu(graph, node)
         elif node.op_type == "Mul":
-            count += _rewrite_leaky_relu(graph, node)
+            count += _rewrite_leaky_relu(graph, node) or _rewrite_hard_swish(graph, node, opset)
     return count
+
+
+def _rewrite_hard_swish(graph: ir.Graph, product: ir.Node, opset: int) -> bool:
+    """``x * (min(max(x + 3, 0), 6) / 6)`` (jax.nn.hard_swish; Keras' ``* (1 / 6)``) as HardSwish (opset 14),
+    which ORT fuses into the Conv before it in its blocked layout (keras-hub's MobileNetV3 ran 11 more
+    layout reorders around the five nodes).
+
+    ORT computes ``x * max(0, min(1, x / 6 + 0.5))``: of every float32 in [-8, 8] 7.9% differ from
+    jax.jit in the last bits, all within 0.006 of the float32 tolerance (the largest near x = -3, where
+    the result is about 1e-7 and 6e-8 off); NaN, infinities and zero signs agree on every input
+    (tests/test_rewrites_hswish.py). Only the scale after the clamp is matched: ``x * r / 6`` overflows
+    to inf for huge x where HardSwish returns x.
+    """
+    pair = m.binary(product, "Mul")
+    if pair is None or opset < 14:
+        return False
+    for x, gate in (pair, pair[::-1]):
+        if x.dtype != ir.DataType.FLOAT or not _is_hard_sigmoid_of(gate, x):
+            continue
+        if not _same_shape(product.outputs[0], x):
+            return False
+        m.replace(graph, product.outputs[0], ir.node("HardSwish", [x]), product)
+        return True
+    return False
+
+
+_SIXTH = float(np.float32(1 / 6))  # Keras' 1.0 / 6.0 as the float32 constant the lowering writes
+
+
+def _is_hard_sigmoid_of(value: ir.Value, x: ir.Value) -> bool:
+    """True when ``value`` is ``min(max(x + 3, 0), 6) / 6`` or ``* (1 / 6)`` (jax.nn.hard_sigmoid), each step
+    read only by the next. Where ``x = a + c`` with ``c`` constant, XLA computes ``x + 3`` as ``a + (c + 3)``
+    (``xla_reassociation.fold_additions`` writes it so): that shift is matched too."""
+    scale = m.producer(value, "Mul", "Div")
+    if scale is None or not _sole_step(value):
+        return False
+    if scale.op_type == "Div":
+        six = _split_const(scale, "Div", 6.0, 0.0)
+    else:
+        six = _split_const(scale, "Mul", _SIXTH, 0.0)
+    pair = m.binary(m.producer(six, "Min"), "Min")
+    if six is None or pair is None or not _sole_step(six):
+        return False
+    low = pair[0] if _is_scalar(pair[1], 6.0, 0.0) else pair[1] if _is_scalar(pair[0], 6.0, 0.0) else None
+    shifted = _relu_input(low)
+    if shifted is None or not _sole_step(shifted):
+        return False
+    added = m.binary(m.producer(shifted, "Add"), "Add")
+    for a, shift in (added, added[::-1]) if added is not None else ():
+        if a is x and _is_scalar(shift, 3.0, 0.0):
+            return True
+        if _shifted_by_three(x, a, m.folded(shift)):
+            return True
+    return False
+
+
+def _shifted_by_three(x: ir.Value, a: ir.Value, shift: np.ndarray | None) -> bool:
+    """True when ``x = a + c`` (either order), ``c`` a float32 constant and ``shift == c + 3`` in float32."""
+    added = m.binary(m.producer(x, "Add"), "Add")
+    if shift is None or shift.dtype != np.float32 or added is None or a not in added:
+        return False
+    c = m.folded(added[1] if added[0] is a else added[0])
+    if c is None or c.dtype != np.float32:
+        return False
+    moved = c + np.float32(3)
+    if moved.size == 1 and shift.size == 1:  # scalars of any rank (x's shape is checked after)
+        return bool(moved.reshape(-1)[0] == shift.reshape(-1)[0])
+    return moved.shape == shift.shape and bool(np.array_equal(moved, shift))
+
+
+def _relu_input(value: ir.Value | None) -> ir.Value | None:
+    """``a`` for ``value = max(a, +0)`` as the lowering writes it (a Relu, bare or with its -0 fix or the Abs
+    this module leaves for it), each step read only by the next; else None. ``a = x + 3`` is never -0, so
+    the fix changes nothing there."""
+    if value is None or not _sole_step(value):
+        return None
+    fixed = m.through_zero_sign_fix(value)
+    absolute = m.producer(value, "Abs")
+    if fixed is value:
+        fixed = absolute.inputs[0] if absolute is not None else None
+    if fixed is not None:
+        if not _sole_step(fixed):
+            return None
+        value = fixed
+    relu = m.producer(value, "Relu")
+    return relu.inputs[0] if relu is not None else None
+
+
+def _sole_step(value: ir.Value) -> bool:
+    """True when ``value`` is read by one live node and is no graph output (the pattern may drop it; the
+    relu rule leaves the -0 fix it drops behind until the clean-up)."""
+    return len(m.live_uses(value)) == 1 and not value.is_graph_output()
 
 
 def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:
