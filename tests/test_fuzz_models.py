@@ -362,3 +362,17 @@ def test_scans_unrolled_by_k_run_two_or_more_trips_and_wide_experts_are_drawn():
     assert {(True, False, False), (True, True, False), (True, True, True)} <= trips, trips
     assert all(between[t] > 0 for t in ("jax.nn.relu(r0", "jnp.tanh(r0", "0.5 * (r0", "unroll=")), between
     assert wide > 0
+
+
+def test_the_cnn_kind_draws_hard_swish_which_reaches_its_rule(monkeypatch):
+    """jax.nn.hard_swish after a conv (MobileNetV3): the activations rule writes it as HardSwish; without that
+    part of the rule the program still runs, with one rewrite fewer."""
+    from jaxconv.onnx.rewrites import activations
+
+    p = generate_model(8, ["cnn"])
+    assert p.ops()[:2] == ["conv_nhwc", "hard_swish"] and "'float32'" in p.source()
+    with_rule = fuzz_run.evaluate(p, "onnx", 8)
+    monkeypatch.setattr(activations, "_rewrite_hard_swish", lambda graph, node, opset: False)
+    without = fuzz_run.evaluate(p, "onnx", 8)
+    assert with_rule.status == without.status == "ok", (with_rule.detail, without.detail)
+    assert with_rule.rules["activations"] == without.rules["activations"] + 1

@@ -109,7 +109,7 @@ class ModelBuilder:
     def act(self, x: int, shape: tuple[int, ...], name: str) -> int:
         fn = {"gelu_tanh": "jax.nn.gelu({0}, approximate=True)", "gelu_exact": "jax.nn.gelu({0}, approximate=False)",
               "relu": "jax.nn.relu({0})", "relu_max": "jnp.maximum({0}, 0.0)", "silu": "jax.nn.silu({0})",
-              "tanh": "jnp.tanh({0})"}[name]
+              "tanh": "jnp.tanh({0})", "hard_swish": "jax.nn.hard_swish({0})"}[name]
         return self.step(name, fn.format(self.ref(x)), shape)
 
     def hidden_width(self, d: int) -> int:
@@ -528,7 +528,7 @@ class ModelBuilder:
                 mean, var = self.w((o,), 1.0), f"jnp.abs({self.w((o,), 1.0)}) + 0.5"
                 x = self.step("batch_norm", f"({self.ref(x)} - {mean}) * lax.rsqrt({var} + 1e-5) * {self.w((o,), 1.0)} + "
                               f"{self.bias(o)}", shape)
-            x = self.act(x, shape, self.rng.choice(["relu", "relu_max", "silu"]))
+            x = self.act(x, shape, self.rng.choice(["relu", "relu_max", "silu", "hard_swish"]))
             pool = self.rng.choice(["max", "avg", "none"])
             if pool != "none" and shape[1] >= 2:
                 win, stride = self.rng.choice([2, 3]) if shape[1] >= 3 else 2, self.rng.choice([1, 2])
