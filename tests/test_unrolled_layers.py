@@ -140,3 +140,24 @@ def test_a_weight_given_broadcast_axes_is_not_folded():
     graph = _graph_with_reshaped(weight, readers=1, shape=(1, 6))
     passes.fold_weight_views(graph)
     assert [n.op_type for n in graph] == ["Reshape", "MatMul"]
+
+
+def test_a_recurrence_whose_hidden_size_equals_its_steps_stays_a_loop():
+    """An RNN's recurrent weight [H, H] over T == H steps has as many rows as the loop has trips, but the body
+    never takes a row of it by the step index: it is one weight, not a stack of layers (T = H = 16 was
+    lowered as 16 copies of the cell)."""
+    steps = 16
+    wh = (RNG.standard_normal((steps, steps)) / 4).astype(np.float32)
+    wx = (RNG.standard_normal((WIDTH, steps)) / 4).astype(np.float32)
+
+    def rnn(xs):
+        def cell(h, x):
+            h = jnp.tanh(x @ wx + h @ wh)
+            return h, h
+        return jax.lax.scan(cell, jnp.zeros((xs.shape[1], steps), xs.dtype), xs)[1]
+
+    xs = RNG.standard_normal((steps, 2, WIDTH)).astype(np.float32)
+    model = jaxconv.to_onnx(rnn, jax.ShapeDtypeStruct(xs.shape, xs.dtype))
+    ops = op_types(model.graph)
+    assert ("Loop" in ops or "Scan" in ops) and ops.count("Tanh") <= 1, ops
+    assert_onnx_matches_jax(rnn, xs)

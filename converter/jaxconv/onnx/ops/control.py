@@ -99,7 +99,8 @@ def _unrolled_layers(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> lis
         return None
     constants = {k: arr for k in range(len(inputs)) if k != c and body.returns[k] is body.args[k]
                  and (arr := ctx.constant_value(inputs[k])) is not None}
-    stacked = sum(arr.nbytes for arr in constants.values() if _has_rows(arr, trips))
+    sliced = _sliced_args(ctx, body)
+    stacked = sum(arr.nbytes for k, arr in constants.items() if _has_rows(arr, trips) and k in sliced)
     if stacked == 0 or stacked <= sum(arr.nbytes for arr in constants.values()) - stacked:
         return None
     ops = _ops_reached(ctx, body)
@@ -114,6 +115,24 @@ def _unrolled_layers(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> lis
         carry = ctx.lower_block(body, carry)
     carry[c] = ctx.scalar(trips, dtype)
     return carry
+
+
+def _sliced_args(ctx: LoweringContext, body: hir.Block, depth: int = 0) -> set[int]:
+    """The body arguments a trip takes a slice of (``lax.scan``'s read of its stacked inputs, directly or in
+    a called ``dynamic_index_in_dim``): a weight used whole (an RNN's recurrent [H, H] over H steps) is not a
+    stack of layers, whatever its first dim."""
+    positions = {id(a): k for k, a in enumerate(body.args)}
+    out: set[int] = set()
+    for o in body.ops:
+        if o.name in ("stablehlo.dynamic_slice", "stablehlo.gather") and o.operands \
+                and id(o.operands[0]) in positions:
+            out.add(positions[id(o.operands[0])])
+        callee = o.attrs.get("callee") if o.name == "func.call" else None
+        if callee in ctx.module.functions and depth < 4:
+            inner = _sliced_args(ctx, ctx.module.functions[callee].body, depth + 1)
+            out |= {positions[id(o.operands[j])] for j in inner
+                    if j < len(o.operands) and id(o.operands[j]) in positions}
+    return out
 
 
 def _has_rows(arr: np.ndarray | None, rows: int) -> bool:
