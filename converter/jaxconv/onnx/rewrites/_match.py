@@ -347,3 +347,9 @@ def is_identity(perm: Any) -> bool:
 def sole_use(value: ir.Value) -> bool:
     """Whether one node reads ``value`` and it is no graph output."""
     return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def sole_live_use(value: ir.Value) -> bool:
+    """Whether one live node reads ``value`` and it is no graph output: a rule may replace that reader and
+    drop the value (other rules leave dead readers behind until the clean-up)."""
+    return len(live_uses(value)) == 1 and not value.is_graph_output()

@@ -454,18 +454,18 @@ def _is_hard_sigmoid_of(value: ir.Value, x: ir.Value) -> bool:
     read only by the next. Where ``x = a + c`` with ``c`` constant, XLA computes ``x + 3`` as ``a + (c + 3)``
     (``xla_reassociation.fold_additions`` writes it so): that shift is matched too."""
     scale = m.producer(value, "Mul", "Div")
-    if scale is None or not _sole_step(value):
+    if scale is None or not m.sole_live_use(value):
         return False
     if scale.op_type == "Div":
         six = _split_const(scale, "Div", 6.0, 0.0)
     else:
         six = _split_const(scale, "Mul", _SIXTH, 0.0)
     pair = m.binary(m.producer(six, "Min"), "Min")
-    if six is None or pair is None or not _sole_step(six):
+    if six is None or pair is None or not m.sole_live_use(six):
         return False
     low = pair[0] if _is_scalar(pair[1], 6.0, 0.0) else pair[1] if _is_scalar(pair[0], 6.0, 0.0) else None
     shifted = _relu_input(low)
-    if shifted is None or not _sole_step(shifted):
+    if shifted is None or not m.sole_live_use(shifted):
         return False
     added = m.binary(m.producer(shifted, "Add"), "Add")
     for a, shift in (added, added[::-1]) if added is not None else ():
@@ -494,24 +494,18 @@ def _relu_input(value: ir.Value | None) -> ir.Value | None:
     """``a`` for ``value = max(a, +0)`` as the lowering writes it (a Relu, bare or with its -0 fix or the Abs
     this module leaves for it), each step read only by the next; else None. ``a = x + 3`` is never -0, so
     the fix changes nothing there."""
-    if value is None or not _sole_step(value):
+    if value is None or not m.sole_live_use(value):
         return None
     fixed = m.through_zero_sign_fix(value)
     absolute = m.producer(value, "Abs")
     if fixed is value:
         fixed = absolute.inputs[0] if absolute is not None else None
     if fixed is not None:
-        if not _sole_step(fixed):
+        if not m.sole_live_use(fixed):
             return None
         value = fixed
     relu = m.producer(value, "Relu")
     return relu.inputs[0] if relu is not None else None
-
-
-def _sole_step(value: ir.Value) -> bool:
-    """True when ``value`` is read by one live node and is no graph output (the pattern may drop it; the
-    relu rule leaves the -0 fix it drops behind until the clean-up)."""
-    return len(m.live_uses(value)) == 1 and not value.is_graph_output()
 
 
 def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:

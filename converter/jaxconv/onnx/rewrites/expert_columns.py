@@ -34,7 +34,7 @@ def _side_by_side(graph: ir.Graph, mm: ir.Node) -> int:
     x, w = mm.inputs[0], mm.inputs[1]
     out = mm.outputs[0]
     # one live reader (earlier rules leave dead ones until the clean-up): stored side by side, not twice
-    weight = m.const(w) if w is not None and not w.is_graph_output() and len(m.live_uses(w)) == 1 else None
+    weight = m.const(w) if w is not None and m.sole_live_use(w) else None
     rows = m.static_dims(x)
     if weight is None or weight.ndim < 3 or weight.dtype.kind != "f" or rows is None or len(rows) != 2:
         return 0

@@ -36,7 +36,7 @@ def rewrite(graph: ir.Graph) -> int:
 def _split(graph: ir.Graph, mm: ir.Node) -> int:
     a, w = mm.inputs[0], mm.inputs[1]
     out = mm.outputs[0]
-    weight = m.const(w) if w is not None and not w.is_graph_output() and len(m.live_uses(w)) == 1 else None
+    weight = m.const(w) if w is not None and m.sole_live_use(w) else None
     dims = m.static_dims(a)
     if weight is None or weight.ndim != 3 or weight.dtype.kind != "f" or dims is None or len(dims) != 3:
         return 0
