@@ -97,7 +97,10 @@ faster without changing the numbers:
 - ``lstm``: a scan whose body is the standard LSTM cell as the ONNX LSTM op;
 - ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell and hk.GRU too) as the ONNX GRU
   op where each step's products are small enough for ORT to run on one thread, or up to 8x that size where
-  the model records one intra-op thread (larger, the Scan is faster).
+  the model records one intra-op thread (larger, the Scan is faster);
+- ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
+  product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
+  or an infinity (ORT's Where branches on every element), last.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -161,6 +164,7 @@ from jaxconv.onnx.rewrites import (
     unrolled_steps,
     weight_first,
     where_consts,
+    where_products,
     zero_bias,
     zeros,
 )
@@ -250,6 +254,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
+    fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired

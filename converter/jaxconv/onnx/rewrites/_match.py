@@ -259,30 +259,35 @@ def non_finite_test(x: ir.Value) -> list[ir.Node]:
     return [total, diff, ir.node("IsNaN", [diff.outputs[0]])]
 
 
-def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.Node], fast: ir.Node,
-              after: ir.Node, names: tuple[str, str]) -> ir.Value:
+def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.Node],
+              fast: ir.Node | list[ir.Node], after: ir.Node, names: tuple[str, str]) -> ir.Value:
     """``result``, computed by ``exact`` (nodes of ``graph``), as ``If(test, exact, fast)`` after ``after``.
 
-    ``exact`` moves into the then-branch; ``fast``'s first output (same values where ``test`` is
-    false) is the else-branch's. Every reader of ``result`` outside the branch, and the graph's
-    outputs, read the If's output, which takes ``result``'s name. Returns the If's output.
+    ``exact`` moves into the then-branch; ``fast`` (a node, or nodes in order) is the else-branch, its
+    last node's first output the branch's (same values where ``test`` is false). Every reader of
+    ``result`` outside the branch, and the graph's outputs, read the If's output, which takes
+    ``result``'s name. Returns the If's output.
     """
+    fast_nodes = fast if isinstance(fast, list) else [fast]
+    fast_out = fast_nodes[-1].outputs[0]
+    out_index = next((i for i, v in enumerate(graph.outputs) if v is result), None)
+    if out_index is not None:  # the then-branch's output now; the If's takes its place below
+        graph.outputs.pop(out_index)
     for node in exact:
         graph.remove(node)
     then_branch = ir.Graph([], [result], nodes=exact, name=names[0])
-    else_branch = ir.Graph([], [fast.outputs[0]], nodes=[fast], name=names[1])
+    else_branch = ir.Graph([], [fast_out], nodes=fast_nodes, name=names[1])
     branch = ir.node("If", [test], {"then_branch": then_branch, "else_branch": else_branch})
     graph.insert_after(after, branch)
     new = branch.outputs[0]
-    for v in (new, fast.outputs[0]):
+    for v in (new, fast_out):
         v.type, v.shape = result.type, result.shape
-    out_index = next((i for i, v in enumerate(graph.outputs) if v is result), None)
     name = result.name
     for use in list(result.uses()):
         if use.node.graph is not then_branch:
             use.node.replace_input_with(use.idx, new)
     if out_index is not None:
-        graph.outputs[out_index] = new
+        graph.outputs.insert(out_index, new)
     result.name = f"{name}_{names[0]}" if name else None
     new.name = name
     return new

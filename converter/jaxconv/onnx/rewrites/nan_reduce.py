@@ -71,11 +71,5 @@ def _one(graph: ir.Graph, where: ir.Node) -> int:
     fast = ir.node(reduce.op_type, list(reduce.inputs), {a.name: a for a in reduce.attributes.values()})
     order = {id(n): i for i, n in enumerate(graph)}
     exact.sort(key=lambda n: order[id(n)])
-    result = where.outputs[0]
-    at = next((i for i, v in enumerate(graph.outputs) if v is result), None)
-    if at is not None:  # the then-branch's output now; the If's takes its place below
-        graph.outputs.pop(at)
-    new = m.branch_on(graph, test.outputs[0], result, exact, fast, test, ("nan_reduce_exact", "nan_reduce"))
-    if at is not None:
-        graph.outputs.insert(at, new)
+    m.branch_on(graph, test.outputs[0], where.outputs[0], exact, fast, test, ("nan_reduce_exact", "nan_reduce"))
     return 1
