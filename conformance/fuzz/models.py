@@ -9,7 +9,9 @@ cells in ``lax.scan`` (fused hand-written, per-gate Flax-style, Haiku's; ``unrol
 unrolled at trace time (a Python loop over time steps, ``unroll=True``) and a Python loop over stacked
 layer weights, NHWC conv and pool chains, a classifier reading one row of its last layer, ``fori_loop``
 with loop invariants, a mixture of experts (top-k routing, the experts' einsums) and the real halves of
-small FFTs (FNet's token mixing).
+small FFTs (FNet's token mixing), and the gradients a training step takes (``jax.vjp`` of small CNNs and
+MLPs: ReLU's select, the pools' gradients, a convolution's weight gradient), some above the size where
+the select rule fires.
 
 Weights are mostly closed-over constants (the rules match constant weights), written as
 ``_w(seed, shape, dtype, scale, edge)``: seeded normal values, a share ``edge`` of them replaced by
@@ -26,7 +28,7 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft", "deep_rnn")
+         "fft", "deep_rnn", "train")
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -548,6 +550,69 @@ class ModelBuilder:
         pooled = self.step("spatial_mean", f"jnp.mean({self.ref(x)}, axis=(1, 2))", (n, shape[3]))
         self.head(pooled, (n, shape[3]))
 
+    def _pool_expr(self, v: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+        """A max or average pool of ``v`` (NHWC) and its shape; ``v`` itself where it is too small."""
+        pool = self.rng.choice(["max", "avg", "none"])
+        if pool == "none" or shape[1] < 2:
+            return v, shape
+        win, stride = self.rng.choice([2, 3]) if shape[1] >= 3 else 2, self.rng.choice([1, 2, 2])
+        ppad = self.rng.choice(["'VALID'", "'SAME'"])
+        size = (shape[1] - win) // stride + 1 if ppad == "'VALID'" else -(-shape[1] // stride)
+        window = f"(1, {win}, {win}, 1), (1, {stride}, {stride}, 1), {ppad}"
+        if pool == "max":
+            return f"lax.reduce_window({v}, -jnp.inf, lax.max, {window})", shape[:1] + (size, size) + shape[3:]
+        return f"(lax.reduce_window({v}, 0.0, lax.add, {window}) / {win * win})", shape[:1] + (size, size) + shape[3:]
+
+    def _act_expr(self, v: str) -> str:
+        return self.rng.choice(["jax.nn.relu({0})", "jnp.maximum({0}, 0.0)", "jax.nn.leaky_relu({0}, 0.1)",
+                                "jax.nn.hard_swish({0})", "jnp.clip({0}, -1.0, 1.0)", "jax.nn.relu6({0})"]).format(v)
+
+    def train(self) -> None:
+        """The gradient of a small CNN or MLP against a cotangent input, by ``jax.vjp`` of the input or of
+        the first weight (then a function input); some activations of 32768 elements or more."""
+        big = self.rng.random() < 0.5
+        as_weight = self.rng.random() < 0.4
+        differentiated: list[str] = []
+
+        def weight(shape: tuple[int, ...]) -> str:
+            if as_weight and not differentiated:
+                differentiated.append(self.ref(self.input(shape)))
+                return "w"
+            return self.w(shape, may_input=False)
+
+        if self.rng.random() < 0.6:
+            n = self.rng.choice([1, 2])
+            hw = 32 if big else self.rng.choice([4, 6, 8])
+            x = self.input((n, hw, hw, self.rng.choice([1, 3, 8])))
+            shape, chain = self.program.types[x].shape, "v"
+            for _ in range(self.rng.choice([1, 2])):
+                o, k = (16 if big else self.rng.choice([4, 8])), self.rng.choice([1, 3])
+                pad = self.rng.choice(["'SAME'", "'VALID'"]) if k > 1 else "'VALID'"
+                conv = (f"lax.conv_general_dilated({chain}, {weight((k, k, shape[3], o))}, (1, 1), {pad}, "
+                        f"dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + {self.bias(o)}")
+                size = shape[1] if pad == "'SAME'" else shape[1] - k + 1
+                shape = (n, size, size, o)
+                chain, shape = self._pool_expr(self._act_expr(conv), shape)
+        else:
+            rows, d = (64, 512) if big else (self.rng.choice([2, 8]), self.rng.choice([8, 32]))
+            x = self.input((rows, self.rng.choice([16, 32])))
+            shape, chain = self.program.types[x].shape, "v"
+            for _ in range(self.rng.choice([1, 2])):
+                chain = self._act_expr(f"({chain} @ {weight((shape[-1], d))} + {self.bias(d)})")
+                shape = (rows, d)
+        cot = self.ref(self.input(shape))
+        if differentiated:
+            expr = f"jax.vjp(lambda w: (lambda v: {chain})({self.ref(x)}), {differentiated[0]})[1]({cot})[0]"
+            out = self.program.types[self.args_value(differentiated[0])].shape
+        else:
+            expr = f"jax.vjp(lambda v: {chain}, {self.ref(x)})[1]({cot})[0]"
+            out = self.program.types[x].shape
+        self.step("vjp", expr, out)
+
+    def args_value(self, ref: str) -> int:
+        """The value a ``{k}`` reference of the step being written names."""
+        return self.args[int(ref.strip("{}"))]
+
     def loop(self) -> None:
         d = self.rng.choice([2, 4, 8, 16])
         x = self.input((self.rng.choice([1, 2, 4]), d))
@@ -582,7 +647,7 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None) -> FuzzProgram
             "mlp": mb.mlp, "encoder": lambda: mb.encoder(False), "decoder": lambda: mb.encoder(True),
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
-            "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn,
+            "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn, "train": mb.train,
         }
         build[kind]()
         p = mb.program

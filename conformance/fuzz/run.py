@@ -195,6 +195,29 @@ def attempt(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray]) -> 
     return ("mismatch" if diff else "ok"), diff, expected, actual, diff.line() if diff else ""
 
 
+def judged_ok(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray], expected: Sequence[Any],
+              actual: Sequence[Any]) -> bool:
+    """Whether jaxconv's own judging (the check's: the float64, op-by-op and spread references and what it
+    knows of XLA's results) passes the artifact's outputs on these very inputs, at the default tolerances."""
+    from jaxconv.judging import judge_set
+    from jaxconv.program import x64_scope
+
+    try:
+        traced = trace(program)
+    except Invalid:
+        return False
+    with tempfile.TemporaryDirectory(prefix="jaxconv-fuzz-") as tmp:
+        try:
+            runner = convert(traced, target, tmp, program.opset)
+            with x64_scope(program.uses_x64() or traced.x64):
+                rows = judge_set(runner, traced.fn, traced.arg_specs, traced.signature, list(inputs),
+                                 [np.asarray(e) for e in expected], [np.asarray(a) for a in actual], None, None,
+                                 "fuzz inputs")
+        except Exception:  # noqa: BLE001  (judging that fails accepts nothing)
+            return False
+    return bool(rows) and all(row.verdict != "mismatch" for row in rows)
+
+
 def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] = INPUT_SETS) -> Outcome:
     """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict
     and (ONNX) how many times each rewrite rule fired in the conversion."""
