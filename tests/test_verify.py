@@ -460,6 +460,38 @@ def test_nan_kept_by_the_artifact_where_xla_max_pooling_drops_it_is_undecided():
     assert not check_runner(_NumpyRunner(drop_nan), "x2", doubled.fn, doubled.arg_specs, doubled.signature).ok
 
 
+def test_nan_on_either_side_of_a_max_pool_gradient_is_undecided_and_only_there():
+    """The gradient of a max pool picks what XLA's pooling kept: where it dropped a NaN, jax.jit's gradient can
+    be NaN where the artifact's is a number. With the gradient in the program, a NaN on either side alone is
+    undecided; a pooling forward pass still fails an artifact that drops a NaN jax.jit keeps."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxconv.known_differences import POOLING_NAN_NOTE
+    from jaxconv.program import trace
+    from jaxconv.verify import check_runner
+
+    def pool(x):
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    def grad(x):
+        return jax.grad(lambda v: jnp.sum(pool(v) ** 2))(x)  # 2 * the kept value at each pick: NaN too
+
+    def drop_nan(fn):  # jax.jit's own result with its NaNs as zeros
+        return lambda x: np.where(np.isnan(y := np.asarray(jax.jit(fn)(x))), np.float32(0), y)
+
+    program = trace(grad, ["f32[2,8,8,4]"])
+    report = check_runner(_NumpyRunner(drop_nan(grad)), "grad", program.fn, program.arg_specs, program.signature)
+    edges = [r for r in report.rows if r.inputs == "edge"]
+    assert report.ok and edges and all(e.verdict in ("ok", "undecided") for e in edges), report.table()
+    assert any(POOLING_NAN_NOTE in e.note and "select_and_scatter_add" in e.note for e in edges), report.table()
+
+    forward = trace(pool, ["f32[2,8,8,4]"])
+    report = check_runner(_NumpyRunner(drop_nan(pool)), "pool", forward.fn, forward.arg_specs, forward.signature)
+    assert not report.ok and any(r.verdict == "mismatch" and r.inputs == "edge" for r in report.rows), report.table()
+
+
 def test_a_generic_reduce_window_with_a_max_body_counts_as_pooling():
     import jax.numpy as jnp
     from jax import lax

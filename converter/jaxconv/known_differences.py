@@ -87,6 +87,9 @@ def as_edge_difference(row: OutputCheck, runtime: str, expected: np.ndarray, act
 # or drops a NaN depending on the order it meets it); ``reduce_window`` stands for one whose body is max/min.
 NAN_DROPPING_OPS = frozenset({"reduce_window_max", "reduce_window_min", "argmax", "argmin"})
 POOLING_NAN_NOTE = "XLA on the CPU drops NaN in max pooling depending on the tensor size"
+# The max pool's gradient picks the window element the forward pass kept: where XLA's pooling dropped a NaN
+# its gradient (and every update after it) can be NaN where the artifact's is a number, and the other way.
+MAX_POOL_GRADIENTS = frozenset({"select_and_scatter_add", "select_and_gather_add"})
 
 
 _traced: dict[Any, list[Any] | None] | None = None  # program_eqns' results while ``one_trace`` is active
@@ -160,37 +163,40 @@ def nan_dropping_ops(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Seq
     return found
 
 
-def only_nan_where_jit_has_a_number(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> int:
-    """How many mismatching elements are NaN in the artifact and a number (finite or inf) in jax.jit;
-    0 unless every mismatching element is of that kind."""
+def only_nan_where_jit_has_a_number(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None,
+                                    either_way: bool = False) -> int:
+    """How many mismatching elements are NaN in the artifact and a number (finite or inf) in jax.jit (with
+    ``either_way``, or NaN in jax.jit and a number in the artifact); 0 unless every mismatching element is
+    of that kind."""
     if cls is None or cls.shape != np.shape(expected) or not is_float(expected) or np.asarray(expected).dtype.kind == "c":
         return 0
     bad = cls == MISMATCH
-    e, a = as_float64(expected)[bad], as_float64(actual)[bad]
-    return int(bad.sum()) if bad.any() and np.isnan(a).all() and not np.isnan(e).any() else 0
-
-
-def _edge_nan_counts(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], expected: Sequence[np.ndarray],
-                     actual: Sequence[np.ndarray]) -> list[int]:
-    """Per row: how many elements of a mismatch on edge values are NaN in the artifact only (else 0)."""
-    return [only_nan_where_jit_has_a_number(e, a, c) if r.verdict == "mismatch" and r.inputs == "edge" else 0
-            for r, c, e, a in zip(rows, classes, expected, actual)]
+    e, a = np.isnan(as_float64(expected)[bad]), np.isnan(as_float64(actual)[bad])
+    one_sided = (a ^ e).all() if either_way else a.all() and not e.any()
+    return int(bad.sum()) if bad.any() and one_sided else 0
 
 
 def as_pooling_nan(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                    arg_specs: Sequence[Any], flat: Sequence[np.ndarray], expected: Sequence[np.ndarray],
                    actual: Sequence[np.ndarray]) -> list[OutputCheck]:
     """Mismatches on edge values that are only NaN in the artifact where jax.jit has a number, in a
-    program with max/min pooling or argmax/argmin, as ``undecided`` rows naming why; others unchanged."""
-    counts = _edge_nan_counts(rows, classes, expected, actual)
-    if not any(counts):
+    program with max/min pooling or argmax/argmin, as ``undecided`` rows naming why; with a max pool's
+    gradient in the program, also NaN in jax.jit where the artifact has a number; others unchanged."""
+    edge = [r.verdict == "mismatch" and r.inputs == "edge" for r in rows]
+    if not any(only_nan_where_jit_has_a_number(e, a, c, either_way=True) for e, a, c, hit
+               in zip(expected, actual, classes, edge) if hit):
         return rows
-    ops = nan_dropping_ops(fn, arg_specs, flat)
-    if not ops:
+    ops = nan_dropping_ops(fn, arg_specs, flat, NAN_DROPPING_OPS | MAX_POOL_GRADIENTS)
+    if not ops or not ops & NAN_DROPPING_OPS:
         return rows
+    either_way = bool(ops & MAX_POOL_GRADIENTS)
+    counts = [only_nan_where_jit_has_a_number(e, a, c, either_way) if hit else 0
+              for e, a, c, hit in zip(expected, actual, classes, edge)]
+    where = ("NaN on one side only (the max pool's gradient picks by what the pooling kept)" if either_way
+             else "NaN in the artifact where jax.jit has a number")
     return [dataclasses.replace(r, ok=True, verdict="undecided",
                                 note=f"{POOLING_NAN_NOTE} (the program has {', '.join(sorted(ops))}): {n} elements are "
-                                     f"NaN in the artifact where jax.jit has a number; {r.note}") if n else r
+                                     f"{where}; {r.note}") if n else r
             for r, n in zip(rows, counts)]
 
 
