@@ -204,9 +204,13 @@ PROGRAM_ORDER_NOTE = ("jax.jit's compiled code reorders the program's arithmetic
                       "intermediates to zero; the artifact follows the program's own order")
 
 
-def as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, dtype: str) -> np.ndarray:
+def as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, dtype: str,
+                expected: np.ndarray | None = None) -> np.ndarray:
     """The mismatching elements where the artifact has what JAX run op by op has: its inf or NaN, or a value
-    within the dtype's tolerance of it, a zero of its sign; for integers and bools, its value."""
+    within the dtype's tolerance of it, a zero of its sign; for integers and bools, its value.
+
+    Where jax.jit (``expected``) is NaN it has no zero sign to follow, and either zero matches op by op's:
+    the artifact drops ``x + 0`` as XLA does (``-0`` where op by op adds ``+0``)."""
     if eager is None or np.shape(eager) != bad.shape:
         return np.zeros(bad.shape, bool)
     if not is_float(np.asarray(actual)):
@@ -215,6 +219,8 @@ def as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, d
     rtol, atol = tolerance(dtype, None, None)
     with np.errstate(all="ignore"):
         zero_signs = (a != 0) | (g != 0) | (np.signbit(a) == np.signbit(g))
+        if expected is not None and np.shape(expected) == bad.shape and np.asarray(expected).dtype.kind != "c":
+            zero_signs |= np.isnan(as_float64(expected))
         same = ((np.isnan(a) & np.isnan(g)) | (np.isinf(a) & (a == g))
                 | (np.isfinite(a) & np.isfinite(g) & (np.abs(a - g) <= atol + rtol * np.abs(g)) & zero_signs))
     return bad & same
@@ -260,7 +266,7 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
             if bad.any() and not (by_float64 | ~bad).all():
                 eager = run() or []
                 by_eager = as_op_by_op(actual[i], eager[i] if i < len(eager) else None, bad & ~by_float64,
-                                        np.asarray(expected[i]).dtype.name)
+                                        np.asarray(expected[i]).dtype.name, expected[i])
         if bad.any() and bool((by_eager | by_float64 | ~bad).all()):
             parts = []
             if by_eager.any():
