@@ -2,7 +2,9 @@
 
 XLA scans each window in row-major order and keeps the current pick while ``select(pick, next)``
 holds; the unrolled chain of Where below reproduces that order exactly (ties, NaN included),
-then each source value is added at the position its window picked.
+then each source value is added at the position its window picked, in the source's row-major order.
+Max and min pooling's selectors take a Where-free form where the data allow it
+(``select_and_scatter_fast``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import numpy as np
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops import select_and_scatter_fast as fast
 from jaxconv.onnx.ops import windowing as win
-from jaxconv.onnx.ops._common import where
+from jaxconv.onnx.ops._common import may_be_negative_zero, where
 from jaxconv.onnx.ops.reduce import KINDS, body_kind, combine, identity_value
-from jaxconv.onnx.ops.reduce_window import expand
 from jaxconv.onnx.registry import lowering
 from jaxconv.stablehlo import ir as hir
 
@@ -41,8 +43,16 @@ def _check(op: hir.Op) -> str | None:
     return None
 
 
-@lowering("stablehlo.select_and_scatter", check=_check, onnx_ops=("Slice", "Where", "Pad", "Add"))
+@lowering("stablehlo.select_and_scatter", check=_check,
+          onnx_ops=("Slice", "Where", "Pad", "Add", "If", "Max", "Min", "Equal", "Mul", "Sum", "Concat"))
 def lower_select_and_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
+    """The exact lowering, or for max/min pooling both it and the Where-free form under an If."""
+    if fast.applies(ctx, op, inputs[2]):
+        return fast.guarded(ctx, op, inputs, lambda: _exact(ctx, op, inputs), _Scatter(ctx, op, inputs[2]))
+    return _exact(ctx, op, inputs)
+
+
+def _exact(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """One strided Slice per window offset, a Where chain for the pick, a Pad per offset for the scatter.
 
     Padding positions are never picked (a window's first in-bounds element starts the pick) and
@@ -56,7 +66,6 @@ def lower_select_and_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]
     hi_pad = [w.padding[a][1] for a in range(xt.rank)]
     padded = any(lo_pad) or any(hi_pad)
     src_shape = list(st.shape)
-    ext = {a: xt.shape[a] + lo_pad[a] + hi_pad[a] for a in active}  # type: ignore[operator]
     x = win.pad(ctx, operand, xt.dtype, lo_pad, hi_pad, None) if padded else operand
     offsets = list(itertools.product(*[range(w.dims[a]) for a in active]))
     pick_val: str | None = None
@@ -68,7 +77,7 @@ def lower_select_and_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]
         ends = [o + (src_shape[a] - 1) * w.strides[a] + 1 for o, a in zip(off, active)]
         part = ctx.op("Slice", [x, ctx.i64(starts), ctx.i64(ends), ctx.i64(active),
                                 ctx.i64([w.strides[a] for a in active])])
-        ok = _in_bounds(ctx, off, active, w, src_shape, xt) if padded else None
+        ok = ctx.const(fast.in_bounds(off, active, w, src_shape, xt)) if padded else None
         if pick_val is None:
             pick_val, pick_ok = part, ok
             continue
@@ -79,44 +88,72 @@ def lower_select_and_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]
             pick_ok = ctx.op("Or", [pick_ok, ok])
         pick_val = _where(ctx, take, part, pick_val, xt.dtype)
         pick_idx = ctx.op("Where", [take, ctx.scalar(k, "int32"), pick_idx])
-    kind = KINDS[body_kind(op.regions[1])]  # type: ignore[index]
-    dtype = st.dtype
-    exact_add = kind == "add" and dtype != "bool"
-    work = dt.compute_dtype(dtype, dt.ARITH) if exact_add else dtype
-    src = ctx.cast_if(source, dtype, work)
-    fill = ctx.scalar(0, work) if exact_add else ctx.const(identity_value(kind, dtype), dtype)
-    target = ctx.op("Shape", [x])
-    init0 = ctx.cast_if(ctx.op("Reshape", [init, ctx.i64([])]), dtype, work)
-    total = expand(ctx, init0, target, work)
+    scatter = _Scatter(ctx, op, init)
+    work, fill = scatter.work, scatter.fill
+    src = ctx.cast_if(source, st.dtype, work)
+    contributions = []
     for k, off in enumerate(offsets):
         chosen = ctx.op("Equal", [pick_idx, ctx.scalar(k, "int32")]) if len(offsets) > 1 else None
         if pick_ok is not None:
             chosen = pick_ok if chosen is None else ctx.op("And", [chosen, pick_ok])
-        contrib = _where(ctx, chosen, src, fill, work) if chosen is not None else src
-        placed, shape = win.dilate(ctx, contrib, work, src_shape, [w.strides[a] for a in active], active, fill)
-        lo = [0] * xt.rank
-        hi = [0] * xt.rank
-        for o, a in zip(off, active):
-            lo[a] = o
-            hi[a] = ext[a] - o - shape[a]  # type: ignore[operator]
-        placed = win.pad(ctx, placed, work, lo, hi, fill)
-        total = ctx.op("Add", [total, placed]) if exact_add else combine(ctx, kind, total, placed, work)
-    if padded:
-        total = win.pad(ctx, total, work, [-p for p in lo_pad], [-p for p in hi_pad], None)
-    return ctx.cast_if(total, work, dtype)
+        contributions.append(_where(ctx, chosen, src, fill, work) if chosen is not None else src)
+    init0 = ctx.cast_if(ctx.op("Reshape", [init, ctx.i64([])]), st.dtype, work)
+    return ctx.cast_if(scatter(contributions, init0), work, st.dtype)
 
 
-def _in_bounds(ctx: LoweringContext, off: tuple[int, ...], active: list[int], w: win.Window,
-               src_shape: list[int | None], xt: hir.TensorType) -> str:
-    """Bool mask over the source grid (1 on passive axes): window element ``off`` is not padding."""
-    mask = np.ones([src_shape[a] if a in active else 1 for a in range(xt.rank)], dtype=bool)
-    for o, a in zip(off, active):
-        pos = o + np.arange(src_shape[a]) * w.strides[a] - w.padding[a][0]  # type: ignore[operator]
-        valid = (pos >= 0) & (pos < xt.shape[a])  # type: ignore[operator]
-        shape = [1] * xt.rank
-        shape[a] = src_shape[a]  # type: ignore[call-overload]
-        mask = mask & valid.reshape(shape)
-    return ctx.const(mask)
+class _Scatter:
+    """``self(contributions, init)``: each window offset's source grid (``work`` dtype, ``fill`` where
+    nothing lands) placed at its offset and combined into ``init`` by the scatter body.
+
+    Contributions are combined from the last offset to the first: an operand element that several
+    overlapping windows pick then receives their source values in the source's row-major order, XLA's.
+    """
+
+    def __init__(self, ctx: LoweringContext, op: hir.Op, init: str) -> None:
+        self.ctx, self.op = ctx, op
+        self.dtype = dtype = op.operands[1].type.dtype
+        self.kind = KINDS[body_kind(op.regions[1])]  # type: ignore[index]
+        self.exact_add = self.kind == "add" and dtype != "bool"
+        self.work = dt.compute_dtype(dtype, dt.ARITH) if self.exact_add else dtype
+        # x + -0.0 is x for every float, x + +0.0 is not for x = -0.0: a -0.0 init needs the -0.0 fill (whose
+        # selects cost more, float_select), any other the +0.0 fill.
+        zero = -0.0 if dtype in dt.FLOATS and may_be_negative_zero(ctx, init) else 0
+        self.fill = (ctx.scalar(zero, self.work) if self.exact_add
+                     else ctx.const(identity_value(self.kind, dtype), dtype))
+
+    def __call__(self, contributions: list[str], init: str) -> str:
+        ctx, op, work = self.ctx, self.op, self.work
+        xt, st = op.operands[0].type, op.operands[1].type
+        w = win.Window.from_attrs(op.attrs, xt.rank)
+        active = w.active_axes()
+        lo_pad = [w.padding[a][0] for a in range(xt.rank)]
+        hi_pad = [w.padding[a][1] for a in range(xt.rank)]
+        ext = {a: xt.shape[a] + lo_pad[a] + hi_pad[a] for a in active}  # type: ignore[operator]
+        offsets = list(itertools.product(*[range(w.dims[a]) for a in active]))
+        total: str | None = None
+        for off, contrib in reversed(list(zip(offsets, contributions))):
+            strides = [w.strides[a] for a in active]
+            placed, shape = win.dilate(ctx, contrib, work, list(st.shape), strides, active, self.fill)
+            lo = [0] * xt.rank
+            hi = [0] * xt.rank
+            for o, a in zip(off, active):
+                lo[a] = o
+                hi[a] = ext[a] - o - shape[a]  # type: ignore[operator]
+            placed = win.pad(ctx, placed, work, lo, hi, self.fill)
+            if total is None and self.exact_add:
+                total = fast.add_init(ctx, init, placed, work)
+            elif total is None:
+                total = combine(ctx, self.kind, init, placed, work)
+            else:
+                total = (ctx.op("Add", [total, placed]) if self.exact_add
+                         else combine(ctx, self.kind, total, placed, work))
+            if self.exact_add and self.dtype != work and off != offsets[0]:
+                # XLA rounds each float16/bfloat16 sum; a float32 sum of two rounds to the same value.
+                total = ctx.cast(ctx.cast(total, self.dtype), work)
+        assert total is not None
+        if any(lo_pad) or any(hi_pad):
+            total = win.pad(ctx, total, work, [-p for p in lo_pad], [-p for p in hi_pad], None)
+        return total
 
 
 def _where(ctx: LoweringContext, cond: str, a: str, b: str, dtype: str) -> str:
