@@ -2,7 +2,9 @@
 
 Both paths bring the operands to [N, C, spatial...] x [O, I, spatial...], insert zeros for
 ``lhs_dilation`` (transposed convolutions), pad explicitly when padding is negative or a tensor,
-fold ``batch_group_count`` into channel groups, and transpose the result to its layout.
+fold ``batch_group_count`` into channel groups, and transpose the result to its layout. A float
+convolution with few output positions and a large window (a weight gradient) is one Gemm a position
+instead (``conv_weight_grad``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from onnx import helper
 
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.context import LoweringContext
+from jaxconv.onnx.ops import conv_weight_grad as weight_grad
 from jaxconv.onnx.ops import windowing as win
 from jaxconv.onnx.ops.linalg import MATMUL_NATIVE, matmul_dtype, transpose
 from jaxconv.onnx.registry import lowering
@@ -75,7 +78,7 @@ def _check(op: hir.Op) -> str | None:
 
 
 @lowering("stablehlo.convolution", "stablehlo.dynamic_conv", check=_check,
-          onnx_ops=("Conv", "Transpose", "Pad", "MatMul"))
+          onnx_ops=("Conv", "Transpose", "Pad", "MatMul", "Gemm", "Slice", "Concat"))
 def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Conv for f32/f16/bf16 (any layout, dilation, padding, groups); shifted slices + MatMul for f64 and ints."""
     dn = hir.ConvDimensionNumbers.of(op.attrs["dimension_numbers"])
@@ -90,6 +93,10 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     assert strides is not None and lhs_dil is not None and rhs_dil is not None
     if result.is_static and 0 in result.shape:
         return _zeros(ctx, result)
+    if use_conv and weight_grad.applies(ctx, op, inputs, lhs_dil):
+        out = weight_grad.lower(ctx, op, ctx.cast_if(inputs[0], lt.dtype, work),
+                                ctx.cast_if(inputs[1], kt.dtype, work), strides, rhs_dil)
+        return ctx.cast_if(out, work, result.dtype)
 
     lhs_perm = [dn.input_batch_dimension, dn.input_feature_dimension] + isp
     rhs_perm = [dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension] + ksp
