@@ -120,3 +120,19 @@ def test_a_negative_zero_fill_keeps_the_where():
     assert where_products.rewrite(model.graph) == 0
     model.graph.node(1).inputs[2].const_value = ir.tensor(np.array(0.0, np.float32))
     assert where_products.rewrite(model.graph) == 1
+
+
+@pytest.mark.parametrize("fn", [_relu_grad, _fill_first_negative], ids=lambda f: f.__name__)
+def test_a_symbolic_batch_counts_at_sixteen_rows_and_keeps_the_bits(monkeypatch, fn):
+    """``f32[b, 4096]``: 16 rows of 4096 are 65536 elements, so the rule fires; shape inference names the batch
+    of the operands apart (``unk__``), which the products broadcast as the Where does. Run at 1 and 128 rows."""
+    import jax as _jax
+
+    spec = _jax.ShapeDtypeStruct((_jax.export.symbolic_shape("b")[0], 4096), np.float32)
+    x, g = (np.resize(a, (128, 4096)).astype(np.float32) for a in _data("nan dropped"))
+    ops, got = _convert(fn, x, g, specs=[spec, spec])
+    plain_ops, _ = _plain(monkeypatch, fn, x, g, specs=[spec, spec])
+    assert ops["If"] == plain_ops["If"] + 1 and ops["Where"] == plain_ops["Where"] - 1, (ops, plain_ops)
+    assert_same_bits(got, jax.jit(fn)(x, g))
+    _, one_row = _convert(fn, x[:1], g[:1], specs=[spec, spec])
+    assert_same_bits(one_row, jax.jit(fn)(x[:1], g[:1]))

@@ -19,7 +19,8 @@ A NaN or an infinity in ``x`` makes ``x * 0`` NaN, so the product runs behind
 as in ``mask_min``. ``Where(cond, K, x)`` is the same with ``Cast(Not(cond))``. Only conditions that
 compare data (Greater, Less, GreaterOrEqual, LessOrEqual, or their Not, or an Xor with true) and tensors of at least
 ``MIN_ELEMENTS`` are taken: a uniform condition (a NaN test, a mask) keeps ORT's Where, which is
-faster there, and below that size the If costs more than the Where.
+faster there, and below that size the If costs more than the Where. A symbolic dimension (a batch)
+counts as ``SYMBOLIC_SIZE``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _match as m
 
 MIN_ELEMENTS = 32768
+SYMBOLIC_SIZE = 16  # a symbolic dimension's size when the tensor is weighed (thread_count's smaller record size)
 _COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual"})
 _FLOATS = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
 
@@ -67,12 +69,27 @@ def _negation(node: ir.Node) -> ir.Value | None:
 
 
 def _fill(value: ir.Value | None) -> float | None:
-    """The constant's one finite value other than -0.0, else None."""
-    arr = m.const(value)
-    if arr is None or arr.size != 1 or arr.dtype.kind != "f":
+    """The constant's one finite value other than -0.0 (through Reshapes and Unsqueezes of it), else None."""
+    arr = m.repeated_const(value)
+    if arr is None or arr.size != 1 or arr.dtype.kind != "f" or value is None or value.shape is None \
+            or any(d != 1 for d in value.shape):
         return None
     k = float(arr.reshape(()))
     return k if math.isfinite(k) and not (k == 0.0 and math.copysign(1.0, k) < 0) else None
+
+
+def _same_extent(shape: ir.Shape | None, result: ir.Shape) -> bool:
+    """``shape`` has ``result``'s rank and its size on every axis whose sizes both know: the Where broadcasts it
+    along no known axis (a mask of fewer axes follows a pattern, not the data, and keeps the Where). The
+    products broadcast as the Where does, so an axis whose size is symbolic on either side is no error."""
+    if shape is None or len(shape) != len(result):
+        return False
+    return all(not (isinstance(d, int) and isinstance(r, int)) or d == r for d, r in zip(shape, result))
+
+
+def _elements(shape: ir.Shape) -> int:
+    """How many elements ``shape`` holds, each symbolic dimension (a batch) at ``SYMBOLIC_SIZE``."""
+    return math.prod(d if isinstance(d, int) else SYMBOLIC_SIZE for d in shape)
 
 
 def _one(graph: ir.Graph, where: ir.Node) -> int:
@@ -84,10 +101,11 @@ def _one(graph: ir.Graph, where: ir.Node) -> int:
         return 0
     x, k = (a, k_second) if k_second is not None else (b, k_first)
     result = where.outputs[0]
-    dims = m.static_dims(result)
-    if x is None or x.dtype not in _FLOATS or m.const(x) is not None or dims is None \
-            or math.prod(dims) < MIN_ELEMENTS or x.shape != result.shape or cond is None \
-            or cond.shape != result.shape or not _data_comparison(cond):
+    fill = a if k_first is not None else b
+    if x is None or x.dtype not in _FLOATS or m.const(x) is not None or result.shape is None \
+            or _elements(result.shape) < MIN_ELEMENTS or not _same_extent(x.shape, result.shape) or cond is None \
+            or not _same_extent(cond.shape, result.shape) or fill is None or fill.shape is None \
+            or len(fill.shape) > len(result.shape) or not _data_comparison(cond):
         return 0
     assert k is not None
     kind = _FLOATS[x.dtype]
