@@ -133,6 +133,14 @@ class LoweringContext:
         self.created: list[ir.Node] = []
         self.complex_parts: dict[tuple[Any, str], tuple[str, str]] = {}  # (scope, name) -> (re, im) halves
         self._sources: dict[str, str] = {}  # MLIR location -> file.py:LINE (many ops share a line)
+        self._defining: dict[int, hir.Op] | None = None  # id of a result -> its op, built on first ask
+
+    def defining_op(self, value: hir.Value) -> hir.Op | None:
+        """The StableHLO op whose result ``value`` is, in any function of the module (one walk, then a map)."""
+        if self._defining is None:
+            self._defining = {id(r): o for fn in self.module.functions.values() for o in hir.walk_ops(fn.body)
+                              for r in o.results}
+        return self._defining.get(id(value))
 
     # ---- names ---------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:

@@ -341,7 +341,7 @@ def upsampled_window_sum(ctx: LoweringContext, op: hir.Op, init: str, w: win.Win
     made = ctx.producer(ctx.name_of(op.operands[0]))
     if made is None or made.metadata_props.get("stablehlo.op") != "stablehlo.pad":
         return None
-    pad = _defining_op(ctx.module, op.operands[0])
+    pad = ctx.defining_op(op.operands[0])
     if pad is None or pad.name != "stablehlo.pad":
         return None
     g_value, fill = pad.operands
@@ -357,15 +357,6 @@ def upsampled_window_sum(ctx: LoweringContext, op: hir.Op, init: str, w: win.Win
     lo = [int(p) - (s - 1) for p, s in zip(pad.attrs["edge_padding_low"], factors)]
     hi = [int(p) - (s - 1) for p, s in zip(pad.attrs["edge_padding_high"], factors)]
     return win.pad(ctx, up, xt.dtype, lo, hi, None)
-
-
-def _defining_op(module: hir.Module, value: hir.Value) -> hir.Op | None:
-    """The op whose result ``value`` is, in any function of ``module``."""
-    for fn in module.functions.values():
-        for o in hir.walk_ops(fn.body):
-            if any(r is value for r in o.results):
-                return o
-    return None
 
 
 def repeat_each(ctx: LoweringContext, x: str, dtype: str, shape: list[int | None], factors: list[int]) -> str:

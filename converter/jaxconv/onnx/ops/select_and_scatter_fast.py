@@ -108,12 +108,12 @@ def fast(ctx: LoweringContext, op: hir.Op, inputs: list[str], scatter: Scatter) 
     pick = direction(op)
     assert pick is not None
     contributions = _first_matches(ctx, op, w, pick, x, src, work)
-    if _phases_covered(op, w):
+    if _phases_covered(w):
         return ctx.cast_if(_by_phase(ctx, op, w, contributions, init0, work), work, xt.dtype)
     return ctx.cast_if(scatter(contributions, init0), work, xt.dtype)
 
 
-def _phases_covered(op: hir.Op, w: win.Window) -> bool:
+def _phases_covered(w: win.Window) -> bool:
     """Every phase of the stride gets some window offset: windows at least as long as the strides."""
     return all(w.dims[a] >= w.strides[a] for a in w.active_axes())
 
