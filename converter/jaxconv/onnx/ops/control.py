@@ -351,7 +351,9 @@ def _row_value(tr: _Tracer, update: hir.Value, frame: _Frame | None,
                buffer: hir.TensorType) -> tuple[hir.Value, bool] | None:
     """The body-level value holding the row: before its leading unit dim was added, or with it."""
     o, _, f = tr.producer(update, frame)
-    if o is not None and o.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+    # A symbolic batch broadcasts with its run-time shape (dynamic_broadcast_in_dim) where a static one reshapes.
+    if o is not None and o.name in ("stablehlo.broadcast_in_dim", "stablehlo.dynamic_broadcast_in_dim",
+                                    "stablehlo.reshape"):
         src = o.operands[0]
         plain = o.name == "stablehlo.reshape" or tuple(o.attrs.get("broadcast_dimensions", ())) == tuple(range(1, buffer.rank))
         if plain and src.type.shape == buffer.shape[1:]:

@@ -102,9 +102,25 @@ def lower_reshape(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 
 @lowering("stablehlo.dynamic_reshape", onnx_ops=("Reshape",))
 def lower_dynamic_reshape(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Reshape with a computed shape tensor."""
+    """Reshape with a computed shape tensor; one that only drops or adds unit axes as Squeeze / Unsqueeze."""
+    units = _unit_axes_change(op.operands[0].type, op.results[0].type)
+    if units is not None:
+        dropped, added = units
+        x = ctx.op("Squeeze", [inputs[0], ctx.i64(dropped)]) if dropped else inputs[0]
+        return ctx.op("Unsqueeze", [x, ctx.i64(added)]) if added else x
     shape = ctx.cast_if(inputs[1], op.operands[1].type.dtype, "int64")
     return ctx.op("Reshape", [inputs[0], shape], allowzero=1)
+
+
+def _unit_axes_change(src: hir.TensorType, dst: hir.TensorType) -> tuple[list[int], list[int]] | None:
+    """(unit axes of ``src`` dropped, unit axes of ``dst`` added) when a reshape of ``src`` to ``dst`` does only
+    that: the other dims agree in order, static ones equal and at most one dynamic on each side, which then
+    holds the same size (the element count is kept). None otherwise."""
+    rest_src = [d for d in src.shape if d != 1]
+    rest_dst = [d for d in dst.shape if d != 1]
+    if rest_src != rest_dst or rest_src.count(None) > 1 or 0 in rest_src:
+        return None
+    return [a for a, d in enumerate(src.shape) if d == 1], [a for a, d in enumerate(dst.shape) if d == 1]
 
 
 @lowering("stablehlo.transpose", onnx_ops=("Transpose",))
@@ -294,10 +310,12 @@ def lower_reverse(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 
 
 def clamped_starts(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[str],
-                   start_types: Sequence[hir.TensorType], sizes: Sequence[int | str]) -> list[str]:
-    """Start indices (scalars of any int dtype) as int64 scalars clamped to [0, dim - size], like StableHLO."""
+                   start_types: Sequence[hir.TensorType], sizes: Sequence[int | str],
+                   axes: Sequence[int] | None = None) -> list[str]:
+    """Start indices (scalars of any int dtype) on ``axes`` (default: every axis) as int64 scalars clamped
+    to [0, dim - size], like StableHLO."""
     out = []
-    for axis, (s, st, size) in enumerate(zip(starts, start_types, sizes)):
+    for axis, s, st, size in zip(range(t.rank) if axes is None else axes, starts, start_types, sizes):
         d = dim(ctx, x, t, axis)
         if isinstance(d, int) and isinstance(size, int) and d == size:
             out.append(ctx.scalar(0, "int64"))
@@ -322,9 +340,10 @@ def lower_dynamic_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> 
     return slice_at(ctx, x, t, clamped_starts(ctx, x, t, starts, [v.type for v in op.operands[1:]], sizes), sizes)
 
 
-def slice_at(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[str], sizes: Sequence[int | str]) -> str:
-    """Slice ``sizes`` elements from int64 scalar ``starts`` (already in range) on every axis."""
-    axes = [a for a in range(t.rank) if not (t.shape[a] is not None and sizes[a] == t.shape[a])]
+def slice_at(ctx: LoweringContext, x: str, t: hir.TensorType, starts: Sequence[str], sizes: Sequence[int | str],
+             whole: Sequence[int] = ()) -> str:
+    """Slice ``sizes`` elements from int64 scalar ``starts`` (already in range) on every axis but ``whole``."""
+    axes = [a for a in range(t.rank) if a not in whole and not (t.shape[a] is not None and sizes[a] == t.shape[a])]
     if not axes:
         return x
     begin = _stack_scalars(ctx, [starts[a] for a in axes])
@@ -384,8 +403,21 @@ def index_grid(ctx: LoweringContext, starts: Sequence[str], sizes: Sequence[int 
 
 @lowering("stablehlo.real_dynamic_slice", onnx_ops=("Slice",))
 def lower_real_dynamic_slice(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Slice with start/limit/stride tensors."""
+    """Slice with start/limit/stride tensors; jax's dynamic_slice on a symbolic shape as that slice."""
     x, start, limit, stride = inputs
+    found = symbolic_dynamic_slice(ctx, op)
+    if found is not None:
+        starts, sizes = found
+        t = op.operands[0].type
+        whole = [a for a, s in enumerate(sizes) if s is None]
+        cut = [a for a in range(t.rank) if a not in whole]
+        sized: list[int | str] = [0 if s is None else s for s in sizes]
+        begin = clamped_starts(ctx, x, t, [ctx.name_of(starts[a]) for a in cut], [starts[a].type for a in cut],
+                               [sized[a] for a in cut], axes=cut)
+        full = [ctx.scalar(0, "int64")] * t.rank
+        for a, b in zip(cut, begin):
+            full[a] = b
+        return slice_at(ctx, x, t, full, sized, whole)
     cast = [ctx.cast_if(n, v.type.dtype, "int64") for n, v in zip((start, limit, stride), op.operands[1:])]
     axes = ctx.i64(list(range(op.operands[0].type.rank)))
     return ctx.op("Slice", [x, cast[0], cast[1], axes, cast[2]])
@@ -403,3 +435,77 @@ def lower_tuple(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 def lower_get_tuple_element(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """The element of a tuple built by stablehlo.tuple."""
     return ctx.tuples[inputs[0]][op.attrs["index"]]
+
+
+def symbolic_dynamic_slice(ctx: LoweringContext, op: hir.Op) -> tuple[list[hir.Value], list[int | None]] | None:
+    """A ``real_dynamic_slice`` that is jax's ``dynamic_slice`` on a symbolic shape, as (start scalars, sizes).
+
+    jax writes it ``real_dynamic_slice(x, b, b + S, 1)`` with ``b = clamp(0, concat(s_i), D - S)``, where ``S``
+    and ``D`` (the slice's and the operand's sizes) are concats of one-element pieces. A size is an int, or
+    None where its piece is the operand's own dimension (the whole axis); a start is the scalar before its
+    one-element reshape (or its constant). None where the slice is of another form.
+    """
+    start, limit, stride = op.operands[1:]
+    ones = _folded(ctx, stride)
+    if ones is None or not np.all(ones == 1):
+        return None
+    clamp_op, add_op = ctx.defining_op(start), ctx.defining_op(limit)
+    if clamp_op is None or add_op is None or clamp_op.name != "stablehlo.clamp" or add_op.name != "stablehlo.add":
+        return None
+    low, starts_vec, high = clamp_op.operands
+    zeros = _folded(ctx, low)
+    if zeros is None or np.any(zeros != 0) or start not in add_op.operands:
+        return None
+    size_vec = add_op.operands[1] if add_op.operands[0] is start else add_op.operands[0]
+    sub_op = ctx.defining_op(high)
+    if sub_op is None or sub_op.name != "stablehlo.subtract" or sub_op.operands[1] is not size_vec:
+        return None
+    rank = op.operands[0].type.rank
+    start_pieces, size_pieces, dim_pieces = (_pieces(ctx, v, rank) for v in (starts_vec, size_vec, sub_op.operands[0]))
+    if start_pieces is None or size_pieces is None or dim_pieces is None:
+        return None
+    starts: list[hir.Value] = []
+    sizes: list[int | None] = []
+    for a in range(rank):
+        size = _folded(ctx, size_pieces[a])
+        if _same_piece(ctx, size_pieces[a], dim_pieces[a]):
+            sizes.append(None)
+        elif size is not None:
+            sizes.append(int(size.reshape(())))
+        else:
+            return None
+        scalar = _scalar_before_reshape(ctx, start_pieces[a])
+        if scalar is None:
+            return None
+        starts.append(scalar)
+    return starts, sizes
+
+
+def _folded(ctx: LoweringContext, value: hir.Value) -> np.ndarray | None:
+    name = ctx.scope.lookup(value)
+    return None if name is None else ctx.fold(name)
+
+
+def _pieces(ctx: LoweringContext, vec: hir.Value, rank: int) -> list[hir.Value] | None:
+    """The one-element operands a rank-long index vector is concatenated from."""
+    cat = ctx.defining_op(vec)
+    if cat is None or cat.name != "stablehlo.concatenate" or len(cat.operands) != rank:
+        return None
+    if any(p.type.shape != (1,) for p in cat.operands):
+        return None
+    return list(cat.operands)
+
+
+def _same_piece(ctx: LoweringContext, p: hir.Value, q: hir.Value) -> bool:
+    """The same value, or one-element reshapes of the same scalar (jax reshapes a symbolic size at each use)."""
+    if p is q:
+        return True
+    sp = _scalar_before_reshape(ctx, p)
+    return sp is not None and sp is _scalar_before_reshape(ctx, q)
+
+
+def _scalar_before_reshape(ctx: LoweringContext, piece: hir.Value) -> hir.Value | None:
+    r = ctx.defining_op(piece)
+    if r is not None and r.name == "stablehlo.reshape" and r.operands[0].type.shape == ():
+        return r.operands[0]
+    return None

@@ -1,0 +1,94 @@
+"""A scan over a symbolic batch lowers as the static one does: jax writes its row reads as
+``real_dynamic_slice`` and its row writes through ``dynamic_broadcast_in_dim``; both are read as the plain
+forms, so the Loop becomes a Scan with no index arithmetic or ScatterND in its body. Also jax's
+``dynamic_slice`` on a symbolic shape (clamped starts) and a ``dynamic_reshape`` that only drops unit axes."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+from onnx_graphs import all_nodes, op_types
+
+_W = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32) * 0.3
+
+
+def _rnn(xs):
+    def cell(h, x):
+        h = jnp.tanh(h @ _W + x)
+        return h, h * 2.0
+
+    return jax.lax.scan(cell, jnp.zeros_like(xs[0]), xs)
+
+
+def _scan_body_ops(model) -> list[str]:
+    scans = [n for n in all_nodes(model.graph) if n.op_type in ("Scan", "Loop")]
+    assert len(scans) == 1, op_types(model.graph)
+    assert scans[0].op_type == "Scan"
+    return [n.op_type for n in scans[0].attribute[0].g.node]
+
+
+@pytest.mark.parametrize("spec", ["f32[12,b,16]", "f32[12,8,16]"])
+def test_a_scan_over_a_symbolic_batch_is_a_scan_whose_body_is_the_cell(spec):
+    model = jaxconv.to_onnx(_rnn, spec, check=False)
+    assert sorted(_scan_body_ops(model)) == ["Add", "MatMul", "Mul", "Tanh"]
+    assert "ScatterND" not in [n.op_type for n in all_nodes(model.graph)]
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 5):
+        xs = np.random.default_rng(batch).standard_normal((12, batch, 16)).astype(np.float32)
+        if spec == "f32[12,8,16]" and batch != 8:
+            continue
+        for got, want in zip(runner.run([xs]), jax.jit(_rnn)(xs)):
+            np.testing.assert_allclose(got, np.asarray(want), rtol=2e-6, atol=2e-6)
+
+
+def test_a_reversed_scan_over_a_symbolic_batch_keeps_the_order():
+    def fn(xs):
+        return jax.lax.scan(lambda c, x: (c * 0.5 + x, c + x), jnp.zeros_like(xs[0]), xs, reverse=True)
+
+    model = jaxconv.to_onnx(fn, "f32[9,b,3]", check=False)
+    assert "ScatterND" not in [n.op_type for n in all_nodes(model.graph)]
+    xs = np.random.default_rng(2).standard_normal((9, 4, 3)).astype(np.float32)
+    for got, want in zip(OnnxRunner(model.SerializeToString()).run([xs]), jax.jit(fn)(xs)):
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+@pytest.mark.parametrize("start", [0, 3, 6, 7, 100, -1, -100])
+def test_a_dynamic_slice_of_a_symbolic_shape_clamps_its_start_as_jax_does(start):
+    def fn(x, i):
+        return jax.lax.dynamic_slice(x, (i, 0), (2, x.shape[1]))
+
+    model = jaxconv.to_onnx(fn, "f32[8,b]", "i32[]", check=False)
+    x = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+    i = np.int32(start)
+    got = OnnxRunner(model.SerializeToString()).run([x, i])[0]
+    np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(x, i)))
+
+
+def test_a_dynamic_slice_along_a_symbolic_axis_clamps_to_its_run_time_size():
+    def fn(x, i):
+        return jax.lax.dynamic_slice_in_dim(x, i, 3, axis=0)
+
+    model = jaxconv.to_onnx(fn, "f32[n,4]", "i32[]", check=False)
+    runner = OnnxRunner(model.SerializeToString())
+    for n, start in ((5, 4), (9, 4), (9, -2), (3, 1)):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        got = runner.run([x, np.int32(start)])[0]
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(fn)(x, np.int32(start))))
+
+
+def test_a_reshape_that_drops_a_unit_axis_of_a_symbolic_shape_is_a_squeeze():
+    def fn(x):
+        return (x[:, :1, :] + 1.0).reshape(x.shape[0], x.shape[2]) * 2.0
+
+    model = jaxconv.to_onnx(fn, "f32[b,3,5]", check=False)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    scale = producer[model.graph.output[0].name]
+    assert scale.op_type == "Mul"
+    assert [producer[i].op_type for i in scale.input if i in producer] == ["Squeeze"]
+    x = np.random.default_rng(3).standard_normal((4, 3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(OnnxRunner(model.SerializeToString()).run([x])[0], np.asarray(jax.jit(fn)(x)))
