@@ -141,3 +141,37 @@ def test_a_head_mask_of_ones_and_its_reshapes_go(monkeypatch):
         p[0, 1, 0, :] = [np.nan, np.inf, -np.inf, -0.0, 1e-42, 3.4e38, -3.4e38][:s]
         inputs.append((p,))
     _check(_head_mask, model, plain, inputs)
+
+
+_PATCH = np.random.default_rng(5).standard_normal((4, 4, 3, 8)).astype(np.float32) * 0.2  # HWIO
+_CLS = np.random.default_rng(6).standard_normal((1, 1, 8)).astype(np.float32)
+
+
+def _patch_embedding_norm(x):
+    """A ViT's start on a symbolic batch (Hugging Face's Flax ViT): patches by a strided conv, a class token
+    concatenated, a layer norm with Flax's one-pass variance."""
+    y = lax.conv_general_dilated(x, jnp.asarray(_PATCH), (4, 4), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = y.reshape(y.shape[0], -1, 8)
+    y = jnp.concatenate([jnp.broadcast_to(jnp.asarray(_CLS), (x.shape[0], 1, 8)), y], axis=1)
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
+    return (y - mean) * lax.rsqrt(var + 1e-6)
+
+
+def test_shapes_follow_a_conv_and_a_concat(monkeypatch):
+    model = jaxconv.to_onnx(_patch_embedding_norm, "f32[b,16,16,3]", check=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(symbolic, "_WINDOWED", frozenset())
+        patch.setattr(symbolic._Shapes, "_concat", lambda self, node: None)
+        plain = jaxconv.to_onnx(_patch_embedding_norm, "f32[b,16,16,3]", check=False)
+    assert _ops(plain)["Expand"] >= 2 and _ops(plain)["LayerNormalization"] == 0
+    assert _ops(model)["LayerNormalization"] == 1
+    assert _ops(model)["Expand"] == 1  # the class token's, to the batch
+    inputs = []
+    for b in (1, 3):
+        x = np.random.default_rng(b).standard_normal((b, 16, 16, 3)).astype(np.float32)
+        x[0, 0, 0, :3] = [np.nan, np.inf, -0.0]
+        inputs.append((x,))
+    runner = OnnxRunner(model.SerializeToString())
+    for args in inputs:
+        assert_same_floats(runner.run(list(args))[0], jax.jit(_patch_embedding_norm)(*args), 1e-5, 1e-5)

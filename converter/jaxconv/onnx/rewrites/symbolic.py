@@ -71,6 +71,15 @@ _SAME_SHAPE = frozenset({
     "IsNaN", "IsInf", "Sign", "Floor", "Ceil", "Round", "Reciprocal", "Sin", "Cos", "Softmax", "LogSoftmax",
     "BitwiseNot", "Softplus", "Tan", "Atan", "Asin", "Acos", "CumSum", "Clip"})
 _POINTWISE_UNARY = _SAME_SHAPE - {"Softmax", "LogSoftmax", "Identity", "CumSum"}
+# Ops whose output has their first input's shape, but that do not commute with broadcasting (per-channel
+# or per-row ops): shapes only.
+_KEEPS_SHAPE = frozenset({
+    "LeakyRelu", "HardSwish", "HardSigmoid", "Elu", "Selu", "Celu", "Softsign", "Mish", "ThresholdedRelu",
+    "Shrink", "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+    "Dropout", "LRN", "Hardmax", "Trilu"})
+# Ops on [N, C, spatial...] that keep N, and C too except where the weight gives it (Conv).
+_WINDOWED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
+                       "GlobalMaxPool", "GlobalLpPool"})
 _SHAPE_PASS = frozenset({"Cast", "Squeeze", "Unsqueeze", "Reshape", "Identity", "Flatten"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
                      "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
@@ -203,8 +212,12 @@ class _Shapes:
         op, ins = node.op_type, node.inputs
         if op in _BROADCASTING:
             return broadcast(*[self.shape(i) for i in ins])
-        if op in _SAME_SHAPE:
+        if op in _SAME_SHAPE or op in _KEEPS_SHAPE:
             return self.shape(ins[0])
+        if op in _WINDOWED:
+            return self._windowed(node)
+        if op == "Concat":
+            return self._concat(node)
         if op == "Expand":
             return broadcast(self.shape(ins[0]), self.value(ins[1]))
         if op == "GatherElements":  # the indices' shape
@@ -260,6 +273,40 @@ class _Shapes:
             keep = m.attr(node, "keepdims", 1)
             return tuple(1 if k in axes else d for k, d in enumerate(a) if keep or k not in axes)
         return None
+
+    def _windowed(self, node: ir.Node) -> Dims | None:
+        """N from the input, C from the input (pools) or the weight (Conv), spatial dims as declared."""
+        x, out = self.shape(node.inputs[0]), self._declared(node.outputs[0])
+        if x is None or out is None or len(out) != len(x) or len(x) < 3:
+            return None
+        channels: Dim | None = x[1]
+        if node.op_type in ("Conv", "ConvTranspose"):
+            w = self.shape(node.inputs[1])
+            group = m.attr(node, "group", 1)
+            if w is None:
+                channels = None
+            elif node.op_type == "Conv":
+                channels = w[0]
+            else:
+                channels = w[1] * group if isinstance(w[1], int) else (w[1] if group == 1 else None)
+        return (x[0], out[1] if channels is None else channels) + tuple(out[2:])
+
+    def _concat(self, node: ir.Node) -> Dims | None:
+        """The inputs' dims off the axis (a named one where some input has it), their sum along it."""
+        parts = [self.shape(i) for i in node.inputs]
+        if not parts or any(p is None for p in parts) or len({len(p) for p in parts}) != 1:
+            return None
+        rank = len(parts[0])
+        axis = m.attr(node, "axis", 0) % rank
+        out: list[Dim] = []
+        for k in range(rank):
+            dims = [p[k] for p in parts]
+            if k == axis:
+                out.append(sum(dims) if all(isinstance(d, int) for d in dims) else self.fresh())
+                continue
+            named = [d for d in dims if isinstance(d, int) or not d.startswith("?")]
+            out.append(named[0] if named else dims[0])
+        return tuple(out)
 
     def _reshape(self, node: ir.Node) -> Dims | None:
         a, target = self.shape(node.inputs[0]), self.value(node.inputs[1])
