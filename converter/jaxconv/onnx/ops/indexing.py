@@ -101,6 +101,13 @@ def lower_dynamic_gather(ctx: LoweringContext, op: hir.Op, inputs: list[str]) ->
     rank = op.operands[0].type.rank
     if known is not None:
         sizes: list = [int(v) for v in known.reshape(-1)]
+    elif (pieces := sh.concat_pieces(ctx, op.operands[2], rank)) is not None:
+        # a symbolic shape's sizes: jax concatenates them one by one, constants where they are static
+        sizes = []
+        for piece in pieces:
+            value = sh.folded(ctx, piece)
+            sizes.append(ctx.cast_if(ctx.name_of(piece), piece.type.dtype, "int64") if value is None
+                         else int(value.reshape(-1)[0]))
     else:
         sizes = [ctx.op("Slice", [sizes_name, ctx.i64([d]), ctx.i64([d + 1])]) for d in range(rank)]
     g = _Gather(inputs[0], op.operands[0].type, inputs[1], op.operands[1].type,
@@ -169,25 +176,59 @@ def _gather_take_path(g: _Gather) -> int | None:
     if len(dn.start_index_map) != 1:
         return None
     a = dn.start_index_map[0]
-    if g.sizes[a] != 1 or any(not _full(g, d) for d in range(g.xt.rank) if d != a):
+    if g.sizes[a] != 1 or any(not (_full(g, d) or _run_time_size(g, d)) for d in range(g.xt.rank) if d != a):
         return None
     return a
 
 
+def _run_time_size(g: _Gather, d: int) -> bool:
+    """A slice size known only at run time (a symbolic shape's), on an axis the gather does not index."""
+    return isinstance(g.sizes[d], str) and d not in g.dn.start_index_map
+
+
 def _gather_take(ctx: LoweringContext, g: _Gather, a: int) -> str:
+    """A Gather along ``a`` (a strided Slice for an arithmetic run of constant indices), then the other axes
+    cut to their slice sizes where those are known only at run time (all of a symbolic axis, in jax)."""
+    cut = [d for d in range(g.xt.rank) if d != a and _run_time_size(g, d)]
+    x = g.x
+    if cut:
+        x = ctx.op("Slice", [x, ctx.i64([0] * len(cut)), ctx.op("Concat", [g.sizes[d] for d in cut], axis=0),
+                             ctx.i64(cut)])
+    strided = _strided_take(ctx, g, a, x)
+    if strided is not None:
+        return strided
     i, nb = _int32_take_indices(ctx, g, a)
     if i is None:
         idx, batch = _indices_last(ctx, g.idx, g.it, g.dn.index_vector_dim)
         nb = len(batch)
         i = ctx.op("Squeeze", [idx, ctx.i64([nb])])
         i = sh.clamp(ctx, i, sh.dim_arith(ctx, "Sub", sh.dim(ctx, g.x, g.xt, a), 1))
-    out = ctx.op("Gather", [g.x, i], axis=a)
+    out = ctx.op("Gather", [x, i], axis=a)
     natural: list = [("o", d) for d in range(a)] + [("b", k) for k in range(nb)]
     if a not in g.dn.collapsed_slice_dims:
         out = ctx.op("Unsqueeze", [out, ctx.i64([a + nb])])
         natural.append(("o", a))
     natural += [("o", d) for d in range(a + 1, g.xt.rank)]
     return _permute(ctx, out, _result_perm(g, natural))
+
+
+def _strided_take(ctx: LoweringContext, g: _Gather, a: int, x: str) -> str | None:
+    """``x[..., start::step]`` as jax writes it on a symbolic shape (a gather of constant indices
+    ``start + step * k``, in range) as a strided Slice of ``x``, where the indices are one run along the
+    result's axis ``a``; else None."""
+    idx = ctx.fold(g.idx)
+    size = g.xt.shape[a]
+    dn = g.dn
+    if idx is None or size is None or idx.ndim != 2 or dn.index_vector_dim != 1 or idx.shape[1] != 1:
+        return None
+    run = idx.reshape(-1).astype(np.int64)
+    if run.size < 2 or list(dn.collapsed_slice_dims) != [a] or list(dn.offset_dims) != \
+            [r for r in range(g.result.rank) if r != a]:
+        return None
+    step = int(run[1] - run[0])
+    if step < 1 or not np.array_equal(run, run[0] + step * np.arange(run.size)) or run[0] < 0 or run[-1] >= size:
+        return None
+    return ctx.op("Slice", [x, ctx.i64([int(run[0])]), ctx.i64([int(run[-1]) + 1]), ctx.i64([a]), ctx.i64([step])])
 
 
 def _int32_take_indices(ctx: LoweringContext, g: _Gather, a: int) -> tuple[str | None, int]:

@@ -446,14 +446,14 @@ def symbolic_dynamic_slice(ctx: LoweringContext, op: hir.Op) -> tuple[list[hir.V
     one-element reshape (or its constant). None where the slice is of another form.
     """
     start, limit, stride = op.operands[1:]
-    ones = _folded(ctx, stride)
+    ones = folded(ctx, stride)
     if ones is None or not np.all(ones == 1):
         return None
     clamp_op, add_op = ctx.defining_op(start), ctx.defining_op(limit)
     if clamp_op is None or add_op is None or clamp_op.name != "stablehlo.clamp" or add_op.name != "stablehlo.add":
         return None
     low, starts_vec, high = clamp_op.operands
-    zeros = _folded(ctx, low)
+    zeros = folded(ctx, low)
     if zeros is None or np.any(zeros != 0) or start not in add_op.operands:
         return None
     size_vec = add_op.operands[1] if add_op.operands[0] is start else add_op.operands[0]
@@ -461,13 +461,13 @@ def symbolic_dynamic_slice(ctx: LoweringContext, op: hir.Op) -> tuple[list[hir.V
     if sub_op is None or sub_op.name != "stablehlo.subtract" or sub_op.operands[1] is not size_vec:
         return None
     rank = op.operands[0].type.rank
-    start_pieces, size_pieces, dim_pieces = (_pieces(ctx, v, rank) for v in (starts_vec, size_vec, sub_op.operands[0]))
+    start_pieces, size_pieces, dim_pieces = (concat_pieces(ctx, v, rank) for v in (starts_vec, size_vec, sub_op.operands[0]))
     if start_pieces is None or size_pieces is None or dim_pieces is None:
         return None
     starts: list[hir.Value] = []
     sizes: list[int | None] = []
     for a in range(rank):
-        size = _folded(ctx, size_pieces[a])
+        size = folded(ctx, size_pieces[a])
         if _same_piece(ctx, size_pieces[a], dim_pieces[a]):
             sizes.append(None)
         elif size is not None:
@@ -481,12 +481,13 @@ def symbolic_dynamic_slice(ctx: LoweringContext, op: hir.Op) -> tuple[list[hir.V
     return starts, sizes
 
 
-def _folded(ctx: LoweringContext, value: hir.Value) -> np.ndarray | None:
+def folded(ctx: LoweringContext, value: hir.Value) -> np.ndarray | None:
+    """The value of a StableHLO value lowered in this scope when constants alone give it, else None."""
     name = ctx.scope.lookup(value)
     return None if name is None else ctx.fold(name)
 
 
-def _pieces(ctx: LoweringContext, vec: hir.Value, rank: int) -> list[hir.Value] | None:
+def concat_pieces(ctx: LoweringContext, vec: hir.Value, rank: int) -> list[hir.Value] | None:
     """The one-element operands a rank-long index vector is concatenated from."""
     cat = ctx.defining_op(vec)
     if cat is None or cat.name != "stablehlo.concatenate" or len(cat.operands) != rank:

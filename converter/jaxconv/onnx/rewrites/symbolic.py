@@ -167,16 +167,16 @@ class _Shapes:
                 return tuple(src[int(i)] for i in np.atleast_1d(idx))
             except IndexError:
                 return None
-        if op in _INT_ARITHMETIC and len(node.inputs) == 2:  # of known integers only
+        if op in _INT_ARITHMETIC and len(node.inputs) == 2:
             a, b = self.value(node.inputs[0]), self.value(node.inputs[1])
-            if a is None or b is None or not all(isinstance(d, int) for d in (*a, *b)) or \
-                    (len(a) != len(b) and 1 not in (len(a), len(b))):
+            if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
                 return None
             n = max(len(a), len(b))
-            out = tuple(int(_INT_ARITHMETIC[op](x, y)) for x, y in zip(a * n if len(a) == 1 else a,
-                                                                       b * n if len(b) == 1 else b))
+            out = tuple(_entry(op, x, y) for x, y in zip(a * n if len(a) == 1 else a, b * n if len(b) == 1 else b))
             bits = 31 if v.dtype == ir.DataType.INT32 else 63
-            return out if all(-(1 << bits) <= d < 1 << bits for d in out) else None  # no wrap-around
+            if not all(-(1 << bits) <= d < 1 << bits for d in out if isinstance(d, int)):
+                return None  # no wrap-around
+            return tuple(self.fresh() if d is None else d for d in out)
         if op == "Split" and m.attr(node, "axis", 0) in (0, -1) and len(node.inputs) == 2:
             src, sizes = self.value(node.inputs[0]), m.const(node.inputs[1])
             if src is None or sizes is None or sizes.ndim != 1 or int(sizes.sum()) != len(src):
@@ -207,11 +207,33 @@ class _Shapes:
             out = None
         if out is not None:
             self.shapes[id(node.outputs[0])] = tuple(out)
+        if node.op_type == "Split" and len(node.outputs) > 1:
+            for v, dims in zip(node.outputs, self._split_parts(node) or ()):
+                self.shapes[id(v)] = dims
+
+    def _split_parts(self, node: ir.Node) -> list[Dims] | None:
+        """Each Split output's shape: the input's, the axis cut to the part's constant size."""
+        a = self.shape(node.inputs[0])
+        if a is None:
+            return None
+        axis = m.attr(node, "axis", 0) % len(a)
+        sizes = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        if sizes is None:
+            if not isinstance(a[axis], int) or a[axis] % len(node.outputs):
+                return None
+            sizes = np.full(len(node.outputs), a[axis] // len(node.outputs))
+        sizes = np.atleast_1d(sizes)
+        if len(sizes) != len(node.outputs):
+            return None
+        return [tuple(int(n) if k == axis else d for k, d in enumerate(a)) for n in sizes]
 
     def _infer(self, node: ir.Node) -> Dims | None:
         op, ins = node.op_type, node.inputs
         if op in _BROADCASTING:
             return broadcast(*[self.shape(i) for i in ins])
+        if op == "Split":
+            parts = self._split_parts(node)
+            return parts[0] if parts else None
         if op in _SAME_SHAPE or op in _KEEPS_SHAPE:
             return self.shape(ins[0])
         if op in _WINDOWED:
@@ -333,13 +355,18 @@ class _Shapes:
             return None
         starts, ends = self.value(ins[1]), self.value(ins[2])
         axes, steps = _axes_steps(ins, len(a), self)
-        if starts is None and ends is None and axes is not None and steps is not None:
-            return self._sized_slice(node, a, axes, steps)
+        if axes is not None and steps is not None:
+            sized = self._sized_slice(node, a, axes, steps)
+            if sized is not None or (starts is None and ends is None):
+                return sized
         if starts is None or ends is None or axes is None or steps is None:
             return None
         out = list(a)
         for s, e, axis, step in zip(starts, ends, axes, steps):
             axis, d = int(axis) % len(a), a[int(axis) % len(a)]
+            if int(step) > 1 and isinstance(s, int) and isinstance(e, int) and isinstance(d, int) and 0 <= s and e >= 0:
+                out[axis] = max(0, -(-(min(e, d) - s) // int(step)))  # a strided cut of a static axis
+                continue
             if int(step) != 1 or not isinstance(s, int) or s < 0:
                 return None
             if isinstance(e, int) and isinstance(d, int):
@@ -407,6 +434,20 @@ class _Shapes:
         sub = m.producer(hi, "Sub")
         return sub is not None and len(sub.inputs) == 2 and self.value(sub.inputs[0]) == tuple(dims) \
             and self.value(sub.inputs[1]) == tuple(sizes)
+
+
+def _entry(op: str, x: Dim, y: Dim) -> Dim | None:
+    """One entry of integer shape arithmetic: ints computed, a named size kept where the other operand is the
+    identity (``b + 0``, ``b * 1``), ``b - b`` zero, ``min(b, b)`` b; None where the entry is unknown."""
+    if isinstance(x, int) and isinstance(y, int):
+        return int(_INT_ARITHMETIC[op](x, y))
+    if op == "Add":
+        return y if x == 0 else x if y == 0 else None
+    if op == "Sub":
+        return 0 if x == y else x if y == 0 else None
+    if op == "Mul":
+        return y if x == 1 else x if y == 1 else 0 if 0 in (x, y) else None
+    return x if x == y else None  # Max, Min
 
 
 def _int_source(value: ir.Value | None) -> ir.Value | None:
@@ -501,6 +542,9 @@ def rewrite(graph: ir.Graph) -> int:
         if node.op_type in _REGROUP and _sink_regroup(graph, node, shapes):
             count += 1
             continue
+        if node.op_type == "Slice" and _whole_axes_cut(graph, node, shapes) == "gone":
+            count += 1
+            continue
         if (node.op_type == "Reshape" and _noop_reshape(node, shapes)) or \
                 (node.op_type == "Mul" and _unit_mul(node, shapes)):
             count += 1
@@ -552,6 +596,43 @@ def _noop_reshape(node: ir.Node, shapes: _Shapes) -> bool:
             out.replace_all_uses_with(source)
             return True
     return False
+
+
+def _whole_axes_cut(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> str | None:
+    """A Slice's entries that keep a whole axis (``[0, b)`` of a symbolic ``b``: jax's slices and strided
+    slices of a symbolic shape name every axis) dropped, the rest as constants: "gone" where none is left
+    (readers take the input), "cut" where the Slice now cuts only the other axes, else None."""
+    ins, out = node.inputs, node.outputs[0]
+    xs = shapes.shape(ins[0])
+    if xs is None or len(ins) < 3:
+        return None
+    starts, ends = shapes.value(ins[1]), shapes.value(ins[2])
+    axes, steps = _axes_steps(ins, len(xs), shapes)
+    if starts is None or ends is None or axes is None or steps is None or len(starts) != len(ends):
+        return None
+    rest = []
+    for s, e, axis, step in zip(starts, ends, axes, steps):
+        d = xs[int(axis) % len(xs)]
+        if s == 0 and step == 1 and (e == d or isinstance(e, int) and isinstance(d, int) and e >= d):
+            continue
+        if not (isinstance(s, int) and isinstance(e, int)):
+            return None
+        rest.append((s, e, int(axis), step))
+    if len(rest) == len(starts):
+        return None
+    if not rest:
+        if out.is_graph_output():
+            return None
+        out.replace_all_uses_with(ins[0])
+        return "gone"
+    parts = [_int64s(graph, [r[k] for r in rest], base) for k, base in enumerate(("starts", "ends", "axes", "steps"))]
+    for k, value in enumerate(parts):
+        if k + 1 < len(ins):
+            node.replace_input_with(k + 1, value)
+        else:
+            node.resize_inputs(k + 2)
+            node.replace_input_with(k + 1, value)
+    return "cut"
 
 
 def _unit_mul(node: ir.Node, shapes: _Shapes) -> bool:
