@@ -92,3 +92,24 @@ def test_a_reshape_that_drops_a_unit_axis_of_a_symbolic_shape_is_a_squeeze():
     assert [producer[i].op_type for i in scale.input if i in producer] == ["Squeeze"]
     x = np.random.default_rng(3).standard_normal((4, 3, 5)).astype(np.float32)
     np.testing.assert_array_equal(OnnxRunner(model.SerializeToString()).run([x])[0], np.asarray(jax.jit(fn)(x)))
+
+
+_WX = np.random.default_rng(7).standard_normal((6, 16)).astype(np.float32) * 0.3
+
+
+def _projected_rnn(xs):
+    def cell(h, x):
+        h = jnp.tanh(x @ _WX + h @ _W)
+        return h, h
+
+    return jax.lax.scan(cell, jnp.zeros((xs.shape[1], 16), xs.dtype), xs)[1]
+
+
+def test_the_input_projection_of_a_scan_over_a_symbolic_batch_runs_once_before_it():
+    model = jaxconv.to_onnx(_projected_rnn, "f32[12,b,6]", check=False)
+    assert _scan_body_ops(model).count("MatMul") == 1  # h @ W; x @ Wx over every step before the Scan
+    assert [n.op_type for n in model.graph.node].count("MatMul") == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 4):
+        xs = np.random.default_rng(batch).standard_normal((12, batch, 6)).astype(np.float32)
+        np.testing.assert_allclose(runner.run([xs])[0], np.asarray(jax.jit(_projected_rnn)(xs)), rtol=2e-6, atol=2e-6)

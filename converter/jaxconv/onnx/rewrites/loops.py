@@ -124,8 +124,9 @@ def _hoist_projection(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
         if sl is None:
             continue
         xs = sl.inputs[0]
-        if (xs.shape is None or len(xs.shape) < 2 or not all(isinstance(d, int) for d in list(xs.shape)[1:])
-                or not _drops_axis0(row, xs) or not _visible_in(xs, outer, main)):  # rows: may be unknown
+        # rows (axis 0) may be unknown, and the batch where a Squeeze drops axis 0 (a symbolic batch)
+        if (xs.shape is None or len(xs.shape) < 2 or not isinstance(xs.shape[-1], int)
+                or not _drops_axis0(row, xs) or not _visible_in(xs, outer, main)):
             continue
         projected = ir.node("MatMul", [xs, w])
         width = _width(w)
