@@ -103,25 +103,41 @@ def _one_thread(batch: int, hidden: int, limit: int = MLAS_THREAD_COMPLEXITY) ->
     return batch * 2 * hidden * hidden < limit
 
 
-def _static_shape(value: ir.Value, depth: int = 4) -> list[int] | None:
+def _named_dims(value: ir.Value | None) -> list[int | str] | None:
+    """The value's dimensions, a symbolic one by its name (a symbolic batch); None where one is unknown or
+    only named by ONNX shape inference (``unk__``: not related to any other)."""
+    if value is None or value.shape is None:
+        return None
+    dims = [d if isinstance(d, int) else d.value for d in value.shape]
+    return None if any(d is None or isinstance(d, str) and d.startswith("unk__") for d in dims) else dims
+
+
+def _static_shape(value: ir.Value, depth: int = 4) -> list[int | str] | None:
     """``value``'s static shape, or where shape inference left it unknown, as the rules know it: a Loop's
     scan output has a row per step, its final state the initial state's shape (the lowering's Loops, from
     StableHLO's while, carry each state at one type), a Transpose its input's dims permuted (the next
-    layer's sequence, made from an RNN op's output)."""
+    layer's sequence, made from an RNN op's output); else its dims with a symbolic one by its name."""
     dims = m.static_dims(value)
-    if dims is not None or depth == 0:
-        return None if dims is None else list(dims)
+    if dims is not None:
+        return list(dims)
+    derived = _derived_shape(value, depth - 1) if depth > 0 else None
+    return derived if derived is not None else _named_dims(value)
+
+
+def _derived_shape(value: ir.Value, depth: int) -> list[int | str] | None:
     loop = m.producer(value, "Loop")
     if loop is not None:
         k = list(loop.outputs).index(value)
         if k < len(loop.attributes["body"].value.inputs) - 2:  # a state
-            return _static_shape(loop.inputs[2 + k], depth - 1)
-        if value.shape is None or not all(isinstance(d, int) for d in list(value.shape)[1:]):
+            return _static_shape(loop.inputs[2 + k], depth)
+        rest = _named_dims(value)
+        rest = rest[1:] if rest is not None else None
+        if rest is None and (value.shape is None or not all(isinstance(d, int) for d in list(value.shape)[1:])):
             return None
         steps = _loop_shape(loop)  # a scan output: one row per step
-        return None if steps is None else [steps, *list(value.shape)[1:]]
+        return None if steps is None else [steps, *(rest if rest is not None else list(value.shape)[1:])]
     node = m.producer(value, "Transpose")
-    inner = _static_shape(node.inputs[0], depth - 1) if node is not None else None
+    inner = _static_shape(node.inputs[0], depth) if node is not None else None
     perm = m.attr(node, "perm", None) if inner is not None else None
     if perm is None or sorted(perm) != list(range(len(inner))):
         return None
@@ -133,7 +149,7 @@ def _state_fits(loop: ir.Node, k: int, batch: int, hidden: int) -> bool:
     RNN ops take their initial state in. A state of more rows than the sequence (``zeros((2, H))`` over a
     batch of 1, the cell's sums broadcasting the sequence) would make the op return the sequence's batch."""
     body = loop.attributes["body"].value
-    shapes = (_static_shape(loop.inputs[k]), m.static_dims(body.inputs[k]))
+    shapes = (_static_shape(loop.inputs[k]), _named_dims(body.inputs[k]))
     known = [dims for dims in shapes if dims is not None]
     return bool(known) and all(dims == [batch, hidden] for dims in known)
 
@@ -179,9 +195,9 @@ class _Cell:
         if dims is None or len(dims) != 3:
             return None
         batch, n_in = dims[1], dims[2]
-        if dims[0] != steps:
+        if dims[0] != steps or not isinstance(n_in, int):
             return None
-        if min(self.rows, default=batch) < batch:  # every Slice keeps all rows
+        if self.rows and (not isinstance(batch, int) or min(self.rows) < batch):  # every Slice keeps all rows
             return None
         return xs, batch, n_in
 
@@ -438,6 +454,12 @@ def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.ascontiguousarray(a, np.float32) for a in (w, r, b))
 
 
+def _batch_size(got: dict) -> int:
+    """The matched sequence's batch, a symbolic one at the largest size a model's thread record weighs."""
+    batch = got["xs"].shape[1]
+    return batch if isinstance(batch, int) else max(thread_count.RECORD_SIZES)
+
+
 def _runs_on_one_thread(graph: ir.Graph, matched: list[tuple[ir.Node, dict]]) -> bool:
     """True when the model will record one intra-op thread (``thread_count``) with the ``matched``
     scans as GRU ops: its small products outweigh the rest, each scan's counted once per step. The
@@ -448,7 +470,7 @@ def _runs_on_one_thread(graph: ir.Graph, matched: list[tuple[ir.Node, dict]]) ->
         return False
     small, large = weights
     for _, got in matched:
-        step = 2.0 * got["xs"].shape[1] * got["hidden"] * 3 * got["hidden"]
+        step = 2.0 * _batch_size(got) * got["hidden"] * 3 * got["hidden"]
         if step < thread_count.SMALL_FLOPS:
             small += step * got["steps"]
         else:
@@ -462,9 +484,9 @@ def rewrite(graph: ir.Graph) -> int:
                if (got := _match(loop)) is not None]
     if not ENABLED:
         matched = [(loop, got) for loop, got in matched
-                   if _one_thread(got["xs"].shape[1], got["hidden"], limit=ONE_THREAD_LIMIT)]
+                   if _one_thread(_batch_size(got), got["hidden"], limit=ONE_THREAD_LIMIT)]
     threaded = [(loop, got) for loop, got in matched
-                if not (ENABLED or _one_thread(got["xs"].shape[1], got["hidden"]))]
+                if not (ENABLED or _one_thread(_batch_size(got), got["hidden"]))]
     if threaded and not _runs_on_one_thread(graph, matched):
         matched = [pair for pair in matched if pair not in threaded]
     count = 0

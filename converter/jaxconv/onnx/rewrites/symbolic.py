@@ -92,7 +92,8 @@ _NO_ORT_EXPAND = frozenset(ir.DataType(dt.onnx_type(d)) for d in dt.ALL - dt.ker
 class _Shapes:
     """Symbolic shapes of tensors and symbolic contents of 1-D integer shape tensors."""
 
-    def __init__(self) -> None:
+    def __init__(self, graph: ir.Graph | None = None) -> None:
+        self.graph = graph  # values made outside it (a Loop body's reads of the outer graph) keep their names
         self.shapes: dict[int, Dims | None] = {}
         self.values: dict[int, Dims | None] = {}
         self._fresh = itertools.count()
@@ -113,8 +114,8 @@ class _Shapes:
         for k, d in enumerate(v.shape):
             if isinstance(d, int):
                 dims.append(d)
-            elif d.value is not None and (v.is_graph_input() or (v.producer() is None
-                                                                 and not d.value.startswith("unk__"))):
+            elif d.value is not None and (v.is_graph_input() or (not d.value.startswith("unk__") and (
+                    v.producer() is None or (self.graph is not None and v.producer().graph is not self.graph)))):
                 dims.append(d.value)
             else:
                 dims.append(f"?{id(v)}:{k}")
@@ -531,7 +532,7 @@ def _named(dims: Dims) -> bool:
 
 def rewrite(graph: ir.Graph) -> int:
     """Drop and sink the Expands of ``graph`` that broadcasting makes redundant; returns how many."""
-    shapes = _Shapes()
+    shapes = _Shapes(graph)
     count = 0
     for node in list(graph):
         if node.domain not in ("", "ai.onnx"):
@@ -570,7 +571,27 @@ def rewrite(graph: ir.Graph) -> int:
         dims = shapes.shapes.get(id(out)) if out is not None else None
         if dims is not None and _named(dims) and (out.shape is None or not _named(shapes._declared(out))):
             out.shape = ir.Shape(list(dims))
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+            _stamp_carries(node, shapes)
     return count
+
+
+def _stamp_carries(loop: ir.Node, shapes: _Shapes) -> None:
+    """The Loop body's carried inputs given the shapes of their initial values where those have a symbolic
+    dim the body does not know (a carry keeps its shape from trip to trip in a lowered while loop), so that
+    this rule, run on the body next, follows a symbolic batch inside it too."""
+    body = loop.attributes["body"].value
+    for outer, inner in zip(loop.inputs[2:], body.inputs[2:]):
+        dims = shapes.shape(outer)
+        if outer is None or dims is None or not _named(dims) or all(isinstance(d, int) for d in dims):
+            continue  # static carries: the scan rules read their shapes from the Loop
+        known = list(inner.shape) if inner.shape is not None else None
+        if known is not None and (len(known) != len(dims) or all(isinstance(d, int) or d.value is not None
+                                                                  for d in known)):
+            continue
+        if known is not None and any(isinstance(k, int) and k != d for k, d in zip(known, dims)):
+            continue
+        inner.shape = ir.Shape(list(dims))
 
 
 def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
