@@ -175,3 +175,28 @@ def test_shapes_follow_a_conv_and_a_concat(monkeypatch):
     runner = OnnxRunner(model.SerializeToString())
     for args in inputs:
         assert_same_floats(runner.run(list(args))[0], jax.jit(_patch_embedding_norm)(*args), 1e-5, 1e-5)
+
+
+_EMBED = np.random.default_rng(7).standard_normal((12, 8)).astype(np.float32)
+
+
+def _shifted_embedding_norm(ids):
+    """BART's decoder start on a symbolic batch: the ids shifted right (two scatters), looked up, normed."""
+    shifted = jnp.zeros_like(ids).at[:, 1:].set(ids[:, :-1]).at[:, 0].set(2)
+    y = jnp.take(jnp.asarray(_EMBED), shifted, axis=0)
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
+    return (y - mean) * lax.rsqrt(var + 1e-6)
+
+
+def test_shapes_follow_a_scatter_cut_back_from_its_pad(monkeypatch):
+    model = jaxconv.to_onnx(_shifted_embedding_norm, "i32[b,6]", check=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(symbolic._Shapes, "_unpadded", lambda *args: None)
+        plain = jaxconv.to_onnx(_shifted_embedding_norm, "i32[b,6]", check=False)
+    assert _ops(plain)["LayerNormalization"] == 0 and _ops(plain)["Expand"] >= 2
+    assert _ops(model)["LayerNormalization"] == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        ids = np.random.default_rng(b).integers(0, 12, (b, 6)).astype(np.int32)
+        assert_same_floats(runner.run([ids])[0], jax.jit(_shifted_embedding_norm)(ids), 1e-5, 1e-5)

@@ -239,6 +239,10 @@ class _Shapes:
             return self.shape(ins[0])
         if op in _WINDOWED:
             return self._windowed(node)
+        if op in ("ScatterND", "ScatterElements"):  # the data's shape
+            return self.shape(ins[0])
+        if op == "Pad":
+            return self._pad(node)
         if op == "Concat":
             return self._concat(node)
         if op == "Expand":
@@ -314,6 +318,46 @@ class _Shapes:
                 channels = w[1] * group if isinstance(w[1], int) else (w[1] if group == 1 else None)
         return (x[0], out[1] if channels is None else channels) + tuple(out[2:])
 
+    def _unpadded(self, node: ir.Node, starts: Dims, ends: Dims, axes: Dims, steps: Dims) -> Dims | None:
+        """``Slice(ScatterND(Pad(y, pads), ...), 0, Shape(y))``: y's shape (the lowering of a scatter that may
+        write out of range pads the operand by the updates' size, scatters, and cuts the pad off again)."""
+        src = node.inputs[0]
+        scatter = m.producer(src, "ScatterND", "ScatterElements")
+        pad = m.producer(scatter.inputs[0] if scatter is not None else src, "Pad")
+        if pad is None or len(pad.inputs) < 2 or (len(pad.inputs) > 3 and pad.inputs[3] is not None):
+            return None
+        y, pads = self.shape(pad.inputs[0]), self.value(pad.inputs[1])
+        if y is None or pads is None or len(pads) != 2 * len(y) or any(isinstance(p, int) and p < 0 for p in pads):
+            return None
+        if any(isinstance(p, str) and p.startswith("?n") for p in pads):  # computed here: not known to be sizes
+            return None
+        cut = {int(x) % len(y): (s, e, st) for x, s, e, st in zip(axes, starts, ends, steps)}
+        for k, d in enumerate(y):
+            if k in cut and cut[k] != (0, d, 1):
+                return None
+            if k not in cut and (pads[k], pads[k + len(y)]) != (0, 0):
+                return None
+        return y
+
+    def _pad(self, node: ir.Node) -> Dims | None:
+        """Each axis grown by its constant pads (a named dim kept where its pads are 0)."""
+        a = self.shape(node.inputs[0])
+        pads = m.const(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        axes = m.const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+        if a is None or pads is None:
+            return None
+        rank = len(a)
+        axes = list(range(rank)) if axes is None else [int(x) % rank for x in np.atleast_1d(axes)]
+        pads = [int(p) for p in np.atleast_1d(pads)]
+        if len(pads) != 2 * len(axes):
+            return None
+        out = list(a)
+        for k, axis in enumerate(axes):
+            grow = pads[k] + pads[k + len(axes)]
+            d = a[axis]
+            out[axis] = d + grow if isinstance(d, int) else d if grow == 0 else self.fresh()
+        return tuple(out)
+
     def _concat(self, node: ir.Node) -> Dims | None:
         """The inputs' dims off the axis (a named one where some input has it), their sum along it."""
         parts = [self.shape(i) for i in node.inputs]
@@ -362,6 +406,9 @@ class _Shapes:
                 return sized
         if starts is None or ends is None or axes is None or steps is None:
             return None
+        unpadded = self._unpadded(node, starts, ends, axes, steps)
+        if unpadded is not None:
+            return unpadded
         out = list(a)
         for s, e, axis, step in zip(starts, ends, axes, steps):
             axis, d = int(axis) % len(a), a[int(axis) % len(a)]
