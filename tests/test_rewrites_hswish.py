@@ -122,8 +122,10 @@ def _conv(x, w):
                                     feature_group_count=w.shape[-1] if w.shape[-2] == 1 else 1)
 
 
-def test_a_mobilenet_block_checks():
-    """conv, an affine step, hard-swish, padded depthwise conv, hard-swish: converted with the check."""
+@pytest.mark.parametrize("batch", ["2", "b"])
+def test_a_mobilenet_block_checks(batch):
+    """conv, an affine step, hard-swish, padded depthwise conv, hard-swish: converted with the check, on a
+    static batch and a symbolic one (whose shapes ONNX's inference and the symbolic rule name apart)."""
     rng = np.random.default_rng(3)
     w1 = rng.standard_normal((1, 1, 8, 16)).astype(np.float32)
     w2 = rng.standard_normal((3, 3, 1, 16)).astype(np.float32)
@@ -135,7 +137,7 @@ def test_a_mobilenet_block_checks():
 
     x = (rng.standard_normal((2, 12, 12, 8)) * 3).astype(np.float32)
     x.reshape(-1)[:EDGES.size] = EDGES
-    model = jaxconv.to_onnx(block, jax.ShapeDtypeStruct(x.shape, x.dtype), check=True)
+    model = jaxconv.to_onnx(block, f"f32[{batch},12,12,8]", check=True)
     assert sum(n.op_type == "HardSwish" for n in model.graph.node) == 2
     _, got = _convert(block, x)
     _assert_close_to_jit(block, got, x)
