@@ -200,3 +200,24 @@ def test_shapes_follow_a_scatter_cut_back_from_its_pad(monkeypatch):
     for b in (1, 3):
         ids = np.random.default_rng(b).integers(0, 12, (b, 6)).astype(np.int32)
         assert_same_floats(runner.run([ids])[0], jax.jit(_shifted_embedding_norm)(ids), 1e-5, 1e-5)
+
+
+def _flat_norm(x):
+    """OPT's feed-forward input on a symbolic batch: [b, s, d] flattened to [b * s, d], then a layer norm."""
+    y = x.reshape(-1, x.shape[-1]) * 2.0
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
+    return (y - mean) * lax.rsqrt(var + 1e-6)
+
+
+def test_a_product_of_symbolic_sizes_is_named_once(monkeypatch):
+    model = jaxconv.to_onnx(_flat_norm, "f32[b,5,8]", check=False)
+    with monkeypatch.context() as patch:  # without products: b * 5 is a new size at each of its uses
+        patch.setattr(symbolic, "_product", lambda over, under: over[0] if len(over) == 1 and not under else None)
+        plain = jaxconv.to_onnx(_flat_norm, "f32[b,5,8]", check=False)
+    assert _ops(plain)["LayerNormalization"] == 0
+    assert _ops(model)["LayerNormalization"] == 1 and _ops(model)["Expand"] == 0
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        x = _x(5)[:1].repeat(b, axis=0) * np.float32(b)
+        assert_same_floats(runner.run([x])[0], jax.jit(_flat_norm)(x), 1e-5, 1e-5)

@@ -494,8 +494,49 @@ def _entry(op: str, x: Dim, y: Dim) -> Dim | None:
     if op == "Sub":
         return 0 if x == y else x if y == 0 else None
     if op == "Mul":
-        return y if x == 1 else x if y == 1 else 0 if 0 in (x, y) else None
+        return y if x == 1 else x if y == 1 else 0 if 0 in (x, y) else _product([x, y], [])
     return x if x == y else None  # Max, Min
+
+
+def _factors(d: Dim) -> tuple[int, list[str]]:
+    """A dim as (integer, named sizes): ``64*b`` is (64, ['b'])."""
+    if isinstance(d, int):
+        return d, []
+    coef, names = 1, []
+    for part in d.split("*"):
+        if part.isdigit():
+            coef *= int(part)
+        else:
+            names.append(part)
+    return coef, names
+
+
+def _product(over: list[Dim], under: list[Dim]) -> Dim | None:
+    """prod(over) / prod(under) as a dim: an int, a name, or a canonical product of names (``64*b*s``), where
+    the division is exact; None where it is not, or where a product would take in a size only this analysis
+    names (its token is private to one graph's analysis)."""
+    coef, names = 1, []
+    for d in over:
+        c, n = _factors(d)
+        coef, names = coef * c, names + n
+    div = 1
+    for d in under:
+        c, n = _factors(d)
+        div *= c
+        for name in n:
+            if name not in names:
+                return None
+            names.remove(name)
+    if div == 0 or coef % div:
+        return None
+    coef //= div
+    if not names or coef == 0:
+        return coef
+    if coef == 1 and len(names) == 1:
+        return names[0]
+    if any(n.startswith("?") for n in names):
+        return None
+    return "*".join(([str(coef)] if coef != 1 else []) + sorted(names))
 
 
 def _int_source(value: ir.Value | None) -> ir.Value | None:
@@ -539,23 +580,7 @@ def _axes_steps(ins, rank: int, shapes: "_Shapes") -> tuple[Dims | None, Dims | 
 
 def _quotient(total: list[Dim], known: list[Dim]) -> Dim | None:
     """The one dimension d with prod(total) == prod(known) * d, when the symbols allow saying which."""
-    syms_t = sorted(d for d in total if isinstance(d, str))
-    syms_k = sorted(d for d in known if isinstance(d, str))
-    rest = list(syms_t)
-    for s in syms_k:
-        if s not in rest:
-            return None
-        rest.remove(s)
-    n_t = int(np.prod([d for d in total if isinstance(d, int)], dtype=np.int64))
-    n_k = int(np.prod([d for d in known if isinstance(d, int)], dtype=np.int64))
-    if n_k == 0 or n_t % n_k:
-        return None
-    ratio = n_t // n_k
-    if not rest:
-        return ratio
-    if len(rest) == 1 and ratio == 1:
-        return rest[0]
-    return None
+    return _product(list(total), list(known))
 
 
 def broadcast(*shapes: Dims | None) -> Dims | None:
