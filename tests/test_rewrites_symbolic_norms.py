@@ -221,3 +221,23 @@ def test_a_product_of_symbolic_sizes_is_named_once(monkeypatch):
     for b in (1, 3):
         x = _x(5)[:1].repeat(b, axis=0) * np.float32(b)
         assert_same_floats(runner.run([x])[0], jax.jit(_flat_norm)(x), 1e-5, 1e-5)
+
+
+def _reversed_mask_norm(ids, x):
+    """wav2vec2's padding mask on a symbolic batch: a cumulative sum taken from the end (x[:, ::-1] twice)
+    selects the frames, then a layer norm."""
+    keep = jnp.flip(jnp.cumsum(jnp.flip(ids, axis=-1), axis=-1), axis=-1) > 0
+    y = jnp.where(keep[..., None], x, 0.0)
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
+    return (y - mean) * lax.rsqrt(var + 1e-6)
+
+
+def test_shapes_follow_a_reversed_axis():
+    model = jaxconv.to_onnx(_reversed_mask_norm, "i32[b,6]", "f32[b,6,8]", check=False)
+    assert _ops(model)["LayerNormalization"] == 1 and _ops(model)["Expand"] == 0
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        ids = np.random.default_rng(b).integers(0, 2, (b, 6)).astype(np.int32)
+        x = _x(6)[:1].repeat(b, axis=0)
+        assert_same_floats(runner.run([ids, x])[0], jax.jit(_reversed_mask_norm)(ids, x), 1e-5, 1e-5)

@@ -415,6 +415,14 @@ class _Shapes:
             if int(step) > 1 and isinstance(s, int) and isinstance(e, int) and isinstance(d, int) and 0 <= s and e >= 0:
                 out[axis] = max(0, -(-(min(e, d) - s) // int(step)))  # a strided cut of a static axis
                 continue
+            if int(step) < 0 and isinstance(s, int) and isinstance(e, int):
+                if isinstance(d, int):
+                    out[axis] = len(range(d)[s:e:int(step)])
+                elif int(step) == -1 and s == -1 and e <= -(1 << 62):  # the whole axis reversed (x[..., ::-1])
+                    out[axis] = d
+                else:
+                    return None
+                continue
             if int(step) != 1 or not isinstance(s, int) or s < 0:
                 return None
             if isinstance(e, int) and isinstance(d, int):
