@@ -3,10 +3,14 @@ sequence) runs as ``x @ Wᵀ`` without the Transposes around it, with jax.jit's 
 
 from __future__ import annotations
 
+import collections
+
 import jax
 import numpy as np
 
+import jaxconv
 from jaxconv.onnx.rewrites import weight_first
+from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
 from lowering_check import convert_and_run as _convert
 
@@ -49,3 +53,14 @@ def test_a_weight_second_matmul_is_left_to_the_other_rules():
     ops, (got,) = _convert(fn, x)
     assert ops["Transpose"] == 0
     assert_same_floats(got, jax.jit(fn)(x), 1e-6, 1e-6)
+
+
+def test_a_symbolic_batch_loses_the_transposes_too():
+    fn = jax.vmap(jax.vmap(_linear))
+    model = jaxconv.to_onnx(fn, "f32[b,8,16]", check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert ops["Transpose"] == 0 and ops["MatMul"] == 1
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        x = np.concatenate([_input()] * 2)[:b]
+        assert_same_floats(runner.run([x])[0], jax.jit(fn)(x), 1e-6, 1e-6)

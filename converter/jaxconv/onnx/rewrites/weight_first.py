@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
 
 MAX_WEIGHT_ELEMENTS = 1 << 24
@@ -54,14 +55,14 @@ def _one(graph: ir.Graph, t2: ir.Node) -> int:
     if w is None or t1 is None:
         return 0
     x = t1.inputs[0]
-    shape_x = m.static_dims(x)
+    shape_x = dp.dims(x)  # sizes as products of named ones: a symbolic batch too
     if shape_x is None or len(shape_x) < 2 or x.dtype is None or w.dtype != x.dtype.numpy():
         return 0
     rank, (o, k) = len(shape_x), w.shape
     rest = list(shape_x[:-1])
-    if _perm(t1) != [rank - 1, *range(rank - 1)] or shape_x[-1] != k:
+    if _perm(t1) != [rank - 1, *range(rank - 1)] or shape_x[-1] != dp.Size(k):
         return 0
-    if m.static_dims(mm.inputs[1]) != [k, int(np.prod(rest))] or m.static_dims(r2.outputs[0]) != [o, *rest]:
+    if dp.dims(mm.inputs[1]) != [dp.Size(k), dp.product(rest)] or dp.dims(r2.outputs[0]) != [dp.Size(o), *rest]:
         return 0
     if _perm(t2) != [*range(1, rank), 0]:
         return 0
