@@ -228,7 +228,8 @@ def _strided_take(ctx: LoweringContext, g: _Gather, a: int, x: str) -> str | Non
     step = int(run[1] - run[0])
     if step < 1 or not np.array_equal(run, run[0] + step * np.arange(run.size)) or run[0] < 0 or run[-1] >= size:
         return None
-    return ctx.op("Slice", [x, ctx.i64([int(run[0])]), ctx.i64([int(run[-1]) + 1]), ctx.i64([a]), ctx.i64([step])])
+    end = min(int(run[-1]) + step, size)  # the next index past the run: the axis' end for x[..., k::step]
+    return ctx.op("Slice", [x, ctx.i64([int(run[0])]), ctx.i64([end]), ctx.i64([a]), ctx.i64([step])])
 
 
 def _int32_take_indices(ctx: LoweringContext, g: _Gather, a: int) -> tuple[str | None, int]:
