@@ -100,7 +100,7 @@ def lower_reshape(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return ctx.op("Reshape", [inputs[0], ctx.i64(shape)], allowzero=allowzero)
 
 
-@lowering("stablehlo.dynamic_reshape", onnx_ops=("Reshape",))
+@lowering("stablehlo.dynamic_reshape", onnx_ops=("Reshape", "Squeeze", "Unsqueeze"))
 def lower_dynamic_reshape(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Reshape with a computed shape tensor; one that only drops or adds unit axes as Squeeze / Unsqueeze."""
     units = _unit_axes_change(op.operands[0].type, op.results[0].type)
