@@ -1,6 +1,7 @@
 """Real third-party models: jaxconv's ONNX and jax2onnx's in ONNX Runtime, against jax.jit.
 
     .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2 | --more] [--quick] [--profile DIR]
+                                          [--symbolic-batch]
 
 The models (scripts/zoo_models.py) are Hugging Face Flax, Haiku, keras-hub, Flax linen and NNX and
 Equinox models in small configurations, built as their users build them; the libraries are the
@@ -11,7 +12,8 @@ inputs, ORT with jaxconv's session options (default threads, spinning off). Rati
 jax.jit's median; "CPU" ratios are process CPU time per call, steadier on a busy machine. "max err"
 is the largest |jaxconv's ONNX - jax.jit| over the outputs. Models marked "erf" use the exact GELU
 (erf/erfc). --profile DIR writes ORT's profiles, optimized graphs and node-type counts of both ONNX
-graphs, and prints the kernels that dominate.
+graphs, and prints the kernels that dominate. --symbolic-batch converts every model with its batch
+symbolic (``f32[b, ...]``), as a model exported for any batch is, and times it at the model's batch.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     protos: dict[str, Any] = {}
     try:
         t = time.perf_counter()
-        protos["ours"] = jaxconv.to_onnx(m.fn, *m.specs, check=False)
+        specs = symbolic_batch(m) if args.symbolic_batch else m.specs
+        protos["ours"] = jaxconv.to_onnx(m.fn, *specs, check=False)
         row.convert_s = time.perf_counter() - t
     except Exception as e:
         row.notes.append(f"jaxconv: {_short(e)}")
@@ -159,6 +162,19 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
         os.makedirs(args.profile, exist_ok=True)
         _profile(name, {k: p for k, p in protos.items() if k in fns}, m, args.profile)
     return row
+
+
+def symbolic_batch(m: Any) -> tuple[str, ...]:
+    """The model's specs with the batch (a leading dimension of ``zoo_models.BATCH``) named ``b``, as users
+    export a model for any batch; time-major inputs and other dimensions stay as they are."""
+    out = []
+    for spec, x in zip(m.specs, m.inputs):
+        dtype, dims = spec.split("[", 1)
+        parts = dims.rstrip("]").split(",")
+        if parts and x.ndim and x.shape[0] == zoo_models.BATCH and parts[0] == str(zoo_models.BATCH):
+            parts[0] = "b"
+        out.append(f"{dtype}[{','.join(parts)}]")
+    return tuple(out)
 
 
 def _f(x: float | None, spec: str = ".2f") -> str:
@@ -244,6 +260,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile", metavar="DIR", help="write ORT profiles, optimized graphs and node counts to DIR"
+    )
+    parser.add_argument(
+        "--symbolic-batch", action="store_true",
+        help="convert with the batch as a symbolic dimension (f32[b,...]; timed at the model's batch)",
     )
     args = parser.parse_args(argv)
     if args.more and "--models" not in (argv if argv is not None else sys.argv):

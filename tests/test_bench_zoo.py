@@ -85,3 +85,16 @@ def test_more_selects_the_second_battery_and_its_names_are_new():
     assert bench_zoo.parse_args(["--more"]).models == list(more)
     assert bench_zoo.parse_args(["--more", "--models", "kh_fnet"]).models == ["kh_fnet"]
     assert bench_zoo.parse_args([]).models == list(bench_zoo.zoo_models.NAMES)
+
+
+def test_symbolic_batch_names_the_leading_batch_dim_only():
+    import numpy as np
+
+    class M:
+        specs = ("i32[2,64]", "f32[64,2,8]", "f32[2]", "f32[]")
+        inputs = (np.zeros((2, 64), np.int32), np.zeros((64, 2, 8), np.float32), np.zeros(2, np.float32),
+                  np.zeros((), np.float32))
+
+    assert bench_zoo.zoo_models.BATCH == 2
+    assert bench_zoo.symbolic_batch(M()) == ("i32[b,64]", "f32[64,2,8]", "f32[b]", "f32[]")
+    assert bench_zoo.parse_args(["--models", "tiny", "--symbolic-batch"]).symbolic_batch
