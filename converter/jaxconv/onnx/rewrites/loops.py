@@ -423,7 +423,7 @@ def _reversed_steps(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
         if sl.op_type != "Slice" or sl.domain != "" or _step_slice(sl.outputs[0], inside) is not sl:
             continue
         xs = sl.inputs[0]
-        rows = xs.shape[0] if xs.shape is not None and len(xs.shape) >= 1 else None
+        rows = _rows(xs)
         index = _index_values(sl.inputs[1], counter, steps)
         if rows != steps or index is None or list(index) != list(range(steps - 1, -1, -1)):
             continue
@@ -432,7 +432,8 @@ def _reversed_steps(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
         if id(xs) not in reversed_xs:
             flip = ir.node("Slice", [xs, _i64_outer(main, [-1]), _i64_outer(main, [-(1 << 62)]),
                                      _i64_outer(main, [0]), _i64_outer(main, [-1])])
-            flip.outputs[0].type, flip.outputs[0].shape = xs.type, xs.shape
+            flip.outputs[0].type = xs.type
+            flip.outputs[0].shape = ir.Shape([steps, *list(xs.shape)[1:]]) if xs.shape is not None else None
             outer.insert_before(loop, flip)
             reversed_xs[id(xs)] = flip.outputs[0]
         one = ir.node("Constant", [], {"value": ir.tensor(np.array([1], counter.dtype.numpy()))})
@@ -534,8 +535,8 @@ def scan_steps(loop: ir.Node) -> int | None:
     n_carry = len(body.inputs) - 3
     if len(loop.inputs) != 3 + n_carry or any(v is None for v in loop.inputs[3:]):
         return None
-    if len(body.outputs) == 2 + n_carry:  # no scan outputs: left a Loop, as the TF translation reads it
-        return None
+    if len(body.outputs) == 2 + n_carry and not _sliced_inputs(body, counter, _body_values(body), steps):
+        return None  # no scan outputs and no rows read (a fori_loop): left a Loop, as the TF translation reads it
     return steps
 
 
@@ -734,6 +735,42 @@ def _outer_initializer(graph: ir.Graph, value: ir.Value) -> ir.Value:
     return outer
 
 
+_ROW_WISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Exp", "Log", "Tanh", "Sigmoid",
+                       "Relu", "Sqrt", "Cast", "Identity", "Where"})
+
+
+def _rows(xs: ir.Value, depth: int = 4) -> int | None:
+    """The row count of ``xs``: its static first dim, or the steps of the Loop or Scan that stacked it (a
+    scan's outputs, whose row count shape inference leaves unknown: the saved values a backward scan reads),
+    also through elementwise ops on such outputs (a cotangent ``2 * hs``)."""
+    if xs.shape is not None and len(xs.shape) >= 1 and isinstance(xs.shape[0], int):
+        return xs.shape[0]
+    node = xs.producer()
+    if node is None or node.domain != "" or depth == 0:
+        return None
+    if node.op_type in _ROW_WISE and xs.shape is not None:
+        found = set()
+        for v in node.inputs:
+            if v is None or v.shape is None:
+                return None
+            if len(v.shape) == len(xs.shape):
+                found.add(_rows(v, depth - 1))
+        found.discard(1)  # a broadcast row
+        return found.pop() if len(found) == 1 else None
+    if node.op_type not in ("Loop", "Scan"):
+        return None
+    k = list(node.outputs).index(xs)
+    if node.op_type == "Loop":
+        n_state = len(node.attributes["body"].value.inputs) - 2
+        return trip_count(node) if k >= n_state else None
+    n_state = len(node.inputs) - int(node.attributes["num_scan_inputs"].value)
+    if k < n_state or any(int(a) != 0 for a in getattr(node.attributes.get("scan_input_axes"), "value", ())):
+        return None
+    first = node.inputs[n_state]
+    dims = first.shape if first is not None else None
+    return dims[0] if dims is not None and len(dims) >= 1 and isinstance(dims[0], int) else None
+
+
 def _sliced_inputs(body: ir.Graph, counter: ir.Value, inside: set[int], steps: int) -> dict:
     """Outer ``xs`` (axis 0 of length ``steps``) read in the body as ``Slice(xs, i, i + 1, axes=[0])``
     with ``i`` the counter: xs -> (xs, the Squeeze(axes=[0]) nodes of those rows, the other Slices)."""
@@ -744,7 +781,7 @@ def _sliced_inputs(body: ir.Graph, counter: ir.Value, inside: set[int], steps: i
         if _step_slice(sl.outputs[0], inside) is not sl or not _is_counter(sl.inputs[1], counter, steps):
             continue
         xs = sl.inputs[0]
-        if xs.shape is None or len(xs.shape) < 1 or xs.shape[0] != steps or xs.type is None:
+        if xs.shape is None or len(xs.shape) < 1 or _rows(xs) != steps or xs.type is None:
             continue
         entry = found.setdefault(xs, (xs, [], []))
         uses = list(sl.outputs[0].uses())
