@@ -161,3 +161,36 @@ def test_a_gru_scan_over_a_symbolic_batch_is_the_gru_op():
     for batch in (1, 4):
         xs = np.random.default_rng(batch).standard_normal((12, batch, 8)).astype(np.float32)
         np.testing.assert_allclose(runner.run([xs])[0], np.asarray(jax.jit(fn)(xs)), rtol=2e-5, atol=2e-6)
+
+
+def _flax_rnn(bidirectional: bool):
+    import flax.linen as nn
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x, lengths):
+            if bidirectional:
+                rnn = nn.Bidirectional(nn.RNN(nn.LSTMCell(16)), nn.RNN(nn.LSTMCell(16)))
+            else:
+                rnn = nn.RNN(nn.LSTMCell(16))
+            return rnn(x, seq_lengths=lengths)
+
+    model = Model()
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 12, 8)), jnp.full((1,), 12, jnp.int32))
+    return lambda x, lengths: model.apply(params, x, lengths)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["rnn", "bidirectional"])
+def test_flax_lstms_over_a_symbolic_batch_are_lstm_ops(bidirectional):
+    """flax's nn.RNN stacks its carries too (rows nothing reads: dropped), and its reversed direction flips
+    the sequence by the lengths (a GatherND, whose shape the symbolic rule follows)."""
+    fn = _flax_rnn(bidirectional)
+    model = jaxconv.to_onnx(fn, "f32[b,12,8]", "i32[b]", check=False)
+    assert _lstm_and_gru_ops(model) == ["LSTM"] * (1 + bidirectional)
+    # sizes are read from the inputs, not from tensors computed only to be measured
+    assert {n.input[0] for n in all_nodes(model.graph) if n.op_type == "Shape"} <= {"x", "lengths"}
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 12, 8)).astype(np.float32)
+        lengths = np.array([12, 5, 9][:batch], np.int32)
+        np.testing.assert_allclose(runner.run([x, lengths])[0], np.asarray(jax.jit(fn)(x, lengths)), rtol=2e-5, atol=2e-6)

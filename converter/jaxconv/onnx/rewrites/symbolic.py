@@ -249,6 +249,11 @@ class _Shapes:
             return broadcast(self.shape(ins[0]), self.value(ins[1]))
         if op == "GatherElements":  # the indices' shape
             return self.shape(ins[1])
+        if op == "GatherND":  # the indices' leading dims, then data's after the indexed ones
+            data, idx = self.shape(ins[0]), self.shape(ins[1])
+            if data is None or idx is None or not idx or not isinstance(idx[-1], int):
+                return None
+            return tuple(idx[:-1]) + tuple(data[m.attr(node, "batch_dims", 0) + idx[-1]:])
         if op == "Gather":  # data's axes around the axis, the indices' shape in its place
             data, idx = self.shape(ins[0]), self.shape(ins[1])
             if data is None or idx is None:
@@ -613,6 +618,7 @@ def _named(dims: Dims) -> bool:
 def rewrite(graph: ir.Graph) -> int:
     """Drop and sink the Expands of ``graph`` that broadcasting makes redundant; returns how many."""
     shapes = _Shapes(graph)
+    sources = _dim_sources(graph)
     count = 0
     for node in list(graph):
         if node.domain not in ("", "ai.onnx"):
@@ -621,6 +627,9 @@ def rewrite(graph: ir.Graph) -> int:
             count += 1
             continue
         if node.op_type in _REGROUP and _sink_regroup(graph, node, shapes):
+            count += 1
+            continue
+        if node.op_type == "Shape" and _shape_from_inputs(graph, node, shapes, sources):
             count += 1
             continue
         if node.op_type == "Slice" and _whole_axes_cut(graph, node, shapes) == "gone":
@@ -697,6 +706,51 @@ def _noop_reshape(node: ir.Node, shapes: _Shapes) -> bool:
             out.replace_all_uses_with(source)
             return True
     return False
+
+
+def _dim_sources(graph: ir.Graph) -> dict[str, tuple[ir.Value, int]]:
+    """Each symbolic dim name of the graph's inputs: (an input, its axis) that has it."""
+    found: dict[str, tuple[ir.Value, int]] = {}
+    for v in graph.inputs:
+        for k, d in enumerate(v.shape or ()):
+            if not isinstance(d, int) and d.value is not None and not d.value.startswith("unk__"):
+                found.setdefault(d.value, (v, k))
+    return found
+
+
+def _shape_from_inputs(graph: ir.Graph, node: ir.Node, shapes: _Shapes, sources: dict) -> bool:
+    """``Shape(v)`` of a computed ``v`` whose dims are known (ints, or symbolic dims a graph input has) read
+    from that input or given as constants, so that a tensor read only for its size (a stacked scan output's
+    batch) need not be computed or kept."""
+    v = node.inputs[0]
+    dims = shapes.shape(v)
+    if v is None or dims is None or v.is_graph_input() or v.producer() is None or node.graph is not graph:
+        return False
+    start, end = m.attr(node, "start", 0), m.attr(node, "end", None)
+    picked = list(dims)[start:end]
+    if not picked or not all(isinstance(d, int) or d in sources for d in picked):
+        return False
+    pieces = []
+    for d in picked:
+        if isinstance(d, int):
+            pieces.append(_int64s(graph, [d], "shape_dims"))
+        else:
+            src, axis = sources[d]
+            piece = ir.node("Shape", [src], {"start": axis, "end": axis + 1})
+            graph.insert_before(node, piece)
+            pieces.append(piece.outputs[0])
+    if len(pieces) == 1:
+        new = pieces[0]
+    else:
+        cat = ir.node("Concat", pieces, {"axis": 0})
+        graph.insert_before(node, cat)
+        new = cat.outputs[0]
+    out = node.outputs[0]
+    if out.is_graph_output():
+        return False
+    new.type, new.shape = out.type, out.shape
+    out.replace_all_uses_with(new)
+    return True
 
 
 def _whole_axes_cut(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> str | None:
