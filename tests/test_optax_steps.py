@@ -169,26 +169,52 @@ def test_a_cnn_training_step_whose_jit_gradient_is_nan_where_op_by_op_it_is_zero
     assert any(row.verdict == "undecided" and PROGRAM_ORDER_NOTE in row.note for row in rows)
 
 
-def test_the_training_step_example_matches_jax():
-    """examples/train_cnn.py, the benchmark's training step, converted unchecked, matches jax.jit on a batch."""
+def _example(name: str):
     import importlib.util
     import os
 
+    pytest.importorskip("flax")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_training_step_example_matches_jax():
+    """examples/train_cnn.py, the benchmark's training step, converted unchecked, matches jax.jit on a batch."""
     import jax
 
     from jaxconv.runtimes.onnxrt import OnnxRunner
     from lowering_check import assert_same_floats
 
-    pytest.importorskip("flax")
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_cnn.py")
-    spec = importlib.util.spec_from_file_location("train_cnn", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _example("train_cnn")
     model = jaxconv.to_onnx(module.step, "f32[b,28,28,1]", "i32[b]", check=False)
     rng = np.random.default_rng(0)
     images, labels = rng.standard_normal((8, 28, 28, 1)).astype(np.float32), np.arange(8, dtype=np.int32)
     got = OnnxRunner(model.SerializeToString()).run([images, labels])
     want = jax.tree_util.tree_leaves(jax.jit(module.step)(images, labels))
     assert len(got) == len(want) == 7
+    for g, w in zip(got, want):
+        assert_same_floats(np.asarray(g), w, 1e-4, 1e-5)
+
+
+def test_the_lstm_training_step_example_matches_jax_with_its_backward_pass_a_scan():
+    """examples/train_lstm.py on a symbolic batch: both passes over the steps are Scans (the backward one
+    reads the saved rows as scan inputs), and the updated parameters match jax.jit's."""
+    import jax
+
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+    from lowering_check import assert_same_floats
+
+    module = _example("train_lstm")
+    model = jaxconv.to_onnx(module.step, "f32[b,32,64]", "i32[b]", check=False)
+    loops = [n.op_type for n in model.graph.node if n.op_type in ("Loop", "Scan")]
+    assert loops == ["Scan", "Scan"], loops
+    rng = np.random.default_rng(1)
+    sequences, labels = rng.standard_normal((4, 32, 64)).astype(np.float32), np.arange(4, dtype=np.int32)
+    got = OnnxRunner(model.SerializeToString()).run([sequences, labels])
+    want = jax.tree_util.tree_leaves(jax.jit(module.step)(sequences, labels))
+    assert len(got) == len(want)
     for g, w in zip(got, want):
         assert_same_floats(np.asarray(g), w, 1e-4, 1e-5)
