@@ -143,6 +143,13 @@ def test_a_head_mask_of_ones_and_its_reshapes_go(monkeypatch):
     _check(_head_mask, model, plain, inputs)
 
 
+def _one_pass_norm(y):
+    """A layer norm over the last axis with Flax's one-pass variance, unscaled."""
+    mean = jnp.mean(y, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
+    return (y - mean) * lax.rsqrt(var + 1e-6)
+
+
 _PATCH = np.random.default_rng(5).standard_normal((4, 4, 3, 8)).astype(np.float32) * 0.2  # HWIO
 _CLS = np.random.default_rng(6).standard_normal((1, 1, 8)).astype(np.float32)
 
@@ -153,9 +160,7 @@ def _patch_embedding_norm(x):
     y = lax.conv_general_dilated(x, jnp.asarray(_PATCH), (4, 4), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     y = y.reshape(y.shape[0], -1, 8)
     y = jnp.concatenate([jnp.broadcast_to(jnp.asarray(_CLS), (x.shape[0], 1, 8)), y], axis=1)
-    mean = jnp.mean(y, axis=-1, keepdims=True)
-    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
-    return (y - mean) * lax.rsqrt(var + 1e-6)
+    return _one_pass_norm(y)
 
 
 def test_shapes_follow_a_conv_and_a_concat(monkeypatch):
@@ -184,9 +189,7 @@ def _shifted_embedding_norm(ids):
     """BART's decoder start on a symbolic batch: the ids shifted right (two scatters), looked up, normed."""
     shifted = jnp.zeros_like(ids).at[:, 1:].set(ids[:, :-1]).at[:, 0].set(2)
     y = jnp.take(jnp.asarray(_EMBED), shifted, axis=0)
-    mean = jnp.mean(y, axis=-1, keepdims=True)
-    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
-    return (y - mean) * lax.rsqrt(var + 1e-6)
+    return _one_pass_norm(y)
 
 
 def test_shapes_follow_a_scatter_cut_back_from_its_pad(monkeypatch):
@@ -205,9 +208,7 @@ def test_shapes_follow_a_scatter_cut_back_from_its_pad(monkeypatch):
 def _flat_norm(x):
     """OPT's feed-forward input on a symbolic batch: [b, s, d] flattened to [b * s, d], then a layer norm."""
     y = x.reshape(-1, x.shape[-1]) * 2.0
-    mean = jnp.mean(y, axis=-1, keepdims=True)
-    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
-    return (y - mean) * lax.rsqrt(var + 1e-6)
+    return _one_pass_norm(y)
 
 
 def test_a_product_of_symbolic_sizes_is_named_once(monkeypatch):
@@ -228,9 +229,7 @@ def _reversed_mask_norm(ids, x):
     selects the frames, then a layer norm."""
     keep = jnp.flip(jnp.cumsum(jnp.flip(ids, axis=-1), axis=-1), axis=-1) > 0
     y = jnp.where(keep[..., None], x, 0.0)
-    mean = jnp.mean(y, axis=-1, keepdims=True)
-    var = jnp.maximum(0.0, jnp.mean(y * y, axis=-1, keepdims=True) - mean * mean)
-    return (y - mean) * lax.rsqrt(var + 1e-6)
+    return _one_pass_norm(y)
 
 
 def test_shapes_follow_a_reversed_axis():
