@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from onnx_graphs import all_nodes, op_types
 
 import jaxconv
 from jaxconv.runtimes.onnxrt import OnnxRunner
-from onnx_graphs import all_nodes, op_types
 
 _W = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32) * 0.3
 

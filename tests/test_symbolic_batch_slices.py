@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import onnx_ir as ir
 import pytest
+from onnx_graphs import op_types
 
 import jaxconv
 from jaxconv.onnx.rewrites import symbolic
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_bits
-from onnx_graphs import op_types
 
 _COS = np.cos(np.arange(6 * 16, dtype=np.float32).reshape(6, 1, 16) / 7)
 _SIN = np.sin(np.arange(6 * 16, dtype=np.float32).reshape(6, 1, 16) / 7)
