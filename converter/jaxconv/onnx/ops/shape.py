@@ -467,10 +467,9 @@ def symbolic_dynamic_slice(ctx: LoweringContext, op: hir.Op) -> tuple[list[hir.V
     starts: list[hir.Value] = []
     sizes: list[int | None] = []
     for a in range(rank):
-        size = folded(ctx, size_pieces[a])
         if _same_piece(ctx, size_pieces[a], dim_pieces[a]):
             sizes.append(None)
-        elif size is not None:
+        elif (size := folded(ctx, size_pieces[a])) is not None:
             sizes.append(int(size.reshape(())))
         else:
             return None

@@ -196,15 +196,22 @@ def entries(value: ir.Value | None, depth: int = 0) -> list[Size] | None:
     return None
 
 
-def _declared(value: ir.Value) -> list[Size] | None:
+def named_dims(value: ir.Value, start: int = 0) -> list[int | str] | None:
+    """``value``'s declared dims from axis ``start`` on: ints, and symbolic ones by name; None where one is
+    unknown or named only by ONNX shape inference (``unk__``, related to no other)."""
     if value.shape is None:
         return None
-    out = []
-    for d in value.shape:
+    out: list[int | str] = []
+    for d in list(value.shape)[start:]:
         if isinstance(d, int):
-            out.append(Size(int(d)))
+            out.append(int(d))
         elif d.value is not None and not d.value.startswith("unk__"):
-            out.append(Size(1, (d.value,)))
+            out.append(d.value)
         else:
             return None
     return out
+
+
+def _declared(value: ir.Value) -> list[Size] | None:
+    dims = named_dims(value)
+    return None if dims is None else [Size(d) if isinstance(d, int) else Size(1, (d,)) for d in dims]

@@ -83,6 +83,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx import thread_count
 from jaxconv.onnx.rewrites import _constants
+from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites.loops import scan_steps
 from jaxconv.onnx.rewrites.loops import trip_count as _loop_shape
@@ -103,15 +104,6 @@ def _one_thread(batch: int, hidden: int, limit: int = MLAS_THREAD_COMPLEXITY) ->
     return batch * 2 * hidden * hidden < limit
 
 
-def _named_dims(value: ir.Value | None) -> list[int | str] | None:
-    """The value's dimensions, a symbolic one by its name (a symbolic batch); None where one is unknown or
-    only named by ONNX shape inference (``unk__``: not related to any other)."""
-    if value is None or value.shape is None:
-        return None
-    dims = [d if isinstance(d, int) else d.value for d in value.shape]
-    return None if any(d is None or isinstance(d, str) and d.startswith("unk__") for d in dims) else dims
-
-
 def _static_shape(value: ir.Value, depth: int = 4) -> list[int | str] | None:
     """``value``'s static shape, or where shape inference left it unknown, as the rules know it: a Loop's
     scan output has a row per step, its final state the initial state's shape (the lowering's Loops, from
@@ -121,7 +113,7 @@ def _static_shape(value: ir.Value, depth: int = 4) -> list[int | str] | None:
     if dims is not None:
         return list(dims)
     derived = _derived_shape(value, depth - 1) if depth > 0 else None
-    return derived if derived is not None else _named_dims(value)
+    return derived if derived is not None else dp.named_dims(value)
 
 
 def _derived_shape(value: ir.Value, depth: int) -> list[int | str] | None:
@@ -130,12 +122,9 @@ def _derived_shape(value: ir.Value, depth: int) -> list[int | str] | None:
         k = list(loop.outputs).index(value)
         if k < len(loop.attributes["body"].value.inputs) - 2:  # a state
             return _static_shape(loop.inputs[2 + k], depth)
-        rest = _named_dims(value)
-        rest = rest[1:] if rest is not None else None
-        if rest is None and (value.shape is None or not all(isinstance(d, int) for d in list(value.shape)[1:])):
-            return None
+        rest = dp.named_dims(value, start=1)
         steps = _loop_shape(loop)  # a scan output: one row per step
-        return None if steps is None else [steps, *(rest if rest is not None else list(value.shape)[1:])]
+        return None if steps is None or rest is None else [steps, *rest]
     node = m.producer(value, "Transpose")
     inner = _static_shape(node.inputs[0], depth) if node is not None else None
     perm = m.attr(node, "perm", None) if inner is not None else None
@@ -149,7 +138,7 @@ def _state_fits(loop: ir.Node, k: int, batch: int, hidden: int) -> bool:
     RNN ops take their initial state in. A state of more rows than the sequence (``zeros((2, H))`` over a
     batch of 1, the cell's sums broadcasting the sequence) would make the op return the sequence's batch."""
     body = loop.attributes["body"].value
-    shapes = (_static_shape(loop.inputs[k]), _named_dims(body.inputs[k]))
+    shapes = (_static_shape(loop.inputs[k]), dp.named_dims(body.inputs[k]))
     known = [dims for dims in shapes if dims is not None]
     return bool(known) and all(dims == [batch, hidden] for dims in known)
 
