@@ -34,6 +34,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", default="",
                    help="comma-separated model kinds the model-shaped programs draw from (default: all; "
                         "conformance/fuzz/models.py KINDS)")
+    p.add_argument("--symbolic-batch", action="store_true",
+                   help="model-shaped programs exported with a symbolic batch (f32[b, ...]) and run at their own "
+                        "batch and at others")
     p.add_argument("-o", "--output", default="fuzz-out", help="folder for reproducers and results (default fuzz-out)")
     p.add_argument("--no-minimise", action="store_true", help="classify without shrinking (faster, coarser classes)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per failing program")
@@ -141,11 +144,12 @@ def findings(tally: Tally) -> str:
 
 _JAX_ONLY = """
 import sys
-sys.path[:0] = sys.argv[4:]
+sys.path[:0] = sys.argv[5:]
 from conformance.fuzz.generate import INPUT_SETS, generate, input_values
 from conformance.fuzz.run import Invalid, reference
 seed = int(sys.argv[1])
-program = generate(seed, family=sys.argv[2], kinds=sys.argv[3].split(",") if sys.argv[3] else None)
+program = generate(seed, family=sys.argv[2], kinds=sys.argv[3].split(",") if sys.argv[3] else None,
+                   symbolic=sys.argv[4] == "symbolic")
 for kind in INPUT_SETS:
     try:
         reference(program, input_values(program, kind, seed))
@@ -154,7 +158,7 @@ for kind in INPUT_SETS:
 """
 
 
-def jax_aborts(seed: int, family: str = "mixed", kinds: Sequence[str] | None = None) -> str:
+def jax_aborts(seed: int, family: str = "mixed", kinds: Sequence[str] | None = None, symbolic: bool = False) -> str:
     """When program ``seed`` kills its worker: the fatal line if jax.jit alone kills a process, else ''.
 
     XLA can abort (a failed CHECK) while compiling a valid program; that is jax's bug, not a converter crash.
@@ -163,7 +167,8 @@ def jax_aborts(seed: int, family: str = "mixed", kinds: Sequence[str] | None = N
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        command = [sys.executable, "-c", _JAX_ONLY, str(seed), family, ",".join(kinds or ()), root,
+        command = [sys.executable, "-c", _JAX_ONLY, str(seed), family, ",".join(kinds or ()),
+                   "symbolic" if symbolic else "static", root,
                    os.path.join(root, "converter")]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
@@ -232,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(args.output, exist_ok=True)
     out = os.path.abspath(args.output)
     tasks = [{"seed": program_seed(args.seed, k), "targets": args.target_list, "out": out, "minimise": not args.no_minimise,
-              "family": args.family, "kinds": args.kind_list}
+              "family": args.family, "kinds": args.kind_list, "symbolic": args.symbolic_batch}
              for k in range(args.start, args.start + args.count)]
     tally = Tally()
     started = time.monotonic()
@@ -256,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_lost(task: dict[str, Any], why: str) -> list[dict[str, Any]]:
         status = "not-run" if why == NOT_STARTED else "lost"
         if why.startswith("worker process died"):
-            aborted = jax_aborts(task["seed"], task.get("family", "mixed"), task.get("kinds"))
+            aborted = jax_aborts(task["seed"], task.get("family", "mixed"), task.get("kinds"), task.get("symbolic", False))
             if aborted:
                 status, why = "invalid", f"jax.jit aborts the process: {aborted}"
         return [{"seed": task["seed"], "target": t, "status": status, "detail": why, "ops": []} for t in task["targets"]]

@@ -71,7 +71,8 @@ def fuzz_task(task: dict[str, Any]) -> list[dict[str, Any]]:
 
     _quiet_runtimes()
     seed = task["seed"]
-    program = generate(seed, family=task.get("family", "mixed"), kinds=task.get("kinds"))
+    program = generate(seed, family=task.get("family", "mixed"), kinds=task.get("kinds"),
+                       symbolic=task.get("symbolic", False))
     records = []
     for target in task["targets"]:
         start = time.perf_counter()
@@ -97,9 +98,12 @@ def fuzz_program(program: FuzzProgram, seed: int, target: str, folder: str, do_m
         failure = Failure(program, input_values(program, "normal", seed), "crash", detail=outcome.detail)
         rec["verdict"] = "crash"
     else:
-        failure = Failure(program, outcome.inputs, "mismatch", outcome.diff, outcome.detail, outcome.expected, outcome.actual)
+        failure = Failure(outcome.program or program, outcome.inputs, "mismatch", outcome.diff, outcome.detail,
+                          outcome.expected, outcome.actual)
         rec["verdict"] = "silent" if outcome.check == "ok" else "caught"
         rec["input_set"] = outcome.input_set
+        if failure.program.batch_size() is not None:
+            rec["batch"] = failure.program.batch_size()
     small = _explain(failure, target)  # cheap, and a flushed difference needs no minimising
     if do_minimise and not (small.diff is not None and small.diff.kind == "subnormal"):
         small = _explain(minimise(failure, target, full=False), target)

@@ -74,17 +74,17 @@ class Builder:
 
 
 def generate(seed: int, min_ops: int = 2, max_ops: int = 8, family: str = "mixed",
-             kinds: Sequence[str] | None = None) -> FuzzProgram:
+             kinds: Sequence[str] | None = None, symbolic: bool = False) -> FuzzProgram:
     """A random program of ``min_ops``..``max_ops`` steps; deterministic for ``seed`` and ``family``.
 
     ``family`` mixed: one seed in four (``seed % 4 == 3``) gives a model-shaped program
     (``models.generate_model``, of one of ``kinds``: default every kind), the others a random one;
-    ``model``: always a model; ``random``: never.
+    ``model``: always a model; ``random``: never. ``symbolic``: a model's batch is a symbolic size.
     """
     if family == "model" or (family == "mixed" and seed % MODEL_EVERY == MODEL_EVERY - 1):
         from conformance.fuzz.models import generate_model
 
-        return generate_model(seed, kinds)
+        return generate_model(seed, kinds, symbolic)
     rng = random.Random(seed)
     b = Builder(rng, x64=rng.random() < 0.25)
     for _ in range(rng.choice([1, 1, 2])):

@@ -86,7 +86,8 @@ GELU_TAIL = ("exact GELU below about -7: jax.jit's erfc form keeps x * erfc(-x /
 GELU_TANH_TAIL = ("tanh GELU (jax.nn.gelu(approximate=True)) as ONNX Runtime's Gelu: below x = -4 the 1 + tanh(z) of "
                   "the formula cancels in float32, and jax.jit's formula and ORT's kernel both carry absolute errors "
                   "up to 8e-7 there (of the order of the value itself), differing from each other by up to 1.4e-6 "
-                  "(README: Known differences); a huge weight after it magnifies the difference")
+                  "(README: Known differences); a huge weight after it magnifies the difference, an infinite one makes it "
+                  "inf against NaN (jax.jit's 1 + tanh(z) is exactly 0 from x = -4.9: 0 x inf)")
 XLA_DIV_DIV = ("XLA's algebraic simplifier rewrites (a / b) / c as a / (b * c): where a / b underflows to 0 "
                "or b * c overflows, jax.jit differs from IEEE division (jax without jit, and the artifact)")
 ZERO_TIES = ("+0/-0 ties in max/min reductions and pooling follow ONNX Runtime's ReduceMax/ReduceMin/"
@@ -142,8 +143,9 @@ LN_SQUARES = ("jax.jit's one-pass layer norm (mean(x * x) - mean(x) ** 2) overfl
 
 # Chains that begin with such a product: a difference it makes near FLT_MAX (inf against a finite sum, or ONNX
 # Runtime's optimizer folding a constant scale into the product: (q @ k) * c for (q * c) @ k, W * g in a Conv)
-# reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it.
-MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "attend+*", "conv_nhwc+*")
+# reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it. A rotary
+# embedding's x * cos + rot(x) * sin is such a sum too (XLA contracts it into an FMA, which does not overflow).
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*+scores*", "attend+*", "conv_nhwc+*")
 
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
@@ -165,7 +167,8 @@ KNOWN: tuple[Known, ...] = (
       for op in ("top_k", "top_k_indices", "sort", "argsort", "moe_gates") for kind in ("nan", "inf", "value")),
     *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
-    *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS) for kind in ("nan", "inf")),
+    *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
+      for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp") for kind in ("nan", "inf")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
@@ -205,7 +208,7 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"scatter_{op}/{dtype}/{kind}", SCATTER_ROUNDING, frozenset({"repeated-index"}))
       for op in ("add", "mul") for dtype in ("f16", "bf16") for kind in ("value", "nan", "inf", "signed-zero")),
     *(Known(f"gelu_exact+*/*/{kind}", GELU_TAIL) for kind in ("nan", "inf", "signed-zero")),
-    Known("gelu_tanh+*/f32/value", GELU_TANH_TAIL),
+    *(Known(f"gelu_tanh+*/f32/{kind}", GELU_TANH_TAIL) for kind in ("value", "nan", "inf")),
     *(Known(f"{op}/f32/nan", LN_OVERFLOW, SQUARES) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
     Known("norm_one_pass/f32/value", LN_SQUARES, SQUARES),
 )

@@ -14,6 +14,7 @@ remains:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ def _sliced(failure: Failure, members: list[int], axis: int, keep: slice) -> tup
         t = p.types[i]
         shape = list(t.shape)
         shape[axis] = keep.stop - keep.start
-        p.types[i] = type(t)(tuple(shape), t.dtype, t.role)
+        p.types[i] = dataclasses.replace(t, shape=tuple(shape))
         index = [slice(None)] * len(t.shape)
         index[axis] = keep
         inputs[k] = np.asarray(inputs[k])[tuple(index)]

@@ -36,9 +36,10 @@ MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this man
 class ModelBuilder:
     """The program under construction; ``step`` appends one layer, ``w`` writes a weight."""
 
-    def __init__(self, rng: random.Random, dtype: str) -> None:
+    def __init__(self, rng: random.Random, dtype: str, symbolic: bool = False) -> None:
         self.rng = rng
         self.dtype = dtype
+        self.symbolic = symbolic  # the inputs' batch axes exported as a symbolic size
         self.program = FuzzProgram(family="model")
         self.args: list[int] = []
         # the program's share of edge values in constants: most programs have none, some a few, some many
@@ -46,11 +47,20 @@ class ModelBuilder:
         self.weight_inputs = rng.random() < 0.3
         self.exact_sigmoid = False
 
-    def input(self, shape: tuple[int, ...], dtype: str | None = None, role: str = "") -> int:
+    def input(self, shape: tuple[int, ...], dtype: str | None = None, role: str = "", batch_axis: int | None = None) -> int:
+        """A function input; ``batch_axis``: the axis that holds the batch (symbolic in a symbolic program)."""
         v = self.program.new_id()
-        self.program.types[v] = Value(tuple(shape), dtype or self.dtype, role)
+        self.program.types[v] = Value(tuple(shape), dtype or self.dtype, role, batch_axis if self.symbolic else None)
         self.program.inputs.append(v)
         return v
+
+    def lead(self, b: int) -> str:
+        """A reshape target's batch entry: ``-1`` where the batch is symbolic."""
+        return "-1" if self.symbolic else str(b)
+
+    def batch_of(self, v: int, axis: int, b: int) -> int | str:
+        """The batch size as a step writes it: ``b``, or input ``v``'s size on ``axis`` where it is symbolic."""
+        return f"{self.ref(v)}.shape[{axis}]" if self.symbolic else b
 
     def ref(self, v: int) -> str:
         """``{k}`` naming value ``v`` in the step being written."""
@@ -182,12 +192,12 @@ class ModelBuilder:
         else:
             q, k, v = (self.dense(x, shape, d, f"dense_{n}") for n in "qkv")
         heads_shape = (b, heads, t, dh)
-        q, k, v = (self.step(f"heads_{n}", f"{self.ref(u)}.reshape({b}, {t}, {heads}, {dh}).transpose(0, 2, 1, 3)",
+        q, k, v = (self.step(f"heads_{n}", f"{self.ref(u)}.reshape({self.lead(b)}, {t}, {heads}, {dh}).transpose(0, 2, 1, 3)",
                              heads_shape) for n, u in zip("qkv", (q, k, v)))
         if dh % 2 == 0 and self.rng.random() < 0.3:  # interleaved rotary embedding (RoFormer, GPT-J)
             cos, sin = self.w((t, dh), 1.0, may_input=False), self.w((t, dh), 1.0, may_input=False)
             q, k = (self.step(f"rotary_{n}", f"{self.ref(u)} * {cos} + jnp.stack([-{self.ref(u)}[..., 1::2], "
-                              f"{self.ref(u)}[..., ::2]], -1).reshape({heads_shape}) * {sin}", heads_shape)
+                              f"{self.ref(u)}[..., ::2]], -1).reshape({self.lead(b)}, {heads}, {t}, {dh}) * {sin}", heads_shape)
                     for n, u in zip("qk", (q, k)))
         scale = self.rng.choice([f"{dh ** -0.5:.6g}", f"(1 / np.sqrt({dh}))"])
         if self.rng.random() < 0.5:
@@ -207,8 +217,8 @@ class ModelBuilder:
             s = self.step("causal_bias", f"{self.ref(s)} + jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool)), 0.0, {fill})"
                           f".astype(jnp.{self.dtype})", (b, heads, t, t))
         if mask_kind in ("padding", "both", "additive_padding"):
-            if self.rng.random() < 0.6:
-                m = self.ref(self.input((b, t), "bool"))
+            if self.rng.random() < 0.6 or self.symbolic:
+                m = self.ref(self.input((b, t), "bool", batch_axis=0))
             else:
                 lengths = [self.rng.randint(1, t) for _ in range(b)]
                 m = f"(jnp.arange({t})[None, :] < jnp.array({lengths})[:, None])"
@@ -223,7 +233,7 @@ class ModelBuilder:
                           (b, heads, t, t))
         else:
             p = self.step("softmax", f"jax.nn.softmax({self.ref(s)}, axis=-1)", (b, heads, t, t))
-        o = self.step("attend", f"({self.ref(p)} @ {self.ref(v)}).transpose(0, 2, 1, 3).reshape({b}, {t}, {d})", shape)
+        o = self.step("attend", f"({self.ref(p)} @ {self.ref(v)}).transpose(0, 2, 1, 3).reshape({self.lead(b)}, {t}, {d})", shape)
         return self.dense(o, shape, d, "dense_out")
 
     def block(self, x: int, shape: tuple[int, ...], causal: bool) -> int:
@@ -256,14 +266,14 @@ class ModelBuilder:
         b, t = self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 5, 8])
         if self.rng.random() < 0.2:  # 64 rows or more: the k_blocks rule's least (MIN_ROWS)
             b, t, d = 2, self.rng.choice([32, 64]), self.rng.choice([4, 8, 16])
-        return self.input((b, t, d)), (b, t, d)
+        return self.input((b, t, d), batch_axis=0), (b, t, d)
 
     def mlp(self) -> None:
         d = self.rng.choice([4, 8, 16, 32, 64])
         r = self.rng.random()
         shape = (self.rng.choice([1, 2, 4, 8]), d) if r < 0.4 else (2, 3, d) if r < 0.7 else \
             (self.rng.choice([64, 128]), min(d, 16))  # the k_blocks rule needs 64 rows (128 after a norm)
-        x = self.input(shape)
+        x = self.input(shape, batch_axis=0)
         for _ in range(self.rng.choice([1, 1, 2])):
             f = self.feed_forward(x, shape)
             x = self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape) if self.rng.random() < 0.5 else f
@@ -292,7 +302,7 @@ class ModelBuilder:
     def heads(self) -> None:
         """Attention logits straight into a masked softmax / log_softmax (no projections)."""
         b, h, t = self.rng.choice([1, 2]), self.rng.choice([1, 2, 4]), self.rng.choice([2, 3, 4, 8])
-        s = self.input((b, h, t, t))
+        s = self.input((b, h, t, t), batch_axis=0)
         fill = self.fill()
         s = self.step("causal_mask", f"jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool), {self.rng.choice([0, 0, 1, -1])}),"
                       f" {self.ref(s)}, {fill})", (b, h, t, t))
@@ -300,21 +310,27 @@ class ModelBuilder:
         p = self.step(fn, f"jax.nn.{fn}({self.ref(s)}, axis=-1)", (b, h, t, t))
         if self.rng.random() < 0.5:
             dh = self.rng.choice([2, 4, 8])
-            v = self.input((b, h, t, dh)) if self.rng.random() < 0.5 else None
+            v = self.input((b, h, t, dh), batch_axis=0) if self.rng.random() < 0.5 or self.symbolic else None
             vv = self.ref(v) if v is not None else self.w((b, h, t, dh), 1.0)
             self.step("attend", f"{self.ref(p)} @ {vv}", (b, h, t, dh))
 
-    def cell(self, kind: str, d: int, h: int, b: int) -> tuple[str, str, str]:
+    def cell(self, kind: str, d: int, h: int, b: int | str) -> tuple[str, str, str]:
         """A recurrent cell: a ``lax.scan`` body ``lambda carry, xt: (carry, y)``, its first carry, its name.
 
         Kinds: ``rnn_tanh``; ``lstm_fused`` (one product, jax's (i, f, g, o) columns), ``lstm_flax`` (one
         Dense per gate), ``lstm_haiku`` (``concat([x, h]) @ W``, forget bias 1); ``gru_fused`` (reset before
         the product, ONNX's default), ``gru_flax`` (reset after it), ``gru_haiku`` (``(1 - z) * h + z * n``).
+        ``b``: the batch, a size or (symbolic) an expression of an input's shape.
         """
         self.exact_sigmoid = self.rng.random() < 0.5  # one form for every gate of the cell
         sig = self.sig
         zeros = f"jnp.zeros(({b}, {h}), jnp.{self.dtype})"
-        init = zeros if self.rng.random() < 0.7 else self.w((b, h), 1.0)
+        if self.rng.random() < 0.7:
+            init = zeros
+        elif isinstance(b, str):  # a learned initial state, broadcast over the symbolic batch
+            init = f"jnp.broadcast_to({self.w((h,), 1.0)}, ({b}, {h}))"
+        else:
+            init = self.w((b, h), 1.0)
         if kind == "rnn_tanh":
             body = (f"lambda s, xt: (lambda hn: (hn, hn))(jnp.tanh(xt @ {self.w((d, h))} + "
                     f"s @ {self.w((h, h))} + {self.bias(h)}))")
@@ -369,10 +385,10 @@ class ModelBuilder:
         d = self.rng.choice([1, 2, 3, 4, 4, 8, 16])
         h = self.rng.choice([1, 2, 3, 3, 4, 8, 16, 32] + ([64, 128] if cell == "gru" else []))
         batch_major = self.rng.random() < 0.3
-        xs = self.input((b, t, d) if batch_major else (t, b, d))
+        xs = self.input((b, t, d) if batch_major else (t, b, d), batch_axis=0 if batch_major else 1)
         seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
         kinds = ["lstm_fused", "lstm_flax"] if cell == "lstm" else ["gru_fused", "gru_flax", "gru_haiku"]
-        body, carry, op = self.cell(self.rng.choice(kinds), d, h, b)
+        body, carry, op = self.cell(self.rng.choice(kinds), d, h, self.batch_of(xs, 0 if batch_major else 1, b))
         unroll = f", unroll={k}" + (", reverse=True" if self.rng.random() < 0.3 else "") if k else ""
         if self.rng.random() < 0.5:
             expr = f"lax.scan({body}, {carry}, {seq}{unroll})[1]"
@@ -392,12 +408,12 @@ class ModelBuilder:
         d = self.rng.choice([2, 3, 4, 8])
         sizes = [self.rng.choice([2, 3, 4, 8, 16]) for _ in range(self.rng.choice([2, 2, 3]))]
         kinds = ["rnn_tanh", "lstm_fused", "lstm_flax", "lstm_haiku", "gru_fused", "gru_flax", "gru_haiku"]
+        xs = self.input((t, b, d), batch_axis=1)
         cells = []
         width = d
         for h in sizes:
-            cells.append(self.cell(self.rng.choice(kinds), width, h, b))
+            cells.append(self.cell(self.rng.choice(kinds), width, h, self.batch_of(xs, 1, b)))
             width = h
-        xs = self.input((t, b, d))
         feedback = self.rng.random() < 0.2
         # the step: r_i = cell_i(carry[i], input_i); the carry is the tuple of every layer's carry
         inner = "((" + ", ".join(f"r{i}[0]" for i in range(len(cells))) + ",), r" + str(len(cells) - 1) + "[1])"
@@ -429,9 +445,14 @@ class ModelBuilder:
         h = self.rng.choice([2, 3, 4, 8, 16])
         kind = self.rng.choice(["rnn_tanh", "lstm_fused", "lstm_flax", "lstm_haiku", "gru_fused", "gru_flax",
                                 "gru_haiku"])
-        body, carry, op = self.cell(kind, d, h, b)
-        batch_major = self.rng.random() < 0.5
-        xs = self.input((b, t, d) if batch_major else (t, b, d))
+        if self.symbolic:  # the cell reads the batch from the input, so the input comes first
+            batch_major = self.rng.random() < 0.5
+            xs = self.input((b, t, d) if batch_major else (t, b, d), batch_axis=0 if batch_major else 1)
+            body, carry, op = self.cell(kind, d, h, self.batch_of(xs, 0 if batch_major else 1, b))
+        else:
+            body, carry, op = self.cell(kind, d, h, b)
+            batch_major = self.rng.random() < 0.5
+            xs = self.input((b, t, d) if batch_major else (t, b, d))
         out = self.rng.choice(["stack0", "stack1", "last"])
         if self.rng.random() < 0.3:
             seq = f"jnp.swapaxes({self.ref(xs)}, 0, 1)" if batch_major else self.ref(xs)
@@ -455,7 +476,7 @@ class ModelBuilder:
         n, d = self.rng.choice([2, 3, 5, 6]), self.rng.choice([4, 8, 16])
         rows = (self.rng.choice([1, 2, 4]),) if self.rng.random() < 0.5 else (2, self.rng.choice([3, 5]))
         shape = rows + (d,)
-        x = self.input(shape)
+        x = self.input(shape, batch_axis=0)
         f = self.rng.choice(["jnp.tanh", "jax.nn.relu", "jax.nn.gelu"])
         w = self.w((n, d, d), 1.0 / d ** 0.5)
         expr = f"(lambda x: [x := {f}(x @ {w}[i]) + x for i in range({n})][-1])({self.ref(x)})"
@@ -470,7 +491,7 @@ class ModelBuilder:
             t, hd = self.rng.choice([2, 4, 8, 16, 32]), self.rng.choice([4, 8, 16])
             m, e = self.rng.choice([8, 16, 32]), self.rng.choice([2, 4, 8])
         k = self.rng.choice([1, 2])
-        x = self.input((t, hd))
+        x = self.input((t, hd), batch_axis=0)
         logits = self.step("moe_router", f"{self.ref(x)} @ {self.w((hd, e))}", (t, e))
         if self.rng.random() < 0.5:  # Mixtral: the softmax over the chosen k
             gate = f"(lambda vi: (jax.nn.softmax(vi[0], -1), vi[1]))(lax.top_k({self.ref(logits)}, {k}))"
@@ -492,7 +513,7 @@ class ModelBuilder:
         ``abs(fft(x))``, ``ifft2(z).real``; or FNet's token mixing ``fft2(x).real``, a residual and a norm."""
         b, n = self.rng.choice([1, 2]), self.rng.choice([1, 2, 3, 4, 5, 8])
         m = self.rng.choice([1, 2, 3, 4, 6, 8])
-        x = self.input((b, n, m))
+        x = self.input((b, n, m), batch_axis=0)
         form = self.rng.choice(["fft2_real", "fft2_imag", "fft_abs", "ifft2_real", "ifft2_filter", "fnet"])
         if form == "fft2_real" or form == "fnet":
             expr = f"jnp.fft.fft2({self.ref(x)}).real"
@@ -501,7 +522,7 @@ class ModelBuilder:
         elif form == "fft_abs":
             expr = f"jnp.abs(jnp.fft.fft({self.ref(x)}))"
         elif form == "ifft2_real":
-            expr = f"jnp.fft.ifft2(lax.complex({self.ref(x)}, {self.ref(self.input((b, n, m)))})).real"
+            expr = f"jnp.fft.ifft2(lax.complex({self.ref(x)}, {self.ref(self.input((b, n, m), batch_axis=0))})).real"
         else:  # a filter in the frequency domain
             expr = f"jnp.fft.ifft2(jnp.fft.fft2({self.ref(x)}) * {self.w((n, m), 1.0, may_input=False)}).real"
         y = self.step(form, expr, (b, n, m))
@@ -513,7 +534,7 @@ class ModelBuilder:
     def cnn(self) -> None:
         n, hw = self.rng.choice([1, 2]), self.rng.choice([4, 5, 6, 8])
         c = self.rng.choice([1, 3, 4])
-        x = self.input((n, hw, hw, c))
+        x = self.input((n, hw, hw, c), batch_axis=0)
         shape = (n, hw, hw, c)
         for _ in range(self.rng.choice([1, 2])):
             o = self.rng.choice([4, 8, 16])
@@ -583,7 +604,7 @@ class ModelBuilder:
         if self.rng.random() < 0.6:
             n = self.rng.choice([1, 2])
             hw = 32 if big else self.rng.choice([4, 6, 8])
-            x = self.input((n, hw, hw, self.rng.choice([1, 3, 8])))
+            x = self.input((n, hw, hw, self.rng.choice([1, 3, 8])), batch_axis=0)
             shape, chain = self.program.types[x].shape, "v"
             for _ in range(self.rng.choice([1, 2])):
                 o, k = (16 if big else self.rng.choice([4, 8])), self.rng.choice([1, 3])
@@ -595,12 +616,12 @@ class ModelBuilder:
                 chain, shape = self._pool_expr(self._act_expr(conv), shape)
         else:
             rows, d = (64, 512) if big else (self.rng.choice([2, 8]), self.rng.choice([8, 32]))
-            x = self.input((rows, self.rng.choice([16, 32])))
+            x = self.input((rows, self.rng.choice([16, 32])), batch_axis=0)
             shape, chain = self.program.types[x].shape, "v"
             for _ in range(self.rng.choice([1, 2])):
                 chain = self._act_expr(f"({chain} @ {weight((shape[-1], d))} + {self.bias(d)})")
                 shape = (rows, d)
-        cot = self.ref(self.input(shape))
+        cot = self.ref(self.input(shape, batch_axis=0))
         if differentiated:
             expr = f"jax.vjp(lambda w: (lambda v: {chain})({self.ref(x)}), {differentiated[0]})[1]({cot})[0]"
             out = self.program.types[self.args_value(differentiated[0])].shape
@@ -615,7 +636,7 @@ class ModelBuilder:
 
     def loop(self) -> None:
         d = self.rng.choice([2, 4, 8, 16])
-        x = self.input((self.rng.choice([1, 2, 4]), d))
+        x = self.input((self.rng.choice([1, 2, 4]), d), batch_axis=0)
         n = self.rng.choice([0, 1, 2, 3, 5])
         inv = self.input((d,)) if self.rng.random() < 0.5 else None
         extra = f" * jnp.exp({self.ref(inv)})" if inv is not None else ""
@@ -631,15 +652,19 @@ class ModelBuilder:
             self.head(y, self.program.types[y].shape)
 
 
-def generate_model(seed: int, kinds: Sequence[str] | None = None) -> FuzzProgram:
-    """A model-shaped program for ``seed`` (deterministic) of one of ``kinds`` (default: ``KINDS``)."""
+def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool = False) -> FuzzProgram:
+    """A model-shaped program for ``seed`` (deterministic) of one of ``kinds`` (default: ``KINDS``).
+
+    ``symbolic``: the inputs' batch axes are exported as one symbolic size (``f32[b, ...]``), and the
+    steps read the batch from their inputs' shapes (a reshape's ``-1``, ``x.shape[1]``).
+    """
     unknown = sorted(set(kinds or ()) - set(KINDS))
     if unknown:
         raise ValueError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
     rng = random.Random(seed)
     for _ in range(5):
         dtype = rng.choices(["float32", "float16", "bfloat16"], weights=[0.8, 0.1, 0.1])[0]
-        mb = ModelBuilder(rng, dtype)
+        mb = ModelBuilder(rng, dtype, symbolic)
         kind = rng.choice(tuple(kinds or KINDS))
         if kind == "fft":
             mb.dtype = "float32"  # jnp.fft computes in complex64 at least: a half float would be widened

@@ -24,6 +24,7 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 WIDE = frozenset({"float64", "int64", "uint64"})
+BATCH = "b"  # the symbolic batch size's name in a symbolic-batch program's specs
 WEIGHTS = '''
 def _w(seed, shape, dtype, scale=1.0, edge=0.0):
     """A closed-over weight: seeded normal values times scale, a share edge of them edge values."""
@@ -61,16 +62,27 @@ class Value:
     """Shape and dtype of one value; ``role`` tells the input generator what an input is for.
 
     Roles: ``""`` (data), ``index:N`` (indices into an axis of extent N), ``unique:N``
-    (distinct indices, for scatter-set).
+    (distinct indices, for scatter-set). ``batch_axis``: the axis an input of a symbolic-batch program
+    holds its batch on (exported as the symbolic size ``b``, shared by every such input).
     """
 
     shape: tuple[int, ...]
     dtype: str
     role: str = ""
+    batch_axis: int | None = None
 
     @property
     def spec(self) -> str:
-        return f"{SHORT[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
+        dims = [BATCH if k == self.batch_axis else str(d) for k, d in enumerate(self.shape)]
+        return f"{SHORT[self.dtype]}[{','.join(dims)}]"
+
+    def with_batch(self, size: int) -> "Value":
+        """This input's type at batch ``size`` (itself where it has no batch axis)."""
+        if self.batch_axis is None:
+            return self
+        shape = list(self.shape)
+        shape[self.batch_axis] = size
+        return dataclasses.replace(self, shape=tuple(shape))
 
     @property
     def size(self) -> int:
@@ -124,11 +136,30 @@ class FuzzProgram:
         return scope["f"]
 
     def specs(self) -> list[Any]:
+        """The inputs' ShapeDtypeStructs; a symbolic-batch program's batch axes are the symbolic size ``b``."""
         import jax
 
         from conformance.case import np_dtype
 
-        return [jax.ShapeDtypeStruct(self.types[i].shape, np_dtype(self.types[i].dtype)) for i in self.inputs]
+        batch = jax.export.symbolic_shape(BATCH)[0] if self.batch_size() is not None else None
+
+        def shape(t: Value) -> tuple[Any, ...]:
+            return tuple(batch if k == t.batch_axis else d for k, d in enumerate(t.shape))
+
+        return [jax.ShapeDtypeStruct(shape(self.types[i]), np_dtype(self.types[i].dtype)) for i in self.inputs]
+
+    def batch_size(self) -> int | None:
+        """The batch a symbolic-batch program's types are drawn at; None for a static program."""
+        sizes = {self.types[i].shape[self.types[i].batch_axis] for i in self.inputs
+                 if self.types[i].batch_axis is not None}
+        return sizes.pop() if sizes else None
+
+    def at_batch(self, size: int) -> "FuzzProgram":
+        """The program with its inputs at batch ``size``, its steps' types inferred again."""
+        out = self.copy()
+        for i in self.inputs:
+            out.types[i] = self.types[i].with_batch(size)
+        return infer_types(out) or out
 
     def ops(self) -> list[str]:
         return [s.op for s in self.steps]

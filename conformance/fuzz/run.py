@@ -56,6 +56,7 @@ class Outcome:
     actual: list[np.ndarray] = field(default_factory=list)
     check: str = ""
     rules: dict[str, int] = field(default_factory=dict)
+    program: FuzzProgram | None = None  # the program at the batch that failed (a symbolic-batch program's other batch)
 
 
 class RuleCounter:
@@ -218,9 +219,16 @@ def judged_ok(program: FuzzProgram, target: str, inputs: Sequence[np.ndarray], e
     return bool(rows) and all(row.verdict != "mismatch" for row in rows)
 
 
+def batch_sizes(program: FuzzProgram) -> list[int | None]:
+    """The batches a program runs at: a symbolic-batch program at its own, at 1 and at 3 more; else [None]."""
+    own = program.batch_size()
+    return [None] if own is None else list(dict.fromkeys([own, 1, own + 3]))
+
+
 def evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str] = INPUT_SETS) -> Outcome:
-    """Convert once, run every input set, stop at the first mismatch; fills in the default check's verdict
-    and (ONNX) how many times each rewrite rule fired in the conversion."""
+    """Convert once, run every input set (a symbolic-batch program at each of its ``batch_sizes``), stop at the
+    first mismatch; fills in the default check's verdict and (ONNX) how many times each rewrite rule fired in
+    the conversion."""
     counter = RuleCounter()
     outcome = _evaluate(program, target, seed, sets, counter)
     outcome.rules = dict(counter.fired)
@@ -247,22 +255,24 @@ def _evaluate(program: FuzzProgram, target: str, seed: int, sets: Sequence[str],
         except LoadFailed as e:
             inputs = input_values(program, sets[0], seed)
             return Outcome("mismatch", target, str(e), Diff(0, "load-error", actual=str(e)), sets[0], inputs, check="mismatch")
-        for kind in sets:
-            inputs = input_values(program, kind, seed)
-            try:
-                expected = reference(program, inputs, jitted)
-            except Invalid as e:
-                return Outcome("invalid", target, str(e))
-            try:
-                actual = run_artifact(runner, inputs)
-            except RunFailed as e:
-                diff = Diff(0, "run-error", actual=str(e))
-                return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [],
-                               default_check(traced, runner, program.uses_x64()))
-            diff = compare_all(expected, actual)
-            if diff is not None:
-                return Outcome("mismatch", target, diff.line(), diff, kind, inputs, expected, actual,
-                               default_check(traced, runner, program.uses_x64()))
+        for size in batch_sizes(program):
+            sized = program if size in (None, program.batch_size()) else program.at_batch(size)
+            for kind in sets:
+                inputs = input_values(sized, kind, seed)
+                try:
+                    expected = reference(sized, inputs, jitted)
+                except Invalid as e:
+                    return Outcome("invalid", target, str(e))
+                try:
+                    actual = run_artifact(runner, inputs)
+                except RunFailed as e:
+                    diff = Diff(0, "run-error", actual=str(e))
+                    return Outcome("mismatch", target, str(e), diff, kind, inputs, expected, [],
+                                   default_check(traced, runner, program.uses_x64()), program=sized)
+                diff = compare_all(expected, actual)
+                if diff is not None:
+                    return Outcome("mismatch", target, diff.line(), diff, kind, inputs, expected, actual,
+                                   default_check(traced, runner, program.uses_x64()), program=sized)
     return Outcome("ok", target)
 
 
