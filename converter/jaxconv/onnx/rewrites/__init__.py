@@ -5,7 +5,8 @@ faster without changing the numbers:
 
 - ``unrolled_steps``: straight-line copies of one recurrence step (a Python loop over time steps,
   ``hk.static_unroll``, ``lax.scan(unroll=True)``) folded into the Loop ``lax.scan`` lowers to, first, so
-  that every rule below reads it as a scan;
+  that every rule below reads it as a scan (on symbolic inputs after ``symbolic.name_dims``, which gives
+  the copies' row reads constant bounds);
 - ``unrolled_bodies``: a Loop body of k copies of one step (``lax.scan(unroll=k)``, ``nnx.RNN(unroll=k)``)
   folded into one step over k times the trips, so that the rules below read it as a scan too;
 - ``zero_bias``: an Add of a constant of zeros that does not broadcast dropped, as XLA drops it;
@@ -188,6 +189,9 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
              "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
              "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
+    if _symbolic_inputs(model.graph):  # the step copies' row reads, their bounds computed from Shape
+        for graph in list(_match.all_graphs(model.graph)):
+            fired["symbolic"] += symbolic.name_dims(graph)
     fired["unrolled_steps"] = unrolled_steps.rewrite(model.graph)  # first: its Loop's body is a graph below
     fired["unrolled_bodies"] = unrolled_bodies.rewrite(model.graph)  # the same: the raw lowering's copies
     for graph in list(_match.all_graphs(model.graph)):
@@ -258,6 +262,11 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
+
+
+def _symbolic_inputs(graph: ir.Graph) -> bool:
+    """Whether an input of ``graph`` has a dimension that is not a number (a symbolic size)."""
+    return any(v.shape is not None and not all(isinstance(d, int) for d in v.shape) for v in graph.inputs)
 
 
 def _infer_shapes(model: ir.Model) -> None:

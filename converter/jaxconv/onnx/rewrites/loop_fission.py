@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products
 from jaxconv.onnx.rewrites import _match as m
 
 _STATEFUL = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -306,8 +307,8 @@ def _in_body(value: ir.Value, body: ir.Graph) -> bool:
 
 
 def _rows_shape(value: ir.Value, steps: int) -> ir.Shape | None:
-    """``[steps, *value.shape]`` where ``value`` (a step's value) has a static shape."""
-    dims = m.static_dims(value)
+    """``[steps, *value.shape]`` where ``value`` (a step's value) has a known shape (named sizes too)."""
+    dims = _dim_products.named_dims(value)
     return None if dims is None else ir.Shape([steps, *dims])
 
 

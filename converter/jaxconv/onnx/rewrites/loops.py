@@ -345,7 +345,9 @@ def _split_concat_products(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int
             row = m.producer(part, "Reshape", "Squeeze")
             sl = _step_slice(row.inputs[0], inside) if row is not None else None
             xs = sl.inputs[0] if sl is not None else None
-            if xs is not None and xs.shape is not None and xs.shape.is_static() and _drops_axis0(row, xs):
+            # a row of xs whose width is static (its other dims may be named sizes: a symbolic batch)
+            if xs is not None and xs.shape is not None and (len(xs.shape) < 2 or isinstance(xs.shape[-1], int)) \
+                    and (xs.shape.is_static() or len(xs.shape) >= 2) and _drops_axis0(row, xs):
                 step = True
                 widths.append(int(xs.shape[-1]) if len(xs.shape) >= 2 else None)
             else:

@@ -137,6 +137,8 @@ class _Shapes:
 
     def _value(self, v: ir.Value) -> Dims | None:
         arr = m.const(v)
+        if arr is None and v.dtype in _INT_TYPES and v.shape is not None and len(v.shape) <= 1:
+            arr = constants.evaluate(v)  # indices computed from constants (a dynamic slice's clamped starts)
         if arr is not None:
             if arr.dtype.kind not in "iu" or arr.ndim > 1 or arr.size > 16:
                 return None
@@ -655,6 +657,28 @@ def rewrite(graph: ir.Graph) -> int:
             slices.setdefault(id(node.inputs[0]), []).append(node)
     for group in slices.values():
         count += _split(graph, group, shapes)
+    _stamp(graph, shapes)
+    return count
+
+
+def name_dims(graph: ir.Graph) -> int:
+    """Give ``graph``'s values the symbolic dims this analysis finds, and drop Slice entries that read a
+    named axis whole (their bounds computed from ``Shape``), changing nothing else; returns how many Slices
+    changed. The rules that match a step's copies by their row Slices (``unrolled_steps``,
+    ``unrolled_bodies``) run on this, before the clean-up of ``rewrite`` reshapes the copies unevenly."""
+    shapes = _Shapes(graph)
+    count = 0
+    for node in list(graph):
+        if node.domain in ("", "ai.onnx") and node.op_type == "Slice" and _whole_axes_cut(graph, node, shapes) == "gone":
+            count += 1
+            continue
+        shapes.infer(node)
+    _stamp(graph, shapes)
+    return count
+
+
+def _stamp(graph: ir.Graph, shapes: _Shapes) -> None:
+    """The named dims found written into the values' shapes (and Loop bodies' carries)."""
     for node in graph:
         out = node.outputs[0] if node.outputs else None
         dims = shapes.shapes.get(id(out)) if out is not None else None
@@ -662,7 +686,6 @@ def rewrite(graph: ir.Graph) -> int:
             out.shape = ir.Shape(list(dims))
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
             _stamp_carries(node, shapes)
-    return count
 
 
 def _stamp_carries(loop: ir.Node, shapes: _Shapes) -> None:

@@ -19,6 +19,9 @@ so the numbers do not change.
   The middle copy is the template; every other copy is matched to it node by node (op, attributes,
   constants by value) from its rows on, and its inputs from the copy before (copy 0: from outside,
   the initial state) are checked to be the same template values.
+- Symbolic sizes: the axis of rows is static, the others may be named sizes (a symbolic batch), read whole.
+  A carry whose initial value the first copy broadcasts (a zero ``[1, 1]`` to ``[b, h]``) starts at the
+  run-time shape of another initial value of the carry's shape.
 - Outputs: a value the next copy reads is a carry; one read after the loop in the last copy is the
   Loop's final carry; per-step values that a Concat stacks (``jnp.stack``, through Unsqueeze, Reshape
   and no-op Expands) are a scan output, moved to the stacking axis by one Transpose; any other
@@ -32,11 +35,13 @@ import hashlib
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products
 from jaxconv.onnx.rewrites import _match as m
 
 MIN_STEPS = 5  # fewer copies stay as they are (loops.to_scan unrolls up to 4 steps of a wide state)
 
 _SHAPE_CHAIN = frozenset({"Unsqueeze", "Reshape", "Identity", "Squeeze", "Expand"})
+_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -91,22 +96,24 @@ def _row_sets(graph: ir.Graph) -> list[_Rows]:
 
 
 def _row_of(node: ir.Node) -> tuple[ir.Value, int, bool, int] | None:
-    """(source, axis, keeps_axis, t) when ``node`` reads row t of a value of static shape."""
+    """(source, axis, keeps_axis, t) when ``node`` reads row t of a value whose axis of rows is static (its
+    other axes may be named symbolic sizes, read whole)."""
     if node.domain != "" or not node.inputs or node.inputs[0] is None or len(node.outputs) != 1:
         return None
     source = node.inputs[0]
-    dims = m.static_dims(source)
+    dims = _dim_products.named_dims(source)
     if dims is None or not dims:
         return None
     if node.op_type == "Gather" and len(node.inputs) == 2:
         index = m.const(node.inputs[1])
         axis = int(m.attr(node, "axis", 0))
         if index is None or index.ndim != 0 or index.dtype.kind not in "iu" or not (
-                -len(dims) <= axis < len(dims)):
+                -len(dims) <= axis < len(dims)) or not isinstance(dims[axis % len(dims)], int):
             return None
         axis %= len(dims)
-        t = int(index) + (dims[axis] if int(index) < 0 else 0)
-        return (source, axis, False, t) if 0 <= t < dims[axis] else None
+        size = int(dims[axis])
+        t = int(index) + (size if int(index) < 0 else 0)
+        return (source, axis, False, t) if 0 <= t < size else None
     if node.op_type != "Slice" or not 3 <= len(node.inputs) <= 5:
         return None
     args = [m.const(v) if v is not None else None for v in node.inputs[1:]]
@@ -123,8 +130,13 @@ def _row_of(node: ir.Node) -> tuple[ir.Value, int, bool, int] | None:
         if not -len(dims) <= a < len(dims):
             return None
         a %= len(dims)
-        lo, hi, _ = slice(s, e).indices(dims[a])
-        if (lo, hi) == (0, dims[a]):
+        size = dims[a]
+        if not isinstance(size, int):  # a named size: read whole or not at all
+            if s == 0 and e >= _WHOLE:
+                continue
+            return None
+        lo, hi, _ = slice(s, e).indices(size)
+        if (lo, hi) == (0, size):
             continue
         if hi - lo != 1 or row is not None:
             return None
@@ -327,9 +339,38 @@ def _fold(graph: ir.Graph, rows: list[_Rows], steps: int) -> bool:
         found = _copies(graph, rows, steps, cascade)
         if found is not None:
             template, copies, carries, seen = found
-            _build(graph, rows, steps, template, copies, steps // 2, carries, seen)
+            widths = _start_widths(template, carries, copies[0])
+            if widths is None:
+                return False
+            _build(graph, rows, steps, template, copies, steps // 2, carries, seen, widths)
             return True
     return False
+
+
+def _start_widths(template: list[ir.Node], initial: dict[int, ir.Value], first: _Copy) -> dict[int, ir.Value] | None:
+    """The values whose shapes carries' initial values widen to before the Loop (a Scan's states keep one
+    shape), by carry; None where a carry cannot start the Loop.
+
+    A carry starts with its initial value where both have one shape, or where both are static
+    (``_broadcast_to`` widens it). Where the carry has named sizes and its initial value is smaller (a zero
+    ``[1, 1]`` the first step broadcasts to ``[b, h]``), it takes the shape of another initial value of the
+    carry's shape."""
+    by_id = {id(o): o for n in template for o in n.outputs}
+    widths: dict[int, ir.Value] = {}
+    for key, start in initial.items():
+        carry = by_id[key]
+        if m.static_dims(start) is not None and m.static_dims(carry) is not None:
+            continue
+        have, want = _dim_products.named_dims(start), _dim_products.named_dims(carry)
+        if have is not None and have == want:
+            continue
+        like = [v for v in initial.values() if want is not None and _dim_products.named_dims(v) == want
+                and (v.producer() is None or id(v.producer()) not in first.taken)]
+        if not like or have is None or len(have) > len(want) or any(
+                h not in (1, w) for h, w in zip(have[::-1], want[::-1])):
+            return None
+        widths[key] = like[0]
+    return widths
 
 
 def _copies(graph: ir.Graph, rows: list[_Rows], steps: int, cascade: bool) -> tuple | None:
@@ -423,6 +464,10 @@ def _template(graph: ir.Graph, step: dict[int, int], mid: int, row_nodes: set[in
         if id(node) in inside and node.op_type in _SHAPE_CHAIN and node.domain == "" and not any(
                 id(u.node) in inside for o in node.outputs for u in o.uses()):
             inside.discard(id(node))
+    for node in reversed(list(graph)):  # and so does the work before the loop that only those read (their
+        if id(node) in inside and step[id(node)] < 0 and not all(  # run-time target shapes)
+                id(u.node) in inside for o in node.outputs for u in o.uses()):
+            inside.discard(id(node))
     return [n for n in graph if id(n) in inside]
 
 
@@ -445,17 +490,23 @@ def _carries(copies: list[_Copy], mid: int, taken: set[int]) -> dict[int, ir.Val
                 if known is not b:  # the same state broadcast for some readers only: the widest
                     if m.through_shape_ops(known) is not m.through_shape_ops(b):
                         return None
-                    if len(m.static_dims(b) or []) > len(m.static_dims(known) or []) or (
-                            np.prod(m.static_dims(b) or [0]) > np.prod(m.static_dims(known) or [0])):
+                    if len(_dim_products.dims(b) or []) > len(_dim_products.dims(known) or []) or (
+                            _estimate(b) > _estimate(known)):
                         initial[key] = b
             elif copies[t - 1].values.get(key) is not b:
                 return None
     return initial
 
 
+def _estimate(value: ir.Value) -> int:
+    """How many elements ``value`` holds, a named size counted as ``_dim_products.GUESS`` (0: unknown)."""
+    sizes = _dim_products.dims(value)
+    return 0 if sizes is None else _dim_products.estimate(sizes)
+
+
 def _build(graph: ir.Graph, rows: list[_Rows], steps: int, template: list[ir.Node], copies: list[_Copy],
-           mid: int, initial: dict[int, ir.Value], taken: set[int]) -> None:
-    """Write the Loop in place of the copies."""
+           mid: int, initial: dict[int, ir.Value], taken: set[int], widths: dict[int, ir.Value]) -> None:
+    """Write the Loop in place of the copies (``widths``: ``_start_widths``)."""
     first = next(n for n in graph if id(n) in taken)
     by_id = {id(o): o for n in template for o in n.outputs}
     # the per-step values read after the loop, and which of them a Concat stacks
@@ -505,7 +556,7 @@ def _build(graph: ir.Graph, rows: list[_Rows], steps: int, template: list[ir.Nod
         loop_outputs.append(ys[key])
     true = m.new_initializer(graph, np.array(True), "loop_true")
     zero = m.new_initializer(graph, np.array(0, np.int64), "loop_start")
-    starts = [_broadcast_to(graph, initial[k], by_id[k], first) for k in carry_ids]
+    starts = [_broadcast_to(graph, initial[k], by_id[k], first, widths.get(k)) for k in carry_ids]
     loop = ir.Node("", "Loop", [None, true, zero, *starts],
                    attributes=[ir.AttrGraph("body", body)], outputs=loop_outputs)
     graph.insert_before(first, loop)
@@ -586,7 +637,7 @@ def _row_inputs(graph: ir.Graph, body: ir.Graph, rows: list[_Rows], counter: ir.
     made: dict = {}
     for r in rows:
         xs = r.source
-        dims = m.static_dims(xs) or []
+        dims = _dim_products.named_dims(xs) or []
         if r.axis != 0:
             perm = [r.axis, *(a for a in range(len(dims)) if a != r.axis)]
             moved = ir.node("Transpose", [xs], {"perm": perm})
@@ -598,14 +649,16 @@ def _row_inputs(graph: ir.Graph, body: ir.Graph, rows: list[_Rows], counter: ir.
         sl.outputs[0].type, sl.outputs[0].shape = xs.type, ir.Shape(row_dims)
         body.append(sl)
         same_layout = r.keeps_axis and r.axis == 0
-        made[id(r.values[mid])] = _row_reader(body, sl.outputs[0], r.values[mid], same_layout)
+        made[id(r.values[mid])] = _row_reader(body, sl.outputs[0], r.values[mid], same_layout,
+                                              r.axis if r.keeps_axis else None)
     return made
 
 
-def _row_reader(body: ir.Graph, row: ir.Value, old: ir.Value, same_layout: bool):
+def _row_reader(body: ir.Graph, row: ir.Value, old: ir.Value, same_layout: bool, kept_axis: int | None):
     """A function of a reader: the body's row (``row``: its step axis first, size 1) in ``old``'s shape.
     A Reshape reads ``row`` itself (the same elements in the same order); a Slice's row with the step
-    axis first is ``row`` already; others read one Reshape (a Gather's row: a Squeeze)."""
+    axis first is ``row`` already; others read one Reshape (a Gather's row: a Squeeze). Where ``old`` has
+    named sizes, a Squeeze of its axis of rows squeezes the step axis of ``row`` instead."""
     cache: list[ir.Value] = []
 
     def reader(node: ir.Node) -> ir.Value:
@@ -614,20 +667,58 @@ def _row_reader(body: ir.Graph, row: ir.Value, old: ir.Value, same_layout: bool)
             return row
         if same_layout and old.shape is not None and len(old.shape) == len(row.shape or []):
             return row
+        if m.static_dims(old) is None and _squeezes(node, old, kept_axis):
+            node.replace_input_with(1, _body_const(body, np.array([0], np.int64)))
+            return row
         if not cache:
-            shape = _body_const(body, np.array(m.static_dims(old), np.int64))
-            fix = ir.node("Reshape", [row, shape])
-            fix.outputs[0].type, fix.outputs[0].shape = old.type, old.shape
-            body.append(fix)
-            cache.append(fix.outputs[0])
+            cache.append(_in_shape_of(body, row, old, kept_axis))
         return cache[0]
 
     return reader
 
 
-def _broadcast_to(graph: ir.Graph, value: ir.Value, like: ir.Value, before: ir.Node) -> ir.Value:
+def _squeezes(node: ir.Node, old: ir.Value, axis: int | None) -> bool:
+    """Whether ``node`` is ``Squeeze(old, [axis])``."""
+    if axis is None or node.op_type != "Squeeze" or node.domain != "" or len(node.inputs) != 2 \
+            or node.inputs[0] is not old or old.shape is None:
+        return False
+    axes = m.const(node.inputs[1])
+    return axes is not None and [int(a) % len(old.shape) for a in np.atleast_1d(axes)] == [axis]
+
+
+def _in_shape_of(body: ir.Graph, row: ir.Value, old: ir.Value, kept_axis: int | None) -> ir.Value:
+    """``row`` (``[1, *rest]``) reshaped to ``old``'s shape: one Reshape where that shape is static; else the
+    step axis squeezed and, for a Slice's row (``kept_axis``: its axis of rows), put back there."""
+    dims = m.static_dims(old)
+    if dims is not None:
+        fix = ir.node("Reshape", [row, _body_const(body, np.array(dims, np.int64))])
+        fix.outputs[0].type, fix.outputs[0].shape = old.type, old.shape
+        body.append(fix)
+        return fix.outputs[0]
+    squeeze = ir.node("Squeeze", [row, _body_const(body, np.array([0], np.int64))])
+    squeeze.outputs[0].type = old.type
+    body.append(squeeze)
+    if kept_axis is None:
+        squeeze.outputs[0].shape = old.shape
+        return squeeze.outputs[0]
+    back = ir.node("Unsqueeze", [squeeze.outputs[0], _body_const(body, np.array([kept_axis], np.int64))])
+    back.outputs[0].type, back.outputs[0].shape = old.type, old.shape
+    body.append(back)
+    return back.outputs[0]
+
+
+def _broadcast_to(graph: ir.Graph, value: ir.Value, like: ir.Value, before: ir.Node,
+                  width: ir.Value | None = None) -> ir.Value:
     """``value`` Expanded to ``like``'s shape where it is smaller (an initial state the first step
-    broadcast: a Scan's states keep one shape); every element read is the same."""
+    broadcast: a Scan's states keep one shape); every element read is the same. ``width``: a value of
+    ``like``'s shape outside the copies, whose run-time shape it takes (``like`` has named sizes)."""
+    if width is not None:
+        shape = ir.node("Shape", [width])
+        shape.outputs[0].type, shape.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([len(like.shape)])
+        expand = ir.node("Expand", [value, shape.outputs[0]])
+        expand.outputs[0].type, expand.outputs[0].shape = value.type, like.shape
+        graph.insert_before(before, [shape, expand])
+        return expand.outputs[0]
     have, want = m.static_dims(value), m.static_dims(like)
     if have is None or want is None or have == want or len(have) > len(want):
         return value
@@ -748,13 +839,15 @@ def _leaves(concat: ir.Node, axis: int, out: list[ir.Value], concats: list[ir.No
 def _stacked_row(value: ir.Value, taken: set[int]) -> tuple[ir.Value, ir.Node, int, list[ir.Node]] | None:
     """(the value a Concat reads, the Concat, its axis, the nodes between) when ``value`` reaches a Concat
     after the loop through shape ops that only add a size-1 axis there (and no-op Expands)."""
-    dims = m.static_dims(value)
+    dims = _dim_products.named_dims(value)
     if dims is None:
         return None
     for use in _outside_uses(value, taken):
         v, node, chain = value, use.node, []
         while node.op_type in _SHAPE_CHAIN and node.domain == "" and node.inputs[0] is v:
-            if node.op_type == "Expand" and m.static_dims(node.outputs[0]) != m.static_dims(v):
+            if node.op_type == "Expand" and (
+                    _dim_products.named_dims(node.outputs[0]) != _dim_products.named_dims(v)
+                    or _dim_products.named_dims(v) is None):
                 break
             chain.append(node)
             v = node.outputs[0]
@@ -767,7 +860,7 @@ def _stacked_row(value: ir.Value, taken: set[int]) -> tuple[ir.Value, ir.Node, i
         if len(list(v.uses())) != 1:
             continue
         axis = _axis(node)
-        got = m.static_dims(v)
+        got = _dim_products.named_dims(v)
         if axis is not None and got == [*dims[:axis], 1, *dims[axis:]]:
             return v, node, axis, chain
     return None

@@ -1,0 +1,93 @@
+"""Recurrences unrolled at trace time (a Python loop over time steps, ``hk.static_unroll``) over a symbolic batch.
+
+On a static batch the rule ``unrolled_steps`` folds the step copies back into one Loop, which the scan rules
+make a Scan or an LSTM op. On a symbolic batch jax writes each copy's row read ``x[:, t]`` as a gather whose
+slice sizes name the batch (a Slice whose bounds are computed from ``Shape`` and clamped constants), and each
+copy computes its broadcasts' run-time shapes: the rule saw no rows and left every copy (Haiku's DeepRNN, two
+LSTM layers over 64 steps: 3,090 nodes against 65 static). Found by the fuzzer's symbolic-batch programs.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from onnx_graphs import all_nodes, op_types
+
+import jaxconv
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+_R = np.random.default_rng(0)
+_D, _H = 6, 8
+_WX = (_R.standard_normal((_D, 4 * _H)) * 0.4).astype(np.float32)
+_WH = (_R.standard_normal((_H, 4 * _H)) * 0.4).astype(np.float32)
+_WCAT = [(_R.standard_normal((d + _H, 4 * _H)) * 0.3).astype(np.float32) for d in (_D, _H)]
+
+
+def _lstm(h, c, x, wx, wh):
+    i, f, g, o = jnp.split(x @ wx + h @ wh, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(c), c
+
+
+def _batch_major_loop(xs):
+    """A Python loop over the steps of ``xs`` [b, T, D], reading ``xs[:, t]``; the outputs stacked on axis 1.
+    The first step reads the zero cell state as a ``[1, 1]`` broadcast: the Loop starts it at ``[b, H]``."""
+    h = c = jnp.zeros((xs.shape[0], _H), xs.dtype)
+    ys = []
+    for t in range(xs.shape[1]):
+        h, c = _lstm(h, c, xs[:, t], _WX, _WH)
+        ys.append(h)
+    return jnp.stack(ys, axis=1)
+
+
+def _deep_rnn(xs):
+    """``hk.static_unroll`` of two stacked LSTMs in Haiku's form (``concat([x, h]) @ W``, forget bias 1),
+    time-major ``xs`` [T, b, D]: both layers' states in one step, the top layer's outputs stacked."""
+    state = [(jnp.zeros((xs.shape[1], _H)), jnp.zeros((xs.shape[1], _H))) for _ in _WCAT]
+    ys = []
+    for t in range(xs.shape[0]):
+        x = xs[t]
+        for k, w in enumerate(_WCAT):
+            h, c = state[k]
+            i, g, f, o = jnp.split(jnp.concatenate([x, h], -1) @ w, 4, axis=-1)
+            c = jax.nn.sigmoid(f + 1) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            state[k] = (h, c)
+            x = jax.nn.relu(h) if k == 0 else h
+        ys.append(x)
+    return jnp.stack(ys)
+
+
+def _inputs(shape, seed):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    if seed % 2:
+        x.reshape(-1)[[0, 3, 7]] = [np.nan, np.inf, -0.0]
+    return x
+
+
+def _matches_jit(fn, model, shapes):
+    runner = OnnxRunner(model.SerializeToString())
+    for seed, shape in enumerate(shapes):
+        x = _inputs(shape, seed)
+        got, want = runner.run([x])[0], np.asarray(jax.jit(fn)(x))
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("spec", ["f32[b,7,6]", "f32[3,7,6]"])
+def test_a_python_loop_over_steps_of_a_symbolic_batch_folds_into_one_lstm(spec):
+    model = jaxconv.to_onnx(_batch_major_loop, spec, check=False)
+    ops = op_types(model.graph)
+    assert ops.count("LSTM") == 1, ops
+    assert len(list(all_nodes(model.graph))) < 60, ops
+    _matches_jit(_batch_major_loop, model, [(b, 7, 6) for b in ((1, 3, 5) if "b" in spec else (3, 3))])
+
+
+def test_haikus_static_unroll_of_two_layers_over_a_symbolic_batch_is_two_lstm_ops():
+    model = jaxconv.to_onnx(_deep_rnn, "f32[9,b,6]", check=False)
+    ops = op_types(model.graph)
+    assert ops.count("LSTM") == 2, ops
+    assert len(list(all_nodes(model.graph))) < 120, ops
+    _matches_jit(_deep_rnn, model, [(9, b, 6) for b in (1, 2, 5)])
+
