@@ -91,3 +91,50 @@ def test_haikus_static_unroll_of_two_layers_over_a_symbolic_batch_is_two_lstm_op
     assert len(list(all_nodes(model.graph))) < 120, ops
     _matches_jit(_deep_rnn, model, [(9, b, 6) for b in (1, 2, 5)])
 
+
+
+def _scan_unrolled(xs, reverse=False, unroll=2):
+    """``lax.scan`` of an LSTM cell with ``unroll=k`` over time-major ``xs`` [T, b, D]."""
+    wx, wh = jnp.asarray(_WX, xs.dtype), jnp.asarray(_WH, xs.dtype)
+
+    def step(hc, x):
+        h, c = _lstm(*hc, x, wx, wh)
+        return (h, c), h
+
+    zeros = jnp.zeros((xs.shape[1], _H), xs.dtype)
+    return jax.lax.scan(step, (zeros, zeros), xs, unroll=unroll, reverse=reverse)[1]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_scan_unrolled_by_k_over_a_symbolic_batch_folds_into_one_lstm(reverse):
+    """``lax.scan(..., unroll=2)``: a Loop whose body runs two copies of the cell, each reading its row of the
+    trip's ``[1, 2, b, D]``; the copies fold into one step (``unrolled_bodies``) and the LSTM op takes it."""
+    def fn(xs):
+        return _scan_unrolled(xs, reverse)
+
+    model = jaxconv.to_onnx(fn, "f32[8,b,6]", check=False)
+    ops = op_types(model.graph)
+    assert ops.count("LSTM") == 1 and ops.count("MatMul") <= 2, ops
+    _matches_jit(fn, model, [(8, b, 6) for b in (1, 2, 5)])
+
+
+def test_steps_left_over_by_unroll_stay_beside_the_folded_loop_over_a_symbolic_batch():
+    def fn(xs):
+        return _scan_unrolled(xs, unroll=3)
+
+    model = jaxconv.to_onnx(fn, "f32[10,b,6]", check=False)
+    assert op_types(model.graph).count("LSTM") == 1, op_types(model.graph)
+    _matches_jit(fn, model, [(10, b, 6) for b in (1, 4)])
+
+
+def test_a_reversed_scan_unrolled_by_k_in_bfloat16_reads_its_stacked_rows_back_in_their_shape():
+    """In bfloat16 the copies' outputs are stacked through Casts: the folded Loop stacks the rows themselves
+    (``[1, b, H]``), and their reversal is read back as ``[T / k, k, b, H]`` (it was rank 5: not a model)."""
+    def fn(xs):
+        return _scan_unrolled(xs.astype(jnp.bfloat16), reverse=True).astype(jnp.float32)
+
+    model = jaxconv.to_onnx(fn, "f32[8,b,6]", check=False)
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        x = _inputs((8, b, 6), 2)
+        np.testing.assert_allclose(runner.run([x])[0], np.asarray(jax.jit(fn)(x)), rtol=2e-2, atol=2e-2)

@@ -16,7 +16,10 @@ read as before through a Reshape back to ``[T / k, k * ...]`` (none where its re
 A reversed scan (``reverse=True``: trip ``T / k - 1 - i``, its rows from the last) reads ``xs``'s rows
 reversed the same way, and its stacked rows, which the lowering reverses after the Loop, are then the
 Loop's own reversed (none where its readers only reshape them). Where T is not a multiple of k, jax runs
-the last T mod k steps after the Loop in straight-line code; they stay as they are.
+the last T mod k steps after the Loop in straight-line code; they stay as they are. The rows may hold named
+sizes (a symbolic batch): sizes are then products of names (``_dim_products.Size``), a named axis is read
+whole or not at all, ``xs`` is regrouped by a Reshape to a run-time shape, and the copies' Expands to their
+own run-time shapes (jax's broadcasts on a symbolic shape) count as copies of one another.
 
 Measured (ORT 1.32, 2 cores, load 9.2-12.2, CPU time per call, medians over rounds of up to 41 calls of
 each form alternating in one process): the zoo's ``nnx_gru`` (two ``nnx.RNN(GRUCell, unroll=4)`` layers,
@@ -30,10 +33,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products, loops, unrolled_steps
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import loops, unrolled_steps
+from jaxconv.onnx.rewrites._dim_products import Size
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
+_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
+
+Dim = int | str  # a dimension: a number or a named (symbolic) size
 
 
 def rewrite(main: ir.Graph) -> int:
@@ -44,9 +51,10 @@ def rewrite(main: ir.Graph) -> int:
 
 class _Group:
     """A trip's rows of one sequence: ``Slice(xs, g(i), g(i) + 1)`` of ``xs`` ``[N, k, *rest]``, and the
-    value each copy's row is (``rows[p]``: row p of the trip's k rows, shaped ``row_shape``)."""
+    value each copy's row is (``rows[p]``: row p of the trip's k rows, shaped ``row_shape``). ``rest`` may
+    hold named sizes (a symbolic batch)."""
 
-    def __init__(self, read: ir.Node, backward: bool, rows: list[ir.Value], row_shape: list[int]) -> None:
+    def __init__(self, read: ir.Node, backward: bool, rows: list[ir.Value], row_shape: list[Dim]) -> None:
         self.read, self.backward, self.rows, self.row_shape = read, backward, rows, row_shape
         self.xs: ir.Value = read.inputs[0]  # type: ignore[assignment]
 
@@ -77,7 +85,7 @@ def _fold(loop: ir.Node, main: ir.Graph) -> int:
         return 0
     template, copies, initial, taken = found
     mid = k // 2
-    shapes = [m.static_dims(v) for v in loop.inputs[3:]]
+    shapes = [_dim_products.named_dims(v) for v in loop.inputs[3:]]
     plan = _plan(body, template, copies, initial, taken, rows, mid, shapes)
     if plan is None:
         return 0
@@ -120,9 +128,10 @@ def _groups(body: ir.Graph, counter: ir.Value, trips: int) -> list[_Group] | Non
         if node.op_type != "Slice" or node.domain != "" or loops._step_slice(node.outputs[0], inside) is not node:
             continue
         xs = node.inputs[0]
-        dims = m.static_dims(xs)
+        dims = _dim_products.named_dims(xs)
         index = loops._index_values(node.inputs[1], counter, trips)
-        if dims is None or len(dims) < 2 or dims[0] != trips or dims[1] < 2 or index is None:
+        if dims is None or len(dims) < 2 or dims[0] != trips or not isinstance(dims[1], int) or dims[1] < 2 \
+                or index is None:
             return None
         if list(index) == list(range(trips)):
             backward = False
@@ -133,18 +142,33 @@ def _groups(body: ir.Graph, counter: ir.Value, trips: int) -> list[_Group] | Non
         found = _row_values(body, node.outputs[0], dims)
         if found is None:
             return None
+        row_shape = found[1]
+        if not all(isinstance(d, int) for d in row_shape) and row_shape not in ([1, *dims[2:]], dims[2:]):
+            return None  # a row of named sizes is read as the Slice's row or without its step axis
         groups.append(_Group(node, backward, *found))
     return groups
+
+
+def _size(dims: list[Dim]) -> Size:
+    """The number of elements of ``dims``, a product of named sizes."""
+    return _dim_products.product([Size(d) if isinstance(d, int) else Size(1, (d,)) for d in dims])
+
+
+def _as_dim(size: Size) -> Dim | None:
+    """``size`` as one dimension: a number, or one named size (None for a product of names)."""
+    if size.static is not None:
+        return size.static
+    return size.names[0] if size.coef == 1 and len(size.names) == 1 else None
 
 
 _ROW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "Identity"})
 
 
-def _row_values(body: ir.Graph, trip: ir.Value, dims: list[int]) -> tuple[list[ir.Value], list[int]] | None:
+def _row_values(body: ir.Graph, trip: ir.Value, dims: list[Dim]) -> tuple[list[ir.Value], list[Dim]] | None:
     """(the value holding each row p of the trip's ``[1, k, *rest]``, its shape) when the body reads the
     trip's rows through row ops alone, each row once and all of one shape."""
-    k, width = dims[1], int(np.prod(dims[2:]))
-    blocks: dict[int, tuple[int, int, list[int]]] = {id(trip): (0, k, [1, *dims[1:]])}
+    k, width = int(dims[1]), _size(dims[2:])
+    blocks: dict[int, tuple[int, int, list[Dim]]] = {id(trip): (0, k, [1, *dims[1:]])}
     rows: dict[int, ir.Value] = {}
     shapes = set()
     for node in body:
@@ -165,7 +189,7 @@ def _row_values(body: ir.Graph, trip: ir.Value, dims: list[int]) -> tuple[list[i
     return [rows[p] for p in range(k)], list(shapes.pop())
 
 
-def _row_op(node: ir.Node, block: tuple[int, int, list[int]], width: int) -> list[tuple[int, int, list[int]]] | None:
+def _row_op(node: ir.Node, block: tuple[int, int, list[Dim]], width: Size) -> list[tuple[int, int, list[Dim]]] | None:
     """The rows (first, end, shape) each output of ``node`` holds, reading ``block`` (rows ``first`` to
     ``end`` of the trip, flat in that order, shaped ``shape``; ``width`` elements a row); None when
     ``node`` is no row op or cuts rows."""
@@ -183,14 +207,17 @@ def _row_op(node: ir.Node, block: tuple[int, int, list[int]], width: int) -> lis
         if m.attr(node, "allowzero", 0) or not args or args[0] is None:
             return None
         target = [int(t) for t in np.atleast_1d(args[0])]
-        out = [shape[j] if t == 0 and j < rank else t for j, t in enumerate(target)]
-        total = int(np.prod(shape))
+        out: list[Dim] = [shape[j] if t == 0 and j < rank else t for j, t in enumerate(target)]
+        total = _size(shape)
         if out.count(-1) == 1:
-            known = int(np.prod([d for d in out if d != -1]))
-            if known == 0 or total % known:
+            rest = total.over(_size([d for d in out if d != -1]))
+            inferred = _as_dim(rest) if rest is not None else None
+            if inferred is None:
                 return None
-            out[out.index(-1)] = total // known
-        return [(lo, hi, out)] if min(out, default=1) >= 0 and int(np.prod(out)) == total else None
+            out[out.index(-1)] = inferred
+        if any(isinstance(d, int) and d < 0 for d in out):
+            return None
+        return [(lo, hi, out)] if _size(out) == total else None
     if op in ("Squeeze", "Unsqueeze"):
         if not args or args[0] is None:
             return None
@@ -209,19 +236,21 @@ def _row_op(node: ir.Node, block: tuple[int, int, list[int]], width: int) -> lis
         return _sliced(block, width, *args) if len(args) >= 2 else None
     if op == "Gather":
         index = args[0] if args else None
-        if index is None or index.ndim != 0:
-            return None
         axis = int(m.attr(node, "axis", 0)) % rank
-        start = int(index) % shape[axis]
+        if index is None or index.ndim != 0 or not isinstance(shape[axis], int):
+            return None
+        start = int(index) % int(shape[axis])
         got = _part(block, width, axis, start, 1)
         return None if got is None else [(got[0], got[1], [d for j, d in enumerate(shape) if j != axis])]
     if op == "Split":
         axis = int(m.attr(node, "axis", 0)) % rank
         parts = len(node.outputs)
+        if not isinstance(shape[axis], int):
+            return None
         if args and args[0] is not None:
             sizes = [int(s) for s in np.atleast_1d(args[0])]
-        elif shape[axis] % parts == 0:
-            sizes = [shape[axis] // parts] * parts
+        elif int(shape[axis]) % parts == 0:
+            sizes = [int(shape[axis]) // parts] * parts
         else:
             return None
         if len(sizes) != parts or sum(sizes) != shape[axis]:
@@ -236,7 +265,7 @@ def _row_op(node: ir.Node, block: tuple[int, int, list[int]], width: int) -> lis
     return None
 
 
-def _sliced(block: tuple[int, int, list[int]], width: int, starts, ends, axes=None, steps=None):
+def _sliced(block: tuple[int, int, list[Dim]], width: Size, starts, ends, axes=None, steps=None):
     shape = block[2]
     rank = len(shape)
     starts, ends = np.atleast_1d(starts).astype(np.int64), np.atleast_1d(ends).astype(np.int64)
@@ -246,8 +275,13 @@ def _sliced(block: tuple[int, int, list[int]], width: int, starts, ends, axes=No
     cut = None
     for s, e, a in zip(starts.tolist(), ends.tolist(), axes.tolist()):
         a %= rank
-        first, end, _ = slice(s, e).indices(shape[a])
-        if (first, end) == (0, shape[a]):
+        size = shape[a]
+        if not isinstance(size, int):  # a named size: read whole or not at all
+            if s == 0 and e >= _WHOLE:
+                continue
+            return None
+        first, end, _ = slice(s, e).indices(size)
+        if (first, end) == (0, size):
             continue
         if cut is not None or end <= first:
             return None
@@ -257,19 +291,27 @@ def _sliced(block: tuple[int, int, list[int]], width: int, starts, ends, axes=No
     return None if (got := _part(block, width, *cut)) is None else [got]
 
 
-def _part(block: tuple[int, int, list[int]], width: int, axis: int, start: int, size: int):
+def _part(block: tuple[int, int, list[Dim]], width: Size, axis: int, start: int, size: int):
     """Elements ``start:start + size`` of ``block`` along ``axis``, as rows, when they are whole rows
     in one run (every axis before ``axis`` of size 1)."""
     lo, hi, shape = block
     if any(d != 1 for d in shape[:axis]):
         return None
-    inner = int(np.prod(shape[axis + 1:]))
-    first, count = start * inner, size * inner
-    if first % width or count % width:
+    inner = _size(shape[axis + 1:])
+    first, count = _rows_in(inner * Size(start), width), _rows_in(inner * Size(size), width)
+    if first is None or count is None:
         return None
     out = list(shape)
     out[axis] = size
-    return lo + first // width, lo + (first + count) // width, out
+    return lo + first, lo + first + count, out
+
+
+def _rows_in(elements: Size, width: Size) -> int | None:
+    """How many rows of ``width`` elements ``elements`` are, when a whole number."""
+    if elements.coef == 0:
+        return 0
+    rows = elements.over(width)
+    return None if rows is None or rows.names else rows.coef
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -287,7 +329,7 @@ _CHAIN_OPS = frozenset({"Unsqueeze", "Expand", "Reshape", "Identity", "Squeeze"}
 
 
 def _plan(body: ir.Graph, template: list[ir.Node], copies: list, initial: dict[int, ir.Value], taken: set[int],
-          rows: list, mid: int, shapes: list[list[int] | None]) -> tuple[list[int], list[_Stack]] | None:
+          rows: list, mid: int, shapes: list[list[Dim] | None]) -> tuple[list[int], list[_Stack]] | None:
     """(the template value each carry is, the stacked outputs) when the body is the copies, their rows,
     carries and stacks alone; else None. ``shapes``: the carries' initial shapes, where static."""
     k, n_carry = len(copies), len(shapes)
@@ -327,7 +369,7 @@ def _plan(body: ir.Graph, template: list[ir.Node], copies: list, initial: dict[i
     return carry_keys, stacks
 
 
-def _stack(out: ir.Value, image: dict[int, tuple[int, int]], k: int, mid: int, carry_shapes: dict[int, list[int]]):
+def _stack(out: ir.Value, image: dict[int, tuple[int, int]], k: int, mid: int, carry_shapes: dict[int, list[Dim]]):
     """((the template copy's value to stack, whether the Concat stacks the copies in reverse, its shape
     where known), the ids of the Concat and its chains) for a body output that Concats one value of each
     copy along axis 0. A copy's value is stacked itself, not the chain of shape ops after it, where the
@@ -365,10 +407,14 @@ def _stack(out: ir.Value, image: dict[int, tuple[int, int]], k: int, mid: int, c
     return (template_part, order[0] != 0, shape), nodes
 
 
-def _reshapes_only(chain: list[ir.Node], shape: list[int]) -> bool:
+def _reshapes_only(chain: list[ir.Node], shape: list[Dim]) -> bool:
     """True when the ``chain`` of shape ops (first to last) on a value of ``shape`` keeps its elements in
     order: Reshapes, Squeezes and Unsqueezes, and Expands to the shape they read."""
     for node in chain:
+        if node.op_type == "Expand" and not all(isinstance(d, int) for d in shape):
+            if not _keeps_shape(node):
+                return False
+            continue
         if node.op_type == "Expand":
             target = m.const(node.inputs[1])
             if target is None or target.ndim != 1 or len(target) > len(shape):
@@ -376,7 +422,7 @@ def _reshapes_only(chain: list[ir.Node], shape: list[int]) -> bool:
             if [int(d) for d in np.broadcast_shapes(tuple(shape), tuple(int(t) for t in target))] != shape:
                 return False
             continue
-        got = _row_op(node, (0, 1, shape), 1)
+        got = _row_op(node, (0, 1, shape), Size(1))
         if got is None:
             return False
         shape = got[0][2]
@@ -390,11 +436,19 @@ def _same_chain(a: list[ir.Node], b: list[ir.Node]) -> bool:
         if (x.op_type, len(x.inputs)) != (y.op_type, len(y.inputs)) or dict(
                 (n, v.value) for n, v in x.attributes.items()) != dict((n, v.value) for n, v in y.attributes.items()):
             return False
+        if x.op_type == "Expand" and _keeps_shape(x) and _keeps_shape(y):
+            continue  # to its input's own named shape, computed at run time by each copy
         for p, q in zip(x.inputs[1:], y.inputs[1:]):
             cp, cq = m.const(p), m.const(q)
             if p is not q and (cp is None or cq is None or cp.dtype != cq.dtype or not np.array_equal(cp, cq)):
                 return False
     return True
+
+
+def _keeps_shape(node: ir.Node) -> bool:
+    """Whether ``node``'s output has its first input's shape, named sizes included (an Expand that copies)."""
+    dims = _dim_products.named_dims(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
+    return dims is not None and _dim_products.named_dims(node.outputs[0]) == dims
 
 
 def _reads_state_as_invariant(body: ir.Graph, template: list[ir.Node], before, rows: list, mid: int) -> bool:
@@ -431,15 +485,24 @@ def _rewrite_body(main: ir.Graph, loop: ir.Node, body: ir.Graph, template: list[
         value.type, value.shape = ir.TensorType(ir.DataType.INT64), ir.Shape([1])
     for group, r in zip(groups, rows):
         xs_rows = _sequence_rows(main, loop, group, steps)
-        dims = m.static_dims(xs_rows) or []
+        dims = _dim_products.named_dims(xs_rows) or []
         sl = ir.node("Slice", [xs_rows, start.outputs[0], end.outputs[0], m.new_initializer(
             main, np.array([0], np.int64), "step_axis")])
         sl.outputs[0].type, sl.outputs[0].shape = xs_rows.type, ir.Shape([1, *dims[1:]])
-        row = ir.node("Reshape", [sl.outputs[0], m.new_initializer(
-            main, np.array(group.row_shape, np.int64), "row_shape")])
-        row.outputs[0].type, row.outputs[0].shape = xs_rows.type, ir.Shape(group.row_shape)
-        new += [sl, row]
-        r.values[mid].replace_all_uses_with(row.outputs[0])
+        new.append(sl)
+        row_value = sl.outputs[0]
+        if all(isinstance(d, int) for d in group.row_shape):
+            row = ir.node("Reshape", [sl.outputs[0], m.new_initializer(
+                main, np.array(group.row_shape, np.int64), "row_shape")])
+        elif group.row_shape == dims[1:]:  # named sizes (``_groups``): the row without its step axis
+            row = ir.node("Squeeze", [sl.outputs[0], m.new_initializer(main, np.array([0], np.int64), "step_axis")])
+        else:
+            row = None
+        if row is not None:
+            row.outputs[0].type, row.outputs[0].shape = xs_rows.type, ir.Shape(group.row_shape)
+            new.append(row)
+            row_value = row.outputs[0]
+        r.values[mid].replace_all_uses_with(row_value)
     body.insert_before(body.node(0), new)
     before = {id(v): key for key, v in copies[mid - 1].values.items()}
     state_of = {key: body.inputs[3 + n] for n, key in enumerate(carry_keys)}
@@ -469,15 +532,21 @@ def _rewrite_body(main: ir.Graph, loop: ir.Node, body: ir.Graph, template: list[
 
 
 def _sequence_rows(main: ir.Graph, loop: ir.Node, group: _Group, steps: int) -> ir.Value:
-    """``xs`` ``[N, k, *rest]`` as its ``N * k`` rows before ``loop`` (reversed for a backward scan)."""
-    dims = m.static_dims(group.xs) or []
+    """``xs`` ``[N, k, *rest]`` as its ``N * k`` rows before ``loop`` (reversed for a backward scan); ``rest``
+    read at run time where it holds named sizes."""
+    dims = _dim_products.named_dims(group.xs) or []
     shape = [steps, *dims[2:]]
-    flat = ir.node("Reshape", [group.xs, m.new_initializer(main, np.array(shape, np.int64), "sequence_rows")])
-    flat.outputs[0].type, flat.outputs[0].shape = group.xs.type, ir.Shape(shape)
-    nodes = [flat]
+    nodes: list[ir.Node] = []
+    if all(isinstance(d, int) for d in shape):
+        flat = ir.node("Reshape", [group.xs, m.new_initializer(main, np.array(shape, np.int64), "sequence_rows")])
+        nodes.append(flat)
+        rows = flat.outputs[0]
+    else:
+        rows = _reshaped(main, group.xs, [steps], 2, nodes)
+    rows.type, rows.shape = group.xs.type, ir.Shape(shape)
     if group.backward:
-        flip = ir.node("Slice", [flat.outputs[0], *(m.new_initializer(main, np.array([v], np.int64), "reverse_rows")
-                                                    for v in (-1, _INT64_MIN, 0, -1))])
+        flip = ir.node("Slice", [rows, *(m.new_initializer(main, np.array([v], np.int64), "reverse_rows")
+                                         for v in (-1, _INT64_MIN, 0, -1))])
         flip.outputs[0].type, flip.outputs[0].shape = group.xs.type, ir.Shape(shape)
         nodes.append(flip)
     loop.graph.insert_before(loop, nodes)
@@ -505,7 +574,9 @@ def _rewrite_outputs(main: ir.Graph, loop: ir.Node, n_carry: int, stacks: list[_
             nodes.append(flip)
             value = flip.outputs[0]
             value.type = out.type
-        value = _reshaped(main, value, [trips, -1], 2, nodes)
+        # back to [trips, k * p0, *rest] of the Concat's parts [p0, *rest]: the rows are the parts themselves
+        # (after the reversal [trips, k, p0, *rest]), or the states a chain of shape ops made them from
+        value = _reshaped(main, value, [trips, -1], 3 if stack.reversed and stack.shape is None else 2, nodes)
         graph.insert_after(loop, nodes)
         for use in list(out.uses()):
             if id(use.node) not in {id(n) for n in nodes}:
