@@ -158,6 +158,9 @@ def test_a_rotary_embedding_near_the_largest_float_is_a_sum_order_difference():
 
     assert known.match("rotary_k+scores+softmax/f32/nan", known.facts([v])) is not None
     assert known.match("rotary_k+scores+softmax/f32/nan", known.facts([np.ones(4, np.float32)])) is None
+    # the projections before it, where the minimiser cannot cut them off (seed 13, program 270)
+    assert known.match("dense_q+dense_k+..+softmax/f32/nan", known.facts([v])) is not None
+    assert known.match("dense_q+dense_k+..+softmax/f32/nan", known.facts([np.ones(4, np.float32)])) is None
 
 
 def test_tanh_gelu_tail_times_an_infinite_weight_is_known():

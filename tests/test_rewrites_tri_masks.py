@@ -152,3 +152,18 @@ def test_float64_scores(monkeypatch, x64):
     ops, (got,) = _convert(fn, x)
     assert sum(fired) == 1 and ops["Trilu"] == 1, ops
     assert_same_floats(got, jax.jit(fn)(x), 0, 0)
+
+
+@pytest.mark.parametrize("heads", [3, 1])
+def test_a_causal_fill_over_a_symbolic_batch_is_trilu(monkeypatch, heads):
+    """Scores ``[b, h, q, q]`` of a symbolic batch: the triangle is the last two axes, the batch is only
+    broadcast over. With one head the size-1 axis is reshaped away and back, the batch as the Reshape's -1."""
+    def fn(x):
+        return jnp.where(_causal(), x, np.float32(-1e9))
+
+    for b in (1, 4):
+        x = _scores((b, heads, Q, Q))
+        fired = _fired(monkeypatch)
+        ops, (got,) = _convert(fn, x, specs=[f"f32[b,{heads},{Q},{Q}]"])
+        assert sum(fired) == 1 and ops["Where"] == 0 and ops["Trilu"] == 1, ops
+        assert_same_floats(got, jax.jit(fn)(x), 0, 0)

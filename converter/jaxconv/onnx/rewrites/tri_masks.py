@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
+from jaxconv.onnx.rewrites import _dim_products
 from jaxconv.onnx.rewrites import _match as m
 
 
@@ -44,6 +45,18 @@ def _triangle(keep: np.ndarray) -> tuple[int, int] | None:
     return None
 
 
+def _broadcasts_into(have: tuple[int, ...], shape: list[int | str]) -> bool:
+    """Whether an array of shape ``have`` broadcasts to ``shape`` (named sizes: only a 1 broadcasts to them)."""
+    if len(have) > len(shape):
+        return False
+    return all(h == 1 or h == d for h, d in zip(have[::-1], shape[::-1]))
+
+
+def _target(dims: list[int | str]) -> np.ndarray:
+    """A Reshape target for ``dims``: a named size (at most one) as -1."""
+    return np.asarray([-1 if isinstance(d, str) else d for d in dims], np.int64)
+
+
 def _one(graph: ir.Graph, node: ir.Node) -> int:
     out = node.outputs[0]
     if len(node.inputs) != 3 or (not out.uses() and not out.is_graph_output()):
@@ -53,7 +66,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if (fa is None) == (fb is None):
         return 0
     x, fill, keep_when = (a, fb, True) if fb is not None else (b, fa, False)
-    shape = m.static_dims(x)
+    shape = _dim_products.named_dims(x)  # the leading (batch, head) dims may be named sizes
     if shape is None or len(shape) < 2 or fill.size == 0 or x.dtype is None or fill.dtype != x.dtype.numpy():
         return 0
     flat = fill.reshape(-1)
@@ -66,10 +79,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     mask = constants.evaluate(cond)
     if mask is None or mask.dtype != np.bool_ or mask.ndim > len(shape):
         return 0
-    try:
-        if list(np.broadcast_shapes(mask.shape, shape, fill.shape)) != shape:
-            return 0
-    except ValueError:
+    if not (_broadcasts_into(mask.shape, shape) and _broadcasts_into(fill.shape, shape)):
         return 0
     keep = mask if keep_when else np.logical_not(mask)
     keep = keep.reshape((1,) * (len(shape) - keep.ndim) + keep.shape)
@@ -77,9 +87,12 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     if len(axes) < 2:
         return 0
     rows, cols = axes[-2], axes[-1]  # the matrix: the last two axes of x that are not 1
-    if keep.shape[rows] != shape[rows] or keep.shape[cols] != shape[cols] or 0 in shape:
+    height, width = shape[rows], shape[cols]
+    if not isinstance(height, int) or not isinstance(width, int) or 0 in shape:
         return 0  # (an empty plane has no triangle to find)
-    plane = np.moveaxis(keep, (rows, cols), (-2, -1)).reshape(-1, shape[rows], shape[cols])
+    if keep.shape[rows] != height or keep.shape[cols] != width:
+        return 0
+    plane = np.moveaxis(keep, (rows, cols), (-2, -1)).reshape(-1, height, width)
     if not (plane == plane[:1]).all():
         return 0  # the same triangle for every batch and head
     found = _triangle(plane[0])
@@ -87,10 +100,13 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
         return 0
     off, upper = found
     core = [shape[i] for i in axes]
+    named = sum(isinstance(d, str) for d in shape)
+    if len(core) != len(shape) and named > 1:
+        return 0  # size-1 axes reshaped away: one named size can be a Reshape's -1, not two
     nodes: list[ir.Node] = []
     value = x
     if len(core) != len(shape):  # size-1 axes around the matrix (nnx attention's [b, h, q, 1, k]): reshaped away
-        nodes.append(ir.node("Constant", [], {"value": ir.tensor(np.asarray(core, np.int64))}))
+        nodes.append(ir.node("Constant", [], {"value": ir.tensor(_target(core))}))
         nodes.append(ir.node("Reshape", [x, nodes[-1].outputs[0]]))
         value = nodes[-1].outputs[0]
     nodes.append(ir.node("Constant", [], {"value": ir.tensor(np.asarray(off, np.int64))}))
@@ -100,7 +116,7 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
         nodes.append(ir.node("Constant", [], {"value": ir.tensor(c)}))
         nodes.append(ir.node("Sub", [nodes[-2].outputs[0], nodes[-1].outputs[0]]))
     if len(core) != len(shape):
-        nodes.append(ir.node("Constant", [], {"value": ir.tensor(np.asarray(shape, np.int64))}))
+        nodes.append(ir.node("Constant", [], {"value": ir.tensor(_target(shape))}))
         nodes.append(ir.node("Reshape", [nodes[-2].outputs[0], nodes[-1].outputs[0]]))
     m.replace(graph, out, nodes, node)
     return 1
