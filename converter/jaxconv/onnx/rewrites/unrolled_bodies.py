@@ -38,7 +38,6 @@ from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._dim_products import Size
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
-_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
 
 Dim = int | str  # a dimension: a number or a named (symbolic) size
 
@@ -274,18 +273,12 @@ def _sliced(block: tuple[int, int, list[Dim]], width: Size, starts, ends, axes=N
         return None
     cut = None
     for s, e, a in zip(starts.tolist(), ends.tolist(), axes.tolist()):
-        a %= rank
-        size = shape[a]
-        if not isinstance(size, int):  # a named size: read whole or not at all
-            if s == 0 and e >= _WHOLE:
-                continue
-            return None
-        first, end, _ = slice(s, e).indices(size)
-        if (first, end) == (0, size):
+        got = unrolled_steps.axis_cut(shape[a % rank], s, e)
+        if got == "whole":
             continue
-        if cut is not None or end <= first:
+        if got is None or cut is not None or got[1] <= got[0]:
             return None
-        cut = (a, first, end - first)
+        cut = (a % rank, got[0], got[1] - got[0])
     if cut is None:
         return [block]
     return None if (got := _part(block, width, *cut)) is None else [got]

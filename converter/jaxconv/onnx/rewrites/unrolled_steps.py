@@ -130,20 +130,24 @@ def _row_of(node: ir.Node) -> tuple[ir.Value, int, bool, int] | None:
         if not -len(dims) <= a < len(dims):
             return None
         a %= len(dims)
-        size = dims[a]
-        if not isinstance(size, int):  # a named size: read whole or not at all
-            if s == 0 and e >= _WHOLE:
-                continue
-            return None
-        lo, hi, _ = slice(s, e).indices(size)
-        if (lo, hi) == (0, size):
+        cut = axis_cut(dims[a], s, e)
+        if cut == "whole":
             continue
-        if hi - lo != 1 or row is not None:
+        if cut is None or cut[1] - cut[0] != 1 or row is not None:
             return None
-        row = (a, lo)
+        row = (a, cut[0])
     if row is None:
         return None
     return source, row[0], True, row[1]
+
+
+def axis_cut(size: int | str, start: int, end: int) -> tuple[int, int] | str | None:
+    """What ``Slice(start, end)`` reads of an axis of ``size`` (a number, or a named size): ``"whole"``, the
+    (first, end) of a part, or None (a named size read in part: how much is known only at run time)."""
+    if not isinstance(size, int):
+        return "whole" if start == 0 and end >= _WHOLE else None
+    first, stop, _ = slice(start, end).indices(size)
+    return "whole" if (first, stop) == (0, size) else (first, stop)
 
 
 # ---------------------------------------------------------------------------------------------- copies
