@@ -345,9 +345,7 @@ def _split_concat_products(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int
             row = m.producer(part, "Reshape", "Squeeze")
             sl = _step_slice(row.inputs[0], inside) if row is not None else None
             xs = sl.inputs[0] if sl is not None else None
-            # a row of xs whose width is static (its other dims may be named sizes: a symbolic batch)
-            if xs is not None and xs.shape is not None and (len(xs.shape) < 2 or isinstance(xs.shape[-1], int)) \
-                    and (xs.shape.is_static() or len(xs.shape) >= 2) and _drops_axis0(row, xs):
+            if xs is not None and _static_width(xs) and _drops_axis0(row, xs):
                 step = True
                 widths.append(int(xs.shape[-1]) if len(xs.shape) >= 2 else None)
             else:
@@ -375,6 +373,13 @@ def _split_concat_products(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int
         m.replace(body, mm.outputs[0], nodes, mm)
         count += 1
     return count
+
+
+def _static_width(xs: ir.Value) -> bool:
+    """Whether ``xs``'s rows have a static width: a static shape, or a static last dim (the others may be
+    named sizes: a symbolic batch)."""
+    shape = xs.shape
+    return shape is not None and (shape.is_static() or (len(shape) >= 2 and isinstance(shape[-1], int)))
 
 
 def _weight_value(main: ir.Graph, like: ir.Value, arr: np.ndarray) -> ir.Value:

@@ -669,10 +669,11 @@ def name_dims(graph: ir.Graph) -> int:
     shapes = _Shapes(graph)
     count = 0
     for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "Slice" and _whole_axes_cut(graph, node, shapes) == "gone":
-            count += 1
-            continue
-        shapes.infer(node)
+        cut = _whole_axes_cut(graph, node, shapes) if node.domain in ("", "ai.onnx") and node.op_type == "Slice" \
+            else None
+        count += cut is not None
+        if cut != "gone":
+            shapes.infer(node)
     _stamp(graph, shapes)
     return count
 

@@ -468,8 +468,9 @@ def _template(graph: ir.Graph, step: dict[int, int], mid: int, row_nodes: set[in
         if id(node) in inside and node.op_type in _SHAPE_CHAIN and node.domain == "" and not any(
                 id(u.node) in inside for o in node.outputs for u in o.uses()):
             inside.discard(id(node))
-    for node in reversed(list(graph)):  # and so does the work before the loop that only those read (their
-        if id(node) in inside and step[id(node)] < 0 and not all(  # run-time target shapes)
+    # and so does the work before the loop that only those read (the run-time shapes they Expand to)
+    for node in reversed(list(graph)):
+        if id(node) in inside and step[id(node)] < 0 and not all(
                 id(u.node) in inside for o in node.outputs for u in o.uses()):
             inside.discard(id(node))
     return [n for n in graph if id(n) in inside]
