@@ -138,3 +138,34 @@ def test_a_reversed_scan_unrolled_by_k_in_bfloat16_reads_its_stacked_rows_back_i
     for b in (1, 3):
         x = _inputs((8, b, 6), 2)
         np.testing.assert_allclose(runner.run([x])[0], np.asarray(jax.jit(fn)(x)), rtol=2e-2, atol=2e-2)
+
+
+_BIAS_INF = np.full(4 * _H, 0.1, np.float32)
+_BIAS_INF[3] = np.inf  # the LSTM op takes finite weights only: this cell stays a Scan
+
+
+def _lstm_scan_exact(xs):
+    def step(hc, x):
+        i, f, g, o = jnp.split(x @ _WX + hc[0] @ _WH + _BIAS_INF, 4, axis=-1)
+        c = 1 / (1 + jnp.exp(-f)) * hc[1] + 1 / (1 + jnp.exp(-i)) * jnp.tanh(g)
+        h = 1 / (1 + jnp.exp(-o)) * jnp.tanh(c)
+        return (h, c), h
+
+    zeros = jnp.zeros((xs.shape[1], _H), xs.dtype)
+    return jax.lax.scan(step, (zeros, zeros), xs)[1]
+
+
+def _scan_body_ops(model) -> list[str]:
+    scans = [n for n in all_nodes(model.graph) if n.op_type == "Scan"]
+    assert len(scans) == 1, op_types(model.graph)
+    return sorted(n.op_type for n in scans[0].attribute[0].g.node)
+
+
+def test_the_gate_rules_reach_a_scan_over_a_symbolic_batch():
+    """``scan_rows``' gate rules read the Scan body's shapes with the batch named: the sigmoids' negations go
+    into the weights and the three sigmoids run once, as in the static graph's body."""
+    symbolic = jaxconv.to_onnx(_lstm_scan_exact, "f32[6,b,6]", check=False)
+    static = jaxconv.to_onnx(_lstm_scan_exact, "f32[6,3,6]", check=False)
+    assert _scan_body_ops(symbolic) == _scan_body_ops(static)
+    assert "Neg" not in _scan_body_ops(symbolic) and _scan_body_ops(symbolic).count("Exp") == 1
+    _matches_jit(_lstm_scan_exact, symbolic, [(6, b, 6) for b in (1, 3)])

@@ -18,7 +18,11 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products
 from jaxconv.onnx.rewrites import _match as m
+
+Dims = tuple  # tuple[int | str, ...]: a shape, named sizes (a symbolic batch) as their names
+_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
 
 
 def plain(scan: ir.Node) -> bool:
@@ -81,25 +85,25 @@ _UNARY = frozenset({"Exp", "Neg", "Tanh", "Sigmoid", "Identity", "Relu", "Abs", 
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
 
 
-def body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
-    """Static shapes of the Scan body's values (by id): the inputs' from the Scan's inputs (a state
-    as its initial value, a row as the scan input less its first axis), followed through
-    elementwise ops and MatMul."""
+def body_shapes(scan: ir.Node) -> dict[int, Dims]:
+    """Shapes of the Scan body's values (by id), static or with named sizes (a symbolic batch): the
+    inputs' from the Scan's inputs (a state as its initial value, a row as the scan input less its first
+    axis), followed through elementwise ops and MatMul."""
     body = scan.attributes["body"].value
     states = n_state(scan)
-    shapes: dict[int, tuple[int, ...]] = {}
+    shapes: dict[int, Dims] = {}
     for k, v in enumerate(body.inputs):
-        outer = m.static_dims(scan.inputs[k])
-        known = m.static_dims(v) or (None if outer is None else outer if k < states else outer[1:])
+        outer = _dim_products.named_dims(scan.inputs[k]) if scan.inputs[k] is not None else None
+        known = _dim_products.named_dims(v) or (None if outer is None else outer if k < states else outer[1:])
         if known is not None:
             shapes[id(v)] = tuple(known)
 
-    def shape(v: ir.Value | None) -> tuple[int, ...] | None:
+    def shape(v: ir.Value | None) -> Dims | None:
         if v is None:
             return None
         if id(v) in shapes:
             return shapes[id(v)]
-        known = m.static_dims(v)
+        known = _dim_products.named_dims(v)
         if known is None:
             arr = m.folded(v)
             known = None if arr is None else list(arr.shape)
@@ -112,31 +116,47 @@ def body_shapes(scan: ir.Node) -> dict[int, tuple[int, ...]]:
             if node.op_type in _UNARY and len(ins) == 1:
                 out = ins[0]
             elif node.op_type in _BINARY and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
-                out = tuple(np.broadcast_shapes(ins[0], ins[1]))
+                out = _broadcast(ins[0], ins[1])
             elif node.op_type == "MatMul" and len(ins) == 2 and ins[0] is not None and ins[1] is not None:
                 a, b = ins
-                if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
-                    out = (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+                batch = _broadcast(a[:-2], b[:-2]) if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2] else None
+                out = None if batch is None else (*batch, a[-2], b[-1])
             elif node.op_type in ("Sum", "Max", "Min", "Mean") and ins and all(d is not None for d in ins):
-                out = tuple(np.broadcast_shapes(*ins))  # type: ignore[arg-type]
+                out = _broadcast(*ins)  # type: ignore[arg-type]
             elif node.op_type == "Slice" and ins and ins[0] is not None and 3 <= len(node.inputs) <= 5:
                 out = _sliced_shape(node, ins[0])  # the gates cut from a product of a value made in the step
             elif node.op_type == "Split" and ins and ins[0] is not None and node.domain == "":
                 dims = ins[0]
                 axis = int(m.attr(node, "axis", 0))
-                sizes = split_sizes(node, dims[axis]) if -len(dims) <= axis < len(dims) else None
-                if sizes is not None and len(sizes) == len(node.outputs) and sum(sizes) == dims[axis]:
+                whole = dims[axis] if -len(dims) <= axis < len(dims) else None
+                sizes = split_sizes(node, whole) if isinstance(whole, int) else None
+                if sizes is not None and len(sizes) == len(node.outputs) and sum(sizes) == whole:
                     for o, size in zip(node.outputs, sizes):
-                        shapes[id(o)] = tuple(size if a == axis % len(dims) else int(d) for a, d in enumerate(dims))
+                        shapes[id(o)] = tuple(size if a == axis % len(dims) else d for a, d in enumerate(dims))
         except ValueError:
             out = None
         if out is not None and node.domain == "" and len(node.outputs) == 1:
-            shapes[id(node.outputs[0])] = tuple(int(d) for d in out)
+            shapes[id(node.outputs[0])] = tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in out)
     return shapes
 
 
-def _sliced_shape(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The shape of a Slice of a value of shape ``dims`` with constant starts, ends, axes and steps."""
+def _broadcast(*shapes: Dims) -> Dims | None:
+    """The shape the ``shapes`` broadcast to; a named size broadcasts only with 1 or itself (None: unknown)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(1, rank + 1):
+        sizes = {s[-k] for s in shapes if len(s) >= k} - {1}
+        if len(sizes) > 1:
+            if all(isinstance(d, int) for d in sizes):
+                raise ValueError(f"shapes {shapes} do not broadcast")
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(out))
+
+
+def _sliced_shape(node: ir.Node, dims: Dims) -> Dims | None:
+    """The shape of a Slice of a value of shape ``dims`` with constant starts, ends, axes and steps (a named
+    size read whole or not at all)."""
     args = [m.const(v) if v is not None else None for v in node.inputs[1:]]
     if any(a is None for a, v in zip(args, node.inputs[1:]) if v is not None):
         return None
@@ -147,12 +167,17 @@ def _sliced_shape(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, ...] | Non
         steps = np.atleast_1d(args[3]).astype(np.int64)
     if not starts.size == ends.size == axes.size == steps.size or np.any(steps == 0):
         return None
-    index = [slice(None)] * len(dims)
+    out = list(dims)
     for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
         if not -len(dims) <= a < len(dims):
             return None
-        index[a % len(dims)] = slice(*slice(s, e, st).indices(dims[a % len(dims)]))
-    return tuple(np.broadcast_to(np.zeros((), np.int8), dims)[tuple(index)].shape)
+        d = dims[a % len(dims)]
+        if not isinstance(d, int):
+            if s != 0 or e < _WHOLE or st != 1:
+                return None
+            continue
+        out[a % len(dims)] = len(range(*slice(s, e, st).indices(d)))
+    return tuple(out)
 
 
 # elementwise ops whose result for an element does not depend on where it lies in the tensor (ONNX

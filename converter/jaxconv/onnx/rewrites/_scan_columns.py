@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _constants
+from jaxconv.onnx.rewrites import _constants, _dim_products
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._scan_body import last_axis_split, n_state, only_use
 
@@ -151,7 +151,7 @@ def _plan_outer(main: ir.Graph, scan: ir.Node, k: int, value: ir.Value, t: Cols,
     column, one Neg before the Scan."""
     graph = scan.graph
     node = value.producer()
-    dims = m.static_dims(value)
+    dims = _dim_products.named_dims(value)  # the columns: the last dim (a symbolic batch before it)
     if node is not None and node.graph is graph and node.domain == "" and only_use(value) is reader \
             and dims and dims[-1] == t.width:
         if node.op_type == "MatMul" and _product(value, t.width) is not None:

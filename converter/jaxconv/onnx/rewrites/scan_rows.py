@@ -191,6 +191,10 @@ def _one_axis_cut(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, int, int] 
             return None
         axis = int(a) % len(dims)
         d = dims[axis]
+        if not isinstance(d, int):  # a named size: read whole or not at all
+            if int(s) == 0 and int(e) >= 1 << 31:
+                continue
+            return None
         lo, hi = int(s) + d if s < 0 else int(s), int(e) + d if e < 0 else int(e)
         lo, hi = min(max(lo, 0), d), min(max(hi, 0), d)
         if lo == 0 and hi == d:
