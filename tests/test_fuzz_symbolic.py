@@ -158,7 +158,9 @@ def test_a_rotary_embedding_near_the_largest_float_is_a_sum_order_difference():
 
     assert known.match("rotary_k+scores+softmax/f32/nan", known.facts([v])) is not None
     assert known.match("rotary_k+scores+softmax/f32/nan", known.facts([np.ones(4, np.float32)])) is None
-    # the projections before it, where the minimiser cannot cut them off (seed 13, program 270)
+    # the rotary sum alone (seed 14, program 341), and the projections before it, where the minimiser cannot
+    # cut them off (seed 13, program 270)
+    assert known.match("rotary_q/f32/nan", known.facts([v])) is not None
     assert known.match("dense_q+dense_k+..+softmax/f32/nan", known.facts([v])) is not None
     assert known.match("dense_q+dense_k+..+softmax/f32/nan", known.facts([np.ones(4, np.float32)])) is None
 
@@ -185,3 +187,43 @@ def test_a_gradient_through_a_weight_near_the_largest_float_is_a_sum_order_diffe
 
     assert known.match("vjp/f32/nan", frozenset({"huge-weight"})) is not None
     assert known.match("vjp/f32/nan") is None
+
+
+def test_a_frequency_filter_that_overflows_a_huge_input_meets_the_dft_zeros():
+    """``ifft2(fft2(x) * w)`` with x = -FLT_MAX: the filtered spectrum holds -inf, which the artifact's DFT
+    matrix multiplies by its exact zeros (NaN) where XLA's FFT skips them (seed 14, program 262)."""
+    from conformance.fuzz import known
+
+    x = np.full((1, 1, 1), -3.4028235e38, np.float32)
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32) * 3
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.fft.fft2(x).real * w).any()
+    assert known.match("ifft2_filter/f32/nan", known.facts([x])) is not None
+    assert known.match("ifft2_filter/f32/nan", known.facts([np.ones(3, np.float32)])) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_convolution_with_no_output_positions_over_a_symbolic_batch_runs(dtype):
+    """A 3x3 VALID convolution of a 1x1 image has no output positions: XLA sums nothing, and the mean after it
+    is NaN. On a symbolic batch the Conv was left in the graph, and ONNX Runtime rejected its input shape
+    (seed 14, program 313: a pool before the second convolution left 1x1)."""
+    import jax.numpy as jnp
+    import ml_dtypes
+    from jax import lax
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    w, b = np.ones((3, 3, 4, 8), dt), np.ones(8, dt)
+
+    def fn(x):
+        y = lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+        return jnp.mean(jax.nn.silu(y), axis=(1, 2))
+
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    runner = OnnxRunner(jaxconv.to_onnx(fn, f"{short}[b,1,1,4]", check=False).SerializeToString())
+    for n in (1, 3):
+        x = np.ones((n, 1, 1, 4), dt)
+        got, want = runner.run([x])[0], np.asarray(jax.jit(fn)(x))
+        assert got.shape == want.shape == (n, 8) and np.isnan(got.astype(np.float32)).all() == np.isnan(want.astype(np.float32)).all()

@@ -146,7 +146,7 @@ LN_SQUARES = ("jax.jit's one-pass layer norm (mean(x * x) - mean(x) ** 2) overfl
 # reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it. A rotary
 # embedding's x * cos + rot(x) * sin is such a sum too (XLA contracts it into an FMA, which does not overflow);
 # a projection that reaches it (``dense_q+dense_k+..+softmax``) cannot be cut off where only the rotary shows it.
-MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*+scores*", "attend+*", "conv_nhwc+*", "dense_*+*")
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "dense_*+*")
 
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
@@ -189,6 +189,8 @@ KNOWN: tuple[Known, ...] = (
     Known("*/*/conv-zeros", CONV_ZEROS),
     *(Known(f"{op}/*/{kind}", DFT_ZEROS, frozenset({fact})) for op in FFT_STEPS for fact in ("nan-input", "inf-input")
       for kind in ("nan", "inf", "value", "signed-zero")),
+    # a filter in the frequency domain makes the infinity itself: a huge input's spectrum times the filter
+    *(Known(f"ifft2_filter/*/{kind}", DFT_ZEROS, HUGE) for kind in ("nan", "inf", "value")),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
                                                               "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS)),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),

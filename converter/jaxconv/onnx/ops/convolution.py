@@ -93,6 +93,8 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     assert strides is not None and lhs_dil is not None and rhs_dil is not None
     if result.is_static and 0 in result.shape:
         return _zeros(ctx, result)
+    if 0 in result.shape and (empty := _empty_of_run_time_batch(ctx, inputs[0], lt, dn, result, op)) is not None:
+        return empty
     if use_conv and weight_grad.applies(ctx, op, inputs, lhs_dil):
         out = weight_grad.lower(ctx, op, ctx.cast_if(inputs[0], lt.dtype, work),
                                 ctx.cast_if(inputs[1], kt.dtype, work), strides, rhs_dil)
@@ -150,6 +152,20 @@ def lower_convolution(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
 def _zeros(ctx: LoweringContext, result: hir.TensorType) -> str:
     """An empty result (a window longer than the input, or a zero-size dim): a constant, no Conv."""
     return ctx.const(np.zeros(result.shape, dtype=dt.numpy_dtype(result.dtype)))
+
+
+def _empty_of_run_time_batch(ctx: LoweringContext, x: str, lt: hir.TensorType, dn: hir.ConvDimensionNumbers,
+                             result: hir.TensorType, op: hir.Op) -> str | None:
+    """An empty result whose batch is known at run time only (a symbolic batch; a window longer than the
+    input): zeros of the input's batch by the result's static dims, no Conv (ONNX Runtime rejects a Conv
+    whose kernel is larger than its padded input). None where another result dim is symbolic."""
+    if op.attrs.get("batch_group_count", 1) != 1 or any(
+            d is None for a, d in enumerate(result.shape) if a != dn.output_batch_dimension):
+        return None
+    batch = ctx.op("Shape", [x], start=dn.input_batch_dimension, end=dn.input_batch_dimension + 1)
+    parts = [batch if a == dn.output_batch_dimension else ctx.i64([d]) for a, d in enumerate(result.shape)]
+    shape = ctx.op("Concat", parts, axis=0)
+    return ctx.op("ConstantOfShape", [shape], value=helper.make_tensor("zero", dt.onnx_type(result.dtype), [1], [0]))
 
 
 def _batch_groups_to_channels(ctx: LoweringContext, x: str, shape: list[int | None], bgc: int
