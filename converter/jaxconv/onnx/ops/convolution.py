@@ -162,10 +162,16 @@ def _empty_of_run_time_batch(ctx: LoweringContext, x: str, lt: hir.TensorType, d
     if op.attrs.get("batch_group_count", 1) != 1 or any(
             d is None for a, d in enumerate(result.shape) if a != dn.output_batch_dimension):
         return None
-    batch = ctx.op("Shape", [x], start=dn.input_batch_dimension, end=dn.input_batch_dimension + 1)
-    parts = [batch if a == dn.output_batch_dimension else ctx.i64([d]) for a, d in enumerate(result.shape)]
-    shape = ctx.op("Concat", parts, axis=0)
-    return ctx.op("ConstantOfShape", [shape], value=helper.make_tensor("zero", dt.onnx_type(result.dtype), [1], [0]))
+    return _zeros_of_batch(ctx, x, dn.input_batch_dimension, list(result.shape), dn.output_batch_dimension,
+                           result.dtype)
+
+
+def _zeros_of_batch(ctx: LoweringContext, x: str, x_batch: int, dims: Sequence[int | None], batch: int,
+                    dtype: str) -> str:
+    """Zeros of shape ``dims`` whose axis ``batch`` is ``x``'s axis ``x_batch``, read at run time."""
+    size = ctx.op("Shape", [x], start=x_batch, end=x_batch + 1)
+    shape = ctx.op("Concat", [size if a == batch else ctx.i64([d]) for a, d in enumerate(dims)], axis=0)
+    return ctx.op("ConstantOfShape", [shape], value=helper.make_tensor("zero", dt.onnx_type(dtype), [1], [0]))
 
 
 def _batch_groups_to_channels(ctx: LoweringContext, x: str, shape: list[int | None], bgc: int
@@ -265,9 +271,7 @@ def _masked_shifted_matmul(ctx: LoweringContext, x: str, shape: Sequence[int | N
             term = where(ctx, ctx.const(valid.reshape(-1)), term, ctx.scalar(0.0, dtype), dtype)
         total = term if total is None else ctx.op("Add", [total, term])
     if total is None:  # every window sees only padding: XLA sums nothing
-        batch = ctx.op("Shape", [x], start=0, end=1)
-        shape_t = ctx.op("Concat", [batch, ctx.i64([o] + out_sp)], axis=0)
-        return ctx.op("ConstantOfShape", [shape_t], value=helper.make_tensor("zero", dt.onnx_type(dtype), [1], [0.0]))
+        return _zeros_of_batch(ctx, x, 0, [None, o, *out_sp], 0, dtype)
     return ctx.op("Reshape", [total, ctx.i64([-1, o] + out_sp)])
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 import onnx_ir as ir
@@ -26,6 +27,9 @@ from jaxconv.onnx.rewrites import _match as m
 GUESS = 64  # a named size's stand-in where sizes are only compared (the cost of a layout)
 _DEPTH = 12
 _INT_TYPES = frozenset({ir.DataType.INT64, ir.DataType.INT32})
+_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
+
+Dim = Union[int, str]  # a declared dimension: a number, or a named (symbolic) size
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,15 @@ def entries(value: ir.Value | None, depth: int = 0) -> list[Size] | None:
         except IndexError:
             return None
     return None
+
+
+def axis_cut(size: Dim, start: int, end: int) -> tuple[int, int] | str | None:
+    """What ``Slice(start, end)`` (step 1) reads of an axis of ``size`` (a number, or a named size):
+    ``"whole"``, the (first, end) of a part, or None (a named size read in part: known only at run time)."""
+    if not isinstance(size, int):
+        return "whole" if start == 0 and end >= _WHOLE else None
+    first, stop, _ = slice(start, end).indices(size)
+    return "whole" if (first, stop) == (0, size) else (first, stop)
 
 
 def named_dims(value: ir.Value, start: int = 0) -> list[int | str] | None:

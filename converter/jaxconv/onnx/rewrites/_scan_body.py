@@ -24,7 +24,6 @@ from jaxconv.onnx.rewrites import _dim_products
 from jaxconv.onnx.rewrites import _match as m
 
 Dims = tuple  # tuple[int | str, ...]: a shape, named sizes (a symbolic batch) as their names
-_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
 
 
 def plain(scan: ir.Node) -> bool:
@@ -175,7 +174,7 @@ def _sliced_shape(node: ir.Node, dims: Dims) -> Dims | None:
             return None
         d = dims[a % len(dims)]
         if not isinstance(d, int):
-            if s != 0 or e < _WHOLE or st != 1:
+            if st != 1 or _dim_products.axis_cut(d, s, e) != "whole":
                 return None
             continue
         out[a % len(dims)] = len(range(*slice(s, e, st).indices(d)))

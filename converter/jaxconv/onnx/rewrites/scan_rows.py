@@ -37,8 +37,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products, scan_gate_pairs, scan_gates
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import scan_gate_pairs, scan_gates
 from jaxconv.onnx.rewrites._scan_body import body_shapes, n_state, only_use, plain, split_reader
 
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
@@ -190,16 +190,10 @@ def _one_axis_cut(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, int, int] 
         if not -len(dims) <= int(a) < len(dims):
             return None
         axis = int(a) % len(dims)
-        d = dims[axis]
-        if not isinstance(d, int):  # a named size: read whole or not at all
-            if int(s) == 0 and int(e) >= 1 << 31:
-                continue
-            return None
-        lo, hi = int(s) + d if s < 0 else int(s), int(e) + d if e < 0 else int(e)
-        lo, hi = min(max(lo, 0), d), min(max(hi, 0), d)
-        if lo == 0 and hi == d:
+        got = _dim_products.axis_cut(dims[axis], int(s), int(e))
+        if got == "whole":
             continue
-        if cut is not None or not lo < hi:
+        if got is None or cut is not None or not got[0] < got[1]:
             return None
-        cut = (axis, lo, hi)
+        cut = (axis, got[0], got[1])
     return cut

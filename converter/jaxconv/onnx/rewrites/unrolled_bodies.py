@@ -35,11 +35,10 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _dim_products, loops, unrolled_steps
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._dim_products import Size
+from jaxconv.onnx.rewrites._dim_products import Dim, Size
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
-Dim = int | str  # a dimension: a number or a named (symbolic) size
 
 
 def rewrite(main: ir.Graph) -> int:
@@ -273,7 +272,7 @@ def _sliced(block: tuple[int, int, list[Dim]], width: Size, starts, ends, axes=N
         return None
     cut = None
     for s, e, a in zip(starts.tolist(), ends.tolist(), axes.tolist()):
-        got = unrolled_steps.axis_cut(shape[a % rank], s, e)
+        got = _dim_products.axis_cut(shape[a % rank], s, e)
         if got == "whole":
             continue
         if got is None or cut is not None or got[1] <= got[0]:

@@ -41,7 +41,6 @@ from jaxconv.onnx.rewrites import _match as m
 MIN_STEPS = 5  # fewer copies stay as they are (loops.to_scan unrolls up to 4 steps of a wide state)
 
 _SHAPE_CHAIN = frozenset({"Unsqueeze", "Reshape", "Identity", "Squeeze", "Expand"})
-_WHOLE = 1 << 31  # a Slice end at or past this reads an axis of any size whole
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -130,7 +129,7 @@ def _row_of(node: ir.Node) -> tuple[ir.Value, int, bool, int] | None:
         if not -len(dims) <= a < len(dims):
             return None
         a %= len(dims)
-        cut = axis_cut(dims[a], s, e)
+        cut = _dim_products.axis_cut(dims[a], s, e)
         if cut == "whole":
             continue
         if cut is None or cut[1] - cut[0] != 1 or row is not None:
@@ -139,15 +138,6 @@ def _row_of(node: ir.Node) -> tuple[ir.Value, int, bool, int] | None:
     if row is None:
         return None
     return source, row[0], True, row[1]
-
-
-def axis_cut(size: int | str, start: int, end: int) -> tuple[int, int] | str | None:
-    """What ``Slice(start, end)`` reads of an axis of ``size`` (a number, or a named size): ``"whole"``, the
-    (first, end) of a part, or None (a named size read in part: how much is known only at run time)."""
-    if not isinstance(size, int):
-        return "whole" if start == 0 and end >= _WHOLE else None
-    first, stop, _ = slice(start, end).indices(size)
-    return "whole" if (first, stop) == (0, size) else (first, stop)
 
 
 # ---------------------------------------------------------------------------------------------- copies
