@@ -14,13 +14,15 @@ are process CPU time per call (every thread of the process) over jax.jit's, from
 on a busy machine they move far less than the wall-time ratios, so they compare graph forms there.
 
 Conversion is measured in cold processes: ``jaxconv to-onnx --no-check`` against ``jax.export``
-alone on the same function, with the converting process's peak RSS.
+alone on the same function, alternating, medians of ``--cli-rounds`` of each, with the converting
+process's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,8 +95,10 @@ atexit.register(_hwm)
 """
 
 
-def cold_conversion(m: bench_models.Model, workdir: str) -> tuple[float, float, float]:
-    """(to-onnx seconds, jax.export seconds, to-onnx peak RSS MB), each in a new process."""
+def cold_conversion(m: bench_models.Model, workdir: str, rounds: int = 3) -> tuple[float, float, float]:
+    """(to-onnx seconds, jax.export seconds, to-onnx peak RSS MB): the times are medians of ``rounds`` new
+    processes each, the two alternating (one cold process takes 1-8 s, and a single one moves with the
+    load); the RSS is the most any of them took."""
     src = os.path.join(workdir, f"bench_{m.name}.py")
     with open(src, "w") as f:
         f.write(f"import sys\nsys.path.insert(0, {HERE!r})\nimport bench_models\n"
@@ -102,12 +106,15 @@ def cold_conversion(m: bench_models.Model, workdir: str) -> tuple[float, float, 
     out = os.path.join(workdir, f"{m.name}.onnx")
     argv = ["jaxconv", "to-onnx", f"{src}:predict", "--no-check", "-o", out, "--specs", *m.specs]
     convert = _HWM + f"sys.argv = {argv!r}\nfrom jaxconv.cli import main\nsys.exit(main())\n"
-    t_onnx, rss = _timed([sys.executable, "-c", convert], workdir)
     export = (f"import sys, jax\nsys.path.insert(0, {workdir!r})\nfrom jaxconv.specs import parse_spec, to_shape_dtype_structs\n"
               f"import bench_{m.name} as b\nspecs = to_shape_dtype_structs([parse_spec(s) for s in {list(m.specs)!r}])\n"
               f"jax.export.export(jax.jit(b.predict))(*specs).mlir_module_serialized\n")
-    t_export, _ = _timed([sys.executable, "-c", _HWM + export], workdir)
-    return t_onnx, t_export, rss
+    onnx_runs, export_runs = [], []
+    for _ in range(rounds):
+        onnx_runs.append(_timed([sys.executable, "-c", convert], workdir))
+        export_runs.append(_timed([sys.executable, "-c", _HWM + export], workdir))
+    return (statistics.median(t for t, _ in onnx_runs), statistics.median(t for t, _ in export_runs),
+            max(rss for _, rss in onnx_runs))
 
 
 def _timed(cmd: list[str], workdir: str) -> tuple[float, float]:
@@ -172,7 +179,7 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
         profile(source, m, os.path.join(args.profile, m.name))
     if not args.no_cli:
         try:
-            row.to_onnx_s, row.export_s, row.rss_mb = cold_conversion(m, workdir)
+            row.to_onnx_s, row.export_s, row.rss_mb = cold_conversion(m, workdir, args.cli_rounds)
         except RuntimeError as e:
             row.notes.append(str(e).splitlines()[0][:200])
     row.load = (load0, os.getloadavg()[0])
@@ -261,6 +268,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compare-rewrites", action="store_true",
                         help="also time jaxconv's ONNX converted without its ORT rewrites (onnx/rewrites/)")
     parser.add_argument("--no-cli", action="store_true", help="skip the cold-process conversion timing")
+    parser.add_argument("--cli-rounds", type=int, default=3,
+                        help="cold to-onnx and jax.export processes each, alternating; medians (default 3)")
     parser.add_argument("--iters", type=int, default=100, help="rotations at most (default 100)")
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per contender per model, about (default 3)")
     parser.add_argument("--png", default="bench.png", help="chart path (default bench.png; '' for none)")
@@ -270,6 +279,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [m for m in args.models if m not in bench_models.BUILDERS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(bench_models.NAMES + bench_models.EXTRA)}")
+    if args.cli_rounds < 1:
+        parser.error("--cli-rounds must be at least 1")
     if args.skip_large or args.quick and "mlp_large" in args.models and len(args.models) > 1:
         args.models = [m for m in args.models if m != "mlp_large"]
     args.no_cli = args.no_cli or args.quick

@@ -45,6 +45,27 @@ def test_skip_large_drops_the_large_model():
     assert bench.parse_args(["--models", "mlp,cnn"]).models == ["mlp", "cnn"]
 
 
+def test_cold_conversion_alternates_and_takes_medians(tmp_path, monkeypatch):
+    runs = []
+    times = iter([(5.0, 300.0), (2.0, 0.0), (1.0, 310.0), (9.0, 0.0), (3.0, 290.0), (4.0, 0.0)])
+
+    def timed(cmd, workdir):
+        runs.append("to-onnx" if "jaxconv.cli" in cmd[-1] else "export")
+        return next(times)
+
+    monkeypatch.setattr(bench, "_timed", timed)
+    m = bench.bench_models.build("tiny")
+    assert bench.cold_conversion(m, str(tmp_path), rounds=3) == (3.0, 4.0, 310.0)
+    assert runs == ["to-onnx", "export"] * 3
+
+
+def test_cli_rounds_must_be_positive(capsys):
+    assert bench.parse_args(["--cli-rounds", "5"]).cli_rounds == 5
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--cli-rounds", "0"])
+    assert e.value.code == 2 and "--cli-rounds must be at least 1" in capsys.readouterr().err
+
+
 def test_table_shows_ratios_and_missing_contenders():
     row = bench.Row("m", "model M", jax_ms=2.0, ms={"ort": 1.0}, ratio={"ort": 0.5}, nodes=7, nodes_all=9,
                     load=(1.0, 2.0))
