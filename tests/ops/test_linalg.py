@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lowering_check import assert_onnx_matches_jax, onnx_op_types
+from lowering_check import assert_onnx_matches_jax, assert_same_floats, convert_and_run, onnx_op_types
 
 RNG = np.random.default_rng(0)
 
@@ -22,6 +22,39 @@ def test_matmul_2d_uses_single_matmul():
     model = assert_onnx_matches_jax(lambda a, b: a @ b, _f((3, 4)), _f((4, 5)))
     assert "Einsum" not in onnx_op_types(model)
     assert onnx_op_types(model).count("MatMul") == 1
+
+
+_NO_SUM = [  # dots with nothing to sum over: batch dimensions only, an outer product, a contraction of size 1
+    ("bslh,sh->bslh", (2, 8, 3, 4), (8, 4), "b, 8, 3, 4", "8, 4"),
+    ("bslh,sh->bslh", (2, 8, 3, 4), (8, 4), "b, s, 3, 4", "s, 4"),
+    ("bi,bj->bij", (3, 5), (3, 2), "b, 5", "b, 2"),
+    ("bik,bkj->bij", (3, 4, 1), (3, 1, 2), "b, 4, 1", "b, 1, 2"),
+    ("ik,k->ik", (5, 4), (4,), "n, 4", "4"),
+]
+
+
+@pytest.mark.parametrize("equation,lhs,rhs,lhs_dims,rhs_dims", _NO_SUM)
+def test_a_dot_with_nothing_to_sum_is_one_mul_without_reshapes(equation, lhs, rhs, lhs_dims, rhs_dims):
+    """One product per element, broadcast into the result's layout: no Reshape on any sizes (RoFormer's
+    rotary einsum on a symbolic batch kept a Shape, Concat and Reshape pair around its Mul), no MatMul
+    (which adds -0 to +0), and jax.jit's bits, NaN, inf and -0 included, at several symbolic sizes."""
+    import jax
+
+    fn = lambda a, b: jnp.einsum(equation, a, b)  # noqa: E731
+    scope = jax.export.SymbolicScope()
+    specs = [jax.ShapeDtypeStruct(jax.export.symbolic_shape(d, scope=scope), np.float32) for d in (lhs_dims, rhs_dims)]
+    sizes = {"b": (1, 3), "s": (1, 8), "n": (1, 5)}
+    for k in range(2):
+        def grow(shape, dims):
+            names = [d.strip() for d in dims.split(",")]
+            return tuple(sizes[n][k] if n in sizes else d for n, d in zip(names, shape))
+
+        a, b = _f(grow(lhs, lhs_dims)), _f(grow(rhs, rhs_dims))
+        a.reshape(-1)[:3] = [np.nan, np.inf, -0.0][:a.size]
+        b.reshape(-1)[:3] = [0.0, 2.0, np.inf][:b.size]
+        ops, (got,) = convert_and_run(fn, a, b, specs=specs)
+        assert ops["Mul"] == 1 and not ops["Reshape"] and not ops["MatMul"] and not ops["Shape"], ops
+        assert_same_floats(got, jax.jit(fn)(a, b), 0, 0)  # -0.0 * 2.0 stays -0.0
 
 
 # ---- triangular_solve and cholesky -------------------------------------------------------------------

@@ -39,9 +39,10 @@ def _check_dot(op: hir.Op) -> str | None:
     return None
 
 
-@lowering("stablehlo.dot_general", check=_check_dot, onnx_ops=("MatMul", "Transpose", "Reshape"))
+@lowering("stablehlo.dot_general", check=_check_dot, onnx_ops=("MatMul", "Mul", "Transpose", "Reshape"))
 def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Transpose to [batch, free, contract] x [batch, contract, free], flatten, MatMul, reshape back."""
+    """Transpose to [batch, free, contract] x [batch, contract, free], flatten, MatMul, reshape back; a dot
+    with nothing to sum over (contracted sizes 1) as a broadcast Mul."""
     dn = hir.DotDimensionNumbers.of(op.attrs["dot_dimension_numbers"])
     lhs_t, rhs_t = op.operands[0].type, op.operands[1].type
     result = op.results[0].type
@@ -63,15 +64,19 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
     rhs = ctx.cast_if(inputs[1], rhs_t.dtype, work)
     lhs = transpose(ctx, lhs, lb + lf + lc)
     rhs = transpose(ctx, rhs, rb + rc + rf)
+    if all(d == 1 for d in contraction):
+        # one product per element (exact, and -0 stays -0, which MatMul adds to +0), broadcast straight into
+        # the result's [batch, lhs free, rhs free] layout: no Reshape, whatever the sizes' symbols
+        nb = len(lb)
+        lhs = _unit_axes(ctx, lhs, nb + len(lf), len(lc), len(rf))
+        rhs = _unit_axes(ctx, rhs, nb, len(rc), len(lf))
+        return _dot_result(ctx, ctx.op("Mul", [lhs, rhs]), work, result.dtype)
     lhs_dims = [lhs_t.shape[d] for d in lb + lf + lc]
     rhs_dims = [rhs_t.shape[d] for d in rb + rc + rf]
     nb = len(lb)
     lhs = _group(ctx, lhs, lhs_dims, nb, len(lf), len(lc))
     rhs = _group(ctx, rhs, rhs_dims, nb, len(rc), len(rf))
-    if all(d == 1 for d in contraction):
-        out = ctx.op("Mul", [lhs, rhs])  # one product per element: exact, and -0 stays -0 (MatMul adds it to +0)
-    else:
-        out = ctx.op("MatMul", [lhs, rhs])
+    out = ctx.op("MatMul", [lhs, rhs])
     if not (len(lf) == 1 and len(rf) == 1):
         if result.is_static:
             shape = ctx.i64(result.shape)
@@ -80,9 +85,23 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
             shape = ctx.op("Concat", [ctx.i64([t.shape[d]]) if t.shape[d] is not None else _dim(ctx, x, d)
                                       for x, t, d in sources], axis=0)
         out = ctx.op("Reshape", [out, shape])
-    if result.dtype == "bool":
+    return _dot_result(ctx, out, work, result.dtype)
+
+
+def _dot_result(ctx: LoweringContext, out: str, work: str, dtype: str) -> str:
+    """The product ``out``, computed in ``work``, as the dot's result type."""
+    if dtype == "bool":
         return ctx.op("Greater", [out, ctx.scalar(0, work)])
-    return ctx.cast_if(out, work, result.dtype)
+    return ctx.cast_if(out, work, dtype)
+
+
+def _unit_axes(ctx: LoweringContext, x: str, at: int, have: int, want: int) -> str:
+    """``x`` with its ``have`` size-1 axes from ``at`` on replaced by ``want`` of them."""
+    if have > want:
+        return ctx.op("Squeeze", [x, ctx.i64(list(range(at + want, at + have)))])
+    if have < want:
+        return ctx.op("Unsqueeze", [x, ctx.i64(list(range(at + have, at + want)))])
+    return x
 
 
 def _masked_sum(ctx: LoweringContext, inputs: list[str], lhs_perm: list[int], rhs_perm: list[int], batch: int,

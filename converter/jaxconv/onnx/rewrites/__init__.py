@@ -84,8 +84,8 @@ faster without changing the numbers:
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
   an If that runs it only where the input holds a NaN;
-- ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (a
-  batch-only dot_general), so the layout rule and ORT can cancel the Transposes around it;
+- ``reshape_scale``: an elementwise op between a Reshape and the Reshape back as the op alone (axes
+  regrouped to be scaled), so the layout rule and ORT can cancel the Transposes around it;
 - ``weight_first``: a vmapped ``W @ x`` (Equinox's Linear) between Transposes as ``x @ Wᵀ``;
 - ``loop_weight_first``: a vmapped ``W @ hᵀ`` in a loop body (Equinox's RNN cells) as ``h @ Wᵀ``;
 - ``loop_fission``: a Loop whose carries fall into layers that feed one another forward (stacked RNN

@@ -1,14 +1,15 @@
 """An elementwise op between a Reshape and the Reshape back, as the op alone.
 
-A dot_general with batch dimensions and no contraction (``einsum("bslh,...sh->bslh", x, cos)``,
-RoFormer's rotary embedding) lowers to ``Transpose`` (batch dimensions first) -> ``Reshape`` to
-``[s, h, 1, b*l]`` -> ``Mul`` by the other operand as ``[s, h, 1, 1]`` -> ``Reshape`` back -> ... ->
-``Transpose`` back. The Reshapes stop the layout rule and ORT's transpose optimizer, so both
-Transposes stay, and ORT runs ``[1, 3, 0, 2]`` on its slow general path (12 of them: 28% of
-RoFormer's time). The Reshapes only regroup the elements: when the other operand, group by group,
-either covers the regrouped axes or broadcasts over all of them, the op on the original shape with
-that operand reshaped to match gives every element the same operands, so the numbers cannot change.
-The Transposes then cancel.
+A function that regroups axes to scale them and ungroups them again (``(x.reshape(b, s, h * d) *
+w[:, None]).reshape(b, s, h, d)``) gives ``Reshape`` -> ``Mul`` by a broadcast operand -> ``Reshape``
+back. The Reshapes stop the layout rule and ORT's transpose optimizer from moving the Transposes
+around them, and cost a kernel each. The lowering once wrote this form for every batch-only
+dot_general (RoFormer's rotary ``einsum("bslh,...sh->bslh")``: 12 Transposes on ORT's slow general
+path, 28% of its time); it now writes those as a broadcast Mul without Reshapes
+(``ops/linalg.py``), so what reaches this rule is such code. The Reshapes only regroup the elements:
+when the other operand, group by group, either covers the regrouped axes or broadcasts over all of
+them, the op on the original shape with that operand reshaped to match gives every element the same
+operands, so the numbers cannot change.
 """
 
 from __future__ import annotations
