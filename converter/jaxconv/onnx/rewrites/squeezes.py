@@ -130,7 +130,31 @@ def reshape_chains(graph: ir.Graph) -> int:
     Transposes that stood between them); an Unsqueeze or Squeeze of a known shape the same, and a
     unary op between two such steps run on ``x`` (a rotary embedding's Neg); in ``graph`` and its
     subgraphs. Returns how many."""
-    return sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze"))
+    return sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze")) \
+        + m.count_everywhere(graph, "Unsqueeze", _unsqueeze_of_unary_squeeze)
+
+
+def _unsqueeze_of_unary_squeeze(graph: ir.Graph, unsqueeze: ir.Node) -> int:
+    """``Unsqueeze(op(Squeeze(y)))`` of the same axes, ``op`` unary, as ``op(y)``, and ``Unsqueeze(Squeeze(y))``
+    as ``y``: any sizes, symbolic ones included (the chains above need known shapes; the halves of a Split of
+    pairs in an interleaved rotary embedding, one of them negated)."""
+    out = unsqueeze.outputs[0]
+    between = m.producer(unsqueeze.inputs[0], *_UNARY)
+    if between is not None and (len(between.inputs) != 1 or len(between.outputs[0].uses()) != 1
+                                or between.outputs[0].is_graph_output()):
+        return 0
+    squeeze = _producer(between.inputs[0] if between is not None else unsqueeze.inputs[0], "Squeeze")
+    if squeeze is None or squeeze.inputs[0] is None or out.is_graph_output():
+        return 0
+    y = squeeze.inputs[0]
+    axes = _axes(unsqueeze, m.rank(out))
+    if axes is None or axes != _axes(squeeze, m.rank(y)) or m.rank(y) != m.rank(out):
+        return 0
+    if between is None:
+        out.replace_all_uses_with(y)
+        return 1
+    m.replace(graph, out, ir.node(between.op_type, [y], dict(between.attributes)), unsqueeze)
+    return 1
 
 
 _UNARY = frozenset({"Neg", "Abs", "Relu", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Erf", "Not", "Identity"})
