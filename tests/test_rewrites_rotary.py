@@ -134,3 +134,61 @@ def test_a_table_gathered_from_constants_is_worked_out():
     np.testing.assert_array_equal(gathered([3, -4, 1], 0), table[[3, 0, 1]])
     np.testing.assert_array_equal(gathered([-1, 0], 1), table[:, [2, 0]])
     assert gathered([4], 0) is None and gathered([-5], 0) is None
+
+
+def _run_at(model, *inputs):
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    return OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def test_rotary_over_a_symbolic_batch_drops_the_neg(monkeypatch):
+    """Exported for any batch (``f32[b,8,4,16]``), Llama's form and keras-hub's (a table computed at run
+    time): the signs do not change along the batch, so the Neg goes as in the static graph; the numbers are
+    the graph's without the rule, bit for bit, at batches 1, 2 and 5."""
+    import jaxconv
+
+    cos, sin = _tables()
+
+    def llama(q):
+        return q * cos + _rotate_half(q) * sin
+
+    def keras(x, positions):
+        half = x.shape[-1] // 2
+        freqs = positions[:, None].astype(jnp.float32) * (1.0 / 10000.0 ** (jnp.arange(half) / half))
+        angles = jnp.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
+        rotated = jnp.stack([-x[..., half:], x[..., :half]], axis=-2).reshape(x.shape)
+        return x * jnp.cos(angles) + rotated * jnp.sin(angles)
+
+    heads = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 8, 4, 16"), np.float32)
+    positions = np.arange(8, dtype=np.int32)
+    for fn, specs, extra in ((llama, [heads], []), (keras, [heads, jax.ShapeDtypeStruct((8,), np.int32)], [positions])):
+        model = jaxconv.to_onnx(fn, *specs, check=False)
+        assert [n.op_type for n in model.graph.node].count("Neg") == 0, fn.__name__
+        with monkeypatch.context() as patch:
+            patch.setattr(rotary, "rewrite", lambda *args, **kw: 0)
+            plain = jaxconv.to_onnx(fn, *specs, check=False)
+        assert [n.op_type for n in plain.graph.node].count("Neg") == 1, fn.__name__
+        for batch in (1, 2, 5):
+            x = np.resize(_heads(), (batch, 8, 4, 16)).astype(np.float32)
+            got, want = _run_at(model, x, *extra), _run_at(plain, x, *extra)
+            assert_same_bits(got, want, nan_signs=False)
+            assert_same_floats(got[0], jax.jit(fn)(x, *extra), 1e-5, 1e-6)
+
+
+def test_signs_that_change_along_a_symbolic_axis_stay():
+    """A Neg of one half of the batch axis itself (``concat([-x[:1], x[1:]])``): which elements are negated
+    depends on where the batch splits, so the signs are not a table of the known axes and the Neg stays."""
+    import jaxconv
+
+    cos = _tables()[0][0]
+
+    def fn(x):
+        return jnp.concatenate([-x[:1], x[1:]], axis=0) * cos
+
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 8, 1, 16"), np.float32)
+    model = jaxconv.to_onnx(fn, spec, check=False)
+    assert [n.op_type for n in model.graph.node].count("Neg") == 1
+    for batch in (1, 3):
+        x = np.resize(_heads(), (batch, 8, 1, 16)).astype(np.float32)
+        assert_same_floats(_run_at(model, x)[0], jax.jit(fn)(x), 0, 0)

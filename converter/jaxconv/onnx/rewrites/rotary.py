@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants
+from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
 
 MAX_TABLE = 1 << 16  # elements of a table laid out whole; a larger one keeps its broadcast shape
@@ -38,18 +39,20 @@ def rewrite(graph: ir.Graph) -> int:
 
 
 def _fold(graph: ir.Graph, mul: ir.Node) -> int:
+    named = dp.named_dims(mul.outputs[0])
+    if named is None:
+        return 0
+    out: list[int | None] = [d if isinstance(d, int) else None for d in named]  # None: a symbolic size
     for k in (0, 1):
         moved, table = mul.inputs[k], mul.inputs[1 - k]
-        out = m.static_dims(mul.outputs[0])
-        if out is None or moved is None or table is None or moved is table or table.dtype is None:
+        if moved is None or table is None or moved is table or table.dtype is None:
             continue
         if not table.dtype.is_floating_point():
             continue
-        negs: list[ir.Node] = []
-        source = _sources(moved, negs)
-        if source is None or not negs or np.prod(out) > MAX_SIGNS:
+        found = _signs_over_sizes(moved, out)
+        if found is None:
             continue
-        signs = _narrowed(_signs(source))
+        negs, signs = found
         arr = _table(table)
         if arr is not None:
             try:
@@ -59,7 +62,7 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
             new = m.new_initializer(graph, flipped, "rotary_table")
         else:  # a table computed at run time: negated where needed by a Mul by +-1 (the constant folding's)
             dims = m.static_dims(table)
-            if dims is None or np.prod(dims) * 2 > np.prod(out):
+            if dims is None or np.prod(dims) * 2 > np.prod([d or 1 for d in out]):
                 continue
             ones = np.where(signs, -1, 1).astype(table.dtype.numpy())
             flip = ir.node("Mul", [table, m.new_initializer(graph, ones, "rotary_signs")])
@@ -71,9 +74,33 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
             use.node.replace_input_with(use.idx, neg.inputs[0])
         mul.replace_input_with(1 - k, new)
         if arr is not None:
-            _spread_partner(graph, mul, out)
+            _spread_partner(graph, mul, named, out)
         return 1
     return 0
+
+
+def _signs_over_sizes(moved: ir.Value, out: list[int | None]) -> tuple[list[ir.Node], np.ndarray] | None:
+    """(the Negs, the elements that come from them as a bool array narrowed to size 1 where it does not
+    change) of ``moved``, the same whatever the symbolic sizes (None in ``out``): worked out with every
+    named size at 2 and at 3, which must agree and not change along those axes."""
+    symbolic = [a for a, d in enumerate(out) if d is None]
+    found = None
+    for sample in ((2, 3) if symbolic else (1,)):
+        negs: list[ir.Node] = []
+        source = _sources(moved, negs, sample)
+        if source is None or not negs or np.prod([d or sample for d in out]) > MAX_SIGNS:
+            return None
+        signs = _narrowed(_signs(source))
+        if signs.ndim > len(out):
+            return None
+        lead = len(out) - signs.ndim
+        if any(a >= lead and signs.shape[a - lead] != 1 for a in symbolic):
+            return None
+        if found is not None and ([id(n) for n in found[0]] != [id(n) for n in negs]
+                                  or not np.array_equal(found[1], signs)):
+            return None
+        found = (negs, signs)
+    return found
 
 
 def _table(value: ir.Value | None) -> np.ndarray | None:
@@ -89,12 +116,14 @@ def _table(value: ir.Value | None) -> np.ndarray | None:
 _Source = tuple[str, list[int], int, list]
 
 
-def _sources(value: ir.Value, negs: list[ir.Node], depth: int = 0) -> _Source | None:
+def _sources(value: ir.Value, negs: list[ir.Node], sample: int, depth: int = 0) -> _Source | None:
     """Where ``value``'s elements come from, through single-reader movers (no array made); the Negs
-    found go in ``negs``. None where ``value``'s shape is not static."""
-    dims = m.static_dims(value)
-    if dims is None:
+    found go in ``negs``; every symbolic size taken as ``sample``. None where a size is not known, or
+    known only to shape inference."""
+    named = dp.named_dims(value)
+    if named is None:
         return None
+    dims = [d if isinstance(d, int) else sample for d in named]
     node = value.producer()
     plain: _Source = ("", dims, 0, [])
     if node is None or node.domain not in ("", "ai.onnx") or depth > 32:
@@ -108,7 +137,7 @@ def _sources(value: ir.Value, negs: list[ir.Node], depth: int = 0) -> _Source | 
         return plain
     found = len(negs)
     read = node.inputs if node.op_type == "Concat" else node.inputs[:1]
-    parts = [_sources(v, negs, depth + 1) if v is not None else None for v in read]
+    parts = [_sources(v, negs, sample, depth + 1) if v is not None else None for v in read]
     axis = int(m.attr(node, "axis", 0)) if node.op_type == "Concat" else 0
     if any(p is None for p in parts) or not _fits([p[1] for p in parts], dims, node.op_type == "Concat", axis):
         del negs[found:]
@@ -148,21 +177,24 @@ def _narrowed(signs: np.ndarray) -> np.ndarray:
     return signs
 
 
-def _spread(table: np.ndarray, out: list[int]) -> np.ndarray:
+def _spread(table: np.ndarray, out: list[int | None]) -> np.ndarray:
     """``table`` broadcast along the output's axes after its first non-1 axis (so the Mul broadcasts in
-    long runs), when that stays within ``MAX_TABLE`` elements; else ``table``."""
+    long runs), when those axes have known sizes (None: a symbolic one) and that stays within
+    ``MAX_TABLE`` elements; else ``table``."""
     rank = len(out)
     shape = [1] * (rank - table.ndim) + list(table.shape)
     if len(shape) != rank:
         return table
     first = next((i for i, d in enumerate(shape) if d != 1), rank)
+    if any(d is None for d in out[first:]):
+        return table
     full = shape[:first] + out[first:]
     if full == shape or int(np.prod(full)) > MAX_TABLE:
         return table
     return np.ascontiguousarray(np.broadcast_to(table.reshape(shape), full))
 
 
-def _spread_partner(graph: ir.Graph, mul: ir.Node, out: list[int]) -> None:
+def _spread_partner(graph: ir.Graph, mul: ir.Node, named: list[int | str], out: list[int | None]) -> None:
     """The table of the Mul added to ``mul``'s result (``x * cos``) laid out the same way."""
     uses = list(mul.outputs[0].uses())
     if len(uses) != 1 or uses[0].node.op_type != "Add" or len(uses[0].node.inputs) != 2:
@@ -170,11 +202,11 @@ def _spread_partner(graph: ir.Graph, mul: ir.Node, out: list[int]) -> None:
     add = uses[0].node
     other = add.inputs[1 - uses[0].idx]
     partner = m.producer(other, "Mul")
-    if partner is None or m.static_dims(partner.outputs[0]) != out:
+    if partner is None or dp.named_dims(partner.outputs[0]) != named:
         return
     for k in (0, 1):
         arr = _table(partner.inputs[k])
-        if arr is None or arr.dtype.kind != "f" or m.static_dims(partner.inputs[1 - k]) != out:
+        if arr is None or arr.dtype.kind != "f" or dp.named_dims(partner.inputs[1 - k]) != named:
             continue
         spread = _spread(arr, out)
         if spread is not arr:
