@@ -68,8 +68,10 @@ def lower_dot_general(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> st
         # one product per element (exact, and -0 stays -0, which MatMul adds to +0), broadcast straight into
         # the result's [batch, lhs free, rhs free] layout: no Reshape, whatever the sizes' symbols
         nb = len(lb)
-        lhs = _unit_axes(ctx, lhs, nb + len(lf), len(lc), len(rf))
-        rhs = _unit_axes(ctx, rhs, nb, len(rc), len(lf))
+        lhs_dims = [lhs_t.shape[d] for d in lb + lf] + [1] * len(rf)
+        rhs_dims = [rhs_t.shape[d] for d in rb] + [1] * len(lf) + [rhs_t.shape[d] for d in rf]
+        lhs = _unit_axes(ctx, lhs, lhs_dims, nb + len(lf), len(lc), len(rf))
+        rhs = _unit_axes(ctx, rhs, rhs_dims, nb, len(rc), len(lf))
         return _dot_result(ctx, ctx.op("Mul", [lhs, rhs]), work, result.dtype)
     lhs_dims = [lhs_t.shape[d] for d in lb + lf + lc]
     rhs_dims = [rhs_t.shape[d] for d in rb + rc + rf]
@@ -95,13 +97,16 @@ def _dot_result(ctx: LoweringContext, out: str, work: str, dtype: str) -> str:
     return ctx.cast_if(out, work, dtype)
 
 
-def _unit_axes(ctx: LoweringContext, x: str, at: int, have: int, want: int) -> str:
-    """``x`` with its ``have`` size-1 axes from ``at`` on replaced by ``want`` of them."""
+def _unit_axes(ctx: LoweringContext, x: str, dims: list[int | None], at: int, have: int, want: int) -> str:
+    """``x`` with its ``have`` size-1 axes from ``at`` on replaced by ``want`` of them, so that it has
+    ``dims``: a Reshape to them where all are known, else a Squeeze or an Unsqueeze of those axes."""
+    if have == want:
+        return x
+    if all(d is not None for d in dims):
+        return ctx.op("Reshape", [x, ctx.i64(dims)])
     if have > want:
         return ctx.op("Squeeze", [x, ctx.i64(list(range(at + want, at + have)))])
-    if have < want:
-        return ctx.op("Unsqueeze", [x, ctx.i64(list(range(at + have, at + want)))])
-    return x
+    return ctx.op("Unsqueeze", [x, ctx.i64(list(range(at + have, at + want)))])
 
 
 def _masked_sum(ctx: LoweringContext, inputs: list[str], lhs_perm: list[int], rhs_perm: list[int], batch: int,
