@@ -189,7 +189,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
              "matmul_order": 0, "squeezes": 0, "unit_scale": 0, "range_checks": 0,
              "reshape_scale": 0, "weight_first": 0}
     _infer_shapes(model)
-    if _symbolic_inputs(model.graph):  # the step copies' row reads, their bounds computed from Shape
+    symbolic_inputs = _symbolic_inputs(model.graph)
+    if symbolic_inputs:  # the step copies' row reads, their bounds computed from Shape
         for graph in list(_match.all_graphs(model.graph)):
             fired["symbolic"] += symbolic.name_dims(graph)
     fired["unrolled_steps"] = unrolled_steps.rewrite(model.graph)  # first: its Loop's body is a graph below
@@ -244,6 +245,9 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["rotary"] = rotary.rewrite(model.graph)
     fired["negated_products"] = activations.negated_products(model.graph)  # after split_matmul's parts
     fired["tri_masks"] = tri_masks.rewrite(model.graph)
+    if symbolic_inputs:  # again: the rules above leave Expands of constants to run-time shapes (a mask's fill)
+        for graph in list(_match.all_graphs(model.graph)):
+            fired["symbolic"] += symbolic.rewrite(graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
@@ -284,7 +288,10 @@ def _infer_shapes(model: ir.Model) -> None:
         call_onnx_api = None
 
     def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
-        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+        try:
+            return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+        except Exception:  # onnx's data propagation takes a float Unsqueeze of constants for a 1-D shape
+            return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
 
     try:
         if call_onnx_api is None:
