@@ -167,3 +167,23 @@ def test_a_causal_fill_over_a_symbolic_batch_is_trilu(monkeypatch, heads):
         ops, (got,) = _convert(fn, x, specs=[f"f32[b,{heads},{Q},{Q}]"])
         assert sum(fired) == 1 and ops["Where"] == 0 and ops["Trilu"] == 1, ops
         assert_same_floats(got, jax.jit(fn)(x), 0, 0)
+
+
+def test_a_padding_mask_of_ones_over_a_symbolic_batch_leaves_the_triangle(monkeypatch):
+    """keras-hub's merge of a padding mask and the causal mask, ``min(ones((b, q))[:, None, :], tril)``, over
+    a symbolic batch: the ones are an Expand to a run-time shape, so the mask was a computation of the
+    batch (Min, Equal, Not, Xor and a Where). The Where over the scores broadcasts the mask to the batch
+    anyway, so the Expand goes (rewrites.symbolic), the mask folds to the triangle, and the graph is the
+    static one's: a Trilu and a Sub. jax.jit's numbers at batches 1 and 4."""
+    def fn(x):
+        padding = jnp.ones((x.shape[0], Q), jnp.int32)
+        mask = jnp.minimum(padding[:, None, :], jnp.tril(jnp.ones((Q, Q), jnp.int32))[None]) != 0
+        return jnp.where(mask[:, None], x, jnp.broadcast_to(np.float32(-1e9), x.shape))
+
+    static = _all_ops(fn, _scores())
+    assert static["Trilu"] == 1 and static["Where"] == 0, static
+    for b in (1, 4):
+        x = _scores((b, 3, Q, Q))
+        ops, (got,) = _convert(fn, x, specs=[f"f32[b,3,{Q},{Q}]"])
+        assert ops == static, ops
+        assert_same_floats(got, jax.jit(fn)(x), 0, 0)

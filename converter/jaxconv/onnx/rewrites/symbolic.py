@@ -651,6 +651,8 @@ def rewrite(graph: ir.Graph) -> int:
     for node in list(graph):
         if node.domain in ("", "ai.onnx") and node.op_type == "Reshape":
             count += _matmul_without_reshapes(graph, node, shapes)
+        elif node.domain in ("", "ai.onnx") and node.op_type == "Expand" and _broadcast_later(node, shapes):
+            count += 1
     slices: dict[int, list[ir.Node]] = {}
     for node in graph:
         if node.domain in ("", "ai.onnx") and node.op_type == "Slice" and node.inputs[0] is not None:
@@ -705,6 +707,63 @@ def _stamp_carries(loop: ir.Node, shapes: _Shapes) -> None:
         if known is not None and any(isinstance(k, int) and k != d for k, d in zip(known, dims)):
             continue
         inner.shape = ir.Shape(list(dims))
+
+
+def _broadcast_later(expand: ir.Node, shapes: _Shapes) -> bool:
+    """``Expand(a, s)`` read through a chain of elementwise single readers by an op whose other operands
+    broadcast its result to the same shape anyway (keras-hub's padding mask of ones ``[b, t]``, its min with
+    the causal triangle, then a Where over the scores ``[b, h, t, t]``): the Expand goes, and the chain runs
+    on ``a``'s shape. Elementwise ops commute with broadcasting, so every element of that op's output is
+    the same."""
+    a, value = expand.inputs[0], expand.outputs[0]
+    small = shapes.shape(a)
+    if a is None or small is None:
+        return False
+    chain: list[tuple[ir.Value, Dims]] = []
+    for _ in range(_CHAIN_LIMIT):
+        uses = m.live_uses(value)
+        if value.is_graph_output() or len(uses) != 1:
+            return False
+        node = uses[0].node
+        if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            return False
+        out = shapes.shape(node.outputs[0])
+        new = _moved_as(node, value, small, shapes)
+        if out is None or new is None or len(new) != len(out):
+            return False
+        if new == out:
+            expand.outputs[0].replace_all_uses_with(a)
+            for v, dims in chain:  # the chain's values now have the smaller shapes
+                shapes.shapes[id(v)] = dims
+                v.shape = ir.Shape([d if isinstance(d, int) or not d.startswith("?") else None for d in dims])
+            return True
+        value, small = node.outputs[0], new
+        chain.append((value, new))
+    return False
+
+
+_CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the op that broadcasts its result anyway
+
+
+def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> Dims | None:
+    """The shape of ``node``'s output when its input ``value`` has the shape ``small``: an elementwise op,
+    an Unsqueeze of constant axes or a Transpose (which commute with broadcasting); else None."""
+    if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
+        return broadcast(*[small if v is value else shapes.shape(v) for v in node.inputs])
+    if node.inputs[0] is not value:
+        return None
+    if node.op_type == "Transpose":
+        perm = m.attr(node, "perm", list(reversed(range(len(small)))))
+        return tuple(small[int(p)] for p in perm) if sorted(perm) == list(range(len(small))) else None
+    if node.op_type == "Unsqueeze" and len(node.inputs) == 2:
+        axes = m.const(node.inputs[1])
+        rank = len(small) + (axes.size if axes is not None else 0)
+        at = m.normalize_axes(tuple(int(a) for a in np.atleast_1d(axes)), rank) if axes is not None else None
+        if at is None or len(set(at)) != len(at):
+            return None
+        rest = iter(small)
+        return tuple(1 if k in at else next(rest) for k in range(rank))
+    return None
 
 
 def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
