@@ -14,6 +14,9 @@ the axes after its first non-1 axis, as is the partner Mul's (``x * cos``, read 
 that both broadcast along the leading axes only, at most ``MAX_TABLE`` elements: the values do not
 change. A table computed at run time (keras-hub's ``sin(positions * frequencies)``) at most half the
 size of the Mul is multiplied by a constant of +-1 instead (constant folding folds it where it can).
+On a model exported for any batch the signs are worked out with each symbolic size at 2 and at 3; they
+must agree and not change along those axes (a Neg of part of the batch axis keeps its Neg), and the
+tables are laid out whole only along axes of known size.
 Together with ``activations.negated_products`` (the SiLU's Neg), process CPU time per call on
 one thread, medians of about 200 alternating runs (load 7.6-9.5): HF Flax Llama 0.97x, Mistral 0.96x,
 Gemma 0.97x, keras-hub Llama 0.98x.

@@ -712,13 +712,15 @@ def _stamp_carries(loop: ir.Node, shapes: _Shapes) -> None:
 def _broadcast_later(expand: ir.Node, shapes: _Shapes) -> bool:
     """``Expand(a, s)`` read through a chain of elementwise single readers by an op whose other operands
     broadcast its result to the same shape anyway (keras-hub's padding mask of ones ``[b, t]``, its min with
-    the causal triangle, then a Where over the scores ``[b, h, t, t]``): the Expand goes, and the chain runs
-    on ``a``'s shape. Elementwise ops commute with broadcasting, so every element of that op's output is
+    the causal triangle, then a Where over the scores ``[b, h, t, t]``): the Expand to that run-time shape
+    goes, and the chain runs on ``a``'s shape. Elementwise ops commute with broadcasting, so every element of that op's output is
     the same."""
     a, value = expand.inputs[0], expand.outputs[0]
-    small = shapes.shape(a)
-    if a is None or small is None:
-        return False
+    small, big = shapes.shape(a), shapes.shape(value)
+    if a is None or small is None or big is None or len(small) != len(big):
+        return False  # an Expand that adds axes: its readers' ranks would change
+    if all(isinstance(d, int) for d in big):
+        return False  # to a known shape: constant folding and the static rules read those
     chain: list[tuple[ir.Value, Dims]] = []
     for _ in range(_CHAIN_LIMIT):
         uses = m.live_uses(value)
@@ -761,8 +763,12 @@ def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> D
         at = m.normalize_axes(tuple(int(a) for a in np.atleast_1d(axes)), rank) if axes is not None else None
         if at is None or len(set(at)) != len(at):
             return None
-        rest = iter(small)
-        return tuple(1 if k in at else next(rest) for k in range(rank))
+        if any(not 0 <= k < rank for k in at):
+            return None
+        dims = list(small)
+        for k in sorted(at):
+            dims.insert(k, 1)
+        return tuple(dims)
     return None
 
 
