@@ -227,3 +227,21 @@ def test_a_convolution_with_no_output_positions_over_a_symbolic_batch_runs(dtype
         x = np.ones((n, 1, 1, 4), dt)
         got, want = runner.run([x])[0], np.asarray(jax.jit(fn)(x))
         assert got.shape == want.shape == (n, 8) and np.isnan(got.astype(np.float32)).all() == np.isnan(want.astype(np.float32)).all()
+
+
+def test_an_expert_product_near_the_largest_float_is_a_sum_order_difference():
+    """seed 15, program 333 (``moe_up+relu+moe_down/f32/nan``): an expert's hidden unit is 2.42e38 (finite), its
+    down-projection weight -1.41, and another unit meets an infinite weight. Rounded on its own, the product
+    -3.41e38 overflows to -inf, and inf + -inf is NaN (ONNX Runtime); fused into the running sum (XLA's FMA) it
+    never stands alone, and the sum is inf (jax.jit). The expert chains are sum-order rows with a huge input."""
+    hidden, weight = np.float32(2.4202596e38), np.float32(-1.4098642)
+    with np.errstate(over="ignore", invalid="ignore"):
+        alone = hidden * weight
+        assert np.isneginf(alone) and np.isnan(np.float32(np.inf) + alone)
+    fused = np.float64(hidden) * np.float64(weight) + np.float64(np.finfo(np.float32).max)  # an FMA's exact product
+    assert np.isfinite(np.float32(fused))
+    from conformance.fuzz import known
+
+    huge = np.float32([-3.4028235e38, 1.0])
+    assert known.match("moe_up+relu+moe_down/f32/nan", known.facts([huge])) is not None
+    assert known.match("moe_up+relu+moe_down/f32/nan", known.facts([np.ones(4, np.float32)])) is None

@@ -146,7 +146,7 @@ LN_SQUARES = ("jax.jit's one-pass layer norm (mean(x * x) - mean(x) ** 2) overfl
 # reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it. A rotary
 # embedding's x * cos + rot(x) * sin is such a sum too (XLA contracts it into an FMA, which does not overflow);
 # a projection that reaches it (``dense_q+dense_k+..+softmax``) cannot be cut off where only the rotary shows it.
-MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "dense_*+*")
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "dense_*+*", "moe_*+*")
 
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
