@@ -140,19 +140,17 @@ def _unsqueeze_of_unary_squeeze(graph: ir.Graph, unsqueeze: ir.Node) -> int:
     pairs in an interleaved rotary embedding, one of them negated)."""
     out = unsqueeze.outputs[0]
     between = m.producer(unsqueeze.inputs[0], *_UNARY)
-    if between is not None and (len(between.inputs) != 1 or len(between.outputs[0].uses()) != 1
-                                or between.outputs[0].is_graph_output()):
+    if between is None:
+        return _unsqueeze_of_squeeze(unsqueeze)
+    if len(between.inputs) != 1 or len(between.outputs[0].uses()) != 1 or between.outputs[0].is_graph_output():
         return 0
-    squeeze = _producer(between.inputs[0] if between is not None else unsqueeze.inputs[0], "Squeeze")
+    squeeze = _producer(between.inputs[0], "Squeeze")
     if squeeze is None or squeeze.inputs[0] is None or out.is_graph_output():
         return 0
     y = squeeze.inputs[0]
     axes = _axes(unsqueeze, m.rank(out))
     if axes is None or axes != _axes(squeeze, m.rank(y)) or m.rank(y) != m.rank(out):
         return 0
-    if between is None:
-        out.replace_all_uses_with(y)
-        return 1
     m.replace(graph, out, ir.node(between.op_type, [y], dict(between.attributes)), unsqueeze)
     return 1
 

@@ -296,9 +296,12 @@ class _Shapes:
                 axes = {x % len(a) for x in axes}
                 return tuple(d for k, d in enumerate(a) if k not in axes)
             rank = len(a) + len(axes)
-            axes = {x % rank for x in axes}
-            rest = iter(a)
-            return tuple(1 if k in axes else next(rest) for k in range(rank))
+            if len({x % rank for x in axes}) != len(axes) or any(not -rank <= x < rank for x in axes):
+                return None
+            dims = list(a)
+            for k in sorted(x % rank for x in axes):
+                dims.insert(k, 1)
+            return tuple(dims)
         if op in _REDUCE:
             a, axes = self.shape(ins[0]), m.reduce_axes(node)
             if a is None or axes is None or not axes:
@@ -750,26 +753,21 @@ _CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the op that broa
 def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> Dims | None:
     """The shape of ``node``'s output when its input ``value`` has the shape ``small``: an elementwise op,
     an Unsqueeze of constant axes or a Transpose (which commute with broadcasting); else None."""
-    if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
-        return broadcast(*[small if v is value else shapes.shape(v) for v in node.inputs])
-    if node.inputs[0] is not value:
+    if node.op_type not in _BROADCASTING and node.op_type not in _POINTWISE_UNARY and (
+            node.op_type not in ("Transpose", "Unsqueeze") or node.inputs[0] is not value):
         return None
-    if node.op_type == "Transpose":
-        perm = m.attr(node, "perm", list(reversed(range(len(small)))))
-        return tuple(small[int(p)] for p in perm) if sorted(perm) == list(range(len(small))) else None
-    if node.op_type == "Unsqueeze" and len(node.inputs) == 2:
-        axes = m.const(node.inputs[1])
-        rank = len(small) + (axes.size if axes is not None else 0)
-        at = m.normalize_axes(tuple(int(a) for a in np.atleast_1d(axes)), rank) if axes is not None else None
-        if at is None or len(set(at)) != len(at):
-            return None
-        if any(not 0 <= k < rank for k in at):
-            return None
-        dims = list(small)
-        for k in sorted(at):
-            dims.insert(k, 1)
-        return tuple(dims)
-    return None
+    known = id(value) in shapes.shapes
+    saved = shapes.shapes.get(id(value))
+    shapes.shapes[id(value)] = small
+    try:
+        return shapes._infer(node)
+    except (ValueError, IndexError, TypeError):
+        return None
+    finally:
+        if known:
+            shapes.shapes[id(value)] = saved
+        else:
+            del shapes.shapes[id(value)]
 
 
 def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
