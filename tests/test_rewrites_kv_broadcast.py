@@ -4,12 +4,16 @@ included) and within tolerance of jax.jit's."""
 
 from __future__ import annotations
 
+import collections
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxconv
 from jaxconv.onnx.rewrites import kv_broadcast
+from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_bits, assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
@@ -89,3 +93,89 @@ def test_other_gathers_stay(monkeypatch):
     plain_ops, (plain,) = _plain(monkeypatch, tiled, q, k, v)
     assert ops == plain_ops
     assert_same_bits([got], [plain])
+
+
+def _ops_of(model) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 2), (6, 3)])
+@pytest.mark.parametrize("width", [32, 8])
+def test_symbolic_batch_and_short_rows(monkeypatch, heads, kv_heads, width):
+    """jnp.repeat's own form (Unsqueeze, Expand, Reshape), which ``repeat_gathers`` leaves where the batch is
+    symbolic or the rows are short: the copies go too, and the symbolic graph is the static one."""
+    specs = [f"f32[b,8,{h},{width}]" for h in (heads, kv_heads, kv_heads)]
+    model = jaxconv.to_onnx(_attention, *specs, check=False)
+    static = jaxconv.to_onnx(_attention, *[s.replace("b", "2") for s in specs], check=False)
+    assert _ops_of(model) == _ops_of(static)
+    assert not {"Expand", "Gather", "Shape"} & set(_ops_of(model)), _ops_of(model)
+    runner = OnnxRunner(model.SerializeToString())
+    with monkeypatch.context() as patch:
+        patch.setattr(kv_broadcast, "rewrite", lambda *args, **kw: 0)
+        plain = jaxconv.to_onnx(_attention, *specs, check=False)
+    assert _ops_of(plain)["Expand"] + _ops_of(plain)["Gather"] == 2, _ops_of(plain)
+    plain_runner = OnnxRunner(plain.SerializeToString())
+    for batch in (1, 3):
+        rng = np.random.default_rng(batch)
+        q, k, v = (rng.standard_normal((batch, 8, h, width)).astype(np.float32) for h in (heads, kv_heads, kv_heads))
+        k[0, 1, 0, 3], v[-1, 3, -1, 5], q[0, 0, 0, 0] = np.nan, -np.inf, -0.0
+        got = runner.run([q, k, v])
+        assert_same_bits(got, plain_runner.run([q, k, v]))
+        _assert_close(got[0], np.asarray(jax.jit(_attention)(q, k, v)))
+
+
+def test_heads_repeated_by_indexing(monkeypatch):
+    """``k[:, :, [0, 0, 1, 1]]``: a Gather whose indices are clamped by constant arithmetic, still a repeat."""
+    idx = np.repeat(np.arange(2), 2)
+
+    def indexed(q, k, v):
+        return _attention(q, k[:, :, idx], v[:, :, idx])
+
+    q, k, v = _inputs(4, 2, True)
+    ops, (got,) = _convert(indexed, q, k, v)
+    plain_ops, (plain,) = _plain(monkeypatch, indexed, q, k, v)
+    assert plain_ops["Gather"] == 2 and ops["Gather"] == 0, (ops, plain_ops)
+    assert_same_bits([got], [plain])
+    _assert_close(got, np.asarray(jax.jit(indexed)(q, k, v)))
+
+
+@pytest.mark.parametrize("batch", ["2", "b"])
+def test_heads_split_by_a_reshape(monkeypatch, batch):
+    """Keys and values that arrive flat and are split into heads: the clean-up merges that Reshape with the
+    repeat's Unsqueeze, so the repeat reads a Reshape; the copies go, and no Reshape-Squeeze pair is left."""
+    def flat(q, k, v):
+        b = k.shape[0]
+        return _attention(q, k.reshape(b, 8, 2, 32), v.reshape(b, 8, 2, 32))
+
+    specs = [f"f32[{batch},8,4,32]", f"f32[{batch},8,64]", f"f32[{batch},8,64]"]
+    model = jaxconv.to_onnx(flat, *specs, check=False)
+    ops = _ops_of(model)
+    assert ops["Gather"] == ops["Expand"] == ops["Squeeze"] == 0, ops
+    with monkeypatch.context() as patch:
+        patch.setattr(kv_broadcast, "rewrite", lambda *args, **kw: 0)
+        plain = jaxconv.to_onnx(flat, *specs, check=False)
+    assert _ops_of(plain)["Expand"] + _ops_of(plain)["Gather"] == 2, _ops_of(plain)
+    q, k, v = _inputs(4, 2, True)
+    k, v = k.reshape(2, 8, 64), v.reshape(2, 8, 64)
+    got = OnnxRunner(model.SerializeToString()).run([q, k, v])
+    assert_same_bits(got, OnnxRunner(plain.SerializeToString()).run([q, k, v]))
+    _assert_close(got[0], np.asarray(jax.jit(flat)(q, k, v)))
+
+
+@pytest.mark.parametrize("batch", ["2", "b"])
+def test_heads_with_their_unit_axis_as_input(monkeypatch, batch):
+    """Keys and values given with the unit axis the repeat expands (``[B, S, n, 1, D]``): a graph input, so the
+    rule squeezes that axis itself before the product."""
+    def unit(q, k, v):
+        b, s, n, _, d = k.shape
+        return _attention(q, jnp.broadcast_to(k, (b, s, n, 2, d)).reshape(b, s, 2 * n, d),
+                          jnp.broadcast_to(v, (b, s, n, 2, d)).reshape(b, s, 2 * n, d))
+
+    q, k, v = _inputs(4, 2, True)
+    k, v = k[:, :, :, None], v[:, :, :, None]
+    specs = [f"f32[{batch},8,4,32]", f"f32[{batch},8,2,1,32]", f"f32[{batch},8,2,1,32]"]
+    ops, (got,) = _convert(unit, q, k, v, specs=specs)
+    plain_ops, (plain,) = _plain(monkeypatch, unit, q, k, v, specs=specs)
+    assert plain_ops["Expand"] + plain_ops["Gather"] == 2 and ops["Expand"] == ops["Gather"] == 0, (ops, plain_ops)
+    assert_same_bits([got], [plain])
+    _assert_close(got, np.asarray(jax.jit(unit)(q, k, v)))

@@ -78,8 +78,9 @@ faster without changing the numbers:
   indices point at, instead of a Where over the whole lookup;
 - ``repeat_gathers``: jnp.repeat's Expand of a new axis merged into the one before it as a Gather of that
   axis (ORT's Expand copies in short runs);
-- ``kv_broadcast``: grouped-query attention's repeated key/value heads (those Gathers) left to the
-  MatMul's broadcast of its batch axes instead of copied;
+- ``kv_broadcast``: grouped-query attention's repeated key/value heads (jnp.repeat's Expands, before
+  ``repeat_gathers`` reads them, or a Gather) left to the MatMul's broadcast of its batch axes instead of
+  copied, on a symbolic batch too;
 - ``sort_zeros``: a float top-k's pass that orders -0.0 after +0.0 (a full TopK of the axis)
   behind an If that runs it only where the input holds a -0.0;
 - ``nan_reduce``: a float max/min reduction's NaN propagation (an IsNaN pass, its reduction, a Where) behind
@@ -257,8 +258,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["add_chains"] = add_chains.rewrite(model.graph)  # after k_blocks: its Sums
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
+    fired["kv_broadcast"] = kv_broadcast.rewrite(model.graph)  # before repeat_gathers: the Expands it copies
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
-    fired["kv_broadcast"] = kv_broadcast.rewrite(model.graph)  # after repeat_gathers: its Gathers
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
