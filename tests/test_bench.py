@@ -139,3 +139,33 @@ def test_table_shows_cpu_ratios():
     cells = [c.strip() for c in lines[2].split("|")]
     assert cells[cols.index("CPU: ORT 1t/jit")] == "0.75" and cells[cols.index("CPU: ORT/jit")] == "1.25"
     assert cells[cols.index("CPU: jax2onnx/jit")] == "–"
+
+
+def test_alternate_charges_work_left_running_to_the_call_that_started_it():
+    """A call that returns while a thread it started still works (jax.jit's worker spinning after
+    ``block_until_ready``) is charged that work once the process settles; the contender after it,
+    which sleeps, is not."""
+    import os
+    import threading
+    import time
+    import zlib
+
+    block = os.urandom(1 << 17)
+
+    def leaves_work():
+        started = threading.Event()
+
+        def run():
+            started.set()
+            zlib.compress(block, 9)  # without the GIL
+
+        threading.Thread(target=run).start()
+        started.wait()
+
+    alone: dict[str, float] = {}
+    bench.alternate({"work": lambda: zlib.compress(block, 9)}, iters=5, budget_s=10, cpu=alone)
+    cpu: dict[str, float] = {}
+    bench.alternate({"leaves work": leaves_work, "sleeps": lambda: time.sleep(0.02)}, iters=7, budget_s=10,
+                    cpu=cpu, settle_s=0.05)
+    assert cpu["leaves work"] > 0.5 * alone["work"], (cpu, alone)
+    assert cpu["sleeps"] < 0.25 * alone["work"], (cpu, alone)
