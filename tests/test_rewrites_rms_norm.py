@@ -121,3 +121,23 @@ def test_other_forms_stay(fn):
     assert ops["Pow"] == 0 and fused["SimplifiedLayerNormalization"] == 0, (ops, fused)
     for a, w in zip(got, jax.tree_util.tree_leaves(jax.jit(fn)(x))):
         assert_same_floats(a, np.asarray(w), 1e-5, 1e-6)
+
+
+_P = np.random.default_rng(24).standard_normal((D, 16)).astype(np.float32)
+
+
+@pytest.mark.parametrize("form", [_hf, _pow])
+def test_rms_norm_without_a_weight_is_fused_on_a_symbolic_batch(form):
+    """The Mul by ones that makes a norm without a weight ORT's fusable form survives the later passes of a
+    model with symbolic sizes (which drop Muls by ones elsewhere), as on a static batch."""
+    import jaxconv
+
+    def fn(x):
+        return form(x, None) @ _P
+
+    x = _rows()
+    for spec in ("f32[2,8,32]", "f32[b,8,32]"):
+        model = jaxconv.to_onnx(fn, spec, check=False)
+        fused, (got,) = _ort(model.SerializeToString(), [x])
+        assert fused["SimplifiedLayerNormalization"] == 1 and fused["Sqrt"] == 0, (spec, fused)
+        assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)

@@ -94,7 +94,7 @@ def test_a_scale_of_ones_goes(monkeypatch):
     _check(_scaled_norm, model, plain, inputs)
 
 
-def m_expand_input(value):
+def m_expand_input(value, keep_unit_muls=False):
     """The symbolic rule's reading before the scale of ones: an Expand's input only."""
     node = value.producer() if value is not None else None
     return node.inputs[0] if node is not None and node.op_type == "Expand" else None

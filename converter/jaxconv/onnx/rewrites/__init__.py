@@ -246,9 +246,9 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["rotary"] = rotary.rewrite(model.graph)
     fired["negated_products"] = activations.negated_products(model.graph)  # after split_matmul's parts
     if symbolic_inputs:  # again: the rules above leave Expands to run-time shapes (a mask's fill, a padding
-        # mask of ones); before tri_masks, which reads the mask they hide
+        # mask of ones); before tri_masks, which reads the mask they hide; rms_norm's Muls by ones stay
         for graph in list(_match.all_graphs(model.graph)):
-            fired["symbolic"] += symbolic.rewrite(graph)
+            fired["symbolic"] += symbolic.rewrite(graph, keep_unit_muls=True)
     fired["tri_masks"] = tri_masks.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)

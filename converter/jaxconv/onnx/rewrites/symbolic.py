@@ -620,8 +620,11 @@ def _named(dims: Dims) -> bool:
     return all(isinstance(d, int) or not d.startswith("?") for d in dims)
 
 
-def rewrite(graph: ir.Graph) -> int:
-    """Drop and sink the Expands of ``graph`` that broadcasting makes redundant; returns how many."""
+def rewrite(graph: ir.Graph, keep_unit_muls: bool = False) -> int:
+    """Drop and sink the Expands of ``graph`` that broadcasting makes redundant; returns how many.
+
+    ``keep_unit_muls``: leave the Muls by ones (a pass after ``rms_norm``, whose Mul by ones after a
+    norm without a weight is the form ORT fuses into SimplifiedLayerNormalization)."""
     shapes = _Shapes(graph)
     sources = _dim_sources(graph)
     count = 0
@@ -641,7 +644,7 @@ def rewrite(graph: ir.Graph) -> int:
             count += 1
             continue
         if (node.op_type == "Reshape" and _noop_reshape(node, shapes)) or \
-                (node.op_type == "Mul" and _unit_mul(node, shapes)):
+                (node.op_type == "Mul" and not keep_unit_muls and _unit_mul(node, shapes)):
             count += 1
             continue
         if node.op_type in _BROADCASTING or node.op_type in _POINTWISE_UNARY:
@@ -649,7 +652,7 @@ def rewrite(graph: ir.Graph) -> int:
                 count += 1
                 continue
             if node.op_type in _BROADCASTING:
-                count += _drop_inputs(node, shapes)
+                count += _drop_inputs(node, shapes, keep_unit_muls)
         shapes.infer(node)
     for node in list(graph):
         if node.domain in ("", "ai.onnx") and node.op_type == "Reshape":
@@ -896,14 +899,14 @@ def _unit_mul(node: ir.Node, shapes: _Shapes) -> bool:
     return False
 
 
-def _drop_inputs(node: ir.Node, shapes: _Shapes) -> int:
-    """Read an Expand's input directly where the op's output shape stays the same."""
+def _drop_inputs(node: ir.Node, shapes: _Shapes, keep_unit_muls: bool = False) -> int:
+    """Read an Expand's input (or a Mul by ones' other input) directly where the op's output shape stays the same."""
     want = broadcast(*[shapes.shape(i) for i in node.inputs])
     if want is None:
         return 0
     count = 0
     for k, value in enumerate(node.inputs):
-        source = _broadcast_source(value)
+        source = _broadcast_source(value, keep_unit_muls)
         if source is None:
             continue
         trial = [shapes.shape(source if j == k else i) for j, i in enumerate(node.inputs)]
@@ -913,7 +916,7 @@ def _drop_inputs(node: ir.Node, shapes: _Shapes) -> int:
     return count
 
 
-def _broadcast_source(value: ir.Value | None) -> ir.Value | None:
+def _broadcast_source(value: ir.Value | None, keep_unit_muls: bool = False) -> ir.Value | None:
     """What ``value`` broadcasts: an Expand's input, or ``x`` of a float ``Mul(x, ones)`` that only this
     reader reads (``x * 1`` is ``x`` for every float, NaN and -0 included: a layer norm's scale of ones, as
     initialized; a Mul read elsewhere too stays whole, in the form the norm rules match)."""
@@ -922,7 +925,7 @@ def _broadcast_source(value: ir.Value | None) -> ir.Value | None:
         return None
     if node.op_type == "Expand":
         return node.inputs[0]
-    if node.op_type != "Mul" or len(node.inputs) != 2 or value.dtype is None or \
+    if node.op_type != "Mul" or keep_unit_muls or len(node.inputs) != 2 or value.dtype is None or \
             not value.dtype.is_floating_point() or not _single_use(value):
         return None
     for x, ones in (node.inputs, node.inputs[::-1]):
