@@ -186,3 +186,30 @@ def test_variance_from_two_means_keeps_the_reduced_axis():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+_ROUTER = np.random.default_rng(5).standard_normal((D, 4)).astype(np.float32)
+
+
+def _routing(x):
+    """A mixture of experts' routing (keras-hub Mixtral's): the top 2 of 4 experts per token, their
+    weights renormalized, spread back over the experts by one-hot products."""
+    top, idx = jax.lax.top_k(jax.nn.softmax(x @ _ROUTER, axis=-1), 2)
+    top = top / top.sum(-1, keepdims=True)
+    return (jax.nn.one_hot(idx, 4) * top[..., None]).sum(-2)
+
+
+def test_top_k_keeps_the_symbolic_rows():
+    """TopK's outputs have its input's shape but for the axis cut to k: the one-hot products after it need
+    no Expands to run-time shapes, and the symbolic graph is the static one."""
+    model = jaxconv.to_onnx(_routing, f"f32[b,8,{D}]", check=False)
+    assert _ops(model) == _ops(jaxconv.to_onnx(_routing, f"f32[2,8,{D}]", check=False))
+    assert _ops(model)["Expand"] == _ops(model)["Shape"] == 0, _ops(model)
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        x = np.random.default_rng(b).standard_normal((b, 8, D)).astype(np.float32)
+        x[0, 0, 0], x[-1, 1, 2], x[0, 2] = np.nan, np.inf, -0.0
+        got, = runner.run([x])
+        want = np.asarray(jax.jit(_routing)(x))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
