@@ -19,7 +19,8 @@ Q = 6
 
 def _scores(shape=(2, 3, Q, Q)) -> np.ndarray:
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    flat = x.reshape(-1, Q, Q)
+    q = shape[-1]
+    flat = x.reshape(-1, q, q)  # [..., q, q], or [..., q, 1, q]
     for i, v in enumerate((np.nan, np.inf, -np.inf, -0.0, 0.0)):
         flat[i % flat.shape[0], i, i] = v  # on the diagonal: kept
         flat[(i + 1) % flat.shape[0], i, i + 1] = v  # above it: masked
@@ -187,3 +188,72 @@ def test_a_padding_mask_of_ones_over_a_symbolic_batch_leaves_the_triangle(monkey
         ops, (got,) = _convert(fn, x, specs=[f"f32[b,3,{Q},{Q}]"])
         assert ops == static, ops
         assert_same_floats(got, jax.jit(fn)(x), 0, 0)
+
+
+def test_a_padding_mask_of_ones_read_twice_over_a_symbolic_batch(monkeypatch):
+    """keras-hub's masked softmax reads the merged mask twice (the fill before the softmax, zeros after it):
+    each Where broadcasts the mask to the batch anyway, so the Expand of the ones goes as with one reader,
+    and the graph is the static one's. jax.jit's numbers at batches 1 and 4."""
+    def fn(x):
+        padding = jnp.ones((x.shape[0], Q), jnp.int32)
+        mask = (jnp.minimum(padding[:, None, :], jnp.tril(jnp.ones((Q, Q), jnp.int32))[None]) != 0)[:, None]
+        p = jax.nn.softmax(jnp.where(mask, x, np.float32(-1e9)), axis=-1)
+        return jnp.where(mask, p, np.float32(0))
+
+    static = _all_ops(fn, _scores())
+    assert static["Trilu"] >= 1 and static["Expand"] == 0, static
+    for b in (1, 4):
+        x = _scores((b, 3, Q, Q))
+        ops, (got,) = _convert(fn, x, specs=[f"f32[b,3,{Q},{Q}]"])
+        assert ops == static, (ops, static)
+        assert_same_floats(got, jax.jit(fn)(x), 1e-6, 1e-7)
+
+
+def test_a_mask_of_ones_read_on_two_paths_into_one_op_keeps_its_shape():
+    """Two values made from the padding mask of ones meet in one op (an Xor of the mask and its comparison),
+    whose output is also the function's: dropping the Expand would shrink both of that op's inputs and the
+    output with them, so the Expand stays. jax.jit's numbers and shapes at batches 1 and 4."""
+    def fn(x):
+        padding = jnp.ones((x.shape[0], Q), jnp.int32)
+        merged = jnp.minimum(padding[:, None, :], jnp.tril(jnp.ones((Q, Q), jnp.int32))[None])
+        cond = (merged != 0) ^ (merged > 5)
+        return jnp.where(cond[:, None], x, np.float32(-1e9)), cond
+
+    for b in (1, 4):
+        x = _scores((b, 3, Q, Q))
+        _, got = _convert(fn, x, specs=[f"f32[b,3,{Q},{Q}]"])
+        want = jax.jit(fn)(x)
+        assert got[1].shape == (b, Q, Q)
+        assert_same_floats(got[0], want[0], 0, 0)
+        np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+
+
+def _empty_rows_guarded(q):
+    """keras-hub Gemma 2's masked softmax over ``q`` keys: a padding mask of ones merged with the triangle,
+    rows the mask leaves empty found by a reduction over the keys and zeroed."""
+    def fn(x):
+        padding = jnp.ones((x.shape[0], q), jnp.int32)
+        mask = (jnp.minimum(padding[:, None, :], jnp.tril(jnp.ones((q, q), jnp.int32))[None]) != 0)[:, None]
+        empty = jnp.all(~mask, axis=-1, keepdims=True)
+        p = jax.nn.softmax(jnp.where(mask, x, np.float32(-1e9)), axis=-1)
+        return jnp.where(empty, np.float32(0), p)
+    return fn
+
+
+@pytest.mark.parametrize("q", [Q, 64])
+def test_a_padding_mask_of_ones_through_a_reduction_over_the_keys(q):
+    """The reduction runs over an axis the ones do not broadcast (the keys), so it commutes with their
+    broadcast: the Expand of the ones goes, on a symbolic batch and on a static one (where 64 keys are too
+    many for the ones to be folded into a constant), and the mask folds to the triangle. jax.jit's
+    numbers at batches 1, 2 and 4."""
+    fn = _empty_rows_guarded(q)
+    static = _all_ops(fn, _scores((2, 3, q, q)))
+    assert static["Expand"] == 0 and static["Min"] == 0 and static["Trilu"] >= 1, static
+    for b in (1, 4):
+        x = _scores((b, 3, q, q))
+        ops, (got,) = _convert(fn, x, specs=[f"f32[b,3,{q},{q}]"])
+        assert ops == static, (ops, static)
+        assert_same_floats(got, jax.jit(fn)(x), 1e-6, 1e-7)
+    x = _scores((2, 3, q, q))
+    _, (got,) = _convert(fn, x)
+    assert_same_floats(got, jax.jit(fn)(x), 1e-6, 1e-7)

@@ -726,47 +726,67 @@ def _stamp_carries(loop: ir.Node, shapes: _Shapes) -> None:
 
 
 def _broadcast_later(expand: ir.Node, shapes: _Shapes) -> bool:
-    """``Expand(a, s)`` read through a chain of elementwise single readers by an op whose other operands
-    broadcast its result to the same shape anyway (keras-hub's padding mask of ones ``[b, t]``, its min with
-    the causal triangle, then a Where over the scores ``[b, h, t, t]``): the Expand to that run-time shape
-    goes, and the chain runs on ``a``'s shape. Elementwise ops commute with broadcasting, so every element of that op's output is
-    the same."""
+    """``Expand(a, s)`` read through elementwise ops by ops whose other operands broadcast its result to
+    the same shape anyway (keras-hub's padding mask of ones ``[b, t]``, its min with the causal triangle,
+    then the Wheres over the scores ``[b, h, t, t]`` before and after the softmax): the Expand to that
+    run-time shape goes, and the ops between run on ``a``'s shape. Elementwise ops commute with
+    broadcasting, so every element of the last ops' outputs is the same. Every path from the Expand must
+    end at such an op, and no op may be reached twice (its other input would shrink too)."""
     a, value = expand.inputs[0], expand.outputs[0]
     small, big = shapes.shape(a), shapes.shape(value)
     if a is None or small is None or big is None or len(small) != len(big):
         return False  # an Expand that adds axes: its readers' ranks would change
-    if all(isinstance(d, int) for d in big):
-        return False  # to a known shape: constant folding and the static rules read those
-    chain: list[tuple[ir.Value, Dims]] = []
-    for _ in range(_CHAIN_LIMIT):
-        uses = m.live_uses(value)
-        if value.is_graph_output() or len(uses) != 1:
+    if all(isinstance(d, int) for d in big) and (value.dtype is None or value.dtype.is_floating_point()):
+        return False  # a float to a known shape: constant folding and the static rules read those
+    moved: list[tuple[ir.Value, Dims]] = []
+    if not _broadcast_by_readers(value, small, shapes, set(), moved, 0):
+        return False
+    expand.outputs[0].replace_all_uses_with(a)
+    for v, dims in moved:  # the values between now have the smaller shapes
+        shapes.shapes[id(v)] = dims
+        v.shape = ir.Shape([d if isinstance(d, int) or not d.startswith("?") else None for d in dims])
+    return True
+
+
+def _broadcast_by_readers(value: ir.Value, small: Dims, shapes: _Shapes, seen: set[int],
+                          moved: list[tuple[ir.Value, Dims]], depth: int) -> bool:
+    """Whether every reader of ``value``, were it of shape ``small``, gives its output's shape anyway or
+    passes the smaller shape on to readers that do (``moved`` collects the values that shrink)."""
+    uses = m.live_uses(value)
+    if value.is_graph_output() or not uses or depth >= _CHAIN_LIMIT:
+        return False
+    for use in uses:
+        node = use.node
+        if id(node) in seen or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
             return False
-        node = uses[0].node
-        if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
-            return False
+        seen.add(id(node))
         out = shapes.shape(node.outputs[0])
         new = _moved_as(node, value, small, shapes)
         if out is None or new is None or len(new) != len(out):
             return False
         if new == out:
-            expand.outputs[0].replace_all_uses_with(a)
-            for v, dims in chain:  # the chain's values now have the smaller shapes
-                shapes.shapes[id(v)] = dims
-                v.shape = ir.Shape([d if isinstance(d, int) or not d.startswith("?") else None for d in dims])
-            return True
-        value, small = node.outputs[0], new
-        chain.append((value, new))
-    return False
+            continue
+        moved.append((node.outputs[0], new))
+        if not _broadcast_by_readers(node.outputs[0], new, shapes, seen, moved, depth + 1):
+            return False
+    return True
 
 
-_CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the op that broadcasts its result anyway
+_CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the ops that broadcast its result anyway
 
 
 def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> Dims | None:
     """The shape of ``node``'s output when its input ``value`` has the shape ``small``: an elementwise op,
-    an Unsqueeze of constant axes or a Transpose (which commute with broadcasting); else None."""
-    if node.op_type not in _BROADCASTING and node.op_type not in _POINTWISE_UNARY and (
+    an Unsqueeze of constant axes, a Transpose, or a reduction over axes that ``small`` has whole (each
+    commutes with broadcasting: keras-hub Gemma 2's check for rows its mask leaves empty, a ReduceMin
+    over the keys); else None."""
+    if node.op_type in _REDUCE and node.inputs[0] is value:
+        axes, big = m.reduce_axes(node), shapes.shape(value)
+        if axes is None or big is None or len(big) != len(small) or not axes:
+            return None
+        if any(small[k % len(big)] != big[k % len(big)] for k in axes):
+            return None
+    elif node.op_type not in _BROADCASTING and node.op_type not in _POINTWISE_UNARY and (
             node.op_type not in ("Transpose", "Unsqueeze") or node.inputs[0] is not value):
         return None
     known = id(value) in shapes.shapes
