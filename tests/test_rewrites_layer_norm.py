@@ -229,3 +229,22 @@ def test_needs_opset_17():
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     assert layer_norm.rewrite(from_proto(g), 16) == 0
+
+
+@pytest.mark.parametrize("batch", ["3", "b"])
+def test_flax_nnx_layer_norm_becomes_one_op(batch):
+    """flax.nnx.LayerNorm puts the reduced axis back with a reshape of a static shape (a Reshape, not an
+    Unsqueeze), which the keepdims rule takes too: the norm is one op on a static batch as on a symbolic one."""
+    import flax.nnx as nnx
+
+    norm = nnx.LayerNorm(D, rngs=nnx.Rngs(0))
+
+    def fn(x):
+        return norm(x) @ _W
+
+    x = _rows(offset=False)
+    ops, (got,) = _convert(fn, x, specs=[f"f32[{batch},8,{D}]"])
+    assert ops["LayerNormalization"] == 1 and ops["ReduceMean"] == 0, ops
+    want = np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_same_floats(got, want, 1e-4, 2e-5)

@@ -5,8 +5,8 @@ with a broadcast: ``Unsqueeze(ReduceSum(x, axes, keepdims=0), axes)``, often wit
 pointwise fix of a sum's zero sign, ``Where(Equal(s, 0), +0, s)``, in between, or a variance
 computed from two such means (Flax's LayerNorm). The same values come out of the reductions with
 ``keepdims=1`` and the pointwise nodes on them (their other inputs are one-element constants), when
-everything outside the region reads it through an Unsqueeze of the reduced axes: one node fewer
-per Unsqueeze.
+everything outside the region reads it through an Unsqueeze of the reduced axes (or a Reshape of a
+static shape that only puts them back): one node fewer per Unsqueeze.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def rewrite(graph: ir.Graph) -> int:
     _drop_dead(graph)  # earlier rules leave unused nodes, whose uses would hide a region's real readers
     count = 0
     for node in list(graph):
-        if node.domain in ("", "ai.onnx") and node.op_type == "Unsqueeze" and node.graph is graph:
+        if node.domain in ("", "ai.onnx") and node.op_type in ("Unsqueeze", "Reshape") and node.graph is graph:
             count += _fold(node)
     return count
 
@@ -39,9 +39,9 @@ def _drop_dead(graph: ir.Graph) -> None:
 
 
 def _fold(unsqueeze: ir.Node) -> int:
-    """Fold ``unsqueeze`` and the other Unsqueezes of the same region; returns how many went."""
-    axes = m.const(unsqueeze.inputs[1]) if len(unsqueeze.inputs) > 1 else None
-    if axes is None or unsqueeze.inputs[0] is None:
+    """Fold ``unsqueeze`` (an Unsqueeze, or a Reshape that only puts axes back) and the others of the same
+    region; returns how many went."""
+    if len(unsqueeze.inputs) < 2 or unsqueeze.inputs[0] is None:
         return 0
     region = _region(unsqueeze.inputs[0])
     if region is None:
@@ -49,9 +49,12 @@ def _fold(unsqueeze: ir.Node) -> int:
     reduces = [n for n in region if n.op_type in _REDUCE]
     x = reduces[0].inputs[0]
     rank = m.rank(x)
-    if rank is None or any(r.inputs[0].shape != x.shape for r in reduces):
+    raxes = m.reduce_axes(reduces[0])
+    if rank is None or not raxes or any(r.inputs[0].shape != x.shape for r in reduces):
         return 0
-    want = sorted(int(a) % rank for a in np.atleast_1d(axes))
+    want = sorted({int(a) % rank for a in raxes})
+    if not _same_unsqueeze(unsqueeze, want, rank):
+        return 0
     if _const_rank(region) > rank - len(want):
         return 0  # a one-element constant of higher rank would broadcast the region's values
     for r in reduces:
@@ -93,10 +96,22 @@ def _const_rank(region: list[ir.Node]) -> int:
 
 
 def _same_unsqueeze(node: ir.Node, want: list[int], rank: int) -> bool:
-    if node.op_type != "Unsqueeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+    """Whether ``node`` puts back the reduced axes ``want``: an Unsqueeze of them, or a Reshape of a
+    static shape to that shape with them (how a static ``jnp.mean(..., keepdims=True)`` may come)."""
+    if node.op_type not in ("Unsqueeze", "Reshape") or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
         return False
-    axes = m.const(node.inputs[1])
-    return axes is not None and sorted(int(a) % rank for a in np.atleast_1d(axes)) == want
+    arg = m.const(node.inputs[1])
+    if arg is None:
+        return False
+    if node.op_type == "Unsqueeze":
+        return sorted(int(a) % rank for a in np.atleast_1d(arg)) == want
+    src = m.static_dims(node.inputs[0])
+    if src is None or len(src) + len(want) != rank or m.attr(node, "allowzero", 0):
+        return False
+    dims = list(src)
+    for a in want:
+        dims.insert(a, 1)
+    return [int(d) for d in np.atleast_1d(arg)] == dims
 
 
 def _region(value: ir.Value) -> list[ir.Node] | None:
