@@ -5,8 +5,8 @@ with a broadcast: ``Unsqueeze(ReduceSum(x, axes, keepdims=0), axes)``, often wit
 pointwise fix of a sum's zero sign, ``Where(Equal(s, 0), +0, s)``, in between, or a variance
 computed from two such means (Flax's LayerNorm). The same values come out of the reductions with
 ``keepdims=1`` and the pointwise nodes on them (their other inputs are one-element constants), when
-everything outside the region reads it through an Unsqueeze of the reduced axes (or a Reshape of a
-static shape that only puts them back): one node fewer per Unsqueeze.
+everything outside the region reads it through an Unsqueeze of the reduced axes (or a Reshape that
+only puts them back): one node fewer per Unsqueeze.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites._dim_products import named_dims
 
 _REDUCE = frozenset({"ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL2",
                      "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare"})
@@ -96,22 +97,21 @@ def _const_rank(region: list[ir.Node]) -> int:
 
 
 def _same_unsqueeze(node: ir.Node, want: list[int], rank: int) -> bool:
-    """Whether ``node`` puts back the reduced axes ``want``: an Unsqueeze of them, or a Reshape of a
-    static shape to that shape with them (how a static ``jnp.mean(..., keepdims=True)`` may come)."""
+    """Whether ``node`` puts back the reduced axes ``want``: an Unsqueeze of them, or a Reshape to its
+    input's shape with them (a static ``jnp.mean(..., keepdims=True)`` in flax.nnx.LayerNorm; on
+    symbolic sizes its target is computed at run time, so the declared shapes tell)."""
     if node.op_type not in ("Unsqueeze", "Reshape") or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
         return False
-    arg = m.const(node.inputs[1])
-    if arg is None:
-        return False
     if node.op_type == "Unsqueeze":
-        return sorted(int(a) % rank for a in np.atleast_1d(arg)) == want
-    src = m.static_dims(node.inputs[0])
-    if src is None or len(src) + len(want) != rank or m.attr(node, "allowzero", 0):
+        axes = m.const(node.inputs[1])
+        return axes is not None and sorted(int(a) % rank for a in np.atleast_1d(axes)) == want
+    src, out = named_dims(node.inputs[0]), named_dims(node.outputs[0])
+    if src is None or out is None or len(src) + len(want) != rank:
         return False
     dims = list(src)
     for a in want:
         dims.insert(a, 1)
-    return [int(d) for d in np.atleast_1d(arg)] == dims
+    return out == dims
 
 
 def _region(value: ir.Value) -> list[ir.Node] | None:
