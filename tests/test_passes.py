@@ -267,3 +267,31 @@ def test_a_scatter_over_every_row_keeps_its_reduction(combine, dtype):
     u = np.array([[info.max, info.min, 2, 5]], dtype)
     model = assert_onnx_matches_jax(f, x, np.array([0], np.int8), u)
     assert combine == "set" or "ScatterND" in onnx_op_types(model)
+
+
+@pytest.mark.parametrize("sizes", [[3, 5], None])
+def test_a_split_of_a_constant_is_folded(sizes):
+    """onnxscript's folding skips ops with several outputs: the clean-up folds a Split of a constant itself
+    (split sizes given, or equal parts), and the parts are the Split's; a Split of an input stays."""
+    table = np.arange(2 * 8 * 3, dtype=np.float32).reshape(2, 8, 3) if sizes else \
+        np.arange(2 * 8, dtype=np.float32).reshape(2, 8)
+    c = ir.Value(name="table", const_value=ir.tensor(table))
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(list(table.shape)))
+    inputs = [c] if sizes is None else [c, ir.Value(name="sizes", const_value=ir.tensor(np.array(sizes, np.int64)))]
+    attrs = [ir.AttrInt64("axis", 1)] + ([ir.AttrInt64("num_outputs", 2)] if sizes is None else [])
+    split = ir.Node("", "Split", inputs, attributes=attrs, num_outputs=2)
+    kept = ir.Node("", "Split", [x, *inputs[1:]], attributes=attrs, num_outputs=2)
+    adds = [ir.Node("", "Add", [a, b]) for a, b in zip(split.outputs, kept.outputs)]
+    for k, node in enumerate(adds):
+        node.outputs[0].name = f"y{k}"
+    model = _model([split, kept, *adds], [x], [a.outputs[0] for a in adds])
+    for v in inputs:
+        model.graph.register_initializer(v)
+    clean_up(model)
+    assert [n.op_type for n in model.graph] == ["Split", "Add", "Add"]
+    proto = ir.serde.serialize_model(model)
+    xs = np.random.default_rng(0).standard_normal(table.shape).astype(np.float32)
+    got = _run(proto, xs)
+    parts = np.split(table, np.cumsum(sizes)[:-1] if sizes else 2, axis=1)
+    for g, t, p in zip(got, parts, np.split(xs, np.cumsum(sizes)[:-1] if sizes else 2, axis=1)):
+        np.testing.assert_array_equal(g, t + p)

@@ -213,3 +213,44 @@ def test_top_k_keeps_the_symbolic_rows():
         want = np.asarray(jax.jit(_routing)(x))
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+_TOKENS = np.random.default_rng(6).standard_normal((50, D)).astype(np.float32)
+_POSITIONS = np.random.default_rng(7).standard_normal((32, D)).astype(np.float32)
+_ANGLES = np.arange(32, dtype=np.float32)[:, None] / (100.0 ** (np.arange(D // 2, dtype=np.float32) / (D // 2)))
+_ROTARY_TABLE = np.concatenate([np.sin(_ANGLES), np.cos(_ANGLES)], axis=-1)  # [32, D]: sin | cos
+
+
+def _positions(ids):
+    """Hugging Face's learned positions: ``arange(t)`` broadcast over the batch, looked up in a table."""
+    b, t = ids.shape
+    pos = jnp.broadcast_to(jnp.arange(t)[None], (b, t))
+    return jnp.take(_TOKENS, ids, axis=0) + jnp.take(_POSITIONS, pos, axis=0)
+
+
+def _rotated(ids):
+    """Llama's rotary embedding from a table looked up by broadcast positions, cut into sin and cos."""
+    x = jnp.take(_TOKENS, ids, axis=0)
+    b, t = ids.shape
+    sin, cos = jnp.split(jnp.take(_ROTARY_TABLE, jnp.broadcast_to(jnp.arange(t)[None], (b, t)), axis=0), 2, -1)
+    sin, cos = jnp.concatenate([sin, sin], -1), jnp.concatenate([cos, cos], -1)
+    half = D // 2
+    turned = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + turned * sin
+
+
+@pytest.mark.parametrize("fn", [_positions, _rotated])
+def test_positions_broadcast_over_the_batch_are_looked_up_once(fn):
+    """A lookup (Gather) of indices broadcast over the batch is the broadcast of the lookup, and a Split
+    along an axis they are not broadcast on is too: the Expand of the positions goes, the table lookup
+    folds to a constant, and the symbolic graph is the static one."""
+    model = jaxconv.to_onnx(fn, "i32[b,12]", check=False)
+    ops, static = _ops(model), _ops(jaxconv.to_onnx(fn, "i32[2,12]", check=False))
+    # the ids' range check drops an axis by a Reshape on a static batch, a Squeeze on a symbolic one
+    assert ops - collections.Counter({"Squeeze": 1}) == static - collections.Counter({"Reshape": 1}), (ops, static)
+    assert ops["Expand"] == ops["Shape"] == 0, ops
+    runner = OnnxRunner(model.SerializeToString())
+    for b in (1, 3):
+        ids = np.random.default_rng(b).integers(0, 50, (b, 12)).astype(np.int32)
+        got, = runner.run([ids])
+        np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(ids)), rtol=1e-6, atol=1e-6)

@@ -218,6 +218,7 @@ def _clean_up(model: ir.Model) -> None:
     declared = [(o.type, o.shape) for o in model.graph.outputs]
     loop = ir.passes.PassManager([
         _FoldPass(),
+        _FoldSplitsPass(),
         _RewritePass(_rules()),
         common_passes.RemoveUnusedNodesPass(),
         _UniqueNamesPass(),  # a folded value becomes an initializer under its name: two val_0 would clash
@@ -263,6 +264,56 @@ class _FoldPass(ir.passes.InPlacePass):
             result = fold_constants(model, onnx_shape_inference=True, input_size_limit=FOLD_INPUT_MAX_ELEMENTS,
                                     output_size_limit=FOLD_MAX_ELEMENTS, should_fold=_should_fold)
         return ir.passes.PassResult(model, result.modified)
+
+
+class _FoldSplitsPass(ir.passes.InPlacePass):
+    """A Split of a constant as constants: onnxscript's folding skips ops with several outputs (a rotary
+    table looked up by positions and cut into sin and cos, once the positions' broadcast has gone)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for node in list(model.graph):
+            if node.op_type != "Split" or node.domain not in ("", "ai.onnx") or not node.inputs:
+                continue
+            parts = _split_parts(node)
+            if parts is None:
+                continue
+            for out, part in zip(node.outputs, parts):
+                folded = ir.Value(name=out.name, type=out.type, shape=ir.Shape(part.shape),
+                                  const_value=ir.tensor(part, name=out.name))
+                model.graph.register_initializer(_renamed(model.graph, folded))
+                out.replace_all_uses_with(folded, replace_graph_outputs=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _split_parts(node: ir.Node) -> list[np.ndarray] | None:
+    """The parts of a Split whose input and sizes are constants, within the folding limits; else None."""
+    x = node.inputs[0]
+    arr = x.const_value.numpy() if x is not None and x.const_value is not None else None
+    if arr is None or arr.size > FOLD_MAX_ELEMENTS or arr.ndim == 0:
+        return None
+    axis = node.attributes.get_int("axis", 0) % arr.ndim
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        sizes = node.inputs[1].const_value
+        if sizes is None:
+            return None
+        bounds = np.cumsum(sizes.numpy())[:-1]
+    elif arr.shape[axis] % len(node.outputs) == 0:
+        bounds = np.arange(1, len(node.outputs)) * (arr.shape[axis] // len(node.outputs))
+    else:
+        return None
+    parts = np.split(arr, bounds, axis=axis)
+    return parts if len(parts) == len(node.outputs) else None
+
+
+def _renamed(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    """``value`` under a name no initializer of ``graph`` has yet."""
+    base, k = value.name or "split_part", 0
+    while value.name is None or value.name in graph.initializers:
+        k += 1
+        value.name = f"{base}_{k}"
+    return value
 
 
 class _UniqueNamesPass(ir.passes.InPlacePass):

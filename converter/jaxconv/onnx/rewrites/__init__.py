@@ -243,12 +243,13 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["head_merge"] = head_merge.rewrite(model.graph)
     fired["transposes"] = transposes.rewrite(model.graph)
-    fired["rotary"] = rotary.rewrite(model.graph)
-    fired["negated_products"] = activations.negated_products(model.graph)  # after split_matmul's parts
     if symbolic_inputs:  # again: the rules above leave Expands to run-time shapes (a mask's fill, a padding
-        # mask of ones); before tri_masks, which reads the mask they hide; rms_norm's Muls by ones stay
+        # mask of ones, positions broadcast over the batch); before rotary, which reads the tables those
+        # positions look up, and tri_masks, which reads the mask they hide; rms_norm's Muls by ones stay
         for graph in list(_match.all_graphs(model.graph)):
             fired["symbolic"] += symbolic.rewrite(graph, keep_unit_muls=True)
+    fired["rotary"] = rotary.rewrite(model.graph)
+    fired["negated_products"] = activations.negated_products(model.graph)  # after split_matmul's parts
     fired["tri_masks"] = tri_masks.rewrite(model.graph)
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)

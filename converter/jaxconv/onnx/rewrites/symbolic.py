@@ -755,36 +755,71 @@ def _broadcast_by_readers(value: ir.Value, small: Dims, shapes: _Shapes, seen: s
     uses = m.live_uses(value)
     if value.is_graph_output() or not uses or depth >= _CHAIN_LIMIT:
         return False
-    for use in uses:
-        node = use.node
-        if id(node) in seen or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+    for node in dict.fromkeys(use.node for use in uses):  # a node reading ``value`` twice is one reader
+        if id(node) in seen or node.domain not in ("", "ai.onnx"):
             return False
         seen.add(id(node))
-        out = shapes.shape(node.outputs[0])
-        new = _moved_as(node, value, small, shapes)
-        if out is None or new is None or len(new) != len(out):
+        news = _moved_split(node, value, small, shapes) if node.op_type == "Split" else \
+            [_moved_as(node, value, small, shapes)] if len(node.outputs) == 1 else None
+        if news is None or len(news) != len(node.outputs):
             return False
-        if new == out:
-            continue
-        moved.append((node.outputs[0], new))
-        if not _broadcast_by_readers(node.outputs[0], new, shapes, seen, moved, depth + 1):
-            return False
+        for output, new in zip(node.outputs, news):
+            out = shapes.shape(output)
+            if out is None or new is None or len(new) != len(out):
+                return False
+            if new == out:
+                continue
+            moved.append((output, new))
+            if not _broadcast_by_readers(output, new, shapes, seen, moved, depth + 1):
+                return False
     return True
 
 
 _CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the ops that broadcast its result anyway
 
 
+def _moved_split(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> list[Dims | None] | None:
+    """The shapes of a Split's outputs when its input ``value`` has the shape ``small``, split along an
+    axis ``small`` has whole (a rotary table looked up by broadcast positions, cut into cos and sin)."""
+    big = shapes.shape(value)
+    if node.inputs[0] is not value or big is None or len(big) != len(small):
+        return None
+    axis = m.attr(node, "axis", 0) % len(big)
+    if small[axis] != big[axis]:
+        return None
+    saved = shapes.shapes.get(id(value))
+    shapes.shapes[id(value)] = small
+    try:
+        parts = shapes._split_parts(node)
+    finally:
+        if saved is None:
+            del shapes.shapes[id(value)]
+        else:
+            shapes.shapes[id(value)] = saved
+    return None if parts is None else list(parts)
+
+
 def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> Dims | None:
     """The shape of ``node``'s output when its input ``value`` has the shape ``small``: an elementwise op,
-    an Unsqueeze of constant axes, a Transpose, or a reduction over axes that ``small`` has whole (each
-    commutes with broadcasting: keras-hub Gemma 2's check for rows its mask leaves empty, a ReduceMin
-    over the keys); else None."""
+    an Unsqueeze of constant axes, a Transpose, a Gather of ``value`` as indices (position ids broadcast
+    over the batch, looked up in the position table), a Concat of ``value`` with itself or a reduction
+    along axes that ``small`` has whole (a rotary's halves repeated; keras-hub Gemma 2's check for rows
+    its mask leaves empty, a ReduceMin over the keys). Each commutes with broadcasting; else None."""
     if node.op_type in _REDUCE and node.inputs[0] is value:
         axes, big = m.reduce_axes(node), shapes.shape(value)
         if axes is None or big is None or len(big) != len(small) or not axes:
             return None
         if any(small[k % len(big)] != big[k % len(big)] for k in axes):
+            return None
+    elif node.op_type == "Gather":  # a lookup of broadcast indices is the broadcast of the lookup
+        if len(node.inputs) != 2 or node.inputs[1] is not value or node.inputs[0] is value:
+            return None
+    elif node.op_type == "Concat":  # of ``value`` with itself along an axis it has whole
+        big = shapes.shape(value)
+        if big is None or len(big) != len(small) or any(i is not value for i in node.inputs):
+            return None
+        axis = m.attr(node, "axis", 0) % len(big)
+        if small[axis] != big[axis]:
             return None
     elif node.op_type not in _BROADCASTING and node.op_type not in _POINTWISE_UNARY and (
             node.op_type not in ("Transpose", "Unsqueeze") or node.inputs[0] is not value):
