@@ -126,6 +126,11 @@ DFT_ZEROS = ("an FFT is a product with a DFT matrix in the artifact (README: Kno
              "butterflies and gives a number (jax.jit: fft2 of ones with one -inf has an imaginary half of zeros, "
              "the artifact NaN; ifft2 of a 1 x 1 value with a NaN imaginary part keeps its real part)")
 
+FFT_ABSORBED = ("jax.jit's FFT (XLA's pocketfft butterflies) adds a huge input to the others before the twiddles that "
+                "cancel it, and their digits are absorbed; the artifact multiplies each input by its own twiddle (exact "
+                "zeros and ones at half and quarter turns) and keeps them: here the artifact has the exact value "
+                "(ifft2 of a [2, 6] signal with one 3.4e38 imaginary part: 0.7501 exactly, jax.jit 0.2897)")
+
 # The products of conformance/fuzz/models.py's layers: sums over a contracted axis, as matmul and conv.
 MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense_k", "dense_v", "dense_out", "dense_qkv",
               "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "lstm_fused", "lstm_flax",
@@ -191,6 +196,7 @@ KNOWN: tuple[Known, ...] = (
       for kind in ("nan", "inf", "value", "signed-zero")),
     # a filter in the frequency domain makes the infinity itself: a huge input's spectrum times the filter
     *(Known(f"ifft2_filter/*/{kind}", DFT_ZEROS, HUGE) for kind in ("nan", "inf", "value")),
+    *(Known(f"{op}/*/value", FFT_ABSORBED, HUGE) for op in FFT_STEPS if op != "ifft2_filter"),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
                                                               "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS)),
     Known("reduce_window_add/bf16/value", BF16_WINDOWS, frozenset({"window-2d"})),
