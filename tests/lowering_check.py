@@ -145,9 +145,9 @@ def without_unit_muls(monkeypatch: Any) -> None:
 
     through = symbolic._broadcast_source
 
-    def expands_only(value: Any) -> Any:
+    def expands_only(value: Any, keep_unit_muls: bool = False) -> Any:
         node = _match.producer(value)
-        return None if node is not None and node.op_type == "Mul" else through(value)
+        return None if node is not None and node.op_type == "Mul" else through(value, keep_unit_muls)
 
     monkeypatch.setattr(unit_scale, "rewrite", lambda graph: 0)
     monkeypatch.setattr(symbolic, "_unit_mul", lambda node, shapes: False)
