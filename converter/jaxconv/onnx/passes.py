@@ -279,9 +279,10 @@ class _FoldSplitsPass(ir.passes.InPlacePass):
             if parts is None:
                 continue
             for out, part in zip(node.outputs, parts):
-                folded = ir.Value(name=out.name, type=out.type, shape=ir.Shape(part.shape),
-                                  const_value=ir.tensor(part, name=out.name))
-                model.graph.register_initializer(_renamed(model.graph, folded))
+                folded = _renamed(model.graph, ir.Value(name=f"{out.name or 'split'}_folded", type=out.type,
+                                                        shape=ir.Shape(part.shape)))
+                folded.const_value = ir.tensor(part, name=folded.name)
+                model.graph.register_initializer(folded)
                 out.replace_all_uses_with(folded, replace_graph_outputs=True)
             modified = True
         return ir.passes.PassResult(model, modified)
@@ -299,6 +300,8 @@ def _split_parts(node: ir.Node) -> list[np.ndarray] | None:
         if sizes is None:
             return None
         bounds = np.cumsum(sizes.numpy())[:-1]
+    elif "split" in node.attributes:  # opsets before 13
+        bounds = np.cumsum(node.attributes.get_ints("split", []))[:-1]
     elif arr.shape[axis] % len(node.outputs) == 0:
         bounds = np.arange(1, len(node.outputs)) * (arr.shape[axis] // len(node.outputs))
     else:
@@ -309,7 +312,7 @@ def _split_parts(node: ir.Node) -> list[np.ndarray] | None:
 
 def _renamed(graph: ir.Graph, value: ir.Value) -> ir.Value:
     """``value`` under a name no initializer of ``graph`` has yet."""
-    base, k = value.name or "split_part", 0
+    base, k = value.name, 0
     while value.name is None or value.name in graph.initializers:
         k += 1
         value.name = f"{base}_{k}"
