@@ -68,9 +68,9 @@ def _dims(value: ir.Value | None) -> Dims | None:
 
 
 def _gathered(gather: ir.Node) -> _Repeat | None:
-    """The repeat when ``gather`` repeats each of the ``n`` entries of a known axis of
-    its source ``g > 1`` times (``repeat_gathers``' form of ``jnp.repeat``), read through the Reshapes that
-    rule puts around it back to the Gather's own shape."""
+    """The repeat when ``gather`` repeats each of the ``n`` entries of a known axis of its source ``g > 1``
+    times: indexing by constant indices (``k[:, :, [0, 0, 1, 1]]``), or ``repeat_gathers``' form of
+    ``jnp.repeat`` read through the Reshapes around it back to the Gather's own shape."""
     if gather.domain != "" or len(gather.inputs) != 2 or gather.inputs[0] is None:
         return None
     src = _dims(gather.inputs[0])
