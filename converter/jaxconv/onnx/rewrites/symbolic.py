@@ -51,8 +51,9 @@ dimension, or an internal ``?``-prefixed name for a dimension only this analysis
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from typing import Union
+from typing import Iterator, Union
 
 import numpy as np
 import onnx_ir as ir
@@ -122,6 +123,19 @@ class _Shapes:
             else:
                 dims.append(f"?{id(v)}:{k}")
         return tuple(dims)
+
+    @contextlib.contextmanager
+    def assuming(self, v: ir.Value, dims: Dims) -> Iterator[None]:
+        """``v``'s shape taken as ``dims`` inside the block (what a rule would make it), as it was after."""
+        known, saved = id(v) in self.shapes, self.shapes.get(id(v))
+        self.shapes[id(v)] = tuple(dims)
+        try:
+            yield
+        finally:
+            if known:
+                self.shapes[id(v)] = saved
+            else:
+                del self.shapes[id(v)]
 
     def fresh(self) -> str:
         return f"?n{next(self._fresh)}"
@@ -781,21 +795,10 @@ _CHAIN_LIMIT = 16  # elementwise ops followed from an Expand to the ops that bro
 def _moved_split(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> list[Dims | None] | None:
     """The shapes of a Split's outputs when its input ``value`` has the shape ``small``, split along an
     axis ``small`` has whole (a rotary table looked up by broadcast positions, cut into cos and sin)."""
-    big = shapes.shape(value)
-    if node.inputs[0] is not value or big is None or len(big) != len(small):
+    if node.inputs[0] is not value or not _whole_along(value, small, [m.attr(node, "axis", 0)], shapes):
         return None
-    axis = m.attr(node, "axis", 0) % len(big)
-    if small[axis] != big[axis]:
-        return None
-    saved = shapes.shapes.get(id(value))
-    shapes.shapes[id(value)] = small
-    try:
+    with shapes.assuming(value, small):
         parts = shapes._split_parts(node)
-    finally:
-        if saved is None:
-            del shapes.shapes[id(value)]
-        else:
-            shapes.shapes[id(value)] = saved
     return None if parts is None else list(parts)
 
 
@@ -806,36 +809,32 @@ def _moved_as(node: ir.Node, value: ir.Value, small: Dims, shapes: _Shapes) -> D
     along axes that ``small`` has whole (a rotary's halves repeated; keras-hub Gemma 2's check for rows
     its mask leaves empty, a ReduceMin over the keys). Each commutes with broadcasting; else None."""
     if node.op_type in _REDUCE and node.inputs[0] is value:
-        axes, big = m.reduce_axes(node), shapes.shape(value)
-        if axes is None or big is None or len(big) != len(small) or not axes:
-            return None
-        if any(small[k % len(big)] != big[k % len(big)] for k in axes):
+        if not _whole_along(value, small, m.reduce_axes(node), shapes):
             return None
     elif node.op_type == "Gather":  # a lookup of broadcast indices is the broadcast of the lookup
         if len(node.inputs) != 2 or node.inputs[1] is not value or node.inputs[0] is value:
             return None
     elif node.op_type == "Concat":  # of ``value`` with itself along an axis it has whole
-        big = shapes.shape(value)
-        if big is None or len(big) != len(small) or any(i is not value for i in node.inputs):
-            return None
-        axis = m.attr(node, "axis", 0) % len(big)
-        if small[axis] != big[axis]:
+        if any(i is not value for i in node.inputs) or \
+                not _whole_along(value, small, [m.attr(node, "axis", 0)], shapes):
             return None
     elif node.op_type not in _BROADCASTING and node.op_type not in _POINTWISE_UNARY and (
             node.op_type not in ("Transpose", "Unsqueeze") or node.inputs[0] is not value):
         return None
-    known = id(value) in shapes.shapes
-    saved = shapes.shapes.get(id(value))
-    shapes.shapes[id(value)] = small
-    try:
-        return shapes._infer(node)
-    except (ValueError, IndexError, TypeError):
-        return None
-    finally:
-        if known:
-            shapes.shapes[id(value)] = saved
-        else:
-            del shapes.shapes[id(value)]
+    with shapes.assuming(value, small):
+        try:
+            return shapes._infer(node)
+        except (ValueError, IndexError, TypeError):
+            return None
+
+
+def _whole_along(value: ir.Value, small: Dims, axes, shapes: _Shapes) -> bool:
+    """Whether ``small``, the shape ``value`` would have, has each of ``axes`` (at least one) as ``value``
+    has it: an op along those axes then commutes with the broadcast from ``small``."""
+    big = shapes.shape(value)
+    if not axes or big is None or len(big) != len(small):
+        return False
+    return all(small[int(k) % len(big)] == big[int(k) % len(big)] for k in axes)
 
 
 def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
