@@ -174,6 +174,7 @@ class _Cell:
     def __init__(self, loop: ir.Node, h_in: ir.Value, counter: ir.Value):
         self.loop, self.h_in, self.counter = loop, h_in, counter
         self.xs: ir.Value | None = None
+        self.batch_major = False  # the projections read xs as [batch, steps, width] (``_projection``)
         self.rows: list[int] = []
 
     def sequence(self, steps: int) -> tuple[ir.Value, int, int] | None:
@@ -183,6 +184,8 @@ class _Cell:
         dims = _static_shape(xs) if xs is not None else None
         if dims is None or len(dims) != 3:
             return None
+        if self.batch_major:
+            dims = [dims[1], dims[0], dims[2]]
         batch, n_in = dims[1], dims[2]
         if dims[0] != steps or not isinstance(n_in, int):
             return None
@@ -225,23 +228,35 @@ class _Cell:
         return _Linear(b=_cut(rows[0], cols))
 
     def _projection(self, value: ir.Value, cols: tuple[int, int] | None) -> _Linear | None:
-        """``Squeeze(Slice(MatMul(xs, w), t, t + 1, axes=[0]))`` with the MatMul before the Loop."""
-        sq = m.producer(value, "Squeeze")
-        sl = m.producer(sq.inputs[0], "Slice") if sq is not None else None
-        outer = m.producer(sl.inputs[0], "MatMul") if sl is not None and len(sl.inputs) >= 4 else None
+        """``Squeeze(Slice(P, t, t + 1, axes=[0]))`` (or a Reshape dropping that axis) with ``P = MatMul(xs, w)``
+        computed before the Loop,
+        or ``P`` that product plus a constant bias over its columns, or either made time-major by a
+        ``Transpose(perm=[1, 0, 2])`` of the product over the batch-major sequence (Keras' GRU
+        projects the whole ``[batch, steps, width]`` input, then scans the steps)."""
+        row = m.producer(value, "Squeeze", "Reshape")
+        sl = m.producer(row.inputs[0], "Slice") if row is not None else None
+        if sl is None or len(sl.inputs) < 4:
+            return None
+        outer, bias, batch_major = _outer_product(sl.inputs[0])
         if outer is None or outer.graph is not self.loop.graph:
             return None
         axes = m.const(sl.inputs[3])
         w = _weight(outer.inputs[1])
         if axes is None or list(np.atleast_1d(axes)) != [0] or w is None or w.ndim != 2:
             return None
+        if row.op_type == "Reshape" and not _drops_leading_one(row, sl.inputs[0], w.shape[1]):
+            return None
         if not _is_counter_index(sl.inputs[1], self.counter):
             return None
         if self.xs is None:
-            self.xs = outer.inputs[0]
-        if outer.inputs[0] is not self.xs:
+            self.xs, self.batch_major = outer.inputs[0], batch_major
+        if outer.inputs[0] is not self.xs or batch_major != self.batch_major:
             return None
-        return _Linear(wx=_cut(w, cols), projs=[outer])
+        part = _Linear(wx=_cut(w, cols), projs=[outer])
+        if bias is None:
+            return part
+        b = self._bias(bias.reshape(-1, bias.shape[-1]) if bias.ndim else bias, cols)
+        return part.plus(b) if b is not None else None
 
     def gate(self, value: ir.Value | None) -> _Linear | None:
         """The pre-activation of ``value = sigmoid(a)`` or of columns of ``sigmoid(a)``."""
@@ -280,6 +295,41 @@ def _weight(value: ir.Value | None, depth: int = 4) -> np.ndarray | None:
 
 def _cut(arr: np.ndarray, cols: tuple[int, int] | None) -> np.ndarray:
     return arr if cols is None else arr[..., cols[0]:cols[1]]
+
+
+def _outer_product(value: ir.Value | None) -> tuple[ir.Node | None, np.ndarray | None, bool]:
+    """(``MatMul(xs, w)``, a constant bias added to it or None, whether a ``Transpose(perm=[1, 0, 2])``
+    made it time-major) for ``value``, the sequence of projected rows a Loop reads; (None, None, False)
+    for any other value."""
+    bias, batch_major = None, False
+    for _ in range(2):  # the bias and the Transpose, in either order
+        add = m.binary(m.producer(value), "Add")
+        tr = m.producer(value, "Transpose")
+        if add is not None and bias is None:
+            for a, b in (add, add[::-1]):
+                arr = _weight(b)
+                if arr is not None and m.producer(a, "MatMul", "Transpose", "Add") is not None:
+                    bias, value = arr, a
+                    break
+            else:
+                return None, None, False
+        elif tr is not None and not batch_major and list(m.attr(tr, "perm", []) or []) == [1, 0, 2]:
+            batch_major, value = True, tr.inputs[0]
+        else:
+            break
+    outer = m.producer(value, "MatMul")
+    if outer is None or (bias is not None and (bias.ndim > 3 or bias.dtype != np.float32)):
+        return None, None, False
+    return outer, bias, batch_major
+
+
+def _drops_leading_one(reshape: ir.Node, rows: ir.Value, width: int) -> bool:
+    """True when ``reshape`` turns one step's ``[1, batch, width]`` of ``rows`` into ``[batch, width]``."""
+    shape = m.const(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
+    dims = _static_shape(rows)
+    if shape is None or shape.ndim != 1 or len(shape) != 2 or dims is None or len(dims) != 3:
+        return False
+    return int(shape[1]) == width and (int(shape[0]) == -1 or int(shape[0]) == dims[1])
 
 
 def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value, int, int] | None:
@@ -429,8 +479,23 @@ def _match(loop: ir.Node) -> dict | None:
     if any(b.shape != (hidden,) for b in bias.values()) or not _state_fits(loop, 3, batch, hidden):
         return None
     projs = list(dict.fromkeys(p for part in (z, r, n_x) for p in part.projs))
-    return {"projs": projs, "xs": xs, "wx": wx, "wh": wh, "b": bias, "hidden": hidden, "steps": steps,
-            "h0": loop.inputs[3], "linear_before_reset": before}
+    return {"projs": projs, "xs": xs, "batch_major": cell.batch_major, "wx": wx, "wh": wh, "b": bias,
+            "hidden": hidden, "steps": steps, "h0": loop.inputs[3], "linear_before_reset": before}
+
+
+def op_sequence(got: dict) -> tuple[list[ir.Node], ir.Value]:
+    """(nodes to add, the value) for the ``[steps, batch, width]`` sequence an RNN op reads: the matched
+    ``xs``, or its ``Transpose`` where the cell's projections read it batch-major (ORT's RNN ops reject
+    ``layout=1``)."""
+    xs = got["xs"]
+    if not got["batch_major"]:
+        return [], xs
+    node = ir.node("Transpose", [xs], {"perm": [1, 0, 2]})
+    node.outputs[0].type = xs.type or ir.TensorType(ir.DataType.FLOAT)  # the rules match float32 weights only
+    dims = _static_shape(xs)
+    if dims is not None:
+        node.outputs[0].shape = ir.Shape([dims[1], dims[0], dims[2]])
+    return [node], node.outputs[0]
 
 
 def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -445,7 +510,7 @@ def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _batch_size(got: dict) -> int:
     """The matched sequence's batch, a symbolic one at the largest size a model's thread record weighs."""
-    batch = got["xs"].shape[1]
+    batch = got["xs"].shape[0 if got["batch_major"] else 1]
     return batch if isinstance(batch, int) else max(thread_count.RECORD_SIZES)
 
 
@@ -493,20 +558,21 @@ def rewrite(graph: ir.Graph) -> int:
         axis0 = _const(graph, "gru_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "gru_axis1", np.array([1], np.int64))
         h0 = _initial_state(got["h0"], axis0)
-        gru = ir.node("GRU", [got["xs"], w, r, b, None, h0.outputs[0] if h0 else None],
+        pre, xs = op_sequence(got)
+        gru = ir.node("GRU", [xs, w, r, b, None, h0.outputs[0] if h0 else None],
                       {"hidden_size": hdim, "linear_before_reset": int(got["linear_before_reset"])},
                       num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
-        batch = got["xs"].shape[1]
+        batch = xs.shape[1]
         for out in (ys.outputs[0], h_last.outputs[0]):
-            out.type = got["xs"].type
+            out.type = xs.type
         ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
         h_last.outputs[0].shape = ir.Shape([batch, hdim])
         counter_dtype = loop.outputs[0].dtype
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
-        fast = [n for n in (h0, gru, ys, h_last, final) if n]
+        fast = [*pre, *(n for n in (h0, gru, ys, h_last, final) if n)]
         fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]]
         _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]])
         count += 1

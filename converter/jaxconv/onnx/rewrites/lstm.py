@@ -143,7 +143,8 @@ def _match(loop: ir.Node) -> dict | None:
     if not all(_state_fits(loop, k, batch, hidden) for k in (3, 4)):
         return None
     projs = list(dict.fromkeys(pr for part in parts.values() for pr in part.projs))
-    return {"projs": projs, "xs": xs, "arrays": arrays, "hidden": hidden, "steps": steps, "k_h": k_h,
+    return {"projs": projs, "xs": xs, "batch_major": cell.batch_major, "arrays": arrays, "hidden": hidden,
+            "steps": steps, "k_h": k_h,
             "h0": loop.inputs[3 + k_h], "c0": loop.inputs[4 - k_h]}
 
 
@@ -173,6 +174,8 @@ def rewrite(graph: ir.Graph) -> int:
     only when the sequence and the initial state are finite (``If(ReduceSumSquare(x) < inf)``, see
     ``_guarded``); otherwise the exact Loop runs.
     """
+    from jaxconv.onnx.rewrites.gru import op_sequence
+
     count = 0
     for loop in [n for n in graph if n.op_type == "Loop" and n.domain == ""]:
         got = _match(loop)
@@ -187,20 +190,21 @@ def rewrite(graph: ir.Graph) -> int:
         axis0 = _const(graph, "lstm_axis0", np.array([0], np.int64))
         axis1 = _const(graph, "lstm_axis1", np.array([1], np.int64))
         h0, c0 = _initial_state(got["h0"], axis0), _initial_state(got["c0"], axis0)
-        lstm = ir.node("LSTM", [got["xs"], w, r, b, None, *(n.outputs[0] if n else None for n in (h0, c0))],
+        pre, xs = op_sequence(got)
+        lstm = ir.node("LSTM", [xs, w, r, b, None, *(n.outputs[0] if n else None for n in (h0, c0))],
                        {"hidden_size": hdim}, num_outputs=3)
         ys = ir.node("Squeeze", [lstm.outputs[0], axis1])
         h_last = ir.node("Squeeze", [lstm.outputs[1], axis0])
         c_last = ir.node("Squeeze", [lstm.outputs[2], axis0])
-        batch = got["xs"].shape[1]
+        batch = xs.shape[1]
         for out in (ys.outputs[0], h_last.outputs[0], c_last.outputs[0]):
-            out.type = got["xs"].type
+            out.type = xs.type
         ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
         h_last.outputs[0].shape = c_last.outputs[0].shape = ir.Shape([batch, hdim])
         counter_dtype = loop.outputs[0].dtype
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
-        fast = [n for n in (h0, c0) if n] + [lstm, ys, h_last, c_last, final]
+        fast = [*pre, *(n for n in (h0, c0) if n), lstm, ys, h_last, c_last, final]
         state = [h_last.outputs[0], c_last.outputs[0]]
         fast_out = [final.outputs[0], *(state if got["k_h"] == 0 else state[::-1]), ys.outputs[0]]
         fast_out = fast_out[:len(loop.outputs)]  # a Loop without ys: the final state only
