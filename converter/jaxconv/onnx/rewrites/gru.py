@@ -436,18 +436,20 @@ def _sum(cell: _Cell, values: list[ir.Value]) -> _Linear | None:
 
 def _match(loop: ir.Node) -> dict | None:
     body = loop.attributes["body"].value
-    if len(loop.inputs) != 4 or len(body.inputs) != 4 or len(body.outputs) != 4 or len(loop.outputs) != 3:
-        return None
+    if len(loop.inputs) != 4 or len(body.inputs) != 4 or (len(body.outputs), len(loop.outputs)) not in ((4, 3), (3, 2)):
+        return None  # (3, 2): no ys (Keras' GRU without return_sequences keeps the final state only)
     if loop.inputs[0] is not None:
         return None
     steps = _loop_shape(loop)
     if steps is None:
         return None
     counter, h_in = body.inputs[2], body.inputs[3]
-    h_out, ys = body.outputs[2], body.outputs[3]
-    ident = m.producer(ys, "Identity")
-    if (ident.inputs[0] if ident is not None else ys) is not h_out:
-        return None
+    h_out = body.outputs[2]
+    if len(body.outputs) == 4:
+        ys = body.outputs[3]
+        ident = m.producer(ys, "Identity")
+        if (ident.inputs[0] if ident is not None else ys) is not h_out:
+            return None
     zn = _update(h_out, h_in)
     tanh = m.producer(zn[1], "Tanh") if zn is not None else None
     if tanh is None:
@@ -573,7 +575,7 @@ def rewrite(graph: ir.Graph) -> int:
         dtype = counter_dtype.numpy() if counter_dtype else np.int64
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
         fast = [*pre, *(n for n in (h0, gru, ys, h_last, final) if n)]
-        fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]]
+        fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]][:len(loop.outputs)]
         _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]])
         count += 1
     return count

@@ -1,8 +1,11 @@
-"""RNN cells whose input projection runs over the whole batch-major sequence before the scan, as Keras'
-GRU writes it (``x @ kernel + bias`` on ``[batch, steps, width]``, transposed to time-major, the steps
-scanned): the GRU and LSTM rules read that projection (``gru._outer_product``) and the RNN op runs on
-the sequence transposed once (keras_rnn: 1.65x jax.jit -> 0.85x). Each: the op in the finite branch,
-outputs within the converter's tolerance of jax.jit on inputs with NaN, infinities and -0.0."""
+"""RNN cells as Keras writes them reach the RNN rules (jaxconv.onnx.rewrites gru, lstm).
+
+Keras' GRU projects the whole batch-major sequence before the scan (``x @ kernel + bias`` on ``[batch,
+steps, width]``, transposed to time-major, the steps scanned): the rules read that projection
+(``gru._outer_product``) and the op runs on the sequence transposed once (keras_rnn: 1.65x jax.jit ->
+0.85x). Without ``return_sequences`` the scan keeps only its final state (a Loop without ys): the GRU op
+too (a stacked Keras GRU: 1.35x -> 0.56x). Each: the op in the finite branch, outputs within the
+converter's tolerance of jax.jit on inputs with NaN, infinities and -0.0."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ def _w(rng, *shape, scale=0.3):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _keras_gru(bias_after_transpose: bool = False):
+def _keras_gru(bias_after_transpose: bool = False, final_only: bool = False):
     """Keras' GRU (reset_after, gates z, r, h): the input projection over [batch, steps, width] first."""
     rng = np.random.default_rng(0)
     wx, wh, bx, bh = _w(rng, _I, 3 * _H), _w(rng, _H, 3 * _H), _w(rng, 3 * _H, scale=0.1), _w(rng, 3 * _H, scale=0.1)
@@ -41,6 +44,8 @@ def _keras_gru(bias_after_transpose: bool = False):
             h = z * h + (1 - z) * n
             return h, h
 
+        if final_only:
+            return jax.lax.scan(lambda h, gx: (cell(h, gx)[0], None), jnp.zeros((x.shape[0], _H)), gxs)[0]
         _, ys = jax.lax.scan(cell, jnp.zeros((x.shape[0], _H)), gxs)
         return jnp.transpose(ys, (1, 0, 2))
     return fn
@@ -84,8 +89,9 @@ def _assert_near_jax(model, fn):
 @pytest.mark.parametrize("make, op", [
     (_keras_gru, "GRU"),
     (lambda: _keras_gru(bias_after_transpose=True), "GRU"),
+    (lambda: _keras_gru(final_only=True), "GRU"),
     (_projected_lstm, "LSTM"),
-], ids=["gru", "gru-bias-after-transpose", "lstm"])
+], ids=["gru", "gru-bias-after-transpose", "gru-final-state", "lstm"])
 def test_projection_over_the_batch_major_sequence_is_the_rnn_op(make, op):
     fn = make()
     model = jaxconv.to_onnx(fn, f"f32[{_B},{_T},{_I}]", check=False)
@@ -138,3 +144,21 @@ def test_keras_gru_layer_is_the_gru_op():
     main, body = _ops(model)
     assert main["If"] == 1 and body["GRU"] == 1 and main["Scan"] == 0, (main, body)
     _assert_near_jax(model, fn)
+
+
+def test_keras_stacked_gru_whose_last_layer_keeps_its_final_state_is_two_gru_ops():
+    """keras.layers.GRU(return_sequences=True) then GRU(): the second scan has no ys."""
+    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+        pytest.skip("Keras runs on another backend here")
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "jax":
+        pytest.skip("Keras runs on another backend here")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((_T, _I)), keras.layers.GRU(_H, return_sequences=True),
+                              keras.layers.GRU(_H)])
+    fn = lambda x: model(x, training=False)  # noqa: E731
+    onnx_model = jaxconv.to_onnx(fn, f"f32[{_B},{_T},{_I}]", check=False)
+    main, body = _ops(onnx_model)
+    assert main["If"] == 2 and body["GRU"] == 2 and main["Scan"] == 0, (main, body)
+    _assert_near_jax(onnx_model, fn)
