@@ -162,3 +162,30 @@ def test_keras_stacked_gru_whose_last_layer_keeps_its_final_state_is_two_gru_ops
     main, body = _ops(onnx_model)
     assert main["If"] == 2 and body["GRU"] == 2 and main["Scan"] == 0, (main, body)
     _assert_near_jax(onnx_model, fn)
+
+
+def _elman_cell(rng, n_in):
+    wx, wh, b = _w(rng, n_in, _H), _w(rng, _H, _H), _w(rng, _H, scale=0.1)
+    return lambda h, x: (jnp.tanh(x @ wx + b + h @ wh),) * 2
+
+
+def test_stacked_scan_reads_the_previous_layers_rows_transposed_twice():
+    """Keras' stacked SimpleRNN: the second layer scans the first's outputs transposed to batch-major and
+    back, projected by its kernel; shape inference leaves their row count unknown, and it is still the
+    first scan's steps (``loops._rows``), so the second Scan reads its rows as a scan input instead of a
+    Slice of the whole sequence at each step (a Keras SimpleRNN pair: 1.88x -> 1.16x jax.jit)."""
+    rng = np.random.default_rng(4)
+    first, second = _elman_cell(rng, _I), _elman_cell(rng, _H)
+
+    def fn(x):
+        h0 = jnp.zeros((x.shape[0], _H))
+        _, ys = jax.lax.scan(first, h0, jnp.transpose(x, (1, 0, 2)))
+        ys = jnp.transpose(jnp.transpose(ys, (1, 0, 2)), (1, 0, 2))
+        _, zs = jax.lax.scan(second, h0, ys)
+        return zs[-1]
+
+    model = jaxconv.to_onnx(fn, f"f32[{_B},{_T},{_I}]", check=False)
+    main, body = _ops(model)
+    assert main["Scan"] == 2 and main["Loop"] == 0, main
+    assert body["Slice"] == 0 and body["Clip"] == 0, body  # no row read by index in either body
+    _assert_near_jax(model, fn)

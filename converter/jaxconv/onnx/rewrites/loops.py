@@ -773,12 +773,14 @@ _ROW_WISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "
                        "Relu", "Sqrt", "Cast", "Identity", "Where"})
 
 
-def _rows(xs: ir.Value, depth: int = 4) -> int | None:
-    """The row count of ``xs``: its static first dim, or the steps of the Loop or Scan that stacked it (a
-    scan's outputs, whose row count shape inference leaves unknown: the saved values a backward scan reads),
-    also through elementwise ops on such outputs (a cotangent ``2 * hs``)."""
-    if xs.shape is not None and len(xs.shape) >= 1 and isinstance(xs.shape[0], int):
-        return xs.shape[0]
+def _rows(xs: ir.Value, depth: int = 4, axis: int = 0) -> int | None:
+    """The row count of ``xs`` (its size along ``axis``): its static dim, or the steps of the Loop or Scan
+    that stacked it (a scan's outputs, whose row count shape inference leaves unknown: the saved values a
+    backward scan reads), also through elementwise ops on such outputs (a cotangent ``2 * hs``), Transposes
+    and products by a matrix (the next layer's input projection of a stacked RNN: Keras' SimpleRNN layers
+    read the previous layer's outputs transposed twice)."""
+    if xs.shape is not None and len(xs.shape) > axis and isinstance(xs.shape[axis], int):
+        return xs.shape[axis]
     node = xs.producer()
     if node is None or node.domain != "" or depth == 0:
         return None
@@ -788,10 +790,16 @@ def _rows(xs: ir.Value, depth: int = 4) -> int | None:
             if v is None or v.shape is None:
                 return None
             if len(v.shape) == len(xs.shape):
-                found.add(_rows(v, depth - 1))
+                found.add(_rows(v, depth - 1, axis))
         found.discard(1)  # a broadcast row
         return found.pop() if len(found) == 1 else None
-    if node.op_type not in ("Loop", "Scan"):
+    if node.op_type == "Transpose":
+        perm = m.attr(node, "perm", None)
+        return _rows(node.inputs[0], depth - 1, perm[axis]) if perm is not None and axis < len(perm) else None
+    rank = m.rank(node.inputs[0]) if node.inputs else None
+    if node.op_type == "MatMul" and rank is not None and axis < rank - 1 and m.rank(node.inputs[1]) == 2:
+        return _rows(node.inputs[0], depth - 1, axis)  # a projection of every row
+    if node.op_type not in ("Loop", "Scan") or axis != 0:
         return None
     k = list(node.outputs).index(xs)
     if node.op_type == "Loop":
