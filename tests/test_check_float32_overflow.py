@@ -102,3 +102,32 @@ def test_on_edge_values_other_values_where_jit_overflows_are_undecided_only_when
     row, cls = judge("y", e, np.zeros(3, np.float32), refs=References(float64=np.array([np.inf, 1.0, 2.0])),
                      inputs="edge")
     assert known_differences.as_jit_overflow([row], [cls], [np.array([np.inf, 1.0, 2.0])], [e])[0].verdict == "mismatch"
+
+
+def _dot(x):
+    return x @ np.ones((4, 3), np.float32)
+
+
+def test_on_edge_values_the_artifacts_own_overflow_in_a_sum_is_undecided():
+    """The artifact NaN or inf where jax.jit and float64 are finite (or where it has float64's own NaN),
+    on inputs near the float range in a program of products: undecided (another order of a sum of huge
+    terms, as ONNX Runtime's AVX-512 convolutions reach inf - inf); a mismatch where an element is off
+    otherwise, where no input is that large, on random inputs, or where the program sums nothing."""
+    huge = np.array([[3.4e38, -3.4e38, 1.0, 2.0]], np.float32)
+    small = np.array([[1.0, -1.0, 1.0, 2.0]], np.float32)
+    spec = [jax.ShapeDtypeStruct((1, 4), np.float32)]
+    e = np.array([0.5, np.inf, 2.0], np.float32)
+    t = np.array([0.5, np.nan, 2.0])
+    for a, fn, x, inputs, verdict in (
+            ([np.nan, np.nan, 2.0], _dot, huge, "edge", "undecided"),
+            ([np.inf, np.nan, 2.0], _dot, huge, "edge", "undecided"),
+            ([np.nan, 1.0, 2.0], _dot, huge, "edge", "mismatch"),  # 1.0 where float64 is NaN
+            ([np.nan, np.nan, 2.5], _dot, huge, "edge", "mismatch"),  # a finite element off
+            ([np.nan, np.nan, 2.0], _dot, small, "edge", "mismatch"),
+            ([np.nan, np.nan, 2.0], _dot, huge, "random", "mismatch"),
+            ([np.nan, np.nan, 2.0], lambda x: x[:, :3] * 2, huge, "edge", "mismatch")):
+        row, cls = judge("y", e, np.array(a, np.float32), refs=References(float64=t), inputs=inputs)
+        assert row.verdict == "mismatch", row
+        (out,) = known_differences.as_artifact_overflow([row], [cls], fn, spec, [x], [t], [e], [np.array(a, np.float32)])
+        assert out.verdict == verdict and out.ok == (verdict != "mismatch"), (a, inputs, out)
+        assert (known_differences.ARTIFACT_OVERFLOW_NOTE in out.note) == (verdict == "undecided"), out.note
