@@ -100,6 +100,9 @@ faster without changing the numbers:
 - ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell and hk.GRU too) as the ONNX GRU
   op where each step's products are small enough for ORT to run on one thread, or up to 8x that size where
   the model records one intra-op thread (larger, the Scan is faster);
+- ``nearest_resize``: nearest-neighbour upsampling by whole factors (``jnp.repeat`` of spatial axes, Keras'
+  UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
+  it); one that stays NHWC goes back to Gathers;
 - ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
   or an infinity (ORT's Where branches on every element), last.
@@ -143,6 +146,7 @@ from jaxconv.onnx.rewrites import (
     mask_min,
     matmul_order,
     nan_reduce,
+    nearest_resize,
     pooling,
     range_checks,
     repeat_gathers,
@@ -260,6 +264,10 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["kv_broadcast"] = kv_broadcast.rewrite(model.graph)  # before repeat_gathers: the Expands it copies
+    fired["nearest_resize"] = nearest_resize.rewrite(model.graph)  # after kv_broadcast: its repeats are no copies
+    if fired["nearest_resize"]:  # the upsampling's NHWC Transposes through the Resize, then what stays NHWC
+        fired["layout"] += layout.rewrite(model.graph)
+        fired["nearest_resize"] -= nearest_resize.spread(model.graph)
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)

@@ -19,7 +19,8 @@ _BINARY = {
 
 
 _UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt,
-          "Reciprocal": np.reciprocal}  # each correctly rounded or exact, as ORT's kernels
+          "Reciprocal": np.reciprocal, "Floor": np.floor,
+          "Ceil": np.ceil}  # each correctly rounded or exact, as ORT's kernels (Floor: jax.image.resize's indices)
 
 
 def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:

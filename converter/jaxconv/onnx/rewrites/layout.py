@@ -7,7 +7,8 @@ Conv. This pass pushes each Transpose down through the ops that do not care abou
 layer's inverse Transpose and both go. A model then keeps one transpose at its input and one at its
 output. A Transpose also moves through an Unsqueeze, Squeeze or Reshape that only inserts or drops
 size-1 axes (a vmapped pooling's added axis: Equinox's CNN kept two Transpose pairs around its pool),
-as that op done first and a Transpose of the new rank after it. Only moves that do not add
+as that op done first and a Transpose of the new rank after it, and through a nearest-neighbour Resize
+(``nearest_resize``: an upsampling between convolutions), its scales permuted. Only moves that do not add
 transposes are made. A constant operand (or one computed from constants, as batch norm's scale) is
 transposed to match; the clean-up folds it.
 
@@ -24,6 +25,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.passes import FOLD_MAX_ELEMENTS
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import nearest_resize
 
 _UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Reciprocal", "Erf", "Sigmoid",
                     "IsNaN", "IsInf", "Not", "Sign", "Floor", "Ceil", "Round", "Identity"})
@@ -136,6 +138,14 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     if op == "Pad" and single and use.inputs[0] is out:
         return _sink_through_pad(graph, t, use)
+    if op == "Resize" and single and use.inputs[0] is out and nearest_resize.is_nearest(use):
+        scales = m.const(use.inputs[2])
+        moved = np.empty_like(scales)
+        moved[perm] = scales  # the scale of the Transpose's axis i goes to x's axis perm[i]
+        c = ir.node("Constant", [], {"value": ir.tensor(moved)})
+        graph.insert_before(use, c)
+        _emit(graph, use, ir.node("Resize", [x, None, c.outputs[0]], attrs), perm)
+        return True
     if op in ("Unsqueeze", "Squeeze", "Reshape") and single and use.inputs[0] is out:
         return _sink_through_unit_axes(graph, t, use)
     if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:

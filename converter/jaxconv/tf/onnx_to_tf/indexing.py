@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxconv.tf.onnx_to_tf.graph import attrs
+from jaxconv.tf.onnx_to_tf.graph import Untranslatable, attrs, static
 from jaxconv.tf.onnx_to_tf.table import handles
 from jaxconv.tf.onnx_to_tf.values import Value
 
@@ -26,6 +26,23 @@ def _along_axis(tf: Any, node: Any, ins: list[Value]) -> tuple[Any, int, Any]:
 def gather(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
     x, axis, idx = _along_axis(tr.tf, node, ins)
     return Value(tr.tf.gather(x, idx, axis=axis), ins[0].dtype)
+
+
+@handles("Resize", exact=True)
+def resize(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
+    """The nearest-neighbour Resize by whole factors jaxconv writes for upsampling (``nearest_resize``): each
+    entry repeated ``scale`` times along its axis, ``tf.repeat`` per axis (copies, exact)."""
+    a = attrs(node)
+    scales = static(tr.tf, ins[2]) if len(ins) > 2 else None
+    form = (a.get("mode"), a.get("coordinate_transformation_mode"), a.get("nearest_mode"))
+    if form != ("nearest", "asymmetric", "floor") or scales is None or (len(ins) > 3 and ins[3] is not None) \
+            or any(s < 1 or s != int(s) for s in scales):
+        raise Untranslatable(f"no TF translation of ONNX Resize {form} with scales {scales} ({node.name})")
+    x = ins[0].t
+    for axis, s in enumerate(scales):
+        if s > 1:
+            x = tr.tf.repeat(x, int(s), axis=axis)
+    return Value(x, ins[0].dtype)
 
 
 def _coordinates(tf: Any, idx: Any, axis: int) -> Any:
