@@ -560,6 +560,26 @@ def keras_cnn() -> Model:
     return _keras("keras_cnn", _bn_stats(model), (_image(False),))
 
 
+def keras_upsample() -> Model:
+    """A Keras decoder: strided Conv2D, BatchNormalization, swish, Conv2DTranspose, UpSampling2D, 1x1 sigmoid."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((IMAGE, IMAGE, 3)),
+            layers.Conv2D(16, 3, strides=2, padding="same"),
+            layers.BatchNormalization(),
+            layers.Activation("swish"),
+            layers.Conv2DTranspose(8, 3, strides=2, padding="same"),
+            layers.UpSampling2D(),
+            layers.Conv2D(1, 1, activation="sigmoid"),
+        ]
+    )
+    return _keras("keras_upsample", _bn_stats(model), (_image(False),))
+
+
 def keras_rnn() -> Model:
     """keras.Sequential: Embedding, Bidirectional(LSTM) and GRU with return_sequences, Dense per step."""
     import keras
@@ -578,6 +598,25 @@ def keras_rnn() -> Model:
     return _keras("keras_rnn", model, (_ids(),))
 
 
+def keras_stacked() -> Model:
+    """keras.Sequential: Embedding, SimpleRNN with return_sequences, GRU with return_sequences, GRU, Dense."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((SEQ,), dtype="int32"),
+            layers.Embedding(VOCAB, 64),
+            layers.SimpleRNN(64, return_sequences=True),
+            layers.GRU(64, return_sequences=True),
+            layers.GRU(64),
+            layers.Dense(2),
+        ]
+    )
+    return _keras("keras_stacked", model, (_ids(),))
+
+
 MODELS: dict[str, Callable[[], Model]] = {
     f.__name__: f
     for f in (
@@ -593,6 +632,7 @@ MODELS: dict[str, Callable[[], Model]] = {
         linen_unet,
         eqx_groupconv,
         keras_cnn,
+        keras_upsample,
         linen_gru,
         linen_bilstm,
         linen_stacked,
@@ -603,5 +643,6 @@ MODELS: dict[str, Callable[[], Model]] = {
         hk_deeprnn,
         eqx_rnn,
         keras_rnn,
+        keras_stacked,
     )
 }
