@@ -100,6 +100,8 @@ faster without changing the numbers:
 - ``gru``: a scan whose body is a GRU cell (either reset form, flax's GRUCell and hk.GRU too) as the ONNX GRU
   op where each step's products are small enough for ORT to run on one thread, or up to 8x that size where
   the model records one intra-op thread (larger, the Scan is faster);
+- ``pointwise_conv``: a 1x1 Conv to fewer than 16 channels as a MatMul over the pixels (ORT's blocked Conv
+  computes 16);
 - ``nearest_resize``: nearest-neighbour upsampling by whole factors (``jnp.repeat`` of spatial axes, Keras'
   UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
   it); one that stays NHWC goes back to Gathers;
@@ -147,6 +149,7 @@ from jaxconv.onnx.rewrites import (
     matmul_order,
     nan_reduce,
     nearest_resize,
+    pointwise_conv,
     pooling,
     range_checks,
     repeat_gathers,
@@ -268,6 +271,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     if fired["nearest_resize"]:  # the upsampling's NHWC Transposes through the Resize, then what stays NHWC
         fired["layout"] += layout.rewrite(model.graph)
         fired["nearest_resize"] -= nearest_resize.spread(model.graph)
+    fired["pointwise_conv"] = pointwise_conv.rewrite(model.graph)  # after the layout passes: its Transposes gone
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
