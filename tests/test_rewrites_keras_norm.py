@@ -4,14 +4,13 @@ LayerNormalization; jax.jit's numbers kept within the converter's tolerance (row
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import keras_norm
+from keras_support import jax_keras
 from lowering_check import assert_same_floats, without_rule
 
 D = 16
@@ -178,12 +177,7 @@ def test_keras_layer_norm_after_a_residual_and_before_a_product():
 
 def test_keras_layer_norm_layer():
     """keras.layers.LayerNormalization itself, on Keras' JAX backend."""
-    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        pytest.skip("Keras runs on another backend here")
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "jax":
-        pytest.skip("Keras runs on another backend here")
+    keras = jax_keras()
     layer = keras.layers.LayerNormalization(epsilon=1e-5)
     layer.build((None, 8, D))
     layer.gamma.assign(_G)

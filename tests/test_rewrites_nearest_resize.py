@@ -5,14 +5,13 @@ without the rule (NaN, infinities and -0.0 included), the repeats themselves bit
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import nearest_resize
+from keras_support import jax_keras
 from lowering_check import assert_same_bits, assert_same_floats, without_rule
 from lowering_check import convert_and_run as _convert
 
@@ -100,12 +99,7 @@ def test_symbolic_batch_upsampling_keeps_the_numbers():
 
 def test_keras_upsampling2d_is_one_resize():
     """keras.layers.UpSampling2D itself, on Keras' JAX backend, between two Conv2D layers."""
-    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        pytest.skip("Keras runs on another backend here")
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "jax":
-        pytest.skip("Keras runs on another backend here")
+    keras = jax_keras()
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
                               keras.layers.UpSampling2D(), keras.layers.Conv2D(2, 3, padding="same")])

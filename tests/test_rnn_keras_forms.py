@@ -9,8 +9,6 @@ converter's tolerance of jax.jit on inputs with NaN, infinities and -0.0."""
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +17,7 @@ from scan_support import ops as _ops
 
 import jaxconv
 from jaxconv.runtimes.onnxrt import OnnxRunner
+from keras_support import jax_keras
 from lowering_check import assert_same_floats, sequence_inputs
 
 _B, _T, _I, _H = 2, 5, 4, 16
@@ -127,12 +126,7 @@ def test_projection_read_per_batch_row_stays_a_scan():
 
 def test_keras_gru_layer_is_the_gru_op():
     """keras.layers.GRU itself, on Keras' JAX backend (keras_rnn's second layer)."""
-    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        pytest.skip("Keras runs on another backend here")
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "jax":
-        pytest.skip("Keras runs on another backend here")
+    keras = jax_keras()
     keras.utils.set_random_seed(0)
     layer = keras.layers.GRU(_H, return_sequences=True)
     layer.build((None, _T, _I))
@@ -148,12 +142,7 @@ def test_keras_gru_layer_is_the_gru_op():
 
 def test_keras_stacked_gru_whose_last_layer_keeps_its_final_state_is_two_gru_ops():
     """keras.layers.GRU(return_sequences=True) then GRU(): the second scan has no ys."""
-    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        pytest.skip("Keras runs on another backend here")
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "jax":
-        pytest.skip("Keras runs on another backend here")
+    keras = jax_keras()
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((_T, _I)), keras.layers.GRU(_H, return_sequences=True),
                               keras.layers.GRU(_H)])

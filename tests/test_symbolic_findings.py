@@ -14,7 +14,6 @@ check's sizes under constraints it cannot read as bounds, a wrapped trace error,
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 
@@ -26,6 +25,7 @@ import pytest
 import jaxconv
 from jaxconv.errors import JaxconvWarning, SpecError, TraceError, UsageError
 from jaxconv.program import trace
+from keras_support import jax_keras
 
 POS = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
 
@@ -206,12 +206,7 @@ def test_a_wrapped_first_line_keeps_the_real_cause():
 
 
 def test_a_keras_layer_error_keeps_the_real_cause():
-    if os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        pytest.skip("Keras runs on another backend here")
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "jax":
-        pytest.skip("Keras runs on another backend here")
+    keras = jax_keras()
 
     class RelPos(keras.layers.Layer):  # like keras-hub's XLNet ContentAndQueryEmbedding
         def call(self, x):

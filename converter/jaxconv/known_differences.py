@@ -325,6 +325,17 @@ SUM_OVERFLOW_NOTE = ("a sum of terms beyond float range: its float64 result over
                      "infinity, or NaN, the float sums reach depends on the order they add in")
 
 
+def _edge_float_mismatch(r: OutputCheck, cls: np.ndarray | None, t: Any, e: np.ndarray,
+                         a: np.ndarray | None = None) -> np.ndarray | None:
+    """The mask of mismatching elements of a real float32-or-narrower output on edge values whose float64
+    result ``t`` (and artifact ``a``, when given) line up with it; None for any other row."""
+    if not (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
+            and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape and (a is None or a.shape == e.shape)):
+        return None
+    bad = cls == MISMATCH
+    return bad if bad.any() else None
+
+
 def as_sum_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                     arg_specs: Sequence[Any], flat: Sequence[np.ndarray], truth: Sequence[np.ndarray] | None,
                     expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> list[OutputCheck]:
@@ -340,13 +351,12 @@ def as_sum_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None
     for r, cls, t, e, a in zip(rows, classes, truth, expected, actual):
         e, a = np.asarray(e), np.asarray(a)
         n = 0
-        if (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
-                and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape):
-            bad = cls == MISMATCH
+        bad = _edge_float_mismatch(r, cls, t, e, a)
+        if bad is not None:
             e64, a64, t64 = as_float64(e)[bad], as_float64(a)[bad], as_float64(t)[bad]
             with np.errstate(all="ignore"):
                 overflowed = np.abs(t64) > largest_finite(e.dtype)
-            if bad.any() and bool((overflowed & ~np.isfinite(e64) & ~np.isfinite(a64)).all()):
+            if bool((overflowed & ~np.isfinite(e64) & ~np.isfinite(a64)).all()):
                 n = int(bad.sum())
         counts.append(n)
     if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, SUMMING_OPS):
@@ -377,13 +387,12 @@ def as_jit_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None
     out = []
     for r, cls, t, e in zip(rows, classes, truth, expected):
         e = np.asarray(e)
-        if (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
-                and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape):
-            bad = cls == MISMATCH
+        bad = _edge_float_mismatch(r, cls, t, e)
+        if bad is not None:
             t64 = as_float64(t)[bad]
             with np.errstate(all="ignore"):
                 jit_overflowed = ~np.isfinite(as_float64(e)[bad]) & np.isfinite(t64) & (np.abs(t64) <= largest_finite(e.dtype))
-            if bad.any() and bool(jit_overflowed.all()):
+            if bool(jit_overflowed.all()):
                 r = dataclasses.replace(r, ok=True, verdict="undecided",
                                         note=f"{JIT_OVERFLOW_NOTE}: {int(bad.sum())} elements; {r.note}")
         out.append(r)
@@ -413,16 +422,15 @@ def as_artifact_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray |
     for r, cls, t, e, a in zip(rows, classes, truth, expected, actual):
         e, a = np.asarray(e), np.asarray(a)
         n = 0
-        if (r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_narrow_float(e.dtype)
-                and e.dtype.kind != "c" and np.shape(t) == e.shape == cls.shape == a.shape):
-            bad = cls == MISMATCH
+        bad = _edge_float_mismatch(r, cls, t, e, a)
+        if bad is not None:
             t64 = as_float64(t)[bad]
             a64 = as_float64(a)[bad]
             with np.errstate(all="ignore"):
                 overflowed = ~np.isfinite(a64) & np.isfinite(as_float64(e)[bad]) & np.isfinite(t64) \
                     & (np.abs(t64) <= largest_finite(e.dtype))
                 as_float64_does = (np.isnan(a64) & np.isnan(t64)) | (np.isinf(a64) & (a64 == t64))
-            if bad.any() and bool((overflowed | as_float64_does).all()):
+            if bool((overflowed | as_float64_does).all()):
                 n = int(bad.sum())
         counts.append(n)
     if not any(counts) or not _holds_huge(flat) or not nan_dropping_ops(fn, arg_specs, flat, SUMMING_OPS):
