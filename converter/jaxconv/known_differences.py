@@ -336,6 +336,25 @@ def _edge_float_mismatch(r: OutputCheck, cls: np.ndarray | None, t: Any, e: np.n
     return bad if bad.any() else None
 
 
+def _explained_counts(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], truth: Sequence[np.ndarray],
+                      expected: Sequence[np.ndarray], actual: Sequence[np.ndarray],
+                      explains: Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]) -> list[int]:
+    """Per row, how many elements mismatch on edge values when ``explains(jit, artifact, float64, largest)``
+    (float64 values of the mismatching elements, the dtype's largest finite value) holds for every one of
+    them; else 0."""
+    counts = []
+    for r, cls, t, e, a in zip(rows, classes, truth, expected, actual):
+        e, a = np.asarray(e), np.asarray(a)
+        bad = _edge_float_mismatch(r, cls, t, e, a)
+        n = 0
+        if bad is not None:
+            with np.errstate(all="ignore"):
+                fits = explains(as_float64(e)[bad], as_float64(a)[bad], as_float64(t)[bad], largest_finite(e.dtype))
+            n = int(bad.sum()) if bool(np.all(fits)) else 0
+        counts.append(n)
+    return counts
+
+
 def as_sum_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
                     arg_specs: Sequence[Any], flat: Sequence[np.ndarray], truth: Sequence[np.ndarray] | None,
                     expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> list[OutputCheck]:
@@ -347,18 +366,8 @@ def as_sum_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray | None
     jax.jit NaN, the artifact -inf."""
     if truth is None or len(truth) != len(rows):
         return rows
-    counts = []
-    for r, cls, t, e, a in zip(rows, classes, truth, expected, actual):
-        e, a = np.asarray(e), np.asarray(a)
-        n = 0
-        bad = _edge_float_mismatch(r, cls, t, e, a)
-        if bad is not None:
-            e64, a64, t64 = as_float64(e)[bad], as_float64(a)[bad], as_float64(t)[bad]
-            with np.errstate(all="ignore"):
-                overflowed = np.abs(t64) > largest_finite(e.dtype)
-            if bool((overflowed & ~np.isfinite(e64) & ~np.isfinite(a64)).all()):
-                n = int(bad.sum())
-        counts.append(n)
+    counts = _explained_counts(rows, classes, truth, expected, actual,
+                               lambda e, a, t, big: (np.abs(t) > big) & ~np.isfinite(e) & ~np.isfinite(a))
     if not any(counts) or not nan_dropping_ops(fn, arg_specs, flat, SUMMING_OPS):
         return rows
     return [dataclasses.replace(r, ok=True, verdict="undecided",
@@ -418,26 +427,18 @@ def as_artifact_overflow(rows: list[OutputCheck], classes: Sequence[np.ndarray |
     which another summation order explains and a bug on those elements would too; ``--strict`` fails it."""
     if truth is None or len(truth) != len(rows):
         return rows
-    counts = []
-    for r, cls, t, e, a in zip(rows, classes, truth, expected, actual):
-        e, a = np.asarray(e), np.asarray(a)
-        n = 0
-        bad = _edge_float_mismatch(r, cls, t, e, a)
-        if bad is not None:
-            t64 = as_float64(t)[bad]
-            a64 = as_float64(a)[bad]
-            with np.errstate(all="ignore"):
-                overflowed = ~np.isfinite(a64) & np.isfinite(as_float64(e)[bad]) & np.isfinite(t64) \
-                    & (np.abs(t64) <= largest_finite(e.dtype))
-                as_float64_does = (np.isnan(a64) & np.isnan(t64)) | (np.isinf(a64) & (a64 == t64))
-            if bool((overflowed | as_float64_does).all()):
-                n = int(bad.sum())
-        counts.append(n)
+    counts = _explained_counts(rows, classes, truth, expected, actual, _artifact_overflowed)
     if not any(counts) or not _holds_huge(flat) or not nan_dropping_ops(fn, arg_specs, flat, SUMMING_OPS):
         return rows
     return [dataclasses.replace(r, ok=True, verdict="undecided",
                                 note=f"{ARTIFACT_OVERFLOW_NOTE}: {n} elements; {r.note}") if n else r
             for r, n in zip(rows, counts)]
+
+
+def _artifact_overflowed(e: np.ndarray, a: np.ndarray, t: np.ndarray, big: float) -> np.ndarray:
+    """The artifact inf or NaN where jax.jit and float64 are finite (and in range), or float64's own inf or NaN."""
+    overflowed = ~np.isfinite(a) & np.isfinite(e) & np.isfinite(t) & (np.abs(t) <= big)
+    return overflowed | (np.isnan(a) & np.isnan(t)) | (np.isinf(a) & (a == t))
 
 
 def _holds_huge(flat: Sequence[np.ndarray]) -> bool:
