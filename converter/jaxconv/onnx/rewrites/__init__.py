@@ -65,6 +65,8 @@ faster without changing the numbers:
   and Conv+Add fusions would fold them (the same bits);
 - ``row_slices``: a Slice of rows (a classifier's first token) moved up through the row-wise ops before it,
   so the last layer computes only the rows read;
+- ``scan_last_row``: a Scan's stacked output read only at its last row (``ys[-1]``, ``nn.RNN(...)[:, -1]``)
+  where each row is the step's new carry, as the final carry (the Scan stops stacking it);
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
   down-projection from width 1024, 2048, ...), which ORT's GEMM runs slowly, computed in column blocks
   of that operand's elementwise producers and summed;
@@ -157,6 +159,7 @@ from jaxconv.onnx.rewrites import (
     rms_norm,
     rotary,
     row_slices,
+    scan_last_row,
     scan_rows,
     shapes,
     softmax,
@@ -211,7 +214,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["activations"] += activations.rewrite(graph, opset)
         fired["broadcasts"] += broadcasts.rewrite(graph)
         fired["pooling"] += pooling.rewrite(graph)
-        fired["zeros"] += zeros.rewrite(graph, opset)
+        fired["zeros"] += zeros.rewrite(graph, opset, subgraph=graph is not model.graph)
         fired["shapes"] += shapes.rewrite(graph)
         fired["matmul_order"] += matmul_order.rewrite(graph)
         fired["squeezes"] += squeezes.rewrite(graph)
@@ -262,6 +265,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
+    fired["scan_last_row"] = scan_last_row.rewrite(model.graph)  # after row_slices moved the row's Slice up
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["add_chains"] = add_chains.rewrite(model.graph)  # after k_blocks: its Sums
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps

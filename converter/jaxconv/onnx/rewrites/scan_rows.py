@@ -83,7 +83,7 @@ def _hoist_elementwise(main: ir.Graph, scan: ir.Node, k: int) -> bool:
         return False
     side = 0 if node.inputs[0] is row else 1
     other = node.inputs[1 - side]
-    arr = m.const(other)
+    arr = m.folded(other)  # a bias reshaped for the row (flax's SimpleCell) is not folded yet
     shape, full = m.static_dims(row), m.static_dims(xs)
     out = node.outputs[0]
     if arr is None or shape is None or full is None or other is row or row.dtype is None:

@@ -169,14 +169,19 @@ def _use_unseen(node: ir.Node, idx: int, value: ir.Value, depth: int, budget: _B
     return False
 
 
-def _drop_fixes(graph: ir.Graph) -> int:
+def _drop_fixes(graph: ir.Graph, subgraph: bool) -> int:
     count = 0
     for node in list(graph):
         if node.graph is not graph or node.domain != "" or node.op_type not in ("Where", "Abs"):
             continue
         out = node.outputs[0]
         v = _is_fix(out)
-        if v is None or out.is_graph_output():
+        if v is None:
+            continue
+        if out.is_graph_output():
+            if _hand_output(graph, out, v, subgraph):
+                graph.remove(node, safe=True)
+                count += 1
             continue
         if no_neg_zero(v) or sign_unseen(out):
             out.replace_all_uses_with(v)
@@ -187,6 +192,17 @@ def _drop_fixes(graph: ir.Graph) -> int:
                 graph.remove(cond.producer(), safe=True)
             count += 1
     return count
+
+
+def _hand_output(graph: ir.Graph, out: ir.Value, v: ir.Value, subgraph: bool) -> bool:
+    """A loop body's output ``out`` (a carry: its sign is seen) fixing a ``v`` that cannot be -0.0
+    becomes ``v`` (a model's outputs keep their names and stay). Not where ``v`` is an output already:
+    ONNX Runtime 1.32 returns wrong values for a Scan whose body lists one value twice."""
+    positions = [k for k, o in enumerate(graph.outputs) if o is out]
+    if not subgraph or len(positions) != 1 or v.is_graph_output() or v.is_graph_input() or not no_neg_zero(v):
+        return False
+    out.replace_all_uses_with(v, replace_graph_outputs=True)
+    return True
 
 
 def _live(node: ir.Node, depth: int = 0) -> bool:
@@ -245,10 +261,10 @@ def _one_node_fix(graph: ir.Graph, node: ir.Node) -> bool:
     return True
 
 
-def rewrite(graph: ir.Graph, opset: int) -> int:
-    """Drop provably redundant signed-zero fixes in ``graph``, fuse sums over counts, and make the other
-    fixes one node; returns how many rewrites."""
-    count = _drop_fixes(graph)
+def rewrite(graph: ir.Graph, opset: int, subgraph: bool = False) -> int:
+    """Drop provably redundant signed-zero fixes in ``graph`` (a loop body's when ``subgraph``), fuse
+    sums over counts, and make the other fixes one node; returns how many rewrites."""
+    count = _drop_fixes(graph, subgraph)
     for node in list(graph):
         if node.graph is graph and node.domain == "" and node.op_type == "Div":
             count += _mean_rewrite(graph, node, opset)
