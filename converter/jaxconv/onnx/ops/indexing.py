@@ -386,8 +386,9 @@ def _identity(kind: str, dtype: str) -> np.ndarray:
 
 
 def _constant_starts_valid(ctx: LoweringContext, idx_name: str, op: hir.Op, wsize: dict) -> bool:
-    """True when the indices are constants whose every window is in range (no masks needed)."""
-    values = ctx.constant_value(idx_name)
+    """True when the indices are constants (or computed from constants: jnp's wrapped negative indices)
+    whose every window is in range (no masks needed)."""
+    values = ctx.fold(idx_name)
     xt = op.operands[0].type
     dn = hir.ScatterDimensionNumbers.of(op.attrs["scatter_dimension_numbers"])
     if values is None or not xt.is_static or not all(isinstance(v, int) for v in wsize.values()):
@@ -425,7 +426,8 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     checked = not _constant_starts_valid(ctx, idx_in, op, wsize)
     starts, valid = _scatter_starts(ctx, dn, x, xt, idx, batch, wsize, checked)
     dim0 = sh.dim(ctx, x, xt, 0)
-    if valid is not None and kind == "none":
+    scratch = valid is not None and (kind == "none" or _scratch_rows_cheaper(xt, ut))
+    if scratch:
         # Invalid windows write into rows appended past the end of axis 0, sliced off afterwards.
         x = _pad_axis0(ctx, x, xt.rank, wsize[0], work)
         starts[0] = ctx.op("Where", [valid, starts.get(0, ctx.scalar(0, "int64")), sh.dim_scalar(ctx, dim0)])
@@ -435,9 +437,20 @@ def lower_scatter(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     out = ctx.op("ScatterND", [x, grid, u], reduction=None if kind == "none" else kind)
     if kind in ("max", "min") and work in dt.FLOATS:
         out = _nan_and_zero_ties(ctx, kind, work, x, u, grid, out)
-    if valid is not None and kind == "none":
+    if scratch:
         out = ctx.op("Slice", [out, ctx.i64([0]), sh.dim_tensor(ctx, dim0), ctx.i64([0])])
     return ctx.cast_if(out, work, dtype)
+
+
+def _scratch_rows_cheaper(xt: hir.TensorType, ut: hir.TensorType) -> bool:
+    """Whether a combining scatter drops its out-of-range windows more cheaply into scratch rows (the
+    operand padded and sliced back: two copies of it) than by setting their updates to the combiner's
+    identity (a select over the updates, two or three passes). Segment sums (``jax.ops.segment_sum``, a
+    graph network's messages) scatter more update elements than they have rows of results; an ``x.at[i]``
+    of a few values into a large array scatters fewer. Sizes unknown: the select."""
+    if not (xt.is_static and ut.is_static):
+        return False
+    return 2 * int(np.prod(ut.shape)) >= int(np.prod(xt.shape))
 
 
 def _scatter_windows(ctx: LoweringContext, dn: hir.ScatterDimensionNumbers, xt: hir.TensorType,

@@ -13,6 +13,10 @@ dropped where it provably changes nothing, in ORT's arithmetic:
   (added to a value that is never -0.0, e.g. a constant bias with no zeros; compared; squared),
   through ops whose results then differ at most in the sign of a zero (sums, products, Conv).
 
+In a loop body a fix whose value is the new carry is a body output, whose sign the next step sees: it
+is dropped only where ``v`` cannot be -0.0 (Haiku's VanillaRNN: ``relu(x @ wx + bx + (h @ wh + bh))``,
+a bias without -0.0 added last).
+
 ORT's NoopElimination drops an ``Add``/``Sub`` of a one-element zero constant, so such a constant
 proves nothing (a zero bias of more elements is added, and turns -0.0 into +0.0). Once a sum's fix
 is gone, ``ReduceSum(x) / n`` with ``n`` the count of the reduced elements becomes ``ReduceMean``
