@@ -183,3 +183,37 @@ def test_the_artifact_with_float64s_infinity_where_jit_flushed(monkeypatch):
     assert _apply(expected, actual, cls, truth=np.array([np.inf, 5.0])).verdict == "undecided"
     assert _apply(expected, actual, cls, truth=np.array([-np.inf, 5.0])).verdict == "mismatch"
     assert _apply(expected, actual, cls, truth=np.array([1e30, 5.0])).verdict == "mismatch"
+
+
+def test_a_zero_whose_sign_a_flushed_intermediate_flipped_is_undecided(tmp_path):
+    """Optax Adam at a count of INT32_MIN (an edge state: the bias corrections are -inf), a first moment
+    of -FLT_MIN and a parameter of -0.0: jax.jit flushes the decayed moment 0.9 * -FLT_MIN to a zero and
+    its update's sign flips, so the new parameter is +0.0; the program's order (float64, the artifact)
+    gives -0.0. A zero of float64's sign (a 784 x 256 Adam step failed the default check so)."""
+    optax = pytest.importorskip("optax")
+    opt = optax.adam(1e-3)
+
+    def step(g, count, mu, nu, p):
+        state = (optax.ScaleByAdamState(count=count, mu=mu, nu=nu), optax.EmptyState())
+        updates, _ = opt.update(g, state, p)
+        return optax.apply_updates(p, updates)
+
+    args = [np.array([0.0, 0.5], np.float32), np.array(np.iinfo(np.int32).min, np.int32),
+            np.array([-TINY, 0.1], np.float32), np.array([0.0, 0.2], np.float32), np.array([-0.0, 1.0], np.float32)]
+    (row,), expected, actual = judge_one_set(step, args, "edge", tmp_path)
+    wide, _ = references.float64_outputs(step, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args], args)
+    # the premise: jax.jit's zero is +0.0, float64's and the artifact's -0.0
+    assert expected[0][0] == 0 and not np.signbit(expected[0][0])
+    assert wide[0][0] == 0 and np.signbit(wide[0][0]) and actual[0][0] == 0 and np.signbit(actual[0][0])
+    assert row.verdict == "undecided" and row.ok, row.note
+    assert "1 lie where float64 has their zero's sign" in row.note
+
+
+def test_a_zero_of_the_other_sign_than_float64_stays_a_mismatch(monkeypatch):
+    monkeypatch.setattr(references, "eager_outputs", lambda fn, specs, flat: [np.array([-0.0, 5.0], np.float32)])
+    expected = np.array([-0.0, 5.0], np.float32)
+    actual = np.array([0.0, 5.0], np.float32)
+    cls = np.array([MISMATCH, OK], np.int8)
+    assert _apply(expected, actual, cls, truth=np.array([-0.0, 5.0])).verdict == "mismatch"
+    assert _apply(expected, actual, cls, truth=np.array([1e-40, 5.0])).verdict == "mismatch"  # no zero in float64
+    assert _apply(expected, actual, cls, truth=np.array([0.0, 5.0])).verdict == "undecided"

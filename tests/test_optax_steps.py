@@ -75,6 +75,25 @@ def test_optax_adam_family_passes_with_edge_warnings(name):
         jaxconv.to_onnx(step, *args)
 
 
+def test_an_adam_step_on_a_layer_of_a_real_size_converts_with_the_default_check():
+    """A 784 x 256 weight: its edge state holds every combination of edge values, among them one where
+    jax.jit's flushed moment flips a zero's sign (tests/test_check_program_order.py)."""
+    rng = np.random.default_rng(2)
+    params = {"w": (rng.standard_normal((784, 256)) * 0.05).astype(np.float32)}
+    opt = optax.adam(1e-3)
+    grads = {"w": rng.standard_normal((784, 256)).astype(np.float32)}
+    _, state = opt.update(grads, opt.init(params), params)
+
+    def step(grads, state, params):
+        updates, new_state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), new_state
+
+    reports: list = []
+    jaxconv.to_onnx(step, grads, state, params, report_to=reports)
+    rows = [row for report in reports for row in report.rows]
+    assert all(row.verdict in ("ok", "float64", "subnormal") for row in rows if row.inputs != "edge")
+
+
 def _mlp_train_step(opt):
     """A training step as people write it: value_and_grad of a cross-entropy loss, then the optimizer."""
     import jax

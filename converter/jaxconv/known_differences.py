@@ -229,13 +229,18 @@ def as_op_by_op(actual: np.ndarray, eager: np.ndarray | None, bad: np.ndarray, d
 
 
 def _as_float64(expected: np.ndarray, actual: np.ndarray, truth: np.ndarray | None, bad: np.ndarray) -> np.ndarray:
-    """The mismatching elements where float64 is NaN and jax.jit a number (no reference value exists), or
-    where the artifact has float64's infinity."""
+    """The mismatching elements where float64 is NaN and jax.jit a number (no reference value exists),
+    where the artifact has float64's infinity, or where both are zeros of one sign (jax.jit's the other)."""
     if truth is None or np.shape(truth) != bad.shape:
         return np.zeros(bad.shape, bool)
-    a, t = as_float64(actual), as_float64(truth)
-    no_value = np.isnan(t) & ~np.isnan(as_float64(expected))
-    return bad & (no_value | (np.isinf(a) & (a == t)))
+    e, a, t = as_float64(expected), as_float64(actual), as_float64(truth)
+    no_value = np.isnan(t) & ~np.isnan(e)
+    return bad & (no_value | (np.isinf(a) & (a == t)) | _zero_of_float64_sign(e, a, t))
+
+
+def _zero_of_float64_sign(e: np.ndarray, a: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Zeros of the artifact whose sign float64's zero has and jax.jit's zero lacks."""
+    return (e == 0) & (a == 0) & (t == 0) & (np.signbit(a) == np.signbit(t)) & (np.signbit(e) != np.signbit(a))
 
 
 def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
@@ -258,6 +263,9 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
                   if r.verdict == "mismatch" and r.inputs == "edge" and cls is not None and is_float(np.asarray(expected[i]))
                   and np.asarray(expected[i]).dtype.kind != "c" and np.shape(cls) == np.shape(expected[i])]
     wide = truth if truth is not None and len(truth) == len(rows) else None
+    if wide is None and any(_zero_sign_only(expected[i], actual[i], classes[i]) for i in candidates):
+        wide, _ = references.float64_outputs(fn, arg_specs, flat)  # not computed for sign-only rows
+        wide = wide if wide is not None and len(wide) == len(rows) else None
     run = op_by_op or (lambda: references.eager_outputs(fn, arg_specs, flat))
     out = list(rows)
     for i in candidates:
@@ -273,12 +281,24 @@ def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | Non
             parts = []
             if by_eager.any():
                 parts.append(f"{int(by_eager.sum())} have JAX's op-by-op value")
-            if by_float64.any():
-                parts.append(f"{int(by_float64.sum())} lie where float64 is NaN or has their infinity")
+            signs = by_float64 & (as_float64(actual[i]) == 0)
+            if (by_float64 & ~signs).any():
+                parts.append(f"{int((by_float64 & ~signs).sum())} lie where float64 is NaN or has their infinity")
+            if signs.any():
+                parts.append(f"{int(signs.sum())} lie where float64 has their zero's sign")
             out[i] = dataclasses.replace(rows[i], ok=True, verdict="undecided",
                                          note=f"{PROGRAM_ORDER_NOTE}; of the elements where jax.jit differs, "
                                               f"{' and '.join(parts)}; {rows[i].note}")
     return out
+
+
+def _zero_sign_only(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | None) -> bool:
+    """Whether a row's mismatching elements include zeros of opposite signs."""
+    if cls is None:
+        return False
+    with np.errstate(all="ignore"):
+        e, a = as_float64(expected), as_float64(actual)
+        return bool(((cls == MISMATCH) & (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))).any())
 
 
 FFT_OVERFLOW_NOTE = ("XLA's FFT and complex matrix products overflow in other intermediate sums than the "
