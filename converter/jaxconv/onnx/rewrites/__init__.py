@@ -65,6 +65,8 @@ faster without changing the numbers:
   and Conv+Add fusions would fold them (the same bits);
 - ``row_slices``: a Slice of rows (a classifier's first token) moved up through the row-wise ops before it,
   so the last layer computes only the rows read;
+- ``gather_matmul``: a product of gathered rows by a constant matrix (a graph network's ``nodes[senders] @ w``)
+  as the gather of the table's product, where the indices outnumber the table's rows;
 - ``scan_last_row``: a Scan's stacked output read only at its last row (``ys[-1]``, ``nn.RNN(...)[:, -1]``)
   where each row is the step's new carry, as the final carry (the Scan stops stacking it);
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
@@ -135,6 +137,7 @@ from jaxconv.onnx.rewrites import (
     expert_columns,
     expert_split,
     gather_fill,
+    gather_matmul,
     gru,
     head_merge,
     k_blocks,
@@ -266,6 +269,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["scan_last_row"] = scan_last_row.rewrite(model.graph)  # after row_slices moved the row's Slice up
+    fired["gather_matmul"] = gather_matmul.rewrite(model.graph)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["add_chains"] = add_chains.rewrite(model.graph)  # after k_blocks: its Sums
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
