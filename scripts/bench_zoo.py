@@ -249,7 +249,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--more", action="store_true",
-        help="the second battery instead (zoo_models.MORE: 44 models of kinds the first lacks)",
+        help="the second battery instead (zoo_models.MORE: 48 models of kinds the first lacks)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="few iterations (15 rotations, about 0.5 s each)"

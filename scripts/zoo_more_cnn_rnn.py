@@ -249,6 +249,53 @@ def hk_deeprnn() -> Model:
     return _haiku("hk_deeprnn", forward, (_feats(time_major=True),))
 
 
+def hk_vanilla() -> Model:
+    """hk.VanillaRNN (ReLU) under hk.dynamic_unroll, the last step's output to a linear head."""
+    import haiku as hk
+
+    def forward(xs):
+        core = hk.VanillaRNN(64)
+        out, _ = hk.dynamic_unroll(core, xs, core.initial_state(xs.shape[1]))
+        return hk.Linear(2)(out[-1])
+
+    return _haiku("hk_vanilla", forward, (_feats(time_major=True),))
+
+
+def hk_convlstm() -> Model:
+    """hk.Conv2DLSTM over 8 frames of 16x16x3 under hk.dynamic_unroll, the last step's output."""
+    import haiku as hk
+
+    def forward(xs):
+        core = hk.Conv2DLSTM((16, 16), 8, 3)
+        out, _ = hk.dynamic_unroll(core, xs, core.initial_state(xs.shape[1]))
+        return out[-1]
+
+    frames = np.random.default_rng(11).standard_normal((8, BATCH, 16, 16, 3)).astype(np.float32)
+    return _haiku("hk_convlstm", forward, (frames,))
+
+
+def gnn_segment() -> Model:
+    """A two-layer graph convolution in plain JAX, as jraph writes it: messages gathered by sender,
+    ``jax.ops.segment_sum`` over receivers (1,000 nodes, 4,000 edges), degree-normalised, ReLU, mean readout."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(13)
+    nodes, edges, width = 1000, 4000, 64
+    w1, w2, out = ((rng.standard_normal(s) / 8).astype(np.float32) for s in ((width, width), (width, width), (width, 4)))
+
+    def fn(h, senders, receivers):
+        deg = jax.ops.segment_sum(jnp.ones(senders.shape, h.dtype), receivers, nodes)
+        for w in (w1, w2):
+            agg = jax.ops.segment_sum(h[senders] @ w, receivers, nodes)
+            h = jax.nn.relu(agg / jnp.maximum(deg, 1.0)[:, None] + h)
+        return jnp.mean(h, 0) @ out
+
+    inputs = (rng.standard_normal((nodes, width)).astype(np.float32),
+              rng.integers(0, nodes, edges).astype(np.int32), rng.integers(0, nodes, edges).astype(np.int32))
+    return _model("gnn_segment", "JAX", fn, inputs, (w1, w2, out))
+
+
 # ---------------------------------------------------------------- Flax linen
 
 
@@ -331,6 +378,17 @@ def linen_gru() -> Model:
     ids = _ids()
     params = Tagger().init(jax.random.PRNGKey(0), ids)
     return _model("linen_gru", "Flax linen", lambda x: Tagger().apply(params, x), (ids,), params)
+
+
+def linen_convlstm() -> Model:
+    """nn.RNN(nn.ConvLSTMCell) over 8 frames of 16x16x3, every step's output."""
+    import flax.linen as nn
+    import jax
+
+    frames = np.random.default_rng(12).standard_normal((BATCH, 8, 16, 16, 3)).astype(np.float32)
+    rnn = nn.RNN(nn.ConvLSTMCell(8, (3, 3)))
+    params = rnn.init(jax.random.PRNGKey(0), frames)
+    return _model("linen_convlstm", "Flax linen", lambda x: rnn.apply(params, x), (frames,), params)
 
 
 def linen_bilstm() -> Model:
@@ -641,6 +699,10 @@ MODELS: dict[str, Callable[[], Model]] = {
         nnx_gru,
         hk_gru,
         hk_deeprnn,
+        hk_vanilla,
+        hk_convlstm,
+        linen_convlstm,
+        gnn_segment,
         eqx_rnn,
         keras_rnn,
         keras_stacked,
