@@ -223,21 +223,19 @@ def triangular_solve(ctx: LoweringContext, a: str, b: str, rank: int, m: int, *,
         t, low = _swap_last(ctx, t, rank), not low
         c = _swap_last(ctx, c, rank)
     order = range(m) if low else range(m - 1, -1, -1)
-    rows: dict[int, str] = {}
+    ys: str | None = None  # the rows solved so far, in order: each step appends one (a Concat of two)
     for i in order:
         row = _rows(ctx, c, i, i + 1, rank - 2)
-        done = sorted(rows)
-        if done:
-            ys = rows[done[0]] if len(done) == 1 else ctx.op("Concat", [rows[j] for j in done], axis=rank - 2)
+        if ys is not None:
             lo, hi = (0, i) if low else (i + 1, m)
             coeffs = _rows(ctx, _rows(ctx, t, i, i + 1, rank - 2), lo, hi, rank - 1)
             row = ctx.op("Sub", [row, ctx.op("MatMul", [coeffs, ys])])
         if not unit_diagonal:
             diag = _rows(ctx, _rows(ctx, t, i, i + 1, rank - 2), i, i + 1, rank - 1)
             row = ctx.op("Div", [row, diag])
-        rows[i] = row
-    y = rows[0] if m == 1 else ctx.op("Concat", [rows[j] for j in range(m)], axis=rank - 2)
-    return y if left_side else _swap_last(ctx, y, rank)
+        ys = row if ys is None else ctx.op("Concat", [ys, row] if low else [row, ys], axis=rank - 2)
+    assert ys is not None  # m >= 1
+    return ys if left_side else _swap_last(ctx, ys, rank)
 
 
 def _check_cholesky(op: hir.Op) -> str | None:
@@ -271,11 +269,10 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, 
     so an infinite pivot leaves zeros below it (also for ±inf entries) instead of inf / inf = NaN.
     """
 
-    cols: list[str] = []
+    done: str | None = None  # the columns so far ([..., m, j]): each step appends one (a Concat of two)
     for j in range(m):
         v = _rows(ctx, a, j, j + 1, rank - 1)  # [..., m, 1]
-        if cols:
-            done = cols[0] if len(cols) == 1 else ctx.op("Concat", cols, axis=rank - 1)  # [..., m, j]
+        if done is not None:
             row_j = _rows(ctx, done, j, j + 1, rank - 2)  # [..., 1, j]
             v = ctx.op("Sub", [v, ctx.op("MatMul", [done, _swap_last(ctx, row_j, rank)])])
         pivot = _rows(ctx, v, j, j + 1, rank - 2)  # [..., 1, 1]
@@ -294,5 +291,6 @@ def cholesky_lower(ctx: LoweringContext, a: str, rank: int, m: int, dtype: str, 
         col = where(ctx, ctx.const(at_j.reshape(shape)), d,
                     where(ctx, ctx.const(below.reshape(shape)), col, ctx.const(np.zeros((), dtype=np.dtype(dtype))), dtype),
                     dtype)
-        cols.append(col)
-    return cols[0] if m == 1 else ctx.op("Concat", cols, axis=rank - 1)
+        done = col if done is None else ctx.op("Concat", [done, col], axis=rank - 1)
+    assert done is not None  # m >= 1
+    return done
