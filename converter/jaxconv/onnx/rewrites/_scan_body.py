@@ -252,3 +252,31 @@ def until_unchanged(scan: ir.Node, step: Callable[[dict[int, tuple[int, ...]]], 
     while step(body_shapes(scan)):
         count += 1
     return count
+
+
+def one_axis_cut(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(axis, start, end) of a Slice of a non-constant value of shape ``dims`` that keeps every axis
+    whole but one, with constant bounds and steps of 1."""
+    if node.domain != "" or not 3 <= len(node.inputs) <= 5 or m.const(node.inputs[0]) is not None:
+        return None
+    consts = [m.const(v) if v is not None else None for v in node.inputs[1:]]
+    if any(c is None for c, v in zip(consts, node.inputs[1:]) if v is not None):
+        return None
+    starts, ends = np.atleast_1d(consts[0]), np.atleast_1d(consts[1])
+    axes = np.atleast_1d(consts[2]) if len(consts) > 2 and consts[2] is not None else np.arange(len(starts))
+    if len(consts) > 3 and consts[3] is not None and np.any(consts[3] != 1):
+        return None
+    if not len(starts) == len(ends) == len(axes):
+        return None
+    cut = None
+    for s, e, a in zip(starts, ends, axes):
+        if not -len(dims) <= int(a) < len(dims):
+            return None
+        axis = int(a) % len(dims)
+        got = _dim_products.axis_cut(dims[axis], int(s), int(e))
+        if got == "whole":
+            continue
+        if got is None or cut is not None or not got[0] < got[1]:
+            return None
+        cut = (axis, got[0], got[1])
+    return cut

@@ -412,7 +412,7 @@ def rewrite(main: ir.Graph) -> int:
     count = 0
     loops = [n for n in ir.traversal.RecursiveGraphIterator(main) if n.op_type == "Loop" and n.domain == ""]
     for loop in reversed(loops):  # inner loops first: what leaves an inner body may leave the outer one too
-        loop = _without_unread_rows(loop)
+        loop = without_unread_rows(loop)
         body = loop.attributes["body"].value
         count += _hoist_invariants(loop, body)  # first: a weight the body builds from constants leaves too
         count += _split_concat_products(loop, body, main)
@@ -422,22 +422,29 @@ def rewrite(main: ir.Graph) -> int:
     return count
 
 
-def _without_unread_rows(loop: ir.Node) -> ir.Node:
-    """``loop``, or a Loop in its place without the scan outputs nothing reads (a scan's stacked carries of
-    which only the outputs are used: flax's ``nn.RNN``, whose unread rows the RNN rules do not expect), their
-    body outputs and what only they needed dropped. The other outputs and their numbers stay as they are."""
+def without_unread_rows(loop: ir.Node) -> ir.Node:
+    """``loop`` (a Loop or a Scan), or one in its place without the scan outputs nothing reads (a scan's
+    stacked carries of which only the outputs are used: flax's ``nn.RNN``, whose unread rows the RNN rules
+    do not expect; a Scan read only at its last row, ``scan_last_row``), their body outputs and what only
+    they needed dropped. The other outputs and their numbers stay as they are."""
     body = loop.attributes["body"].value
-    n_state = len(body.inputs) - 2
+    scan = loop.op_type == "Scan"
+    condition = 0 if scan else 1  # a Loop body's first output is its condition
+    n_state = len(loop.inputs) - int(loop.attributes["num_scan_inputs"].value) if scan else len(body.inputs) - 2
     read = [k for k in range(n_state, len(loop.outputs))
             if loop.outputs[k].uses() or loop.outputs[k].is_graph_output()]
-    if n_state < 0 or len(body.outputs) != 1 + len(loop.outputs) or len(read) == len(loop.outputs) - n_state:
+    if n_state < 0 or len(body.outputs) != condition + len(loop.outputs) or len(read) == len(loop.outputs) - n_state:
         return loop
     kept = list(range(n_state)) + read
-    outputs = [body.outputs[0]] + [body.outputs[1 + k] for k in kept]
+    outputs = body.outputs[:condition] + [body.outputs[condition + k] for k in kept]
     body.outputs.clear()
     body.outputs.extend(outputs)
+    attrs = {name: attr.value for name, attr in loop.attributes.items()}
+    for name in ("scan_output_axes", "scan_output_directions"):  # one entry a stacked output
+        if name in attrs:
+            attrs[name] = [int(attrs[name][k - n_state]) for k in read]
     graph = loop.graph
-    new = ir.node("Loop", list(loop.inputs), {"body": body}, num_outputs=len(kept))
+    new = ir.node(loop.op_type, list(loop.inputs), attrs, num_outputs=len(kept))
     graph.insert_before(loop, new)
     for k, value in zip(kept, new.outputs):
         _take_over(graph, loop.outputs[k], value)

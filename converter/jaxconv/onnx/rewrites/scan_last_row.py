@@ -17,10 +17,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _dim_products, loops
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._scan_body import n_state, plain
-
-_INT64_MAX = np.iinfo(np.int64).max
+from jaxconv.onnx.rewrites._scan_body import n_state, one_axis_cut, plain
 
 
 def rewrite(main: ir.Graph) -> int:
@@ -33,7 +32,7 @@ def rewrite(main: ir.Graph) -> int:
             continue
         changed = _last_rows(scan)
         if changed:
-            _drop_unread_outputs(scan)
+            loops.without_unread_rows(scan)
         count += changed
     return count
 
@@ -41,18 +40,19 @@ def rewrite(main: ir.Graph) -> int:
 def _last_rows(scan: ir.Node) -> int:
     body = scan.attributes["body"].value
     n = n_state(scan)
+    steps = _steps(scan)
     count = 0
     for j, ys in enumerate(scan.outputs[n:]):
         carry = _carry_of(body, body.outputs[n + j], n)
-        steps = _steps(scan)
-        if carry is None or steps is None:
+        dims = m.static_dims(ys) or _dim_products.named_dims(ys)
+        if carry is None or steps is None or not dims:
             continue
         final = scan.outputs[carry]
         for use in list(ys.uses()):
             node = use.node
             if use.idx != 0 or node.domain != "" or node.graph is not scan.graph:
                 continue
-            kept_axis = _last_row_read(node, steps)
+            kept_axis = _last_row_read(node, steps, tuple(dims))
             if kept_axis is None:
                 continue
             out = node.outputs[0]
@@ -127,50 +127,15 @@ def _steps(scan: ir.Node) -> int | None:
     return None
 
 
-def _last_row_read(node: ir.Node, steps: int) -> bool | None:
-    """For a read of row ``steps - 1`` alone along axis 0: whether the row axis is kept (a Slice, a Gather
-    of a one-element index list), or not (a Gather of a scalar index); None for any other read."""
+def _last_row_read(node: ir.Node, steps: int, dims: tuple) -> bool | None:
+    """For a read of row ``steps - 1`` alone along axis 0 of a value of shape ``dims``: whether the row
+    axis is kept (a Slice, a Gather of a one-element index list), or not (a Gather of a scalar index);
+    None for any other read."""
     if node.op_type == "Gather" and len(node.inputs) == 2 and int(m.attr(node, "axis", 0)) == 0:
         index = m.const(node.inputs[1])
         if index is None or index.size != 1 or index.ndim > 1 or int(index.flat[0]) not in (-1, steps - 1):
             return None
         return index.ndim == 1
-    if node.op_type != "Slice" or len(node.inputs) < 3:
+    if node.op_type != "Slice":
         return None
-    parts = [m.const(v) if v is not None else None for v in node.inputs[1:5]]
-    starts, ends = parts[0], parts[1]
-    axes = parts[2] if len(parts) > 2 and node.inputs[3] is not None else np.array([0])
-    step = parts[3] if len(parts) > 3 and node.inputs[4] is not None else np.array([1])
-    if any(p is None or p.size != 1 for p in (starts, ends, axes, step)) or int(axes.flat[0]) != 0:
-        return None
-    if int(step.flat[0]) != 1:
-        return None
-    start, end = int(starts.flat[0]), int(ends.flat[0])
-    start = min(max(start + steps if start < 0 else start, 0), steps)
-    end = min(max(end + steps if end < 0 else end, 0), steps) if end < _INT64_MAX else steps
-    return True if (start, end) == (steps - 1, steps) else None
-
-
-def _drop_unread_outputs(scan: ir.Node) -> None:
-    """The Scan without the stacked outputs nothing reads (a new node: a node's outputs are fixed)."""
-    body = scan.attributes["body"].value
-    n = n_state(scan)
-    unread = [k for k in range(n, len(scan.outputs)) if not scan.outputs[k].uses()
-              and not scan.outputs[k].is_graph_output()]
-    if not unread:
-        return
-    kept = [k for k in range(len(scan.outputs)) if k not in unread]
-    outputs = [body.outputs[k] for k in kept]
-    body.outputs.clear()
-    body.outputs.extend(outputs)
-    attrs = {name: attr for name, attr in scan.attributes.items() if name not in ("scan_output_axes", "scan_output_directions")}
-    new = ir.node("Scan", list(scan.inputs), {a.name: a.value for a in attrs.values()}, num_outputs=len(kept))
-    scan.graph.insert_before(scan, new)
-    for k, value in zip(kept, new.outputs):
-        old = scan.outputs[k]
-        value.type, value.shape = old.type, old.shape
-        m.take_over(old, value)
-    for k in range(len(scan.inputs)):
-        scan.replace_input_with(k, None)
-    scan.graph.remove(scan)
-    m.sweep(body)
+    return True if one_axis_cut(node, dims) == (0, steps - 1, steps) else None

@@ -37,9 +37,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _dim_products, scan_gate_pairs, scan_gates
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._scan_body import body_shapes, n_state, only_use, plain, split_reader
+from jaxconv.onnx.rewrites import scan_gate_pairs, scan_gates
+from jaxconv.onnx.rewrites._scan_body import body_shapes, n_state, one_axis_cut, only_use, plain, split_reader
 
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
@@ -144,7 +144,7 @@ def _merge_slices(main: ir.Graph, scan: ir.Node) -> int:
     groups: dict[int, list[tuple[int, int, int, ir.Node]]] = {}
     for node in body:
         dims = shapes.get(id(node.inputs[0])) if node.op_type == "Slice" and node.inputs else None
-        cut = _one_axis_cut(node, dims) if dims is not None else None
+        cut = one_axis_cut(node, dims) if dims is not None else None
         if cut is not None:
             groups.setdefault(id(node.inputs[0]), []).append((*cut, node))
     count = 0
@@ -169,31 +169,3 @@ def _merge_slices(main: ir.Graph, scan: ir.Node) -> int:
             body.remove(node, safe=True)
         count += 1
     return count
-
-
-def _one_axis_cut(node: ir.Node, dims: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """(axis, start, end) of a Slice of a non-constant value of shape ``dims`` that keeps every axis
-    whole but one, with constant bounds and steps of 1."""
-    if node.domain != "" or not 3 <= len(node.inputs) <= 5 or m.const(node.inputs[0]) is not None:
-        return None
-    consts = [m.const(v) if v is not None else None for v in node.inputs[1:]]
-    if any(c is None for c, v in zip(consts, node.inputs[1:]) if v is not None):
-        return None
-    starts, ends = np.atleast_1d(consts[0]), np.atleast_1d(consts[1])
-    axes = np.atleast_1d(consts[2]) if len(consts) > 2 and consts[2] is not None else np.arange(len(starts))
-    if len(consts) > 3 and consts[3] is not None and np.any(consts[3] != 1):
-        return None
-    if not len(starts) == len(ends) == len(axes):
-        return None
-    cut = None
-    for s, e, a in zip(starts, ends, axes):
-        if not -len(dims) <= int(a) < len(dims):
-            return None
-        axis = int(a) % len(dims)
-        got = _dim_products.axis_cut(dims[axis], int(s), int(e))
-        if got == "whole":
-            continue
-        if got is None or cut is not None or not got[0] < got[1]:
-            return None
-        cut = (axis, got[0], got[1])
-    return cut
