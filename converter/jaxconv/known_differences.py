@@ -240,7 +240,12 @@ def _as_float64(expected: np.ndarray, actual: np.ndarray, truth: np.ndarray | No
 
 def _zero_of_float64_sign(e: np.ndarray, a: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Zeros of the artifact whose sign float64's zero has and jax.jit's zero lacks."""
-    return (e == 0) & (a == 0) & (t == 0) & (np.signbit(a) == np.signbit(t)) & (np.signbit(e) != np.signbit(a))
+    return _opposite_zeros(e, a) & (t == 0) & (np.signbit(a) == np.signbit(t))
+
+
+def _opposite_zeros(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Where both are zeros of opposite signs."""
+    return (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))
 
 
 def as_program_order(rows: list[OutputCheck], classes: Sequence[np.ndarray | None], fn: Callable[..., Any],
@@ -298,7 +303,7 @@ def _zero_sign_only(expected: np.ndarray, actual: np.ndarray, cls: np.ndarray | 
         return False
     with np.errstate(all="ignore"):
         e, a = as_float64(expected), as_float64(actual)
-        return bool(((cls == MISMATCH) & (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))).any())
+        return bool(((cls == MISMATCH) & _opposite_zeros(e, a)).any())
 
 
 FFT_OVERFLOW_NOTE = ("XLA's FFT and complex matrix products overflow in other intermediate sums than the "

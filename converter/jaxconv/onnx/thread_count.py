@@ -114,20 +114,10 @@ def colliding_scatter(graph: Any) -> Any:
     combine into the same element race: on two threads, a segment sum (4,000 rows of 64 into 1,000)
     differed from the sequential sum in 3 of 200 runs, once by 2.6 (an update lost; mul and max
     alike); on one thread, never. A model with one records one thread, whatever its products."""
-    for node in graph:
+    for node in ir.traversal.RecursiveGraphIterator(graph):
         if node.domain in ("", "ai.onnx") and node.op_type == "ScatterND" and _combines(node) \
                 and not _unique_constant_rows(node.inputs[1]):
             return node
-        for attr in node.attributes.values():
-            if attr.type.name == "GRAPH":
-                found = colliding_scatter(attr.value)
-                if found is not None:
-                    return found
-            elif attr.type.name == "GRAPHS":
-                for sub in attr.value:
-                    found = colliding_scatter(sub)
-                    if found is not None:
-                        return found
     return None
 
 
