@@ -152,7 +152,7 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     jitted = jax.jit(m.fn)
     jin = [jax.device_put(a) for a in m.inputs]
     fns: dict[str, Callable[[], Any]] = {"jax": lambda: jax.block_until_ready(jitted(*jin))}
-    fns["ort"] = ort_call(ort_session(source, None, False), m.inputs)
+    fns["ort"] = ort_call(ort_session(source, None, False, inputs=m.inputs), m.inputs)
     fns["ort 1t"] = ort_call(ort_session(source, 1, False), m.inputs)
     if args.compare_rewrites:
         fns["ort plain"] = ort_call(ort_session(_without_rewrites(m).SerializeToString(), None, False), m.inputs)

@@ -141,7 +141,7 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     for k, proto in protos.items():
         row.nodes[k] = len(proto.graph.node)
         try:
-            call = bench.ort_call(bench.ort_session(proto.SerializeToString(), None, False), m.inputs)
+            call = bench.ort_call(bench.ort_session(proto.SerializeToString(), None, False, inputs=m.inputs), m.inputs)
             outs = call()
             if k == "ours":
                 row.err = _max_err(outs, ref)

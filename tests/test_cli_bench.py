@@ -34,6 +34,15 @@ def doubled(x):
 
 def pair(x, y):
     return x @ W + y
+
+
+LAYERS = [np.random.default_rng(k).standard_normal((128, 128)).astype(np.float32) * 0.1 for k in range(3)]
+
+
+def layers(x):
+    for w in LAYERS:
+        x = jnp.tanh(x @ w)
+    return x
 """
 FAST = ["--iters", "3", "--budget", "0.01"]
 
@@ -107,6 +116,19 @@ def test_json_holds_the_figures_of_the_table(fn_file, tmp_path, capsys):
     assert data["nodes"] == int(row["nodes"]) and 0 <= data["max_abs_error"] < 1e-5
     assert "ORT: jaxconv's session options (spinning off), 1 thread(s)" in out
     assert f"wrote {out_json}" in out
+
+
+@pytest.mark.parametrize("batch,threads", [(2, 1), (16, None)])
+def test_a_symbolic_model_is_timed_on_the_thread_count_it_records_for_the_sizes(fn_file, tmp_path, capsys,
+                                                                                 batch, threads):
+    """``f32[b, 64, 128]`` through three 128x128 products: one thread up to b = 4 (thread_count's record)."""
+    from jaxconv.runtimes.onnxrt import default_threads
+
+    out_json = tmp_path / "bench.json"
+    code, out, err = bench(capsys, f"{fn_file}:layers", "--specs", "f32[b,64,128]", "--sizes", f"b={batch}",
+                           "--json", str(out_json))
+    assert code == 0, err
+    assert json.loads(out_json.read_text())["threads"] == (threads or default_threads())
 
 
 def test_onnx_file_is_timed_as_given(fn_file, tmp_path, capsys):

@@ -174,3 +174,69 @@ def test_a_symbolic_batch_mlp_records_by_its_width():
     model = jaxconv.to_onnx(lambda a: jnp.tanh(a @ narrow), "f32[b,64]", check=False)
     assert _recorded_in(model) == "1"
     assert _recorded_in(jaxconv.to_onnx(lambda a: jnp.tanh(a @ wide), x, check=False)) == "1"  # static: 2.4 MFLOP
+
+
+def _layers(width=128, count=3):
+    ws = [_w(width, width) for _ in range(count)]
+
+    def fn(x):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+
+    return fn
+
+
+def test_a_symbolic_batch_records_one_thread_up_to_the_size_its_products_stay_small():
+    """``[b, 64, 128] @ [128, 128]`` three times: 2.1 MFLOP a product per batch row, so one thread up to
+    b = 4 (8.4 MFLOP), two from b = 8 (16.8); no count for every size."""
+    model = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False)
+    entries = {p.key: p.value for p in model.metadata_props}
+    assert thread_count.THREADS_KEY not in entries
+    data = model.SerializeToString()
+    assert thread_count.read_record(data) == thread_count.Record(one_thread_up_to=4, symbolic_axes=((0,),))
+    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (1, 4, 5, 8)] == [1, 1, None, None]
+    assert thread_count.recorded(data) is None  # sizes unknown: ORT's count
+
+
+def test_the_size_record_needs_every_smaller_size_to_weigh_one_thread():
+    """Products that grow with the batch beside a fixed big one: small sizes weigh two threads (the fixed
+    product outweighs), bigger ones one; the record names no size (it would be the wrong way round)."""
+    graph = _symbolic_product_graph(*[((2, "s"), 128, 128)] * 3, ((64,), 256, 512))
+    assert thread_count.recommend_graph(graph, symbolic_sizes=[128]) == 1
+    assert thread_count.one_thread_up_to(graph) is None
+
+
+def test_jaxconvs_runner_picks_the_session_by_the_call_sizes_and_matches_jax():
+    fn = _layers()
+    runner = OnnxRunner(jaxconv.to_onnx(fn, "f32[b,64,128]", check=False).SerializeToString())
+    for batch, threads in ((2, 1), (16, default_threads() or 0), (4, 1)):
+        x = _RNG.standard_normal((batch, 64, 128)).astype(np.float32)
+        (got,) = runner.run([x])
+        assert runner.session.get_session_options().intra_op_num_threads == threads
+        np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+    explicit = OnnxRunner(jaxconv.to_onnx(fn, "f32[b,64,128]", check=False).SerializeToString(), threads=2)
+    explicit.run([np.ones((2, 64, 128), np.float32)])
+    assert explicit.session.get_session_options().intra_op_num_threads == 2  # a count asked for wins
+
+
+@pytest.mark.parametrize("value", ['{"one_thread_up_to":0,"symbolic_axes":[[0]]}', '{"symbolic_axes":[[0]]}',
+                                   '{"one_thread_up_to":4,"symbolic_axes":[["b"]]}', "four", "",
+                                   '{"one_thread_up_to":4,"symbolic_axes":7}'])
+def test_a_malformed_size_record_reads_as_none(value):
+    model = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False)
+    for p in model.metadata_props:
+        if p.key == thread_count.BY_SIZE_KEY:
+            p.value = value
+    assert thread_count.read_record(model.SerializeToString()) == thread_count.Record()
+    assert thread_count.recorded(model.SerializeToString(), [(2, 64, 128)]) is None
+
+
+def test_benchmark_sessions_take_the_count_for_their_inputs():
+    from jaxconv.benchmark import ort_session
+
+    data = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False).SerializeToString()
+    small, big = np.ones((2, 64, 128), np.float32), np.ones((32, 64, 128), np.float32)
+    assert ort_session(data, None, False, inputs=[small]).get_session_options().intra_op_num_threads == 1
+    assert ort_session(data, None, False, inputs=[big]).get_session_options().intra_op_num_threads == \
+        (default_threads() or 0)

@@ -66,7 +66,8 @@ def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float,
     return {n: statistics.median(v) for n, v in times.items()}
 
 
-def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | None = None) -> Any:
+def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | None = None,
+                inputs: Sequence[np.ndarray] | None = None) -> Any:
     """An ORT CPU session on ``model`` (path or bytes) with jaxconv's options.
 
     Args:
@@ -74,12 +75,14 @@ def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | 
             per physical core).
         spinning: ORT's own default (on) instead of jaxconv's (off).
         profile: path prefix: ORT writes its profile there, and the optimized graph to PREFIX.optimized.onnx.
+        inputs: the inputs it will run on (the count a model records may depend on their sizes).
     """
     import onnxruntime as ort
 
     from jaxconv.runtimes.onnxrt import session_options
 
-    opts = session_options(threads, spinning, model=model if isinstance(model, (str, bytes)) else None)
+    opts = session_options(threads, spinning, model=model if isinstance(model, (str, bytes)) else None,
+                           shapes=None if inputs is None else [np.shape(a) for a in inputs])
     if profile:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile
@@ -156,7 +159,7 @@ def rotate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float) -> Ro
 def spin_ratio(jax_fn: Callable[[], Any], source: Any, inputs: Sequence[np.ndarray], iters: int,
                budget_s: float) -> tuple[float, float]:
     """(ms, ratio to jax.jit) of ORT's own default (spinning on), in a rotation beside jax.jit alone."""
-    spin = ort_call(ort_session(source, None, True), inputs)
+    spin = ort_call(ort_session(source, None, True, inputs=inputs), inputs)
     spin()
     r = rotate({"jax": jax_fn, "ort spin": spin}, iters, budget_s)
     return r.ms["ort spin"], r.ratio["ort spin"]

@@ -471,7 +471,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             nodes=nodes, size_mb=size_mb, max_abs=max((r.max_abs for r in rows), default=0.0),
             mismatches=[f"{r.name} differs from jax.jit (max abs error {r.max_abs:.3g}): {r.note}"
                         for r in rows if not r.ok],
-            threads=args.threads or recorded(model) or default_threads(), iters=args.iters, budget_s=args.budget,
+            threads=args.threads or recorded(model, [getattr(a, "shape", ()) for a in inputs]) or default_threads(),
+            iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
     print(f"Machine: {benchmark.machine()}")
     print(f"Inputs: {what}; ORT: jaxconv's session options (spinning off), "

@@ -111,9 +111,7 @@ def lower_to_ir(module: hir.Module, *, inputs: Sequence[GraphIO], outputs: Seque
         model = build_model(module, inputs=inputs, outputs=outputs, entry=entry, opset=opset,
                             graph_name=graph_name, metadata=metadata, constants=constants)
         optimize(model, opset)
-        threads = thread_count.recommend(model, symbolic_sizes=thread_count.RECORD_SIZES)
-        if threads is not None:
-            model.metadata_props[thread_count.THREADS_KEY] = str(threads)
+        model.metadata_props.update(thread_count.record(model))
     return model
 
 

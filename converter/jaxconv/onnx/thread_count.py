@@ -45,6 +45,16 @@ at s = 256 and 512, above the sizes weighed, 0.48-0.98x and 0.80-0.91x (hk_paden
 load 9-10). A caller that runs much larger sizes on an idle machine, where products of tens of
 MFLOP gain from the second thread, asks for a thread count.
 
+Where the two weighings differ (a BERT-style encoder exported with ``f32[b, 64, ...]``: its products
+are small at batch 2 and big at 128), no one count serves every size. The record then weighs the sizes
+of ``SMALL_SIZES`` and names the largest up to which every size weighs one thread (``BY_SIZE_KEY``:
+that size and each input's symbolic axes; ``one_thread_up_to``). jaxconv's runner keeps a session per
+thread count and picks one by the sizes of each call (``Record.threads``); ``session_options`` takes the
+sizes a session of one's own will run. Exported with a symbolic batch and run at batch 2, one thread
+against two (scripts/bench_zoo.py --symbolic-batch, one process each, load 0.1-1.3): HF BERT 0.84x
+``jax.jit`` against 0.86x (CPU 0.84x against 0.93x), ViT 0.65x against 0.70x, Llama CPU 1.03x against
+1.31x, RegNet 0.47x against 0.52x.
+
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
 included (``group`` divides each output's window): chains of one kind of convolution at 0.6-57
 MFLOP (3x3, 1x1, depthwise 3x3 and 5x5; ORT runs them as NCHWc blocked convolutions) took 0.27-0.92x
@@ -57,6 +67,7 @@ of CSPDarkNet's flops in its 3x3 ones: all three record one thread) took a media
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Sequence
 
@@ -71,6 +82,41 @@ _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 RECORD_SIZES = (16, 128)  # each symbolic dimension's sizes when a model's record is weighed
+BY_SIZE_KEY = "jaxconv.intra_op_threads_by_size"  # one thread up to a size, where RECORD_SIZES give none
+SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the sizes BY_SIZE_KEY's record is weighed at
+
+
+def record(model: Any) -> dict[str, str]:
+    """The metadata entries of a converted model's thread count: ``THREADS_KEY`` where ``recommend``
+    gives one thread at every size weighed, else ``BY_SIZE_KEY`` where its symbolic sizes give one
+    thread up to a size (``one_thread_up_to``), else none."""
+    threads = recommend(model, symbolic_sizes=RECORD_SIZES)
+    if threads is not None:
+        return {THREADS_KEY: str(threads)}
+    up_to = one_thread_up_to(model.graph)
+    if up_to is None:
+        return {}
+    axes = [[k for k, d in enumerate(v.shape or ()) if isinstance(d, ir.SymbolicDim) and d.value is not None]
+            for v in model.graph.inputs]
+    return {BY_SIZE_KEY: json.dumps({"one_thread_up_to": up_to, "symbolic_axes": axes}, separators=(",", ":"))}
+
+
+def one_thread_up_to(graph: Any) -> int | None:
+    """The largest of ``SMALL_SIZES`` up to which every size weighs to one thread, with each symbolic
+    dimension of the graph's inputs at that size; None where the smallest does not, or none is symbolic.
+
+    A model exported with ``f32[b, ...]`` runs at sizes the conversion does not know. Where its products
+    are small at a small batch and big at a large one (a BERT-style encoder at batch 2 and at 128), no
+    thread count serves every size: the record says up to which size one thread does, and jaxconv's
+    runner picks the session by the sizes of each call (``Record.threads``)."""
+    names = symbolic_names(graph)
+    best = None
+    for size in SMALL_SIZES if names else ():
+        weights = weigh(graph, sizes=dict.fromkeys(names, size))
+        if weights is None or one_thread_for(*weights) is None:
+            break
+        best = size
+    return best
 
 
 def recommend(model: Any, *, skip_unknown: bool = False, symbolic_sizes: Sequence[int] = ()) -> int | None:
@@ -297,18 +343,60 @@ def _flops(node: Any, shapes: _Shapes) -> float | None:
     return 2.0 * math.prod(a) * math.prod(b[1:])  # ConvTranspose, weight [Cin, Cout/group, k...]
 
 
-def recorded(path_or_bytes: str | bytes) -> int | None:
-    """The thread count a model file (or its bytes) records under ``THREADS_KEY``, without parsing its graph."""
-    return proto_wire.read_model(path_or_bytes, _read_record)
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """What a model file records: a thread count for every size (``THREADS_KEY``), or one thread up to
+    a size of its symbolic dimensions (``BY_SIZE_KEY``: that size, and each input's symbolic axes)."""
+
+    threads_always: int | None = None
+    one_thread_up_to: int | None = None
+    symbolic_axes: tuple[tuple[int, ...], ...] = ()
+
+    def threads(self, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
+        """The thread count for a call on inputs of ``shapes`` (in the model's input order); None: ORT's
+        default. Without shapes, only a count for every size."""
+        if self.threads_always is not None or shapes is None or self.one_thread_up_to is None:
+            return self.threads_always
+        if len(shapes) != len(self.symbolic_axes):
+            return None
+        fits = all(k < len(shape) and shape[k] <= self.one_thread_up_to
+                   for axes, shape in zip(self.symbolic_axes, shapes) for k in axes)
+        return 1 if fits else None
 
 
-def _read_record(f: BinaryIO, size: int) -> int | None:
+def recorded(path_or_bytes: str | bytes, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
+    """The thread count a model file (or its bytes) records for a call on inputs of ``shapes``
+    (``Record.threads``), without parsing its graph."""
+    return read_record(path_or_bytes).threads(shapes)
+
+
+def read_record(path_or_bytes: str | bytes) -> Record:
+    """A model file's (or its bytes') ``Record``; an empty one where it records nothing or cannot be read."""
+    return proto_wire.read_model(path_or_bytes, _read_record) or Record()
+
+
+def _read_record(f: BinaryIO, size: int) -> Record:
     """Walk the ModelProto's top-level fields, reading none but the metadata entries."""
+    values: dict[str, str] = {}
     for field in proto_wire.fields(f, 0, size):
         if field.number != _METADATA_FIELD or field.wire != proto_wire.LEN:
             continue
         entry = proto_wire.strings(proto_wire.read(f, field.value, field.stop))
-        if entry.get(1, "") == THREADS_KEY:
-            value = entry.get(2, "")
-            return int(value) if value.isdigit() and int(value) > 0 else None
-    return None
+        if entry.get(1, "") in (THREADS_KEY, BY_SIZE_KEY):
+            values[entry[1]] = entry.get(2, "")
+    count = values.get(THREADS_KEY, "")
+    if count.isdigit() and int(count) > 0:
+        return Record(threads_always=int(count))
+    return _by_size(values.get(BY_SIZE_KEY, ""))
+
+
+def _by_size(value: str) -> Record:
+    """``BY_SIZE_KEY``'s JSON as a Record; an empty one where it is missing or malformed."""
+    try:
+        data = json.loads(value)
+        up_to, axes = data["one_thread_up_to"], data["symbolic_axes"]
+        if isinstance(up_to, int) and up_to > 0 and all(all(isinstance(k, int) and k >= 0 for k in a) for a in axes):
+            return Record(one_thread_up_to=up_to, symbolic_axes=tuple(tuple(a) for a in axes))
+    except (ValueError, TypeError, KeyError):
+        pass
+    return Record()

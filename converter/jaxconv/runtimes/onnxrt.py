@@ -37,7 +37,8 @@ def default_threads() -> int | None:
     return len(cores) or None
 
 
-def session_options(threads: int | None = None, spinning: bool = False, model: str | bytes | None = None):
+def session_options(threads: int | None = None, spinning: bool = False, model: str | bytes | None = None,
+                    shapes: Sequence[Sequence[int]] | None = None):
     """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
 
     ORT's intra-op thread pool spins after each run by default; on a machine with few cores
@@ -51,6 +52,8 @@ def session_options(threads: int | None = None, spinning: bool = False, model: s
             a model made of small products), else one per physical core (``default_threads``), not pinned.
         spinning: keep pool threads spinning between runs (ORT's own default).
         model: the model's path or bytes, for its recorded thread count.
+        shapes: the shapes of the inputs the session will run on, in the model's input order: a model
+            with symbolic sizes may record one thread up to a size (``thread_count.Record``).
     """
     import onnxruntime as ort
 
@@ -59,7 +62,7 @@ def session_options(threads: int | None = None, spinning: bool = False, model: s
     if threads is None and model is not None:
         from jaxconv.onnx.thread_count import recorded
 
-        threads = recorded(model)
+        threads = recorded(model, shapes)
     if threads is None:
         threads = default_threads()
     if threads is not None:
@@ -89,21 +92,35 @@ class OnnxRunner:
             ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``),
                 or the file's data differs from ``weights``.
         """
+        from jaxconv.onnx.thread_count import Record, read_record
+
         self._source: str | bytes | None = path_or_bytes
         self.path = path_or_bytes if isinstance(path_or_bytes, str) else None  # the check's capped copy reads it
         self.opset = default_opset(path_or_bytes)  # what the lowering could express (the check asks)
-        self._options = (threads, spinning)
+        self._threads, self._spinning = threads, spinning
+        self._record = read_record(path_or_bytes) if threads is None else Record()
+        self._by_size = self._record.one_thread_up_to is not None  # a session per thread count, picked per call
+        self._sessions: dict[int | None, Any] = {}
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
         self.borrowed: list[np.ndarray] = []  # the buffers a session uses in place: alive as long as it
         if not defer:
-            self._load()
+            self._select(None)
 
-    def _load(self) -> None:
+    def _select(self, shapes: Sequence[Sequence[int]] | None) -> None:
+        """Make ``self.session`` the session for a call on inputs of ``shapes``: the thread count asked for,
+        else the one the model records for those sizes (``thread_count.Record``), loaded on first use."""
+        threads = self._threads if self._threads is not None else self._record.threads(shapes)
+        if threads not in self._sessions:
+            self._load(threads)
+        self.session = self._sessions[threads]
+
+    def _load(self, threads: int | None) -> None:
         import onnxruntime as ort
 
         path_or_bytes = self._source
-        opts = session_options(*self._options, model=path_or_bytes)
+        assert path_or_bytes is not None
+        opts = session_options(threads, self._spinning)
         if self._quiet:
             opts.log_severity_level = 4  # fatal only
         model = self._borrow(path_or_bytes, opts) if self._weights else None
@@ -113,7 +130,9 @@ class OnnxRunner:
         except Exception as e:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
             raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from e
-        self._source = self._weights = None
+        self._sessions[threads] = self.session
+        if not self._by_size:  # no other session will load: the bytes and buffers can go
+            self._source = self._weights = None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self._input_types = [(i.shape, _numpy_name(i.type)) for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -134,14 +153,14 @@ class OnnxRunner:
         opts.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
         if DISABLE_PREPACKING:
             opts.add_session_config_entry("session.disable_prepacking", "1")
-        self.borrowed = borrowed.buffers
+        self.borrowed += borrowed.buffers
         return borrowed.model
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import onnxruntime as ort
 
-        if self._source is not None:
-            self._load()
+        if not self._sessions or self._by_size:
+            self._select([np.shape(a) for a in inputs])
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
         if self._complex_in or self._complex_out:
