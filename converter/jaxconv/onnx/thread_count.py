@@ -66,6 +66,7 @@ of CSPDarkNet's flops in its 3x3 ones: all three record one thread) took a media
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
@@ -315,8 +316,49 @@ def _dims(value: Any, shapes: _Shapes) -> list[int] | None:
         shape = value.const_value.shape
     if shape is None:
         return None
-    dims = [d if isinstance(d, int) else shapes.sizes.get(d.value) if d.value is not None else None for d in shape]
+    dims = [d if isinstance(d, int) else _dim_size(d.value, shapes.sizes) for d in shape]
     return None if any(d is None for d in dims) else dims
+
+
+_DIM_FUNCTIONS: dict[str, Callable[..., int]] = {
+    "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "max": max, "min": min,
+    "non_negative": lambda a: max(a, 0)}
+_DIM_OPERATORS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+
+def _dim_size(name: str | None, sizes: Mapping[str, int]) -> int | None:
+    """A symbolic dimension's size: a name of ``sizes``, or an expression of them as jax.export writes one
+    (``64*b``, ``b + 1``, ``floordiv(b, 2)``, ``max(b, 1)``); None for anything else."""
+    if name is None:
+        return None
+    if name in sizes:
+        return sizes[name]
+    try:
+        return _evaluate(ast.parse(name, mode="eval").body, sizes)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return sizes.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _evaluate(node.operand, sizes)
+        return None if value is None else -value
+    args: list[ast.AST]
+    if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPERATORS:
+        apply, args = _DIM_OPERATORS[type(node.op)], [node.left, node.right]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DIM_FUNCTIONS \
+            and not node.keywords:
+        apply, args = _DIM_FUNCTIONS[node.func.id], list(node.args)
+    else:
+        return None
+    values = [_evaluate(a, sizes) for a in args]
+    return None if any(v is None for v in values) else apply(*values)
 
 
 def _flops(node: Any, shapes: _Shapes) -> float | None:
