@@ -203,7 +203,8 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
             before ``to_scan`` makes it a Scan); without it a Loop's products are of unknown count.
         leave_out: nodes not weighed, nor their subgraphs (a Loop a rule is about to replace).
         sizes: a size for each named symbolic dimension (of the graph's inputs: ``symbolic_names``);
-            a dimension of another name (one the shape inference made up) stays unknown.
+            an expression of them as jax.export writes one (``64*b``) is evaluated; a dimension of
+            another name (one the shape inference made up) stays unknown.
     """
     small = large = 0.0
     shapes = _Shapes({}, dict(sizes or {}))
