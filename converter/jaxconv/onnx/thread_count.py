@@ -66,7 +66,6 @@ of CSPDarkNet's flops in its 3x3 ones: all three record one thread) took a media
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import math
@@ -75,7 +74,7 @@ from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Seque
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx import proto_wire
+from jaxconv.onnx import dim_sizes, proto_wire
 
 THREADS_KEY = "jaxconv.intra_op_threads"
 SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
@@ -207,7 +206,7 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
             another name (one the shape inference made up) stays unknown.
     """
     small = large = 0.0
-    shapes = _Shapes({}, dict(sizes or {}))
+    shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes or {}))
     for node, repeats, seen in _products(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
         if node.op_type in _SELF_THREADED:
             return None
@@ -307,59 +306,19 @@ def _loop_carries(loop: Any, body: Any, shapes: _Shapes) -> _Shapes:
     return shapes.with_known(inner)
 
 
-def _dims(value: Any, shapes: _Shapes) -> list[int] | None:
+def _dims(value: Any, shapes: _Shapes, start: int = 0) -> list[int] | None:
+    """The sizes of ``value``'s dimensions from ``start`` on; None where one is unknown."""
     if value is None:
         return None
     if id(value) in shapes.known:
-        return shapes.known[id(value)]
+        return shapes.known[id(value)][start:]
     shape = value.shape
     if shape is None and value.const_value is not None:  # an initializer a rule made without a shape
         shape = value.const_value.shape
     if shape is None:
         return None
-    dims = [d if isinstance(d, int) else _dim_size(d.value, shapes.sizes) for d in shape]
+    dims = [d if isinstance(d, int) else dim_sizes.size_of(d.value, shapes.sizes) for d in list(shape)[start:]]
     return None if any(d is None for d in dims) else dims
-
-
-_DIM_FUNCTIONS: dict[str, Callable[..., int]] = {
-    "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "max": max, "min": min,
-    "non_negative": lambda a: max(a, 0)}
-_DIM_OPERATORS: dict[type, Callable[[int, int], int]] = {
-    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
-
-
-def _dim_size(name: str | None, sizes: Mapping[str, int]) -> int | None:
-    """A symbolic dimension's size: a name of ``sizes``, or an expression of them as jax.export writes one
-    (``64*b``, ``b + 1``, ``floordiv(b, 2)``, ``max(b, 1)``); None for anything else."""
-    if name is None:
-        return None
-    if name in sizes:
-        return sizes[name]
-    try:
-        return _evaluate(ast.parse(name, mode="eval").body, sizes)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.Name):
-        return sizes.get(node.id)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _evaluate(node.operand, sizes)
-        return None if value is None else -value
-    args: list[ast.AST]
-    if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPERATORS:
-        apply, args = _DIM_OPERATORS[type(node.op)], [node.left, node.right]
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DIM_FUNCTIONS \
-            and not node.keywords:
-        apply, args = _DIM_FUNCTIONS[node.func.id], list(node.args)
-    else:
-        return None
-    values = [_evaluate(a, sizes) for a in args]
-    return None if any(v is None for v in values) else apply(*values)
 
 
 def _flops(node: Any, shapes: _Shapes) -> float | None:
@@ -381,8 +340,9 @@ def _flops(node: Any, shapes: _Shapes) -> float | None:
         n = b[0] if trans_b is not None and int(trans_b.value) else b[-1]
         return 2.0 * m * k * n
     if node.op_type == "Conv":  # weight [Cout, Cin/group, k...]: each output sums Cin/group x window
-        out = _dims(node.outputs[0], shapes)
-        return None if not out else 2.0 * math.prod(out) * math.prod(b[1:])
+        # the output's batch is the input's (a rule's rewritten value may carry a made-up name for it)
+        window = _dims(node.outputs[0], shapes, start=2)
+        return None if window is None else 2.0 * a[0] * b[0] * math.prod(window) * math.prod(b[1:])
     return 2.0 * math.prod(a) * math.prod(b[1:])  # ConvTranspose, weight [Cin, Cout/group, k...]
 
 

@@ -1,0 +1,160 @@
+"""The sizes of a graph's symbolic dimensions, given sizes for its inputs' (``b`` of ``f32[b, 784]``).
+
+A value's shape may name a symbolic dimension three ways: a name of an input's dimension (``b``); an
+expression of them, as jax.export writes one (``64*b``, ``b + 1``, ``floordiv(b*s, 4)``, ``max(b, 1)``:
+``size_of`` evaluates it); or a name that shape inference made up where it lost track (``unk__16``: a
+rewritten Conv's batch, a Split's pieces). ``with_equated`` finds sizes for the made-up names from the
+ops that equate dimensions: an elementwise op's output and its inputs, a Transpose's permuted axes, the
+batch of a Conv or pool and its input, a MatMul's rows and its first operand's, a Concat's or Split's other
+axes. ``thread_count`` weighs a model's products with them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from typing import Any, Callable, Iterator, Mapping
+
+import onnx_ir as ir
+
+_FUNCTIONS: dict[str, Callable[..., int]] = {
+    "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "max": max, "min": min,
+    "non_negative": lambda a: max(a, 0)}
+_OPERATORS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+_SAME_SHAPE = frozenset((
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Abs", "Neg", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Cast",
+    "Identity", "Softmax", "LogSoftmax", "Gelu", "HardSwish", "HardSigmoid", "Elu", "Selu", "Softplus", "Sin",
+    "Cos", "Floor", "Ceil", "Round", "Sign", "Not", "IsNaN", "IsInf", "Clip", "LayerNormalization", "Dropout",
+    "BatchNormalization", "InstanceNormalization", "LpNormalization"))
+_BROADCAST = frozenset((
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "And", "Or", "Xor", "Mod", "PRelu", "Sum", "Mean", "BitShift", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor"))
+_SAME_BATCH = frozenset((
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"))
+
+
+def size_of(name: str | None, sizes: Mapping[str, int]) -> int | None:
+    """A symbolic dimension's size: a name of ``sizes``, or an expression of them; None for anything else."""
+    if name is None:
+        return None
+    if name in sizes:
+        return sizes[name]
+    expression = _parsed(name)
+    try:
+        return None if expression is None else _evaluate(expression, sizes)
+    except (ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(name: str) -> ast.AST | None:
+    try:
+        return ast.parse(name, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        return sizes.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _evaluate(node.operand, sizes)
+        return None if value is None else -value
+    args: list[ast.AST]
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        apply, args = _OPERATORS[type(node.op)], [node.left, node.right]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS \
+            and not node.keywords:
+        apply, args = _FUNCTIONS[node.func.id], list(node.args)
+    else:
+        return None
+    values = [_evaluate(a, sizes) for a in args]
+    return None if any(v is None for v in values) else apply(*values)
+
+
+def with_equated(graph: Any, sizes: Mapping[str, int]) -> dict[str, int]:
+    """``sizes`` and a size for each made-up dimension name of ``graph``'s values (not its subgraphs')
+    that an op equates to a dimension of known size; a name keeps the first size found."""
+    found = dict(sizes)
+    for _ in range(2):  # forward in graph order, then once more for names met before their size
+        for node in graph:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            for one, other in _equated(node):
+                for name, dim in ((one, other), (other, one)):
+                    if isinstance(name, ir.SymbolicDim) and name.value is not None and \
+                            size_of(name.value, found) is None:
+                        size = dim if isinstance(dim, int) else size_of(dim.value, found)
+                        if size is not None:
+                            found[name.value] = size
+    return found
+
+
+def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
+    """Pairs of dimensions (ints or ``ir.SymbolicDim``) that ``node`` makes equal."""
+    out = node.outputs[0].shape if node.outputs else None
+    ins = [v.shape if v is not None else None for v in node.inputs]
+    if out is None or not ins or ins[0] is None:
+        return
+    op = node.op_type
+    if op in _SAME_SHAPE and len(ins[0]) == len(out):
+        yield from zip(ins[0], out)
+    elif op in _BROADCAST:
+        for shape in ins:
+            if shape is not None and len(shape) <= len(out):
+                yield from ((d, o) for d, o in zip(shape, list(out)[len(out) - len(shape):]) if d != 1)
+    elif op == "Transpose" and len(ins[0]) == len(out):
+        perm = node.attributes.get("perm")
+        order = [int(k) for k in perm.value] if perm is not None else list(range(len(out)))[::-1]
+        yield from ((ins[0][k], o) for k, o in zip(order, out))
+    elif op in _SAME_BATCH and len(out) and len(ins[0]):
+        yield ins[0][0], out[0]
+    elif op == "MatMul" and len(ins[0]) >= 2 and len(out) >= 2:
+        yield ins[0][-2], out[-2]
+        for shape in ins:  # the batch axes broadcast, aligned from the right
+            if shape is not None and 2 <= len(shape) <= len(out):
+                yield from ((d, o) for d, o in zip(list(shape)[:-2], list(out)[len(out) - len(shape):-2]) if d != 1)
+        if ins[1] is not None and len(ins[1]) >= 2:
+            yield ins[1][-1], out[-1]
+    elif op in ("Slice", "Pad") and len(ins[0]) == len(out):
+        cut = _cut_axes(node, len(out))
+        if cut is not None:
+            yield from ((d, o) for k, (d, o) in enumerate(zip(ins[0], out)) if k not in cut)
+    elif op in ("Concat", "Split"):
+        axis = int(node.attributes["axis"].value) if "axis" in node.attributes else 0
+        pieces = [s for s in (ins if op == "Concat" else [v.shape for v in node.outputs]) if s is not None]
+        whole = out if op == "Concat" else ins[0]
+        for shape in pieces:
+            if len(shape) == len(whole):
+                yield from ((d, w) for k, (d, w) in enumerate(zip(shape, whole)) if k != axis % len(whole))
+
+
+def _cut_axes(node: Any, rank: int) -> set[int] | None:
+    """The axes a Slice cuts or a Pad pads (None where its constant inputs do not say)."""
+    inputs = list(node.inputs)
+    if node.op_type == "Slice":
+        axes = inputs[3] if len(inputs) > 3 else None
+        if axes is not None:
+            return _constant_axes(axes, rank)
+        starts = inputs[1].const_value if len(inputs) > 1 and inputs[1] is not None else None
+        return None if starts is None else set(range(starts.numpy().size))
+    pads = inputs[1].const_value if len(inputs) > 1 and inputs[1] is not None else None
+    if pads is None:
+        return None
+    amounts = [int(p) for p in pads.numpy().reshape(-1)]
+    axes = inputs[3] if len(inputs) > 3 else None
+    listed = list(range(rank)) if axes is None else sorted(_constant_axes(axes, rank) or ())
+    if len(amounts) != 2 * len(listed):
+        return None
+    return {a for k, a in enumerate(listed) if amounts[k] or amounts[k + len(listed)]}
+
+
+def _constant_axes(value: Any, rank: int) -> set[int] | None:
+    tensor = value.const_value
+    return None if tensor is None else {int(a) % rank for a in tensor.numpy().reshape(-1)}

@@ -1,0 +1,63 @@
+"""jaxconv.onnx.dim_sizes: symbolic dimensions' sizes from the inputs' (names, jax.export's expressions,
+and the names shape inference made up that an op equates to a known dimension)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from jaxconv.onnx import dim_sizes, thread_count
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("b", 3), ("64*b", 192), ("b + 1", 4), ("floordiv(b*s, 4)", 3), ("mod(b, 2)", 1), ("max(b, 1)", 3),
+    ("non_negative(b - 4)", 0), ("- s + b", -2), ("2*b*s - 3", 27),
+    ("unk__3", None), ("b**2", None), ("__import__('os')", None), ("floordiv(b, 0)", None), ("b +", None),
+    ("c*b", None), ("max(b, key=1)", None), ("1.5*b", None), (None, None)])
+def test_dimension_expressions(name, expected):
+    assert dim_sizes.size_of(name, {"b": 3, "s": 5}) == expected
+
+
+def _value(name, dims, const=None):
+    value = ir.Value(name=name, shape=ir.Shape(dims), type=ir.TensorType(ir.DataType.FLOAT))
+    if const is not None:
+        value.const_value = ir.tensor(np.asarray(const, np.int64))
+        value.type = ir.TensorType(ir.DataType.INT64)
+    return value
+
+
+def _node(op, inputs, out_dims, **attrs):
+    node = ir.node(op, inputs, attributes=attrs)
+    node.outputs[0].shape = ir.Shape(out_dims)
+    node.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    return node
+
+
+def _graph():
+    """Conv -> Transpose -> Slice -> MatMul, each output's batch a name shape inference made up, and an Add
+    that broadcasts a [1, ...] operand (its 1 equates nothing)."""
+    x, w = _value("x", ["b", 8, 16, 16]), _value("w", [32, 8, 3, 3])
+    conv = _node("Conv", [x, w], ["unk__1", 32, 16, 16], pads=[1, 1, 1, 1])
+    nhwc = _node("Transpose", [conv.outputs[0]], ["unk__2", 16, 16, 32], perm=[0, 2, 3, 1])
+    starts, ends, axes = _value("st", [1], [0]), _value("en", [1], [16]), _value("ax", [1], [3])
+    half = _node("Slice", [nhwc.outputs[0], starts, ends, axes], ["unk__3", 16, 16, 16])
+    one = _value("one", [1, 16, 16, 16])
+    added = _node("Add", [half.outputs[0], one], ["unk__4", 16, 16, 16])
+    m = _value("m", [16, 64])
+    product = _node("MatMul", [added.outputs[0], m], ["unk__5", 16, 16, 64])
+    nodes = [conv, nhwc, half, added, product]
+    return ir.Graph([x, w, starts, ends, axes, one, m], [product.outputs[0]], nodes=nodes)
+
+
+def test_made_up_names_take_the_sizes_ops_equate_them_to():
+    found = dim_sizes.with_equated(_graph(), {"b": 3})
+    assert found == {"b": 3, **{f"unk__{k}": 3 for k in range(1, 6)}}
+
+
+def test_products_on_made_up_names_are_weighed():
+    graph = _graph()
+    conv = 2.0 * 3 * 32 * 16 * 16 * 8 * 3 * 3
+    product = 2.0 * 3 * 16 * 16 * 16 * 64
+    assert thread_count.weigh(graph, sizes={"b": 3}) == (conv + product, 0.0)
+    assert thread_count.weigh(graph) is None  # no size for b: unknown
