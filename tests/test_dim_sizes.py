@@ -61,3 +61,19 @@ def test_products_on_made_up_names_are_weighed():
     product = 2.0 * 3 * 16 * 16 * 16 * 64
     assert thread_count.weigh(graph, sizes={"b": 3}) == (conv + product, 0.0)
     assert thread_count.weigh(graph) is None  # no size for b: unknown
+
+
+def test_a_scans_stacked_rows_take_its_steps_and_its_body_rows():
+    """A Scan over ``xs [t, b, 16]`` whose stacked output shape inference left as ``[unk__1, unk__2, 16]``:
+    the rows are the steps, each row the body's output ``[b, 16]``; the carry out is its initial value."""
+    h0, xs = _value("h0", ["b", 16]), _value("xs", ["t", "b", 16])
+    h, x = _value("h", ["b", 16]), _value("x", ["b", 16])
+    step = _node("Add", [h, x], ["b", 16])
+    row = _node("Identity", [step.outputs[0]], ["b", 16])
+    body = ir.Graph([h, x], [step.outputs[0], row.outputs[0]], nodes=[step, row])
+    scan = ir.node("Scan", [h0, xs], attributes={"body": ir.AttrGraph("body", body), "num_scan_inputs": 1},
+                   num_outputs=2)
+    for out, dims in zip(scan.outputs, (["unk__3", 16], ["unk__1", "unk__2", 16])):
+        out.shape, out.type = ir.Shape(dims), ir.TensorType(ir.DataType.FLOAT)
+    graph = ir.Graph([h0, xs], list(scan.outputs), nodes=[scan])
+    assert dim_sizes.with_equated(graph, {"b": 3, "t": 7}) == {"b": 3, "t": 7, "unk__1": 7, "unk__2": 3, "unk__3": 3}

@@ -5,8 +5,9 @@ expression of them, as jax.export writes one (``64*b``, ``b + 1``, ``floordiv(b*
 ``size_of`` evaluates it); or a name that shape inference made up where it lost track (``unk__16``: a
 rewritten Conv's batch, a Split's pieces). ``with_equated`` finds sizes for the made-up names from the
 ops that equate dimensions: an elementwise op's output and its inputs, a Transpose's permuted axes, the
-batch of a Conv or pool and its input, a MatMul's rows and its first operand's, a Concat's or Split's other
-axes. ``thread_count`` weighs a model's products with them.
+batch of a Conv or pool and its input, a MatMul's rows and its first operand's, the axes a Slice or Pad
+leaves and a Concat's or Split's other axes, a Scan's stacked rows (its steps, its body's row) and carries.
+``thread_count`` weighs a model's products with them.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ def with_equated(graph: Any, sizes: Mapping[str, int]) -> dict[str, int]:
 
 def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
     """Pairs of dimensions (ints or ``ir.SymbolicDim``) that ``node`` makes equal."""
+    if node.op_type == "Scan":
+        yield from _scan_equated(node)
+        return
     out = node.outputs[0].shape if node.outputs else None
     ins = [v.shape if v is not None else None for v in node.inputs]
     if out is None or not ins or ins[0] is None:
@@ -158,3 +162,27 @@ def _cut_axes(node: Any, rank: int) -> set[int] | None:
 def _constant_axes(value: Any, rank: int) -> set[int] | None:
     tensor = value.const_value
     return None if tensor is None else {int(a) % rank for a in tensor.numpy().reshape(-1)}
+
+
+def _scan_equated(scan: Any) -> Iterator[tuple[Any, Any]]:
+    """A Scan over axis 0: each carry out as its initial value, each stacked output's rows as the scan
+    inputs' count and its row as the body's output."""
+    for name in ("scan_input_axes", "scan_output_axes"):
+        attr = scan.attributes.get(name)
+        if attr is not None and any(int(v) != 0 for v in attr.value):
+            return
+    body = scan.attributes["body"].value
+    n_state = len(scan.inputs) - int(scan.attributes["num_scan_inputs"].value)
+    steps = next((v.shape[0] for v in list(scan.inputs)[n_state:] if v is not None and v.shape), None)
+    for k, (out, inner) in enumerate(zip(scan.outputs, body.outputs)):
+        if out.shape is None:
+            continue
+        if k < n_state:
+            initial = scan.inputs[k].shape if scan.inputs[k] is not None else None
+            if initial is not None and len(initial) == len(out.shape):
+                yield from zip(initial, out.shape)
+            continue
+        if steps is not None and len(out.shape):
+            yield steps, out.shape[0]
+        if inner.shape is not None and len(inner.shape) == len(out.shape) - 1:
+            yield from zip(inner.shape, list(out.shape)[1:])
