@@ -77,3 +77,21 @@ def test_a_scans_stacked_rows_take_its_steps_and_its_body_rows():
         out.shape, out.type = ir.Shape(dims), ir.TensorType(ir.DataType.FLOAT)
     graph = ir.Graph([h0, xs], list(scan.outputs), nodes=[scan])
     assert dim_sizes.with_equated(graph, {"b": 3, "t": 7}) == {"b": 3, "t": 7, "unk__1": 7, "unk__2": 3, "unk__3": 3}
+
+
+def test_polynomials_of_sizes():
+    b, s = dim_sizes.Poly.name("b"), dim_sizes.Poly.name("s")
+    flops = 2.0 * (64 * b) * 128 * s - b + 3
+    assert flops.value({"b": 3, "s": 5}) == 2 * 64 * 3 * 128 * 5 - 3 + 3
+    assert flops.value({"b": 3}) is None
+    assert (b * s) * b == b * (s * b) and (b * s) * b != b * s and b - b == 0 and b * 1 == b
+    assert dim_sizes.Poly.from_json(flops.to_json()) == flops
+    assert dim_sizes.size_of("64*b + s", {"b": b, "s": s}) == 64 * b + s
+    assert dim_sizes.size_of("floordiv(b, 2)", {"b": b}) is None  # not a polynomial
+    assert dim_sizes.size_of("max(b, 1)", {"b": b}) is None
+
+
+@pytest.mark.parametrize("data", [[[1, {"b": 0}]], [[1, {"b": 1.5}]], [["1", {}]], [[1, {3: 1}]], 7, [[1]]])
+def test_malformed_polynomials_are_refused(data):
+    with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
+        dim_sizes.Poly.from_json(data)

@@ -3,6 +3,8 @@ intra-op thread in its metadata, and jaxconv's ONNX Runtime sessions use it when
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -194,9 +196,25 @@ def test_a_symbolic_batch_records_one_thread_up_to_the_size_its_products_stay_sm
     entries = {p.key: p.value for p in model.metadata_props}
     assert thread_count.THREADS_KEY not in entries
     data = model.SerializeToString()
-    assert thread_count.read_record(data) == thread_count.Record(one_thread_up_to=4, symbolic_axes=((0,),))
-    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (1, 4, 5, 8)] == [1, 1, None, None]
+    per_row = 2 * 64 * 128 * 128
+    assert json.loads(entries[thread_count.BY_SIZE_KEY]) == {
+        "one_thread_up_to": 4, "inputs": [["b", None, None]], "products": [[[[per_row, {"b": 1}]], [[3, {}]]]]}
+    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (1, 4, 5, 8)] == [1, 1, None, None]  # 10.5 MFLOP at 5
     assert thread_count.recorded(data) is None  # sizes unknown: ORT's count
+    assert thread_count.recorded(data, [(2, 64)]) is None  # not the model's inputs
+
+
+def test_two_symbolic_sizes_are_weighed_at_the_calls_sizes():
+    """``f32[b, s, 128]``: the products grow with b * s, so b = 2 with s = 16 or 32 runs on one thread
+    (as a static export at those sizes records), b = 16 with s = 64 on ORT's count."""
+    model = jaxconv.to_onnx(_layers(), "f32[b,s,128]", check=False)
+    data = model.SerializeToString()
+    assert thread_count.read_record(data).inputs == (("b", "s", None),)
+    assert [thread_count.recorded(data, [(b, s, 128)]) for b, s in ((2, 16), (2, 32), (16, 64), (64, 2))] == \
+        [1, 1, None, 1]
+    for b, s in ((2, 32), (16, 64)):
+        static = jaxconv.to_onnx(_layers(), f"f32[{b},{s},128]", check=False)
+        assert thread_count.recorded(static.SerializeToString()) == thread_count.recorded(data, [(b, s, 128)])
 
 
 def test_the_size_record_needs_every_smaller_size_to_weigh_one_thread():
@@ -220,15 +238,17 @@ def test_jaxconvs_runner_picks_the_session_by_the_call_sizes_and_matches_jax():
     assert explicit.session.get_session_options().intra_op_num_threads == 2  # a count asked for wins
 
 
-@pytest.mark.parametrize("value", ['{"one_thread_up_to":0,"symbolic_axes":[[0]]}', '{"symbolic_axes":[[0]]}',
-                                   '{"one_thread_up_to":4,"symbolic_axes":[["b"]]}', "four", "",
-                                   '{"one_thread_up_to":4,"symbolic_axes":7}'])
+@pytest.mark.parametrize("value", ['{"inputs":[["b",null,null]]}', '{"inputs":[[0,null,null]],"products":[]}',
+                                   '{"inputs":[["b",null,null]],"products":[[[[1,{"b":-1}]],[[1,{}]]]]}',
+                                   '{"inputs":[["b",null,null]],"products":[[[["1",{"b":1}]],[[1,{}]]]]}',
+                                   '{"inputs":[["b",null,null]],"products":7}', "four", "",
+                                   '{"inputs":[["b",null,null]],"products":[]}'])
 def test_a_malformed_size_record_reads_as_none(value):
     model = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False)
     for p in model.metadata_props:
         if p.key == thread_count.BY_SIZE_KEY:
             p.value = value
-    assert thread_count.read_record(model.SerializeToString()) == thread_count.Record()
+    assert not thread_count.read_record(model.SerializeToString()).products
     assert thread_count.recorded(model.SerializeToString(), [(2, 64, 128)]) is None
 
 
@@ -257,4 +277,5 @@ def test_products_on_dimensions_computed_from_symbolic_ones_are_weighed():
     shapes = {v.name: v.type.tensor_type.shape for v in model.graph.value_info}
     rows = {shapes[n.input[0]].dim[0].dim_param for n in model.graph.node if n.op_type == "MatMul"}
     assert rows == {"64*b"}
-    assert thread_count.read_record(model.SerializeToString()).one_thread_up_to == 4
+    data = model.SerializeToString()
+    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (2, 4, 8)] == [1, 1, None]

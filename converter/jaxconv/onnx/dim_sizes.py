@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 from typing import Any, Callable, Iterator, Mapping
 
 import onnx_ir as ir
@@ -38,8 +39,92 @@ _SAME_BATCH = frozenset((
     "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"))
 
 
-def size_of(name: str | None, sizes: Mapping[str, int]) -> int | None:
-    """A symbolic dimension's size: a name of ``sizes``, or an expression of them; None for anything else."""
+Monomial = tuple[tuple[str, int], ...]  # (name, power) pairs, sorted by name
+
+
+class Poly:
+    """A size as a polynomial of symbolic dimension names (``2*b*s + 64*b``): what a product's flops
+    come to on a model exported with symbolic sizes, weighed later at a call's sizes (``value``)."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: Mapping[Monomial, float]) -> None:
+        self.terms = {m: c for m, c in terms.items() if c != 0}
+
+    @classmethod
+    def of(cls, x: Poly | float) -> Poly:
+        return x if isinstance(x, Poly) else cls({(): x})
+
+    @classmethod
+    def name(cls, name: str) -> Poly:
+        return cls({((name, 1),): 1})
+
+    def __add__(self, other: Poly | float) -> Poly:
+        terms = dict(self.terms)
+        for m, c in Poly.of(other).terms.items():
+            terms[m] = terms.get(m, 0) + c
+        return Poly(terms)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Poly:
+        return Poly({m: -c for m, c in self.terms.items()})
+
+    def __sub__(self, other: Poly | float) -> Poly:
+        return self + -Poly.of(other)
+
+    def __rsub__(self, other: Poly | float) -> Poly:
+        return Poly.of(other) + -self
+
+    def __mul__(self, other: Poly | float) -> Poly:
+        terms: dict[Monomial, float] = {}
+        for m1, c1 in self.terms.items():
+            for m2, c2 in Poly.of(other).terms.items():
+                powers = dict(m1)
+                for n, e in m2:
+                    powers[n] = powers.get(n, 0) + e
+                m = tuple(sorted(powers.items()))
+                terms[m] = terms.get(m, 0) + c1 * c2
+        return Poly(terms)
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (Poly, int, float)) and self.terms == Poly.of(other).terms
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.terms.items()))
+
+    def __repr__(self) -> str:
+        return " + ".join(f"{c:g}" + "".join(f"*{n}^{e}" for n, e in m) for m, c in self.terms.items()) or "0"
+
+    def value(self, sizes: Mapping[str, int]) -> float | None:
+        """The polynomial at ``sizes``; None where a name has no size."""
+        total = 0.0
+        for m, c in self.terms.items():
+            if any(n not in sizes for n, _ in m):
+                return None
+            total += c * math.prod(sizes[n] ** e for n, e in m)
+        return total
+
+    def to_json(self) -> list[list[Any]]:
+        return [[int(c) if float(c).is_integer() else c, {n: e for n, e in m}] for m, c in self.terms.items()]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Poly:
+        """Raises ValueError, TypeError or KeyError where ``data`` is not what ``to_json`` writes."""
+        terms: dict[Monomial, float] = {}
+        for c, powers in data:
+            if not isinstance(c, (int, float)) or not all(isinstance(n, str) and type(e) is int and e > 0
+                                                           for n, e in powers.items()):
+                raise ValueError(f"not a term: {c!r}, {powers!r}")
+            terms[tuple(sorted(powers.items()))] = c
+        return cls(terms)
+
+
+def size_of(name: str | None, sizes: Mapping[str, int | Poly]) -> int | Poly | None:
+    """A symbolic dimension's size: a name of ``sizes``, or an expression of them; None for anything else
+    (or for what a polynomial cannot express: ``floordiv(b, 2)`` of a ``Poly``)."""
     if name is None:
         return None
     if name in sizes:
@@ -47,7 +132,7 @@ def size_of(name: str | None, sizes: Mapping[str, int]) -> int | None:
     expression = _parsed(name)
     try:
         return None if expression is None else _evaluate(expression, sizes)
-    except (ValueError, ZeroDivisionError, RecursionError):
+    except (ValueError, TypeError, ZeroDivisionError, RecursionError):
         return None
 
 
@@ -59,7 +144,7 @@ def _parsed(name: str) -> ast.AST | None:
         return None
 
 
-def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | None:
+def _evaluate(node: ast.AST, sizes: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.Name):
@@ -79,7 +164,7 @@ def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | None:
     return None if any(v is None for v in values) else apply(*values)
 
 
-def with_equated(graph: Any, sizes: Mapping[str, int]) -> dict[str, int]:
+def with_equated(graph: Any, sizes: Mapping[str, int | Poly]) -> dict[str, int | Poly]:
     """``sizes`` and a size for each made-up dimension name of ``graph``'s values (not its subgraphs')
     that an op equates to a dimension of known size; a name keeps the first size found."""
     found = dict(sizes)

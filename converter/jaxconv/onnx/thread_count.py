@@ -46,14 +46,13 @@ load 9-10). A caller that runs much larger sizes on an idle machine, where produ
 MFLOP gain from the second thread, asks for a thread count.
 
 Where the two weighings differ (a BERT-style encoder exported with ``f32[b, 64, ...]``: its products
-are small at batch 2 and big at 128), no one count serves every size. The record then weighs the sizes
-of ``SMALL_SIZES`` and names the largest up to which every size weighs one thread (``BY_SIZE_KEY``:
-that size and each input's symbolic axes; ``one_thread_up_to``). jaxconv's runner keeps a session per
-thread count and picks one by the sizes of each call (``Record.threads``); ``session_options`` takes the
-sizes a session of one's own will run. Exported with a symbolic batch and run at batch 2, one thread
-against two (scripts/bench_zoo.py --symbolic-batch, one process each, load 0.1-1.3): HF BERT 0.84x
-``jax.jit`` against 0.86x (CPU 0.84x against 0.93x), ViT 0.65x against 0.70x, Llama CPU 1.03x against
-1.31x, RegNet 0.47x against 0.52x.
+are small at batch 2 and big at 128), no one count serves every size. Where one thread wins at small
+sizes (``one_thread_up_to``: every symbolic dimension at 1, 2, 4, ...), the record (``BY_SIZE_KEY``)
+holds the products instead: each one's flops and runs as polynomials of the inputs' symbolic
+dimensions (``dim_sizes.Poly``; ``2*64*128*128*b`` for a ``[b*64, 128] @ [128, 128]``), and each input's
+dimension names. jaxconv's runner keeps a session per thread count and weighs the products at each
+call's sizes (``Record.threads``), so a call at ``b = 2, s = 64`` gets the count a static export at those
+sizes records; ``session_options`` takes the shapes a session of one's own will run.
 
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
 included (``group`` divides each output's window): chains of one kind of convolution at 0.6-57
@@ -67,6 +66,7 @@ of CSPDarkNet's flops in its 3x3 ones: all three record one thread) took a media
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Sequence
@@ -76,39 +76,45 @@ import onnx_ir as ir
 
 from jaxconv.onnx import dim_sizes, proto_wire
 
+Size = int | float | dim_sizes.Poly  # a dimension's size, a product's flops: a polynomial of symbolic sizes
 THREADS_KEY = "jaxconv.intra_op_threads"
 SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
 _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 RECORD_SIZES = (16, 128)  # each symbolic dimension's sizes when a model's record is weighed
-BY_SIZE_KEY = "jaxconv.intra_op_threads_by_size"  # one thread up to a size, where RECORD_SIZES give none
-SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the sizes BY_SIZE_KEY's record is weighed at
+BY_SIZE_KEY = "jaxconv.intra_op_threads_by_size"  # the products, to weigh at a call's sizes
+SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # where one thread wins at the first of these, BY_SIZE_KEY is recorded
 
 
 def record(model: Any) -> dict[str, str]:
     """The metadata entries of a converted model's thread count: ``THREADS_KEY`` where ``recommend``
     gives one thread at every size weighed, else ``BY_SIZE_KEY`` where its symbolic sizes give one
-    thread up to a size (``one_thread_up_to``), else none."""
+    thread at small sizes (``one_thread_up_to``): its products' flops as polynomials of the inputs'
+    symbolic dimensions, for the runner to weigh at each call's sizes; else none."""
     threads = recommend(model, symbolic_sizes=RECORD_SIZES)
     if threads is not None:
         return {THREADS_KEY: str(threads)}
-    up_to = one_thread_up_to(model.graph)
-    if up_to is None:
+    graph = model.graph
+    up_to = one_thread_up_to(graph)
+    products = None if up_to is None else products_of(
+        graph, sizes={n: dim_sizes.Poly.name(n) for n in symbolic_names(graph)})
+    if not products:
         return {}
-    axes = [[k for k, d in enumerate(v.shape or ()) if isinstance(d, ir.SymbolicDim) and d.value is not None]
-            for v in model.graph.inputs]
-    return {BY_SIZE_KEY: json.dumps({"one_thread_up_to": up_to, "symbolic_axes": axes}, separators=(",", ":"))}
+    runs: dict[dim_sizes.Poly, dim_sizes.Poly] = {}  # one run's flops: the runs a call makes, summed
+    for flops, count in products:
+        one = dim_sizes.Poly.of(flops)
+        runs[one] = runs.get(one, dim_sizes.Poly({})) + count
+    inputs = [[d.value if isinstance(d, ir.SymbolicDim) else None for d in v.shape or ()] for v in graph.inputs]
+    data = {"one_thread_up_to": up_to, "inputs": inputs,
+            "products": [[flops.to_json(), count.to_json()] for flops, count in runs.items()]}
+    return {BY_SIZE_KEY: json.dumps(data, separators=(",", ":"))}
 
 
 def one_thread_up_to(graph: Any) -> int | None:
     """The largest of ``SMALL_SIZES`` up to which every size weighs to one thread, with each symbolic
-    dimension of the graph's inputs at that size; None where the smallest does not, or none is symbolic.
-
-    A model exported with ``f32[b, ...]`` runs at sizes the conversion does not know. Where its products
-    are small at a small batch and big at a large one (a BERT-style encoder at batch 2 and at 128), no
-    thread count serves every size: the record says up to which size one thread does, and jaxconv's
-    runner picks the session by the sizes of each call (``Record.threads``)."""
+    dimension of the graph's inputs at that size; None where the smallest does not, or none is symbolic
+    (``record`` writes ``BY_SIZE_KEY`` where it is not None, with this size as a summary)."""
     names = symbolic_names(graph)
     best = None
     for size in SMALL_SIZES if names else ():
@@ -202,11 +208,21 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
             before ``to_scan`` makes it a Scan); without it a Loop's products are of unknown count.
         leave_out: nodes not weighed, nor their subgraphs (a Loop a rule is about to replace).
         sizes: a size for each named symbolic dimension (of the graph's inputs: ``symbolic_names``);
-            an expression of them as jax.export writes one (``64*b``) is evaluated; a dimension of
-            another name (one the shape inference made up) stays unknown.
+            an expression of them as jax.export writes one (``64*b``) is evaluated, and a name shape
+            inference made up takes the size of a dimension an op equates it to (``dim_sizes``).
     """
-    small = large = 0.0
-    shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes or {}))
+    products = products_of(graph, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out,
+                           sizes=sizes or {})
+    return None if products is None else split_small(products)
+
+
+def products_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
+                loop_steps: Callable[[Any], int | None] | None = None,
+                leave_out: Collection[Any] = ()) -> list[tuple[Size, Size]] | None:
+    """(flops of one run, runs a call makes) of each product (``weigh``'s arguments); with ``dim_sizes.Poly``
+    sizes, polynomials of the symbolic dimensions."""
+    out: list[tuple[Size, Size]] = []
+    shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes))
     for node, repeats, seen in _products(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
         if node.op_type in _SELF_THREADED:
             return None
@@ -216,10 +232,23 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
                 if skip_unknown:
                     continue
                 return None
-            if flops < SMALL_FLOPS:
-                small += flops * repeats * times
-            else:
-                large += flops * repeats * times
+            out.append((flops, repeats * times))
+    return out
+
+
+def split_small(products: Sequence[tuple[Size, Size]], sizes: Mapping[str, int] | None = None
+                ) -> tuple[float, float] | None:
+    """(flops of the products under ``SMALL_FLOPS``, of the others) of ``products_of``'s list, its
+    polynomials at ``sizes``; None where one names a dimension without a size."""
+    small = large = 0.0
+    for flops, runs in products:
+        one, count = (x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x for x in (flops, runs))
+        if one is None or count is None:
+            return None
+        if one < SMALL_FLOPS:
+            small += one * count
+        else:
+            large += one * count
     return small, large
 
 
@@ -306,7 +335,7 @@ def _loop_carries(loop: Any, body: Any, shapes: _Shapes) -> _Shapes:
     return shapes.with_known(inner)
 
 
-def _dims(value: Any, shapes: _Shapes, start: int = 0) -> list[int] | None:
+def _dims(value: Any, shapes: _Shapes, start: int = 0) -> list[Size] | None:
     """The sizes of ``value``'s dimensions from ``start`` on; None where one is unknown."""
     if value is None:
         return None
@@ -321,7 +350,20 @@ def _dims(value: Any, shapes: _Shapes, start: int = 0) -> list[int] | None:
     return None if any(d is None for d in dims) else dims
 
 
-def _flops(node: Any, shapes: _Shapes) -> float | None:
+def _broadcast(x: Sequence[Size], y: Sequence[Size]) -> list[Size] | None:
+    """Two shapes' broadcast (numpy's rule; sizes may be polynomials), or None where they do not broadcast."""
+    out: list[Size] = []
+    for d1, d2 in itertools.zip_longest(reversed(x), reversed(y), fillvalue=1):
+        if d1 == 1:
+            out.append(d2)
+        elif d2 == 1 or d1 == d2:
+            out.append(d1)
+        else:
+            return None
+    return out[::-1]
+
+
+def _flops(node: Any, shapes: _Shapes) -> Size | None:
     """Multiply-adds times two of one run of a product, from its operands' static shapes; None when unknown."""
     a = _dims(node.inputs[0], shapes)
     b = _dims(node.inputs[1], shapes) if len(node.inputs) > 1 else None
@@ -329,11 +371,8 @@ def _flops(node: Any, shapes: _Shapes) -> float | None:
         return None
     if node.op_type == "MatMul":
         a2, b2 = ([1, *a] if len(a) == 1 else a), ([*b, 1] if len(b) == 1 else b)
-        try:
-            batch = np.broadcast_shapes(tuple(a2[:-2]), tuple(b2[:-2]))
-        except ValueError:
-            return None
-        return 2.0 * math.prod(batch) * a2[-2] * a2[-1] * b2[-1]
+        batch = _broadcast(a2[:-2], b2[:-2])
+        return None if batch is None else 2.0 * math.prod(batch) * a2[-2] * a2[-1] * b2[-1]
     if node.op_type == "Gemm":
         trans_a, trans_b = (node.attributes.get(n) for n in ("transA", "transB"))
         m, k = (a[1], a[0]) if trans_a is not None and int(trans_a.value) else (a[0], a[-1])
@@ -348,23 +387,35 @@ def _flops(node: Any, shapes: _Shapes) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """What a model file records: a thread count for every size (``THREADS_KEY``), or one thread up to
-    a size of its symbolic dimensions (``BY_SIZE_KEY``: that size, and each input's symbolic axes)."""
+    """What a model file records: a thread count for every size (``THREADS_KEY``), or its products as
+    polynomials of its inputs' symbolic dimensions, to weigh at a call's sizes (``BY_SIZE_KEY``)."""
 
     threads_always: int | None = None
-    one_thread_up_to: int | None = None
-    symbolic_axes: tuple[tuple[int, ...], ...] = ()
+    inputs: tuple[tuple[str | None, ...], ...] = ()  # each input's dimension names (None: a fixed size)
+    products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # (one run's flops, runs a call makes)
 
     def threads(self, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
-        """The thread count for a call on inputs of ``shapes`` (in the model's input order); None: ORT's
-        default. Without shapes, only a count for every size."""
-        if self.threads_always is not None or shapes is None or self.one_thread_up_to is None:
+        """The thread count for a call on inputs of ``shapes`` (in the model's input order): the count
+        for every size, else 1 where the products weigh one thread at these sizes; None: ORT's default."""
+        if self.threads_always is not None or shapes is None or not self.products:
             return self.threads_always
-        if len(shapes) != len(self.symbolic_axes):
+        sizes = self.sizes(shapes)
+        weights = None if sizes is None else split_small(self.products, sizes)
+        return None if weights is None else one_thread_for(*weights)
+
+    def sizes(self, shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
+        """Each symbolic dimension's size in a call on inputs of ``shapes``; None where the shapes do not
+        fit the inputs (a count or rank that differs, one name at two sizes)."""
+        if len(shapes) != len(self.inputs):
             return None
-        fits = all(k < len(shape) and shape[k] <= self.one_thread_up_to
-                   for axes, shape in zip(self.symbolic_axes, shapes) for k in axes)
-        return 1 if fits else None
+        sizes: dict[str, int] = {}
+        for names, shape in zip(self.inputs, shapes):
+            if len(names) != len(shape):
+                return None
+            for name, size in zip(names, shape):
+                if name is not None and sizes.setdefault(name, int(size)) != int(size):
+                    return None
+        return sizes
 
 
 def recorded(path_or_bytes: str | bytes, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
@@ -397,9 +448,10 @@ def _by_size(value: str) -> Record:
     """``BY_SIZE_KEY``'s JSON as a Record; an empty one where it is missing or malformed."""
     try:
         data = json.loads(value)
-        up_to, axes = data["one_thread_up_to"], data["symbolic_axes"]
-        if isinstance(up_to, int) and up_to > 0 and all(all(isinstance(k, int) and k >= 0 for k in a) for a in axes):
-            return Record(one_thread_up_to=up_to, symbolic_axes=tuple(tuple(a) for a in axes))
-    except (ValueError, TypeError, KeyError):
-        pass
-    return Record()
+        inputs = tuple(tuple(n for n in names) for names in data["inputs"])
+        if not all(n is None or isinstance(n, str) for names in inputs for n in names):
+            return Record()
+        products = tuple((dim_sizes.Poly.from_json(f), dim_sizes.Poly.from_json(c)) for f, c in data["products"])
+        return Record(inputs=inputs, products=products)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return Record()
