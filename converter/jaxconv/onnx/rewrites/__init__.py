@@ -111,7 +111,9 @@ faster without changing the numbers:
   it); one that stays NHWC goes back to Gathers;
 - ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
-  or an infinity (ORT's Where branches on every element), last.
+  or an infinity (ORT's Where branches on every element);
+- ``scalar_ranks``: a scalar operand of an elementwise op whose output ends in an axis of 1 given the
+  output's rank (ORT broadcasts a scalar against such an operand one element per call), last.
 
 ``apply`` runs every rule on an ``onnx_ir.Model`` in place, in every graph (Loop/If bodies too).
 """
@@ -162,6 +164,7 @@ from jaxconv.onnx.rewrites import (
     rms_norm,
     rotary,
     row_slices,
+    scalar_ranks,
     scan_last_row,
     scan_rows,
     shapes,
@@ -286,6 +289,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
+    fired["scalar_ranks"] = scalar_ranks.rewrite(model.graph)  # last: the rules above read scalars as scalars
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
     return fired
