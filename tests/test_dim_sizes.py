@@ -95,3 +95,23 @@ def test_polynomials_of_sizes():
 def test_malformed_polynomials_are_refused(data):
     with pytest.raises((ValueError, TypeError, KeyError, AttributeError)):
         dim_sizes.Poly.from_json(data)
+
+
+def test_a_reshape_target_computed_from_shapes_is_read():
+    """``x.reshape(b, 4, s * 1, 32)`` on symbolic sizes: the target is a Concat of Shape slices, a constant
+    and a ReduceProd (axes ``[0]``); the output's made-up names take b and s."""
+    x = _value("x", ["b", 4, "s", 1, 32])
+    shape_b = ir.node("Shape", [x], attributes={"start": 0, "end": 1})
+    shape_s = ir.node("Shape", [x], attributes={"start": 2, "end": 3})
+    four, one, axis0, last = (_value(n, [1], v) for n, v in (("four", [4]), ("one", [1]), ("ax", [0]), ("w", [32])))
+    s_one = ir.node("Concat", [shape_s.outputs[0], one], attributes={"axis": 0})
+    prod = ir.node("ReduceProd", [s_one.outputs[0], axis0], attributes={"keepdims": 1})
+    target = ir.node("Concat", [shape_b.outputs[0], four, prod.outputs[0], last], attributes={"axis": 0})
+    reshape = _node("Reshape", [x, target.outputs[0]], ["unk__1", 4, "unk__2", 32])
+    nodes = [shape_b, shape_s, s_one, prod, target, reshape]
+    graph = ir.Graph([x, four, one, axis0, last], [reshape.outputs[0]], nodes=nodes)
+    assert dim_sizes.shape_entries(target.outputs[0]) == ["b", 4, "(s)*(1)", 32]
+    assert dim_sizes.with_equated(graph, {"b": 3, "s": 5}) == {"b": 3, "s": 5, "unk__1": 3, "unk__2": 5}
+    axis1 = _value("ax1", [1], [1])
+    prod.replace_input_with(1, axis1)  # not all of the 1-D tensor: not read
+    assert dim_sizes.shape_entries(target.outputs[0]) is None

@@ -192,7 +192,11 @@ def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
     if out is None or not ins or ins[0] is None:
         return
     op = node.op_type
-    if op in _SAME_SHAPE and len(ins[0]) == len(out):
+    if op == "Reshape" and len(node.inputs) > 1:
+        target = shape_entries(node.inputs[1])
+        if target is not None and len(target) == len(out):
+            yield from ((ir.SymbolicDim(t) if isinstance(t, str) else t, o) for t, o in zip(target, out) if t != -1)
+    elif op in _SAME_SHAPE and len(ins[0]) == len(out):
         yield from zip(ins[0], out)
     elif op in _BROADCAST:
         for shape in ins:
@@ -271,3 +275,64 @@ def _scan_equated(scan: Any) -> Iterator[tuple[Any, Any]]:
             yield steps, out.shape[0]
         if inner.shape is not None and len(inner.shape) == len(out.shape) - 1:
             yield from zip(inner.shape, list(out.shape)[1:])
+
+
+def shape_entries(value: Any, depth: int = 12) -> list[int | str] | None:
+    """The entries of a 1-D integer tensor computed from shapes (a Reshape's target on symbolic sizes): ints,
+    or expressions of dimension names (``b``, ``(s)*(1)``) for ``size_of``; None where it is not read.
+
+    Reads constants, ``Shape`` (with ``start`` and ``end``), ``Concat``, ``ReduceProd`` of all entries, and
+    ``Gather``, ``Squeeze``, ``Unsqueeze`` and ``Cast`` that keep the entries."""
+    if value is None or depth == 0:
+        return None
+    tensor = value.const_value
+    if tensor is not None:
+        arr = tensor.numpy()
+        return [int(v) for v in arr.reshape(-1)] if arr.dtype.kind in "iu" and arr.ndim <= 1 else None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    op = node.op_type
+    if op == "Shape":
+        shape = node.inputs[0].shape if node.inputs[0] is not None else None
+        if shape is None:
+            return None
+        start, end = (node.attributes.get(n) for n in ("start", "end"))
+        dims = list(shape)[None if start is None else int(start.value):None if end is None else int(end.value)]
+        entries: list[int | str] = []
+        for d in dims:
+            if isinstance(d, int):
+                entries.append(d)
+            elif d.value is None:
+                return None
+            else:
+                entries.append(d.value)
+        return entries
+    if op == "Concat":
+        parts = [shape_entries(v, depth - 1) for v in node.inputs]
+        return None if any(p is None for p in parts) else [e for p in parts for e in p or ()]
+    if op in ("Cast", "Squeeze", "Unsqueeze", "Identity"):
+        return shape_entries(node.inputs[0], depth - 1)
+    if op == "ReduceProd" and _all_of_one_axis(node):
+        entries = shape_entries(node.inputs[0], depth - 1)
+        if entries is None:
+            return None
+        if all(isinstance(e, int) for e in entries):
+            return [math.prod(int(e) for e in entries)]
+        return ["*".join(f"({e})" for e in entries)]
+    if op == "Gather" and len(node.inputs) == 2:
+        entries, index = shape_entries(node.inputs[0], depth - 1), node.inputs[1].const_value if node.inputs[1] else None
+        if entries is None or index is None:
+            return None
+        return [entries[int(i)] for i in index.numpy().reshape(-1)]
+    return None
+
+
+def _all_of_one_axis(reduce: Any) -> bool:
+    """A reduction of a 1-D tensor over all of it: no axes, or axes ``[0]`` (an input or an attribute)."""
+    axes = reduce.inputs[1] if len(reduce.inputs) > 1 else None
+    if axes is not None:
+        tensor = axes.const_value
+        return tensor is not None and [int(a) for a in tensor.numpy().reshape(-1)] in ([0], [-1])
+    attr = reduce.attributes.get("axes")
+    return attr is None or [int(a) for a in attr.value] in ([0], [-1])
