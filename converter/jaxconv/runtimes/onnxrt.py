@@ -53,7 +53,7 @@ def session_options(threads: int | None = None, spinning: bool = False, model: s
         spinning: keep pool threads spinning between runs (ORT's own default).
         model: the model's path or bytes, for its recorded thread count.
         shapes: the shapes of the inputs the session will run on, in the model's input order: a model
-            with symbolic sizes may record one thread up to a size (``thread_count.Record``).
+            with symbolic sizes may record its products, to weigh at these sizes (``thread_count.Record``).
     """
     import onnxruntime as ort
 
