@@ -224,7 +224,7 @@ def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
         pieces = [s for s in (ins if op == "Concat" else [v.shape for v in node.outputs]) if s is not None]
         whole = out if op == "Concat" else ins[0]
         for shape in pieces:
-            if len(shape) == len(whole):
+            if len(shape) == len(whole) > 0:
                 yield from ((d, w) for k, (d, w) in enumerate(zip(shape, whole)) if k != axis % len(whole))
 
 
@@ -324,7 +324,8 @@ def shape_entries(value: Any, depth: int = 12) -> list[int | str] | None:
         entries, index = shape_entries(node.inputs[0], depth - 1), node.inputs[1].const_value if node.inputs[1] else None
         if entries is None or index is None:
             return None
-        return [entries[int(i)] for i in index.numpy().reshape(-1)]
+        picked = [int(i) for i in index.numpy().reshape(-1)]
+        return [entries[i] for i in picked] if all(-len(entries) <= i < len(entries) for i in picked) else None
     return None
 
 
