@@ -106,3 +106,78 @@ def test_a_weight_used_by_many_split_products_is_stored_once():
     assert stored <= w.nbytes + 1024
     _, (got,) = _convert(fn, xs)
     assert_same_floats(got, np.asarray(jax.jit(fn)(xs)), rtol=1e-6, atol=1e-6)
+
+
+_B = (np.random.default_rng(7).standard_normal(24) / 2).astype(np.float32)
+
+
+def test_biased_projection_splits_with_its_bias(monkeypatch):
+    """``jnp.split(x @ w + b, 3, -1)``, as a trained GPT-2's ``c_attn`` (a nonzero bias): one MatMul and one
+    Add of the bias's columns per part, no Split; bit for bit the MatMul, Add and Split."""
+    fn = lambda x: tuple(jnp.tanh(p) for p in jnp.split(x @ _W + _B, 3, axis=-1))  # noqa: E731
+    x = _x()
+    ops, got = _convert(fn, x)
+    plain_ops, plain = _plain(monkeypatch, fn, x)
+    assert ops["Split"] == 0 and plain_ops["Split"] == 1, (ops, plain_ops)
+    assert ops["MatMul"] == 3 and ops["Add"] == 3 and plain_ops["Add"] == 1, (ops, plain_ops)
+    assert_same_bits(got, plain)
+    for g, w in zip(got, jax.jit(fn)(x)):
+        assert_same_floats(g, w, 1e-5, 1e-6)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_projection_split_per_head(monkeypatch, bias):
+    """GPT-NeoX and BLOOM: ``(x @ w_qkv + b).reshape(b, t, h, 3 * dh)`` split along its last axis. Each
+    part multiplies by the columns of every head it reads and is reshaped to ``[b, t, h, dh]``."""
+    heads, size = 2, 4  # 24 columns: 2 heads of q, k, v of 4
+
+    def fn(x):
+        y = x @ _W + _B if bias else x @ _W
+        q, k, v = jnp.split(y.reshape(2, 5, heads, 3 * size), 3, axis=-1)
+        p = jax.nn.softmax(jnp.einsum("bthd,bshd->bhts", q, k) / 2.0, axis=-1)
+        return jnp.einsum("bhts,bshd->bthd", p, v), jnp.sin(q)
+
+    x = _x()
+    ops, got = _convert(fn, x)
+    plain_ops, plain = _plain(monkeypatch, fn, x)
+    assert ops["Split"] == 0 and plain_ops["Split"] == 1, (ops, plain_ops)
+    assert ops["MatMul"] == plain_ops["MatMul"] + 2, (ops, plain_ops)
+    assert_same_bits(got, plain)
+    for g, w in zip(got, jax.jit(fn)(x)):
+        assert_same_floats(g, w, 1e-5, 1e-6)
+
+
+def test_a_part_split_again_keeps_its_product(monkeypatch):
+    """GPT-NeoX's partial rotary splits q's head columns again ([8, 24] of 32): only the first Split goes."""
+    w = (np.random.default_rng(8).standard_normal((16, 48)) / 4).astype(np.float32)
+
+    def fn(x):
+        q, k, v = jnp.split((x @ w).reshape(2, 5, 2, 24), 3, axis=-1)
+        rot, rest = jnp.split(q, [2], axis=-1)
+        return jnp.concatenate([jnp.cos(rot), rest], axis=-1) * k, v
+
+    x = _x()
+    ops, got = _convert(fn, x)
+    plain_ops, plain = _plain(monkeypatch, fn, x)
+    assert plain_ops["Split"] == 2 and ops["Split"] == 1 and ops["MatMul"] == 3, (ops, plain_ops)
+    assert_same_bits(got, plain)
+    for g, w_ in zip(got, jax.jit(fn)(x)):
+        assert_same_floats(g, w_, 1e-5, 1e-6)
+
+
+@pytest.mark.parametrize("case", ["bias per row", "heads of another width"])
+def test_other_layouts_stay(monkeypatch, case):
+    """A bias that also broadcasts along the rows, or a Reshape that does not split the columns into the
+    heads the Split reads: left alone."""
+    rows = (np.random.default_rng(9).standard_normal((5, 24)) / 2).astype(np.float32)
+
+    def fn(x):
+        if case == "bias per row":
+            return tuple(jnp.split(x @ _W + rows, 3, axis=-1))
+        return tuple(jnp.split((x @ _W).reshape(2, 5, 4, 2, 3), 3, axis=-1))
+
+    x = _x()
+    ops, got = _convert(fn, x)
+    plain_ops, plain = _plain(monkeypatch, fn, x)
+    assert ops == plain_ops and ops["Split"] == 1, (ops, plain_ops)
+    assert_same_bits(got, plain)

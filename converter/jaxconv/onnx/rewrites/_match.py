@@ -182,6 +182,15 @@ def binary(node: ir.Node | None, op_type: str) -> tuple[ir.Value, ir.Value] | No
     return node.inputs[0], node.inputs[1]
 
 
+def product_plus(value: ir.Value | None) -> tuple[ir.Value, ir.Value] | None:
+    """For ``value = Add(p, c)`` (or ``Add(c, p)``) with ``p`` a MatMul's output (``x @ w + b``): ``(p, c)``."""
+    pair = binary(producer(value, "Add"), "Add")
+    if pair is None:
+        return None
+    product, other = pair
+    return (product, other) if producer(product, "MatMul") is not None else (other, product)
+
+
 def replace(graph: ir.Graph, old: ir.Value, new_nodes: ir.Node | list[ir.Node], before: ir.Node) -> None:
     """Insert ``new_nodes`` before ``before`` and make every use of ``old`` read the last one's output.
 

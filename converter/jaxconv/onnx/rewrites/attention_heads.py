@@ -125,11 +125,9 @@ def _match(transpose: ir.Node) -> _Split | None:
     if not isinstance(h, int) or not isinstance(dh, int) or h < 1 or dh < 1 or not _single(y):
         return None
     bias = None
-    add = m.producer(y, "Add")
-    if add is not None:
-        product, other = add.inputs
-        if m.producer(product, "MatMul") is None:
-            product, other = other, product
+    biased = m.product_plus(y)
+    if biased is not None:
+        product, other = biased
         bias = m.folded(other, constants.MAX_ELEMENTS)
         if bias is None or bias.dtype != np.float32 or bias.size != h * dh or bias.shape[-1:] != (h * dh,) \
                 or not _single(product):
