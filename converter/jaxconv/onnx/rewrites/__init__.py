@@ -30,7 +30,8 @@ faster without changing the numbers:
   LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
 - ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
 - ``rms_norm``: an RMS norm over the last axis in the form ORT fuses (``Pow(x, 2)``, a Div, a scale);
-- ``split_matmul``: a MatMul by a constant whose result is only split by columns as one MatMul per part;
+- ``split_matmul``: a MatMul by a constant (and a constant bias) whose result is only split by columns, or
+  reshaped into heads and split per head (GPT-NeoX's, BLOOM's q/k/v), as one MatMul per part;
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
   (opset 23), behind a guard that runs today's nodes where the scores could be non-finite or huge;
 - ``attention_heads``: q, k and v split into heads by a Reshape and a Transpose computed head-major, by one
