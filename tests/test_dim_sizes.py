@@ -88,6 +88,11 @@ def test_polynomials_of_sizes():
     assert dim_sizes.Poly.from_json(flops.to_json()) == flops
     assert dim_sizes.size_of("64*b + s", {"b": b, "s": s}) == 64 * b + s
     assert dim_sizes.size_of("floordiv(b, 2)", {"b": b}) is None  # not a polynomial
+    assert dim_sizes.size_of("floordiv(6*b*s, 2*s)", {"b": b, "s": s}) == 3 * b  # an exact quotient is
+    assert dim_sizes.size_of("floordiv(6*b*s, 4*s)", {"b": b, "s": s}) is None
+    assert dim_sizes.size_of("floordiv(6*b, s)", {"b": b, "s": s}) is None
+    assert dim_sizes.size_of("floordiv(6*b, b + s)", {"b": b, "s": s}) is None
+    assert dim_sizes.size_of("floordiv(12, 2*b)", {"b": b}) is None
     assert dim_sizes.size_of("max(b, 1)", {"b": b}) is None
 
 
@@ -115,3 +120,24 @@ def test_a_reshape_target_computed_from_shapes_is_read():
     axis1 = _value("ax1", [1], [1])
     prod.replace_input_with(1, axis1)  # not all of the 1-D tensor: not read
     assert dim_sizes.shape_entries(target.outputs[0]) is None
+
+
+@pytest.mark.parametrize("allowzero", [0, 1])
+def test_a_reshape_targets_zeros_and_minus_one(allowzero):
+    """Flax NNX's attention: ``[b, 4, s, 1, 32]`` reshaped to ``[0, 4, -1, 32]``. The 0 copies the input's
+    b (allowzero off; with allowzero on it is a size of 0, and a -1 beside it is no size), the -1 is what
+    the input's size leaves for it: s, and the product that reads it is weighed (it was not before: the
+    -1 equated nothing, and a 0 made the output's first dimension 0 whatever allowzero said)."""
+    x = _value("x", ["b", 4, "s", 1, 32])
+    target = _value("target", [4], [0, 4, -1, 32])
+    reshape = _node("Reshape", [x, target], ["unk__1", 4, "unk__2", 32], allowzero=allowzero)
+    w = _value("w", [32, 8])
+    product = _node("MatMul", [reshape.outputs[0], w], ["unk__1", 4, "unk__2", 8])
+    graph = ir.Graph([x, target, w], [product.outputs[0]], nodes=[reshape, product])
+    found = dim_sizes.with_equated(graph, {"b": 3, "s": 5})
+    if allowzero:
+        assert found["unk__1"] == 0 and "unk__2" not in found
+        return
+    assert found["unk__1"] == 3 and found["unk__2"] == 5
+    b, s = dim_sizes.Poly.name("b"), dim_sizes.Poly.name("s")
+    assert thread_count.products_of(graph, sizes={"b": b, "s": s}) == [(2 * b * 4 * s * 32 * 8, 1)]

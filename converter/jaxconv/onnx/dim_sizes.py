@@ -6,7 +6,8 @@ expression of them, as jax.export writes one (``64*b``, ``b + 1``, ``floordiv(b*
 rewritten Conv's batch, a Split's pieces). ``with_equated`` finds sizes for the made-up names from the
 ops that equate dimensions: an elementwise op's output and its inputs, a Transpose's permuted axes, the
 batch of a Conv or pool and its input, a MatMul's rows and its first operand's, the axes a Slice or Pad
-leaves and a Concat's or Split's other axes, a Scan's stacked rows (its steps, its body's row) and carries.
+leaves and a Concat's or Split's other axes, a Scan's stacked rows (its steps, its body's row) and carries,
+a Reshape's target (its 0 the input's dimension there, its -1 what the input's size leaves for it).
 ``thread_count`` weighs a model's products with them.
 """
 
@@ -88,6 +89,27 @@ class Poly:
         return Poly(terms)
 
     __rmul__ = __mul__
+
+    def __floordiv__(self, other: Poly | float) -> Poly:
+        """The exact quotient by a one-term polynomial (``6*b*s // 2*s`` is ``3*b``: a Reshape's -1);
+        ValueError where a term does not hold the divisor's names or a multiple of its coefficient (the
+        floor of ``floordiv(b, 2)`` is no polynomial)."""
+        divisor = Poly.of(other).terms
+        if len(divisor) != 1:
+            raise ValueError(f"not a one-term divisor: {other!r}")
+        (names, c), = divisor.items()
+        terms: dict[Monomial, float] = {}
+        for m, k in self.terms.items():
+            powers = dict(m)
+            if k % c or any(powers.get(n, 0) < e for n, e in names):
+                raise ValueError(f"{self!r} is not a multiple of {other!r}")
+            for n, e in names:
+                powers[n] -= e
+            terms[tuple(sorted((n, e) for n, e in powers.items() if e))] = k / c
+        return Poly(terms)
+
+    def __rfloordiv__(self, other: Poly | float) -> Poly:
+        return Poly.of(other) // self
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, (Poly, int, float)) and self.terms == Poly.of(other).terms
@@ -195,7 +217,7 @@ def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
     if op == "Reshape" and len(node.inputs) > 1:
         target = shape_entries(node.inputs[1])
         if target is not None and len(target) == len(out):
-            yield from ((ir.SymbolicDim(t) if isinstance(t, str) else t, o) for t, o in zip(target, out) if t != -1)
+            yield from _reshape_equated(node, list(ins[0]), target, list(out))
     elif op in _SAME_SHAPE and len(ins[0]) == len(out):
         yield from zip(ins[0], out)
     elif op in _BROADCAST:
@@ -226,6 +248,35 @@ def _equated(node: Any) -> Iterator[tuple[Any, Any]]:
         for shape in pieces:
             if len(shape) == len(whole) > 0:
                 yield from ((d, w) for k, (d, w) in enumerate(zip(shape, whole)) if k != axis % len(whole))
+
+
+def _reshape_equated(node: Any, ins: list[Any], target: list[int | str],
+                     out: list[Any]) -> Iterator[tuple[Any, Any]]:
+    """A Reshape's output dimensions and its target's entries: a 0 (``allowzero`` off) is the input's
+    dimension there, a -1 what the input's size leaves for it (an expression of both, ``(s)*(32)//(32)``)."""
+    copies = not int(node.attributes["allowzero"].value) if "allowzero" in node.attributes else True
+    entries: list[Any] = [ins[k] if t == 0 and copies and k < len(ins) else t for k, t in enumerate(target)]
+    for k, (t, o) in enumerate(zip(entries, out)):
+        if isinstance(t, int) and t < 0:
+            left = _product_expression(ins)
+            rest = _product_expression([e for j, e in enumerate(entries) if j != k])
+            if t == -1 and left is not None and rest is not None:
+                yield ir.SymbolicDim(f"({left})//({rest})"), o
+        elif isinstance(t, str):
+            yield ir.SymbolicDim(t), o
+        else:
+            yield t, o
+
+
+def _product_expression(dims: list[Any]) -> str | None:
+    """``dims`` (ints, dimension names or expressions) multiplied, as an expression for ``size_of``."""
+    parts = []
+    for d in dims:
+        name = d.value if isinstance(d, ir.SymbolicDim) else d
+        if name is None or (isinstance(name, int) and name < 0):
+            return None
+        parts.append(f"({name})")
+    return "*".join(parts) or "1"
 
 
 def _cut_axes(node: Any, rank: int) -> set[int] | None:
