@@ -225,3 +225,64 @@ def test_other_forms_stay(fn, extra):
     want = jax.tree_util.tree_leaves(jax.jit(fn)(x, *extra))
     for a, w in zip(got, want):
         assert_same_floats(a, w, 1e-5, 1e-6)
+
+
+_TABLE = (np.random.default_rng(15).standard_normal((50, D)) * 0.5).astype(np.float32)
+_W = (np.random.default_rng(16).standard_normal((D, D)) / 4).astype(np.float32)
+
+
+def _token_block(ids):
+    """A keras-hub-style block on token ids: a lookup (jnp.take: NaN for an id out of range), a norm, an
+    attention-like mix, a residual and a norm of it (post-norm) and of a GELU product (pre-norm)."""
+    x = jnp.take(_TABLE, ids, axis=0)
+    h = _keras_ln(x)
+    scores = jax.nn.softmax(jnp.einsum("btd,bsd->bts", h @ _W, h), axis=-1)
+    y = _keras_ln(x + jnp.einsum("bts,bsd->btd", scores, h) @ _W)
+    return _keras_ln(y + jax.nn.gelu(y @ _W) @ _W)
+
+
+def test_norms_of_token_lookups_run_unguarded(monkeypatch):
+    """Every value after the lookup of token ids in a constant table is bounded (``_bounds``: at most a few
+    hundred here, far below the guard's 4e37), so the norms run as the bare op, no If; the residual Add
+    before the post-norm is a Sum (no SkipLayerNormalization). Bit for bit the guarded graph's outputs, ids
+    out of range (NaN rows, mixed into every row by the attention) included."""
+    ids = np.random.default_rng(17).integers(0, 50, (2, 8)).astype(np.int32)
+    ops, (got,) = _convert(_token_block, ids)
+    assert ops["LayerNormalization"] == 3 and ops["If"] == 0 and ops["ReduceSumSquare"] == 0, ops
+    assert ops["Sum"] >= 1, ops
+    monkeypatch.setattr(keras_norm, "_unguarded", lambda *a: False)
+    guarded_ops, (guarded,) = _convert(_token_block, ids)
+    assert guarded_ops["If"] == 3, guarded_ops
+    np.testing.assert_array_equal(got.view(np.uint32), guarded.view(np.uint32))
+    assert_same_floats(got, np.asarray(jax.jit(_token_block)(ids)), 1e-4, 1e-5)
+    ids[1, 3] = 77
+    _, (got,) = _convert(_token_block, ids)
+    _, (guarded,) = _convert(_token_block, ids)
+    want = np.asarray(jax.jit(_token_block)(ids))
+    assert np.isnan(want[1]).all() and np.isnan(got[1]).all() and not np.isnan(got[0]).any()
+    np.testing.assert_array_equal(got.view(np.uint32), guarded.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", ["float input", "huge table", "divided by data"])
+def test_norms_of_unbounded_values_keep_their_guard(case):
+    """A float input (any value, 1e30 too), a table whose squares can overflow, a value divided by a computed
+    one: nothing bounds them, the If stays."""
+    big = _TABLE * np.float32(1e19)
+
+    def fn(a):
+        if case == "float input":
+            return _keras_ln(a)
+        if case == "huge table":
+            return _keras_ln(jnp.take(big, a, axis=0))
+        x = jnp.take(_TABLE, a, axis=0)
+        return _keras_ln(x / (x[..., :1] - 0.5))
+
+    arg = _rows() if case == "float input" else np.random.default_rng(18).integers(0, 50, (2, 8)).astype(np.int32)
+    ops, (got,) = _convert(fn, arg)
+    assert ops["If"] == 1 and ops["LayerNormalization"] == 1, ops
+    want = np.asarray(jax.jit(fn)(arg))
+    keep = _kept(arg) if case == "float input" else np.ones(want.shape[:2], bool)
+    if case == "huge table":  # squares overflow: jax.jit's rows are beta
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:
+        assert_same_floats(got[keep], want[keep], 1e-4, 1e-4)

@@ -15,7 +15,7 @@ the cancellation and ORT does not, so the op is closer to the float64 result tha
 check's float64 reference accepts it); elsewhere they agree within float32 tolerance (benchmark
 BERT: max difference from jax.jit 9.5e-7 -> 2.2e-6). A row with NaN or an infinity gives NaN in all
 forms. A post-norm residual ``Add`` read by the norm alone becomes a ``Sum`` (see
-``_residual_as_sum``). The scale ``g`` and offset ``b`` are taken in when they are constants of the
+``residual_as_sum``). The scale ``g`` and offset ``b`` are taken in when they are constants of the
 normalized axis' length; otherwise the Mul or Add stays after the op. float32 only (the op's
 statistics are float32 by its default ``stash_type``).
 """
@@ -199,7 +199,7 @@ def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, cha
     if found is not None:
         last, bias = found
         out = last.outputs[0]
-    x = _residual_as_sum(graph, x, {id(n) for n in chain + [norm]})
+    x = residual_as_sum(graph, x, {id(n) for n in chain + [norm]})
     inputs = [x, m.new_initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
     if bias is not None:
         inputs.append(m.new_initializer(graph, bias, f"{x.name or 'x'}_ln_bias"))
@@ -207,7 +207,7 @@ def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, cha
     return 1
 
 
-def _residual_as_sum(graph: ir.Graph, x: ir.Value, norm: set[int]) -> ir.Value:
+def residual_as_sum(graph: ir.Graph, x: ir.Value, norm: set[int]) -> ir.Value:
     """``x = Add(a, b)`` of two same-shaped tensors, read by the norm alone (a post-norm residual), as
     ``Sum(a, b)`` (the same float addition), so that ORT does not fuse it with the norm into its
     SkipLayerNormalization kernel: on the benchmark BERT that took 1.8 ms per norm of [4, 128, 256]

@@ -1,0 +1,175 @@
+"""Bounds on the magnitude of a graph's values, where its inputs bound them: a rule that guards an op against
+overflow (``keras_norm``'s If) needs no guard where no element can come near it.
+
+A model that takes token ids looks them up in a constant table: every float value after that is a chain of
+ops on bounded operands. ``magnitude(value)`` is a number ``B`` such that every element of ``value``, whatever
+the inputs, is NaN or at most ``B`` in magnitude (never an infinity); ``math.inf`` where nothing bounds it (a
+float input, an op not known here, a division by a computed value, a square root, a loop). NaN is let through
+because it stays NaN (jnp.take's fill for an id out of range, and every row attention mixes it into): an op
+of NaN-or-bounded operands gives NaN or a bounded value, and no infinity unless a bound overflows, which
+gives no bound. Each op's bound follows from its operands': integers are finite (a cast of int32 is at most
+2**31), constants their largest magnitude, sums add, products multiply, a product by a constant matrix grows
+by its largest column sum of magnitudes; tanh, erf, sin, cos, sigmoid and softmax are at most 1 and a layer
+norm at most ``sqrt(n) * |gamma| + |beta|`` whatever their operands; GELU and ReLU at most their operand. Each
+arithmetic step multiplies its bound by ``ROUNDING`` so that float32 rounding (relative 2**-24 a term) stays
+inside it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+ROUNDING = 1.01  # a step's bound over its exact value: float32 sums of up to ~10**5 terms round within it
+_INT_BOUNDS = {ir.DataType.BOOL: 1.0, ir.DataType.INT8: 2.0 ** 7, ir.DataType.UINT8: 2.0 ** 8,
+               ir.DataType.INT16: 2.0 ** 15, ir.DataType.UINT16: 2.0 ** 16, ir.DataType.INT32: 2.0 ** 31,
+               ir.DataType.UINT32: 2.0 ** 32, ir.DataType.INT64: 2.0 ** 63, ir.DataType.UINT64: 2.0 ** 64}
+_FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+_SAME = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split", "Expand", "Tile",
+                   "Flatten", "Neg", "Abs", "Relu", "Gelu", "HardSwish", "ReduceMean", "ReduceMax", "ReduceMin",
+                   "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth",
+                   "Dropout", "Gather", "GatherElements", "GatherND"})
+_AT_MOST_ONE = frozenset({"Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Softmax", "HardSigmoid", "Sign"})
+_LARGEST = frozenset({"Concat", "Max", "Min", "Mean"})
+
+
+def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> float:
+    """A bound on ``|x|`` over the elements of ``value`` that are not NaN (none is infinite), or ``math.inf``."""
+    if value is None:
+        return math.inf
+    memo = {} if memo is None else memo
+    stack = [value]
+    while stack:  # post-order without recursion: a deep graph's chain is thousands of values long
+        top = stack[-1]
+        if id(top) in memo:
+            stack.pop()
+            continue
+        node = top.producer()
+        pending = [] if node is None or m.const(top) is not None else \
+            [v for v in node.inputs if v is not None and id(v) not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[id(top)] = _bound(top, node, lambda v: memo.get(id(v), math.inf) if v is not None else math.inf)
+    return memo[id(value)]
+
+
+def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None], float]) -> float:
+    if value.dtype in _INT_BOUNDS:
+        return _INT_BOUNDS[value.dtype]
+    arr = m.const(value)
+    if arr is not None:
+        return _largest(arr)
+    if node is None or node.domain not in ("", "ai.onnx") or value.dtype not in (*_FLOATS, None):
+        return math.inf  # (a rule's new value may have no type yet)
+    op, ins = node.op_type, list(node.inputs)
+    if op != "Split" and value is not node.outputs[0]:
+        return math.inf  # a second output: a layer norm's inverse deviation, ...
+    first = of(ins[0]) if ins else math.inf
+    if op == "Cast":
+        source = ins[0].dtype if ins[0] is not None else None
+        bound = _INT_BOUNDS.get(source, first) if source is not None else math.inf
+        return bound if value.dtype != ir.DataType.FLOAT16 or bound < 65504 else math.inf
+    if op == "LeakyRelu":
+        return first * max(1.0, abs(float(m.attr(node, "alpha", 0.01))))
+    if op in _SAME:
+        return first
+    if op in _AT_MOST_ONE:  # of any operand (an infinity gives 1 or NaN)
+        return 1.0
+    if op == "Where":
+        return max(of(ins[1]), of(ins[2])) if len(ins) == 3 else math.inf
+    if op in _LARGEST:
+        return max((of(v) for v in ins), default=math.inf)
+    if op in ("Add", "Sub", "Sum"):
+        return _finite(sum(of(v) for v in ins) * ROUNDING) if ins else math.inf
+    if op == "Mul":
+        return _finite(first * of(ins[1]) * ROUNDING)
+    if op == "Div":
+        divisor = m.const(ins[1])
+        smallest = float(np.min(np.abs(divisor))) if divisor is not None and divisor.size else 0.0
+        return _finite(first / smallest * ROUNDING) if smallest > 0 else math.inf
+    if op == "Pow":
+        exponent = m.const(ins[1])
+        if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) not in (1.0, 2.0, 3.0):
+            return math.inf
+        return _finite(first ** float(exponent.reshape(-1)[0]) * ROUNDING)
+    if op == "Exp":
+        return _finite(math.exp(first) * ROUNDING) if first < 80 else math.inf
+    if op == "Clip":
+        limits = [m.const(v) for v in ins[1:] if v is not None]
+        return min(first, max((_largest(c) for c in limits if c is not None), default=math.inf))
+    if op in ("ReduceSum", "ReduceSumSquare"):
+        n = _reduced_count(node)
+        base = first ** 2 if op == "ReduceSumSquare" else first
+        return _finite(base * n * ROUNDING) if n is not None else math.inf
+    if op == "MatMul":
+        return _finite(_product_bound(ins, of) * ROUNDING)
+    if op == "LayerNormalization":
+        return _layer_norm_bound(node, ins, first)
+    return math.inf
+
+
+def _largest(arr: np.ndarray) -> float:
+    """The largest magnitude of a constant's elements other than NaN; an infinity bounds nothing."""
+    if arr.dtype.kind in "iub":
+        return float(np.max(np.abs(arr.astype(np.float64)))) if arr.size else 0.0
+    if arr.dtype.kind != "f":
+        return math.inf
+    magnitudes = np.abs(arr.astype(np.float64))
+    magnitudes = magnitudes[~np.isnan(magnitudes)]
+    largest = float(np.max(magnitudes)) if magnitudes.size else 0.0
+    return largest if math.isfinite(largest) else math.inf
+
+
+def _finite(bound: float) -> float:
+    return bound if math.isfinite(bound) and bound < float(np.finfo(np.float32).max) else math.inf
+
+
+def _reduced_count(node: ir.Node) -> int | None:
+    """How many elements each result of a reduction sums (its axes' sizes, static)."""
+    shape = node.inputs[0].shape if node.inputs[0] is not None else None
+    axes = m.reduce_axes(node)
+    if shape is None or axes is None:
+        return None
+    rank = len(shape)
+    picked = m.normalize_axes(axes, rank) if axes else tuple(range(rank))
+    if picked is None:
+        return None
+    dims = [shape[a] for a in picked]
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+
+
+def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], float]) -> float:
+    """A MatMul's: ``|a| * (largest column sum of |w|)`` by a constant ``w`` on the right (the largest row sum on
+    the left), else ``|a| * |b| * k`` with ``k`` the contracted length."""
+    if len(ins) != 2 or ins[0] is None or ins[1] is None:
+        return math.inf
+    a, b = ins
+    for value, other, axis in ((b, a, -2), (a, b, -1)):
+        w = m.const(value)
+        if w is not None and w.ndim >= 2 and w.dtype.kind == "f" and np.all(np.isfinite(w)):
+            return of(other) * float(np.max(np.sum(np.abs(w.astype(np.float64)), axis=axis)))
+    sizes = [a.shape[-1] if a.shape is not None and len(a.shape) else None,
+             b.shape[-2] if b.shape is not None and len(b.shape) >= 2 else None]
+    k = next((d for d in sizes if isinstance(d, int)), None)
+    return of(a) * of(b) * k if k is not None else math.inf
+
+
+def _layer_norm_bound(node: ir.Node, ins: list[ir.Value | None], first: float) -> float:
+    """``sqrt(n) * |gamma| + |beta|`` over the last axis (each normalized element is at most ``sqrt(n)``: their
+    squares sum to ``n * var / (var + eps)``; a row of an infinity, or whose squares overflow, is NaN or beta)."""
+    axis = int(m.attr(node, "axis", -1))
+    shape = ins[0].shape if ins[0] is not None else None
+    gamma = m.const(ins[1]) if len(ins) > 1 else None
+    beta = m.const(ins[2]) if len(ins) > 2 and ins[2] is not None else np.zeros(1, np.float32)
+    if gamma is None or beta is None or axis != -1 and (shape is None or axis != len(shape) - 1):
+        return math.inf
+    n = shape[-1] if shape is not None and len(shape) and isinstance(shape[-1], int) else \
+        (gamma.size if gamma.ndim == 1 and gamma.size > 1 else None)  # a gamma of the axis' length
+    return _finite((math.sqrt(n) * _largest(gamma) + _largest(beta)) * ROUNDING) if n else math.inf

@@ -1,0 +1,98 @@
+"""jaxconv.onnx.rewrites._bounds: bounds on the magnitude of a graph's values (NaN let through, no infinity),
+checked against the values ONNX Runtime computes on extreme inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from jaxconv.onnx.rewrites import _bounds
+
+_TABLE = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+_W = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+
+
+def _model(nodes, inputs, output, inits):
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _bound_and_run(model, feeds):
+    """(the bound of the graph's output, ONNX Runtime's output on ``feeds``)."""
+    graph = ir.from_proto(model).graph
+    bound = _bounds.magnitude(graph.outputs[0])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return bound, session.run(None, feeds)[0]
+
+
+_IDS = helper.make_tensor_value_info("ids", TensorProto.INT32, [2, 5])
+_X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 4])
+
+
+def _lookup_chain():
+    """Gather of a table, a NaN fill, a product by a constant, tanh, softmax, a layer norm, sums."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("Less", ["ids", "zero"], ["neg"]),
+             helper.make_node("Unsqueeze", ["neg", "last"], ["neg3"]),
+             helper.make_node("Where", ["neg3", "nan", "e"], ["f"]),
+             helper.make_node("MatMul", ["f", "w"], ["p"]),
+             helper.make_node("Softmax", ["p"], ["s"], axis=-1),
+             helper.make_node("Tanh", ["p"], ["t"]),
+             helper.make_node("Add", ["s", "t"], ["u"]),
+             helper.make_node("Mul", ["u", "p"], ["v"]),
+             helper.make_node("LayerNormalization", ["v", "g", "b"], ["n"], axis=-1),
+             helper.make_node("Sum", ["n", "v", "u"], ["out"])]
+    inits = {"table": _TABLE, "zero": np.array(0, np.int32), "last": np.array([2], np.int64),
+             "nan": np.array(np.nan, np.float32), "w": _W, "g": np.array([2.0, -1.0, 0.5], np.float32),
+             "b": np.array([0.0, 3.0, -1.0], np.float32)}
+    return _model(nodes, [_IDS], "out", inits)
+
+
+def test_a_lookup_chain_is_bounded_and_the_bound_holds():
+    model = _lookup_chain()
+    ids = np.random.default_rng(2).integers(-1, 10, (2, 5)).astype(np.int32)
+    ids[0, 0] = -1  # a NaN row
+    bound, out = _bound_and_run(model, {"ids": ids})
+    p = np.max(np.abs(_TABLE)) * np.max(np.sum(np.abs(_W), axis=0))
+    v = 2 * p
+    expected = math.sqrt(3) * 2 + 3 + v + 2  # the norm, v, u
+    assert expected <= bound <= expected * 1.2
+    assert np.isnan(out[0, 0]).all() and np.nanmax(np.abs(out)) <= bound
+
+
+@pytest.mark.parametrize("case", ["float input", "divided by data", "square root", "exp of big", "overflow"])
+def test_unbounded_values(case):
+    """A float input, a division by a computed value, a square root (NaN of a negative is fine, but it is not
+    known here), exp of a value up to 1000, a product that overflows float32: no bound."""
+    gather = helper.make_node("Gather", ["table", "ids"], ["e"])
+    inits = {"table": _TABLE, "big": np.array(1e30, np.float32), "k": np.array(1000.0, np.float32)}
+    if case == "float input":
+        model = _model([helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Add", ["x", "t"], ["out"])],
+                       [_X], "out", {})
+    else:
+        last = {"divided by data": helper.make_node("Div", ["e", "e"], ["out"]),
+                "square root": helper.make_node("Sqrt", ["e"], ["out"]),
+                "exp of big": helper.make_node("Exp", ["ek"], ["out"]),
+                "overflow": helper.make_node("Mul", ["eb", "eb"], ["out"])}[case]
+        extra = [helper.make_node("Mul", ["e", "k"], ["ek"]), helper.make_node("Mul", ["e", "big"], ["eb"])]
+        model = _model([gather, *extra, last], [_IDS], "out", inits)
+    assert _bounds.magnitude(ir.from_proto(model).graph.outputs[0]) == math.inf
+
+
+def test_bounded_whatever_the_operand():
+    """Softmax, tanh and a layer norm bound their output even of an unbounded input (a float input)."""
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("LayerNormalization", ["x", "g"], ["n"], axis=-1),
+             helper.make_node("Sum", ["s", "t", "n"], ["out"])]
+    model = _model(nodes, [_X], "out", {"g": np.full(4, 3.0, np.float32)})
+    x = np.random.default_rng(3).standard_normal((2, 5, 4)).astype(np.float32) * 1e30
+    x[0, 0, 0] = np.inf
+    bound, out = _bound_and_run(model, {"x": x})
+    assert bound == pytest.approx((1 + 1 + math.sqrt(4) * 3 * _bounds.ROUNDING) * _bounds.ROUNDING)
+    assert np.nanmax(np.abs(out)) <= bound and np.isfinite(out[1]).all()
