@@ -2,8 +2,8 @@
 
 Hugging Face Flax (Whisper, LongT5 transient-global, mT5, Pegasus, Marian, CLIP,
 RoBERTa-PreLayerNorm), keras-hub backbones on JAX (DeBERTa-V3, Gemma-2-style Gemma, Phi-3 with su
-rope scaling, Falcon with ALiBi, FNet, Mixtral MoE, T5, XLNet), and hand-built encoders in Flax linen,
-Flax NNX, Equinox and Haiku (padding masks, cross attention, rotary heads). Small configurations
+rope scaling, Falcon with ALiBi, FNet, Mixtral MoE, T5, XLNet, GPT-NeoX, Qwen3, Gemma 3, Swin), and
+hand-built encoders in Flax linen, Flax NNX, Equinox and Haiku (padding masks, cross attention, rotary heads). Small configurations
 (batch 2, sequence 64, 64x64 images), seeded random weights closed over by the function, numpy inputs.
 Models named in ``SYMBOLIC`` convert with a symbolic sequence length ``s`` (batch stays 2).
 
@@ -560,6 +560,46 @@ def hk_padenc() -> Model:
     return _symbolic(_haiku("hk_padenc", forward, (_padded_ids(),)), (BATCH, "s"))
 
 
+def _kh_lm(name: str, backbone: str, **config: Any) -> Model:
+    """A keras-hub decoder backbone of two layers, called as its users call it (token ids, padding mask)."""
+    def make(kh: Any) -> Any:
+        return getattr(kh.models, backbone)(vocabulary_size=VOCAB, num_layers=2, **config)
+
+    return _keras_hub(name, make, lambda b, ids: b(_text(ids)), (_ids(),))
+
+
+def kh_gptneox() -> Model:
+    """GPT-NeoX: q, k and v from one projection laid out per head (``[b, t, h, 3 * dh]``), a rotary embedding
+    of a quarter of each head, parallel attention and MLP."""
+    return _kh_lm("kh_gptneox", "GPTNeoXBackbone", num_heads=HEADS, hidden_dim=D, intermediate_dim=FF,
+                  max_sequence_length=128)
+
+
+def kh_qwen3() -> Model:
+    """Qwen3: grouped-query attention with RMS norms of q and k per head."""
+    return _kh_lm("kh_qwen3", "Qwen3Backbone", num_query_heads=HEADS, num_key_value_heads=2, head_dim=32,
+                  hidden_dim=D, intermediate_dim=FF)
+
+
+def kh_gemma3() -> Model:
+    """Gemma 3 (text only): q/k norms, local and global layers, post norms."""
+    return _kh_lm("kh_gemma3", "Gemma3Backbone", image_size=16, num_query_heads=HEADS, num_key_value_heads=2,
+                  hidden_dim=D, intermediate_dim=FF, head_dim=32)
+
+
+def kh_swin() -> Model:
+    """Swin Transformer: shifted-window attention over 64x64 images (window 4, two stages)."""
+    return _keras_hub(
+        "kh_swin",
+        lambda kh: kh.models.SwinTransformerBackbone(
+            image_shape=(IMAGE, IMAGE, 3), patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+            window_size=4,
+        ),
+        lambda b, x: b(x),
+        (_image(False),),
+    )
+
+
 MODELS: dict[str, Callable[[], Model]] = {
     "hf_whisper": hf_whisper,
     "hf_longt5": hf_longt5,
@@ -581,5 +621,9 @@ MODELS: dict[str, Callable[[], Model]] = {
     "nnx_seq2seq": nnx_seq2seq,
     "eqx_rope": eqx_rope,
     "hk_padenc": hk_padenc,
+    "kh_gptneox": kh_gptneox,
+    "kh_qwen3": kh_qwen3,
+    "kh_gemma3": kh_gemma3,
+    "kh_swin": kh_swin,
 }
 SYMBOLIC = ("hf_mt5", "hf_robpre", "kh_deberta", "linen_enc", "nnx_seq2seq", "hk_padenc")

@@ -80,7 +80,7 @@ def test_unknown_model_is_a_usage_error():
 
 def test_more_selects_the_second_battery_and_its_names_are_new():
     more = bench_zoo.zoo_models.MORE
-    assert len(more) == 48 and len(set(more)) == len(more)
+    assert len(more) == 52 and len(set(more)) == len(more)
     assert not set(more) & set(bench_zoo.zoo_models.NAMES)
     assert bench_zoo.parse_args(["--more"]).models == list(more)
     assert bench_zoo.parse_args(["--more", "--models", "kh_fnet"]).models == ["kh_fnet"]
