@@ -96,3 +96,21 @@ def test_bounded_whatever_the_operand():
     bound, out = _bound_and_run(model, {"x": x})
     assert bound == pytest.approx((1 + 1 + math.sqrt(4) * 3 * _bounds.ROUNDING) * _bounds.ROUNDING)
     assert np.nanmax(np.abs(out)) <= bound and np.isfinite(out[1]).all()
+
+
+def test_reductions():
+    """A sum over an axis of 5 grows the bound five times, a mean keeps it (each times the rounding margin)."""
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("ReduceSum", ["e", "axis"], ["s"], keepdims=1),
+             helper.make_node("ReduceMean", ["e", "axis"], ["m"], keepdims=1),
+             helper.make_node("Concat", ["s", "m"], ["out"], axis=1)]
+    model = _model(nodes, [_IDS], "out", {"table": _TABLE, "axis": np.array([1], np.int64)})
+    graph = ir.from_proto(model).graph
+    for v in graph:  # the reduced axis' size, as shape inference gives it
+        if v.op_type == "Gather":
+            v.outputs[0].shape = ir.Shape([2, 5, 4])
+    largest = float(np.max(np.abs(_TABLE)))
+    assert _bounds.magnitude(graph.outputs[0]) == pytest.approx(5 * largest * _bounds.ROUNDING)
+    ids = np.random.default_rng(4).integers(0, 10, (2, 5)).astype(np.int32)
+    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    assert np.max(np.abs(out)) <= 5 * largest * _bounds.ROUNDING

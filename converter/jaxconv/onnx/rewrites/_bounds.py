@@ -31,11 +31,12 @@ _INT_BOUNDS = {ir.DataType.BOOL: 1.0, ir.DataType.INT8: 2.0 ** 7, ir.DataType.UI
                ir.DataType.UINT32: 2.0 ** 32, ir.DataType.INT64: 2.0 ** 63, ir.DataType.UINT64: 2.0 ** 64}
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 _SAME = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split", "Expand", "Tile",
-                   "Flatten", "Neg", "Abs", "Relu", "Gelu", "HardSwish", "ReduceMean", "ReduceMax", "ReduceMin",
-                   "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth",
-                   "Dropout", "Gather", "GatherElements", "GatherND"})
+                   "Flatten", "Neg", "Abs", "Relu", "Gelu", "HardSwish", "ReduceMax", "ReduceMin", "MaxPool",
+                   "GlobalMaxPool", "DepthToSpace", "SpaceToDepth", "Dropout", "Gather", "GatherElements",
+                   "GatherND"})
+_AVERAGES = frozenset({"ReduceMean", "AveragePool", "GlobalAveragePool", "Mean"})  # a rounded sum, divided
 _AT_MOST_ONE = frozenset({"Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Softmax", "HardSigmoid", "Sign"})
-_LARGEST = frozenset({"Concat", "Max", "Min", "Mean"})
+_LARGEST = frozenset({"Concat", "Max", "Min"})
 
 
 def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> float:
@@ -86,6 +87,9 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
         return max(of(ins[1]), of(ins[2])) if len(ins) == 3 else math.inf
     if op in _LARGEST:
         return max((of(v) for v in ins), default=math.inf)
+    if op in _AVERAGES:
+        averaged = ins if op == "Mean" else ins[:1]
+        return _finite(max((of(v) for v in averaged), default=math.inf) * ROUNDING)
     if op in ("Add", "Sub", "Sum"):
         return _finite(sum(of(v) for v in ins) * ROUNDING) if ins else math.inf
     if op == "Mul":
