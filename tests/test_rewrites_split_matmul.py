@@ -181,3 +181,19 @@ def test_other_layouts_stay(monkeypatch, case):
     plain_ops, plain = _plain(monkeypatch, fn, x)
     assert ops == plain_ops and ops["Split"] == 1, (ops, plain_ops)
     assert_same_bits(got, plain)
+
+
+def test_projection_split_per_head_on_a_symbolic_batch(monkeypatch):
+    """BLOOM exported with ``f32[b, ...]``: the Reshape's target is computed from the batch (``[b, 5, 2, 12]``
+    until constant folding), so each part is reshaped by ``[0, 0, h, dh]`` (0: the product's dimension)."""
+    def fn(x):
+        q, k, v = jnp.split((x @ _W + _B).reshape(x.shape[0], 5, 2, 12), 3, axis=-1)
+        return q * k + v
+
+    x = _x()
+    specs = [jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 5, 16"), np.float32)]
+    ops, got = _convert(fn, x, specs=specs)
+    plain_ops, plain = _plain(monkeypatch, fn, x, specs=specs)
+    assert ops["Split"] == 0 and plain_ops["Split"] == 1 and ops["MatMul"] == 3, (ops, plain_ops)
+    assert_same_bits(got, plain)
+    assert_same_floats(got[0], np.asarray(jax.jit(fn)(x)), 1e-5, 1e-6)

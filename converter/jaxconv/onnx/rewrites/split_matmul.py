@@ -32,7 +32,7 @@ class _Projection:
     weight: np.ndarray  # [K, N]
     name: str
     bias: np.ndarray | None = None  # [N] or [1, ..., 1, N]
-    target: np.ndarray | None = None  # the Reshape's int64 target, its last two entries heads, width
+    target: np.ndarray | None = None  # the Reshape's int64 target: 0 (the product's dims), then heads, width
     heads: int = 1
 
 
@@ -68,17 +68,15 @@ def _projection(graph: ir.Graph, y: ir.Value, made: set[int]) -> _Projection | N
     reshape = m.producer(y, "Reshape")
     if reshape is not None:
         inner = _projection(graph, reshape.inputs[0], made)
-        target = m.const(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
-        if inner is None or inner.target is not None or target is None or target.ndim != 1 or len(target) < 3:
-            return None
-        target = target.astype(np.int64)
-        heads, width = int(target[-2]), int(target[-1])
-        rank_in = m.rank(inner.x)  # a 2-D weight keeps x's rank (a MatMul made here has no shape yet)
-        if rank_in is None or len(target) != rank_in + 1 or heads <= 0 or width <= 0 \
-                or heads * width != inner.weight.shape[1] \
-                or (int(m.attr(reshape, "allowzero", 0)) and 0 in target[:-2]):
-            return None
-        inner.target, inner.heads = target, heads
+        out, lead = y.shape, inner.x.shape if inner is not None else None  # a 2-D weight keeps x's leading dims
+        if inner is None or inner.target is not None or out is None or lead is None or len(out) != len(lead) + 1 \
+                or len(out) < 3 or not all(isinstance(d, int) or d.value is not None for d in lead[:-1]) \
+                or list(out[:-2]) != list(lead[:-1]) or not all(isinstance(d, int) and d > 0 for d in out[-2:]) \
+                or out[-2] * out[-1] != inner.weight.shape[1]:
+            return None  # not a split of the last axis alone (its target may be computed: a symbolic batch)
+        heads, width = int(out[-2]), int(out[-1])
+        inner.target = np.array([0] * (len(out) - 2) + [heads, width], np.int64)  # 0: the product's dimension
+        inner.heads = heads
         return inner
     bias = None
     biased = m.product_plus(y)
