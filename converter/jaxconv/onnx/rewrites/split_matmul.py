@@ -68,9 +68,11 @@ def _projection(graph: ir.Graph, y: ir.Value, made: set[int]) -> _Projection | N
     reshape = m.producer(y, "Reshape")
     if reshape is not None:
         inner = _projection(graph, reshape.inputs[0], made)
-        out, lead = y.shape, inner.x.shape if inner is not None else None  # a 2-D weight keeps x's leading dims
-        if inner is None or inner.target is not None or out is None or lead is None or len(out) != len(lead) + 1 \
-                or len(out) < 3 or not all(isinstance(d, int) or d.value is not None for d in lead[:-1]) \
+        if inner is None or inner.target is not None:
+            return None
+        out, lead = y.shape, inner.x.shape  # a 2-D weight keeps x's leading dims
+        if out is None or lead is None or len(out) != len(lead) + 1 or len(out) < 3 \
+                or not all(isinstance(d, int) or d.value is not None for d in lead[:-1]) \
                 or list(out[:-2]) != list(lead[:-1]) or not all(isinstance(d, int) and d > 0 for d in out[-2:]) \
                 or out[-2] * out[-1] != inner.weight.shape[1]:
             return None  # not a split of the last axis alone (its target may be computed: a symbolic batch)
