@@ -67,3 +67,37 @@ def test_unsqueeze_lift_skips_operands_of_different_rank():
     fn = lambda x, y: jnp.expand_dims(x[:, :, None] & y, 1)  # noqa: E731
     ops, (got,) = _convert(fn, x, y)
     np.testing.assert_array_equal(got, jax.jit(fn)(x, y))
+
+
+def _keras_rotary(x, cos, sin):
+    """keras-hub's RotaryEmbedding: rotate_half as a stack on axis -2 reshaped back."""
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    half = jnp.reshape(jnp.stack((-x2, x1), axis=-2), x.shape)
+    return x * cos + half * sin
+
+
+def test_stack_reshaped_back_is_a_concat(monkeypatch):
+    """The stack's two Unsqueezes and its Reshape go (a Concat of the halves), and the rotary rule then folds
+    the Neg into the sine table: the same bits as without the rule, jax.jit's numbers."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 3, 8)).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -0.0]
+    angles = rng.standard_normal((1, 6, 1, 8)).astype(np.float32)
+    fn = lambda x: _keras_rotary(x, np.cos(angles), np.sin(angles))  # noqa: E731
+    ops, got = _convert(fn, x)
+    with monkeypatch.context() as patch:
+        patch.setattr(squeezes, "_stacked_concat", lambda graph, node: 0)
+        plain_ops, plain = _convert(fn, x)
+    assert ops["Unsqueeze"] == 0 and ops["Neg"] == 0 and ops["Concat"] == 1, ops
+    assert plain_ops["Unsqueeze"] == 2 and plain_ops["Concat"] == 1, plain_ops
+    assert len(got) == 1 and got[0].view(np.uint32).tolist() == plain[0].view(np.uint32).tolist()
+    assert_same_floats(got[0], np.asarray(jax.jit(fn)(x)), 1e-6, 1e-6)
+
+
+def test_a_stack_kept_as_a_new_axis_stays():
+    """stack on the last axis reshaped to interleave (Gemma's layout change) is no Concat of the halves."""
+    x = np.random.default_rng(4).standard_normal((2, 6, 8)).astype(np.float32)
+    fn = lambda x: jnp.reshape(jnp.stack(jnp.split(x, 2, axis=-1), axis=-1), x.shape) * 2.0  # noqa: E731
+    ops, (got,) = _convert(fn, x)
+    assert ops["Concat"] == 1 and ops["Unsqueeze"] == 2, ops
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 0, 0)

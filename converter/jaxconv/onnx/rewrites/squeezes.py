@@ -130,8 +130,42 @@ def reshape_chains(graph: ir.Graph) -> int:
     Transposes that stood between them); an Unsqueeze or Squeeze of a known shape the same, and a
     unary op between two such steps run on ``x`` (a rotary embedding's Neg); in ``graph`` and its
     subgraphs. Returns how many."""
-    return sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze")) \
+    return m.count_everywhere(graph, "Reshape", _stacked_concat) \
+        + sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze")) \
         + m.count_everywhere(graph, "Unsqueeze", _unsqueeze_of_unary_squeeze)
+
+
+def _stacked_concat(graph: ir.Graph, reshape: ir.Node) -> int:
+    """``Reshape(Concat(Unsqueeze(a, k), Unsqueeze(b, k), ..., axis=k))`` that merges the new axis ``k`` into the
+    next as ``Concat(a, b, ..., axis=k)``: the same elements in the same order. keras-hub's rotary embeddings
+    write ``rotate_half`` so (``stack((-x2, x1), axis=-2)`` reshaped back): three nodes fewer on q and k."""
+    out, concat = reshape.outputs[0], m.producer(reshape.inputs[0], "Concat")
+    if concat is None or out.shape is None or not out.shape.is_static() or not concat.inputs:
+        return 0
+    pieces: list[ir.Value] = []
+    axis = int(m.attr(concat, "axis", 0))
+    for stacked in concat.inputs:
+        unsqueeze = _producer(stacked, "Unsqueeze")
+        piece = unsqueeze.inputs[0] if unsqueeze is not None else None
+        if piece is None or piece.shape is None or not piece.shape.is_static():
+            return 0
+        rank = len(piece.shape) + 1
+        if _axes(unsqueeze, rank) != (axis % rank,):
+            return 0
+        pieces.append(piece)
+    shape = [int(d) for d in pieces[0].shape.numpy()]
+    axis %= len(shape) + 1
+    if axis == len(shape) or any([int(d) for d in p.shape.numpy()] != shape for p in pieces):
+        return 0
+    shape[axis] *= len(pieces)
+    if [int(d) for d in out.shape.numpy()] != shape:
+        return 0
+    m.replace(graph, out, ir.node("Concat", pieces, {"axis": axis}), reshape)
+    dead = [reshape, concat, *[v.producer() for v in concat.inputs]]  # (a rule after reads the pieces' uses)
+    for node in dead:
+        if node is not None and node.graph is graph and not any(v.uses() or v.is_graph_output() for v in node.outputs):
+            graph.remove(node, safe=True)
+    return 1
 
 
 def _unsqueeze_of_unary_squeeze(graph: ir.Graph, unsqueeze: ir.Node) -> int:
