@@ -136,8 +136,8 @@ def reshape_chains(graph: ir.Graph) -> int:
 
 
 def _stacked_concat(graph: ir.Graph, reshape: ir.Node) -> int:
-    """``Reshape(Concat(Unsqueeze(a, k), Unsqueeze(b, k), ..., axis=k))`` that merges the new axis ``k`` into the
-    next as ``Concat(a, b, ..., axis=k)``: the same elements in the same order. keras-hub's rotary embeddings
+    """``Reshape(Concat(Unsqueeze(a, k), Unsqueeze(b, k), ..., axis=k))`` that merges the new axis ``k`` into
+    the next as ``Concat(a, b, ..., axis=k)``: the same elements in the same order. keras-hub's rotary embeddings
     write ``rotate_half`` so (``stack((-x2, x1), axis=-2)`` reshaped back): three nodes fewer on q and k."""
     out, concat = reshape.outputs[0], m.producer(reshape.inputs[0], "Concat")
     if concat is None or out.shape is None or not out.shape.is_static() or not concat.inputs:
@@ -163,7 +163,8 @@ def _stacked_concat(graph: ir.Graph, reshape: ir.Node) -> int:
     m.replace(graph, out, ir.node("Concat", pieces, {"axis": axis}), reshape)
     dead = [reshape, concat, *[v.producer() for v in concat.inputs]]  # (a rule after reads the pieces' uses)
     for node in dead:
-        if node is not None and node.graph is graph and not any(v.uses() or v.is_graph_output() for v in node.outputs):
+        if node is not None and node.graph is graph \
+                and not any(v.uses() or v.is_graph_output() for v in node.outputs):
             graph.remove(node, safe=True)
     return 1
 
