@@ -137,8 +137,9 @@ def reshape_chains(graph: ir.Graph) -> int:
 
 def _stacked_concat(graph: ir.Graph, reshape: ir.Node) -> int:
     """``Reshape(Concat(Unsqueeze(a, k), Unsqueeze(b, k), ..., axis=k))`` that merges the new axis ``k`` into
-    the next as ``Concat(a, b, ..., axis=k)``: the same elements in the same order. keras-hub's rotary embeddings
-    write ``rotate_half`` so (``stack((-x2, x1), axis=-2)`` reshaped back): three nodes fewer on q and k."""
+    the next as ``Concat(a, b, ..., axis=k)``: the same elements in the same order. keras-hub's rotary
+    embeddings write ``rotate_half`` so (``stack((-x2, x1), axis=-2)`` reshaped back): three nodes fewer on q
+    and on k."""
     out, concat = reshape.outputs[0], m.producer(reshape.inputs[0], "Concat")
     if concat is None or out.shape is None or not out.shape.is_static() or not concat.inputs:
         return 0
