@@ -114,3 +114,25 @@ def test_reductions():
     ids = np.random.default_rng(4).integers(0, 10, (2, 5)).astype(np.int32)
     out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     assert np.max(np.abs(out)) <= 5 * largest * _bounds.ROUNDING
+
+
+@pytest.mark.parametrize("limits", ["min only", "max only", "both", "computed min"])
+def test_clip(limits):
+    """Clip(x, lo, hi) lies in [lo, hi] where both are given; with one limit, x's bound or the limit's (a max of
+    1 leaves -100 as it is)."""
+    lo, hi = np.array(-2.0, np.float32), np.array(1.0, np.float32)
+    names = {"min only": ["e", "lo"], "max only": ["e", "", "hi"], "both": ["e", "lo", "hi"],
+             "computed min": ["e", "big", "hi"]}[limits]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e0"]), helper.make_node("Mul", ["e0", "k"], ["e"]),
+             helper.make_node("Mul", ["e0", "k2"], ["big0"]), helper.make_node("ReduceMax", ["big0"], ["big"], keepdims=0),
+             helper.make_node("Clip", names, ["out"])]
+    inits = {"table": _TABLE, "k": np.array(100.0, np.float32), "k2": np.array(1e4, np.float32), "lo": lo, "hi": hi}
+    model = _model(nodes, [_IDS], "out", inits)
+    largest = float(np.max(np.abs(_TABLE)))
+    want = {"min only": 100 * largest * _bounds.ROUNDING, "max only": 100 * largest * _bounds.ROUNDING,
+            "both": 2.0, "computed min": 1e4 * largest * _bounds.ROUNDING}[limits]
+    bound = _bounds.magnitude(ir.from_proto(model).graph.outputs[0])
+    assert bound == pytest.approx(want)
+    ids = np.arange(10, dtype=np.int32).reshape(2, 5)
+    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    assert np.max(np.abs(out)) <= bound

@@ -105,9 +105,9 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
         return _finite(first ** float(exponent.reshape(-1)[0]) * ROUNDING)
     if op == "Exp":
         return _finite(math.exp(first) * ROUNDING) if first < 80 else math.inf
-    if op == "Clip":
-        limits = [m.const(v) for v in ins[1:] if v is not None]
-        return min(first, max((_largest(c) for c in limits if c is not None), default=math.inf))
+    if op == "Clip":  # within [lo, hi] where both are given, else within x's bound and the one limit's
+        limits = [of(v) for v in ins[1:3] if v is not None]
+        return max(limits) if len(limits) == 2 else max(first, *limits)
     if op in ("ReduceSum", "ReduceSumSquare"):
         n = _reduced_count(node)
         base = first ** 2 if op == "ReduceSumSquare" else first
