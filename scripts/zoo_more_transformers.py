@@ -3,9 +3,10 @@
 Hugging Face Flax (Whisper, LongT5 transient-global, mT5, Pegasus, Marian, CLIP,
 RoBERTa-PreLayerNorm), keras-hub backbones on JAX (DeBERTa-V3, Gemma-2-style Gemma, Phi-3 with su
 rope scaling, Falcon with ALiBi, FNet, Mixtral MoE, T5, XLNet, GPT-NeoX, Qwen3, Gemma 3, Swin), and
-hand-built encoders in Flax linen, Flax NNX, Equinox and Haiku (padding masks, cross attention, rotary heads). Small configurations
-(batch 2, sequence 64, 64x64 images), seeded random weights closed over by the function, numpy inputs.
-Models named in ``SYMBOLIC`` convert with a symbolic sequence length ``s`` (batch stays 2).
+hand-built encoders in Flax linen, Flax NNX, Equinox and Haiku (padding masks, cross attention, rotary
+heads). Small configurations (batch 2, sequence 64, 64x64 images), seeded random weights closed over by
+the function, numpy inputs. Models named in ``SYMBOLIC`` convert with a symbolic sequence length ``s``
+(batch stays 2).
 
 ``MODELS`` maps name -> builder; ``zoo_models.MORE`` lists them for ``scripts/bench_zoo.py --more``.
 """

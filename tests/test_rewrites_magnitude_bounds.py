@@ -18,17 +18,20 @@ _W = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
 
 
 def _model(nodes, inputs, output, inits):
-    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    outputs = [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)]
+    tensors = [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, tensors)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _run(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
 
 
 def _bound_and_run(model, feeds):
     """(the bound of the graph's output, ONNX Runtime's output on ``feeds``)."""
-    graph = ir.from_proto(model).graph
-    bound = _bounds.magnitude(graph.outputs[0])
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return bound, session.run(None, feeds)[0]
+    return _bounds.magnitude(ir.from_proto(model).graph.outputs[0]), _run(model, feeds)
 
 
 _IDS = helper.make_tensor_value_info("ids", TensorProto.INT32, [2, 5])
@@ -99,7 +102,8 @@ def test_bounded_whatever_the_operand():
 
 
 def test_reductions():
-    """A sum over an axis of 5 grows the bound five times, a mean keeps it (each times the rounding margin)."""
+    """A sum over an axis of 5 grows the bound five times, a mean keeps it (each times the rounding
+    margin)."""
     nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
              helper.make_node("ReduceSum", ["e", "axis"], ["s"], keepdims=1),
              helper.make_node("ReduceMean", ["e", "axis"], ["m"], keepdims=1),
@@ -112,21 +116,22 @@ def test_reductions():
     largest = float(np.max(np.abs(_TABLE)))
     assert _bounds.magnitude(graph.outputs[0]) == pytest.approx(5 * largest * _bounds.ROUNDING)
     ids = np.random.default_rng(4).integers(0, 10, (2, 5)).astype(np.int32)
-    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
-    assert np.max(np.abs(out)) <= 5 * largest * _bounds.ROUNDING
+    assert np.max(np.abs(_run(model, {"ids": ids}))) <= 5 * largest * _bounds.ROUNDING
 
 
 @pytest.mark.parametrize("limits", ["min only", "max only", "both", "computed min"])
 def test_clip(limits):
-    """Clip(x, lo, hi) lies in [lo, hi] where both are given; with one limit, x's bound or the limit's (a max of
-    1 leaves -100 as it is)."""
+    """Clip(x, lo, hi) lies in [lo, hi] where both are given; with one limit, x's bound or the limit's (a max
+    of 1 leaves -100 as it is)."""
     lo, hi = np.array(-2.0, np.float32), np.array(1.0, np.float32)
     names = {"min only": ["e", "lo"], "max only": ["e", "", "hi"], "both": ["e", "lo", "hi"],
              "computed min": ["e", "big", "hi"]}[limits]
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["e0"]), helper.make_node("Mul", ["e0", "k"], ["e"]),
-             helper.make_node("Mul", ["e0", "k2"], ["big0"]), helper.make_node("ReduceMax", ["big0"], ["big"], keepdims=0),
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e0"]),
+             helper.make_node("Mul", ["e0", "k"], ["e"]), helper.make_node("Mul", ["e0", "k2"], ["big0"]),
+             helper.make_node("ReduceMax", ["big0"], ["big"], keepdims=0),
              helper.make_node("Clip", names, ["out"])]
-    inits = {"table": _TABLE, "k": np.array(100.0, np.float32), "k2": np.array(1e4, np.float32), "lo": lo, "hi": hi}
+    inits = {"table": _TABLE, "k": np.array(100.0, np.float32), "k2": np.array(1e4, np.float32), "lo": lo,
+             "hi": hi}
     model = _model(nodes, [_IDS], "out", inits)
     largest = float(np.max(np.abs(_TABLE)))
     want = {"min only": 100 * largest * _bounds.ROUNDING, "max only": 100 * largest * _bounds.ROUNDING,
@@ -134,5 +139,4 @@ def test_clip(limits):
     bound = _bounds.magnitude(ir.from_proto(model).graph.outputs[0])
     assert bound == pytest.approx(want)
     ids = np.arange(10, dtype=np.int32).reshape(2, 5)
-    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
-    assert np.max(np.abs(out)) <= bound
+    assert np.max(np.abs(_run(model, {"ids": ids}))) <= bound

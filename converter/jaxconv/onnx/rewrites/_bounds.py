@@ -30,17 +30,18 @@ _INT_BOUNDS = {ir.DataType.BOOL: 1.0, ir.DataType.INT8: 2.0 ** 7, ir.DataType.UI
                ir.DataType.INT16: 2.0 ** 15, ir.DataType.UINT16: 2.0 ** 16, ir.DataType.INT32: 2.0 ** 31,
                ir.DataType.UINT32: 2.0 ** 32, ir.DataType.INT64: 2.0 ** 63, ir.DataType.UINT64: 2.0 ** 64}
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
-_SAME = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split", "Expand", "Tile",
-                   "Flatten", "Neg", "Abs", "Relu", "Gelu", "HardSwish", "ReduceMax", "ReduceMin", "MaxPool",
-                   "GlobalMaxPool", "DepthToSpace", "SpaceToDepth", "Dropout", "Gather", "GatherElements",
-                   "GatherND"})
+_SAME = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "Split", "Expand",
+                   "Tile", "Flatten", "Neg", "Abs", "Relu", "Gelu", "HardSwish", "ReduceMax", "ReduceMin",
+                   "MaxPool", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth", "Dropout", "Gather",
+                   "GatherElements", "GatherND"})
 _AVERAGES = frozenset({"ReduceMean", "AveragePool", "GlobalAveragePool", "Mean"})  # a rounded sum, divided
 _AT_MOST_ONE = frozenset({"Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Softmax", "HardSigmoid", "Sign"})
 _LARGEST = frozenset({"Concat", "Max", "Min"})
 
 
 def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> float:
-    """A bound on ``|x|`` over the elements of ``value`` that are not NaN (none is infinite), or ``math.inf``."""
+    """A bound on ``|x|`` over the elements of ``value`` that are not NaN (none is infinite), or
+    ``math.inf``."""
     if value is None:
         return math.inf
     memo = {} if memo is None else memo
@@ -150,8 +151,8 @@ def _reduced_count(node: ir.Node) -> int | None:
 
 
 def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], float]) -> float:
-    """A MatMul's: ``|a| * (largest column sum of |w|)`` by a constant ``w`` on the right (the largest row sum on
-    the left), else ``|a| * |b| * k`` with ``k`` the contracted length."""
+    """A MatMul's: ``|a| * (largest column sum of |w|)`` by a constant ``w`` on the right (the largest row
+    sum on the left), else ``|a| * |b| * k`` with ``k`` the contracted length."""
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return math.inf
     a, b = ins
@@ -166,8 +167,9 @@ def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], f
 
 
 def _layer_norm_bound(node: ir.Node, ins: list[ir.Value | None], first: float) -> float:
-    """``sqrt(n) * |gamma| + |beta|`` over the last axis (each normalized element is at most ``sqrt(n)``: their
-    squares sum to ``n * var / (var + eps)``; a row of an infinity, or whose squares overflow, is NaN or beta)."""
+    """``sqrt(n) * |gamma| + |beta|`` over the last axis (each normalized element is at most ``sqrt(n)``:
+    their squares sum to ``n * var / (var + eps)``; a row of an infinity, or whose squares overflow, is NaN
+    or beta)."""
     axis = int(m.attr(node, "axis", -1))
     shape = ins[0].shape if ins[0] is not None else None
     gamma = m.const(ins[1]) if len(ins) > 1 else None

@@ -183,7 +183,8 @@ def binary(node: ir.Node | None, op_type: str) -> tuple[ir.Value, ir.Value] | No
 
 
 def product_plus(value: ir.Value | None) -> tuple[ir.Value, ir.Value] | None:
-    """For ``value = Add(p, c)`` (or ``Add(c, p)``) with ``p`` a MatMul's output (``x @ w + b``): ``(p, c)``."""
+    """For ``value = Add(p, c)`` (or ``Add(c, p)``) with ``p`` a MatMul's output (``x @ w + b``):
+    ``(p, c)``."""
     pair = binary(producer(value, "Add"), "Add")
     if pair is None:
         return None

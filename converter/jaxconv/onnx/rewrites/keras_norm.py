@@ -207,7 +207,8 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: dict[int, float]) -> int:
         inputs.append(m.new_initializer(graph, beta, f"{x.name or 'x'}_ln_bias"))
     if _unguarded(x, dim, memo):  # a post-norm residual Add as Sum, as ``layer_norm`` leaves it
         inputs[0] = residual_as_sum(graph, x, {id(n) for n in [*chain, last]})
-        m.replace(graph, last.outputs[0], ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps}), last)
+        op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
+        m.replace(graph, last.outputs[0], op, last)
         return 1
     op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
     exact = _in_order([*chain, last])

@@ -73,7 +73,8 @@ def _projection(graph: ir.Graph, y: ir.Value, made: set[int]) -> _Projection | N
         out, lead = y.shape, inner.x.shape  # a 2-D weight keeps x's leading dims
         if out is None or lead is None or len(out) != len(lead) + 1 or len(out) < 3 \
                 or not all(isinstance(d, int) or d.value is not None for d in lead[:-1]) \
-                or list(out[:-2]) != list(lead[:-1]) or not all(isinstance(d, int) and d > 0 for d in out[-2:]) \
+                or list(out[:-2]) != list(lead[:-1]) \
+                or not all(isinstance(d, int) and d > 0 for d in out[-2:]) \
                 or out[-2] * out[-1] != inner.weight.shape[1]:
             return None  # not a split of the last axis alone (its target may be computed: a symbolic batch)
         heads, width = int(out[-2]), int(out[-1])
