@@ -51,9 +51,8 @@ def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> f
         if id(top) in memo:
             stack.pop()
             continue
-        node = top.producer()
-        pending = [] if node is None or m.const(top) is not None else \
-            [v for v in node.inputs if v is not None and id(v) not in memo]
+        node = top.producer()  # (a constant is an initializer or a Constant's output: no inputs to visit)
+        pending = [] if node is None else [v for v in node.inputs if v is not None and id(v) not in memo]
         if pending:
             stack.extend(pending)
             continue

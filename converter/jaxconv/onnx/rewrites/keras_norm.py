@@ -205,12 +205,13 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: dict[int, float]) -> int:
     inputs = [x, m.new_initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
     if beta is not None:
         inputs.append(m.new_initializer(graph, beta, f"{x.name or 'x'}_ln_bias"))
-    if _unguarded(x, dim, memo):  # a post-norm residual Add as Sum, as ``layer_norm`` leaves it
+    unguarded = _unguarded(x, dim, memo)
+    if unguarded:  # a post-norm residual Add as Sum, as ``layer_norm`` leaves it
         inputs[0] = residual_as_sum(graph, x, {id(n) for n in [*chain, last]})
-        op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
+    op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
+    if unguarded:
         m.replace(graph, last.outputs[0], op, last)
         return 1
-    op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
     exact = _in_order([*chain, last])
     limit = m.new_initializer(graph, np.array(_SQUARES_LIMIT, np.float32), "keras_norm_square_limit")
     total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
@@ -222,8 +223,9 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: dict[int, float]) -> int:
 
 
 def _unguarded(x: ir.Value, dim: int, memo: dict[int, float]) -> bool:
-    """Whether ``x``'s elements are finite and small enough (``_bounds``: a model of token ids) that every
-    row's sum of squares, ``dim * (2 * bound) ** 2``, is below the guard's limit: the op needs no guard."""
+    """Whether ``x``'s elements are NaN or small enough (``_bounds``: a model of token ids) that every row's
+    sum of squares, ``dim * (2 * bound) ** 2``, is below the guard's limit (a NaN row is NaN in both forms):
+    the op needs no guard."""
     bound = _bounds.magnitude(x, memo)
     return bound < math.inf and dim * (2 * bound) ** 2 < _SQUARES_LIMIT
 

@@ -57,7 +57,7 @@ def _sizes(split: ir.Node, width: int) -> list[int] | None:
 
 
 def _only_reader(value: ir.Value | None, graph: ir.Graph) -> bool:
-    return value is not None and not value.is_graph_output() and len(list(value.uses())) == 1 \
+    return value is not None and m.sole_use(value) \
         and (value.producer() is None or value.producer().graph is graph)
 
 
