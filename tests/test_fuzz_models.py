@@ -80,8 +80,9 @@ def test_the_fuzzer_records_which_rewrites_fired():
     ("unrolled", 0, "unrolled_lstm_fused", "unrolled_steps", 1),  # a Python loop over time steps: one Loop
     ("unrolled", 4, "stacked_layers", "unrolled_steps", 0),  # a loop over stacked layer weights stays unrolled
     ("moe", 0, "moe_router", "broadcast_matmul_order", 1),  # einsum('th,ehm->etm') computed as x @ w
-    ("moe", 12, "moe_router", "expert_columns", 1),  # wide experts: their weights side by side, prepacked
-    ("moe", 12, "moe_router", "expert_split", 1),  # and their second product one 2-D MatMul an expert
+    ("moe", 12, "moe_router", "expert_sum", 1),  # the weighted sum through the weights side by side, prepacked
+    ("moe", 12, "moe_router", "expert_split", 0),  # which leaves no batched second product to split
+    ("moe", 0, "moe_router", "expert_sum", 0),  # weights given as an input: nothing to lay out
 ])
 def test_the_new_kinds_reach_their_rules(kind, seed, first, rule, fired):
     p = generate_model(seed, [kind])

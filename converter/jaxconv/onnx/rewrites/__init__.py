@@ -44,7 +44,10 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``broadcast_matmul_order``: the same for a MatMul with a broadcast operand (a mixture of experts'
   ``einsum('th,ehm->etm')``, traced with the weights on the left);
-- ``expert_columns``: such a MatMul of [t, h] rows by constant [e, h, m] weights as one MatMul by the
+- ``expert_sum``: a mixture of experts' routing-weighted sum of every expert's ``act(x @ gate[e]) * (x @ up[e])
+  @ down[e]`` as 2-D MatMuls by the experts' weights side by side (hidden units [t, e * m], each expert's
+  block scaled by its weight, one product over ``e * m``): no batched products, no sum pass; reassociated;
+- ``expert_columns``: a MatMul of [t, h] rows by constant [e, h, m] weights as one MatMul by the
   weights side by side ([h, e * m], which ORT prepacks), a Reshape and a Transpose, where ``2 t <= h``;
 - ``expert_split``: a batched MatMul by constant [e, m, h] weights (the experts' second product) as a Split,
   one 2-D MatMul per expert (prepacked) and a Concat, where ``8 t <= m`` and ``t * m * h >= 2 ** 22``;
@@ -139,6 +142,7 @@ from jaxconv.onnx.rewrites import (
     einsum_order,
     expert_columns,
     expert_split,
+    expert_sum,
     gather_fill,
     gather_matmul,
     gru,
@@ -243,7 +247,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
     fired["broadcast_matmul_order"] = broadcast_matmul_order.rewrite(model.graph)
-    fired["expert_columns"] = expert_columns.rewrite(model.graph)  # after broadcast_matmul_order's swap
+    fired["expert_sum"] = expert_sum.rewrite(model.graph)  # after broadcast_matmul_order's swap
+    fired["expert_columns"] = expert_columns.rewrite(model.graph)  # after expert_sum: the products it leaves
     fired["expert_split"] = expert_split.rewrite(model.graph)
     for graph in list(_match.all_graphs(model.graph)):  # again: reshape_scale leaves Muls by ones bare
         fired["unit_scale"] += unit_scale.rewrite(graph)
