@@ -86,7 +86,8 @@ def test_experts_summed_through_side_by_side_weights(monkeypatch, fn):
 @pytest.mark.parametrize("where", ["tokens", "gate", "down"])
 def test_nan_and_infinities_where_jit_has_them(where):
     x = _tokens(special=where == "tokens")
-    fn = _mixtral(gate=_weights(1, E, H, M, special=where == "gate"), down=_weights(3, E, M, H, special=where == "down"))
+    gate, down = _weights(1, E, H, M, special=where == "gate"), _weights(3, E, M, H, special=where == "down")
+    fn = _mixtral(gate=gate, down=down)
     _, (got,) = _convert(fn, x)
     want = np.asarray(jax.jit(fn)(x))
     assert np.isnan(want).any()
@@ -104,7 +105,7 @@ def test_top_one_routing_and_a_single_token_row():
 
 
 def test_hidden_units_read_elsewhere_stay_batched():
-    """The hidden units are an output too: computed [t, e * m] they would need a Transpose back; left alone."""
+    """The hidden units are an output too: computed [t, e * m] they would need a Transpose; left."""
     def fn(x):
         hidden = jax.nn.silu(jnp.einsum("th,ehm->etm", x, GATE))
         return jnp.einsum("etm,emh->eth", hidden, DOWN).sum(axis=0), hidden
@@ -118,7 +119,7 @@ def test_hidden_units_read_elsewhere_stay_batched():
 
 @pytest.mark.parametrize("shape", [(M,), (E, 1, M), (E, T, M)], ids=["per-unit", "per-expert", "per-token"])
 def test_constant_operands_laid_out_with_the_hidden_units(monkeypatch, shape):
-    """A bias between the products, per unit, per expert and unit, or per token too: laid out as [t, e * m]."""
+    """A bias between the products (per unit, per expert and unit, per token too): laid out as [t, e * m]."""
     bias = np.random.default_rng(8).uniform(-1, 1, shape).astype(np.float32)
 
     def fn(x):

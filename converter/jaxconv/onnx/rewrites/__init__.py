@@ -44,9 +44,10 @@ faster without changing the numbers:
 - ``matmul_order``: a MatMul between Transposes computed with its operands swapped where Transposes go;
 - ``broadcast_matmul_order``: the same for a MatMul with a broadcast operand (a mixture of experts'
   ``einsum('th,ehm->etm')``, traced with the weights on the left);
-- ``expert_sum``: a mixture of experts' routing-weighted sum of every expert's ``act(x @ gate[e]) * (x @ up[e])
-  @ down[e]`` as 2-D MatMuls by the experts' weights side by side (hidden units [t, e * m], each expert's
-  block scaled by its weight, one product over ``e * m``): no batched products, no sum pass; reassociated;
+- ``expert_sum``: a mixture of experts' routing-weighted sum of every expert's
+  ``act(x @ gate[e]) * (x @ up[e]) @ down[e]`` as 2-D MatMuls by the experts' weights side by side
+  (hidden units [t, e * m], each expert's block scaled by its weight, one product over ``e * m``): no
+  batched products, no sum pass; reassociated;
 - ``expert_columns``: a MatMul of [t, h] rows by constant [e, h, m] weights as one MatMul by the
   weights side by side ([h, e * m], which ORT prepacks), a Reshape and a Transpose, where ``2 t <= h``;
 - ``expert_split``: a batched MatMul by constant [e, m, h] weights (the experts' second product) as a Split,

@@ -90,7 +90,8 @@ def _contracted(graph: ir.Graph, reshape: ir.Node) -> int:
     return _build(graph, down_mm, routing, reshape)
 
 
-def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: ir.Node, swap: bool = False) -> int:
+def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: ir.Node,
+           swap: bool = False) -> int:
     """Replace ``last``'s output, the experts' outputs ``down_mm`` [e, t, h] summed over the experts (each
     weighted by ``per_token`` [t, e, 1] when given; [e, t, 1] to be transposed with ``swap``), by the
     products through side-by-side weights."""
@@ -138,7 +139,8 @@ def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: 
     return 1
 
 
-def _operand(graph: ir.Graph, value: ir.Value | None, remap: dict[int, ir.Value], dims: list[int]) -> ir.Value | None:
+def _operand(graph: ir.Graph, value: ir.Value | None, remap: dict[int, ir.Value],
+             dims: list[int]) -> ir.Value | None:
     """A chain node's operand in the [t, e * m] layout: a value the chain made, a scalar as it is, a constant
     that broadcasts to [e, t, m] (a bias per expert and unit, [e, 1, m]) laid out again."""
     if value is None or id(value) in remap:
@@ -189,14 +191,18 @@ def _chain(hidden: ir.Value, dims: list[int]) -> tuple[list[ir.Node], list[ir.No
                 continue
             if operand is not None:
                 todo.append(operand)
-    if x is None or any(v is not hidden and (v.is_graph_output() or any(id(u.node) not in nodes for u in m.live_uses(v)))
-                        for v in values):
+    if x is None or any(v is not hidden and not _read_in(v, nodes) for v in values):
         return None
     graph = hidden.producer().graph  # type: ignore[union-attr]
     order = {id(n): k for k, n in enumerate(graph)} if graph is not None else {}
     if any(id(n) not in order for n in [*nodes.values(), *products.values()]):
         return None
     return sorted(nodes.values(), key=lambda n: order[id(n)]), list(products.values()), x
+
+
+def _read_in(value: ir.Value, nodes: dict[int, ir.Node]) -> bool:
+    """Whether only chain nodes read ``value`` (live readers; it is no graph output)."""
+    return not value.is_graph_output() and all(id(u.node) in nodes for u in m.live_uses(value))
 
 
 def _broadcasts(shape: tuple[int, ...], dims: list[int]) -> bool:
