@@ -172,3 +172,18 @@ def test_a_sum_over_another_axis_is_no_sum_over_experts():
     ops, (got,) = _convert(fn, x)
     assert _stacked_products(fn, x) >= 1 and collections.Counter(ops)["ReduceSum"] == 1, ops
     _assert_close(got, np.asarray(jax.jit(fn)(x)))
+
+
+def test_a_symbolic_number_of_tokens():
+    """Exported for any number of tokens (``f32[t, h]``, a batch folded into the rows: ``64*b``): the same
+    rewrite, and the model runs at other sizes with jax.jit's numbers."""
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    fn = _mixtral()
+    model = jaxconv.to_onnx(fn, f"f32[t, {H}]", check=False)
+    stacked = {i.name for i in model.graph.initializer if len(i.dims) == 3}
+    assert not any(n.op_type == "MatMul" and n.input[1] in stacked for n in model.graph.node)
+    runner = OnnxRunner(model.SerializeToString())
+    for t in (1, 5, T):
+        x = np.random.default_rng(t).standard_normal((t, H)).astype(np.float32)
+        _assert_close(runner.run([x])[0], np.asarray(jax.jit(fn)(x)))

@@ -20,12 +20,15 @@ Mixtral (t 128, h 128, m 256, e 4) 0.913 on one thread, 0.926 on two.
 Matched: a ReduceSum over axis 0 (keepdims 0) of ``MatMul(hidden, down)`` (``down`` a constant [e, m, h]),
 possibly multiplied first by a value of shape [e, t, 1]; ``hidden`` [e, t, m] made by elementwise ops whose
 every operand is a scalar constant or ``MatMul(x, w)`` with the same 2-D ``x`` and a constant [e, h, m]
-``w``, every value on the way read only there. Static shapes only. Runs after ``broadcast_matmul_order``
+``w``, every value on the way read only there; the number of tokens may be symbolic (a model exported for
+any batch: ``64*b``), the experts' sizes are numbers. Runs after ``broadcast_matmul_order``
 (which gives the products their ``MatMul(x, w)`` form) and before ``expert_columns`` and ``expert_split``,
 which lay out what this rule leaves.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -59,11 +62,11 @@ def _reduced(graph: ir.Graph, reduce: ir.Node) -> int:
                 break
     if down_mm is None or not m.sole_live_use(down_mm.outputs[0]):
         return 0
-    dims = m.static_dims(down_mm.inputs[0])
+    dims = _dims(down_mm.inputs[0])
     swap = False
     if routing is not None:
         back = m.producer(routing, "Transpose")  # the weights were [t, e, 1]: read them so
-        if dims is None or m.static_dims(routing) != [dims[0], dims[1], 1]:
+        if dims is None or _dims(routing) != [dims[0], dims[1], 1]:
             return 0
         if back is not None and m.transpose_perm(back, 3) == [1, 0, 2] and back.inputs[0] is not None:
             routing = back.inputs[0]
@@ -84,8 +87,8 @@ def _contracted(graph: ir.Graph, reshape: ir.Node) -> int:
     if down_mm is None or m.transpose_perm(back, 3) != [1, 2, 0] or not m.sole_live_use(moved) \
             or not m.sole_live_use(down_mm.outputs[0]):
         return 0
-    dims, out = m.static_dims(down_mm.outputs[0]), m.static_dims(reshape.outputs[0])
-    if dims is None or out != [dims[1], dims[2]] or m.static_dims(routing) != [dims[1], dims[0], 1]:
+    dims, out = _dims(down_mm.outputs[0]), _dims(reshape.outputs[0])
+    if dims is None or out != [dims[1], dims[2]] or _dims(routing) != [dims[1], dims[0], 1]:
         return 0
     return _build(graph, down_mm, routing, reshape)
 
@@ -97,42 +100,49 @@ def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: 
     products through side-by-side weights."""
     hidden, down = down_mm.inputs
     down_w = m.const(down)
-    dims = m.static_dims(hidden)
+    dims = _dims(hidden)
     if down_w is None or down_w.ndim != 3 or down_w.dtype.kind != "f" or dims is None or len(dims) != 3:
         return 0
     e, t, units = dims
-    if list(down_w.shape[:2]) != [e, units] or not m.sole_live_use(hidden):
+    if not isinstance(e, int) or not isinstance(units, int) or list(down_w.shape[:2]) != [e, units] \
+            or not m.sole_live_use(hidden):
         return 0
     found = _chain(hidden, dims)
     if found is None:
         return 0
     nodes, products, x = found
     width = down_w.shape[2]
+    tokens = hidden.shape[1] if hidden.shape is not None else None  # a number, or the symbolic size
     new: list[ir.Node] = []
+
+    def add(node: ir.Node, *shape: Any) -> ir.Value:
+        """Append ``node``; its output of ``hidden``'s type and ``[tokens, *shape]`` (for the rules after and
+        the thread record: a symbolic number of tokens kept)."""
+        new.append(node)
+        out = node.outputs[0]
+        out.type, out.shape = hidden.type, ir.Shape([tokens, *shape])
+        return out
+
     remap: dict[int, ir.Value] = {}
     for product in products:
         w = m.const(product.inputs[1])
         assert w is not None
         side = m.new_initializer(graph, np.moveaxis(w, 0, 1).reshape(w.shape[1], e * units),
                                  f"{product.inputs[1].name or 'w'}_side_by_side")
-        new.append(ir.node("MatMul", [x, side]))
-        remap[id(product.outputs[0])] = new[-1].outputs[0]
+        remap[id(product.outputs[0])] = add(ir.node("MatMul", [x, side]), e * units)
     for node in nodes:  # in graph order: each one's operands are remapped before it
         inputs = [_operand(graph, v, remap, dims) for v in node.inputs]
-        new.append(ir.node(node.op_type, inputs, dict(node.attributes), domain=node.domain))
-        remap[id(node.outputs[0])] = new[-1].outputs[0]
+        copy = ir.node(node.op_type, inputs, dict(node.attributes), domain=node.domain)
+        remap[id(node.outputs[0])] = add(copy, e * units)
     flat = remap[id(hidden)]
-    if per_token is not None and swap:
-        new.append(ir.node("Transpose", [per_token], {"perm": [1, 0, 2]}))
-        per_token = new[-1].outputs[0]
     if per_token is not None:
-        per_expert = m.new_initializer(graph, np.array([t, e, units], np.int64), "expert_units_shape")
-        rows = m.new_initializer(graph, np.array([t, e * units], np.int64), "expert_rows_shape")
-        blocks = ir.node("Reshape", [flat, per_expert])
-        weighted = ir.node("Mul", [blocks.outputs[0], per_token])
-        flat_again = ir.node("Reshape", [weighted.outputs[0], rows])
-        new += [blocks, weighted, flat_again]
-        flat = flat_again.outputs[0]
+        if swap:
+            per_token = add(ir.node("Transpose", [per_token], {"perm": [1, 0, 2]}), e, 1)
+        per_expert = m.new_initializer(graph, np.array([-1, e, units], np.int64), "expert_units_shape")
+        rows = m.new_initializer(graph, np.array([-1, e * units], np.int64), "expert_rows_shape")
+        blocks = add(ir.node("Reshape", [flat, per_expert]), e, units)
+        weighted = add(ir.node("Mul", [blocks, per_token]), e, units)
+        flat = add(ir.node("Reshape", [weighted, rows]), e * units)
     stacked = m.new_initializer(graph, down_w.reshape(e * units, width), f"{down.name or 'w'}_stacked")
     new.append(ir.node("MatMul", [flat, stacked]))
     m.replace(graph, last.outputs[0], new, last)
@@ -140,7 +150,7 @@ def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: 
 
 
 def _operand(graph: ir.Graph, value: ir.Value | None, remap: dict[int, ir.Value],
-             dims: list[int]) -> ir.Value | None:
+             dims: list[int | str]) -> ir.Value | None:
     """A chain node's operand in the [t, e * m] layout: a value the chain made, a scalar as it is, a constant
     that broadcasts to [e, t, m] (a bias per expert and unit, [e, 1, m]) laid out again."""
     if value is None or id(value) in remap:
@@ -148,14 +158,14 @@ def _operand(graph: ir.Graph, value: ir.Value | None, remap: dict[int, ir.Value]
     arr = m.const(value)
     if arr is None or arr.ndim == 0:
         return value
-    e, _, units = dims
+    e, units = int(dims[0]), int(dims[2])
     padded = arr.reshape((1,) * (3 - arr.ndim) + arr.shape)
     full = np.broadcast_to(padded, [e, padded.shape[1], units])
     rows = np.moveaxis(full, 1, 0).reshape(full.shape[1], e * units)
     return m.new_initializer(graph, rows, f"{value.name or 'c'}_side_by_side")
 
 
-def _chain(hidden: ir.Value, dims: list[int]) -> tuple[list[ir.Node], list[ir.Node], ir.Value] | None:
+def _chain(hidden: ir.Value, dims: list[int | str]) -> tuple[list[ir.Node], list[ir.Node], ir.Value] | None:
     """(the elementwise nodes that make ``hidden``, in graph order; the ``MatMul(x, w)`` products they read;
     ``x``), where every operand is a scalar constant, such a product or such a node's output, each of shape
     ``dims`` and read only by the chain (``hidden`` by the down product); else None."""
@@ -167,14 +177,14 @@ def _chain(hidden: ir.Value, dims: list[int]) -> tuple[list[ir.Node], list[ir.No
     while todo:
         value = todo.pop()
         node = value.producer()
-        if node is None or node.domain not in ("", "ai.onnx") or m.static_dims(value) != dims:
+        if node is None or node.domain not in ("", "ai.onnx") or _dims(value) != dims:
             return None
         if id(node) in nodes or id(node) in products:
             continue
         values.append(value)
         if node.op_type == "MatMul":
             a, w = node.inputs
-            weight, rows = m.const(w), m.static_dims(a)
+            weight, rows = m.const(w), _dims(a)
             if weight is None or weight.ndim != 3 or weight.dtype.kind != "f" or rows is None \
                     or rows != [dims[1], weight.shape[1]] \
                     or list(weight.shape) != [dims[0], rows[1], dims[2]] or (x is not None and a is not x):
@@ -200,14 +210,30 @@ def _chain(hidden: ir.Value, dims: list[int]) -> tuple[list[ir.Node], list[ir.No
     return sorted(nodes.values(), key=lambda n: order[id(n)]), list(products.values()), x
 
 
+def _dims(value: ir.Value | None) -> list[int | str] | None:
+    """The value's dimensions: numbers, or the names of symbolic sizes (``64*b``: the same name, the same
+    size); None where one is unknown."""
+    if value is None or value.shape is None:
+        return None
+    out: list[int | str] = []
+    for d in value.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, ir.SymbolicDim) and d.value is not None:
+            out.append(d.value)
+        else:
+            return None
+    return out
+
+
 def _read_in(value: ir.Value, nodes: dict[int, ir.Node]) -> bool:
     """Whether only chain nodes read ``value`` (live readers; it is no graph output)."""
     return not value.is_graph_output() and all(id(u.node) in nodes for u in m.live_uses(value))
 
 
-def _broadcasts(shape: tuple[int, ...], dims: list[int]) -> bool:
+def _broadcasts(shape: tuple[int, ...], dims: list[int | str]) -> bool:
     """Whether a constant of ``shape`` broadcasts to ``dims`` ([e, t, m]) without growing it, at most
     ``MAX_RELAID`` elements once laid out again."""
     padded = [1] * (3 - len(shape)) + list(shape)
     return len(shape) <= 3 and all(s in (1, d) for s, d in zip(padded, dims)) \
-        and dims[0] * dims[2] * padded[1] <= MAX_RELAID
+        and int(dims[0]) * int(dims[2]) * padded[1] <= MAX_RELAID
