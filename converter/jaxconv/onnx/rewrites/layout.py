@@ -7,7 +7,8 @@ Conv. This pass pushes each Transpose down through the ops that do not care abou
 layer's inverse Transpose and both go. A model then keeps one transpose at its input and one at its
 output. A Transpose also moves through an Unsqueeze, Squeeze or Reshape that only inserts or drops
 size-1 axes (a vmapped pooling's added axis: Equinox's CNN kept two Transpose pairs around its pool),
-as that op done first and a Transpose of the new rank after it, and through a nearest-neighbour Resize
+as that op done first and a Transpose of the new rank after it, through a Concat whose every operand is
+the same Transpose, and through a nearest-neighbour Resize
 (``nearest_resize``: an upsampling between convolutions), its scales permuted. Only moves that do not add
 transposes are made. A constant operand (or one computed from constants, as batch norm's scale) is
 transposed to match; the clean-up folds it.
@@ -136,6 +137,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
             inputs.append(source)
         _emit(graph, use, ir.node(op, inputs, attrs), perm)
         return True
+    if op == "Concat" and single:
+        return _sink_through_concat(graph, perm, use)
     if op == "Pad" and single and use.inputs[0] is out:
         return _sink_through_pad(graph, t, use)
     if op == "Resize" and single and use.inputs[0] is out and nearest_resize.is_nearest(use):
@@ -168,6 +171,27 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     return False
 
+
+
+def _sink_through_concat(graph: ir.Graph, perm: list[int], concat: ir.Node) -> bool:
+    """``Concat(Transpose(a), Transpose(b), ...)``, every operand the same Transpose read only there, as
+    ``Transpose(Concat(a, b, ..., axis=perm[axis]))``: one Transpose for many (the halves of a rotary
+    embedding moved to heads-first one by one: Equinox's multi-head attention with RoPE)."""
+    axis = m.attr(concat, "axis")
+    sources = []
+    for v in concat.inputs:
+        source = _transposed(v, perm)
+        if source is None or v is None or len(v.uses()) != 1 or v.is_graph_output():
+            return False
+        sources.append(source)
+    if axis is None or not sources:
+        return False
+    moved = [v.producer() for v in concat.inputs if v is not None]
+    _emit(graph, concat, ir.node("Concat", sources, {"axis": perm[int(axis) % len(perm)]}), perm)
+    for node in moved:  # gone now: rules after count the readers of the values they transposed
+        if node is not None and node.graph is graph and not node.outputs[0].uses():
+            graph.remove(node, safe=True)
+    return True
 
 
 def _sink_through_pad(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
@@ -297,4 +321,6 @@ def rewrite(graph: ir.Graph) -> int:
                     break
         if not moved:
             break
+    if count:  # the Transposes moved past are dead now: rules after count a value's readers
+        m.sweep(graph, keep=m.CONTROL_OPS)
     return count + _sub_as_add(graph)
