@@ -1,7 +1,8 @@
 """The layout rule through a Concat whose every operand is the same Transpose: a rotary embedding applied
 per head with ``jax.vmap`` (Equinox's multi-head attention with RoPE) moves each half to heads-first on
 its own; the Transposes go after the Concat as one, the rotary rule then folds the Neg into the sine
-table, and the numbers are the same bits."""
+table (it counts live readers: the Transposes moved past stay as dead nodes until the clean-up), and the
+numbers are the same bits."""
 
 from __future__ import annotations
 

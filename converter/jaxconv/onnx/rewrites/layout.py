@@ -321,6 +321,4 @@ def rewrite(graph: ir.Graph) -> int:
                     break
         if not moved:
             break
-    if count:  # the Transposes moved past are dead now: rules after count a value's readers
-        m.sweep(graph, keep=m.CONTROL_OPS)
     return count + _sub_as_add(graph)

@@ -72,8 +72,8 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
             flip.outputs[0].dtype = table.dtype
             graph.insert_before(mul, flip)
             new = flip.outputs[0]
-        for neg in negs:  # the one reader of each Neg is a mover of the chain
-            use = next(iter(neg.outputs[0].uses()))
+        for neg in negs:  # the one live reader of each Neg is a mover of the chain
+            use = m.live_uses(neg.outputs[0])[0]
             use.node.replace_input_with(use.idx, neg.inputs[0])
         mul.replace_input_with(1 - k, new)
         if arr is not None:
@@ -131,8 +131,8 @@ def _sources(value: ir.Value, negs: list[ir.Node], sample: int, depth: int = 0) 
     plain: _Source = ("", dims, 0, [])
     if node is None or node.domain not in ("", "ai.onnx") or depth > 32:
         return plain
-    if len(list(value.uses())) != 1 or value.is_graph_output():
-        return plain  # a value read elsewhere too keeps its numbers
+    if len(m.live_uses(value)) != 1 or value.is_graph_output():
+        return plain  # a value read elsewhere too keeps its numbers (dead readers other rules left aside)
     if node.op_type == "Neg":
         negs.append(node)
         return ("Neg", dims, 0, [])
