@@ -56,8 +56,7 @@ faster without changing the numbers:
   pool layers stay NCHW;
 - ``strided_slices``: ``x[..., ::2]`` and ``x[..., 1::2]`` (interleaved rotary embeddings) as one Split of pairs;
 - ``reshape_chains`` (in ``squeezes``): a Reshape of an Unsqueeze, Squeeze or Reshape as one Reshape of
-  the value before them, or that value where the shape comes back to it; a stack reshaped back as a Concat
-  (next axis) or, for one Split's parts interleaved (keras-hub Gemma's rotary output), one Transpose;
+  the value before them, or that value where the shape comes back to it;
 - ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
   the leading axes need, the weight's rows reordered instead;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;

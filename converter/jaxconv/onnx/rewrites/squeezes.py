@@ -11,9 +11,7 @@ same Unsqueeze. Three rules, each moving values only (the numbers cannot change)
   (``nn.make_attention_mask``) puts ``axes`` on both inputs, where onnxscript merges the Unsqueezes.
 
 ``reshape_chains`` (run after the layout rule) reads a Reshape of an Unsqueeze, Squeeze or Reshape
-from the value before them, and drops it where the shape comes back to that value's; a stack reshaped
-back into the next axis is a Concat, and one Split's parts stacked after their axis and reshaped back
-(interleaved) are one Transpose.
+from the value before them, and drops it where the shape comes back to that value's.
 """
 
 from __future__ import annotations
@@ -133,7 +131,6 @@ def reshape_chains(graph: ir.Graph) -> int:
     unary op between two such steps run on ``x`` (a rotary embedding's Neg); in ``graph`` and its
     subgraphs. Returns how many."""
     return m.count_everywhere(graph, "Reshape", _stacked_concat) \
-        + m.count_everywhere(graph, "Reshape", _interleaved_split) \
         + sum(m.count_everywhere(graph, op, _reshape_chain) for op in ("Reshape", "Unsqueeze", "Squeeze")) \
         + m.count_everywhere(graph, "Unsqueeze", _unsqueeze_of_unary_squeeze)
 
@@ -167,50 +164,6 @@ def _stacked_concat(graph: ir.Graph, reshape: ir.Node) -> int:
     m.replace(graph, out, ir.node("Concat", pieces, {"axis": axis}), reshape)
     dead = [reshape, concat, *[v.producer() for v in concat.inputs]]  # (a rule after reads the pieces' uses)
     for node in dead:
-        if node is not None and node.graph is graph \
-                and not any(v.uses() or v.is_graph_output() for v in node.outputs):
-            graph.remove(node, safe=True)
-    return 1
-
-
-def _interleaved_split(graph: ir.Graph, reshape: ir.Node) -> int:
-    """``Reshape(Concat(Unsqueeze(p_0, k), ..., Unsqueeze(p_n-1, k), axis=k))`` that merges the new axis ``k``
-    into the one before, where ``p_0 ... p_n-1`` are the equal parts of ``Split(y, axis=k-1)`` in order (the
-    parts interleaved: keras-hub Gemma's rotary output, ``reshape(stack(split(x, 2, -1), -1))``), as
-    ``Reshape(Transpose(Reshape(y, [..., n, s, ...]), axes k-1 and k swapped))``: the same permutation of
-    ``y``'s elements in one kernel instead of a Split, n Unsqueezes and a Concat. Static shapes."""
-    out, concat = reshape.outputs[0], m.producer(reshape.inputs[0], "Concat")
-    if concat is None or len(concat.inputs) < 2 or out.shape is None or not out.shape.is_static():
-        return 0
-    out_dims = [int(d) for d in out.shape]
-    unsqueezes = [_producer(v, "Unsqueeze") for v in concat.inputs]
-    split = m.producer(unsqueezes[0].inputs[0], "Split") if unsqueezes[0] is not None else None
-    if split is None or len(split.outputs) != len(unsqueezes) or split.inputs[0] is None \
-            or any(u is None or u.inputs[0] is not part for u, part in zip(unsqueezes, split.outputs)):
-        return 0
-    y = split.inputs[0]
-    y_dims = m.static_dims(y)
-    n = len(unsqueezes)
-    if y_dims is None:
-        return 0
-    rank = len(y_dims) + 1
-    k = int(m.attr(concat, "axis", 0)) % rank
-    a = int(m.attr(split, "axis", 0)) % len(y_dims)
-    if k != a + 1 or y_dims[a] % n or out_dims != y_dims or any(_axes(u, rank) != (k,) for u in unsqueezes):
-        return 0
-    part = y_dims[a] // n
-    if any(m.static_dims(p) != y_dims[:a] + [part] + y_dims[a + 1:] for p in split.outputs):
-        return 0  # unequal parts (a Split of other sizes)
-    blocks = np.array(y_dims[:a] + [n, part] + y_dims[a + 1:], np.int64)
-    perm = list(range(rank))
-    perm[a], perm[a + 1] = a + 1, a
-    shape = ir.node("Constant", [], {"value": ir.tensor(blocks)})
-    grouped = ir.node("Reshape", [y, shape.outputs[0]])
-    moved = ir.node("Transpose", [grouped.outputs[0]], {"perm": perm})
-    back = ir.node("Constant", [], {"value": ir.tensor(np.array(out_dims, np.int64))})
-    merged = ir.node("Reshape", [moved.outputs[0], back.outputs[0]])
-    m.replace(graph, out, [shape, grouped, moved, back, merged], reshape)
-    for node in [reshape, concat, *unsqueezes, split]:  # (rules after read the Split's input's uses)
         if node is not None and node.graph is graph \
                 and not any(v.uses() or v.is_graph_output() for v in node.outputs):
             graph.remove(node, safe=True)
