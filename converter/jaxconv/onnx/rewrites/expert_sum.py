@@ -36,6 +36,7 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _match as m
 
 # elementwise ops the hidden units may pass through (their operands: the products, scalars, each other)
+_WIDE = (np.dtype(np.float32), np.dtype(np.float64))  # a half-precision sum reassociated moves further
 MAX_RELAID = 1 << 20  # elements of a constant operand laid out again as [t, e * m]
 _ELEMENTWISE = frozenset({"Mul", "Add", "Sub", "Div", "Neg", "Exp", "Sigmoid", "Tanh", "Erf", "Gelu", "Relu",
                           "Reciprocal", "Abs", "Max", "Min", "Where", "Sqrt", "Log", "Softplus", "LeakyRelu"})
@@ -101,7 +102,7 @@ def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: 
     hidden, down = down_mm.inputs
     down_w = m.const(down)
     dims = _dims(hidden)
-    if down_w is None or down_w.ndim != 3 or down_w.dtype.kind != "f" or dims is None or len(dims) != 3:
+    if down_w is None or down_w.ndim != 3 or down_w.dtype not in _WIDE or dims is None or len(dims) != 3:
         return 0
     e, t, units = dims
     if not isinstance(e, int) or not isinstance(units, int) or list(down_w.shape[:2]) != [e, units] \
@@ -185,7 +186,7 @@ def _chain(hidden: ir.Value, dims: list[int | str]) -> tuple[list[ir.Node], list
         if node.op_type == "MatMul":
             a, w = node.inputs
             weight, rows = m.const(w), _dims(a)
-            if weight is None or weight.ndim != 3 or weight.dtype.kind != "f" or rows is None \
+            if weight is None or weight.ndim != 3 or weight.dtype not in _WIDE or rows is None \
                     or rows != [dims[1], weight.shape[1]] \
                     or list(weight.shape) != [dims[0], rows[1], dims[2]] or (x is not None and a is not x):
                 return None
