@@ -42,8 +42,10 @@ row("int_to_float_and_float_to_float",
     *[int_values(d) for d in INTS], np.array([2**24 + 1, 2**24 + 3, -(2**24 + 2**16 + 1), 65519, 65520, 2**31 - 1], np.int32),
     *[float_inputs(d) for d in FLOATS])
 
-# float64 -> bfloat16/float16 round through float32 in XLA as in ONNX Runtime.
-_HALFWAY = np.array([1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1 + 2**-11 + 2**-40, 1e300, -1e-300, 65520.0], np.float64)
+# float64 -> bfloat16 rounds through float32 in XLA as in ONNX Runtime. float64 -> float16 does too, except in
+# XLA on a CPU with AVX512-FP16, which rounds once: 1 + 2**-11 + 2**-40 is left to
+# tests/ops/test_convert.py::test_float64_to_float16_rounds_through_float32.
+_HALFWAY = np.array([1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1e300, -1e-300, 65520.0], np.float64)
 row("float64",
     lambda a, b, c, f: _casts(a, FLOATS) + _casts(b, FLOATS + [F64]) + _casts(c, FLOATS + [F64]) + _casts(f, [F64])
     + _casts(b, INTS + [jnp.uint64, jnp.bool_]) + _casts(c, INTS + [jnp.int64]),
