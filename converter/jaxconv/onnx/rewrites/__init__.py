@@ -117,6 +117,8 @@ faster without changing the numbers:
 - ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
   or an infinity (ORT's Where branches on every element);
+- ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
+  and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs);
 - ``scalar_ranks``: a scalar operand of an elementwise op whose output ends in an axis of 1 given the
   output's rank (ORT broadcasts a scalar against such an operand one element per call), last.
 
@@ -159,6 +161,7 @@ from jaxconv.onnx.rewrites import (
     loops,
     lstm,
     mask_min,
+    masked_softmax,
     matmul_order,
     nan_reduce,
     nearest_resize,
@@ -296,6 +299,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
+    fired["masked_softmax"] = masked_softmax.rewrite(model.graph)  # after the rules that make its masks
     fired["scalar_ranks"] = scalar_ranks.rewrite(model.graph)  # last: the rules above read scalars as scalars
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
