@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import masked_softmax
-from lowering_check import assert_same_bits, convert_and_run, without_rule
+from lowering_check import convert_and_run, without_rule
 
 _plain = without_rule(masked_softmax)
 _T = 16
@@ -78,27 +78,26 @@ def test_a_row_masked_everywhere_is_uniform_as_in_jit(monkeypatch):
     np.testing.assert_allclose(got[:, :, 0], 1 / _T, rtol=1e-6)
 
 
-def test_a_mask_given_as_an_input_is_read_as_one(monkeypatch):
+def test_a_mask_given_as_an_input_stays():
+    """How much of a mask computed from the inputs is filled is not known: the rule costs where little is."""
     def fn(s, keep):
-        return jax.nn.softmax(jnp.where(keep, s, -1e9), axis=-1) @ jnp.ones((_T, 4), np.float32)
+        return jax.nn.softmax(jnp.where(keep, s, -1e9), axis=-1)
 
-    s = _scores(3)
     keep = np.random.default_rng(4).random((2, 1, _T, _T)) < 0.5
-    keep[..., 0] = True
-    ops, got = convert_and_run(fn, s, keep)
-    _, before = _plain(monkeypatch, fn, s, keep)
-    assert ops["Max"] == 1, ops
-    assert_same_bits(got, before)
-    np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(s, keep)), rtol=1e-6, atol=0)
+    ops, (got,) = convert_and_run(fn, _scores(3), keep)
+    assert ops["Softmax"] == 1 and ops.get("Max", 0) == 0, ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(_scores(3), keep)), rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("case", ["no_mask", "mask_of_ones", "small_bias"])
+@pytest.mark.parametrize("case", ["no_mask", "mask_of_ones", "small_bias", "padding_columns"])
 def test_a_softmax_without_a_masks_fill_stays(case):
     bias = np.random.default_rng(5).standard_normal((_T, _T)).astype(np.float32)
+    padding = np.arange(_T) < _T - 3
     fns = {
         "no_mask": lambda s: jax.nn.softmax(s, axis=-1),
         "mask_of_ones": lambda s: jax.nn.softmax(jnp.where(np.ones((_T, _T), bool), s, _LOWEST), axis=-1),
         "small_bias": lambda s: jax.nn.softmax(s + bias, axis=-1),  # T5's position bias: no fill
+        "padding_columns": lambda s: jax.nn.softmax(jnp.where(padding, s, -1e9), axis=-1),  # 3 of 16 keys
     }
     ops, (got,) = convert_and_run(fns[case], _scores(6))
     assert ops["Softmax"] == 1 and ops.get("Max", 0) == 0, ops
