@@ -14,10 +14,10 @@ Places at or above ``lo`` keep their exponentials; the places raised to ``lo`` a
 (1.6e-28) each to a sum of at least 1 (the max's own term), which no float32 sum of fewer than
 2**40 of them can move, so the kept outputs have the same bits as before. The raised places give
 0, which is ``jax.jit``'s value wherever ``x - m`` is below -87.3 (its exp underflows and XLA flushes
-it: every masked place); between -87.3 and -64 jax.jit has at most 1.6e-28 there. A row holding NaN
-or +inf is NaN throughout, as before: ORT's Max propagates the NaN (and ``x >= NaN`` is false, so
-``NaN * 0`` keeps it), and with ``m = +inf`` every place becomes +inf. A row that is all -inf keeps
-ORT's NaN row.
+it: every masked place); between -87.3 and -64 jax.jit has at most 1.6e-28 there. Where the max is NaN
+or infinite, or ``m - 64`` rounds to ``m`` (``|m| >= 2**31``: a row of fills), a guard raises nothing and
+the row is ORT's Softmax as before; a NaN that ReduceMax skips (it does unless the NaN comes first) still
+makes the row NaN: ORT's Max propagates it, and ``NaN * 0`` is NaN.
 
 The three passes cost about what ORT's whole Softmax costs each (0.31 ns an element for the Max against
 0.33 for the Softmax, [8, 4, 128, 128], one thread), and each masked place saves about 4.6 ns on that
@@ -36,7 +36,7 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
-FLOOR = -64.0  # below the row's max: exp(FLOOR) is a normal float32 even divided by 2**40
+FLOOR = -64.0  # below the row's max: exp(FLOOR) over a row's sum is a normal float32 up to 10**10 places
 MIN_SHARE = 0.4  # of the places masked: a causal mask's 0.5 (t = 64: 0.49) qualifies, a padding mask not
 _FILL = 87.0  # |c| at or above which a constant near the Softmax reads as a mask's fill
 _DEPTH = 4
