@@ -63,3 +63,42 @@ def test_other_last_axes_are_left_alone(monkeypatch):
     x = np.random.default_rng(2).standard_normal((8, 16, 4)).astype(np.float32)
     model = jaxconv.to_onnx(fn, x, check=False)
     assert [ranks for op, rank, ranks in _scalar_operands(model, ("Add",))] == [[0]]
+
+
+def _scaled_by_scalar(shape: list[int]):
+    """An ONNX model ``x * c`` with ``x`` of ``shape`` and ``c`` a rank-0 constant (keras-hub GPT-NeoX's
+    grouped attention scores ``[b, h, q, 1, k]`` scaled so, after the clean-up)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                              [numpy_helper.from_array(np.array(0.17, np.float32), "c")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+def _rewritten_ranks(shape: list[int]):
+    import onnx_ir as ir
+
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    plain = _scaled_by_scalar(shape)
+    model = ir.serde.deserialize_model(plain)
+    count = scalar_ranks.rewrite(model.graph)
+    rewritten = ir.serde.serialize_model(model)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x.flat[0] = np.nan
+    assert_same_bits(OnnxRunner(rewritten.SerializeToString()).run([x]), OnnxRunner(plain.SerializeToString()).run([x]))
+    ranks = {t.name: len(t.dims) for t in rewritten.graph.initializer}
+    return count, [ranks[name] for node in rewritten.graph.node for name in node.input if name in ranks]
+
+
+def test_scalars_against_an_axis_of_one_next_to_the_last_take_the_full_rank():
+    assert _rewritten_ranks([2, 4, 8, 1, 16]) == (1, [5])
+    assert _rewritten_ranks([8, 1, 16]) == (1, [3])
+
+
+def test_an_axis_of_one_further_in_is_left_alone():
+    assert _rewritten_ranks([8, 1, 16, 16]) == (0, [0])
+    assert _rewritten_ranks([1, 16]) == (0, [0])
