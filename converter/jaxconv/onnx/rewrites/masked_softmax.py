@@ -48,11 +48,11 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "Softmax", _one)
 
 
-def _filled_share(arr: np.ndarray, sign: int) -> float:
-    """The share of ``arr``'s elements at or below -87 (``sign`` -1: at or above 87, a subtrahend)."""
+def _filled(arr: np.ndarray, sign: int) -> np.ndarray | None:
+    """Where ``arr`` is at or below -87 (``sign`` -1: at or above 87, a subtrahend); None unless a float array."""
     if arr.size == 0 or arr.dtype.kind != "f":
-        return 0.0
-    return float(np.mean(sign * arr.astype(np.float64) <= -_FILL))  # NaN compares false
+        return None
+    return sign * arr.astype(np.float64) <= -_FILL  # NaN compares false
 
 
 def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> float:
@@ -79,14 +79,12 @@ def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> floa
         shares = []
         for operand, chosen in ((node.inputs[1], choice.astype(bool)), (node.inputs[2], ~choice.astype(bool))):
             arr = constants.evaluate(operand)
-            if arr is not None:
-                try:
-                    filled = chosen & (sign * np.asarray(arr, np.float64) <= -_FILL)
-                except (TypeError, ValueError):
-                    continue
-                shares.append(float(np.mean(filled)))
-            elif operand is not None:
+            if arr is None:
                 shares.append(_masked_share(operand, sign, depth + 1))
+                continue
+            places = _filled(arr, sign)
+            if places is not None:
+                shares.append(float(np.mean(chosen & places)))
         return max(shares, default=0.0)
     if op in ("Add", "Sum", "Min", "Mul"):
         return max((_operand_share(v, sign, depth, count_constant=op != "Mul") for v in node.inputs), default=0.0)
@@ -100,7 +98,8 @@ def _operand_share(value: ir.Value | None, sign: int, depth: int, count_constant
         return 0.0
     arr = constants.evaluate(value)
     if arr is not None:
-        return _filled_share(arr, sign) if count_constant else 0.0
+        places = _filled(arr, sign) if count_constant else None
+        return 0.0 if places is None else float(np.mean(places))
     return _masked_share(value, sign, depth + 1)
 
 
