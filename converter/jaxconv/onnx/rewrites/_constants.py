@@ -10,6 +10,7 @@ import onnx_ir as ir
 from jaxconv.onnx.rewrites import _match as m
 
 MAX_ELEMENTS = 1 << 22
+MAX_DEPTH = 64  # ops between a value and its constants (Swin's window mask: a chain of a dozen ScatterNDs)
 
 _BINARY = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Min": np.minimum, "Max": np.maximum,
@@ -23,12 +24,26 @@ _UNARY = {"Not": np.logical_not, "IsNaN": np.isnan, "Neg": np.negative, "Abs": n
           "Ceil": np.ceil}  # each correctly rounded or exact, as ORT's kernels (Floor: jax.image.resize's indices)
 
 
-def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
+def evaluate(value: ir.Value | None) -> np.ndarray | None:
     """``value``'s content when it is computed from constants only by elementwise arithmetic (correctly
-    rounded: Sqrt and Reciprocal, not Exp), comparisons, logic, Where, Casts, Gather and shape ops
-    (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
+    rounded: Sqrt and Reciprocal, not Exp), comparisons, logic, Where, Casts, Gather, plain ScatterND,
+    Concat and shape ops (Unsqueeze, Reshape, Expand, Squeeze, Transpose, Slice); else None."""
+    return _evaluate(value, 0, {})
+
+
+def _evaluate(value: ir.Value | None, depth: int, seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    """``evaluate``, each value worked out once (``seen``, by id): a mask's expression reads one value twice."""
+    if value is not None and id(value) in seen:
+        return seen[id(value)]
+    arr = _computed(value, depth, seen)
+    if value is not None:
+        seen[id(value)] = arr
+    return arr
+
+
+def _computed(value: ir.Value | None, depth: int, seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
     arr = m.const(value)
-    if arr is not None or value is None or depth > 16:
+    if arr is not None or value is None or depth > MAX_DEPTH:
         return arr
     node = m.producer(value)
     if node is None or not node.inputs or node.inputs[0] is None:
@@ -36,7 +51,7 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     op = node.op_type
     args: list[np.ndarray | None] = []
     for v in node.inputs:  # stop at the first input that is not constant: the result is not either
-        args.append(evaluate(v, depth + 1) if v is not None else None)
+        args.append(_evaluate(v, depth + 1, seen) if v is not None else None)
         if v is not None and args[-1] is None:
             return None
     x = args[0]
@@ -62,7 +77,11 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
                     return None  # ONNX leaves an index out of range undefined
                 out = np.take(x, np.where(index < 0, index + x.shape[axis], index), axis=axis)
             elif op in ("Unsqueeze", "Squeeze", "Reshape", "Expand"):
-                out = _shape_op(node, x, args[1] if len(args) > 1 else None)
+                out = shape_op(node, x, args[1] if len(args) > 1 else None)
+            elif op == "Concat":
+                out = np.concatenate(args, axis=int(m.attr(node, "axis")))
+            elif op == "ScatterND" and len(args) == 3:
+                out = _scatter(node, x, args[1], args[2])
             elif op == "Where" and len(args) == 3 and args[1] is not None and args[2] is not None:
                 out = np.where(x, args[1], args[2])
             elif op == "Div" and x.dtype.kind != "f":
@@ -80,7 +99,8 @@ def evaluate(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     return out
 
 
-def _shape_op(node: ir.Node, x: np.ndarray, arg: np.ndarray | None) -> np.ndarray | None:
+def shape_op(node: ir.Node, x: np.ndarray, arg: np.ndarray | None) -> np.ndarray | None:
+    """``x`` as the Unsqueeze, Squeeze, Reshape or Expand ``node`` shapes it, ``arg`` its second operand."""
     op = node.op_type
     if arg is None:
         if op == "Squeeze" and m.attr(node, "axes") is None:
@@ -103,6 +123,25 @@ def _shape_op(node: ir.Node, x: np.ndarray, arg: np.ndarray | None) -> np.ndarra
     if int(np.prod(shape)) > MAX_ELEMENTS:
         return None
     return np.broadcast_to(x, shape)
+
+
+def _scatter(node: ir.Node, x: np.ndarray, indices: np.ndarray | None, updates: np.ndarray | None
+             ) -> np.ndarray | None:
+    """A plain ScatterND (no reduction) at indices that do not repeat: ONNX leaves repeats undefined."""
+    if indices is None or updates is None or m.attr(node, "reduction", "none") not in ("none", b"none"):
+        return None
+    rows = indices.reshape(-1, indices.shape[-1]).astype(np.int64)
+    if indices.ndim == 0 or rows.shape[1] > x.ndim:
+        return None
+    dims = np.array(x.shape[:rows.shape[1]], np.int64)
+    if np.any(rows < -dims) or np.any(rows >= dims):
+        return None
+    rows = np.where(rows < 0, rows + dims, rows)
+    if len(np.unique(rows, axis=0)) != len(rows):
+        return None
+    out = np.array(x, copy=True)
+    out[tuple(rows.T)] = updates.reshape(len(rows), *x.shape[rows.shape[1]:])
+    return out
 
 
 def _slice(x: np.ndarray, args: list[np.ndarray]) -> np.ndarray:

@@ -20,12 +20,17 @@ the row is ORT's Softmax as before; a NaN that ReduceMax skips (it does unless t
 makes the row NaN: ORT's Max propagates it, and ``NaN * 0`` is NaN.
 
 The three passes cost about what ORT's whole Softmax costs each (0.31 ns an element for the Max against
-0.33 for the Softmax, [8, 4, 128, 128], one thread), and each masked place saves about 4.6 ns on that
-Intel CPU: nothing on a CPU that handles subnormals at full speed (an AMD EPYC), where the rule only costs.
-So it runs only where a constant mask fills at least ``MIN_SHARE`` of the places (a causal mask), not for
-a padding mask (computed from the inputs, or a constant that fills a few columns): ORT alone, one thread,
-on that Intel CPU: HF Flax Llama 0.89x, the benchmark's Flax BERT with a padding mask 1.06x before this
-limit.
+0.33 for the Softmax, [8, 4, 128, 128], one thread): nothing is saved on a CPU that handles subnormals at
+full speed (an AMD EPYC), where the rule only costs. On the Intel CPU the penalty hardly depends on how
+many places are masked, and it falls on the product by V too, whose left operand then holds subnormals:
+``Softmax(x + mask) @ v`` on [2, 4, 64, 64], one thread, 49 us with nothing masked, 97-100 us with 1.6%
+to 20% of the keys masked, 136 us with half; with the rule 83-88 us at every share (86 with none).
+
+So it runs wherever a mask fills at least ``MIN_SHARE`` of the places whatever the inputs: a causal
+mask, Swin's shifted windows (keras-hub Swin, ORT alone, one thread, 0.74x), and a causal mask combined
+with a padding mask the model takes (keras-hub Falcon 0.88x): the places the padding fills are not known,
+so a padding mask alone from the inputs leaves the Softmax as it is (the benchmark's Flax BERT took 1.06x
+with the rule, its padding mask all ones).
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _constants as constants
+from jaxconv.onnx.rewrites import _intervals as intervals
 from jaxconv.onnx.rewrites import _match as m
 
 FLOOR = -64.0  # below the row's max: exp(FLOOR) over a row's sum is a normal float32 up to 10**10 places
-MIN_SHARE = 0.4  # of the places masked: a causal mask's 0.5 (t = 64: 0.49) qualifies, a padding mask not
+MIN_SHARE = 0.01  # of the places masked whatever the inputs: a causal mask's 0.5, Swin's 0.23 (the first stage)
 _FILL = 87.0  # |c| at or above which a constant near the Softmax reads as a mask's fill
 _DEPTH = 4
 _THROUGH = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Expand", "Cast", "Trilu"})
@@ -48,21 +53,21 @@ def rewrite(graph: ir.Graph) -> int:
     return m.count_everywhere(graph, "Softmax", _one)
 
 
-def _filled(arr: np.ndarray, sign: int) -> np.ndarray | None:
-    """Where ``arr`` is at or below -87 (``sign`` -1: at or above 87, a subtrahend); None unless a float array."""
-    if arr.size == 0 or arr.dtype.kind != "f":
-        return None
-    return sign * arr.astype(np.float64) <= -_FILL  # NaN compares false
+def _filled(value: ir.Value | None, sign: int) -> np.ndarray:
+    """Where ``value`` is at or below -87 whatever the inputs (``sign`` -1: at or above 87, a subtrahend)."""
+    lo, hi = intervals.evaluate(value)
+    return hi <= -_FILL if sign > 0 else lo >= _FILL
 
 
 def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> float:
-    """The share of ``value``'s places that a constant mask fills within a few ops: a constant at or below
-    -87 added or taken as the min, one chosen by a Where on a constant condition (at or above 87 where it
-    is subtracted); 0 where no such mask is found.
+    """The share of ``value``'s places that a mask fills whatever the inputs, within a few ops: a value at
+    or below -87 added or taken as the min, one chosen by a Where where its condition picks it (at or above
+    87 where it is subtracted); 0 where no such mask is found.
 
-    A mask computed from constants only (a causal triangle, a padding mask of ones, folded after the
-    rules) is evaluated, so an attention over every key counts 0; a mask computed from the inputs (a
-    padding mask) counts 0 too: how much of it is filled is not known."""
+    A mask computed from constants (a causal triangle, Swin's shifted windows, a padding mask of ones) is
+    evaluated, so an attention over every key counts 0; so is one combined with the inputs (a causal mask
+    and a padding mask the model takes): its causal places count, its padding places do not, as for a
+    padding mask alone: how much of it is filled is not known."""
     node = m.producer(value)
     if node is None or depth > _DEPTH:
         return 0.0
@@ -73,33 +78,28 @@ def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> floa
         return max((_masked_share(out, sign, depth + 1) for branch in _branches(node) for out in branch.outputs),
                    default=0.0)
     if op == "Where" and len(node.inputs) == 3:
-        choice = constants.evaluate(node.inputs[0])
-        if choice is None:
-            return 0.0
-        shares = []
-        for operand, chosen in ((node.inputs[1], choice.astype(bool)), (node.inputs[2], ~choice.astype(bool))):
-            arr = constants.evaluate(operand)
-            if arr is None:
+        lo, hi = intervals.evaluate(node.inputs[0])
+        places, shares = np.zeros((), bool), []
+        for operand, chosen in ((node.inputs[1], lo >= 1), (node.inputs[2], hi <= 0)):
+            filled = _filled(operand, sign)
+            if filled.any():
+                places = places | (chosen & filled)
+            elif chosen.any():
                 shares.append(_masked_share(operand, sign, depth + 1))
-                continue
-            places = _filled(arr, sign)
-            if places is not None:
-                shares.append(float(np.mean(chosen & places)))
-        return max(shares, default=0.0)
+        return max([float(np.mean(places)), *shares])
     if op in ("Add", "Sum", "Min", "Mul"):
-        return max((_operand_share(v, sign, depth, count_constant=op != "Mul") for v in node.inputs), default=0.0)
+        return max((_operand_share(v, sign, depth, count_fill=op != "Mul") for v in node.inputs), default=0.0)
     if op == "Sub" and len(node.inputs) == 2:
         return max(_operand_share(node.inputs[0], sign, depth), _operand_share(node.inputs[1], -sign, depth))
     return 0.0
 
 
-def _operand_share(value: ir.Value | None, sign: int, depth: int, count_constant: bool = True) -> float:
+def _operand_share(value: ir.Value | None, sign: int, depth: int, count_fill: bool = True) -> float:
     if value is None:
         return 0.0
-    arr = constants.evaluate(value)
-    if arr is not None:
-        places = _filled(arr, sign) if count_constant else None
-        return 0.0 if places is None else float(np.mean(places))
+    filled = _filled(value, sign) if count_fill else np.zeros((), bool)
+    if filled.any():
+        return float(np.mean(filled))
     return _masked_share(value, sign, depth + 1)
 
 

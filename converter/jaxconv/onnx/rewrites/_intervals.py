@@ -1,0 +1,195 @@
+"""Elementwise bounds of values computed from constants and inputs: which places of a mask are filled
+whatever the inputs.
+
+A causal mask combined with a padding mask that the model takes as an input (``causal & padding``,
+``min(causal, padding)``) is not a constant, yet its causal half is filled for every input: a rule that
+asks how much of a mask is filled (``masked_softmax``) reads it here. ``evaluate(value)`` gives two arrays
+``(lo, hi)``, broadcastable to the value's shape, with every element of the value at run time within
+them; an input, or an op not known here, is anything (a float between -inf and inf, a bool 0 or 1).
+
+A heuristic's answer, not an exact one: NaN is not tracked (a NaN input compares false, but a Min or Max
+of one is NaN in ORT), so a rule may read it only to choose whether to fire, never for what it computes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _constants as constants
+from jaxconv.onnx.rewrites import _match as m
+
+Interval = tuple[np.ndarray, np.ndarray]
+
+MAX_ELEMENTS = 1 << 20
+_SHAPE_OPS = frozenset({"Identity", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose"})
+_COMPARE = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
+_LOGIC = frozenset({"And", "Or", "Xor", "Not"})
+_ANYTHING = (np.array(-np.inf), np.array(np.inf))
+_ANY_BOOL = (np.array(0.0), np.array(1.0))
+
+
+def evaluate(value: ir.Value | None) -> Interval:
+    """``(lo, hi)``: every element of ``value`` lies in ``[lo, hi]`` (bools as 0 and 1), whatever the inputs."""
+    return _evaluate(value, 0, {})
+
+
+def always(value: ir.Value | None) -> np.ndarray:
+    """Where a bool ``value`` is true whatever the inputs (an array that broadcasts to its shape)."""
+    lo, _ = evaluate(value)
+    return lo >= 1.0
+
+
+def _anything(value: ir.Value | None) -> Interval:
+    return _ANY_BOOL if value is not None and value.dtype == ir.DataType.BOOL else _ANYTHING
+
+
+def _evaluate(value: ir.Value | None, depth: int, seen: dict[int, Interval]) -> Interval:
+    if value is None:
+        return _ANYTHING
+    if id(value) not in seen:
+        seen[id(value)] = _computed(value, depth, seen)
+    return seen[id(value)]
+
+
+def _computed(value: ir.Value, depth: int, seen: dict[int, Interval]) -> Interval:
+    arr = m.const(value)
+    if arr is not None:
+        return _exact(arr)
+    node = m.producer(value)
+    if node is None or depth > constants.MAX_DEPTH or node.domain not in ("", "ai.onnx") \
+            or not node.inputs or node.inputs[0] is None or len(node.outputs) != 1:
+        return _anything(value)
+    op = node.op_type
+    known = op in _SHAPE_OPS or op in _COMPARE or op in _LOGIC or op in (
+        "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat")
+    if not known:  # a mask built from constants by ops not bounded here (Swin's ScatterNDs): exact or nothing
+        arr = constants.evaluate(value)
+        return _anything(value) if arr is None else _exact(arr)
+    args = [_evaluate(v, depth + 1, seen) for v in node.inputs]
+    try:
+        with np.errstate(all="ignore"):
+            out = _apply(node, value, args)
+    except (ValueError, TypeError, IndexError):
+        return _anything(value)
+    if out is None or out[0].size > MAX_ELEMENTS:
+        return _anything(value)
+    return out
+
+
+def _exact(arr: np.ndarray) -> Interval:
+    if arr.dtype.kind not in "biuf" or arr.size > MAX_ELEMENTS:
+        return _ANYTHING
+    x = arr.astype(np.float64)
+    unknown = np.isnan(x)
+    if unknown.any():
+        return np.where(unknown, -np.inf, x), np.where(unknown, np.inf, x)
+    return x, x
+
+
+def _apply(node: ir.Node, value: ir.Value, args: list[Interval]) -> Interval | None:
+    op = node.op_type
+    (lo, hi) = args[0]
+    if op in _SHAPE_OPS:
+        if lo.ndim == 0 and hi.ndim == 0:  # the same bounds everywhere: any shape
+            return lo, hi
+        shape_arg = None if len(args) < 2 else args[1]
+        if shape_arg is not None and not np.array_equal(shape_arg[0], shape_arg[1]):
+            return None
+        arg = None if shape_arg is None else shape_arg[0].astype(np.int64)
+        lo, hi = np.broadcast_arrays(lo, hi)
+        shaped = [constants.shape_op(node, a, arg) if op != "Transpose" else _transpose(node, a)
+                  for a in (np.array(lo), np.array(hi))] if op != "Identity" else [lo, hi]
+        return None if shaped[0] is None or shaped[1] is None else (shaped[0], shaped[1])
+    if op == "Concat":
+        axis = int(m.attr(node, "axis"))
+        parts = []
+        for v, (a, b) in zip(node.inputs, args):
+            if v is None or v.shape is None or not v.shape.is_static():
+                return None
+            shape = tuple(v.shape.numpy())
+            parts.append((np.broadcast_to(a, shape), np.broadcast_to(b, shape)))
+        return np.concatenate([p[0] for p in parts], axis), np.concatenate([p[1] for p in parts], axis)
+    if op == "Cast":
+        to = ir.DataType(m.attr(node, "to"))
+        if to == ir.DataType.BOOL:  # true where the value cannot be 0, false where it can only be 0
+            return ((lo > 0) | (hi < 0)).astype(np.float64), np.where((lo == 0) & (hi == 0), 0.0, 1.0)
+        if to.is_integer():
+            return np.trunc(lo), np.trunc(hi)
+        return lo, hi
+    if op == "Neg":
+        return -hi, -lo
+    if op in _LOGIC:
+        return _logic(op, args)
+    if op in _COMPARE:
+        return _compare(op, args[0], args[1])
+    if op == "Where" and len(args) == 3:
+        (c_lo, c_hi), (a_lo, a_hi), (b_lo, b_hi) = args
+        true, false = c_lo >= 1, c_hi <= 0
+        return (np.where(true, a_lo, np.where(false, b_lo, np.minimum(a_lo, b_lo))),
+                np.where(true, a_hi, np.where(false, b_hi, np.maximum(a_hi, b_hi))))
+    if len(args) != 2:
+        return None
+    (b_lo, b_hi) = args[1]
+    if op == "Add":
+        return _outward(lo + b_lo, hi + b_hi)
+    if op == "Sub":
+        return _outward(lo - b_hi, hi - b_lo)
+    if op == "Mul":
+        corners = [_no_nan(a * b, np.nan) for a in (lo, hi) for b in (b_lo, b_hi)]
+        return _outward(np.minimum.reduce(corners), np.maximum.reduce(corners))
+    if op == "Min":
+        return np.minimum(lo, b_lo), np.minimum(hi, b_hi)
+    if op == "Max":
+        return np.maximum(lo, b_lo), np.maximum(hi, b_hi)
+    return None
+
+
+def _no_nan(x: np.ndarray, fill: float) -> np.ndarray:
+    """inf - inf and inf * 0 bound nothing."""
+    return np.where(np.isnan(x), fill, x)
+
+
+def _outward(lo: np.ndarray, hi: np.ndarray) -> Interval:
+    """Exact bounds widened to the float32 values around them: a float32 op rounds its exact result (or
+    overflows to an infinity) within them."""
+    lo, hi = _no_nan(lo, -np.inf), _no_nan(hi, np.inf)
+    lo32, hi32 = lo.astype(np.float32), hi.astype(np.float32)
+    lo32 = np.where(lo32 > lo, np.nextafter(lo32, np.float32(-np.inf)), lo32)
+    hi32 = np.where(hi32 < hi, np.nextafter(hi32, np.float32(np.inf)), hi32)
+    return lo32.astype(np.float64), hi32.astype(np.float64)
+
+
+def _transpose(node: ir.Node, a: np.ndarray) -> np.ndarray:
+    perm = m.attr(node, "perm")
+    return np.transpose(a, None if perm is None else [int(p) for p in perm])
+
+
+def _logic(op: str, args: list[Interval]) -> Interval:
+    (a_lo, a_hi) = args[0]
+    if op == "Not":
+        return 1.0 - a_hi, 1.0 - a_lo
+    (b_lo, b_hi) = args[1]
+    if op == "And":
+        return np.minimum(a_lo, b_lo), np.minimum(a_hi, b_hi)
+    if op == "Or":
+        return np.maximum(a_lo, b_lo), np.maximum(a_hi, b_hi)
+    known = (a_lo == a_hi) & (b_lo == b_hi)  # Xor: known only where both are
+    exact = np.not_equal(a_lo, b_lo).astype(np.float64)
+    return np.where(known, exact, 0.0), np.where(known, exact, 1.0)
+
+
+def _compare(op: str, a: Interval, b: Interval) -> Interval:
+    (a_lo, a_hi), (b_lo, b_hi) = a, b
+    if op == "Less":
+        return _compare("Greater", b, a)
+    if op == "LessOrEqual":
+        return _compare("GreaterOrEqual", b, a)
+    if op == "Greater":
+        true, false = a_lo > b_hi, a_hi <= b_lo
+    elif op == "GreaterOrEqual":
+        true, false = a_lo >= b_hi, a_hi < b_lo
+    else:  # Equal
+        true = (a_lo == a_hi) & (b_lo == b_hi) & (a_lo == b_lo)
+        false = (a_hi < b_lo) | (b_hi < a_lo)
+    return true.astype(np.float64), np.where(false, 0.0, 1.0)
