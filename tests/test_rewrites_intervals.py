@@ -79,7 +79,7 @@ class _Program:
 
 
 def _bounds_of_output(proto: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
-    model = ir.serde.deserialize_model(proto)
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(proto))  # as the rules see it
     return intervals.evaluate(model.graph.outputs[0])
 
 
@@ -145,3 +145,31 @@ def test_a_scatter_whose_result_onnx_leaves_open_or_that_combines_is_not_evaluat
     """Repeated indices (-3 is 1 of 4) are undefined in ONNX; a reduction or an index out of range is left out."""
     proto = _scatter_model(np.array(indices, np.int64), reduction)
     assert constants.evaluate(ir.serde.deserialize_model(proto).graph.outputs[0]) is None
+
+
+def test_a_lookup_padded_and_sliced_is_bounded_by_its_table_and_the_pad_value():
+    """Gather at ids from the inputs (a table with jnp.take's NaN row: it bounds nothing), then a Pad with
+    -1e10 and a Slice; every run lies within the bounds, and the padded columns are known exactly."""
+    table = np.array([[0.5, -2.0], [3.0, 1.0], [np.nan, np.nan]], np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0),
+             helper.make_node("Pad", ["rows", "pads", "fill"], ["padded"]),
+             helper.make_node("Slice", ["padded", "starts", "ends", "axes"], ["out"])]
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array([0, 1, 0, 3], np.int64), "pads"),
+             numpy_helper.from_array(np.array(-1e10, np.float32), "fill"),
+             numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([6], np.int64), "ends"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    lo, hi = _bounds_of_output(proto)
+    assert lo.shape == hi.shape == (4, 5)
+    np.testing.assert_array_equal(lo[:, :1], -2.0)
+    np.testing.assert_array_equal(hi[:, :1], 3.0)
+    np.testing.assert_array_equal(lo[:, 2:], -1e10)
+    np.testing.assert_array_equal(hi[:, 2:], -1e10)
+    runner = OnnxRunner(proto.SerializeToString())
+    for ids in ([0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 1]):
+        (got,) = runner.run([np.array(ids, np.int64)])
+        assert ((got >= lo) & (got <= hi)).all()

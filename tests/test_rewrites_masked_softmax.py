@@ -192,3 +192,19 @@ def test_shifted_window_mask_built_by_scatters_is_raised(monkeypatch):
     ids = regions.reshape(2, 4, 2, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
     kept = (ids[:, :, None] == ids[:, None, :])[:, None]
     _raised_like_jit(monkeypatch, fn, s, kept=kept)
+
+
+def test_a_local_mask_beside_a_looked_up_bias_is_raised(monkeypatch):
+    """LongT5's form: a position bias looked up from the inputs (jnp.take's NaN row for ids out of range, so
+    not a constant) plus a local window's fill, padded with the fill for keys past the end."""
+    table = np.random.default_rng(11).standard_normal((9, 3)).astype(np.float32)
+    near = np.abs(np.arange(_T)[:, None] - np.arange(_T - 4)[None, :]) <= 2
+
+    def fn(s, buckets):  # s: [2, 3, T, T]; buckets: [T, T - 4] ids into the table
+        bias = jnp.moveaxis(jnp.take(table, buckets, axis=0), -1, 0)  # [3, T, T - 4]
+        local = jnp.pad(bias + jnp.where(near, 0.0, -1e10), ((0, 0), (0, 0), (0, 4)), constant_values=-1e10)
+        return jax.nn.softmax(s + local, axis=-1)
+
+    buckets = np.random.default_rng(12).integers(0, 9, (_T, _T - 4)).astype(np.int32)
+    kept = np.pad(near, ((0, 0), (0, 4)))
+    _raised_like_jit(monkeypatch, fn, _scores(13), buckets, kept=kept)

@@ -69,7 +69,7 @@ def _computed(value: ir.Value | None, depth: int, seen: dict[int, np.ndarray | N
                 perm = m.attr(node, "perm")
                 out = np.transpose(x, None if perm is None else [int(p) for p in perm])
             elif op == "Slice" and 3 <= len(args) and all(a is not None for a in args[1:]):
-                out = _slice(x, args[1:])
+                out = slice_array(x, args[1:])
             elif op == "Gather" and len(args) == 2 and args[1] is not None and args[1].dtype.kind in "iu":
                 axis = int(m.attr(node, "axis", 0)) % x.ndim
                 index = args[1].astype(np.int64)
@@ -144,7 +144,8 @@ def _scatter(node: ir.Node, x: np.ndarray, indices: np.ndarray | None, updates: 
     return out
 
 
-def _slice(x: np.ndarray, args: list[np.ndarray]) -> np.ndarray:
+def slice_array(x: np.ndarray, args: list[np.ndarray]) -> np.ndarray:
+    """``x`` as a Slice with constant ``starts, ends[, axes[, steps]]`` (``args``) cuts it."""
     starts, ends = (np.atleast_1d(a).astype(np.int64) for a in args[:2])
     axes = np.atleast_1d(args[2]).astype(np.int64) if len(args) > 2 else np.arange(starts.size)
     steps = np.atleast_1d(args[3]).astype(np.int64) if len(args) > 3 else np.ones(starts.size, np.int64)

@@ -7,8 +7,9 @@ asks how much of a mask is filled (``masked_softmax``) reads it here. ``evaluate
 ``(lo, hi)``, broadcastable to the value's shape, with every element of the value at run time within
 them; an input, or an op not known here, is anything (a float between -inf and inf, a bool 0 or 1).
 
-A heuristic's answer, not an exact one: NaN is not tracked (a NaN input compares false, but a Min or Max
-of one is NaN in ORT), so a rule may read it only to choose whether to fire, never for what it computes.
+A heuristic's answer, not an exact one: NaN is not tracked (a NaN constant bounds nothing: its interval is
+empty, ``lo = inf``, ``hi = -inf``; a NaN input compares false, but a Min or Max of one is NaN in ORT), so a
+rule may read it only to choose whether to fire, never for what it computes.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _computed(value: ir.Value, depth: int, seen: dict[int, Interval]) -> Interva
         return _anything(value)
     op = node.op_type
     known = op in _SHAPE_OPS or op in _COMPARE or op in _LOGIC or op in (
-        "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat")
+        "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat", "Slice", "Pad", "Gather")
     if not known:  # a mask built from constants by ops not bounded here (Swin's ScatterNDs): exact or nothing
         arr = constants.evaluate(value)
         return _anything(value) if arr is None else _exact(arr)
@@ -81,9 +82,9 @@ def _exact(arr: np.ndarray) -> Interval:
     if arr.dtype.kind not in "biuf" or arr.size > MAX_ELEMENTS:
         return _ANYTHING
     x = arr.astype(np.float64)
-    unknown = np.isnan(x)
-    if unknown.any():
-        return np.where(unknown, -np.inf, x), np.where(unknown, np.inf, x)
+    nan = np.isnan(x)
+    if nan.any():  # no number: an empty interval (a lookup table's NaN row for ids out of range)
+        return np.where(nan, np.inf, x), np.where(nan, -np.inf, x)
     return x, x
 
 
@@ -101,6 +102,8 @@ def _apply(node: ir.Node, value: ir.Value, args: list[Interval]) -> Interval | N
         shaped = [constants.shape_op(node, a, arg) if op != "Transpose" else _transpose(node, a)
                   for a in (np.array(lo), np.array(hi))] if op != "Identity" else [lo, hi]
         return None if shaped[0] is None or shaped[1] is None else (shaped[0], shaped[1])
+    if op in ("Slice", "Pad", "Gather"):
+        return _cut(node, args)
     if op == "Concat":
         axis = int(m.attr(node, "axis"))
         parts = []
@@ -143,6 +146,38 @@ def _apply(node: ir.Node, value: ir.Value, args: list[Interval]) -> Interval | N
     if op == "Max":
         return np.maximum(lo, b_lo), np.maximum(hi, b_hi)
     return None
+
+
+def _cut(node: ir.Node, args: list[Interval]) -> Interval | None:
+    """A Slice or a constant Pad by constants; a Gather at indices not known (any of the table's values)."""
+    (lo, hi), rest = args[0], args[1:]
+    if node.op_type == "Gather":
+        indices = rest[0] if rest else None
+        if indices is not None and np.array_equal(indices[0], indices[1]) and lo.ndim:
+            return None  # known indices: ``constants`` reads such a lookup when the table is constant too
+        return np.array(np.min(lo)), np.array(np.max(hi))
+    if any(not np.array_equal(a, b) for a, b in rest):
+        return None
+    arrays = [a for a, _ in rest]
+    if lo.ndim == 0 and hi.ndim == 0 and node.op_type == "Slice":
+        return lo, hi
+    shape = node.inputs[0].shape if node.inputs[0] is not None else None
+    if shape is None or not shape.is_static():
+        return None
+    lo, hi = (np.broadcast_to(a, tuple(shape.numpy())) for a in (lo, hi))
+    if node.op_type == "Slice":
+        return constants.slice_array(lo, arrays), constants.slice_array(hi, arrays)
+    if m.attr(node, "mode", "constant") not in ("constant", b"constant") or not arrays:
+        return None
+    pads = arrays[0].astype(np.int64).reshape(-1)
+    value = float(arrays[1].reshape(-1)[0]) if len(arrays) > 1 and arrays[1].size else 0.0
+    axes = arrays[2].astype(np.int64).reshape(-1) % lo.ndim if len(arrays) > 2 else np.arange(lo.ndim)
+    if np.any(pads < 0) or len(pads) != 2 * len(axes):
+        return None
+    widths = [(0, 0)] * lo.ndim
+    for k, a in enumerate(axes):
+        widths[a] = (int(pads[k]), int(pads[k + len(axes)]))
+    return (np.pad(lo, widths, constant_values=value), np.pad(hi, widths, constant_values=value))
 
 
 def _no_nan(x: np.ndarray, fill: float) -> np.ndarray:
