@@ -272,32 +272,13 @@ def _constant_bounds(graph: ir.Graph, node: ir.Node) -> int:
     return count
 
 
-_VECTOR_ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Min": np.minimum,
-                      "Max": np.maximum}
-
-
-def _known_vector(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
-    """An integer vector's value computed from constants, also through a ``Concat`` and the integer
-    arithmetic on one: the lowering of a dynamic slice stacks its start indices (``Unsqueeze`` of each
+def _known_vector(value: ir.Value | None) -> np.ndarray | None:
+    """An integer vector's value computed from constants (``constants.evaluate``, through a ``Concat`` and
+    integer arithmetic too): the lowering of a dynamic slice stacks its start indices (``Unsqueeze`` of each
     clamped scalar, settled to constants by ``_settled_clamp``) and adds the sizes for the ends, all of
     which the constant folding only sees after the rules. Integer sums wrap in numpy as in ONNX Runtime."""
     arr = constants.evaluate(value)
-    if arr is not None or depth > 8:
-        return arr if arr is not None and arr.dtype.kind in "iu" else None
-    node = m.producer(value, "Concat", *_VECTOR_ARITHMETIC)
-    if node is None or not node.inputs:
-        return None
-    parts = [_known_vector(v, depth + 1) for v in node.inputs]
-    if any(p is None or p.dtype != parts[0].dtype for p in parts):
-        return None
-    if node.op_type == "Concat":
-        if any(p.ndim != 1 for p in parts) or m.attr(node, "axis") not in (0, -1):
-            return None
-        return np.concatenate(parts)
-    if len(parts) != 2 or parts[0].ndim > 1 or parts[1].ndim > 1:
-        return None
-    with np.errstate(all="ignore"):
-        return np.asarray(_VECTOR_ARITHMETIC[node.op_type](parts[0], parts[1]))
+    return arr if arr is not None and arr.dtype.kind in "iu" else None
 
 
 def _other_rank(node: ir.Node, value: ir.Value) -> int:
