@@ -23,7 +23,7 @@ from jaxconv.onnx.rewrites import _match as m
 Interval = tuple[np.ndarray, np.ndarray]
 
 MAX_ELEMENTS = 1 << 20
-_SHAPE_OPS = frozenset({"Identity", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose"})
+_SHAPE_OPS = m.SHAPE_OPS | {"Transpose"}
 _COMPARE = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal"})
 _LOGIC = frozenset({"And", "Or", "Xor", "Not"})
 _ANYTHING = (np.array(-np.inf), np.array(np.inf))
@@ -33,12 +33,6 @@ _ANY_BOOL = (np.array(0.0), np.array(1.0))
 def evaluate(value: ir.Value | None) -> Interval:
     """``(lo, hi)``: every element of ``value`` lies in ``[lo, hi]`` (bools as 0 and 1), whatever the inputs."""
     return _evaluate(value, 0, {})
-
-
-def always(value: ir.Value | None) -> np.ndarray:
-    """Where a bool ``value`` is true whatever the inputs (an array that broadcasts to its shape)."""
-    lo, _ = evaluate(value)
-    return lo >= 1.0
 
 
 def _anything(value: ir.Value | None) -> Interval:
@@ -64,17 +58,17 @@ def _computed(value: ir.Value, depth: int, seen: dict[int, Interval]) -> Interva
     op = node.op_type
     known = op in _SHAPE_OPS or op in _COMPARE or op in _LOGIC or op in (
         "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat", "Slice", "Pad", "Gather")
-    if not known:  # a mask built from constants by ops not bounded here (Swin's ScatterNDs): exact or nothing
-        arr = constants.evaluate(value)
+    out = None
+    if known:
+        args = [_evaluate(v, depth + 1, seen) for v in node.inputs]
+        try:
+            with np.errstate(all="ignore"):
+                out = _apply(node, args)
+        except (ValueError, TypeError, IndexError):
+            out = None
+    if out is None or out[0].size > MAX_ELEMENTS:  # built from constants by ops not bounded here (Swin's
+        arr = constants.evaluate(value)  # ScatterNDs, a lookup at constant ids): exact, or anything
         return _anything(value) if arr is None else _exact(arr)
-    args = [_evaluate(v, depth + 1, seen) for v in node.inputs]
-    try:
-        with np.errstate(all="ignore"):
-            out = _apply(node, value, args)
-    except (ValueError, TypeError, IndexError):
-        return _anything(value)
-    if out is None or out[0].size > MAX_ELEMENTS:
-        return _anything(value)
     return out
 
 
@@ -88,7 +82,7 @@ def _exact(arr: np.ndarray) -> Interval:
     return x, x
 
 
-def _apply(node: ir.Node, value: ir.Value, args: list[Interval]) -> Interval | None:
+def _apply(node: ir.Node, args: list[Interval]) -> Interval | None:
     op = node.op_type
     (lo, hi) = args[0]
     if op in _SHAPE_OPS:
@@ -97,11 +91,14 @@ def _apply(node: ir.Node, value: ir.Value, args: list[Interval]) -> Interval | N
         shape_arg = None if len(args) < 2 else args[1]
         if shape_arg is not None and not np.array_equal(shape_arg[0], shape_arg[1]):
             return None
+        if op == "Identity":
+            return lo, hi
+        lo, hi = (np.array(a) for a in np.broadcast_arrays(lo, hi))
+        if op == "Transpose":
+            return _transpose(node, lo), _transpose(node, hi)
         arg = None if shape_arg is None else shape_arg[0].astype(np.int64)
-        lo, hi = np.broadcast_arrays(lo, hi)
-        shaped = [constants.shape_op(node, a, arg) if op != "Transpose" else _transpose(node, a)
-                  for a in (np.array(lo), np.array(hi))] if op != "Identity" else [lo, hi]
-        return None if shaped[0] is None or shaped[1] is None else (shaped[0], shaped[1])
+        lo, hi = constants.shape_op(node, lo, arg), constants.shape_op(node, hi, arg)
+        return None if lo is None or hi is None else (lo, hi)
     if op in ("Slice", "Pad", "Gather"):
         return _cut(node, args)
     if op == "Concat":
@@ -154,7 +151,7 @@ def _cut(node: ir.Node, args: list[Interval]) -> Interval | None:
     if node.op_type == "Gather":
         indices = rest[0] if rest else None
         if indices is not None and np.array_equal(indices[0], indices[1]) and lo.ndim:
-            return None  # known indices: ``constants`` reads such a lookup when the table is constant too
+            return None  # known indices: ``constants.evaluate`` reads the lookup where the table is constant
         return np.array(np.min(lo)), np.array(np.max(hi))
     if any(not np.array_equal(a, b) for a, b in rest):
         return None
