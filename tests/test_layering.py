@@ -85,10 +85,12 @@ LAYERS = {
     },
     "onnx/ops/": {"forbidden": ("jaxconv.onnx.rewrites", "jaxconv.onnx.passes")},
     "_scale_chain.py": {"allowed": ()},
-    # edge_loops.py: the loop rule of both checks, on a jaxpr and on an ONNX model; nothing of jaxconv.
-    "edge_loops.py": {"allowed": ()},
-    # loop_caps.py: the capped copies of a program and an ONNX model; the loop rule only.
-    "loop_caps.py": {"allowed": ("jaxconv.edge_loops",)},
+    # scan_params.py: a scan equation's operand counts, whichever JAX traced it; nothing of jaxconv.
+    "scan_params.py": {"allowed": ()},
+    # edge_loops.py: the loop rule of both checks, on a jaxpr and on an ONNX model; scan's counts only.
+    "edge_loops.py": {"allowed": ("jaxconv.scan_params",)},
+    # loop_caps.py: the capped copies of a program and an ONNX model; the loop rule and scan's counts only.
+    "loop_caps.py": {"allowed": ("jaxconv.edge_loops", "jaxconv.scan_params")},
     # The check's parts below verify.py (which runs them): jax.jit's references, and what is known of
     # XLA's results on edge values; neither reaches back into verify.
     "references.py": {"allowed": ("jaxconv.compare", "jaxconv.jit_reference")},

@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxconv.scan_params import scan_counts
+
 MAX_EDGE_TRIPS = 100_000  # a loop counting to at most this many trips runs edge values whatever its other conditions
 
 
@@ -124,7 +126,7 @@ def _depends(jaxpr: Any, tainted: Sequence[bool], found: list[str], eqns: set[in
                     eqns.add(id(eqn))
             outs = [c or counts for c in carry]  # how many trips ran shows in every carry
         elif name == "scan":
-            body, nc, ncarry = inner_jaxpr(params["jaxpr"]), params["num_consts"], params["num_carry"]
+            (nc, ncarry), body = scan_counts(params), inner_jaxpr(params["jaxpr"])
             carry = carry_fixpoint(ins[nc:nc + ncarry],
                                    lambda c: _depends(body, ins[:nc] + c + ins[nc + ncarry:], [])[:ncarry])
             outs = _depends(body, ins[:nc] + carry + ins[nc + ncarry:], found, eqns)

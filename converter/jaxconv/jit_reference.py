@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from jaxconv.scan_params import scan_counts
+
 _CACHE_SIZE = 8
 _CACHE: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # key -> (fn, runner, constants, output tree)
 
@@ -166,7 +168,7 @@ def _loop_carries(eqn: Any, inner: Any, ins: list[Any]) -> list[Any]:
     keep the states they enter with)."""
     if eqn.primitive.name != "scan" or eqn.params.get("length", 1) < 2:
         return ins
-    first, carries = eqn.params["num_consts"], eqn.params["num_carry"]
+    first, carries = scan_counts(eqn.params)
     states = list(ins)
     for _ in range(carries):
         outs = _walk(inner, {v: frozenset() for v in getattr(inner, "constvars", [])},
@@ -374,7 +376,7 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
                                     params["window_dilation"])
         return list(got)
     if name == "scan":
-        body, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+        (n_consts, n_carry), body = scan_counts(params), params["jaxpr"]
         consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
 
         def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:

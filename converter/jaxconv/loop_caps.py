@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from jaxconv.edge_loops import MAX_EDGE_TRIPS, _depends, inner_jaxpr, source_line
+from jaxconv.scan_params import scan_counts
 
 LOOP_CAP = MAX_EDGE_TRIPS  # trips a capped loop may run
 CAP_NODE = "jaxconv_loop_cap"
@@ -132,7 +133,7 @@ def _eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], loops: set[int
             outs = lax.switch(ins[0], fns, *ins[1:])
         elif name == "scan":
             body, body_consts = _closed(params["jaxpr"])
-            nc, ncarry = params["num_consts"], params["num_carry"]
+            nc, ncarry = scan_counts(params)
 
             def step(carry: Any, xs: Any, body: Any = body, body_consts: Any = body_consts, nc: int = nc,
                      ins: Any = ins, ncarry: int = ncarry) -> Any:
