@@ -42,8 +42,9 @@ them; ``check_options`` is importable from here too, as the README shows.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -153,6 +154,10 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
                  atol: float | None = None, constraints: Sequence[str] = ()) -> CheckReport:
     """Run ``runner`` and jax.jit on every input set and judge every output.
 
+    jax.jit runs on the CPU, the platform jaxconv exports for, whatever JAX's default device: on a
+    GPU, jax.jit computes float32 dots and convolutions in TF32 by default, so it is no reference
+    for a float32 artifact (and a ``.jaxexport`` exported for the CPU runs on the CPU only).
+
     Input sets: ``inputs`` (when given), the examples of ``current_options()``, random values at
     each symbolic size, and edge values (skipped, with a note, when jax.jit raises on them). When the
     program holds a while loop whose condition reads the inputs' values (``data_dependent_loops``),
@@ -164,6 +169,28 @@ def check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: 
         UsageError: the inputs and outputs would exceed the memory limit for the check.
         ArtifactError: the artifact fails to run or returns the wrong number of outputs.
     """
+    with _on_the_cpu():
+        return _check_runner(runner, artifact, fn, arg_specs, signature, inputs=inputs, seed=seed, rtol=rtol,
+                             atol=atol, constraints=constraints)
+
+
+@contextlib.contextmanager
+def _on_the_cpu() -> Iterator[None]:
+    """JAX's default device is the CPU inside (unchanged where JAX has no CPU backend)."""
+    import jax
+
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:
+        yield
+        return
+    with jax.default_device(cpu):
+        yield
+
+
+def _check_runner(runner: Any, artifact: str, fn: Callable[..., Any], arg_specs: Sequence[Any], signature: Any,
+                  *, inputs: Sequence[np.ndarray] | None, seed: int, rtol: float | None, atol: float | None,
+                  constraints: Sequence[str]) -> CheckReport:
     options = current_options()
     report = CheckReport(artifact=artifact, runtime=runner.kind)
     if not options.edge and options.edge_skipped:
