@@ -12,6 +12,9 @@ hidden by the known one. The classes:
                the difference goes away when the subnormal inputs are flushed to
                zero (XLA on the CPU flushes them; most runtimes do not). Where a
                difference of another class remains after flushing, that class is used
+``precision``  explained by jax.jit's reduced precision: the element agrees with jax.jit at
+               matrix-product precision HIGHEST (on a GPU, jax.jit computes float32 dots and
+               convolutions in TF32 by default; ONNX Runtime computes them in float32)
 ``value``      any other difference beyond the tolerance (integers: any difference)
 ``shape``      the output's shape differs
 ``dtype``      the output's dtype differs
@@ -25,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-CLASSES = ("nan", "inf", "signed-zero", "subnormal", "value", "shape", "dtype", "other")
+CLASSES = ("nan", "inf", "signed-zero", "subnormal", "precision", "value", "shape", "dtype", "other")
 FLUSHED_DTYPES = frozenset({"float32", "float64", "bfloat16"})  # f16 computes in f32 (its subnormals are normal there)
 
 
@@ -108,6 +111,17 @@ def explain_by_flushing(classes: np.ndarray, expected: np.ndarray, flushed_actua
     changed = (classes != "") & (again != classes)
     out[changed & (again == "")] = "subnormal"
     out[changed & (again != "")] = again[changed & (again != "")]
+    return out
+
+
+def explain_by_precision(classes: np.ndarray, precise_expected: np.ndarray, actual: np.ndarray,
+                         rtol: float | None = None, atol: float | None = None) -> np.ndarray:
+    """Reclassify as ``precision`` the differing elements that agree with jax.jit at precision HIGHEST."""
+    again = element_classes(precise_expected, actual, rtol, atol)
+    if again.shape != classes.shape:
+        return classes
+    out = classes.copy()
+    out[(classes != "") & (again == "")] = "precision"
     return out
 
 

@@ -39,6 +39,8 @@ class Limitation:
         outputs: compare rows: the output indices allowed to differ (empty: any).
         classes: compare rows: the element classes allowed to differ (empty: any).
         max_abs: compare rows: the largest absolute error allowed (None: no bound).
+        may_pass: the cell may pass too (``pass``, not XPASS): the difference comes and goes with the
+            reference's kernels.
     """
 
     reason: str
@@ -47,6 +49,7 @@ class Limitation:
     outputs: tuple[int, ...] = ()
     classes: frozenset[str] = frozenset()
     max_abs: float | None = None
+    may_pass: bool = False
 
     def expected(self) -> str:
         """The expected failure in words: ``convert error matching /tfl\\.add/``."""
@@ -90,10 +93,10 @@ def fails(stage: str, pattern: str, reason: str) -> Limitation:
 
 
 def differs(reason: str, outputs: tuple[int, ...] = (), classes: tuple[str, ...] = (), max_abs: float | None = None,
-            pattern: str = "") -> Limitation:
+            pattern: str = "", may_pass: bool = False) -> Limitation:
     """A row whose cell runs and differs only in ``outputs``, only in elements of ``classes``."""
     return Limitation(reason=reason, stage="compare", pattern=pattern, outputs=tuple(outputs), classes=frozenset(classes),
-                      max_abs=max_abs)
+                      max_abs=max_abs, may_pass=may_pass)
 
 
 _TFL_COMPLEX_IO = fails("convert", r"TFLite cannot hold (input|output) \w+",
@@ -138,6 +141,10 @@ TFLITE: tuple[tuple[Limitation, tuple[str, ...]], ...] = (
              "tensor limit"), ("sym.slice_half",)),
 )
 
+_TF32 = differs("jax.jit on the GPU computes float32 matrix products and convolutions in TF32 (matmul precision "
+                "DEFAULT); ONNX Runtime computes them in float32, and agrees with jax.jit at precision HIGHEST",
+                classes=("precision",), may_pass=True)
+
 # (case pattern, target, device) -> the expected failure. Device "*" means every device.
 LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
     ("spectral.rfft", "tflite", ANY_DEVICE): _TFL_COMPLEX_IO,
@@ -159,6 +166,9 @@ LIMITATIONS: dict[tuple[str, str, str], Limitation] = {
 for _row, _cases in TFLITE:
     for _case in _cases:
         LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _row
+# Last, so a case's own row comes first. On an NVIDIA H200 (jax 0.11.2) 14 cases with products differ
+# so; which ones depends on the kernels cuBLAS and cuDNN choose (one conv case differed in one run of two).
+LIMITATIONS[("*", "onnx", "gpu")] = _TF32
 
 
 def _key(entry: tuple[str, ...]) -> tuple[str, str, str]:

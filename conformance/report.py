@@ -12,7 +12,8 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
-from conformance.results import BAD, CellResult
+from conformance.limitations import lookup
+from conformance.results import BAD, CellResult, classify
 from conformance.targets import TARGETS
 from conformance.testdata import DYNAMIC_SIZE, RAN_LABEL, FileResult, summarize
 from conformance.testdata import STATUSES as TESTDATA_STATUSES
@@ -99,7 +100,9 @@ def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Seque
     date = today()
     cells = list(cells)
     if gpu_file is not None:
-        gpu_cells = {(c["case"], c["target"]): CellResult.from_json(c) for c in gpu_file.get("cells", [])}
+        # Classified again by today's limitation table: a row added after the GPU run applies to its cells.
+        gpu_cells = {(c["case"], c["target"]): classify(r, lookup(r.case, r.target, r.device))
+                     for c in gpu_file.get("cells", []) for r in [CellResult.from_json(c)]}
         cells = [gpu_cells.get((c.case, c.target), c) if c.device == "gpu" else c for c in cells]
     ops: dict[str, list[str]] = {}
     for c in cells:

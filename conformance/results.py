@@ -10,7 +10,8 @@ yes       no                           ``pass``
 no        no                           ``fail``
 no        yes, fails as the row says   ``xfail`` (the reason is shown)
 no        yes, fails another way       ``fail`` (the reason says what the row expected)
-yes       yes                          ``xpass``: strict, fails the run (remove the row)
+yes       yes                          ``xpass``: strict, fails the run (remove the row);
+                                       ``pass`` where the row says the cell may pass
 ========  ===========================  =================================================
 
 ``skip`` cells (no GPU, runtime not installed) never count either way.
@@ -111,6 +112,7 @@ class Expectation(Protocol):
     """What ``classify`` needs of a limitation row (``conformance.limitations.Limitation``)."""
 
     reason: str
+    may_pass: bool
 
     def unexpected(self, result: CellResult) -> str | None:
         """None when ``result`` fails the way the row says; otherwise what was expected and what came."""
@@ -128,7 +130,7 @@ def classify(result: CellResult, limitation: Expectation | None) -> CellResult:
     if limitation is None:
         result.status = "pass" if result.ok else "fail"
     elif result.ok:
-        result.reason, result.status = limitation.reason, "xpass"
+        result.reason, result.status = ("", "pass") if limitation.may_pass else (limitation.reason, "xpass")
     else:
         why = limitation.unexpected(result)
         result.status = "fail" if why else "xfail"

@@ -28,7 +28,14 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.case import Case
-from conformance.elements import describe, element_classes, explain_by_flushing, flush_subnormals, summarize
+from conformance.elements import (
+    describe,
+    element_classes,
+    explain_by_flushing,
+    explain_by_precision,
+    flush_subnormals,
+    summarize,
+)
 from conformance.expect import mismatch
 from conformance.results import CellResult, failure
 
@@ -93,12 +100,12 @@ def _export_platform(device: str) -> str:
     return "rocm" if "rocm" in str(getattr(jax.devices("gpu")[0].client, "platform_version", "")).lower() else "cuda"
 
 
-def reference(case: Case, args: list[Any], device: str) -> list[np.ndarray]:
-    """jax.jit(case.fn) on ``device``; flat numpy outputs."""
+def reference(case: Case, args: list[Any], device: str, precision: str | None = None) -> list[np.ndarray]:
+    """jax.jit(case.fn) on ``device`` (at matrix-product ``precision``, JAX's default when None); flat numpy outputs."""
     import jax
 
     dev = _jax_device(device)
-    with jax.default_device(dev):
+    with jax.default_device(dev), jax.default_matmul_precision(precision):
         placed = jax.device_put(args, dev)
         out = jax.jit(case.fn)(*placed)
     return [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
@@ -226,11 +233,13 @@ def tolerance(case: Case, dtype: str) -> tuple[float | None, float | None]:
 
 
 def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[np.ndarray], actual: list[Any],
-                      failed: list[tuple[int, Any]], sizes: Any) -> list[tuple[dict[str, Any], Any]]:
+                      failed: list[tuple[int, Any]], sizes: Any, device: str) -> list[tuple[dict[str, Any], Any]]:
     """One record per failing output: the classes of its differing elements (``conformance.elements``).
 
     When the inputs hold float32/float64 subnormals the artifact runs once more on the inputs
     with them flushed to zero, as XLA on the CPU reads them; elements that then agree are ``subnormal``.
+    On a GPU, jax.jit runs once more at matrix-product precision HIGHEST; elements that agree with it
+    are ``precision`` (jax.jit's default there computes float32 dots and convolutions in TF32).
     """
     if not failed:
         return []
@@ -250,6 +259,16 @@ def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[n
                 rtol, atol = tolerance(case, expected[i].dtype.name)
                 with np.errstate(all="ignore"):
                     classes[i] = explain_by_flushing(classes[i], expected[i], np.asarray(again[i]), rtol, atol)
+    if device == "gpu":
+        try:
+            precise = reference(case, args, device, precision="highest")
+        except Exception:  # noqa: BLE001  (the classes are informative; the failure stands)
+            precise = None
+        if precise is not None and len(precise) == len(expected):
+            for i, _ in failed:
+                rtol, atol = tolerance(case, expected[i].dtype.name)
+                with np.errstate(all="ignore"):
+                    classes[i] = explain_by_precision(classes[i], precise[i], np.asarray(actual[i]), rtol, atol)
     return [(summarize(i, classes[i], expected[i], np.asarray(actual[i]), check.max_abs, dict(sizes)), check)
             for i, check in failed]
 
@@ -341,7 +360,8 @@ def _run_cell(case: Case, target: str, device: str, result: CellResult, with_ops
                     ok = False
                 where = f" at {dict(sizes)}" if sizes else ""
                 notes.extend(f"{n}{where}" for n in exact_notes)
-                records = _stage("compare", lambda: _classify_outputs(case, runner, args, expected, actual, failed, sizes))
+                records = _stage("compare", lambda: _classify_outputs(case, runner, args, expected, actual, failed, sizes,
+                                                                           device))
                 for record, check in records:
                     result.diffs.append(record)
                     where = f" at {dict(sizes)}" if sizes else ""

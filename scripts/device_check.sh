@@ -16,6 +16,12 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/device-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
+# Wheels carried in .whl/ (the machine has no package index): onnx-ir >= 1.1 and the ONNX Runtime the
+# report was measured with; see DEVELOPERS.md, "The GPU machine".
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/jaxconv-site .whl/*.whl
+  export PYTHONPATH="/tmp/jaxconv-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONPATH="$ROOT/converter:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export TF_CPP_MIN_LOG_LEVEL=3

@@ -491,3 +491,49 @@ def test_gpu_check_writes_results_the_report_merges(monkeypatch, tmp_path):
     merged = report.build(cells, {}, None, targets=["onnx"], devices=["gpu"], gpu_file=data)
     assert merged["gpu"].startswith("run on ")
     assert [c["status"] for c in merged["cells"]] == ["pass"]
+
+
+def _tf32_like(monkeypatch, wrong_too: bool = False):
+    """jax.jit "on the GPU" off by a TF32-sized error at the default precision, exact at HIGHEST
+    (and off by 1 at both with ``wrong_too``: a difference the precision does not explain)."""
+    import conformance.targets as targets
+
+    real = targets.reference
+
+    def reference(case, args, device, precision=None):
+        out = real(case, args, device)
+        shift = (0.0 if precision == "highest" else 1e-3) + (1.0 if wrong_too else 0.0)
+        return [o + np.float32(shift) * (1 + np.abs(o)) for o in out]
+
+    monkeypatch.setattr(targets, "reference", reference)
+
+
+@pytest.mark.parametrize("wrong_too,classes,status", [(False, ["precision"], "xfail"), (True, ["value"], "fail")])
+def test_gpu_differences_that_precision_highest_removes_are_precision(monkeypatch, wrong_too, classes, status):
+    from conformance.results import classify
+
+    _pretend_cpu_is_gpu(monkeypatch)
+    _tf32_like(monkeypatch, wrong_too)
+    r = run_cell(TWO, "onnx", "gpu")
+    assert r.stage == "compare"
+    assert [(d["output"], d["classes"]) for d in r.diffs] == [(0, classes), (1, classes)]
+    row = limitations.lookup(TWO.name, "onnx", "gpu")
+    assert row is not None and "TF32" in row.reason
+    assert classify(r, row).status == status, r.reason
+    on_cpu = run_cell(TWO, "onnx", "cpu")  # no second reference on the CPU: the same shift is a value difference
+    assert [d["classes"] for d in on_cpu.diffs] == [["value"], ["value"]]
+
+
+def test_a_gpu_cell_the_tf32_row_limits_may_pass_and_the_merge_classifies_again():
+    from conformance.results import classify
+
+    row = limitations.lookup("fake.two", "onnx", "gpu")
+    assert classify(CellResult("fake.two", "onnx", "gpu", ok=True), row).status == "pass"
+    strict = limitations.differs("strict", classes=("precision",))
+    assert classify(CellResult("fake.two", "onnx", "gpu", ok=True), strict).status == "xpass"
+    # A GPU run's raw cell, judged again by today's table when the report merges it.
+    raw = CellResult("op.add.f32", "onnx", "gpu", stage="compare", error="1 output check(s) differ", status="fail",
+                     diffs=[{"output": 0, "classes": ["precision"], "count": 3, "max_abs": 1e-3}])
+    merged = report.build([CellResult("op.add.f32", "onnx", "gpu", status="skip", reason="no GPU")], {}, None,
+                          targets=["onnx"], devices=["gpu"], gpu_file={"device": "G", "cells": [raw.to_json()]})
+    assert [(c["status"], "TF32" in c["reason"]) for c in merged["cells"]] == [("xfail", True)]
