@@ -57,8 +57,12 @@ def test_bf16_program_passes_the_default_and_strict_check(fn, shapes):
     jit = np.asarray(jax.jit(fn)(*args))
     with jax.disable_jit():
         eager = np.asarray(fn(*map(jnp.asarray, args)))
-    # the premise: jax.jit is not the program's rounding, far beyond float32's tolerance
-    assert np.max(np.abs(jit - eager) / np.abs(eager)) > 1e-3
+    from jaxconv.onnx.xla_bfloat16 import dots_reach_converts_unrounded
+
+    if fn is dot_bf16 and not dots_reach_converts_unrounded():
+        np.testing.assert_array_equal(jit, eager)  # this XLA (jax 0.11's) rounds a dot as the program says
+    else:  # the premise: jax.jit is not the program's rounding, far beyond float32's tolerance
+        assert np.max(np.abs(jit - eager) / np.abs(eager)) > 1e-3
     reports: list = []
     with check_options(strict=True):
         jaxconv.to_onnx(fn, *_specs(shapes), report_to=reports)

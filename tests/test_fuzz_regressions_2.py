@@ -6,6 +6,7 @@ conformance/fuzz/known.py) pin the difference so that a change in either runtime
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -110,10 +111,11 @@ def test_xla_counts_negative_leading_zeros_after_a_division_by_zero():
         return lax.clz(100 // jnp.argmin(x, axis=None))
 
     x = np.array(5, np.uint8)
+    folded = 0 if jax.__version_info__ >= (0, 11) else -32  # jax 0.11.2's XLA counts 0, as the artifact does
     expected, actual = _run(fn, x)
-    assert int(expected[0]) == -32 and int(actual[0]) == 0 == int(fn(x))
+    assert int(expected[0]) == folded and int(actual[0]) == 0 == int(fn(x))
     expected, actual = _run(lambda x: lax.clz(jnp.argmin(x, axis=None) - 7), x)
-    assert int(expected[0]) == -32 and int(actual[0]) == 0
+    assert int(expected[0]) == folded and int(actual[0]) == 0
 
 
 def test_argmin_over_a_quotient_xla_flushes_to_zero():
