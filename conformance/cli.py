@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Sequence
 
-from conformance.targets import DEVICES, TARGETS
+from conformance.targets import DEVICES, TARGETS, gpu_device
 
 
 def _csv(value: str, known: Sequence[str], what: str) -> list[str]:
@@ -23,6 +23,10 @@ def _csv(value: str, known: Sequence[str], what: str) -> list[str]:
     if bad or not items:
         raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad) or value!r}; choose from {', '.join(known)}")
     return items
+
+
+# The last GPU run's cells (scripts/device_check.sh), committed: the GPU column of a run on a machine without one.
+GPU_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_results.json")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-slow", action="store_true", help="leave out cases tagged slow")
     p.add_argument("--check", action="store_true",
                    help="compare this run with the committed report.json and fail when a status differs; writes nothing")
-    p.add_argument("--gpu-results", default=None, help="JSON written by scripts/device_check.sh: fills the GPU column")
+    p.add_argument("--gpu-results", default=None, help="JSON written by scripts/device_check.sh: fills the GPU column "
+                   "(default where JAX sees no GPU: conformance/gpu_results.json, the last GPU run, committed)")
     p.add_argument("--output", default=None, help="folder for the report files (default: conformance/ for a full run; "
                    "filtered runs write nothing unless this is given)")
     p.add_argument("--suggest-limitations", action="store_true",
@@ -93,12 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         files = testdata.list_files(root)
     gpu_file = None
-    if args.gpu_results:
+    gpu_path = args.gpu_results
+    if gpu_path is None and "gpu" in args.devices and os.path.exists(GPU_RESULTS):
+        if gpu_device() is None:
+            gpu_path = GPU_RESULTS
+    if gpu_path:
         try:
-            with open(args.gpu_results, encoding="utf-8") as f:
+            with open(gpu_path, encoding="utf-8") as f:
                 gpu_file = json.load(f)
         except (OSError, ValueError) as e:
-            print(f"cannot read --gpu-results {args.gpu_results}: {e}", file=sys.stderr)
+            print(f"cannot read --gpu-results {gpu_path}: {e}", file=sys.stderr)
             return 2
 
     start = time.perf_counter()

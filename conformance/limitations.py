@@ -167,7 +167,7 @@ for _row, _cases in TFLITE:
     for _case in _cases:
         LIMITATIONS[(_case, "tflite", ANY_DEVICE)] = _row
 # Last, so a case's own row comes first. On an NVIDIA H200 (jax 0.11.2) 14 cases with products differ
-# so; which ones depends on the kernels cuBLAS and cuDNN choose (one conv case differed in one run of two).
+# so; which ones depends on the kernels cuBLAS and cuDNN choose (a conv case passed in one run of four).
 LIMITATIONS[("*", "onnx", "gpu")] = _TF32
 
 

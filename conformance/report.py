@@ -93,6 +93,14 @@ def gpu_note(cells: Sequence[CellResult], date: str, gpu_file: Mapping[str, Any]
     return f"not run: no GPU lent ({date})"
 
 
+def _not_in_the_gpu_run(cell: CellResult, ran: str) -> CellResult:
+    """A GPU cell the GPU run did not hold: skipped, saying which targets that run covered."""
+    if cell.status != "skip":
+        return cell
+    return CellResult(cell.case, cell.target, cell.device, status="skip",
+                      reason=f"not in the GPU run (it ran {ran or 'no target'})")
+
+
 def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Sequence[FileResult] | None, *,
           targets: Sequence[str], devices: Sequence[str], gpu_file: Mapping[str, Any] | None = None,
           seconds: float = 0.0) -> dict[str, Any]:
@@ -103,7 +111,9 @@ def build(cells: Sequence[CellResult], cases: Mapping[str, Any], testdata: Seque
         # Classified again by today's limitation table: a row added after the GPU run applies to its cells.
         gpu_cells = {(c["case"], c["target"]): classify(r, lookup(r.case, r.target, r.device))
                      for c in gpu_file.get("cells", []) for r in [CellResult.from_json(c)]}
-        cells = [gpu_cells.get((c.case, c.target), c) if c.device == "gpu" else c for c in cells]
+        ran = ", ".join(gpu_file.get("targets", []))
+        cells = [gpu_cells.get((c.case, c.target), _not_in_the_gpu_run(c, ran)) if c.device == "gpu" else c
+                 for c in cells]
     ops: dict[str, list[str]] = {}
     for c in cells:
         if c.ops:

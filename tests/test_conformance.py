@@ -534,6 +534,25 @@ def test_a_gpu_cell_the_tf32_row_limits_may_pass_and_the_merge_classifies_again(
     # A GPU run's raw cell, judged again by today's table when the report merges it.
     raw = CellResult("op.add.f32", "onnx", "gpu", stage="compare", error="1 output check(s) differ", status="fail",
                      diffs=[{"output": 0, "classes": ["precision"], "count": 3, "max_abs": 1e-3}])
-    merged = report.build([CellResult("op.add.f32", "onnx", "gpu", status="skip", reason="no GPU")], {}, None,
-                          targets=["onnx"], devices=["gpu"], gpu_file={"device": "G", "cells": [raw.to_json()]})
-    assert [(c["status"], "TF32" in c["reason"]) for c in merged["cells"]] == [("xfail", True)]
+    merged = report.build([CellResult("op.add.f32", "onnx", "gpu", status="skip", reason="no GPU"),
+                           CellResult("op.add.f32", "tflite", "gpu", status="skip", reason="no GPU")], {}, None,
+                          targets=["onnx", "tflite"], devices=["gpu"],
+                          gpu_file={"device": "G", "targets": ["stablehlo", "onnx"], "cells": [raw.to_json()]})
+    assert [(c["status"], "TF32" in c["reason"]) for c in merged["cells"]] == [("xfail", True), ("skip", False)]
+    assert merged["cells"][1]["reason"] == "not in the GPU run (it ran stablehlo, onnx)"
+
+
+def test_a_run_without_a_gpu_takes_the_gpu_column_from_the_committed_gpu_run(tmp_path):
+    import json
+
+    from conformance.cli import GPU_RESULTS, main
+
+    committed = json.loads(open(GPU_RESULTS).read())
+    [cell] = [c for c in committed["cells"] if (c["case"], c["target"]) == ("model.mlp", "onnx")]
+    out = tmp_path / "rep"
+    assert main(["-k", "model.mlp", "--targets", "onnx", "--devices", "cpu,gpu", "--no-testdata", "-j", "0", "-q",
+                 "--output", str(out)]) == 0
+    data = report.load(str(out / "report.json"))
+    assert data["gpu"].startswith(f"run on {committed['device']}")
+    gpu = {c["case"]: c for c in data["cells"] if c["device"] == "gpu"}
+    assert gpu["model.mlp"]["max_abs"] == cell["max_abs"] and gpu["model.mlp"]["status"] in ("pass", "xfail")
