@@ -115,3 +115,51 @@ def test_tanh_of_the_state_alone_is_not_a_gru(gru_on):
     model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
     assert not _gru_nodes(model)
     assert_runs_like_jit(model, fn, [gru_inputs(9)])
+
+
+def _eqx_gru():
+    eqx = pytest.importorskip("equinox")
+    cell = eqx.nn.GRUCell(N_IN, H, key=jax.random.PRNGKey(5))
+    rng = np.random.default_rng(11)  # non-zero biases (bias and bias_n), so every bias lands in its ONNX slot
+    cell = jax.tree_util.tree_map(lambda a: jnp.asarray(rng.standard_normal(a.shape).astype(np.float32) / 3)
+                                  if eqx.is_array(a) else a, cell)
+
+    def fn(xs, h0):  # the update is new + inp * (hidden - new); Equinox cells take one example: vmapped
+        return jax.lax.scan(lambda h, x: (lambda h2: (h2, h2))(jax.vmap(cell)(x, h)), h0, xs)
+
+    return fn
+
+
+def _difference_update(flipped: bool):
+    rng = np.random.default_rng(12)
+    wx = rng.standard_normal((N_IN, 3 * H)).astype(np.float32) / 3
+    wh = rng.standard_normal((H, 3 * H)).astype(np.float32) / 3
+
+    def fn(xs, h0):
+        def cell(h, x):
+            gx, gh = x @ wx, h @ wh
+            r = jax.nn.sigmoid(gx[:, :H] + gh[:, :H])
+            z = jax.nn.sigmoid(gx[:, H:2 * H] + gh[:, H:2 * H])
+            n = jnp.tanh(gx[:, 2 * H:] + r * gh[:, 2 * H:])
+            h = n + z * ((n - h) if flipped else (h - n))  # flipped: no GRU
+            return h, h
+
+        return jax.lax.scan(cell, h0, xs)
+
+    return fn
+
+
+@pytest.mark.parametrize("make", [_eqx_gru, lambda: _difference_update(False)], ids=["equinox", "hand"])
+def test_the_update_written_as_a_difference_is_the_gru_op(make, gru_on):
+    fn = make()
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert len(_gru_nodes(model)) == 1
+    assert_runs_like_jit(model, fn, [gru_inputs(13), gru_inputs(14), gru_inputs(15, nonfinite=True)], rtol=2e-5,
+                         atol=2e-6)
+
+
+def test_the_difference_the_other_way_round_is_not_a_gru(gru_on):
+    fn = _difference_update(True)
+    model = jaxconv.to_onnx(fn, f"f32[{T},{B},{N_IN}]", f"f32[{B},{H}]", check=False)
+    assert not _gru_nodes(model)
+    assert_runs_like_jit(model, fn, [gru_inputs(16)])

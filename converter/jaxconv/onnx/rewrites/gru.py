@@ -7,6 +7,7 @@ Matches the Loop a forward ``lax.scan`` lowers to (after ``loops`` moved the inp
     n = tanh(x @ wn + bn + (r * h) @ un)            # linear_before_reset=0 (reset first)
     n = tanh(x @ wn + bn + r * (h @ un + bun))      # linear_before_reset=1 (flax.linen.GRUCell, PyTorch)
     h' = (1 - z) * n + z * h;   carry h', emit h'
+    h' = n + z * (h - n)                            # eqx.nn.GRUCell (the same, not bit for bit)
     h' = (1 - z) * h + z * n                        # hk.GRU: ONNX's z is 1 - z = sigmoid(-a), its
                                                     # weights and bias negated (not bit for bit)
 
@@ -374,11 +375,18 @@ def _pair(value: ir.Value | None, op: str) -> tuple[ir.Value, ir.Value] | None:
 
 
 def _update(h_out: ir.Value, h_in: ir.Value) -> tuple[ir.Value, ir.Value, bool] | None:
-    """(z, n, kept) for ``h_out = (1 - z) * n + z * h_in`` (kept: True) or ``(1 - z) * h_in + z * n``
-    (haiku's GRU; kept: False, ONNX's z is ``1 - z``), any operand order."""
+    """(z, n, kept) for ``h_out = (1 - z) * n + z * h_in`` (kept: True), ``n + z * (h_in - n)`` (Equinox's
+    GRUCell; kept: True, not bit for bit) or ``(1 - z) * h_in + z * n`` (haiku's GRU; kept: False, ONNX's
+    z is ``1 - z``), any operand order."""
     terms = _pair(h_out, "Add")
     if terms is None:
         return None
+    for n, scaled in (terms, terms[::-1]):
+        factors = _pair(scaled, "Mul")
+        for zz, diff in (factors, factors[::-1]) if factors is not None and n is not h_in else ():
+            sub = _pair(diff, "Sub")
+            if sub is not None and sub[0] is h_in and sub[1] is n:
+                return zz, n, True
     for t1, t2 in (terms, terms[::-1]):
         a, b = _pair(t1, "Mul") or (None, None), _pair(t2, "Mul") or (None, None)
         for zz, other in ((b[0], b[1]), (b[1], b[0])):
