@@ -93,7 +93,10 @@ def test_beside_a_big_product_it_stays_a_scan_and_records_nothing():
     assert _recorded(model) is None
 
 
-def test_beside_an_lstm_op_it_stays_a_scan():
+def test_beside_a_big_lstm_op_it_stays_a_scan():
+    # the LSTM op's steps (9 * 512 * 128 multiplies) are above thread_count.LSTM_ONE_THREAD_MULTIPLIES: it
+    # leaves the model to ORT's threads, so the GRU (9 * 256 * 128, above MLAS's line) stays a Scan; beside
+    # a small LSTM op it becomes the GRU op (tests/test_thread_count_rnn_ops.py)
     from conformance.nets import lstm_cell
 
     rng = np.random.default_rng(3)
@@ -105,10 +108,11 @@ def test_beside_an_lstm_op_it_stays_a_scan():
         zeros = jnp.zeros((xs.shape[1], hidden), jnp.float32)
         return gru(xs), jax.lax.scan(lstm, (zeros, zeros), xs)[1]
 
-    model = jaxconv.to_onnx(both, "f32[5,4,8]", check=False)
+    model = jaxconv.to_onnx(both, "f32[5,9,8]", check=False)
     ops = op_types_with_branches(model)
+    assert 9 * 512 * 128 > thread_count.LSTM_ONE_THREAD_MULTIPLIES
     assert "LSTM" in ops and "GRU" not in ops and _recorded(model) is None
-    assert_runs_like_jit(model, both, [_inputs((5, 4, 8), 0), _inputs((5, 4, 8), 1, (2, 3, 4))])
+    assert_runs_like_jit(model, both, [_inputs((5, 9, 8), 0), _inputs((5, 9, 8), 1, (2, 3, 4))])
 
 
 def _gru_op_graph(steps: int, batch: int, hidden: int, op: str = "GRU") -> ir.Graph:

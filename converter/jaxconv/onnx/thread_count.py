@@ -26,7 +26,14 @@ in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the 
 records ``THREADS_KEY = "1"``. ORT's LSTM and RNN ops thread their steps themselves (the benchmark
 LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record, nor does one
 whose product sizes are not all known (a dimension shape inference made up: a Concat's along a
-symbolic one, a Reshape's). The GRU op is weighed as the products it runs (the input
+symbolic one, a Reshape's). Except a small LSTM op (each step's ``[B, H] x [H, 4H]`` at most
+``LSTM_ONE_THREAD_MULTIPLIES``, 262,144 multiplies), weighed as its products like the GRU op: the LSTM op
+alone (T 64, input 32, Intel Xeon, quiet) took 0.83-0.88x the wall time on one thread of two at 16K-262K
+multiplies a step (0.48-0.71x the CPU time), 1.17-1.22x at 524K-1M and 1.58x at 4M (the benchmark LSTM);
+Equinox's GRU and LSTM cells stacked (B4 H128) then record one thread and the GRU scan becomes the GRU op.
+A Loop's scan outputs take their row count from its trip count where shape inference left it unknown, a
+Transpose a rule made without a shape its input's dims permuted, and a Loop body's inputs of unknown dims
+their initial values' (the rules weigh a model before shape inference runs again). The GRU op is weighed as the products it runs (the input
 projection of every step at once, then each step's recurrent product): two threads cost its kernel
 2.4-4x the CPU time of one (``rewrites/gru.py``), so where its steps' small products outweigh the
 rest it runs on one thread, like the Scan it replaces. jaxconv's sessions (``check``, ``jaxconv
@@ -81,6 +88,9 @@ THREADS_KEY = "jaxconv.intra_op_threads"
 SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
 _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
+# An LSTM op whose steps multiply at most this many (``batch * 4H * H``) is weighed as its products
+# (the module docstring): it runs faster on one thread.
+LSTM_ONE_THREAD_MULTIPLIES = 1 << 18
 _METADATA_FIELD = 14  # ModelProto.metadata_props
 RECORD_SIZES = (16, 128)  # each symbolic dimension's sizes when a model's record is weighed
 BY_SIZE_KEY = "jaxconv.intra_op_threads_by_size"  # the products, to weigh at a call's sizes
@@ -224,9 +234,9 @@ def products_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_u
     out: list[tuple[Size, Size]] = []
     shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes))
     for node, repeats, seen in _products(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
-        if node.op_type in _SELF_THREADED:
+        if node.op_type in _SELF_THREADED and not _small_lstm(node, seen):
             return None
-        weighed = _gru_products(node, seen) if node.op_type == "GRU" else [(_flops(node, seen), 1)]
+        weighed = _rnn_products(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
         for flops, times in weighed:
             if flops is None or repeats is None:
                 if skip_unknown:
@@ -270,6 +280,8 @@ def _products(graph: Any, repeats: int | None, shapes: _Shapes,
     """(node, how many times a call runs it, where its dims come from) for every product and RNN
     op, subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
     for node in graph:
+        if node.op_type == "Loop" and node.domain == "" and loop_steps is not None:
+            _know_scan_outputs(node, loop_steps(node), shapes)
         if node.domain not in ("", "ai.onnx") or id(node) in leave_out:
             continue
         if not any(o.uses() or o.is_graph_output() for o in node.outputs):
@@ -290,9 +302,32 @@ def _products(graph: Any, repeats: int | None, shapes: _Shapes,
             yield from _products(attr.value, times, inner, loop_steps, leave_out)
 
 
-def _gru_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
-    """(flops, times a run of the op does it) of a GRU op: ORT's kernel projects every step's input
-    at once (``[T * B, I] x [I, 3H]`` per direction), then runs each step's ``[B, H] x [H, 3H]``."""
+def _know_scan_outputs(loop: Any, steps: int | None, shapes: _Shapes) -> None:
+    """Each scan output of ``loop`` has a row per step: its dims where shape inference left the first one
+    unknown (the next layer's sequence, which an RNN op made from that layer reads)."""
+    if steps is None:
+        return
+    for out in list(loop.outputs)[len(loop.inputs) - 2:]:
+        rest = list(out.shape)[1:] if out.shape is not None and len(out.shape) > 0 else None
+        if id(out) not in shapes.known and rest is not None and all(isinstance(d, int) for d in rest):
+            shapes.known[id(out)] = [steps, *rest]
+
+
+def _small_lstm(node: Any, shapes: _Shapes) -> bool:
+    """True for an LSTM op whose steps' products multiply at most ``LSTM_ONE_THREAD_MULTIPLIES``."""
+    x = _dims(node.inputs[0], shapes)
+    r = _dims(node.inputs[2], shapes) if len(node.inputs) > 2 else None
+    if node.op_type != "LSTM" or not x or len(x) != 3 or not r or len(r) != 3:
+        return False
+    layout = node.attributes.get("layout")
+    batch = x[0 if layout is not None and int(layout.value) else 1]
+    return isinstance(batch, int) and batch * r[1] * r[2] <= LSTM_ONE_THREAD_MULTIPLIES  # a Poly: sizes to come
+
+
+def _rnn_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
+    """(flops, times a run of the op does it) of a GRU or LSTM op: ORT's kernels project every step's
+    input at once (``[T * B, I] x [I, 3H]`` per direction; 4H for the LSTM), then run each step's
+    ``[B, H] x [H, 3H]``."""
     x = _dims(node.inputs[0], shapes)
     r = _dims(node.inputs[2], shapes) if len(node.inputs) > 2 else None
     layout = node.attributes.get("layout")
@@ -330,8 +365,8 @@ def _loop_carries(loop: Any, body: Any, shapes: _Shapes) -> _Shapes:
     inner: dict[int, list[int]] = {}
     for outer, inside in zip(loop.inputs[2:], body.inputs[2:]):
         dims = _dims(outer, shapes)
-        if dims is not None and inside.shape is None:
-            inner[id(inside)] = dims
+        if dims is not None and (inside.shape is None or not all(isinstance(d, int) for d in inside.shape)):
+            inner[id(inside)] = dims  # a body input whose dims shape inference left unknown takes them too
     return shapes.with_known(inner)
 
 
@@ -345,9 +380,19 @@ def _dims(value: Any, shapes: _Shapes, start: int = 0) -> list[Size] | None:
     if shape is None and value.const_value is not None:  # an initializer a rule made without a shape
         shape = value.const_value.shape
     if shape is None:
-        return None
+        return _transposed(value, shapes, start)
     dims = [d if isinstance(d, int) else dim_sizes.size_of(d.value, shapes.sizes) for d in list(shape)[start:]]
-    return None if any(d is None for d in dims) else dims
+    return _transposed(value, shapes, start) if any(d is None for d in dims) else dims
+
+
+def _transposed(value: Any, shapes: _Shapes, start: int) -> list[Size] | None:
+    """The dims of a Transpose's output a rule made without a shape (a weight it transposed), from its input's."""
+    node = value.producer()
+    if node is None or node.op_type != "Transpose" or node.domain != "" or "perm" not in node.attributes:
+        return None
+    dims = _dims(node.inputs[0], shapes)
+    perm = list(node.attributes["perm"].value)
+    return [dims[p] for p in perm][start:] if dims is not None and sorted(perm) == list(range(len(dims))) else None
 
 
 def _broadcast(x: Sequence[Size], y: Sequence[Size]) -> list[Size] | None:
