@@ -99,9 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = testdata.list_files(root)
     gpu_file = None
     gpu_path = args.gpu_results
-    if gpu_path is None and "gpu" in args.devices and os.path.exists(GPU_RESULTS):
-        if gpu_device() is None:
-            gpu_path = GPU_RESULTS
+    if gpu_path is None and "gpu" in args.devices and os.path.exists(GPU_RESULTS) and gpu_device() is None:
+        gpu_path = GPU_RESULTS
     if gpu_path:
         try:
             with open(gpu_path, encoding="utf-8") as f:

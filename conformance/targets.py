@@ -232,6 +232,22 @@ def tolerance(case: Case, dtype: str) -> tuple[float | None, float | None]:
     return case.tol.get("*", (None, None))
 
 
+def _reclassify(case: Case, failed: list[tuple[int, Any]], expected: list[np.ndarray], classes: dict[int, np.ndarray],
+                run_again: Callable[[], list[Any]], explain: Callable[[int, np.ndarray, Any, Any], np.ndarray]) -> None:
+    """``classes[i] = explain(i, other[i], rtol, atol)`` for each failing output, ``other`` the outputs of
+    ``run_again``; nothing where it raises or gives another count (the classes are informative; the failure stands)."""
+    try:
+        other = run_again()
+    except Exception:  # noqa: BLE001
+        return
+    if other is None or len(other) != len(expected):
+        return
+    for i, _ in failed:
+        rtol, atol = tolerance(case, expected[i].dtype.name)
+        with np.errstate(all="ignore"):
+            classes[i] = explain(i, np.asarray(other[i]), rtol, atol)
+
+
 def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[np.ndarray], actual: list[Any],
                       failed: list[tuple[int, Any]], sizes: Any, device: str) -> list[tuple[dict[str, Any], Any]]:
     """One record per failing output: the classes of its differing elements (``conformance.elements``).
@@ -249,26 +265,13 @@ def _classify_outputs(case: Case, runner: Any, args: list[Any], expected: list[n
         with np.errstate(all="ignore"):
             classes[i] = element_classes(expected[i], np.asarray(actual[i]), rtol, atol)
     flushed = flush_subnormals(_flat(args))
-    if flushed is not None:
-        try:
-            again = runner.run(flushed)
-        except Exception:  # noqa: BLE001  (the classes are informative; the failure stands)
-            again = None
-        if again is not None and len(again) == len(expected):
-            for i, _ in failed:
-                rtol, atol = tolerance(case, expected[i].dtype.name)
-                with np.errstate(all="ignore"):
-                    classes[i] = explain_by_flushing(classes[i], expected[i], np.asarray(again[i]), rtol, atol)
-    if device == "gpu":
-        try:
-            precise = reference(case, args, device, precision="highest")
-        except Exception:  # noqa: BLE001  (the classes are informative; the failure stands)
-            precise = None
-        if precise is not None and len(precise) == len(expected):
-            for i, _ in failed:
-                rtol, atol = tolerance(case, expected[i].dtype.name)
-                with np.errstate(all="ignore"):
-                    classes[i] = explain_by_precision(classes[i], precise[i], np.asarray(actual[i]), rtol, atol)
+    if flushed is not None:  # the artifact again, on the inputs XLA reads
+        _reclassify(case, failed, expected, classes, lambda: runner.run(flushed),
+                    lambda i, again, rtol, atol: explain_by_flushing(classes[i], expected[i], again, rtol, atol))
+    if device == "gpu":  # jax.jit again, at full float32 precision
+        _reclassify(case, failed, expected, classes, lambda: reference(case, args, device, precision="highest"),
+                    lambda i, precise, rtol, atol: explain_by_precision(classes[i], precise, np.asarray(actual[i]),
+                                                                        rtol, atol))
     return [(summarize(i, classes[i], expected[i], np.asarray(actual[i]), check.max_abs, dict(sizes)), check)
             for i, check in failed]
 

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 import jaxconv
+from conformance.nets import lstm_cell
 from jaxconv.onnx import thread_count
 from jaxconv.runtimes.onnxrt import OnnxRunner
 
@@ -23,16 +24,7 @@ def _w(*shape):
 
 
 def _lstm_cell(width, hidden):
-    wx, wh, b = _w(width, 4 * hidden), _w(hidden, 4 * hidden), _w(1, 4 * hidden)[0]
-
-    def cell(hc, x):
-        h, c = hc
-        i, f, g, o = jnp.split(x @ wx + h @ wh + b, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), h
-
-    return cell
+    return lstm_cell(_w(width, 4 * hidden), _w(hidden, 4 * hidden), _w(1, 4 * hidden)[0])
 
 
 def _gru_cell(width, hidden):

@@ -33,8 +33,9 @@ multiplies a step (0.48-0.71x the CPU time), 1.17-1.22x at 524K-1M and 1.58x at 
 Equinox's GRU and LSTM cells stacked (B4 H128) then record one thread and the GRU scan becomes the GRU op.
 A Loop's scan outputs take their row count from its trip count where shape inference left it unknown, a
 Transpose a rule made without a shape its input's dims permuted, and a Loop body's inputs of unknown dims
-their initial values' (the rules weigh a model before shape inference runs again). The GRU op is weighed as the products it runs (the input
-projection of every step at once, then each step's recurrent product): two threads cost its kernel
+their initial values' (the rules weigh a model before shape inference runs again). The GRU op is
+weighed as the products it runs (the input projection of every step at once, then each step's recurrent
+product): two threads cost its kernel
 2.4-4x the CPU time of one (``rewrites/gru.py``), so where its steps' small products outweigh the
 rest it runs on one thread, like the Scan it replaces. jaxconv's sessions (``check``, ``jaxconv
 bench``, scripts/bench.py) read the record (``recorded``) when no thread count is asked for.
@@ -315,13 +316,8 @@ def _know_scan_outputs(loop: Any, steps: int | None, shapes: _Shapes) -> None:
 
 def _small_lstm(node: Any, shapes: _Shapes) -> bool:
     """True for an LSTM op whose steps' products multiply at most ``LSTM_ONE_THREAD_MULTIPLIES``."""
-    x = _dims(node.inputs[0], shapes)
-    r = _dims(node.inputs[2], shapes) if len(node.inputs) > 2 else None
-    if node.op_type != "LSTM" or not x or len(x) != 3 or not r or len(r) != 3:
-        return False
-    layout = node.attributes.get("layout")
-    batch = x[0 if layout is not None and int(layout.value) else 1]
-    return isinstance(batch, int) and batch * r[1] * r[2] <= LSTM_ONE_THREAD_MULTIPLIES  # a Poly: sizes to come
+    step = _rnn_products(node, shapes)[-1][0] if node.op_type == "LSTM" else None
+    return isinstance(step, (int, float)) and step / 2 <= LSTM_ONE_THREAD_MULTIPLIES  # a Poly: sizes to come
 
 
 def _rnn_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
