@@ -12,19 +12,24 @@ one thread: the benchmark GRU (t64 b16 h256, two products of 2-4 MFLOP per step)
 with big products (the benchmark MLP's 67 MFLOP, the transformer's, the convolutions) gain from
 every core: MLP 1.23x on one thread against 0.87x on two.
 
-Where the line lies: a transformer's feed-forward products at batch 2, sequence 64 and width 128
-(``[128, 128] @ [128, 256]``, 8.4 MFLOP) run as fast on one thread: the Hugging Face BERT-style models
-and ViT, whose other products outweigh their two such products a layer, record one thread and gain
-(ViT 0.94x, CLIP vision 0.86x, OPT 0.87x on one thread against two), and the Llama family (three
-such products a layer: SwiGLU), which the line at 8 MFLOP gave two threads, took 0.96-0.98x on one
-thread (quiet machine) and 1.3-1.9x ``jax.jit``'s CPU time on two. A 3x3 convolution of 14 MFLOP
-(the Flax linen and NNX MNIST CNNs) gains from the second thread (1.18-1.31x on one): the line is
-10 MFLOP, between the two.
+How it weighs (``two_thread_weights``): each product takes ``max(flops / CORE_FLOPS, bytes of its
+right operand / STREAM_BYTES)`` on one thread (a product on a few rows streams its weight: a
+``[2, 1728] x [1728, 512]`` of 3.5 MFLOP took 121 us on one thread, 52 us on two); a second thread saves
+``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS`` for waking it; every other kernel of the
+call (an elementwise op, a reshape, a reduction: ORT parallelises some, and each pays) costs
+``OTHER_SECONDS`` more on two threads. The model records ``THREADS_KEY = "1"`` where the costs
+outweigh the savings. The measures were fitted to 89 zoo models (``scripts/bench_zoo.py``), each run
+in ORT alone on one thread and on two, alternating (quiet 2-core Xeon, load 0.7-1.6): where the old
+line (products under 10 MFLOP outweighing the rest: one thread) chose the slower count for 18 of them
+(GPT-2, GPT-Neo, GPT-J, BLOOM, DINOv2, HF ResNet, the Haiku and NNX transformers, Mixtral and the
+keras CNN, 1.05-1.22x on two threads; the Equinox CNN and Haiku ResNet-50, 1.47-1.69x on one), summing
+2.6 in excess time ratios, this weighing chooses the slower for 3 (the Equinox MLP 1.07x, the Flax
+U-Net 1.06x, Flax's ``nn.scan`` LSTM 1.04x), summing 0.17. Alone, chains of ``[128, K] x [K, N]``
+products took 1.30x the wall time on two threads at 8.4 MFLOP, 0.89x at 16.8 and 0.54-0.72x from 34
+to 268. Convolutions are weighed as products.
 
-``recommend`` weighs the products of a converted model (MatMul, Gemm, Conv, ConvTranspose; those
-in a Scan body once per step): when the ones under ``SMALL_FLOPS`` outweigh the rest, the model
-records ``THREADS_KEY = "1"``. ORT's LSTM and RNN ops thread their steps themselves (the benchmark
-LSTM op: 0.46x on two threads, 0.80x on one), so a model with one gets no record, nor does one
+ORT's LSTM and RNN ops thread their steps themselves (the benchmark LSTM op: 0.46x on two threads,
+0.80x on one), so a model with one gets no record, nor does one
 whose product sizes are not all known (a dimension shape inference made up: a Concat's along a
 symbolic one, a Reshape's). Except a small LSTM op (each step's ``[B, H] x [H, 4H]`` at most
 ``LSTM_ONE_THREAD_MULTIPLIES``, 262,144 multiplies), weighed as its products like the GRU op: the LSTM op
@@ -35,9 +40,9 @@ A Loop's scan outputs take their row count from its trip count where shape infer
 Transpose a rule made without a shape its input's dims permuted, and a Loop body's inputs of unknown dims
 their initial values' (the rules weigh a model before shape inference runs again). The GRU op is
 weighed as the products it runs (the input projection of every step at once, then each step's recurrent
-product): two threads cost its kernel
-2.4-4x the CPU time of one (``rewrites/gru.py``), so where its steps' small products outweigh the
-rest it runs on one thread, like the Scan it replaces. jaxconv's sessions (``check``, ``jaxconv
+product): two threads cost its kernel 2.4-4x the CPU time of one (``rewrites/gru.py``), so where
+its steps' products cost a second thread more than it saves it runs on one thread, like the Scan it
+replaces. jaxconv's sessions (``check``, ``jaxconv
 bench``, scripts/bench.py) read the record (``recorded``) when no thread count is asked for.
 
 A model with symbolic sizes (``f32[b, 784]``, a sequence ``s``) runs at sizes the conversion does
@@ -56,9 +61,10 @@ MFLOP gain from the second thread, asks for a thread count.
 Where the two weighings differ (a BERT-style encoder exported with ``f32[b, 64, ...]``: its products
 are small at batch 2 and big at 128), no one count serves every size. Where one thread wins at small
 sizes (``one_thread_up_to``: every symbolic dimension at 1, 2, 4, ...), the record (``BY_SIZE_KEY``)
-holds the products instead: each one's flops and runs as polynomials of the inputs' symbolic
-dimensions (``dim_sizes.Poly``; ``2*64*128*128*b`` for a ``[b*64, 128] @ [128, 128]``), and each input's
-dimension names. jaxconv's runner keeps a session per thread count and weighs the products at each
+holds the products instead: each one's flops, runs and bytes read as polynomials of the inputs'
+symbolic dimensions (``dim_sizes.Poly``; ``2*64*128*128*b`` flops for a ``[b*64, 128] @ [128, 128]``),
+the count of other kernels, and each input's dimension names. jaxconv's runner keeps a session per
+thread count and weighs the products at each
 call's sizes (``Record.threads``), so a call at ``b = 2, s = 64`` gets the count a static export at those
 sizes records; ``session_options`` takes the shapes a session of one's own will run.
 
@@ -86,9 +92,16 @@ from jaxconv.onnx import dim_sizes, proto_wire
 
 Size = int | float | dim_sizes.Poly  # a dimension's size, a product's flops: a polynomial of symbolic sizes
 THREADS_KEY = "jaxconv.intra_op_threads"
-SMALL_FLOPS = 1e7  # a product below this gains less from a second thread than waking it costs
+# The weighing's measures (``two_thread_weights``; Intel Xeon with AVX-512, ORT 1.32, spinning off):
+CORE_FLOPS = 1.9e11  # one core's float32 product rate: 8-268 MFLOP products ran at 166-190 GFLOP/s
+STREAM_BYTES = 1.5e10  # bytes a second a product on few rows reads its right operand at ([2, 1728] x [1728, 512])
+SECOND_THREAD_SAVES = 0.47  # of a product's one-thread time (8-268 MFLOP alone: 0.53-0.60x the time on two)
+WAKE_SECONDS = 15e-6  # what a product ORT splits over two threads pays for waking the second
+OTHER_SECONDS = 2e-6  # what every other kernel a call runs (elementwise, shapes, reductions) costs on two
 _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
+_SHAPE_TYPES = (ir.DataType.INT64, ir.DataType.INT32)
+_PRODUCT_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", *_RNN_OPS)
 # An LSTM op whose steps multiply at most this many (``batch * 4H * H``) is weighed as its products
 # (the module docstring): it runs faster on one thread.
 LSTM_ONE_THREAD_MULTIPLIES = 1 << 18
@@ -108,17 +121,19 @@ def record(model: Any) -> dict[str, str]:
         return {THREADS_KEY: str(threads)}
     graph = model.graph
     up_to = one_thread_up_to(graph)
-    products = None if up_to is None else products_of(
+    kernels = None if up_to is None else kernels_of(
         graph, sizes={n: dim_sizes.Poly.name(n) for n in symbolic_names(graph)})
-    if not products:
+    if kernels is None or not kernels[0]:
         return {}
-    runs: dict[dim_sizes.Poly, dim_sizes.Poly] = {}  # one run's flops: the runs a call makes, summed
-    for flops, count in products:
-        one = dim_sizes.Poly.of(flops)
+    products, others = kernels
+    runs: dict[tuple[dim_sizes.Poly, dim_sizes.Poly], dim_sizes.Poly] = {}  # one run's (flops, bytes read): runs
+    for flops, count, streamed in products:
+        one = (dim_sizes.Poly.of(flops), dim_sizes.Poly.of(streamed))
         runs[one] = runs.get(one, dim_sizes.Poly({})) + count
     inputs = [[d.value if isinstance(d, ir.SymbolicDim) else None for d in v.shape or ()] for v in graph.inputs]
-    data = {"one_thread_up_to": up_to, "inputs": inputs,
-            "products": [[flops.to_json(), count.to_json()] for flops, count in runs.items()]}
+    data = {"one_thread_up_to": up_to, "inputs": inputs, "others": others,
+            "products": [[flops.to_json(), count.to_json(), streamed.to_json()]
+                         for (flops, streamed), count in runs.items()]}
     return {BY_SIZE_KEY: json.dumps(data, separators=(",", ":"))}
 
 
@@ -204,15 +219,15 @@ def symbolic_names(graph: Any) -> set[str]:
             for d in v.shape if isinstance(d, ir.SymbolicDim) and d.value is not None}
 
 
-def one_thread_for(small: float, large: float) -> int | None:
-    """The record for products of ``small`` and ``large`` flops in all (``weigh``)."""
-    return 1 if small > large else None
+def one_thread_for(cost: float, saving: float) -> int | None:
+    """The record for a second thread that costs a call ``cost`` seconds and saves it ``saving`` (``weigh``)."""
+    return 1 if cost > saving else None
 
 
 def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any], int | None] | None = None,
           leave_out: Collection[Any] = (), sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
-    """(flops of the products under ``SMALL_FLOPS``, of the others) a call runs, or None where a size
-    is unknown (unless ``skip_unknown``) or an LSTM or RNN op runs.
+    """(seconds a second intra-op thread costs a call, seconds it saves: ``two_thread_weights``), or None
+    where a product's size is unknown (unless ``skip_unknown``) or a big LSTM or an RNN op runs.
 
     Args:
         loop_steps: the steps of a Loop that will run a fixed number of them (a rule's estimate
@@ -222,45 +237,72 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
             an expression of them as jax.export writes one (``64*b``) is evaluated, and a name shape
             inference made up takes the size of a dimension an op equates it to (``dim_sizes``).
     """
-    products = products_of(graph, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out,
-                           sizes=sizes or {})
-    return None if products is None else split_small(products)
+    kernels = kernels_of(graph, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out,
+                         sizes=sizes or {})
+    return None if kernels is None else two_thread_weights(*kernels)
+
+
+Product = tuple[Size, Size, Size]  # (flops of one run, runs a call makes, bytes one run reads of its right operand)
 
 
 def products_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
                 loop_steps: Callable[[Any], int | None] | None = None,
-                leave_out: Collection[Any] = ()) -> list[tuple[Size, Size]] | None:
-    """(flops of one run, runs a call makes) of each product (``weigh``'s arguments); with ``dim_sizes.Poly``
-    sizes, polynomials of the symbolic dimensions."""
-    out: list[tuple[Size, Size]] = []
+                leave_out: Collection[Any] = ()) -> list[Product] | None:
+    """``kernels_of``'s products."""
+    kernels = kernels_of(graph, sizes=sizes, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out)
+    return None if kernels is None else kernels[0]
+
+
+def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
+               loop_steps: Callable[[Any], int | None] | None = None,
+               leave_out: Collection[Any] = ()) -> tuple[list[Product], float] | None:
+    """The products a call runs (``Product``; with ``dim_sizes.Poly`` sizes, polynomials of the symbolic
+    dimensions) and how many other kernels it runs (a Loop's or Scan's body's once per step, once where its
+    steps are not known), as ``weigh`` takes them; None where it gives None."""
+    products: list[Product] = []
+    others = 0.0
     shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes))
-    for node, repeats, seen in _products(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
+    for node, repeats, seen in _kernels(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
+        if node.op_type not in _PRODUCT_OPS:
+            others += _other_kernel(node) * (1 if repeats is None else repeats)
+            continue
         if node.op_type in _SELF_THREADED and not _small_lstm(node, seen):
             return None
-        weighed = _rnn_products(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
+        weighed = _rnn_steps_weighed(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
+        streamed = 0.0 if node.op_type in _RNN_OPS else _streamed(node, seen)
         for flops, times in weighed:
             if flops is None or repeats is None:
                 if skip_unknown:
                     continue
                 return None
-            out.append((flops, repeats * times))
-    return out
+            products.append((flops, repeats * times, streamed))
+    return products, others
 
 
-def split_small(products: Sequence[tuple[Size, Size]], sizes: Mapping[str, int] | None = None
-                ) -> tuple[float, float] | None:
-    """(flops of the products under ``SMALL_FLOPS``, of the others) of ``products_of``'s list, its
-    polynomials at ``sizes``; None where one names a dimension without a size."""
-    small = large = 0.0
-    for flops, runs in products:
-        one, count = (x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x for x in (flops, runs))
-        if one is None or count is None:
+def _other_kernel(node: Any) -> bool:
+    """Whether a node that is no product counts as a kernel a call runs: not one the clean-up after the
+    rules folds (its inputs all constants), nor shape arithmetic (integer outputs that are no model output)."""
+    if all(v is None or v.const_value is not None for v in node.inputs) and node.inputs:
+        return False
+    return not all(o.dtype in _SHAPE_TYPES and not o.is_graph_output() for o in node.outputs)
+
+
+def two_thread_weights(products: Sequence[Product], others: float = 0.0,
+                       sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
+    """(seconds a second intra-op thread costs a call, seconds it saves) for ``products`` and ``others``
+    other kernels, polynomials taken at ``sizes``; None where one names a dimension without a size.
+
+    Each product takes ``max(flops / CORE_FLOPS, bytes read / STREAM_BYTES)`` on one thread; a second
+    thread saves ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS``; every other kernel costs
+    ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements)."""
+    cost, saving = others * OTHER_SECONDS, 0.0
+    for product in products:
+        one, count, streamed = (x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x for x in product)
+        if one is None or count is None or streamed is None:
             return None
-        if one < SMALL_FLOPS:
-            small += one * count
-        else:
-            large += one * count
-    return small, large
+        cost += count * WAKE_SECONDS
+        saving += count * SECOND_THREAD_SAVES * max(one / CORE_FLOPS, streamed / STREAM_BYTES)
+    return cost, saving
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,19 +317,18 @@ class _Shapes:
         return _Shapes({**self.known, **more}, self.sizes)
 
 
-def _products(graph: Any, repeats: int | None, shapes: _Shapes,
-              loop_steps: Callable[[Any], int | None] | None = None,
-              leave_out: frozenset[int] | set[int] = frozenset()) -> Iterator[tuple[Any, int | None, _Shapes]]:
-    """(node, how many times a call runs it, where its dims come from) for every product and RNN
-    op, subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
+def _kernels(graph: Any, repeats: int | None, shapes: _Shapes,
+             loop_steps: Callable[[Any], int | None] | None = None,
+             leave_out: frozenset[int] | set[int] = frozenset()) -> Iterator[tuple[Any, int | None, _Shapes]]:
+    """(node, how many times a call runs it, where its dims come from) for every node but Constants,
+    subgraphs included. A Scan body's inputs often carry no shape: they take the Scan's inputs'."""
+    live = _live(graph)  # a rule's estimate runs before dead nodes are removed
     for node in graph:
         if node.op_type == "Loop" and node.domain == "" and loop_steps is not None:
             _know_scan_outputs(node, loop_steps(node), shapes)
-        if node.domain not in ("", "ai.onnx") or id(node) in leave_out:
+        if node.domain not in ("", "ai.onnx") or id(node) in leave_out or id(node) not in live:
             continue
-        if not any(o.uses() or o.is_graph_output() for o in node.outputs):
-            continue  # dead (a rule's estimate runs before dead nodes are removed)
-        if node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose", *_RNN_OPS):
+        if node.op_type != "Constant":
             yield node, repeats, shapes
         for attr in node.attributes.values():
             if attr.type.name != "GRAPH":
@@ -300,7 +341,24 @@ def _products(graph: Any, repeats: int | None, shapes: _Shapes,
             elif node.op_type == "Scan":
                 steps, inner = _scan_steps(node, attr.value, shapes)
             times = None if repeats is None or steps is None else repeats * steps
-            yield from _products(attr.value, times, inner, loop_steps, leave_out)
+            yield from _kernels(attr.value, times, inner, loop_steps, leave_out)
+
+
+def _live(graph: Any) -> set[int]:
+    """The ids of ``graph``'s nodes that its outputs depend on, through the values its nodes' subgraphs read."""
+    live: set[int] = set()
+    stack = [v.producer() for v in graph.outputs]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in live or node.graph is not graph:
+            continue
+        live.add(id(node))
+        stack.extend(v.producer() for v in node.inputs if v is not None)
+        for attr in node.attributes.values():
+            if attr.type.name == "GRAPH":
+                stack.extend(v.producer() for inner in ir.traversal.RecursiveGraphIterator(attr.value)
+                             for v in inner.inputs if v is not None)
+    return live
 
 
 def _know_scan_outputs(loop: Any, steps: int | None, shapes: _Shapes) -> None:
@@ -333,6 +391,14 @@ def _rnn_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
     directions, gates, hidden = r
     projection, step = 2.0 * steps * batch * width * gates, 2.0 * batch * hidden * gates
     return [(projection, directions), (step, directions * steps)]
+
+
+def _rnn_steps_weighed(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:
+    """``_rnn_products`` as ``two_thread_weights`` takes them: each step's product saves nothing on a second
+    thread (ORT's GRU kernel took 2.4-4x the CPU time on two threads, ``rewrites/gru.py``), and pays for
+    waking it."""
+    projection, *steps = _rnn_products(node, shapes)
+    return [projection, *((None if flops is None else 0.0, times) for flops, times in steps)]
 
 
 def _scan_steps(scan: Any, body: Any, shapes: _Shapes) -> tuple[int | None, _Shapes]:
@@ -404,6 +470,17 @@ def _broadcast(x: Sequence[Size], y: Sequence[Size]) -> list[Size] | None:
     return out[::-1]
 
 
+def _streamed(node: Any, shapes: _Shapes) -> Size:
+    """The bytes of a product's right operand (a weight, a convolution's kernel), which one run reads; 0
+    where its size is unknown."""
+    value = node.inputs[1] if len(node.inputs) > 1 else None
+    dims = _dims(value, shapes)
+    if dims is None:
+        return 0.0
+    dtype = value.dtype
+    return math.prod(dims) * (4 if dtype is None else dtype.itemsize) * 1.0
+
+
 def _flops(node: Any, shapes: _Shapes) -> Size | None:
     """Multiply-adds times two of one run of a product, from its operands' static shapes; None when unknown."""
     a = _dims(node.inputs[0], shapes)
@@ -433,7 +510,8 @@ class Record:
 
     threads_always: int | None = None
     inputs: tuple[tuple[str | None, ...], ...] = ()  # each input's dimension names (None: a fixed size)
-    products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # (one run's flops, runs a call makes)
+    products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # ``Product``s
+    others: float = 0.0  # the other kernels a call runs
 
     def threads(self, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
         """The thread count for a call on inputs of ``shapes`` (in the model's input order): the count
@@ -441,7 +519,7 @@ class Record:
         if self.threads_always is not None or shapes is None or not self.products:
             return self.threads_always
         sizes = self.sizes(shapes)
-        weights = None if sizes is None else split_small(self.products, sizes)
+        weights = None if sizes is None else two_thread_weights(self.products, self.others, sizes)
         return None if weights is None else one_thread_for(*weights)
 
     def sizes(self, shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
@@ -492,7 +570,13 @@ def _by_size(value: str) -> Record:
         inputs = tuple(tuple(n for n in names) for names in data["inputs"])
         if not all(n is None or isinstance(n, str) for names in inputs for n in names):
             return Record()
-        products = tuple((dim_sizes.Poly.from_json(f), dim_sizes.Poly.from_json(c)) for f, c in data["products"])
-        return Record(inputs=inputs, products=products)
+        products = tuple(_product_from_json(*entry) for entry in data["products"])
+        others = float(data.get("others", 0.0))
+        return Record(inputs=inputs, products=products, others=others)
     except (ValueError, TypeError, KeyError, AttributeError):
         return Record()
+
+
+def _product_from_json(flops: Any, runs: Any, streamed: Any = None) -> tuple[dim_sizes.Poly, ...]:
+    """A ``Product`` of polynomials from its JSON (a record written before bytes were weighed has none)."""
+    return tuple(dim_sizes.Poly.from_json(x) for x in (flops, runs, streamed if streamed is not None else []))

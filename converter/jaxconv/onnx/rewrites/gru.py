@@ -526,20 +526,18 @@ def _batch_size(got: dict) -> int:
 
 def _runs_on_one_thread(graph: ir.Graph, matched: list[tuple[ir.Node, dict]]) -> bool:
     """True when the model will record one intra-op thread (``thread_count``) with the ``matched``
-    scans as GRU ops: its small products outweigh the rest, each scan's counted once per step. The
-    scans' bodies are weighed as the op's recurrent products (shape inference leaves theirs unknown);
-    their input projections, outside, as the op's."""
+    scans as GRU ops: a second thread would cost it more than it saves, each scan's product weighed once
+    per step. The scans' bodies are weighed as the op's recurrent products (shape inference leaves theirs
+    unknown); their input projections, outside, as the op's."""
     weights = thread_count.weigh(graph, loop_steps=scan_steps, leave_out=[loop for loop, _ in matched])
     if weights is None:
         return False
-    small, large = weights
+    cost, saving = weights
     for _, got in matched:
-        step = 2.0 * _batch_size(got) * got["hidden"] * 3 * got["hidden"]
-        if step < thread_count.SMALL_FLOPS:
-            small += step * got["steps"]
-        else:
-            large += step * got["steps"]
-    return thread_count.one_thread_for(small, large) == 1
+        more = thread_count.two_thread_weights([(0.0, got["steps"], 0.0)])  # as the op's steps are weighed
+        assert more is not None  # numbers, no polynomials
+        cost, saving = cost + more[0], saving + more[1]
+    return thread_count.one_thread_for(cost, saving) == 1
 
 
 def rewrite(graph: ir.Graph) -> int:
