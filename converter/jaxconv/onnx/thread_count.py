@@ -69,7 +69,8 @@ call's sizes (``Record.threads``), so a call at ``b = 2, s = 64`` gets the count
 sizes records; ``session_options`` takes the shapes a session of one's own will run.
 
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
-included (``group`` divides each output's window): chains of one kind of convolution at 0.6-57
+included (``group`` divides each output's window). Under the earlier line (products under 10 MFLOP
+outweighing the rest): chains of one kind of convolution at 0.6-57
 MFLOP (3x3, 1x1, depthwise 3x3 and 5x5; ORT runs them as NCHWc blocked convolutions) took 0.27-0.92x
 the wall time on one thread of two below 30 MFLOP (load 10), depthwise ones included, and the
 keras-hub MobileNetV3, EfficientNet and CSPDarkNet (every convolution under 10 MFLOP but the half
@@ -152,7 +153,8 @@ def one_thread_up_to(graph: Any) -> int | None:
 
 
 def recommend(model: Any, *, skip_unknown: bool = False, symbolic_sizes: Sequence[int] = ()) -> int | None:
-    """1 where the model's small products outweigh its big ones, else None (ORT's thread count).
+    """1 where a second thread would cost the model's kernels more than it saves them, else None (ORT's
+    thread count).
 
     Args:
         model: an ``onnx_ir`` model, cleaned up.
@@ -294,7 +296,11 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
 
     Each product takes ``max(flops / CORE_FLOPS, bytes read / STREAM_BYTES)`` on one thread; a second
     thread saves ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS``; every other kernel costs
-    ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements)."""
+    ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements). A call without
+    products weighs nothing (0, 0): its elementwise kernels may be big enough to gain, and ORT runs the
+    small ones on one thread whatever the count."""
+    if not products:
+        return 0.0, 0.0
     cost, saving = others * OTHER_SECONDS, 0.0
     for product in products:
         one, count, streamed = (x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x for x in product)

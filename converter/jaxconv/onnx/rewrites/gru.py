@@ -21,8 +21,8 @@ else the exact Loop does.
 Chosen by size and threads (``ENABLED`` forces it for every size): the GRU op where each step's
 recurrent products are too small for ONNX Runtime's GEMM (MLAS) to split over threads, ``batch * 2H *
 H`` multiplies under ``MLAS_THREAD_COMPLEXITY`` (65,536; MLAS gives a product ``multiplies / 65,536 +
-1`` threads), or where the model runs on one intra-op thread (``thread_count``: its small products,
-the scans' counted once per step, outweigh the rest; the model then records that thread, so ORT's
+1`` threads), or where the model runs on one intra-op thread (``thread_count``: a second thread would cost
+its kernels, the scans' products once per step, more than it saves; the model then records that thread, so ORT's
 sessions with jaxconv's options run the op on one) and its products are under ``ONE_THREAD_LIMIT``;
 the Scan elsewhere. On one thread the op wins at every size (below). Below the line the GRU op never waits on the
 thread pool, and it saves the Scan's cost per step (the benchmark GRU's graph with an empty Scan
