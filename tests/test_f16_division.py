@@ -85,8 +85,18 @@ def test_f16_multiply_add_rounds_the_product_as_jax_op_by_op():
     jaxconv.to_onnx(fn, "f16[4096]", "f16[4096]", "f16[4096]")  # checked against jax.jit by default: raises on a mismatch
 
 
+def test_the_premise_xla_divides_by_exp_as_the_lowering_takes_it():
+    """jax 0.10's XLA makes a float16 ``a / exp(b)`` into ``a * exp(-b)``, jax 0.11.2's keeps the division:
+    the compiled HLO says which, and the lowering's version rule must say the same."""
+    from jaxconv.onnx.xla_division import divides_by_exp_as_a_product
+
+    a = b = np.ones(16, np.float16)
+    hlo = jax.jit(lambda a, b: a / jnp.exp(b)).lower(a, b).compile().as_text()
+    assert (" divide(" in hlo) != divides_by_exp_as_a_product()
+
+
 def test_f16_divide_by_exp_and_rsqrt_is_jits_bits():
-    """XLA also makes a / exp(b) into a * exp(-b) and a / rsqrt(b) into a * sqrt(b)."""
+    """XLA also makes a / rsqrt(b) into a * sqrt(b), and (jax 0.10) a / exp(b) into a * exp(-b)."""
     a = _numbers(4096, 4)
     b = _numbers(4096, 5)
     b[:EDGES.size] = EDGES[::-1]

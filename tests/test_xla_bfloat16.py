@@ -57,8 +57,24 @@ IN_FLOAT32 = {
 
 @pytest.mark.parametrize("name", list(IN_FLOAT32))
 def test_a_converted_bfloat16_result_is_its_float32_value(name):
+    from jaxconv.onnx.xla_bfloat16 import dots_reach_converts_unrounded
+
     fn = IN_FLOAT32[name]
-    np.testing.assert_array_equal(_onnx(fn, X, Y), _jit(fn, X, Y))
+    got, want = _onnx(fn, X, Y), _jit(fn, X, Y)
+    if name == "(x @ w).astype(f32)" and not dots_reach_converts_unrounded():
+        _within_a_rounding(got, want)
+        return
+    np.testing.assert_array_equal(got, want)
+
+
+def _within_a_rounding(got: np.ndarray, want: np.ndarray) -> None:
+    """jax 0.11.2 rounds the product to bfloat16 (as the ONNX does), from a float32 sum that its CPU kernel
+    (YNNPACK) adds in another order than ONNX Runtime's: a sum one float32 ulp away from a bfloat16 tie
+    rounds the other way (1 of 8,192 elements here), one bfloat16 ulp apart."""
+    assert np.mean(got == want) > 0.999
+    ulp = np.abs(want.astype(BF16).astype(np.float32) - np.nextafter(want.astype(BF16), BF16(np.inf)).astype(
+        np.float32))
+    assert (np.abs(got - want) <= ulp).all()
 
 
 @pytest.mark.parametrize("op", ["add", "multiply", "divide"])

@@ -25,6 +25,16 @@ _MOVERS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity")
 # fusions read (an RMS norm's ``x / sqrt(mean(x^2) + eps)``), and out of the nested-division rules.
 OWN_RULES = frozenset({"stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.exponential", "stablehlo.power"})
 
+
+def divides_by_exp_as_a_product() -> bool:
+    """Whether jax.jit on the CPU computes a float16 ``a / exp(b)`` as ``a * exp(-b)``: jax 0.10's XLA does;
+    jax 0.11.2's keeps the division (its compiled HLO divides by the exp; ``a / rsqrt(b)`` is still
+    ``a * sqrt(b)``)."""
+    import jax
+
+    return jax.__version_info__ < (0, 11)
+
+
 def rewrite(graph: ir.Graph) -> int:
     """Rewrite the marked Divs of ``graph`` and its subgraphs; returns how many."""
     count = 0

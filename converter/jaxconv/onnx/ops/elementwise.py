@@ -33,7 +33,7 @@ from jaxconv.onnx.ops._common import (
 )
 from jaxconv.onnx.ops.bitcast import bits_to_float, float_to_bits
 from jaxconv.onnx.registry import lowering
-from jaxconv.onnx.xla_division import OWN_RULES, moved_from
+from jaxconv.onnx.xla_division import OWN_RULES, divides_by_exp_as_a_product, moved_from
 from jaxconv.stablehlo import ir as hir
 
 # ---- 1:1 table rows -----------------------------------------------------------------------
@@ -216,7 +216,8 @@ def _f16_reciprocal(ctx: LoweringContext, op: hir.Op, lhs: str, rhs: str) -> str
 
     XLA's algebraic simplifier turns ``a / c`` (``c`` constant, ``a`` not) into ``a * (1 / c)``,
     ``a / sqrt(b)`` (also through a broadcast) into ``a * rsqrt(b)``, ``a / rsqrt(b)`` into ``a * sqrt(b)``,
-    ``a / exp(b)`` into ``a * exp(-b)`` and ``a / broadcast(b)`` into ``a * broadcast(1 / b)`` (a softmax's
+    ``a / exp(b)`` into ``a * exp(-b)`` (jax 0.10's XLA: ``xla_division.divides_by_exp_as_a_product``) and
+    ``a / broadcast(b)`` into ``a * broadcast(1 / b)`` (a softmax's
     sum, a row maximum: the float32 rule, ``_by_reciprocal_in_xla``), the reciprocal rounded to float16
     before the product: one float16 ulp from IEEE division in a quarter to a third of the elements (a
     norm's ``c / sqrt(var)``, ``jax.nn.softmax``). The product of two float16 values is exact in float32,
@@ -251,7 +252,7 @@ def _f16_inverse(ctx: LoweringContext, node: ir.Node | None) -> str | None:
         return None
     kind = node.metadata_props.get("stablehlo.op")
     chain = {"stablehlo.sqrt": ("Sqrt",), "stablehlo.rsqrt": ("Reciprocal", "Sqrt"),
-             "stablehlo.exponential": ("Exp",)}.get(kind or "")
+             "stablehlo.exponential": ("Exp",) if divides_by_exp_as_a_product() else None}.get(kind or "")
     found, value = [], node.inputs[0]
     for op_type in chain or ():
         producer = value.producer() if value is not None else None
