@@ -37,8 +37,13 @@ def _floats(n, dtype=np.float32):
 
 
 def _bits(a):
-    a = np.ascontiguousarray(np.asarray(a))
-    return a.dtype, a.shape, a.view(np.uint8).tobytes()
+    """The array's bytes, every NaN the same: which NaN a NaN x NaN gives (its sign, its payload) IEEE leaves
+    open, and jax 0.11.2's XLA picks the other operand's for a constant passed as an argument than for the
+    same constant embedded (the float16 product below: 1 element of 262,144, -NaN x NaN)."""
+    a = np.array(np.asarray(a), ndmin=1)
+    if np.issubdtype(a.dtype, np.floating):
+        a[np.isnan(a)] = np.nan
+    return a.dtype, a.shape, a.tobytes()
 
 
 @pytest.mark.parametrize("offset", [16, 32, 48])
@@ -101,7 +106,12 @@ def _edge_input():
     return x
 
 
-@pytest.mark.parametrize("fn, borrowed", [(mlp, 3), (reused, 2), (mixed, 4), (scanned, 3)])
+# jax 0.11 may fold mixed's convert of the int8 constant while tracing (it did run alone, not after the
+# tests above): the program then holds the int32 array jax made (its own, put whole), not the int8 to borrow
+_MIXED_BORROWED = (4,) if jax.__version_info__ < (0, 11) else (3, 4)
+
+
+@pytest.mark.parametrize("fn, borrowed", [(mlp, (3,)), (reused, (2,)), (mixed, _MIXED_BORROWED), (scanned, (3,))])
 def test_the_reference_with_borrowed_constants_is_bit_identical_to_jax_jit(fn, borrowed):
     jit_reference.clear()
     for x in (_rng.standard_normal((8, 256)).astype(np.float32), _edge_input()):
@@ -110,7 +120,7 @@ def test_the_reference_with_borrowed_constants_is_bit_identical_to_jax_jit(fn, b
         want = [np.asarray(o) for o in jax.tree_util.tree_leaves(jax.jit(fn)(jnp.asarray(x)))]
         assert [_bits(g) for g in got] == [_bits(w) for w in want]
     (_, _, consts, _), = jit_reference._CACHE.values()
-    assert sum(isinstance(c, jit_borrow.Borrowed) for c in consts) == borrowed
+    assert sum(isinstance(c, jit_borrow.Borrowed) for c in consts) in borrowed
     jit_reference.clear()
 
 
