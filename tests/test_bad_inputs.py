@@ -310,6 +310,14 @@ def test_bad_outputs(folder, capsys, args, words):
     assert (folder / "ok.py").read_text() == SOURCES["ok.py"]
 
 
+@pytest.mark.parametrize("command", ["to-onnx", "to-tflite"])
+def test_an_output_that_cannot_be_a_file_is_refused_before_any_work(folder, capsys, command):
+    """The output is refused before the file is loaded (and before TensorFlow is asked for): a missing
+    file and a folder as the output give the folder's error, not the file's after loading it."""
+    _expect(folder, capsys, [command, "missing.py", "--specs", "f32[3]", "-o", "."], UsageError, "is a folder")
+    _expect(folder, capsys, ["saved-model-to-onnx", "missing_dir", "-o", "."], UsageError, "is a folder")
+
+
 # ---------------------------------------------------------------- --inputs for check
 
 @pytest.fixture

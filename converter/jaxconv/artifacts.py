@@ -38,15 +38,21 @@ def prepare_parent(path: str) -> str:
     return parent
 
 
-@contextlib.contextmanager
-def atomic_file(path: str) -> Iterator[str]:
-    """Yield a temporary file path; on success it replaces ``path``, on error it is removed."""
+def check_file_path(path: str) -> None:
+    """Refuse an output that cannot be a file (empty, a folder, a name ending in a separator), before any
+    work is done for it."""
     if not path:
         raise UsageError("the output path is empty; give a file path")
     if os.path.isdir(path):
         raise UsageError(f"output {path} is a folder; give a file path")
     if path.endswith(("/", os.sep)):
         raise UsageError(f"output {path} names a folder (it ends with {path[-1]}); give a file path")
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[str]:
+    """Yield a temporary file path; on success it replaces ``path``, on error it is removed."""
+    check_file_path(path)
     parent = prepare_parent(path)
     fd, tmp = tempfile.mkstemp(prefix=".jaxconv-", suffix=os.path.splitext(path)[1], dir=parent)
     os.close(fd)

@@ -230,7 +230,9 @@ def cmd_to_stablehlo(args: argparse.Namespace) -> int:
 
 def cmd_to_onnx(args: argparse.Namespace) -> int:
     from jaxconv import api
+    from jaxconv.artifacts import check_file_path
 
+    check_file_path(args.output)  # before the conversion's work
     ext = os.path.splitext(args.file)[1].lower()
     if ext in (".mlir", ".mlirbc"):
         return _stablehlo_file_to_onnx(args)
@@ -301,7 +303,9 @@ def cmd_to_saved_model(args: argparse.Namespace) -> int:
 
 def cmd_to_tflite(args: argparse.Namespace) -> int:
     from jaxconv import api
+    from jaxconv.artifacts import check_file_path
 
+    check_file_path(args.output)  # before the conversion's work (and before TensorFlow is asked for)
     program = _load_program(args)
     reports: list = []
     try:
@@ -518,6 +522,9 @@ def cmd_cpp_runtime(args: argparse.Namespace) -> int:
 
 def cmd_saved_model_to_onnx(args: argparse.Namespace) -> int:
     from jaxconv import check_context, check_inputs
+    from jaxconv.artifacts import check_file_path
+
+    check_file_path(args.output)  # before TensorFlow is imported
     from jaxconv.tf.saved_model_to_onnx import saved_model_to_onnx
 
     sizes = check_inputs.parse_sizes(args.check_sizes) if args.check_sizes else None
