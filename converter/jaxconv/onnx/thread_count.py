@@ -26,7 +26,9 @@ keras CNN, 1.05-1.22x on two threads; the Equinox CNN and Haiku ResNet-50, 1.47-
 2.6 in excess time ratios, this weighing chooses the slower for 3 (the Equinox MLP 1.07x, the Flax
 U-Net 1.06x, Flax's ``nn.scan`` LSTM 1.04x), summing 0.17. Alone, chains of ``[128, K] x [K, N]``
 products took 1.30x the wall time on two threads at 8.4 MFLOP, 0.89x at 16.8 and 0.54-0.72x from 34
-to 268. Convolutions are weighed as products.
+to 268: such a chain of 8.4 MFLOP products weighs as two threads, as products in whole models paid less
+per product on two threads than these chains, and the fit follows the models. Convolutions are weighed
+as products.
 
 ORT's LSTM and RNN ops thread their steps themselves (the benchmark LSTM op: 0.46x on two threads,
 0.80x on one), so a model with one gets no record, nor does one
