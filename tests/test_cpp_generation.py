@@ -310,3 +310,23 @@ def test_symbolic_dimension_expressions_to_cpp():
         cpp_expr("b ** 2", {"b": "b"})
 
 
+
+
+@pytest.mark.parametrize("width, threads", [(64, "1"), (1024, "0")])
+def test_options_default_to_the_thread_count_the_model_records(tmp_path, width, threads):
+    """A model of small products records one intra-op thread and its class defaults to it; one of big
+    products (67 MFLOP each) records none, and its class takes ONNX Runtime's default (0: one per core),
+    as jaxconv's own sessions do."""
+    import jax.numpy as jnp
+
+    from jaxconv.cpp.project import write_project
+    from jaxconv.onnx import thread_count
+    from jaxconv.program import trace
+
+    w = np.full((width, width), 0.01, np.float32)
+    program = trace(lambda x: jnp.tanh(x @ w) @ w, [f"f32[32,{width}]"], name="layers")
+    write_project(program, str(tmp_path / "p"), check=False)
+    header = (tmp_path / "p" / "layers.h").read_text()
+    assert re.search(r"int intra_op_threads = (\d+);", header).group(1) == threads
+    recorded = thread_count.recorded(str(tmp_path / "p" / "model.onnx"))
+    assert str(recorded or 0) == threads

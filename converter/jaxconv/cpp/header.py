@@ -85,4 +85,14 @@ def render(model: CppModel) -> str:
         "OUTPUT_METADATA": "\n".join(metadata) + "\n",
         "CONSTRUCTORS": _constructors(model),
         "RUN_PARAMS": run_params(model),
+        "DEFAULT_THREADS": str(model.threads),
+        "THREADS_DOC": _threads_doc(model.threads),
     })
+
+
+def _threads_doc(threads: int) -> str:
+    """Why ``Options::intra_op_threads`` defaults to ``threads`` (``project.recorded_threads``)."""
+    if threads == 0:
+        return "0: ONNX Runtime's default, one per core (the model records no count: its products gain from every core)"
+    return (f"{threads}: the count the model records (jaxconv.intra_op_threads: a second thread costs "
+            "its kernels more than it saves); 0: ONNX Runtime's default, one per core")

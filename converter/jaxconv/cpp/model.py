@@ -70,6 +70,8 @@ class CppModel:
         symbol_idents: C++ parameter name of each symbol.
         embed: whether the model bytes are compiled into the library.
         c_api: whether an ``extern "C"`` API (``NAME_c.h``) is generated too.
+        threads: the intra-op thread count the generated ``Options`` default to: the one the ONNX model
+            records (``onnx.thread_count``), 0 (ONNX Runtime's default, one per core) where it records none.
     """
 
     namespaces: tuple[str, ...]
@@ -81,6 +83,7 @@ class CppModel:
     symbol_idents: dict[str, str]
     embed: bool
     c_api: bool = False
+    threads: int = 1
 
     def dim_expr(self, dim: int | str) -> str:
         return cdims.cpp_expr(dim, self.symbol_idents)

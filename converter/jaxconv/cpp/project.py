@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -73,6 +74,7 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
 
     onnx_path = os.path.join(tmp, ONNX_FILE)
     _check_complex(model, onnx_path, out_dir)
+    model = dataclasses.replace(model, threads=recorded_threads(onnx_path))
     names = [ONNX_FILE]
     if os.path.exists(onnx_path + ".data"):
         if model.embed:
@@ -91,6 +93,18 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
         names.append(file_name)
     _usual_permissions(tmp, names)
     return names
+
+
+def recorded_threads(onnx_path: str) -> int:
+    """The intra-op thread count for the generated class's ``Options``: the count the model records; 1
+    where it records one by size (one thread serves its small sizes, and the class does not weigh each
+    call); else 0, ONNX Runtime's default (one per core), as jaxconv's own sessions do."""
+    from jaxconv.onnx import thread_count
+
+    record = thread_count.read_record(onnx_path)
+    if record.threads_always is not None:
+        return record.threads_always
+    return 1 if record.products else 0
 
 
 def _check_complex(model: CppModel, onnx_path: str, out_dir: str) -> None:
