@@ -245,7 +245,7 @@ def drop_unread_initializers(graph: ir.Graph) -> int:
     onnx_ir's dead-code pass keeps an initializer while any node reads it, also a node of a subgraph a
     rule took out of the model (an If or a Loop it replaced): an unrolled two-layer LSTM made LSTM ops
     kept its two concatenated weights in the file, read by nothing ORT runs."""
-    live = {id(g) for g in _graphs(graph)}
+    live = {id(graph)} | {id(node.graph) for node in _nodes(graph)}  # graphs without nodes read nothing
     dropped = 0
     for value in list(graph.initializers.values()):
         if value.is_graph_input() or value.is_graph_output():
@@ -256,17 +256,6 @@ def drop_unread_initializers(graph: ir.Graph) -> int:
             dropped += 1
     return dropped
 
-
-def _graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
-    """``graph`` and the subgraphs of its nodes, theirs included."""
-    yield graph
-    for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from _graphs(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for sub in attr.value:
-                    yield from _graphs(sub)
 
 
 def _keep_output_types(graph: ir.Graph, declared: list[tuple[ir.TypeProtocol | None, ir.Shape | None]]) -> None:

@@ -249,14 +249,6 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
 Product = tuple[Size, Size, Size]  # (flops of one run, runs a call makes, bytes one run reads of its right operand)
 
 
-def products_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
-                loop_steps: Callable[[Any], int | None] | None = None,
-                leave_out: Collection[Any] = ()) -> list[Product] | None:
-    """``kernels_of``'s products."""
-    kernels = kernels_of(graph, sizes=sizes, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out)
-    return None if kernels is None else kernels[0]
-
-
 def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
                loop_steps: Callable[[Any], int | None] | None = None,
                leave_out: Collection[Any] = ()) -> tuple[list[Product], float] | None:
