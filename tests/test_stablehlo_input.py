@@ -148,3 +148,45 @@ def test_unreadable_module(tmp_path, capsys):
     code, _, err = _convert(capsys, src, "-o", tmp_path / "bad.onnx")
     assert code == 8
     assert len(err.strip().splitlines()) == 1 and "not a readable StableHLO module" in err
+
+
+def _unloadable_model():
+    """A model onnx.checker passes and ONNX Runtime cannot load: its CPU Erf has no float64 kernel."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, [4])
+    table = onnx.numpy_helper.from_array(np.full(256, 0.5), "table")  # external data when large
+    graph = helper.make_graph([helper.make_node("Erf", ["x"], ["y"])], "g", [x], [y], initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["one-file", "external-data"])
+def test_a_module_whose_onnx_does_not_load_writes_nothing(tmp_path, capsys, monkeypatch, large):
+    from jaxconv.onnx import convert
+
+    monkeypatch.setattr(convert, "stablehlo_file_to_onnx", lambda *a: _unloadable_model())
+    if large:  # the weights-beside-the-model path stages both files the same way
+        monkeypatch.setattr(convert, "is_large", lambda *a, **k: True)
+    src = _write(tmp_path / "model.mlir", _exported().mlir_module())
+    out = tmp_path / "model.onnx"
+    code, stdout, err = _convert(capsys, src, "-o", out)
+    assert code == 8, err
+    assert err.count("\n") == 1 and f"ONNX Runtime cannot load {out}" in err, err
+    assert "Erf" in err
+    assert sorted(os.listdir(tmp_path)) == ["model.mlir"]  # no model, no data, no staging left
+
+    code, stdout, err = _convert(capsys, src, "-o", out, "--no-check")  # asked for: written unloaded
+    assert code == 0, err
+    assert "loads in ONNX Runtime" not in stdout and out.exists()
+    assert (tmp_path / "model.onnx.data").exists() == large
+
+
+def test_a_module_says_its_onnx_loads(tmp_path, capsys):
+    src = _write(tmp_path / "model.mlir", _exported().mlir_module())
+    code, stdout, err = _convert(capsys, src, "-o", tmp_path / "model.onnx")
+    assert code == 0, err
+    assert "loads in ONNX Runtime; no JAX function to check against" in stdout

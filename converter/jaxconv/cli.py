@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from jaxconv.errors import ArtifactError, CheckWarning, JaxconvError, JaxconvWarning, UsageError
 
@@ -49,7 +49,8 @@ def _add_function_args(p: argparse.ArgumentParser) -> None:
 
 def _add_check_args(p: argparse.ArgumentParser, *, optional: bool = True) -> None:
     if optional:
-        p.add_argument("--no-check", action="store_true", help="skip running the artifact against jax.jit")
+        p.add_argument("--no-check", action="store_true",
+                       help="skip running the artifact against jax.jit (a StableHLO module: loading it in ORT)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default depends on dtype)")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default depends on dtype)")
     p.add_argument("--strict", action="store_true",
@@ -281,10 +282,27 @@ def _stablehlo_file_to_onnx(args: argparse.Namespace) -> int:
     except ModuleParseError as e:
         raise e.at(args.file) from e
     convert.validate(model)
-    convert.save(model, args.output)
-    print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes; "
+    if args.no_check:
+        convert.save(model, args.output)
+        loaded = ""
+    else:  # no JAX function to compare with, but a model ORT cannot load is no model
+        convert.save(model, args.output, before_publish=_loads_in_onnx_runtime(args.output))
+        loaded = "; loads in ONNX Runtime"
+    print(f"wrote {args.output} (opset {model.opset_import[0].version}, {len(model.graph.node)} nodes{loaded}; "
           "no JAX function to check against)")
     return 0
+
+
+def _loads_in_onnx_runtime(output: str) -> Callable[[str], None]:
+    """A check that ONNX Runtime loads the model written for ``output``: ArtifactError (exit 8) if not."""
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    def check(path: str) -> None:
+        try:
+            OnnxRunner(path, quiet=True)
+        except ArtifactError as e:  # in the output's name, not the temporary file's
+            raise ArtifactError(str(e).replace(path, output)) from e
+    return check
 
 
 def cmd_to_saved_model(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import onnx
 
@@ -231,23 +231,32 @@ def copy_proto_fields(src, dst, skip: str) -> None:
             copy_proto_field(src, dst, field.name)
 
 
-def save(model: onnx.ModelProto, path: str) -> None:
+def save(model: onnx.ModelProto, path: str, before_publish: Callable[[str], None] | None = None) -> None:
     """Save atomically; large models get their weights in PATH.data beside the file.
 
     Both files are written into a temporary folder next to ``path`` and then renamed, so a
     failure leaves neither behind.
+
+    Args:
+        before_publish: called with the written model's temporary path (its data beside it) before
+            the rename; an error it raises leaves no file behind.
     """
     from jaxconv.artifacts import atomic_file
 
     if not is_large(model):
-        with atomic_file(path) as tmp, open(tmp, "wb") as f:
-            write_model(model, f)
+        with atomic_file(path) as tmp:
+            with open(tmp, "wb") as f:
+                write_model(model, f)
+            if before_publish is not None:
+                before_publish(tmp)
         return
     with staged_with_data(path) as (model_path, data_path):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)  # save_model moves tensors out of the proto it is given
         onnx.save_model(copy, model_path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=os.path.basename(data_path), size_threshold=1024)
+        if before_publish is not None:
+            before_publish(model_path)
 
 
 def validate(model: onnx.ModelProto, path: str | None = None) -> None:
