@@ -295,3 +295,25 @@ def test_a_split_of_a_constant_is_folded(sizes):
     parts = np.split(table, np.cumsum(sizes)[:-1] if sizes else 2, axis=1)
     for g, t, p in zip(got, parts, np.split(xs, np.cumsum(sizes)[:-1] if sizes else 2, axis=1)):
         np.testing.assert_array_equal(g, t + p)
+
+
+@pytest.mark.parametrize("elements", [64, 128 * 128])
+def test_equal_initializers_become_one_and_their_readers_too(elements):
+    """Per-layer copies of one constant (a causal mask of 128 x 128 in each layer) become one
+    initializer, and the layers' Adds of it one Add."""
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([elements]))
+    table = np.linspace(-1, 1, elements, dtype=np.float32)
+    nodes = []
+    for layer in range(3):  # each layer adds its own copy to x, then takes the Exp of the sum
+        copy = ir.Value(name=f"mask{layer}", const_value=ir.tensor(table.copy(), name=f"mask{layer}"))
+        add = ir.Node("", "Add", [x, copy])
+        exp = ir.Node("", "Exp", [add.outputs[0]])
+        nodes += [add, exp]
+    last = ir.Node("", "Sum", [n.outputs[0] for n in nodes[1::2]])
+    last.outputs[0].name = "y"
+    model = _model([*nodes, last], [x], [last.outputs[0]])
+    for n in nodes[::2]:
+        model.graph.register_initializer(n.inputs[1])
+    clean_up(model)
+    assert len(model.graph.initializers) == 1
+    assert [n.op_type for n in model.graph] == ["Add", "Exp", "Sum"]

@@ -30,6 +30,7 @@ __all__ = ["FOLD_MAX_ELEMENTS", "optimize", "clean_up", "drop_redundant_expands"
 
 FOLD_MAX_ELEMENTS = 1 << 16  # a folded constant may have at most this many elements
 FOLD_INPUT_MAX_ELEMENTS = 1 << 20  # nor fold from inputs larger than this (a weight's Transpose still folds)
+MERGE_MAX_ELEMENTS = 1 << 16  # equal initializers up to this size become one (per-layer copies of a mask)
 _GROWING = frozenset({"Expand", "Tile", "ConstantOfShape"})
 
 
@@ -227,7 +228,7 @@ def _clean_up(model: ir.Model) -> None:
         loop,
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
         common_passes.LiftSubgraphInitializersToMainGraphPass(),
-        common_passes.DeduplicateInitializersPass(),
+        common_passes.DeduplicateInitializersPass(size_limit=MERGE_MAX_ELEMENTS),  # then CSE merges their readers
         common_passes.CommonSubexpressionEliminationPass(),
         common_passes.RemoveUnusedNodesPass(),
         common_passes.NameFixPass(),
