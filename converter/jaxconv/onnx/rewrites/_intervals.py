@@ -10,6 +10,11 @@ them; an input, or an op not known here, is anything (a float between -inf and i
 A heuristic's answer, not an exact one: NaN is not tracked (a NaN constant bounds nothing: its interval is
 empty, ``lo = inf``, ``hi = -inf``; a NaN input compares false, but a Min or Max of one is NaN in ORT), so a
 rule may read it only to choose whether to fire, never for what it computes.
+
+A mask built at run time over a symbolic length (``Shape``, ``Range``: a causal mask of ``f32[b,t,d]``)
+is bounded at a chosen size: ``evaluate(value, size)`` reads every symbolic dimension as ``size`` (static
+ones at their value), so its bounds hold for inputs of that size only, a representative reading; without
+a size a symbolic dimension is any count.
 """
 
 from __future__ import annotations
@@ -30,24 +35,62 @@ _ANYTHING = (np.array(-np.inf), np.array(np.inf))
 _ANY_BOOL = (np.array(0.0), np.array(1.0))
 
 
-def evaluate(value: ir.Value | None) -> Interval:
-    """``(lo, hi)``: every element of ``value`` lies in ``[lo, hi]`` (bools as 0 and 1), whatever the inputs."""
-    return _evaluate(value, 0, {})
+def evaluate(value: ir.Value | None, size: int | None = None) -> Interval:
+    """``(lo, hi)``: every element of ``value`` lies in ``[lo, hi]`` (bools as 0 and 1), whatever the inputs;
+    with ``size``, whatever the inputs whose symbolic dimensions are all ``size``."""
+    return _evaluate(value, 0, {}, size)
 
 
 def _anything(value: ir.Value | None) -> Interval:
     return _ANY_BOOL if value is not None and value.dtype == ir.DataType.BOOL else _ANYTHING
 
 
-def _evaluate(value: ir.Value | None, depth: int, seen: dict[int, Interval]) -> Interval:
+def _evaluate(value: ir.Value | None, depth: int, seen: dict[int, Interval], size: int | None) -> Interval:
     if value is None:
         return _ANYTHING
     if id(value) not in seen:
-        seen[id(value)] = _computed(value, depth, seen)
+        seen[id(value)] = _computed(value, depth, seen, size)
     return seen[id(value)]
 
 
-def _computed(value: ir.Value, depth: int, seen: dict[int, Interval]) -> Interval:
+def _dims(shape: ir.Shape | None, size: int | None) -> tuple[int, ...] | None:
+    """``shape``'s dimensions, a symbolic one read as ``size``; None where not known."""
+    if shape is None:
+        return None
+    dims = [d if isinstance(d, int) else size for d in shape]
+    return None if any(d is None for d in dims) else tuple(dims)
+
+
+def _shape_of(node: ir.Node, size: int | None) -> Interval | None:
+    """A Shape node's output: static dimensions at their value, symbolic ones at ``size`` (any count where
+    no size is given)."""
+    shape = node.inputs[0].shape
+    if shape is None:
+        return None
+    rank = len(shape)
+    start, end = int(m.attr(node, "start", 0)), m.attr(node, "end")
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
+    dims = list(shape)[start:end]
+    lo = [d if isinstance(d, int) else (size if size is not None else 0) for d in dims]
+    hi = [d if isinstance(d, int) else (size if size is not None else np.inf) for d in dims]
+    return np.array(lo, np.float64), np.array(hi, np.float64)
+
+
+def _range(args: list[Interval]) -> Interval | None:
+    """A Range of known scalars: its values; None otherwise."""
+    if len(args) != 3 or any(a.size != 1 or not np.array_equal(a, b) for a, b in args):
+        return None
+    start, limit, delta = (float(a.reshape(-1)[0]) for a, _ in args)
+    if delta == 0 or not all(np.isfinite((start, limit, delta))):
+        return None
+    if max(np.ceil((limit - start) / delta), 0) > MAX_ELEMENTS:
+        return None
+    x = start + delta * np.arange(max(int(np.ceil((limit - start) / delta)), 0), dtype=np.float64)
+    return x, x
+
+
+def _computed(value: ir.Value, depth: int, seen: dict[int, Interval], size: int | None) -> Interval:
     arr = m.const(value)
     if arr is not None:
         return _exact(arr)
@@ -56,14 +99,17 @@ def _computed(value: ir.Value, depth: int, seen: dict[int, Interval]) -> Interva
             or not node.inputs or node.inputs[0] is None or len(node.outputs) != 1:
         return _anything(value)
     op = node.op_type
+    if op == "Shape":  # the input's shape, not its values
+        shaped = _shape_of(node, size)
+        return _anything(value) if shaped is None else shaped
     known = op in _SHAPE_OPS or op in _COMPARE or op in _LOGIC or op in (
-        "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat", "Slice", "Pad", "Gather")
+        "Cast", "Neg", "Add", "Sub", "Mul", "Min", "Max", "Where", "Concat", "Slice", "Pad", "Gather", "Range")
     out = None
     if known:
-        args = [_evaluate(v, depth + 1, seen) for v in node.inputs]
+        args = [_evaluate(v, depth + 1, seen, size) for v in node.inputs]
         try:
             with np.errstate(all="ignore"):
-                out = _apply(node, args)
+                out = _apply(node, args, size)
         except (ValueError, TypeError, IndexError):
             out = None
     if out is None or out[0].size > MAX_ELEMENTS:  # built from constants by ops not bounded here (Swin's
@@ -82,8 +128,10 @@ def _exact(arr: np.ndarray) -> Interval:
     return x, x
 
 
-def _apply(node: ir.Node, args: list[Interval]) -> Interval | None:
+def _apply(node: ir.Node, args: list[Interval], size: int | None) -> Interval | None:
     op = node.op_type
+    if op == "Range":
+        return _range(args)
     (lo, hi) = args[0]
     if op in _SHAPE_OPS:
         if lo.ndim == 0 and hi.ndim == 0:  # the same bounds everywhere: any shape
@@ -97,17 +145,27 @@ def _apply(node: ir.Node, args: list[Interval]) -> Interval | None:
         if op == "Transpose":
             return _transpose(node, lo), _transpose(node, hi)
         arg = None if shape_arg is None else shape_arg[0].astype(np.int64)
+        if op == "Expand" and arg is not None:  # left unexpanded, broadcastable to the result (a mask
+            rank = len(np.broadcast_shapes(lo.shape, tuple(int(d) for d in np.atleast_1d(arg))))  # spread
+            lead = (1,) * (rank - lo.ndim)  # over a symbolic batch and heads would not fit MAX_ELEMENTS)
+            return lo.reshape(lead + lo.shape), hi.reshape(lead + hi.shape)
+        if op == "Reshape":  # bounds left broadcastable (an Expand's, a Where's) spread to the input's shape:
+            full = _dims(node.inputs[0].shape, size)  # a reshape of fewer places would misplace them
+            if full is not None and lo.shape != full:
+                if int(np.prod(full)) > MAX_ELEMENTS:
+                    return None
+                lo, hi = np.broadcast_to(lo, full), np.broadcast_to(hi, full)
         lo, hi = constants.shape_op(node, lo, arg), constants.shape_op(node, hi, arg)
         return None if lo is None or hi is None else (lo, hi)
     if op in ("Slice", "Pad", "Gather"):
-        return _cut(node, args)
+        return _cut(node, args, size)
     if op == "Concat":
         axis = int(m.attr(node, "axis"))
         parts = []
         for v, (a, b) in zip(node.inputs, args):
-            if v is None or v.shape is None or not v.shape.is_static():
+            shape = None if v is None else _dims(v.shape, size)
+            if shape is None:
                 return None
-            shape = tuple(v.shape.numpy())
             parts.append((np.broadcast_to(a, shape), np.broadcast_to(b, shape)))
         return np.concatenate([p[0] for p in parts], axis), np.concatenate([p[1] for p in parts], axis)
     if op == "Cast":
@@ -145,7 +203,7 @@ def _apply(node: ir.Node, args: list[Interval]) -> Interval | None:
     return None
 
 
-def _cut(node: ir.Node, args: list[Interval]) -> Interval | None:
+def _cut(node: ir.Node, args: list[Interval], size: int | None) -> Interval | None:
     """A Slice or a constant Pad by constants; a Gather at indices not known (any of the table's values)."""
     (lo, hi), rest = args[0], args[1:]
     if node.op_type == "Gather":
@@ -158,10 +216,10 @@ def _cut(node: ir.Node, args: list[Interval]) -> Interval | None:
     arrays = [a for a, _ in rest]
     if lo.ndim == 0 and hi.ndim == 0 and node.op_type == "Slice":
         return lo, hi
-    shape = node.inputs[0].shape if node.inputs[0] is not None else None
-    if shape is None or not shape.is_static():
+    shape = _dims(node.inputs[0].shape, size) if node.inputs[0] is not None else None
+    if shape is None:
         return None
-    lo, hi = (np.broadcast_to(a, tuple(shape.numpy())) for a in (lo, hi))
+    lo, hi = (np.broadcast_to(a, shape) for a in (lo, hi))
     if node.op_type == "Slice":
         return constants.slice_array(lo, arrays), constants.slice_array(hi, arrays)
     if m.attr(node, "mode", "constant") not in ("constant", b"constant") or not arrays:

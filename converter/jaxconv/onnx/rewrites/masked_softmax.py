@@ -43,6 +43,7 @@ from jaxconv.onnx.rewrites import _match as m
 
 FLOOR = -64.0  # below the row's max: exp(FLOOR) over a row's sum is a normal float32 up to 10**10 places
 MIN_SHARE = 0.01  # of the places masked whatever the inputs: a causal mask's 0.5, Swin's 0.23 (the first stage)
+SYMBOLIC_SIZE = 128  # a symbolic length's count where a mask is built at run time: a causal mask's 127/256
 _FILL = 87.0  # |c| at or above which a constant near the Softmax reads as a mask's fill
 _DEPTH = 4
 _THROUGH = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Expand", "Cast", "Trilu"})
@@ -55,7 +56,7 @@ def rewrite(graph: ir.Graph) -> int:
 
 def _filled(value: ir.Value | None, sign: int) -> np.ndarray:
     """Where ``value`` is at or below -87 whatever the inputs (``sign`` -1: at or above 87, a subtrahend)."""
-    lo, hi = intervals.evaluate(value)
+    lo, hi = intervals.evaluate(value, SYMBOLIC_SIZE)
     return hi <= -_FILL if sign > 0 else lo >= _FILL
 
 
@@ -67,7 +68,8 @@ def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> floa
     A mask computed from constants (a causal triangle, Swin's shifted windows, a padding mask of ones) is
     evaluated, so an attention over every key counts 0; so is one combined with the inputs (a causal mask
     and a padding mask the model takes): its causal places count, its padding places do not, as for a
-    padding mask alone: how much of it is filled is not known."""
+    padding mask alone: how much of it is filled is not known. A mask built at run time over a symbolic length
+    (``Shape``, ``Range``) is counted with that length at ``SYMBOLIC_SIZE``: a causal mask's (n - 1) / 2n."""
     node = m.producer(value)
     if node is None or depth > _DEPTH:
         return 0.0
@@ -78,7 +80,7 @@ def _masked_share(value: ir.Value | None, sign: int = 1, depth: int = 0) -> floa
         return max((_masked_share(out, sign, depth + 1) for branch in _branches(node) for out in branch.outputs),
                    default=0.0)
     if op == "Where" and len(node.inputs) == 3:
-        lo, hi = intervals.evaluate(node.inputs[0])
+        lo, hi = intervals.evaluate(node.inputs[0], SYMBOLIC_SIZE)
         places, shares = np.zeros((), bool), []
         for operand, chosen in ((node.inputs[1], lo >= 1), (node.inputs[2], hi <= 0)):
             filled = _filled(operand, sign)
