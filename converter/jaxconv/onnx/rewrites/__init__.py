@@ -119,6 +119,8 @@ faster without changing the numbers:
   or an infinity (ORT's Where branches on every element);
 - ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
   and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs);
+- ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
+  as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``scalar_ranks``: a scalar operand of an elementwise op whose output ends in an axis of 1 given the
   output's rank (ORT broadcasts a scalar against such an operand one element per call), last.
 
@@ -300,6 +302,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
     fired["masked_softmax"] = masked_softmax.rewrite(model.graph)  # after the rules that make its masks
+    if symbolic_inputs:  # after every rule that reads the run-time shape arithmetic
+        fired["constant_targets"] = symbolic.constant_targets(model.graph)
     fired["scalar_ranks"] = scalar_ranks.rewrite(model.graph)  # last: the rules above read scalars as scalars
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)

@@ -1280,3 +1280,68 @@ def _one_axis_cut(node: ir.Node, xs: Dims, shapes: _Shapes) -> tuple[int, int, i
             return None
         cut = (axis, s, e)
     return cut
+
+
+def constant_targets(graph: ir.Graph) -> int:
+    """Give Reshapes and Expands whose target is computed at run time from ``Shape`` a constant target where
+    the analysis relates every entry to the input's dims; returns how many (in subgraphs too).
+
+    A model exported for any batch or length computes each head merge's target from ``Shape`` (``Shape``,
+    ``Gather``, ``Unsqueeze``, ``Cast``, ``Concat``: about five kernels a Reshape, every call). A Reshape's
+    entry that repeats the input's dim at the same place becomes 0 (``allowzero`` 0 copies it: the
+    lowering's 1 goes, no entry being a size 0); one entry no other gives becomes -1 where every other
+    entry is a positive number (a 0-sized input then infers 0, as the computed target gives). An Expand's
+    entry that repeats the input's aligned dim becomes 1. A target holding 0 (a size-0 axis) stays
+    computed. Run after every rule that reads the shape arithmetic (``einsum_order``'s
+    ``_dim_products``, the masks' bounds)."""
+    count = 0
+    for g in list(m.all_graphs(graph)):
+        shapes = _Shapes(g)
+        for node in list(g):
+            if node.domain in ("", "ai.onnx") and node.op_type in ("Reshape", "Expand") and len(node.inputs) == 2 \
+                    and m.const(node.inputs[1]) is None:
+                target = shapes.value(node.inputs[1])
+                x = shapes.shape(node.inputs[0])
+                entries = None
+                if target is not None and x is not None:
+                    entries = (_expand_entries if node.op_type == "Expand" else _reshape_entries)(x, target)
+                if entries is not None:
+                    node.replace_input_with(1, _int64s(g, entries, "target"))
+                    if node.op_type == "Reshape":  # 0 copies the input's dim (no entry is a size 0)
+                        node.attributes.pop("allowzero", None)
+                    count += 1
+            shapes.infer(node)
+    return count
+
+
+def _reshape_entries(x: Dims, target: Dims) -> list[int] | None:
+    """A constant Reshape target giving ``target`` from an input of dims ``x``, or None."""
+    if any(isinstance(d, int) and d <= 0 for d in target):
+        return None  # a size 0 (copy or not, by allowzero) or an inferred axis: the computed form keeps it
+    entries: list[int | None] = [0 if k < len(x) and d == x[k] and not isinstance(d, int) else
+                                 (d if isinstance(d, int) else None) for k, d in enumerate(target)]
+    unknown = [k for k, e in enumerate(entries) if e is None]
+    if not unknown:
+        return entries
+    if len(unknown) > 1 or any(e == 0 for e in entries):  # -1 beside a copy: a 0-sized copy leaves 0 / 0
+        return None
+    entries[unknown[0]] = -1
+    return entries
+
+
+def _expand_entries(x: Dims, target: Dims) -> list[int] | None:
+    """A constant Expand target giving ``target`` from an input of dims ``x``, or None."""
+    if len(target) < len(x):
+        return None
+    lead = len(target) - len(x)
+    entries = []
+    for k, d in enumerate(target):
+        if isinstance(d, int):
+            if d <= 0:
+                return None
+            entries.append(d)
+        elif k >= lead and x[k - lead] == d:
+            entries.append(1)
+        else:
+            return None
+    return entries
