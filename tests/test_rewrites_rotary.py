@@ -192,3 +192,39 @@ def test_signs_that_change_along_a_symbolic_axis_stay():
     for batch in (1, 3):
         x = np.resize(_heads(), (batch, 8, 1, 16)).astype(np.float32)
         assert_same_floats(_run_at(model, x)[0], jax.jit(fn)(x), 0, 0)
+
+
+def test_rotary_over_a_symbolic_length_drops_the_neg(monkeypatch):
+    """Exported for any length (``f32[b,s,4,16]``): HF's tables gathered by positions ``arange(s)`` from a
+    constant table and keras-hub's computed ``sin(positions * frequencies)`` are run-time tables of
+    ``[1, s, 1, 16]``, a quarter of the heads' size whatever ``s``: the Neg goes into them; the numbers are
+    the graph's without the rule, bit for bit, at lengths 1, 3 and 8."""
+    import jaxconv
+
+    cos, sin = (t[0, :, 0] for t in _tables())  # [8, 16] tables of positions
+
+    def llama(q):
+        s = q.shape[1]
+        c, n = jnp.take(cos, jnp.arange(s), axis=0)[None, :, None], jnp.take(sin, jnp.arange(s), axis=0)[None, :, None]
+        return q * c + _rotate_half(q) * n
+
+    def keras(x):
+        half, s = x.shape[-1] // 2, x.shape[1]
+        freqs = jnp.arange(s, dtype=jnp.float32)[:, None] * (1.0 / 10000.0 ** (jnp.arange(half) / half))
+        angles = jnp.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
+        rotated = jnp.stack([-x[..., half:], x[..., :half]], axis=-2).reshape(x.shape)
+        return x * jnp.cos(angles) + rotated * jnp.sin(angles)
+
+    heads = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, s, 4, 16"), np.float32)
+    for fn in (llama, keras):
+        model = jaxconv.to_onnx(fn, heads, check=False)
+        assert [n.op_type for n in model.graph.node].count("Neg") == 0, fn.__name__
+        with monkeypatch.context() as patch:
+            patch.setattr(rotary, "rewrite", lambda *args, **kw: 0)
+            plain = jaxconv.to_onnx(fn, heads, check=False)
+        assert [n.op_type for n in plain.graph.node].count("Neg") == 1, fn.__name__
+        for batch, length in ((1, 1), (2, 3), (3, 8)):
+            x = np.resize(_heads(), (batch, length, 4, 16)).astype(np.float32)
+            got, want = _run_at(model, x), _run_at(plain, x)
+            assert_same_bits(got, want, nan_signs=False)
+            assert_same_floats(got[0], jax.jit(fn)(x), 1e-5, 1e-6)

@@ -13,7 +13,8 @@ float (zeros' signs and infinities included; a NaN stays a NaN). The table is th
 the axes after its first non-1 axis, as is the partner Mul's (``x * cos``, read by the same Add), so
 that both broadcast along the leading axes only, at most ``MAX_TABLE`` elements: the values do not
 change. A table computed at run time (keras-hub's ``sin(positions * frequencies)``) at most half the
-size of the Mul is multiplied by a constant of +-1 instead (constant folding folds it where it can).
+size of the Mul (counted with symbolic sizes at 2 and 3: a table gathered or computed over a symbolic
+length) is multiplied by a constant of +-1 instead (constant folding folds it where it can).
 On a model exported for any batch the signs are worked out with each symbolic size at 2 and at 3; they
 must agree and not change along those axes (a Neg of part of the batch axis keeps its Neg), and the
 tables are laid out whole only along axes of known size.
@@ -64,8 +65,7 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
                 continue
             new = m.new_initializer(graph, flipped, "rotary_table")
         else:  # a table computed at run time: negated where needed by a Mul by +-1 (the constant folding's)
-            dims = m.static_dims(table)
-            if dims is None or np.prod(dims) * 2 > np.prod([d or 1 for d in out]):
+            if not _small_beside(table, named):
                 continue
             ones = np.where(signs, -1, 1).astype(table.dtype.numpy())
             flip = ir.node("Mul", [table, m.new_initializer(graph, ones, "rotary_signs")])
@@ -80,6 +80,16 @@ def _fold(graph: ir.Graph, mul: ir.Node) -> int:
             _spread_partner(graph, mul, named, out)
         return 1
     return 0
+
+
+def _small_beside(table: ir.Value, named: list[int | str]) -> bool:
+    """Whether ``table`` has at most half the elements of a value of dims ``named``, counted with every
+    symbolic size at 2 and at 3 (a table ``[1, s, 1, d]`` against heads ``[b, s, h, d]``)."""
+    dims = dp.named_dims(table)
+    if dims is None:
+        return False
+    return all(np.prod([d if isinstance(d, int) else size for d in dims]) * 2
+               <= np.prod([d if isinstance(d, int) else size for d in named]) for size in (2, 3))
 
 
 def _signs_over_sizes(moved: ir.Value, out: list[int | None]) -> tuple[list[ir.Node], np.ndarray] | None:
