@@ -67,11 +67,7 @@ def _shape_of(node: ir.Node, size: int | None) -> Interval | None:
     shape = node.inputs[0].shape
     if shape is None:
         return None
-    rank = len(shape)
-    start, end = int(m.attr(node, "start", 0)), m.attr(node, "end")
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = rank if end is None else min(max(int(end) + rank if int(end) < 0 else int(end), 0), rank)
-    dims = list(shape)[start:end]
+    dims = list(shape)[m.attr(node, "start", 0):m.attr(node, "end", None)]  # ONNX clamps as Python slices
     lo = [d if isinstance(d, int) else (size if size is not None else 0) for d in dims]
     hi = [d if isinstance(d, int) else (size if size is not None else np.inf) for d in dims]
     return np.array(lo, np.float64), np.array(hi, np.float64)
@@ -84,9 +80,10 @@ def _range(args: list[Interval]) -> Interval | None:
     start, limit, delta = (float(a.reshape(-1)[0]) for a, _ in args)
     if delta == 0 or not all(np.isfinite((start, limit, delta))):
         return None
-    if max(np.ceil((limit - start) / delta), 0) > MAX_ELEMENTS:
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    if count > MAX_ELEMENTS:
         return None
-    x = start + delta * np.arange(max(int(np.ceil((limit - start) / delta)), 0), dtype=np.float64)
+    x = start + delta * np.arange(count, dtype=np.float64)
     return x, x
 
 
