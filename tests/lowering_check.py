@@ -86,10 +86,9 @@ def assert_same_floats(got: np.ndarray, want: Any, rtol: float, atol: float) -> 
 
 
 def convert_and_run(fn: Callable[..., Any], *inputs: np.ndarray, opset: int | None = None,
-                    specs: Sequence[Any] | None = None) -> tuple[Any, list[np.ndarray]]:
-    """(op-type histogram of ``fn``'s ONNX, converted unchecked, its ONNX Runtime outputs on ``inputs``)."""
-    import collections
-
+                    specs: Sequence[Any] | None = None, bodies: bool = False) -> tuple[Any, list[np.ndarray]]:
+    """(op-type histogram of ``fn``'s ONNX, converted unchecked, its ONNX Runtime outputs on ``inputs``);
+    ``bodies``: the histogram counts the nodes of If branches and loop bodies too."""
     import jax
 
     import jaxconv
@@ -97,8 +96,16 @@ def convert_and_run(fn: Callable[..., Any], *inputs: np.ndarray, opset: int | No
 
     specs = specs or [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs]
     model = jaxconv.to_onnx(fn, *specs, opset=opset, check=False)
-    ops = collections.Counter(n.op_type for n in model.graph.node)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+    return op_counts(model.graph, bodies), OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def op_counts(graph: Any, bodies: bool = True) -> Any:
+    """Op types of an ONNX ``GraphProto``'s nodes, counted (with ``bodies``, those of its subgraphs too)."""
+    import collections
+
+    from onnx_graphs import op_types
+
+    return collections.Counter(op_types(graph) if bodies else [n.op_type for n in graph.node])
 
 
 def without_rule(rule: Any) -> Callable[..., tuple[Any, list[np.ndarray]]]:

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxconv.onnx.rewrites import keras_norm
+from jaxconv.onnx.rewrites import _norm_guard, keras_norm
 from keras_support import jax_keras
-from lowering_check import assert_same_floats, without_rule
+from lowering_check import assert_same_floats, convert_and_run, without_rule
 
 D = 16
 _RNG = np.random.default_rng(11)
@@ -94,23 +94,7 @@ def _kept(x: np.ndarray) -> np.ndarray:
 
 def _convert(fn, *inputs):
     """(op-type counts over the graph and its If branches, ONNX Runtime's outputs)."""
-    import collections
-
-    import jaxconv
-    from jaxconv.runtimes.onnxrt import OnnxRunner
-
-    model = jaxconv.to_onnx(fn, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in inputs], check=False)
-    ops: collections.Counter = collections.Counter()
-
-    def count(graph) -> None:
-        for node in graph.node:
-            ops[node.op_type] += 1
-            for a in node.attribute:
-                if a.HasField("g"):
-                    count(a.g)
-
-    count(model.graph)
-    return ops, OnnxRunner(model.SerializeToString()).run(list(inputs))
+    return convert_and_run(fn, *inputs, bodies=True)
 
 
 _plain = without_rule(keras_norm)
@@ -250,7 +234,7 @@ def test_norms_of_token_lookups_run_unguarded(monkeypatch):
     ops, (got,) = _convert(_token_block, ids)
     assert ops["LayerNormalization"] == 3 and ops["If"] == 0 and ops["ReduceSumSquare"] == 0, ops
     assert ops["Sum"] >= 1, ops
-    monkeypatch.setattr(keras_norm, "_unguarded", lambda *a: False)
+    monkeypatch.setattr(_norm_guard, "unguarded", lambda *a: False)
     guarded_ops, (guarded,) = _convert(_token_block, ids)
     assert guarded_ops["If"] == 3, guarded_ops
     np.testing.assert_array_equal(got.view(np.uint32), guarded.view(np.uint32))

@@ -38,8 +38,12 @@ _AVERAGES = frozenset({"ReduceMean", "AveragePool", "GlobalAveragePool", "Mean"}
 _AT_MOST_ONE = frozenset({"Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Softmax", "HardSigmoid", "Sign"})
 _LARGEST = frozenset({"Concat", "Max", "Min"})
 
+# id of a value -> (the value, its bound); holding the value keeps its id from being reused by a rule's new
+# value once a rewrite drops it
+Memo = dict[int, tuple[ir.Value, float]]
 
-def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> float:
+
+def magnitude(value: ir.Value | None, memo: Memo | None = None) -> float:
     """A bound on ``|x|`` over the elements of ``value`` that are not NaN (none is infinite), or
     ``math.inf``."""
     if value is None:
@@ -57,8 +61,9 @@ def magnitude(value: ir.Value | None, memo: dict[int, float] | None = None) -> f
             stack.extend(pending)
             continue
         stack.pop()
-        memo[id(top)] = _bound(top, node, lambda v: memo.get(id(v), math.inf) if v is not None else math.inf)
-    return memo[id(value)]
+        memo[id(top)] = (top, _bound(top, node, lambda v: memo[id(v)][1] if v is not None and id(v) in memo
+                                     else math.inf))
+    return memo[id(value)][1]
 
 
 def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None], float]) -> float:

@@ -20,13 +20,10 @@ Where a row's squares overflow (``|x|`` above about 1e19) jax.jit's variance is 
 the row is ``x * 0 - mean * 0 + beta``: beta, or for a zero (or no) beta, zeros whose signs follow x and
 the mean, where the op gives zeros of other signs; where the row's sum overflows (``|x|`` near FLT_MAX)
 jax.jit's mean is inf and its row NaN, where the op gives the row's norm. So the op runs behind
-``If(not ReduceSumSquare(x) < FLT_MAX / 8, then: today's nodes, else: the op)``: a total of squares below
-that bounds every row's sum of ``(x - mean)**2`` and of ``x``, in any order, below FLT_MAX, and NaN and
-infinities take the exact nodes too. Per norm that costs a ReduceSumSquare and the If, about a quarter
-of what the op saves. (No post-norm Add becomes a Sum, as ``layer_norm`` does for the unguarded op: the
-exact branch reads it too.) Where the norm's input is bounded (``_bounds``: a model of token ids, whose
-values all follow from a constant embedding table) so that no row's squares can come near FLT_MAX, the op
-runs without the guard.
+``_norm_guard``'s If, which runs today's nodes where a row's squares could overflow, except where the
+norm's input is bounded (a model of token ids). Per norm that costs a ReduceSumSquare and the If, about
+a quarter of what the op saves. (No post-norm Add becomes a Sum, as ``layer_norm`` does for the
+unguarded op: the exact branch reads it too.)
 
 Single-thread process CPU time against jax.jit (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``), five
 norms of [2, 64, 128] per model, load 5: keras-hub BERT 1.08 -> 0.95, GPT-2 0.98 -> 0.89.
@@ -36,26 +33,21 @@ otherwise the rule does not fire. ``eps`` must be positive.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _bounds
+from jaxconv.onnx.rewrites import _bounds, _norm_guard
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._norm_match import MIN_OPSET, eps_add, last_axis_mean, only_uses, row_const, steps
 from jaxconv.onnx.rewrites.layer_norm import residual_as_sum
-
-# a total of squares below this bounds every row's sum of (x - mean)**2, in any order, below FLT_MAX
-_SQUARES_LIMIT = float(np.finfo(np.float32).max) / 8
 
 
 def rewrite(graph: ir.Graph, opset: int) -> int:
     """Replace Keras' layer norms over the last axis in ``graph``; returns how many."""
     if opset < MIN_OPSET:
         return 0
-    memo: dict[int, float] = {}  # values' magnitude bounds (``_bounds``), shared by the norms of the graph
+    memo: _bounds.Memo = {}  # values' magnitude bounds, shared by the norms of the graph
     return sum(_replace(graph, node, memo) for node in m.each_node(graph, "Sqrt"))
 
 
@@ -117,7 +109,7 @@ def _reciprocal(sqrt: ir.Node) -> ir.Node | None:
     return None
 
 
-def _replace(graph: ir.Graph, sqrt: ir.Node, memo: dict[int, float]) -> int:
+def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     """``x * inv + (-mean(x) * inv [+ beta])`` with ``inv = 1 / sqrt(var(x) + eps) [* gamma]``: one
     LayerNormalization."""
     found = eps_add(sqrt)
@@ -205,47 +197,12 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: dict[int, float]) -> int:
     inputs = [x, m.new_initializer(graph, scale, f"{x.name or 'x'}_ln_scale")]
     if beta is not None:
         inputs.append(m.new_initializer(graph, beta, f"{x.name or 'x'}_ln_bias"))
-    unguarded = _unguarded(x, dim, memo)
+    unguarded = _norm_guard.unguarded(x, dim, memo)
     if unguarded:  # a post-norm residual Add as Sum, as ``layer_norm`` leaves it
         inputs[0] = residual_as_sum(graph, x, {id(n) for n in [*chain, last]})
     op = ir.node("LayerNormalization", inputs, {"axis": -1, "epsilon": eps})
     if unguarded:
         m.replace(graph, last.outputs[0], op, last)
         return 1
-    exact = _in_order([*chain, last])
-    limit = m.new_initializer(graph, np.array(_SQUARES_LIMIT, np.float32), "keras_norm_square_limit")
-    total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
-    small = ir.node("Less", [total.outputs[0], limit])
-    big = ir.node("Not", [small.outputs[0]])
-    graph.insert_before(exact[0], [total, small, big])
-    m.branch_on(graph, big.outputs[0], last.outputs[0], exact, op, big, ("keras_norm_exact", "keras_norm_op"))
+    _norm_guard.guard(graph, x, chain, last, op, ("keras_norm_exact", "keras_norm_op"))
     return 1
-
-
-def _unguarded(x: ir.Value, dim: int, memo: dict[int, float]) -> bool:
-    """Whether ``x``'s elements are NaN or small enough (``_bounds``: a model of token ids) that every row's
-    sum of squares, ``dim * (2 * bound) ** 2``, is below the guard's limit (a NaN row is NaN in both forms):
-    the op needs no guard."""
-    bound = _bounds.magnitude(x, memo)
-    return bound < math.inf and dim * (2 * bound) ** 2 < _SQUARES_LIMIT
-
-
-def _in_order(nodes: list[ir.Node]) -> list[ir.Node]:
-    """``nodes`` ordered so that each comes after those of them it reads (the graph may not be sorted yet)."""
-    ours = {id(n) for n in nodes}
-    done: set[int] = set()
-    ordered: list[ir.Node] = []
-
-    def visit(node: ir.Node) -> None:
-        if id(node) in done:
-            return
-        done.add(id(node))
-        for v in node.inputs:
-            p = v.producer() if v is not None else None
-            if p is not None and id(p) in ours:
-                visit(p)
-        ordered.append(node)
-
-    for node in nodes:
-        visit(node)
-    return ordered
