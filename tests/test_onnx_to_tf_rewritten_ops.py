@@ -114,7 +114,7 @@ def _through_tf_ops(fn, *args):
     from jaxconv.tf.onnx_to_tf import OPSET, for_program
 
     program = trace(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
-    ops = {n.op_type for n in convert.program_to_onnx(program, OPSET).graph.node}
+    ops = set(op_types(convert.program_to_onnx(program, OPSET).graph))  # If branches' nodes too
     model, function, _ = for_program(program)
     got = function(*args)
     return ops, [got[f"output_{i}"].numpy() for i in range(len(got))]

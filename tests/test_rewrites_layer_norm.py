@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import layer_norm
-from lowering_check import assert_same_floats, without_rule
+from lowering_check import assert_same_floats, op_counts, without_rule
 from lowering_check import convert_and_run as _convert
 
 D = 16
@@ -20,13 +20,15 @@ _B = (0.1 * _RNG.standard_normal(D)).astype(np.float32)
 _W = (_RNG.standard_normal((D, D)) / 4).astype(np.float32)
 
 
-def _rows(offset: bool = True) -> np.ndarray:
+def _rows(offset: bool = True, finite: bool = False) -> np.ndarray:
+    """Rows of signed zeros, a NaN and infinities (unless ``finite``), a big mean (``offset``), a constant."""
     x = np.random.default_rng(8).standard_normal((3, 8, D)).astype(np.float32)
     x[0, 1] = -0.0
     x[0, 2] = 0.0
-    x[0, 3, 4] = np.nan
-    x[0, 4, 5] = np.inf
-    x[0, 5, 6] = -np.inf
+    if not finite:
+        x[0, 3, 4] = np.nan
+        x[0, 4, 5] = np.inf
+        x[0, 5, 6] = -np.inf
     if offset:
         x[1] += 1000.0  # a mean far from zero over a spread of one
     x[2, 0] = 3.0  # a constant row: variance 0, output b
@@ -58,19 +60,45 @@ def _assert_close(got: np.ndarray, want, x: np.ndarray, g, b) -> None:
 _plain = without_rule(layer_norm)
 
 
+def _overflowing(x: np.ndarray) -> list[np.ndarray]:
+    """``x`` with rows whose squares overflow (jax.jit's variance inf: the row is the offset), whose sum
+    overflows (jax.jit's mean inf: NaN), and with a NaN and infinities."""
+    squares, sums = x.copy(), x.copy()
+    squares[1, 0] *= 1e20
+    squares[1, 2, 3] = 3e19
+    sums[1, 0, :4] = [3e38, 3.4e38, 1.5e38, 2e38]
+    return [squares, sums, _rows(offset=False)]
+
+
+def _assert_exact_where_squares_overflow(monkeypatch, fn) -> None:
+    """Where a square or a row's sum could overflow, or an input is not finite, the guard runs the written-out
+    nodes: bit for bit the graph without the rule, and jax.jit's NaN and offset rows."""
+    for x in _overflowing(_rows(offset=False, finite=True)):
+        _, (got,) = _convert(fn, x)
+        _, (plain,) = _plain(monkeypatch, fn, x)
+        np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+        assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-4, 2e-5)
+
+
+def op_counts_of(fn, *inputs):
+    """Op types of ``fn``'s ONNX, the If branches' nodes included."""
+    return _convert(fn, *inputs, bodies=True)[0]
+
+
 @pytest.mark.parametrize("affine", ["g,b", "g", "b", "none"])
 def test_layer_norm_becomes_one_op(monkeypatch, affine):
     g = _G if "g" in affine else None
     b = _B if "b" in affine else None
     fn = lambda x: _ln(x, g, b)  # noqa: E731
-    x = _rows()
-    ops, (got,) = _convert(fn, x)
-    assert ops["LayerNormalization"] == 1 and ops["Sqrt"] == 0 and ops["ReduceMean"] == 0, ops
-    want = np.asarray(jax.jit(fn)(x))
-    assert np.isnan(want[0, 3:6]).all()
-    _assert_close(got, want, x, g, b)
+    x = _rows(finite=True)
+    ops, (got,) = _convert(fn, x, bodies=True)
+    # behind the guard of squares that overflow: the op, and the written-out nodes in the other branch
+    assert ops["LayerNormalization"] == 1 and ops["If"] == 1 and ops["ReduceSumSquare"] == 1, ops
+    assert ops["Sqrt"] == 1, ops
+    _assert_close(got, np.asarray(jax.jit(fn)(x)), x, g, b)
     plain_ops, _ = _plain(monkeypatch, fn, x)
-    assert plain_ops["LayerNormalization"] == 0 and sum(plain_ops.values()) > sum(ops.values()) + 5, plain_ops
+    assert plain_ops["LayerNormalization"] == 0 and plain_ops["If"] == 0, plain_ops
+    _assert_exact_where_squares_overflow(monkeypatch, fn)
 
 
 def test_residual_blocks_keep_numbers():
@@ -82,8 +110,8 @@ def test_residual_blocks_keep_numbers():
 
     x = _rows()
     x[1] -= 1000.0
-    ops, (got,) = _convert(fn, x)
-    assert ops["LayerNormalization"] == 3, ops
+    ops, (got,) = _convert(fn, x, bodies=True)
+    assert ops["LayerNormalization"] == 3 and ops["If"] == 3, ops
     assert_same_floats(got, jax.jit(fn)(x), 1e-4, 2e-5)
 
 
@@ -93,7 +121,7 @@ def test_symbolic_length():
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
     model = jaxconv.to_onnx(fn, f"f32[2,t,{D}]", check=False)
-    assert [n.op_type for n in model.graph.node].count("LayerNormalization") == 1
+    assert op_counts(model.graph)["LayerNormalization"] == 1
     runner = OnnxRunner(model.SerializeToString())
     for t in (1, 5):
         x = _RNG.standard_normal((2, t, D)).astype(np.float32)
@@ -117,11 +145,11 @@ def test_fast_variance_form_becomes_one_op(monkeypatch, affine):
     does not: within tolerance elsewhere, and no farther from the float64 result than jax.jit there."""
     g, b = (_G, _B) if affine == "g,b" else (None, None)
     fn = lambda x: _flax_ln(x, g, b)  # noqa: E731
-    x = _rows()
+    x = _rows(finite=True)
     ops, (got,) = _convert(fn, x)
-    assert ops["LayerNormalization"] == 1 and ops["Relu"] == 0 and ops["Reciprocal"] == 0, ops
+    assert ops["If"] == 1 and ops["Relu"] == 0 and ops["Reciprocal"] == 0, ops  # (the exact nodes in a branch)
+    assert op_counts_of(fn, x)["LayerNormalization"] == 1
     want = np.asarray(jax.jit(fn)(x))
-    assert np.isnan(want[0, 3:6]).all()
     assert_same_floats(np.delete(got, 1, 0), np.delete(want, 1, 0), 1e-4, 2e-5)
     x64 = x[1].astype(np.float64)
     mu = x64.mean(-1, keepdims=True)
@@ -130,17 +158,18 @@ def test_fast_variance_form_becomes_one_op(monkeypatch, affine):
     assert np.abs(got[1] - truth).max() <= max(np.abs(want[1] - truth).max(), 1e-6)
     plain_ops, _ = _plain(monkeypatch, fn, x)
     assert plain_ops["LayerNormalization"] == 0 and plain_ops["Relu"] == 1, plain_ops
+    _assert_exact_where_squares_overflow(monkeypatch, fn)
 
 
 def test_post_norm_residual_is_a_sum_ort_does_not_fuse(tmp_path):
     """Add -> norm (BERT's post-norm residual) would become ORT's slow SkipLayerNormalization; as Sum it
-    stays an addition and the op."""
+    stays an addition and the op (operands bounded by tanh, so the norm runs without its guard)."""
     import onnxruntime as ort
 
     import jaxconv
     from jaxconv.runtimes.onnxrt import session_options
 
-    fn = lambda x, y: _flax_ln(x + jnp.tanh(y))  # noqa: E731
+    fn = lambda x, y: _flax_ln(jnp.tanh(x) + jnp.tanh(y))  # noqa: E731
     x, y = _rows(offset=False), _rows(offset=False)[::-1].copy()
     ops, (got,) = _convert(fn, x, y)
     assert ops["Sum"] == 1 and ops["Add"] == 0 and ops["LayerNormalization"] == 1, ops
@@ -204,7 +233,7 @@ def test_shared_mean_stays():
 def test_separate_mean_output():
     fn = lambda x: (_ln(x), jnp.mean(x, axis=-1, keepdims=True))  # noqa: E731
     x = _rows(offset=False)
-    ops, outs = _convert(fn, x)
+    ops, outs = _convert(fn, x, bodies=True)
     assert ops["LayerNormalization"] == 1, ops
     for got, want in zip(outs, jax.jit(fn)(x)):
         assert_same_floats(got, want, 1e-4, 2e-5)
@@ -244,8 +273,42 @@ def test_flax_nnx_layer_norm_becomes_one_op(lead):
         return norm(x) @ _W
 
     x = _rows(offset=False)
-    ops, (got,) = _convert(fn, x, specs=[f"f32[{lead},{D}]"])
-    assert ops["LayerNormalization"] == 1 and ops["ReduceMean"] == 0, ops
+    ops, (got,) = _convert(fn, x, specs=[f"f32[{lead},{D}]"], bodies=True)
+    assert ops["LayerNormalization"] == 1 and ops["If"] == 1, ops
     want = np.asarray(jax.jit(fn)(x))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     assert_same_floats(got, want, 1e-4, 2e-5)
+
+
+_TABLE = (np.random.default_rng(9).standard_normal((40, D)) * 0.5).astype(np.float32)
+
+
+def _token_encoder(ids):
+    """A Flax BERT-style block on token ids: a lookup (NaN for an id out of range), a norm, an attention-like
+    mix, and post-norms of the residual sums."""
+    x = _flax_ln(jnp.take(_TABLE, ids, axis=0))
+    scores = jax.nn.softmax(jnp.einsum("btd,bsd->bts", x @ _W, x), axis=-1)
+    y = _flax_ln(x + jnp.einsum("bts,bsd->btd", scores, x) @ _W)
+    return _flax_ln(y + jax.nn.gelu(y @ _W) @ _W, -_G, _B)
+
+
+def test_norms_of_token_lookups_run_unguarded(monkeypatch):
+    """Every value after a lookup of token ids in a constant table is bounded (``_bounds``), so no row's squares
+    come near overflowing: the norms are the bare op, no If, and the post-norm residual Adds are Sums. jax.jit's
+    numbers, as the guarded graph's, ids out of range (NaN rows) included. (Not bit for bit the guarded graph's:
+    ORT's optimizer fuses other nodes around a bare op than around an If.)"""
+    from jaxconv.onnx.rewrites import _norm_guard
+
+    ids = np.random.default_rng(10).integers(0, 40, (2, 8)).astype(np.int32)
+    for bad in (False, True):
+        ids[1, 3] = 55 if bad else 3
+        ops, (got,) = _convert(_token_encoder, ids, bodies=True)
+        assert ops["LayerNormalization"] == 3 and ops["If"] == 0 and ops["Sum"] >= 2, ops
+        with monkeypatch.context() as patch:
+            patch.setattr(_norm_guard, "unguarded", lambda *a: False)
+            guarded_ops, (guarded,) = _convert(_token_encoder, ids)
+        assert guarded_ops["If"] == 3, guarded_ops
+        want = np.asarray(jax.jit(_token_encoder)(ids))
+        assert np.isnan(want[1]).all() == bad and np.isnan(got[1]).all() == bad
+        assert_same_floats(got, want, 1e-4, 1e-5)
+        assert_same_floats(guarded, want, 1e-4, 1e-5)

@@ -137,15 +137,6 @@ MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense
               "gru_fused", "gru_flax", "gru_haiku", "unrolled_*", "scan_unrolled_*", "stacked_layers", "moe_router",
               "moe_up", "moe_down", "moe_combine")
 
-LN_OVERFLOW = ("open (jaxconv's own): the layer_norm rule's LayerNormalization op gives a row whose sum or mean of "
-               "squares overflows a finite norm, where jax.jit's is NaN (inf - inf); the exact guard per norm cost the "
-               "benchmark BERT 1.2x, so it waits (tests/test_fuzz_models.py, strict xfails)")
-
-LN_SQUARES = ("jax.jit's one-pass layer norm (mean(x * x) - mean(x) ** 2) overflows in the sum of a row's squares: the "
-              "variance is inf, rsqrt 0 and the row the offset; the layer_norm rule's LayerNormalization op centres "
-              "the row before squaring and gives the float64 row, which the check licenses as ok (float64) "
-              "(tests/test_fuzz_models.py)")
-
 # Chains that begin with such a product: a difference it makes near FLT_MAX (inf against a finite sum, or ONNX
 # Runtime's optimizer folding a constant scale into the product: (q @ k) * c for (q * c) @ k, W * g in a Conv)
 # reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it. A rotary
@@ -218,8 +209,6 @@ KNOWN: tuple[Known, ...] = (
       for op in ("add", "mul") for dtype in ("f16", "bf16") for kind in ("value", "nan", "inf", "signed-zero")),
     *(Known(f"gelu_exact+*/*/{kind}", GELU_TAIL) for kind in ("nan", "inf", "signed-zero")),
     *(Known(f"gelu_tanh+*/f32/{kind}", GELU_TANH_TAIL) for kind in ("value", "nan", "inf")),
-    *(Known(f"{op}/f32/nan", LN_OVERFLOW, SQUARES) for op in ("norm_one_pass", "norm_two_pass", "norm_var", "norm_keras")),
-    Known("norm_one_pass/f32/value", LN_SQUARES, SQUARES),
 )
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import _norm_guard
 
 ELEMENTWISE = frozenset({
     "Abs", "Add", "And", "Cast", "Ceil", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu", "Greater",
@@ -279,6 +280,8 @@ def _move(graph: ir.Graph, node: ir.Node, opset: int) -> list[ir.Node] | None:
         return None
     if prod.op_type in ("Softmax", "LogSoftmax") and opset < 13:
         return None  # before opset 13 they flatten the axes from ``axis`` on
+    if _norm_guard.guarded(prod) is not None:
+        return _into_guard(graph, node, prod, cut)
     if prod.op_type == "Reshape":
         made = _reshape(graph, prod, x, cut)
         if made is None:
@@ -297,3 +300,41 @@ def _move(graph: ir.Graph, node: ir.Node, opset: int) -> list[ir.Node] | None:
     graph.remove(node, safe=True)
     graph.remove(prod, safe=True)
     return slices
+
+
+def _into_guard(graph: ir.Graph, node: ir.Node, branch: ir.Node, cut: Cut) -> list[ir.Node] | None:
+    """Move the Slice ``node`` of a guarded layer norm's If (``_norm_guard``) into it: both branches and the
+    test read the cut rows of the norm's input instead (the test then decides for the rows computed).
+    Returns the Slice made, or None when the cut reaches the normalized axis."""
+    x, test = _norm_guard.guarded(branch)  # type: ignore[misc]
+    r = m.rank(x)
+    y = node.outputs[0]
+    if r is None or x.shape is None or any(a >= r - 1 for a in cut) or y.is_graph_output():
+        return None
+    sliced = _slice(graph, x, cut)
+    graph.insert_before(test, sliced)
+    new = sliced.outputs[0]
+    test.replace_input_with(0, new)
+    for sub in (branch.attributes["then_branch"].as_graph(), branch.attributes["else_branch"].as_graph()):
+        for inner in sub:
+            for k, v in enumerate(inner.inputs):
+                if v is x:
+                    inner.replace_input_with(k, new)
+            for out in inner.outputs:
+                _cut_shape(out, x, cut)
+    _cut_shape(branch.outputs[0], x, cut)
+    y.replace_all_uses_with(branch.outputs[0])
+    graph.remove(node, safe=True)
+    return [sliced]
+
+
+def _cut_shape(v: ir.Value, x: ir.Value, cut: Cut) -> None:
+    """``v``'s shape after the rows of ``x`` are cut, where ``v`` has ``x``'s rank and its sizes on the cut
+    axes (a row statistic, ``[b, t, 1]``, too)."""
+    if v.shape is None or x.shape is None or len(v.shape) != len(x.shape):
+        return
+    dims = list(v.shape)
+    for a, part in cut.items():
+        if _same_dim(dims[a], x.shape[a]):
+            dims[a] = _length(x.shape[a], part) if isinstance(x.shape[a], int) else None
+    v.shape = ir.Shape(dims)
