@@ -116,3 +116,32 @@ def test_take_fill_of_run_time_size_is_a_table_row(monkeypatch):
         got = runner.run([buckets])
         assert_same_bits(got, plain_runner.run([buckets]))
         assert_same_bits(got, [np.asarray(jax.jit(_bias)(buckets))])
+
+
+def _repeat_once(q, k):
+    """``jnp.repeat(k, 1, axis=2)`` (a grouped-query repeat of one, keras-hub DeBERTa's key): an Unsqueeze and
+    a Reshape back to k's shape, whose target is computed where two sizes are symbolic."""
+    return jnp.einsum("bthd,bshd->bhts", q, jnp.repeat(k, 1, axis=2))
+
+
+def test_a_reshape_back_through_an_unsqueeze_is_its_source(monkeypatch):
+    """The Reshape back to the shape of the value an Unsqueeze read is that value: no Unsqueeze, no Reshape;
+    the same bits as the graph that keeps them, and jax.jit's."""
+    specs = ("f32[b,t,4,8]", "f32[b,t,4,8]")
+    model = jaxconv.to_onnx(_repeat_once, *specs, check=False)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert ops["Unsqueeze"] == 0 and ops["Reshape"] == 0, ops
+    real = symbolic._noop_reshape
+    with monkeypatch.context() as patch:  # only a Reshape to its input's own shape goes
+        patch.setattr(symbolic, "_noop_reshape", lambda node, shapes: node.inputs[0] is not None and (
+            node.inputs[0].producer() is None or node.inputs[0].producer().op_type == "Reshape") and real(node, shapes))
+        plain = jaxconv.to_onnx(_repeat_once, *specs, check=False)
+    assert collections.Counter(n.op_type for n in plain.graph.node)["Reshape"] == 1
+    runner, plain_runner = OnnxRunner(model.SerializeToString()), OnnxRunner(plain.SerializeToString())
+    for b, t in ((1, 1), (2, 5), (3, 9)):
+        rng = np.random.default_rng(b * t)
+        q, k = (rng.standard_normal((b, t, 4, 8)).astype(np.float32) for _ in range(2))
+        k[0, 0, 1, :2] = [np.nan, np.inf]
+        got = runner.run([q, k])
+        assert_same_bits(got, plain_runner.run([q, k]))
+        np.testing.assert_allclose(got[0], np.asarray(jax.jit(_repeat_once)(q, k)), rtol=1e-5, atol=1e-5)

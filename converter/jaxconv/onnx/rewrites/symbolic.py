@@ -847,18 +847,26 @@ def _noop_expand(graph: ir.Graph, node: ir.Node, shapes: _Shapes) -> bool:
 
 
 def _noop_reshape(node: ir.Node, shapes: _Shapes) -> bool:
-    """A Reshape to its input's shape is its input; a Reshape back to the shape of the value a Reshape
-    before it read is that value (a head mask's Mul between them gone: ``[h, b, s, s]`` to ``[h, 1, b*s*s]``
-    and back, its target from ``Shape`` slices)."""
+    """A Reshape to its input's shape is its input; a Reshape back to the shape of a value that Reshapes,
+    Unsqueezes or Squeezes (``_REGROUP``: the elements in their order) before it made its input from is
+    that value (a head mask's Mul between them gone: ``[h, b, s, s]`` to ``[h, 1, b*s*s]`` and back, its
+    target from ``Shape`` slices; ``jnp.repeat(k, 1, axis=2)``'s Unsqueeze and Reshape back on two symbolic
+    sizes)."""
     out, x = node.outputs[0], node.inputs[0]
     after = shapes.shape(out) if id(out) in shapes.shapes else shapes._reshape(node)
     if out.is_graph_output() or x is None or after is None:
         return False
-    before = m.producer(x, "Reshape")
-    for source in (x, before.inputs[0] if before is not None else None):
-        if source is not None and source.dtype == out.dtype and shapes.shape(source) == tuple(after):
+    source: ir.Value | None = x
+    for _ in range(4):
+        if source is None:
+            return False
+        if source.dtype == out.dtype and shapes.shape(source) == tuple(after):
             out.replace_all_uses_with(source)
             return True
+        before = source.producer()
+        if before is None or before.domain not in ("", "ai.onnx") or before.op_type not in _REGROUP:
+            return False
+        source = before.inputs[0]
     return False
 
 
