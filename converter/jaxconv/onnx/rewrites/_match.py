@@ -270,11 +270,13 @@ def non_finite_test(x: ir.Value) -> list[ir.Node]:
 
 
 def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.Node],
-              fast: ir.Node | list[ir.Node], after: ir.Node, names: tuple[str, str]) -> ir.Value:
-    """``result``, computed by ``exact`` (nodes of ``graph``), as ``If(test, exact, fast)`` after ``after``.
+              fast: ir.Node | list[ir.Node], after: ir.Node, names: tuple[str, str], exact_if: bool = True) -> ir.Value:
+    """``result``, computed by ``exact`` (nodes of ``graph``), as ``If(test, exact, fast)`` after ``after``
+    (``If(test, fast, exact)`` with ``exact_if`` false).
 
     ``exact`` moves into the then-branch; ``fast`` (a node, or nodes in order) is the else-branch, its
-    last node's first output the branch's (same values where ``test`` is false). Every reader of
+    last node's first output the branch's (same values where ``test`` is false); ``exact_if`` false swaps
+    the branches (a test that is true where the fast nodes give the same values). Every reader of
     ``result`` outside the branch, and the graph's outputs, read the If's output, which takes
     ``result``'s name. Returns the If's output.
     """
@@ -287,6 +289,8 @@ def branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir.
         graph.remove(node)
     then_branch = ir.Graph([], [result], nodes=exact, name=names[0])
     else_branch = ir.Graph([], [fast_out], nodes=fast_nodes, name=names[1])
+    if not exact_if:
+        then_branch, else_branch = else_branch, then_branch
     branch = ir.node("If", [test], {"then_branch": then_branch, "else_branch": else_branch})
     graph.insert_after(after, branch)
     new = branch.outputs[0]

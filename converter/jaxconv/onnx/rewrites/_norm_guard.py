@@ -1,8 +1,8 @@
 """The overflow guard of the layer-norm rules (``layer_norm``, ``keras_norm``): where a row's squares or its
 sum overflow float32, the written-out norms give NaN (``inf - inf``, ``-inf / inf``) or the offset (an
 infinite variance), while ORT's LayerNormalization centres the row before squaring it and gives a finite
-norm. So the op runs behind ``If(not ReduceSumSquare(x) < FLT_MAX / 8, then: the written-out nodes, else:
-the op)``: a total of squares below that bounds every row's sum of ``x``, of ``x * x`` and of
+norm. So the op runs behind ``If(ReduceSumSquare(x) < FLT_MAX / 8, then: the op, else: the written-out
+nodes)``: a total of squares below that bounds every row's sum of ``x``, of ``x * x`` and of
 ``(x - mean)**2``, in any order, below FLT_MAX, and NaN and infinities take the exact nodes too.
 
 Where the norm's input is bounded (``_bounds``: a model of token ids, whose values all follow from constant
@@ -37,14 +37,13 @@ def unguarded(x: ir.Value, dim: int, memo: _bounds.Memo) -> bool:
 def guard(graph: ir.Graph, x: ir.Value, chain: list[ir.Node], last: ir.Node, op: ir.Node,
           names: tuple[str, str]) -> None:
     """Compute ``last``'s output (the written-out norm of ``x``: ``chain`` and ``last``, nodes of ``graph``) as
-    ``If(not ReduceSumSquare(x) < SQUARES_LIMIT, chain and last, op)``."""
+    ``If(ReduceSumSquare(x) < SQUARES_LIMIT, op, chain and last)``."""
     ordered = _in_order([*chain, last])
     limit = m.new_initializer(graph, np.array(SQUARES_LIMIT, np.float32), "norm_square_limit")
     total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
-    small = ir.node("Less", [total.outputs[0], limit])
-    big = ir.node("Not", [small.outputs[0]])
-    graph.insert_before(ordered[0], [total, small, big])
-    branch = m.branch_on(graph, big.outputs[0], last.outputs[0], ordered, op, big, names).producer()
+    small = ir.node("Less", [total.outputs[0], limit])  # false for NaN too
+    graph.insert_before(ordered[0], [total, small])
+    branch = m.branch_on(graph, small.outputs[0], last.outputs[0], ordered, op, small, names, exact_if=False).producer()
     assert branch is not None
     branch.meta[_GUARD] = (x, total)
 
