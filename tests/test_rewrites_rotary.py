@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxconv.onnx.rewrites import rotary
 from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, without_rule
@@ -228,3 +229,36 @@ def test_rotary_over_a_symbolic_length_drops_the_neg(monkeypatch):
             got, want = _run_at(model, x), _run_at(plain, x)
             assert_same_bits(got, want, nan_signs=False)
             assert_same_floats(got[0], jax.jit(fn)(x), 1e-5, 1e-6)
+
+
+def _gathered_rotary(q, k):
+    """HF Llama's rotary on q and k over any length: tables gathered at ``arange(s)``, ``[1, s, 1, 16]``."""
+    cos, sin = (t[0, :, 0] for t in _tables())
+    s = q.shape[1]
+    c, n = jnp.take(cos, jnp.arange(s), axis=0)[None, :, None], jnp.take(sin, jnp.arange(s), axis=0)[None, :, None]
+    return q * c + _rotate_half(q) * n, k * c + _rotate_half(k) * n
+
+
+@pytest.mark.parametrize("heads, expanded", [(4, True), (512, False)])
+def test_run_time_tables_are_expanded_over_the_heads_once(monkeypatch, heads, expanded):
+    """A run-time table ``[1, s, 1, d]`` read by q's and k's Muls is expanded over the heads once per table
+    (two Expands, shared by q and k), so the Muls broadcast along the batch only; not past ``MAX_EXPANDED``
+    elements at a length of ``LENGTH`` (512 heads of 16 at 128: 1M). The same bits as the broadcast
+    tables, at lengths 1, 3 and 8."""
+    import jaxconv
+
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(f"b, s, {heads}, 16"), np.float32)
+    model = jaxconv.to_onnx(_gathered_rotary, spec, spec, check=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Expand") == (2 if expanded else 0) and ops.count("Neg") == 0, ops
+    with monkeypatch.context() as patch:
+        patch.setattr(rotary, "_over_heads", lambda graph, table, named, mul: table)
+        plain = jaxconv.to_onnx(_gathered_rotary, spec, spec, check=False)
+    assert [n.op_type for n in plain.graph.node].count("Expand") == 0
+    for batch, length in ((1, 1), (2, 3), (3, 8)):
+        q = np.resize(_heads(), (batch, length, heads, 16)).astype(np.float32)
+        k = np.resize(_heads()[::-1], (batch, length, heads, 16)).astype(np.float32)
+        got = _run_at(model, q, k)
+        assert_same_bits(got, _run_at(plain, q, k))
+        for g, w in zip(got, jax.jit(_gathered_rotary)(q, k)):
+            assert_same_floats(g, w, 1e-5, 1e-6)
