@@ -1,7 +1,7 @@
 """Real third-party models: jaxconv's ONNX and jax2onnx's in ONNX Runtime, against jax.jit.
 
     .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2 | --more] [--quick] [--profile DIR]
-                                          [--symbolic-batch]
+                                          [--symbolic-batch] [--symbolic-length]
 
 The models (scripts/zoo_models.py) are Hugging Face Flax, Haiku, keras-hub, Flax linen and NNX and
 Equinox models in small configurations, built as their users build them; the libraries are the
@@ -13,7 +13,9 @@ jax.jit's median; "CPU" ratios are process CPU time per call, steadier on a busy
 is the largest |jaxconv's ONNX - jax.jit| over the outputs. Models marked "erf" use the exact GELU
 (erf/erfc). --profile DIR writes ORT's profiles, optimized graphs and node-type counts of both ONNX
 graphs, and prints the kernels that dominate. --symbolic-batch converts every model with its batch
-symbolic (``f32[b, ...]``), as a model exported for any batch is, and times it at the model's batch.
+symbolic (``f32[b, ...]``), as a model exported for any batch is, and times it at the model's batch;
+--symbolic-length names the sequence axis of token ids and masks (``i32[2, s]``) for a model exported
+for any length.
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     protos: dict[str, Any] = {}
     try:
         t = time.perf_counter()
-        specs = symbolic_batch(m) if args.symbolic_batch else m.specs
+        symbolic = args.symbolic_batch or args.symbolic_length
+        specs = symbolic_specs(m, args.symbolic_batch, args.symbolic_length) if symbolic else m.specs
         protos["ours"] = jaxconv.to_onnx(m.fn, *specs, check=False)
         row.convert_s = time.perf_counter() - t
     except Exception as e:
@@ -164,15 +167,20 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     return row
 
 
-def symbolic_batch(m: Any) -> tuple[str, ...]:
-    """The model's specs with the batch (a leading dimension of ``zoo_models.BATCH``) named ``b``, as users
-    export a model for any batch; time-major inputs and other dimensions stay as they are."""
+def symbolic_specs(m: Any, batch: bool = True, length: bool = False) -> tuple[str, ...]:
+    """The model's specs with the batch (a leading dimension of ``zoo_models.BATCH``) named ``b`` and, with
+    ``length``, the sequence axis of integer inputs ``[batch, zoo_models.SEQ]`` (token ids, masks, positions)
+    named ``s``, as users export a model for any batch or any length; time-major inputs, float inputs'
+    other axes and other dimensions stay as they are."""
     out = []
     for spec, x in zip(m.specs, m.inputs):
         dtype, dims = spec.split("[", 1)
         parts = dims.rstrip("]").split(",")
-        if parts and x.ndim and x.shape[0] == zoo_models.BATCH and parts[0] == str(zoo_models.BATCH):
+        if batch and parts and x.ndim and x.shape[0] == zoo_models.BATCH and parts[0] == str(zoo_models.BATCH):
             parts[0] = "b"
+        if length and x.ndim == 2 and x.dtype.kind in "iu" and x.shape[1] == zoo_models.SEQ \
+                and parts[1] == str(zoo_models.SEQ):
+            parts[1] = "s"
         out.append(f"{dtype}[{','.join(parts)}]")
     return tuple(out)
 
@@ -264,6 +272,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--symbolic-batch", action="store_true",
         help="convert with the batch as a symbolic dimension (f32[b,...]; timed at the model's batch)",
+    )
+    parser.add_argument(
+        "--symbolic-length", action="store_true",
+        help="convert with the sequence axis of integer inputs symbolic (i32[2,s]; timed at the model's length)",
     )
     args = parser.parse_args(argv)
     if args.more and "--models" not in (argv if argv is not None else sys.argv):

@@ -87,14 +87,21 @@ def test_more_selects_the_second_battery_and_its_names_are_new():
     assert bench_zoo.parse_args([]).models == list(bench_zoo.zoo_models.NAMES)
 
 
-def test_symbolic_batch_names_the_leading_batch_dim_only():
+def test_symbolic_specs_name_the_leading_batch_and_the_length_of_integer_inputs():
+    """--symbolic-batch names the leading batch dim only; --symbolic-length the sequence axis of integer
+    ``[batch, SEQ]`` inputs (token ids, masks), not a float input's axis of that size."""
     import numpy as np
 
     class M:
-        specs = ("i32[2,64]", "f32[64,2,8]", "f32[2]", "f32[]")
+        specs = ("i32[2,64]", "f32[64,2,8]", "f32[2]", "f32[]", "f32[2,64]")
         inputs = (np.zeros((2, 64), np.int32), np.zeros((64, 2, 8), np.float32), np.zeros(2, np.float32),
-                  np.zeros((), np.float32))
+                  np.zeros((), np.float32), np.zeros((2, 64), np.float32))
 
-    assert bench_zoo.zoo_models.BATCH == 2
-    assert bench_zoo.symbolic_batch(M()) == ("i32[b,64]", "f32[64,2,8]", "f32[b]", "f32[]")
+    assert (bench_zoo.zoo_models.BATCH, bench_zoo.zoo_models.SEQ) == (2, 64)
+    assert bench_zoo.symbolic_specs(M()) == ("i32[b,64]", "f32[64,2,8]", "f32[b]", "f32[]", "f32[b,64]")
+    assert bench_zoo.symbolic_specs(M(), batch=False, length=True) == (
+        "i32[2,s]", "f32[64,2,8]", "f32[2]", "f32[]", "f32[2,64]")
+    assert bench_zoo.symbolic_specs(M(), length=True)[0] == "i32[b,s]"
     assert bench_zoo.parse_args(["--models", "tiny", "--symbolic-batch"]).symbolic_batch
+    assert bench_zoo.parse_args(["--models", "tiny", "--symbolic-length"]).symbolic_length
+
