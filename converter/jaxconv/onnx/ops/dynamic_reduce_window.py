@@ -115,6 +115,37 @@ def dimension(ctx: LoweringContext, name: str, axis: int, depth: int = 0) -> Aff
     return (0, ((("dim", canonical, axis), 1),))
 
 
+def _equal_dimensions(ctx: LoweringContext, name: str, axis: int, rank: int, depth: int = 0) -> set[Affine]:
+    """Expressions of dimension ``axis`` of tensor ``name`` (of ``rank`` axes): ``dimension``'s, and those of
+    the operands of the elementwise op that makes it (of the same rank, not one-element constants: in
+    StableHLO an elementwise op's operands have its shape), so that a window given as one input's length
+    meets a scan of a value computed from another (BLOOM's positions: ``cumsum(where(mask >= 0, 1, mask))``
+    over a mask of ones as long as the ids)."""
+    found = {dimension(ctx, name, axis)}
+    node = ctx.producer(_canonical(ctx, name))
+    if node is None or node.op_type not in _ELEMENTWISE or depth >= 8:
+        return found
+    for v in node.inputs:
+        if v is not None and not _one_element(ctx, v.name) and _rank(ctx, v.name) == rank:
+            found |= _equal_dimensions(ctx, v.name, axis, rank, depth + 1)
+    return found
+
+
+def _rank(ctx: LoweringContext, name: str, depth: int = 0) -> int | None:
+    """How many axes tensor ``name`` has: its StableHLO type's, or for a value a lowering made in between
+    (untyped), the most of its elementwise producer's operands (ONNX broadcasting), else None."""
+    ttype = ctx.value_types.get(name)
+    if ttype is not None:
+        return len(ttype.shape)
+    if _one_element(ctx, name):
+        return None
+    node = ctx.producer(name)
+    if node is None or node.op_type not in _ELEMENTWISE or depth >= 8:
+        return None
+    ranks = [_rank(ctx, v.name, depth + 1) for v in node.inputs if v is not None and not _one_element(ctx, v.name)]
+    return max(ranks) if ranks and None not in ranks else None
+
+
 def _through_padding(ctx: LoweringContext, node: Any, axis: int, depth: int) -> Affine | None:
     """Dimension ``axis`` of a ScatterND (its data's), a Pad (its input's plus the amounts), or a
     Slice from 0 with step 1 (its end, when the data is at least that long: a scatter into rows
@@ -251,9 +282,9 @@ def cumulative_window(ctx: LoweringContext, x: str, rank: int,
     if len(active) != 1:
         return None
     a = active[0]
-    n = dimension(ctx, x, a)
+    n = window[a]
     n_minus_one = _combine(n, one, -1)
-    if window[a] != n or not n[1]:  # a static length is the static lowering's case
+    if not n[1] or n not in _equal_dimensions(ctx, x, a, rank):  # a static length is the static lowering's case
         return None
     pads = (padding[2 * a], padding[2 * a + 1])
     if pads == (n_minus_one, zero):
