@@ -140,3 +140,33 @@ def test_clip(limits):
     assert bound == pytest.approx(want)
     ids = np.arange(10, dtype=np.int32).reshape(2, 5)
     assert np.max(np.abs(_run(model, {"ids": ids}))) <= bound
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_probabilities_over_any_length_keep_the_bound_of_v(masked):
+    """Softmax probabilities (times a 0/1 mask) @ v over a contracted length not known when converting: each
+    result is a convex combination of v's rows, so it is bounded by v (a sum of ``s`` products would have
+    no bound without ``s``); ORT's results at s = 1, 7 and 300 stay within it."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT32, [2, "s"])
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["v"]),
+             helper.make_node("Transpose", ["v"], ["vt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["v", "vt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1)]
+    probs = "p"
+    if masked:
+        nodes += [helper.make_node("Greater", ["scores", "zero"], ["keep"]),
+                  helper.make_node("Cast", ["keep"], ["keepf"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["p", "keepf"], ["pm"])]
+        probs = "pm"
+    nodes.append(helper.make_node("MatMul", [probs, "v"], ["out"]))
+    model = _model(nodes, [ids], "out", {"table": _TABLE, "w": _W, "zero": np.array(0.0, np.float32)})
+    graph = ir.from_proto(model).graph
+    v_bound = float(np.max(np.abs(_TABLE))) * float(np.max(np.sum(np.abs(_W), axis=0))) * _bounds.ROUNDING
+    assert _bounds.magnitude(graph.outputs[0]) == pytest.approx(v_bound * _bounds.ROUNDING)
+    for s in (1, 7, 300):
+        ids_in = np.random.default_rng(s).integers(0, 10, (2, s)).astype(np.int32)
+        assert np.max(np.abs(_run(model, {"ids": ids_in}))) <= v_bound * _bounds.ROUNDING
+    nodes[4] = helper.make_node("Softmax", ["scores"], ["p"], axis=1)  # over the rows: not a convex combination
+    model = _model(nodes, [ids], "out", {"table": _TABLE, "w": _W, "zero": np.array(0.0, np.float32)})
+    assert _bounds.magnitude(ir.from_proto(model).graph.outputs[0]) == math.inf

@@ -160,6 +160,8 @@ def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], f
     if len(ins) != 2 or ins[0] is None or ins[1] is None:
         return math.inf
     a, b = ins
+    if _convex_rows(a):  # attention's probabilities @ v: each result a convex combination of v's rows
+        return of(b)
     for value, other, axis in ((b, a, -2), (a, b, -1)):
         w = m.const(value)
         if w is not None and w.ndim >= 2 and w.dtype.kind == "f" and np.all(np.isfinite(w)):
@@ -168,6 +170,35 @@ def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], f
              b.shape[-2] if b.shape is not None and len(b.shape) >= 2 else None]
     k = next((d for d in sizes if isinstance(d, int)), None)
     return of(a) * of(b) * k if k is not None else math.inf
+
+
+def _convex_rows(value: ir.Value, depth: int = 0) -> bool:
+    """Whether every row (last axis) of ``value`` is non-negative and sums to at most 1, whatever its length
+    (a symbolic one too): a Softmax over the last axis, or such rows times a 0/1 mask (a bool cast)."""
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or depth > 4:
+        return False
+    if node.op_type == "Softmax":
+        rank = len(value.shape) if value.shape is not None else None
+        axis = int(m.attr(node, "axis", -1))
+        return axis == -1 or (rank is not None and axis == rank - 1)
+    if node.op_type == "Mul" and len(node.inputs) == 2 and all(v is not None for v in node.inputs):
+        for k in (0, 1):
+            cast = node.inputs[1 - k].producer()
+            source = cast.inputs[0] if cast is not None and cast.op_type == "Cast" and cast.inputs else None
+            if source is not None and _boolean(source) and _convex_rows(node.inputs[k], depth + 1):
+                return True
+    return False
+
+
+_COMPARISONS = frozenset({"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or", "Xor",
+                          "IsNaN", "IsInf"})
+
+
+def _boolean(value: ir.Value) -> bool:
+    node = value.producer()
+    return value.dtype == ir.DataType.BOOL or (node is not None and node.op_type in _COMPARISONS
+                                               and node.domain in ("", "ai.onnx"))
 
 
 def _layer_norm_bound(node: ir.Node, ins: list[ir.Value | None], first: float) -> float:
