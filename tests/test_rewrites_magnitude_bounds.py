@@ -142,11 +142,12 @@ def test_clip(limits):
     assert np.max(np.abs(_run(model, {"ids": ids}))) <= bound
 
 
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masked", [False, True, "moved"])
 def test_attention_probabilities_over_any_length_keep_the_bound_of_v(masked):
-    """Softmax probabilities (times a 0/1 mask) @ v over a contracted length not known when converting: each
-    result is a convex combination of v's rows, so it is bounded by v (a sum of ``s`` products would have
-    no bound without ``s``); ORT's results at s = 1, 7 and 300 stay within it."""
+    """Softmax probabilities (times a 0/1 mask; moved by Transposes that keep the last axis last) @ v over a
+    contracted length not known when converting: each result is a convex combination of v's rows, so it is
+    bounded by v (a sum of ``s`` products would have no bound without ``s``); ORT's results at s = 1, 7 and
+    300 stay within it."""
     ids = helper.make_tensor_value_info("ids", TensorProto.INT32, [2, "s"])
     nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
              helper.make_node("MatMul", ["e", "w"], ["v"]),
@@ -159,6 +160,10 @@ def test_attention_probabilities_over_any_length_keep_the_bound_of_v(masked):
                   helper.make_node("Cast", ["keep"], ["keepf"], to=TensorProto.FLOAT),
                   helper.make_node("Mul", ["p", "keepf"], ["pm"])]
         probs = "pm"
+    if masked == "moved":  # [b, s, s] -> [s, b, s] and back, as a head-major layout moves them
+        nodes += [helper.make_node("Transpose", [probs], ["pt"], perm=[1, 0, 2]),
+                  helper.make_node("Transpose", ["pt"], ["pb"], perm=[1, 0, 2])]
+        probs = "pb"
     nodes.append(helper.make_node("MatMul", [probs, "v"], ["out"]))
     model = _model(nodes, [ids], "out", {"table": _TABLE, "w": _W, "zero": np.array(0.0, np.float32)})
     graph = ir.from_proto(model).graph

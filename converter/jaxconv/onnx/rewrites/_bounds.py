@@ -174,10 +174,22 @@ def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], f
 
 def _convex_rows(value: ir.Value, depth: int = 0) -> bool:
     """Whether every row (last axis) of ``value`` is non-negative and sums to at most 1, whatever its length
-    (a symbolic one too): a Softmax over the last axis, or such rows times a 0/1 mask (a bool cast)."""
+    (a symbolic one too): a Softmax over the last axis, such rows times a 0/1 mask (a bool cast), or moved
+    by a Transpose that keeps the last axis last or a Reshape that keeps its length."""
     node = value.producer()
-    if node is None or node.domain not in ("", "ai.onnx") or depth > 4:
+    if node is None or node.domain not in ("", "ai.onnx") or depth > 6:
         return False
+    if node.op_type in ("Transpose", "Reshape", "Identity") and node.inputs and node.inputs[0] is not None:
+        source = node.inputs[0]
+        if node.op_type == "Transpose":
+            perm = m.attr(node, "perm")
+            keeps = perm is not None and len(perm) > 0 and int(perm[-1]) == len(perm) - 1
+        else:
+            keeps = node.op_type == "Identity" or (
+                source.shape is not None and value.shape is not None and len(source.shape) > 0
+                and len(value.shape) > 0 and source.shape[-1] == value.shape[-1]
+                and (isinstance(value.shape[-1], int) or value.shape[-1].value is not None))
+        return keeps and _convex_rows(source, depth + 1)
     if node.op_type == "Softmax":
         rank = len(value.shape) if value.shape is not None else None
         axis = int(m.attr(node, "axis", -1))
