@@ -38,12 +38,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx import thread_count
 from jaxconv.onnx.rewrites import _intervals as intervals
 from jaxconv.onnx.rewrites import _match as m
 
 FLOOR = -64.0  # below the row's max: exp(FLOOR) over a row's sum is a normal float32 up to 10**10 places
 MIN_SHARE = 0.01  # of the places masked whatever the inputs: a causal mask's 0.5, Swin's 0.23 (the first stage)
-SYMBOLIC_SIZE = 128  # a symbolic length's count where a mask is built at run time: a causal mask's 127/256
+SYMBOLIC_SIZE = thread_count.RECORD_SIZES[-1]  # a symbolic length where a mask is built at run time (128:
+# a causal mask fills 127/256); the size a model's thread record weighs it at
 _FILL = 87.0  # |c| at or above which a constant near the Softmax reads as a mask's fill
 _DEPTH = 4
 _THROUGH = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Expand", "Cast", "Trilu"})

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx import thread_count
 from jaxconv.onnx.rewrites import _constants
 from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
@@ -35,7 +36,7 @@ from jaxconv.onnx.rewrites import _match as m
 MAX_TABLE = 1 << 16  # elements of a table laid out whole; a larger one keeps its broadcast shape
 MAX_SIGNS = 1 << 22  # elements of a rotated value whose signs are worked out (a bool array of its shape)
 MAX_EXPANDED = 1 << 15  # elements of a run-time table expanded over the heads (``_over_heads``)
-LENGTH = 128  # a symbolic size, counted for MAX_EXPANDED
+LENGTH = thread_count.RECORD_SIZES[-1]  # a symbolic size, counted for MAX_EXPANDED (128), as a record weighs it
 _MOVERS = ("Concat", "Unsqueeze", "Reshape", "Squeeze")
 
 

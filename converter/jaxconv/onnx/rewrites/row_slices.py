@@ -232,9 +232,8 @@ def _slice(graph: ir.Graph, v: ir.Value, cut: Cut) -> ir.Node:
     steps = m.new_initializer(graph, np.array([cut[a][2] for a in axes], np.int64), f"{name}_cut_steps")
     node = ir.node("Slice", [v, *consts, axes_v, steps])
     out = node.outputs[0]
-    out.type = v.type
-    if v.shape is not None:
-        out.shape = ir.Shape([_length(d, cut[a]) if a in cut else d for a, d in enumerate(v.shape)])
+    out.type, out.shape = v.type, v.shape
+    _cut_shape(out, v, cut)
     return node
 
 
