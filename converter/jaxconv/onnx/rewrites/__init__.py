@@ -119,6 +119,9 @@ faster without changing the numbers:
   or an infinity (ORT's Where branches on every element);
 - ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
   and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs);
+- ``dense_bias``: a big product's bias Add kept out of ORT's Gemm (a Gemm without C, or the bias at the
+  product's rank) on models that do not record one thread, where the Gemm's one-thread bias and activation
+  passes cost more than the Add and Relu on two;
 - ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
   as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``scalar_ranks``: a scalar operand of an elementwise op whose output ends in an axis of 1 given the
@@ -144,6 +147,7 @@ from jaxconv.onnx.rewrites import (
     broadcasts,
     column_sums,
     conv_affine,
+    dense_bias,
     einsum_order,
     expert_columns,
     expert_split,
@@ -247,8 +251,9 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["attention"] = attention.rewrite(model.graph, opset)
     # Head-major projections cost more than the Transposes they save on one thread (1.02-1.08x the CPU
     # time of the zoo's transformers, which record one thread) and gain on two (0.98x): only there.
-    heads = HEADS_ON_ONE_THREAD or thread_count.recommend(
-        model, skip_unknown=True, symbolic_sizes=thread_count.RECORD_SIZES) != 1  # as the driver's record
+    one_thread = thread_count.recommend(
+        model, skip_unknown=True, symbolic_sizes=thread_count.RECORD_SIZES) == 1  # as the driver's record
+    heads = HEADS_ON_ONE_THREAD or not one_thread
     fired["attention_heads"] = attention_heads.rewrite(model.graph) if heads else 0
     fired["mask_min"] = mask_min.rewrite(model.graph)
     fired["einsum_order"] = einsum_order.rewrite(model.graph)  # before layout: the Transpose after the split
@@ -304,6 +309,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["masked_softmax"] = masked_softmax.rewrite(model.graph)  # after the rules that make its masks
     if symbolic_inputs:  # after every rule that reads the run-time shape arithmetic
         fired["constant_targets"] = symbolic.constant_targets(model.graph)
+    fired["dense_bias"] = 0 if one_thread else dense_bias.rewrite(model.graph)  # after the rules reading MatMuls
     fired["scalar_ranks"] = scalar_ranks.rewrite(model.graph)  # last: the rules above read scalars as scalars
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
