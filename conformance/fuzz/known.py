@@ -144,6 +144,9 @@ MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense
 # a projection that reaches it (``dense_q+dense_k+..+softmax``) cannot be cut off where only the rotary shows it.
 MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "dense_*+*", "moe_*+*")
 
+# conformance/fuzz/models.py's norms: each sums a row (its mean, its mean square) before anything else
+NORMS = ("norm_two_pass", "norm_one_pass", "norm_var", "norm_keras", "norm_rms", "norm_rms_f32")
+
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
           "knows XLA gives differently")
@@ -160,6 +163,7 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/*", LAPACK_NAN, frozenset({"nan-input"})) for op in ("eigvalsh", "eigh_product")),
     Known("eigh_product/*/value", LAPACK_NORM, HUGE),
     Known("eigvalsh/*/value", LAPACK_NORM, SQUARES),  # an eigenvalue near 0 beside one of 1.8e19: both within eps x norm
+    Known("eigvalsh+*/*/value", LAPACK_NORM, SQUARES),  # an op after it that tells that eigenvalue from 0 (jnp.all)
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
       for op in ("top_k", "top_k_indices", "sort", "argsort", "moe_gates") for kind in ("nan", "inf", "value")),
     *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
@@ -170,7 +174,7 @@ KNOWN: tuple[Known, ...] = (
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
                  "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
-                 "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp")
+                 "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS)
       for kind in ("value", "nan", "inf")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),

@@ -1,0 +1,48 @@
+"""Fuzz rows of known differences found by the fuzzer (run seed 60613): a layer norm over a row holding
+values near the largest float, whose mean's sum overflows in ONNX Runtime's order and not in jax.jit's
+(no rewrite fired: the lowering's ReduceSum), and eigvalsh beside a huge entry followed by an op that tells
+a near-zero eigenvalue from zero. Each is excused only with the input fact that makes it possible."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxconv
+from conformance.fuzz import known
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+# the fuzzer's input (seed 60613182203): ones, and three values near the largest float
+ROW = np.ones((1, 1, 64), np.float32)
+ROW[0, 0, [16, 19, 20]] = [-2.779173597639206e+37, 2.5757732276398254e+37, -3.1518635332846175e+38]
+
+
+def _norm(x):
+    c = x - jnp.mean(x, -1, keepdims=True)
+    return c / jnp.sqrt(jnp.mean(c * c, -1, keepdims=True)) + 0.5
+
+
+def test_the_row_sum_overflows_in_one_order_only():
+    exact = sum(float(v) for v in ROW.ravel())  # float64: -3.17e38, within float32's range
+    assert np.isfinite(np.float32(exact))
+    with np.errstate(over="ignore"):
+        lanes = ROW.reshape(-1, 4).sum(0, dtype=np.float32)  # four partial sums, as a vector unit adds them
+    assert np.isneginf(lanes).any()  # -2.8e37 and -3.2e38 share a lane: -3.4e38 overflows
+    assert np.isfinite(np.asarray(jax.jit(lambda x: jnp.sum(x))(ROW)))  # XLA's order stays finite
+    got = OnnxRunner(jaxconv.to_onnx(_norm, "f32[1,1,64]", check=False).SerializeToString()).run([ROW])[0]
+    want = np.asarray(jax.jit(_norm)(ROW))
+    assert np.isfinite(want).all() and np.isnan(got).all()  # the difference the row below excuses
+
+
+def test_the_rows_need_the_facts():
+    seen = known.facts([ROW])
+    assert "huge-input" in seen
+    for form in ("two_pass", "one_pass", "var", "keras", "rms"):
+        assert known.match(f"norm_{form}/f32/nan", seen).reason == known.SUM_ORDER
+    ordinary = known.facts([np.full((1, 1, 64), 3.0, np.float32)])
+    assert known.match("norm_two_pass/f32/nan", ordinary) is None
+    # an overflowing square alone (no huge input) is the layer-norm guard's case: not excused
+    assert known.match("norm_two_pass/f32/nan", frozenset({"square-overflow-input"})) is None
+    assert known.match("eigvalsh+reduce_all/f32/value", frozenset({"square-overflow-input"})).reason == known.LAPACK_NORM
+    assert known.match("eigvalsh+reduce_all/f32/value") is None
