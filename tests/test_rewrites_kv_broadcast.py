@@ -179,3 +179,24 @@ def test_heads_with_their_unit_axis_as_input(monkeypatch, batch):
     assert plain_ops["Expand"] + plain_ops["Gather"] == 2 and ops["Expand"] == ops["Gather"] == 0, (ops, plain_ops)
     assert_same_bits([got], [plain])
     _assert_close(got, np.asarray(jax.jit(unit)(q, k, v)))
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 2), (6, 3)])
+def test_any_length(monkeypatch, heads, kv_heads):
+    """Keys, values and queries of a symbolic length (a model exported for any length, and any batch): the
+    copies go; the scores' Reshape back (two symbolic sizes after the heads) takes its tail from a Shape."""
+    specs = [f"f32[b,s,{h},32]" for h in (heads, kv_heads, kv_heads)]
+    model = jaxconv.to_onnx(_attention, *specs, check=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(kv_broadcast, "rewrite", lambda *args, **kw: 0)
+        plain = jaxconv.to_onnx(_attention, *specs, check=False)
+    assert _ops_of(plain)["Expand"] + _ops_of(plain)["Gather"] == 2, _ops_of(plain)
+    assert _ops_of(model)["Expand"] + _ops_of(model)["Gather"] == 0, _ops_of(model)
+    runner, plain_runner = OnnxRunner(model.SerializeToString()), OnnxRunner(plain.SerializeToString())
+    for batch, length in ((1, 1), (2, 5), (3, 17)):
+        rng = np.random.default_rng(length)
+        q, k, v = (rng.standard_normal((batch, length, h, 32)).astype(np.float32) for h in (heads, kv_heads, kv_heads))
+        k[0, 0, 0, 3], v[-1, -1, -1, 5], q[0, 0, 0, 0] = np.nan, -np.inf, -0.0
+        got = runner.run([q, k, v])
+        assert_same_bits(got, plain_runner.run([q, k, v]))
+        _assert_close(got[0], np.asarray(jax.jit(_attention)(q, k, v)))

@@ -9,7 +9,9 @@ need: ONNX MatMul broadcasts its batch axes. With one key/value head the rule Tr
 unrepeated heads (an axis of 1) and lets the MatMul broadcast them; with ``n > 1`` the query side's
 head axis splits into ``[n, g]`` (a Reshape), the key/value side's into ``[n, 1]``, and the product's
 result merges back. Those Reshapes keep the axes before the head axis by a 0, so a symbolic batch is
-no obstacle (the sizes from the head axis on must be numbers). Each output element is the same dot
+no obstacle; one symbolic size after the head axis (a model exported for any length) is the target's -1,
+and where there are two (the scores, ``[b, h, s, s]``) the target's tail is the Shape of the Reshape's own
+input from the axis after the heads on (a Shape and a Concat at run time). Each output element is the same dot
 product of the same rows in the same order (every batch a GEMM of the same M, N, K): bit for bit. One
 difference in form: with groups, a scale after the product (``q @ k^T / sqrt(d)``) follows a Reshape,
 and ORT no longer fuses it into the product as FusedMatMul's alpha (a product by ``1/sqrt(d)``): it
@@ -49,21 +51,33 @@ def rewrite(graph: ir.Graph) -> int:
     return fired
 
 
-def _known_from(dims: Dims, p: int) -> bool:
-    """Whether ``dims`` from axis ``p`` on are numbers: a Reshape that splits or merges axis ``p`` keeps
-    the axes before it by 0 (whatever their sizes), those after it only by their numbers."""
-    return all(isinstance(d, int) for d in dims[p:])
-
-
-def _target(graph: ir.Graph, dims: Dims, name: str) -> ir.Value:
-    """A Reshape target of ``dims``: a symbolic size (before the split or merged axis) as 0, "keep"."""
-    return m.new_initializer(graph, np.array([d if isinstance(d, int) else 0 for d in dims], np.int64), name)
-
-
-def _reshaped(graph: ir.Graph, x: ir.Value, dims: Dims, name: str) -> ir.Node:
-    node = ir.node("Reshape", [x, _target(graph, dims, name)])
+def _reshaped(graph: ir.Graph, x: ir.Value, dims: Dims, p: int, kept: int, name: str) -> list[ir.Node]:
+    """A Reshape of ``x`` to ``dims`` that splits or merges the head axis ``p`` (``x`` keeps its axes after
+    ``p + kept - 1`` as ``dims`` keeps those after its head axes): a constant target, symbolic sizes before
+    ``p`` as 0 ("keep") and one after as -1; with two or more after, the target's tail is ``x``'s Shape from
+    axis ``p + kept`` on, at run time."""
+    head = [d if isinstance(d, int) else 0 for d in dims[:p]]
+    tail = dims[len(dims) - (_rank(x) - p - kept):]
+    middle = dims[p:len(dims) - len(tail)]
+    nodes = []
+    if sum(not isinstance(d, int) for d in tail) <= 1:
+        target = m.new_initializer(graph, np.array(head + middle + [d if isinstance(d, int) else -1 for d in tail],
+                                                   np.int64), name)
+    else:
+        shape = ir.node("Shape", [x], {"start": p + kept})
+        joined = ir.node("Concat", [m.new_initializer(graph, np.array(head + middle, np.int64), name),
+                                    shape.outputs[0]], {"axis": 0})
+        for made, size in ((shape, _rank(x) - p - kept), (joined, len(dims))):
+            made.outputs[0].type, made.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([size])
+        nodes, target = [shape, joined], joined.outputs[0]
+    node = ir.node("Reshape", [x, target])
     node.outputs[0].type, node.outputs[0].shape = x.type, ir.Shape(dims)
-    return node
+    return [*nodes, node]
+
+
+def _rank(x: ir.Value) -> int:
+    assert x.shape is not None
+    return len(x.shape)
 
 
 def _one(graph: ir.Graph, found: Repeat) -> int:
@@ -97,7 +111,7 @@ def _one(graph: ir.Graph, found: Repeat) -> int:
         if dims is None or len(dims) != rank or dims[:-2] != heads[:-2]:  # no broadcast of their own
             return 0
         out = dims[:-1] + heads[-1:] if u.idx == 1 else heads[:-1] + dims[-1:]
-        if n > 1 and not (_known_from(dims, p) and _known_from(out, p) and _known_from(y_shape, p)):
+        if n > 1 and not all(isinstance(d, int) for d in (dims[p], out[p], y_shape[p])):
             return 0
         outs.append(out)
     if found.unit_axis is not None:
@@ -117,13 +131,13 @@ def _one(graph: ir.Graph, found: Repeat) -> int:
         assert other is not None
         dims = _dims(other)
         assert dims is not None
-        kv = _reshaped(graph, source, y_shape[:p] + [n, 1] + y_shape[p + 1:], "kv_groups_shape")
-        q = _reshaped(graph, other, dims[:p] + [n, g] + dims[p + 1:], "query_groups_shape")
-        pair = [q.outputs[0], kv.outputs[0]] if u.idx == 1 else [kv.outputs[0], q.outputs[0]]
+        kv = _reshaped(graph, source, y_shape[:p] + [n, 1] + y_shape[p + 1:], p, 1, "kv_groups_shape")
+        q = _reshaped(graph, other, dims[:p] + [n, g] + dims[p + 1:], p, 1, "query_groups_shape")
+        pair = [q[-1].outputs[0], kv[-1].outputs[0]] if u.idx == 1 else [kv[-1].outputs[0], q[-1].outputs[0]]
         grouped = ir.node("MatMul", pair)
         grouped.outputs[0].type = product.outputs[0].type
         grouped.outputs[0].shape = ir.Shape(out[:p] + [n, g] + out[p + 1:])
-        back = _reshaped(graph, grouped.outputs[0], out, "heads_shape")
-        back.outputs[0].type = product.outputs[0].type
-        m.replace(graph, product.outputs[0], [kv, q, grouped, back], product)
+        back = _reshaped(graph, grouped.outputs[0], out, p, 2, "heads_shape")
+        back[-1].outputs[0].type = product.outputs[0].type
+        m.replace(graph, product.outputs[0], [*kv, *q, grouped, *back], product)
     return 1
