@@ -194,3 +194,39 @@ def test_flax_lstms_over_a_symbolic_batch_are_lstm_ops(bidirectional):
         x = np.random.default_rng(batch).standard_normal((batch, 12, 8)).astype(np.float32)
         lengths = np.array([12, 5, 9][:batch], np.int32)
         np.testing.assert_allclose(runner.run([x, lengths])[0], np.asarray(jax.jit(fn)(x, lengths)), rtol=2e-5, atol=2e-6)
+
+
+def test_an_lstm_op_s_initial_state_over_a_symbolic_batch_is_typed(caplog):
+    """The initial state the LSTM op reads (``h0`` given, Unsqueezed to ``[1, b, h]``) carries its type: a
+    value with a shape and no type is left out of the saved graph's value_info with a warning (fuzz seed 80808)."""
+    from conformance.nets import lstm_cell
+
+    rng = np.random.default_rng(8)
+    wx, wh = (rng.standard_normal(s).astype(np.float32) / 4 for s in ((16, 128), (32, 128)))
+    b = rng.standard_normal(128).astype(np.float32) / 10
+
+    def fn(xs, h0):
+        (h, _), hs = jax.lax.scan(lstm_cell(wx, wh, b), (h0, jnp.tanh(h0)), xs)
+        return hs, h
+
+    with caplog.at_level("WARNING"):
+        model = jaxconv.to_onnx(fn, "f32[20,b,16]", "f32[b,32]", check=False)
+    assert _lstm_and_gru_ops(model) == ["LSTM"]
+    assert not [r for r in caplog.records if "type" in r.getMessage() and "not known" in r.getMessage()]
+    initial = [n.input[5] for n in all_nodes(model.graph) if n.op_type == "LSTM"][0]
+    typed = {v.name: v.type.tensor_type.elem_type for g in _graphs(model.graph) for v in g.value_info}
+    assert typed.get(initial) == 1, initial  # float32
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 4):
+        xs = np.random.default_rng(batch).standard_normal((20, batch, 16)).astype(np.float32)
+        h0 = np.random.default_rng(batch + 1).standard_normal((batch, 32)).astype(np.float32)
+        for got, want in zip(runner.run([xs, h0]), jax.jit(fn)(xs, h0)):
+            np.testing.assert_allclose(got, np.asarray(want), rtol=2e-5, atol=2e-6)
+
+
+def _graphs(graph):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _graphs(attr.g)

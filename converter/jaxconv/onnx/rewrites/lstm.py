@@ -218,7 +218,11 @@ def _initial_state(value: ir.Value, axis0: ir.Value) -> ir.Node | None:
     arr = m.repeated_const(value)
     if arr is not None and arr.dtype.kind == "f" and not np.any(arr) and not np.any(np.signbit(arr)):
         return None
-    return ir.node("Unsqueeze", [value, axis0])
+    node = ir.node("Unsqueeze", [value, axis0])
+    node.outputs[0].type = value.type
+    if value.shape is not None:
+        node.outputs[0].shape = ir.Shape([1, *value.shape])
+    return node
 
 
 def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
