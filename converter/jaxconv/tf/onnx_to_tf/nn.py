@@ -41,10 +41,15 @@ def gemm(tr: Any, node: Any, ins: list[Value], env: Any) -> Value:
         a = tf.transpose(a)
     if a_.get("transB", 0):
         b = tf.transpose(b)
-    out = matmul(tf, a, b) * tf.constant(a_.get("alpha", 1.0), a.dtype)
+    out = _scaled(tf, matmul(tf, a, b), a_.get("alpha", 1.0))  # a Gemm without C: the product alone
     if len(ins) > 2 and ins[2] is not None:
-        out = out + ins[2].t * tf.constant(a_.get("beta", 1.0), a.dtype)
+        out = out + _scaled(tf, ins[2].t, a_.get("beta", 1.0))
     return Value(out, ins[0].dtype)
+
+
+def _scaled(tf: Any, t: Any, factor: float) -> Any:
+    """``t * factor``; ``t`` itself for a factor of 1 (no Mul op in the TF graph)."""
+    return t if factor == 1.0 else t * tf.constant(factor, t.dtype)
 
 
 def _last(n: int) -> list[int]:
