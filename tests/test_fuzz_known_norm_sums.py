@@ -46,3 +46,15 @@ def test_the_rows_need_the_facts():
     assert known.match("norm_two_pass/f32/nan", frozenset({"square-overflow-input"})) is None
     assert known.match("eigvalsh+reduce_all/f32/value", frozenset({"square-overflow-input"})).reason == known.LAPACK_NORM
     assert known.match("eigvalsh+reduce_all/f32/value") is None
+
+
+def test_litert_sigmoids_over_a_huge_input_are_known_rows():
+    """LiteRT's LOGISTIC over pre-activations of 4e27 to 2e37 (fuzz seed 24680, target tflite: Flax and Haiku
+    LSTMs, an unrolled Haiku GRU, a deep LSTM stack; the tf-ops route's TF function gives jax.jit's numbers,
+    the TFLite model NaN): known only with the huge input, and only as NaN."""
+    huge = known.facts([np.array([[[1.0, np.finfo(np.float32).max]]], np.float32)])
+    for klass in ("tflite:lstm_flax/f32/nan", "tflite:unrolled_lstm_haiku/f32/nan",
+                  "tflite:scan_unrolled_gru_haiku/f32/nan", "tflite:deep_lstm_haiku_lstm_haiku_lstm_fused/f32/nan"):
+        assert known.match(klass, huge).reason == known.LITERT_LOGISTIC, klass
+        assert known.match(klass, known.facts([np.ones((1, 1, 2), np.float32)])) is None
+        assert known.match(klass.replace("/nan", "/value"), huge) is None

@@ -110,6 +110,9 @@ LAPACK_NAN = ("LAPACK's symmetric eigendecomposition (syevd: jax.jit's eigh, eig
 LAPACK_NORM = ("an eigendecomposition is accurate to the float rounding of the matrix's norm: beside an entry of 1.8e19, "
                "jax.jit's reconstruction of the entries of 1 is off by up to 2e12 (eps x norm), the artifact's Jacobi "
                "by about 1; the check finds the artifact as close to float64 (ok (float64))")
+LITERT_LOGISTIC = ("LiteRT's LOGISTIC kernel gives NaN for finite inputs of magnitude about 4e27 to 2e37 (jax.jit: 1 "
+                   "or 0; at 1e10, 2.5e26 and 3.4e38 it agrees); the xla route's sigmoids (jax2tf's) become LOGISTIC, "
+                   "the tf-ops route's do not (README: Known differences)")
 LITERT_ZERO_SIZE_NOTE = "LiteRT rejects zero-size tensors"
 LITERT_ZERO_SIZE = ("LiteRT fails to run a model with a zero-size tensor (\"Invalid tensor size\"); the converter's "
                     "check names the zero-size inputs and ops and raises (jaxconv.tf.tflite.run_error), a limit of "
@@ -176,6 +179,8 @@ KNOWN: tuple[Known, ...] = (
                  "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
                  "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS)
       for kind in ("value", "nan", "inf")),
+    # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
+    *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
     Known("reduce_var+asin/*/nan", VAR_ROUNDING),
