@@ -119,11 +119,11 @@ faster without changing the numbers:
   or an infinity (ORT's Where branches on every element);
 - ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
   and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs);
+- ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
+  as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``dense_bias``: a big product's bias Add kept out of ORT's Gemm (a Gemm without C, or the bias at the
   product's rank) on models that do not record one thread, where the Gemm's one-thread bias and activation
   passes cost more than the Add and Relu on two;
-- ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
-  as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``scalar_ranks``: a scalar operand of an elementwise op whose output ends in an axis of 1 given the
   output's rank (ORT broadcasts a scalar against such an operand one element per call), last.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -151,6 +152,11 @@ def is_const_expr(value: ir.Value | None, depth: int = 0) -> bool:
 
 def rank(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
+
+
+def elements(dims: Any, symbolic_size: int) -> int:
+    """How many elements a shape of ``dims`` holds, each symbolic dimension counted as ``symbolic_size``."""
+    return math.prod(d if isinstance(d, int) else symbolic_size for d in dims)
 
 
 def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:

@@ -26,8 +26,6 @@ same values, the same broadcast). float32 only (measured there). Runs last: no r
 
 from __future__ import annotations
 
-import math
-
 import onnx_ir as ir
 
 from jaxconv.onnx import thread_count
@@ -58,7 +56,7 @@ def _one(graph: ir.Graph, add: ir.Node) -> int:
     width = product.shape[-1]
     if vector is None or not isinstance(width, int) or vector.size != width or vector.ndim > rank:
         return 0
-    if any(d != 1 for d in vector.shape[:-1]) or _elements(product) < MIN_ELEMENTS:
+    if any(d != 1 for d in vector.shape[:-1]) or m.elements(product.shape, SYMBOLIC_SIZE) < MIN_ELEMENTS:
         return 0
     if any(node.op_type not in _READERS or node.domain not in ("", "ai.onnx") for node, _ in add.outputs[0].uses()):
         return 0
@@ -69,9 +67,4 @@ def _one(graph: ir.Graph, add: ir.Node) -> int:
         add.replace_input_with(list(add.inputs).index(bias), laid_out)
     return 1
 
-
-def _elements(value: ir.Value) -> int:
-    """How many elements ``value`` holds, with each symbolic dimension at ``SYMBOLIC_SIZE``."""
-    assert value.shape is not None
-    return math.prod(d if isinstance(d, int) else SYMBOLIC_SIZE for d in value.shape)
 

@@ -56,8 +56,11 @@ def _reshaped(graph: ir.Graph, x: ir.Value, dims: Dims, p: int, kept: int, name:
     ``p + kept - 1`` as ``dims`` keeps those after its head axes): a constant target, symbolic sizes before
     ``p`` as 0 ("keep") and one after as -1; with two or more after, the target's tail is ``x``'s Shape from
     axis ``p + kept`` on, at run time."""
+    rank = m.rank(x)
+    assert rank is not None
+    after = rank - p - kept  # x's axes after the head axes, kept as they are
     head = [d if isinstance(d, int) else 0 for d in dims[:p]]
-    tail = dims[len(dims) - (_rank(x) - p - kept):]
+    tail = dims[len(dims) - after:]
     middle = dims[p:len(dims) - len(tail)]
     nodes = []
     if sum(not isinstance(d, int) for d in tail) <= 1:
@@ -67,17 +70,12 @@ def _reshaped(graph: ir.Graph, x: ir.Value, dims: Dims, p: int, kept: int, name:
         shape = ir.node("Shape", [x], {"start": p + kept})
         joined = ir.node("Concat", [m.new_initializer(graph, np.array(head + middle, np.int64), name),
                                     shape.outputs[0]], {"axis": 0})
-        for made, size in ((shape, _rank(x) - p - kept), (joined, len(dims))):
+        for made, size in ((shape, after), (joined, len(dims))):
             made.outputs[0].type, made.outputs[0].shape = ir.TensorType(ir.DataType.INT64), ir.Shape([size])
         nodes, target = [shape, joined], joined.outputs[0]
     node = ir.node("Reshape", [x, target])
     node.outputs[0].type, node.outputs[0].shape = x.type, ir.Shape(dims)
     return [*nodes, node]
-
-
-def _rank(x: ir.Value) -> int:
-    assert x.shape is not None
-    return len(x.shape)
 
 
 def _one(graph: ir.Graph, found: Repeat) -> int:

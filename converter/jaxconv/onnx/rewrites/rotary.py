@@ -261,7 +261,7 @@ def _over_heads(graph: ir.Graph, table: ir.Value, named: list[int | str], mul: i
     target = [int(n) if a > first and d == 1 and isinstance(n, int) and n > 1 else 1
               for a, (d, n) in enumerate(zip(dims, named))]
     full = [t if t != 1 else d for t, d in zip(target, dims)]
-    if all(t == 1 for t in target) or np.prod([d if isinstance(d, int) else LENGTH for d in full]) > MAX_EXPANDED:
+    if all(t == 1 for t in target) or m.elements(full, LENGTH) > MAX_EXPANDED:
         return table
     expand = ir.node("Expand", [table, m.new_initializer(graph, np.array(target, np.int64), "rotary_heads")])
     expand.outputs[0].dtype = table.dtype

@@ -87,11 +87,6 @@ def _same_extent(shape: ir.Shape | None, result: ir.Shape) -> bool:
     return all(not (isinstance(d, int) and isinstance(r, int)) or d == r for d, r in zip(shape, result))
 
 
-def _elements(shape: ir.Shape) -> int:
-    """How many elements ``shape`` holds, each symbolic dimension (a batch) at ``SYMBOLIC_SIZE``."""
-    return math.prod(d if isinstance(d, int) else SYMBOLIC_SIZE for d in shape)
-
-
 def _one(graph: ir.Graph, where: ir.Node) -> int:
     if where.domain not in ("", "ai.onnx") or len(where.inputs) != 3:
         return 0
@@ -103,7 +98,7 @@ def _one(graph: ir.Graph, where: ir.Node) -> int:
     result = where.outputs[0]
     fill = a if k_first is not None else b
     if x is None or x.dtype not in _FLOATS or m.const(x) is not None or result.shape is None \
-            or _elements(result.shape) < MIN_ELEMENTS or not _same_extent(x.shape, result.shape) or cond is None \
+            or m.elements(result.shape, SYMBOLIC_SIZE) < MIN_ELEMENTS or not _same_extent(x.shape, result.shape) or cond is None \
             or not _same_extent(cond.shape, result.shape) or fill is None or fill.shape is None \
             or len(fill.shape) > len(result.shape) or not _data_comparison(cond):
         return 0
