@@ -64,6 +64,19 @@ def test_transpose_moving_only_unit_axes_becomes_a_reshape(monkeypatch):
     assert_same_floats(got, jax.jit(fn)(x), 0, 0)
 
 
+def test_one_axis_move_of_a_unit_axis_becomes_a_reshape(monkeypatch):
+    """ORT's fast path still copies every element; only a size-1 axis moving is no copy at all
+    (jax.nn.dot_product_attention's grouped scores [b, k, t, 1, s] to [1, b, k, t, s])."""
+    def fn(x):
+        return jnp.transpose(x, (3, 0, 1, 2, 4)) * 2.0
+
+    x = _special((2, 3, 5, 1, 4))
+    fired = _spy(monkeypatch, transposes)
+    ops, (got,) = _convert(fn, x)
+    assert fired == [1] and ops["Transpose"] == 0 and ops["Reshape"] == 1, ops
+    assert_same_floats(got, jax.jit(fn)(x), 0, 0)
+
+
 def test_general_transposes_are_left_alone(monkeypatch):
     def fn(x):
         return jnp.transpose(x, (2, 0, 3, 1)) * 2.0  # general even without size-1 axes
