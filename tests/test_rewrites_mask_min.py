@@ -70,9 +70,52 @@ def test_mask_from_input_and_flipped_where(monkeypatch):
     assert_same_floats(got[0], jax.jit(fn)(x, keep), 1e-6, 1e-7)
 
 
-@pytest.mark.parametrize("fill", [-1e9, 0.0], ids=["-1e9", "zero"])
+_FINITE_FILLS = [-1e4, -1e9, -1e30, float(-0.7 * np.finfo(np.float32).max)]
+
+
+@pytest.mark.parametrize("kind", ["finite", "nan masked", "inf masked", "below the fill masked"])
+@pytest.mark.parametrize("fill", _FINITE_FILLS, ids=["-1e4", "-1e9", "-1e30", "-0.7 FLT_MAX"])
+def test_finite_fills_as_guarded_min(monkeypatch, kind, fill):
+    """A finite fill f is min(x, f) only where x >= f: the fast branch runs only when every |x| < |f|
+    (the sum of squares below f squared), so a value below the fill at a dropped place still gives f."""
+    def fn(x, keep):
+        masked = jnp.where(keep[:, None, None, :], x, np.float32(fill))
+        return masked, jax.nn.softmax(masked, axis=-1)
+
+    x = _logits("finite" if kind == "below the fill masked" else kind)
+    keep = np.ones((2, T), bool)
+    keep[0, :2] = False
+    if kind == "below the fill masked":
+        x[0, 1, 3, 0] = max(2.0 * fill, float(np.finfo(np.float32).min))
+    ops, got = _convert(fn, x, keep)
+    plain_ops, plain = _plain(monkeypatch, fn, x, keep)
+    assert ops["If"] == 1 and plain_ops["If"] == 0, (ops, plain_ops)
+    assert_same_bits(got, plain)
+    want = jax.jit(fn)(x, keep)
+    assert_same_floats(got[0], want[0], 0, 0)
+    assert_same_floats(got[1], want[1], 1e-6, 1e-7)
+    assert got[0][0, 1, 3, 0] == np.float32(fill)
+
+
+def test_dot_product_attention_mask_as_guarded_min(monkeypatch):
+    """jax.nn.dot_product_attention fills with -0.7 * FLT_MAX, broadcast by an Expand (kept, not folded, at
+    this size): the Min and the exact branch read the scalar, so no fill of the scores' size is made."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 128, 4, 8)).astype(np.float32) for _ in range(3))
+    q[1, 2, 3, 5] = np.nan  # its row, and only its row, NaN
+    fn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    ops, (got,) = _convert(fn, q, k, v)
+    plain_ops, (plain,) = _plain(monkeypatch, fn, q, k, v)
+    assert ops["If"] == 1 and ops["Expand"] == 0, ops
+    assert plain_ops["If"] == 0 and plain_ops["Expand"] == 1, plain_ops
+    assert_same_bits([got], [plain])
+    assert_same_floats(got, jax.jit(fn)(q, k, v), 1e-5, 1e-6)
+    assert np.isnan(got[1, 2, 3]).all() and np.isfinite(got[0]).all()
+
+
+@pytest.mark.parametrize("fill", [-5e3, -1.0, 0.0], ids=["-5e3", "-1", "zero"])
 def test_other_fills_stay(fill):
-    """A finite fill above -FLT_MAX is not min(x, fill) for every finite x: the Where stays."""
+    """A fill above -1e4 is not a mask's: x would rarely be bounded by it; the Where stays."""
     fn = lambda x, keep: jnp.where(keep[:, None, None, :], x, np.float32(fill))  # noqa: E731
     x = _logits("finite")
     keep = np.ones((2, T), bool)

@@ -1,19 +1,25 @@
-"""An attention mask's ``Where(mask, x, -inf)`` as ``Min(x, M)`` when ``x`` is finite, behind a finiteness test.
+"""An attention mask's ``Where(mask, x, f)`` with a huge negative fill ``f`` as ``Min(x, M)``, behind a
+magnitude test.
 
 ONNX Runtime's float Where is slow: on [8, 4, 128, 128] logits with a [128, 128] causal mask it
-took 560 us of CPU against 190 us for a Min with the same broadcast (one thread). With the fill
-``f`` at or below every finite float (-inf, or -FLT_MAX as Flax's ``finfo.min``) and
-``M = Where(mask, +inf, f)`` of the mask's (small) shape, ``Min(x, M)`` is ``x`` where the mask
-keeps (``min(x, +inf) = x``, -0.0 included) and ``f`` where it drops, for every finite ``x``; for
-NaN or an infinity at a dropped place it would not be (ORT's Min propagates NaN, and
-``min(-inf, -FLT_MAX)`` is -inf). So
+took 414 us against 172 us for a Min with the same broadcast (one thread). With ``M = Where(mask, +inf,
+f)`` of the mask's (small) shape, ``Min(x, M)`` is ``x`` where the mask keeps (``min(x, +inf) = x``,
+-0.0 and NaN included) and ``min(x, f)`` where it drops, which is ``f`` for every ``x`` above ``f``, but
+not for a NaN (ORT's Min propagates it), nor below ``f`` (-inf under a -FLT_MAX fill). So
 
-    If(IsNaN(s - s), then: Where(mask, x, f), else: Min(x, M))     with s = ReduceSum(x)
+    If(Less(s, f * f), then: Min(x, M), else: Where(mask, x, f))     with s = ReduceSumSquare(x)
 
-gives the Where's values everywhere: a sum of finite values minus itself is 0 (or NaN when it
-overflows, which only takes the exact branch), and any NaN or infinity makes it NaN. On the
-benchmark transformer (4 causal masks; one thread, one process, alternating, load 5.7-6.2) CPU per
-call 78.1 -> 76.8 ms; BERT's padding masks gained nothing measurable (-0.7%).
+gives the Where's values everywhere: a float32 sum of squares is at least each square it adds (rounding
+is monotone), so ``s < f * f`` bounds every ``|x|`` below ``|f|``; a NaN or an infinity makes ``s`` NaN or
+inf and takes the exact branch (``f * f`` is +inf in float32 for ``|f| >= 1.85e19``: the test is then
+finiteness). The sum of squares costs 68 us there (ReduceSum 86).
+
+The fills masks use: -inf, ``finfo.min`` (Flax, Equinox), -0.7 * FLT_MAX (``jax.nn.dot_product_attention``,
+as an Expand of the scalar, which the branches read as the scalar: no fill of the scores' size is made),
+-1e30 (Haiku), -1e10 (Hugging Face LongT5), -1e9 and -1e4 (BERT-style code). A fill above ``MAX_FILL``
+(-1e4) is left alone: the logits would rarely be bounded by it. On the benchmark transformer (4 causal
+masks; one thread, one process, alternating, load 5.7-6.2) CPU per call 78.1 -> 76.8 ms; BERT's padding
+masks gained nothing measurable (-0.7%).
 """
 
 from __future__ import annotations
@@ -21,23 +27,37 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
-_LOWEST = float(np.finfo(np.float32).min)
+MAX_FILL = -1e4  # fills at or below read as a mask's (BERT-style code's -10000 is the highest in use)
 
 
 def rewrite(graph: ir.Graph) -> int:
-    """Put every float32 Where that fills with -inf or -FLT_MAX behind a finiteness test; returns how many."""
+    """Put every float32 Where that fills with a mask's huge negative behind a magnitude test; returns how many."""
     masks: dict[tuple[int, bool, float], ir.Value] = {}
     return sum(_rewrite(graph, node, masks) for node in m.each_node(graph, "Where"))
 
 
 def _fill(value: ir.Value | None) -> float | None:
-    arr = m.const(value)
-    if arr is None or arr.size != 1 or arr.dtype != np.float32:
+    """The one value the float32 constant ``value`` repeats (through Expand and the like), if a mask's fill."""
+    arr = m.repeated_const(value)
+    if arr is None or arr.size == 0 or arr.dtype != np.float32:
         return None
-    f = float(arr.reshape(()))
-    return f if f == -np.inf or f == _LOWEST else None
+    f = float(arr.flat[0])
+    return f if f <= MAX_FILL and bool(np.all(arr == f)) else None
+
+
+def _one_choice(cond: ir.Value) -> bool:
+    """Whether ``cond`` is computed from constants and one value everywhere (keras-hub's padding mask of
+    ones): ``where_consts`` then drops the Where, which costs nothing."""
+    arr = constants.evaluate(cond)
+    return arr is not None and arr.dtype == np.bool_ and arr.size > 0 and bool(arr.all() or not arr.any())
+
+
+def _square(f: float) -> np.ndarray:
+    """``f * f`` as a float32 scalar, +inf where it overflows."""
+    return np.array(f * f if f * f <= float(np.finfo(np.float32).max) else np.inf, np.float32)
 
 
 def _const(graph: ir.Graph, arr: np.ndarray, before: ir.Node) -> ir.Value:
@@ -52,9 +72,9 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
     cond, a, b = where.inputs
     fill_second = _fill(b)
     fill_first = _fill(a) if fill_second is None else None
-    if cond is None or (fill_first is None and fill_second is None):
+    if cond is None or (fill_first is None and fill_second is None) or _one_choice(cond):
         return 0
-    x = a if fill_second is not None else b
+    x, fill_value = (a, b) if fill_second is not None else (b, a)
     fill = fill_second if fill_second is not None else fill_first
     result = where.outputs[0]
     if x is None or x.dtype != ir.DataType.FLOAT or m.const(x) is not None or x.shape is None \
@@ -69,8 +89,11 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
         node = ir.node("Where", [cond, inf, f] if keep_when_true else [cond, f, inf])
         graph.insert_before(where, node)
         bound = masks[key] = node.outputs[0]
-    test = m.non_finite_test(x)
-    graph.insert_before(where, test)
+    if m.const(fill_value) is None or m.const(fill_value).size != 1:  # an Expand of it: the scalar instead
+        where.replace_input_with(2 if keep_when_true else 1, _const(graph, np.array(fill, np.float32), where))
+    total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
+    bounded = ir.node("Less", [total.outputs[0], _const(graph, _square(fill), where)])
+    graph.insert_before(where, [total, bounded])
     fast = ir.node("Min", [x, bound])
-    m.branch_on(graph, test[-1].outputs[0], result, [where], fast, test[-1], ("mask_where", "mask_min"))
+    m.branch_on(graph, bounded.outputs[0], result, [where], fast, bounded, ("mask_where", "mask_min"), exact_if=False)
     return 1

@@ -248,6 +248,19 @@ class _Shapes:
             return None
         return [tuple(int(n) if k == axis else d for k, d in enumerate(a)) for n in sizes]
 
+    def _branches(self, node: ir.Node) -> Dims | None:
+        """An If's first output: the shape both branches give it (a rule's guard: the exact nodes and the
+        fast ones, computed from the outer graph's values)."""
+        dims = []
+        for name in ("then_branch", "else_branch"):
+            branch = m.attr(node, name)
+            if not isinstance(branch, ir.Graph) or len(branch.outputs) != len(node.outputs):
+                return None
+            for inner in branch:
+                self.infer(inner)
+            dims.append(self.shape(branch.outputs[0]))
+        return dims[0] if dims[0] is not None and dims[0] == dims[1] else None
+
     def _infer(self, node: ir.Node) -> Dims | None:
         op, ins = node.op_type, node.inputs
         if op in _BROADCASTING:
@@ -265,6 +278,8 @@ class _Shapes:
             return self._pad(node)
         if op == "Concat":
             return self._concat(node)
+        if op == "If":
+            return self._branches(node)
         if op == "Expand":
             return broadcast(self.shape(ins[0]), self.value(ins[1]))
         if op == "GatherElements":  # the indices' shape
