@@ -161,6 +161,53 @@ def test_fast_variance_form_becomes_one_op(monkeypatch, affine):
     _assert_exact_where_squares_overflow(monkeypatch, fn)
 
 
+def _written(form: str, d: int):
+    """Layer norms as libraries and people write them: ``rsqrt`` times the centred x; Haiku's (``jnp.var``,
+    ``inv = scale * rsqrt(var + eps)``, ``inv * (x - mean) + offset``); Equinox's (``jnp.var`` clamped at
+    0, ``(x - mean) * rsqrt``, ``weight * out + bias``); a division by ``sqrt(jnp.var)``."""
+    rng = np.random.default_rng(d)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(d)).astype(np.float32)
+
+    def fn(x):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        if form == "rsqrt":
+            c = x - mean
+            return c * jax.lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5) * g + b
+        var = jnp.var(x, axis=-1, keepdims=True)
+        if form == "haiku":
+            return g * jax.lax.rsqrt(var + 1e-5) * (x - mean) + b
+        if form == "equinox":
+            return g * ((x - mean) * jax.lax.rsqrt(jnp.maximum(0.0, var) + 1e-5)) + b
+        return (x - mean) / jnp.sqrt(var + 1e-5) * g + b
+
+    return fn, g, b
+
+
+@pytest.mark.parametrize("d", [16, 24])
+@pytest.mark.parametrize("form", ["rsqrt", "haiku", "equinox", "var_div"])
+def test_written_forms_become_one_op(monkeypatch, form, d):
+    fn, g, b = _written(form, d)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 8, d)).astype(np.float32)
+    x[0, 1] = -0.0
+    x[1] += 1000.0  # a mean far from zero over a spread of one
+    x[2, 0] = 3.0  # a constant row
+    ops, (got,) = _convert(fn, x, bodies=True)
+    assert ops["LayerNormalization"] == 1 and ops["If"] == 1, ops
+    _assert_close(got, np.asarray(jax.jit(fn)(x)), x, g, b)
+    plain_ops, _ = _plain(monkeypatch, fn, x)
+    assert plain_ops["LayerNormalization"] == 0, plain_ops
+    x[1] -= 1000.0
+    squares, sums, special = x.copy(), x.copy(), x.copy()
+    squares[1, 0] *= 1e20  # jax.jit's variance inf: the row is the offset
+    sums[1, 0, :4] = [3e38, 3.4e38, 1.5e38, 2e38]  # jax.jit's mean inf: NaN
+    special[0, 3, 4], special[0, 4, 5], special[0, 5, 6] = np.nan, np.inf, -np.inf
+    for bad in (squares, sums, special):  # the guard runs the written-out nodes: jax.jit's rows
+        _, (got,) = _convert(fn, bad)
+        assert_same_floats(got, np.asarray(jax.jit(fn)(bad)), 1e-4, 2e-5)
+
+
 def test_post_norm_residual_is_a_sum_ort_does_not_fuse(tmp_path):
     """Add -> norm (BERT's post-norm residual) would become ORT's slow SkipLayerNormalization; as Sum it
     stays an addition and the op (operands bounded by tanh, so the norm runs without its guard)."""

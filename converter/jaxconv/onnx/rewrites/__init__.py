@@ -26,8 +26,9 @@ faster without changing the numbers:
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
 - ``unit_scale``: a Mul by ones that only broadcasts dropped where its readers broadcast anyway;
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
-- ``layer_norm``: a layer norm over the last axis (two-pass, or Flax's one-pass variance) as the
-  LayerNormalization op (opset 17); a post-norm residual Add before it as Sum (no SkipLayerNormalization);
+- ``layer_norm``: a layer norm over the last axis (two-pass or ``jnp.var``'s, or Flax's one-pass variance;
+  divided by the square root or times its reciprocal) as the LayerNormalization op (opset 17); a post-norm
+  residual Add before it as Sum (no SkipLayerNormalization);
 - ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
 - ``rms_norm``: an RMS norm over the last axis in the form ORT fuses (``Pow(x, 2)``, a Div, a scale);
 - ``split_matmul``: a MatMul by a constant (and a constant bias) whose result is only split by columns, or
@@ -37,7 +38,7 @@ faster without changing the numbers:
 - ``attention_heads``: q, k and v split into heads by a Reshape and a Transpose computed head-major, by one
   MatMul with the weight laid out per head (three Transposes of four per layer go), heads first
   ([h, b, t, dh]) where every reader up to the merge treats the leading axes as batch axes;
-- ``mask_min``: an attention mask's Where with a -inf fill as a Min where the input is finite (If);
+- ``mask_min``: an attention mask's Where with a fill at or below -1e4 as a Min where every input is above the fill (If);
 - ``einsum_order``: a MatMul between Transposes and Reshapes that merge free axes (grouped-query attention's
   einsums) planned again, either operand on the left, so the fewest elements are transposed; on symbolic
   sizes too, read through the run-time shape arithmetic of the Reshape targets (``_dim_products``);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 MIN_OPSET = 17  # LayerNormalization
@@ -76,4 +77,51 @@ def eps_add(sqrt: ir.Node) -> tuple[ir.Node, ir.Value, float] | None:
         if eps is not None and eps.size == 1 and eps.dtype == np.float32 and var is not None:
             value = float(eps.reshape(()))
             return (add, var, value) if np.isfinite(value) and value >= 0 else None
+    return None
+
+
+def any_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
+    """``last_axis_mean``, or ``ReduceSum(x) / (n - ddof)`` with a count that is an
+    expression of constants (jnp.var's, folded only after the rules)."""
+    found = last_axis_mean(value, rank)
+    pair = m.binary(m.producer(value, "Div"), "Div")
+    if found is not None or pair is None:
+        return found
+    node, count = m.producer(pair[0], "ReduceSum"), constants.evaluate(pair[1])
+    x = node.inputs[0] if node is not None else None
+    if x is None or count is None or count.size != 1 or x.shape is None or len(x.shape) != rank \
+            or x.shape[rank - 1] != float(count.reshape(())) or not m.attr(node, "keepdims", 1) \
+            or m.attr(node, "noop_with_empty_axes", 0):
+        return None
+    axes = m.reduce_axes(node)
+    if axes is None or m.normalize_axes(axes, rank) != (rank - 1,):
+        return None
+    return x, [value.producer(), node]
+
+
+def ddof_guard(value: ir.Value) -> ir.Node | None:
+    """``Where(c, nan, v)`` making ``value`` with ``c`` false everywhere (jnp.var's guard for ``ddof``; the
+    constant folding that drops it runs after the rules): the Where, whose ``v`` is ``value``'s content."""
+    node = m.producer(value, "Where")
+    if node is None or len(node.inputs) != 3 or node.inputs[2] is None or node.inputs[2].shape != value.shape:
+        return None
+    cond = constants.evaluate(node.inputs[0])
+    if cond is None or cond.dtype != np.bool_ or cond.size == 0 or cond.any():
+        return None
+    return node
+
+
+def reciprocal_of(sqrt: ir.Node) -> ir.Node | None:
+    """``Reciprocal(s)`` or ``Div(1, s)``, the single reader of ``s`` (rsqrt as the lowering writes it)."""
+    uses = m.live_uses(sqrt.outputs[0])
+    if sqrt.outputs[0].is_graph_output() or len(uses) != 1:
+        return None
+    node = uses[0].node
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Reciprocal":
+        return node
+    pair = m.binary(node, "Div")
+    if pair is not None and pair[1] is sqrt.outputs[0] and m.is_scalar_const(pair[0], 1.0, rtol=0.0):
+        return node
     return None

@@ -37,9 +37,17 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _bounds, _norm_guard
-from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._norm_match import MIN_OPSET, eps_add, last_axis_mean, only_uses, row_const, steps
+from jaxconv.onnx.rewrites._norm_match import (
+    MIN_OPSET,
+    any_mean,
+    ddof_guard,
+    eps_add,
+    only_uses,
+    reciprocal_of,
+    row_const,
+    steps,
+)
 from jaxconv.onnx.rewrites.layer_norm import residual_as_sum
 
 
@@ -62,53 +70,6 @@ def _single_reader(value: ir.Value, op: str) -> ir.Node | None:
     return node
 
 
-def _mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
-    """``layer_norm``'s last-axis mean, or ``ReduceSum(x) / (n - ddof)`` with a count that is an
-    expression of constants (jnp.var's, folded only after the rules)."""
-    found = last_axis_mean(value, rank)
-    pair = m.binary(m.producer(value, "Div"), "Div")
-    if found is not None or pair is None:
-        return found
-    node, count = m.producer(pair[0], "ReduceSum"), constants.evaluate(pair[1])
-    x = node.inputs[0] if node is not None else None
-    if x is None or count is None or count.size != 1 or x.shape is None or len(x.shape) != rank \
-            or x.shape[rank - 1] != float(count.reshape(())) or not m.attr(node, "keepdims", 1) \
-            or m.attr(node, "noop_with_empty_axes", 0):
-        return None
-    axes = m.reduce_axes(node)
-    if axes is None or m.normalize_axes(axes, rank) != (rank - 1,):
-        return None
-    return x, [value.producer(), node]
-
-
-def _ddof_guard(value: ir.Value) -> ir.Node | None:
-    """``Where(c, nan, v)`` making ``value`` with ``c`` false everywhere (jnp.var's guard for ``ddof``; the
-    constant folding that drops it runs after the rules): the Where, whose ``v`` is ``value``'s content."""
-    node = m.producer(value, "Where")
-    if node is None or len(node.inputs) != 3 or node.inputs[2] is None or node.inputs[2].shape != value.shape:
-        return None
-    cond = constants.evaluate(node.inputs[0])
-    if cond is None or cond.dtype != np.bool_ or cond.size == 0 or cond.any():
-        return None
-    return node
-
-
-def _reciprocal(sqrt: ir.Node) -> ir.Node | None:
-    """``Reciprocal(s)`` or ``Div(1, s)``, the single reader of ``s`` (rsqrt as the lowering writes it)."""
-    uses = m.live_uses(sqrt.outputs[0])
-    if sqrt.outputs[0].is_graph_output() or len(uses) != 1:
-        return None
-    node = uses[0].node
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if node.op_type == "Reciprocal":
-        return node
-    pair = m.binary(node, "Div")
-    if pair is not None and pair[1] is sqrt.outputs[0] and m.is_scalar_const(pair[0], 1.0, rtol=0.0):
-        return node
-    return None
-
-
 def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     """``x * inv + (-mean(x) * inv [+ beta])`` with ``inv = 1 / sqrt(var(x) + eps) [* gamma]``: one
     LayerNormalization."""
@@ -116,11 +77,11 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     if found is None:
         return 0
     add, var, eps = found
-    guard = _ddof_guard(var)
+    guard = ddof_guard(var)
     if guard is not None:
         var = guard.inputs[2]
     rank = m.rank(var)
-    var_mean = _mean(var, rank) if rank else None
+    var_mean = any_mean(var, rank) if rank else None
     square = m.producer(var_mean[0], "Mul") if var_mean is not None else None
     if square is None or square.inputs[0] is not square.inputs[1]:
         return 0
@@ -132,10 +93,10 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     if x is None or mean is None or x.dtype != ir.DataType.FLOAT or x.shape is None or len(x.shape) != rank:
         return 0
     dim = x.shape[rank - 1]
-    x_mean = _mean(mean, rank)
+    x_mean = any_mean(mean, rank)
     if not isinstance(dim, int) or x_mean is None or x_mean[0] is not x or d.shape != x.shape:
         return 0
-    recip = _reciprocal(sqrt)
+    recip = reciprocal_of(sqrt)
     if recip is None:
         return 0
     inv, gamma_node, gamma = recip.outputs[0], None, None
@@ -159,7 +120,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
             mul_mean, neg = u.node, other.producer()
     # jnp.var takes its own mean of x: the offset's mean may be a second one (CSE merges them later)
     offset_mean = neg.inputs[0] if neg is not None else None
-    second = _mean(offset_mean, rank) if offset_mean is not None and offset_mean is not mean else None
+    second = any_mean(offset_mean, rank) if offset_mean is not None and offset_mean is not mean else None
     if offset_mean is not mean and (second is None or second[0] is not x):
         return 0
     if mul_x is None or mul_mean is None or mul_x.outputs[0].shape != x.shape:

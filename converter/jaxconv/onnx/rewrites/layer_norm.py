@@ -32,9 +32,12 @@ from jaxconv.onnx.rewrites import _bounds, _norm_guard
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._norm_match import (
     MIN_OPSET,
+    any_mean,
+    ddof_guard,
     eps_add,
     last_axis_mean,
     only_uses,
+    reciprocal_of,
     row_const,
     steps,
 )
@@ -65,22 +68,67 @@ def _affine(value: ir.Value, op: str, d: int) -> tuple[ir.Node, np.ndarray] | No
     return node, arr
 
 
-def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
-    """``sqrt(mean(d * d) + eps)`` with ``d = x - mean(x)``, divided into ``d``: one LayerNormalization."""
-    add = m.producer(sqrt.inputs[0], "Add")
-    if add is None or len(add.inputs) != 2:
-        return 0
+def _clamp(value: ir.Value) -> tuple[ir.Node, ir.Value] | None:
+    """``(node, v)`` for ``value = Relu(v)`` or ``Max(v, 0)`` (Equinox's ``jnp.maximum(0, var)``, Flax's)."""
+    node = m.producer(value, "Relu")
+    if node is not None and node.inputs[0] is not None:
+        return node, node.inputs[0]
+    pair = m.binary(m.producer(value, "Max"), "Max")
+    if pair is None:
+        return None
     for k in (0, 1):
-        eps, var = m.const(add.inputs[1 - k]), add.inputs[k]
-        if eps is not None and eps.size == 1 and eps.dtype == np.float32 and var is not None:
-            break
-    else:
+        if m.is_scalar_const(pair[1 - k], 0.0) and m.const(pair[k]) is None:
+            return value.producer(), pair[k]
+    return None
+
+
+def _normalizer(sqrt: ir.Node, dim: int) -> tuple[ir.Node, ir.Value, list[ir.Node], ir.Node | None] | None:
+    """How ``s = sqrt(var + eps)`` normalizes: ``(norm, d, nodes, scale)`` for ``norm = d / s``, or
+    ``d * r`` with ``r = 1 / s`` (rsqrt), or ``d * (r * g)`` with ``g`` a row constant (Flax, Haiku);
+    ``nodes`` the Reciprocal and Mul by ``g`` between, ``scale`` that Mul."""
+    recip = reciprocal_of(sqrt)
+    if recip is None:
+        uses = m.live_uses(sqrt.outputs[0])
+        if sqrt.outputs[0].is_graph_output() or len(uses) != 1 or m.binary(uses[0].node, "Div") is None \
+                or uses[0].idx != 1:
+            return None
+        return uses[0].node, uses[0].node.inputs[0], [], None
+    factor, scale = recip.outputs[0], None
+    uses = m.live_uses(factor)
+    if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None \
+            and row_const(m.other_input(uses[0].node, factor), dim) is not None:
+        scale = uses[0].node
+        factor = scale.outputs[0]
+        uses = m.live_uses(factor)
+    if factor.is_graph_output() or len(uses) != 1 or m.binary(uses[0].node, "Mul") is None:
+        return None
+    norm = uses[0].node
+    if not only_uses(recip.outputs[0], scale if scale is not None else norm):
+        return None
+    return norm, m.other_input(norm, factor), [recip] + ([scale] if scale is not None else []), scale
+
+
+def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
+    """``d / sqrt(mean(d * d) + eps)`` with ``d = x - mean(x)`` (or ``d * rsqrt(...)``, the variance as
+    ``jnp.var`` writes it, clamped at 0 or not): one LayerNormalization."""
+    found = eps_add(sqrt)
+    if found is None:
         return 0
-    eps_value = float(eps.reshape(()))
+    add, var, eps_value = found
+    steps_up: list[tuple[ir.Node, ir.Node]] = []  # (node, its one reader) from the variance up to the Add
+    reader = add
+    clamp = _clamp(var)
+    if clamp is not None:
+        steps_up.append((clamp[0], reader))
+        reader, var = clamp
+    guard = ddof_guard(var)
+    if guard is not None:
+        steps_up.append((guard, reader))
+        reader, var = guard, guard.inputs[2]
     rank = m.rank(var)
-    var_mean = last_axis_mean(var, rank) if rank else None
+    var_mean = any_mean(var, rank) if rank else None
     square = m.producer(var_mean[0], "Mul") if var_mean is not None else None
-    if square is None or square.inputs[0] is not square.inputs[1] or not np.isfinite(eps_value) or eps_value < 0:
+    if square is None or square.inputs[0] is not square.inputs[1]:
         return 0
     d = square.inputs[0]
     sub = m.producer(d, "Sub")
@@ -90,32 +138,39 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     if x is None or mean is None or x.dtype != ir.DataType.FLOAT or x.shape is None or len(x.shape) != rank:
         return 0
     dim = x.shape[rank - 1]
-    x_mean = last_axis_mean(mean, rank)
+    x_mean = any_mean(mean, rank)
     if not isinstance(dim, int) or x_mean is None or x_mean[0] is not x:
         return 0
-    sqrt_uses = m.live_uses(sqrt.outputs[0])
-    if len(sqrt_uses) != 1 or m.binary(sqrt_uses[0].node, "Div") is None or sqrt_uses[0].idx != 1:
+    normalizer = _normalizer(sqrt, dim)
+    if normalizer is None:
         return 0
-    div = sqrt_uses[0].node
-    num = div.inputs[0]
-    sub2 = None
-    if num is not d:  # x - mean(x) written twice (CSE has not run yet)
+    norm, num, between, scale = normalizer
+    sub2 = second = None
+    if num is not d:  # x - mean(x) written twice (CSE has not run yet), of the same mean or of another
         sub2 = m.producer(num, "Sub")
-        if sub2 is None or sub2.inputs[0] is not x or sub2.inputs[1] is not mean or not only_uses(num, div):
+        if sub2 is None or sub2.inputs[0] is not x or not only_uses(num, norm):
             return 0
-    if d.shape != x.shape or div.outputs[0].shape != x.shape:
+        if sub2.inputs[1] is not mean:
+            second = any_mean(sub2.inputs[1], rank)
+            if second is None or second[0] is not x or not only_uses(sub2.inputs[1], sub2) \
+                    or not all(only_uses(n.outputs[0], c) for n, c in steps(second[1])):
+                return 0
+    if d.shape != x.shape or norm.outputs[0].shape != x.shape:
         return 0
-    chain = [sub, square, add, sqrt, *x_mean[1], *var_mean[1]] + ([sub2] if sub2 is not None else [])
-    d_readers = (square, div) if sub2 is None else (square,)
-    mean_readers = (sub,) if sub2 is None else (sub, sub2)
+    chain = [sub, square, add, sqrt, *between, *(n for n, _ in steps_up), *x_mean[1], *var_mean[1]]
+    chain += ([sub2] if sub2 is not None else []) + (second[1] if second is not None else [])
+    d_readers = (square, norm) if sub2 is None else (square,)
+    mean_readers = (sub,) if sub2 is None or second is not None else (sub, sub2)
     if not (only_uses(mean, *mean_readers) and only_uses(d, *d_readers)
-            and only_uses(square.outputs[0], var_mean[1][-1]) and only_uses(var, add)
+            and only_uses(square.outputs[0], var_mean[1][-1]) and only_uses(var, reader)
+            and all(only_uses(n.outputs[0], r) for n, r in steps_up)
             and only_uses(add.outputs[0], sqrt)
             and all(only_uses(n.outputs[0], c) for n, c in steps(x_mean[1]) + steps(var_mean[1]))):
         return 0
     if any(n.graph is not graph for n in chain):
         return 0
-    return _emit(graph, x, dim, eps_value, div, chain, memo)
+    g = row_const(m.other_input(scale, between[0].outputs[0]), dim) if scale is not None else None
+    return _emit(graph, x, dim, eps_value, norm, chain, memo, g)
 
 
 def _replace_fast(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
@@ -125,13 +180,11 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     if found is None:
         return 0
     add, var, eps_value = found
-    clamp = m.producer(var, "Relu")
-    if clamp is None:
-        pair = m.binary(m.producer(var, "Max"), "Max")
-        if pair is None or not m.is_scalar_const(pair[1], 0.0):
-            return 0
-        clamp = var.producer()
-    diff = m.binary(m.producer(clamp.inputs[0], "Sub"), "Sub")
+    clamped = _clamp(var)
+    if clamped is None:
+        return 0
+    clamp, clamped_var = clamped
+    diff = m.binary(m.producer(clamped_var, "Sub"), "Sub")
     rank = m.rank(var)
     if diff is None or not rank:
         return 0
@@ -147,45 +200,25 @@ def _replace_fast(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
             or x_mean[0] is not x or not isinstance(x.shape[rank - 1], int):
         return 0
     dim = x.shape[rank - 1]
-    sqrt_uses = m.live_uses(sqrt.outputs[0])
-    if len(sqrt_uses) != 1:
+    normalizer = _normalizer(sqrt, dim)
+    if normalizer is None:
         return 0
-    reader = sqrt_uses[0].node
-    recip = reader if reader.op_type == "Reciprocal" and reader.domain in ("", "ai.onnx") else None
-    scale = None  # Flax: mul = rsqrt(var + eps) * scale; y = (x - mean) * mul
-    if recip is not None:
-        factor = recip.outputs[0]
-        uses = m.live_uses(factor)
-        if len(uses) == 1 and m.binary(uses[0].node, "Mul") is not None \
-                and row_const(m.other_input(uses[0].node, factor), dim) is not None:
-            scale = uses[0].node
-            factor = scale.outputs[0]
-            uses = m.live_uses(factor)
-        if len(uses) != 1 or m.binary(uses[0].node, "Mul") is None:
-            return 0
-        norm = uses[0].node
-        d = m.other_input(norm, factor)
-    else:
-        if m.binary(reader, "Div") is None or sqrt_uses[0].idx != 1:
-            return 0
-        norm, d = reader, reader.inputs[0]
+    norm, d, between, scale = normalizer
     sub = m.producer(d, "Sub")
     if sub is None or sub.inputs[0] is not x or sub.inputs[1] is not mean or d.shape != x.shape \
             or norm.outputs[0].shape != x.shape:
         return 0
-    chain = [add, sqrt, clamp, diff_node := m.producer(clamp.inputs[0]), mu_sq.producer(), square, sub, *x_mean[1],
-             *mean_sq[1]] + [n for n in (recip, scale) if n is not None]
+    chain = [add, sqrt, clamp, diff_node := m.producer(clamped_var), mu_sq.producer(), square, sub, *x_mean[1],
+             *mean_sq[1], *between]
     if not (only_uses(mean, mu_sq.producer(), sub) and only_uses(d, norm)
             and only_uses(square.outputs[0], mean_sq[1][-1]) and only_uses(m2, diff_node)
             and only_uses(mu_sq, diff_node) and only_uses(diff_node.outputs[0], clamp)
             and only_uses(var, add) and only_uses(add.outputs[0], sqrt)
-            and (recip is None or only_uses(sqrt.outputs[0], recip))
-            and (scale is None or (only_uses(recip.outputs[0], scale) and only_uses(scale.outputs[0], norm)))
             and all(only_uses(n.outputs[0], c) for n, c in steps(x_mean[1]) + steps(mean_sq[1]))):
         return 0
     if any(n is None or n.graph is not graph for n in chain):
         return 0
-    g = row_const(m.other_input(scale, recip.outputs[0]), dim) if scale is not None and recip is not None else None
+    g = row_const(m.other_input(scale, between[0].outputs[0]), dim) if scale is not None else None
     return _emit(graph, x, dim, eps_value, norm, chain, memo, g)
 
 
