@@ -135,6 +135,7 @@ NOT_REWRITTEN = {
     "3 - (x + 0.1)": lambda x: 3 - (x + 0.1),
     "(x + row) + row": lambda x: (x + ROW) + (ROW + 1),
     "(x + 0.1) + full": lambda x: (x + 0.1) + FULL_2,
+    "(a * 0.1) * (b * 3.7)": lambda a, b: (a * np.float32(0.1)) * (b * np.float32(3.7)),  # broadcast scalars
 }
 
 
@@ -145,6 +146,84 @@ def test_forms_xla_keeps_are_computed_as_written(name):
     got, want, _ = _run(fn, *args)
     np.testing.assert_array_equal(want, fn(*args))  # the premise: numpy's float32, in the program's order
     _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_a_product_of_two_products_by_full_constants_pairs_them(dtype):
+    """``(a * C1) * (b * C2)`` with constants of the product's shape: XLA computes ``(a * b) * (C1 * C2)``."""
+    def fn(a, b):
+        return (a * FULL_1.astype(a.dtype)) * (b * FULL_2.astype(a.dtype))
+
+    args = _args(fn, dtype)
+    got, want, _ = _run(fn, *args, x64=dtype == np.float64)
+    a, b = args
+    assert not np.array_equal(want, (a * FULL_1.astype(dtype)) * (b * FULL_2.astype(dtype)))  # the premise
+    np.testing.assert_array_equal(want, (a * b) * (FULL_1.astype(dtype) * FULL_2.astype(dtype)))
+    _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1, 1)])
+def test_a_product_of_two_scaled_one_element_values_pairs_the_scalars(shape):
+    """Over one element a broadcast scalar is a constant to XLA: ``(a * 0.125) * (b * 0.5)`` is
+    ``(a * b) * 0.0625``, which overflows at 2e19 where the program's order gives 5e37."""
+    def fn(a, b):
+        return (a * np.float32(0.125)) * (b * np.float32(0.5))
+
+    huge = np.full(shape, 2e19, np.float32)
+    got, want, _ = _run(fn, huge, huge)
+    assert np.isinf(want).all() and np.isfinite((huge * np.float32(0.125)) * (huge * np.float32(0.5))).all()
+    _assert_bits(got, want)
+    for _ in range(20):  # rounding: (a * b) * (0.1 * 3.7) against (a * 0.1) * (b * 3.7)
+        a, b = _normal(*shape), _normal(*shape)
+        got, want, _ = _run(lambda a, b: (a * np.float32(0.1)) * (b * np.float32(3.7)), a, b)
+        _assert_bits(got, want)
+
+
+@pytest.mark.parametrize("n", [8, 3])
+def test_the_square_of_a_one_row_mean_is_the_squared_sum_over_n_squared(n):
+    """Flax's one-pass variance of one row, ``mean(x * x) - mean(x)**2``: XLA squares the sum and scales it by
+    ``(1 / n)**2``, so the square overflows (inf - inf: NaN) where ``(sum / n)**2`` would not. Found by the
+    fuzzer as norm_one_pass/f32/nan: an eps-free one-pass norm of [1, 1, 8] gave its offset, jax.jit NaN."""
+    def fn(x):
+        m = jnp.mean(x, -1, keepdims=True)
+        return jnp.mean(x * x, -1, keepdims=True) - m * m
+
+    x = np.ones((1, 1, n), np.float32)
+    x[0, 0, 1:3] = [-4.3e18, -1.92e19]
+    got, want, _ = _run(fn, x)
+    assert np.isnan(want).all()
+    _assert_bits(got, want)
+
+
+def test_a_one_row_mean_squared_rounds_as_xla_pairs_it():
+    """``mean(x)**2`` of three elements: ``(s * s) * (1/3 * 1/3)``, bit for bit (the sum of three in either
+    order; the program's ``(s / 3)**2`` differs from jax.jit in some of these rows)."""
+    def fn(x):
+        m = jnp.mean(x, -1, keepdims=True)
+        return m * m
+
+    differ = 0
+    for _ in range(30):
+        x = _normal(1, 1, 3, shift=2.0)
+        got, want, _ = _run(fn, x)
+        s = x.sum(-1, keepdims=True, dtype=np.float32)
+        differ += not np.array_equal(want, (s / np.float32(3)) * (s / np.float32(3)))
+        _assert_bits(got, want)
+    assert differ  # the premise
+
+
+def test_a_one_pass_norm_of_one_row_overflowing_its_mean_square_is_nan():
+    """The fuzzer's program (seed 8086024284): the norm's output is NaN in jax.jit, not its offset."""
+    b = (np.random.default_rng(191770788).standard_normal(8) * 0.1).astype(np.float32)
+
+    def fn(x):
+        m, m2 = jnp.mean(x, -1, keepdims=True), jnp.mean(jax.lax.square(x), -1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(jnp.maximum(m2 - m * m, 0.0) + 0.0) * jnp.ones(8, jnp.float32) + b
+
+    x = np.array([1.0, -4.326632e18, -1.9178188e19, 1, 1, 1, 1, 1], np.float32).reshape(1, 1, 8)
+    got, want, _ = _run(fn, x)
+    assert np.isnan(want).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
 
 
 def test_a_constant_division_undone_by_its_product_is_the_identity():

@@ -11,6 +11,10 @@ ops, applied here to the ONNX nodes lowered from them:
   nor a scalar input. ``a - c`` counts as ``a + (-c)``, ``(c1 - a) + c2`` is ``(c1 + c2) - a``.
   The constants are folded in their own dtype. A folded product by one is ``a`` itself (``x / 3 * 3``
   is ``x``, through the reciprocal ``xla_division`` folds), as is a folded sum of zero (``a + -0``).
+- ``(a * c1) * (b * c2)`` is ``(a * b) * (c1 * c2)`` when ``c1`` and ``c2`` are both constants of the
+  product's full shape, or the product has one element (any two constants: XLA folds a broadcast scalar
+  into a constant there, so Flax's ``mean(x)**2`` of one row is ``sum(x)**2 / n**2``, which overflows where
+  ``(sum / n)**2`` does not); two broadcast scalars over more elements stay as written.
 - ``(a / b) / c`` is ``a / (b * c)``, ``a / (b / c)`` is ``(a * c) / b`` and ``(a / b) / (c / d)`` is
   ``(a * d) / (b * c)`` for divisions XLA leaves divisions: not by a constant or a broadcast (those are
   products by the reciprocal, ``xla_division``), nor by a root, exp or power (rules of their own).
@@ -57,7 +61,7 @@ def rewrite(graph: ir.Graph) -> int:
         if node.graph is None:
             continue  # replaced by an earlier rewrite
         if node.op_type == "Mul" and _lowered_from(node, *_PRODUCTS):
-            count += _fold_product(node)
+            count += _fold_product(node) or _pair_product(node)
         elif node.op_type == "Div" and _lowered_from(node, "stablehlo.divide") and _divides_in_xla(node):
             plain.add(node)
             count += _nested_division(node, plain)
@@ -197,6 +201,65 @@ def _fold_product(outer: ir.Node) -> int:
     return _replace(outer, "Mul", [a, None], _folded(c1, c2, np.multiply, narrow))
 
 
+def _pair_product(outer: ir.Node) -> int:
+    """``(a * c1) * (b * c2)`` as ``(a * b) * (c1 * c2)``, where XLA's simplifier sees two constants: both of
+    the product's full shape, or any two where the product has one element (a broadcast scalar is a
+    constant there; a mean, ``ReduceMean`` since the zeros rule, is its sum times ``1 / n`` to XLA). Broadcast
+    scalars over more elements stay as written. Not through float16's Casts."""
+    if _split(outer) is not None:
+        return 0  # a constant operand: the chain rule's case
+    full = _full_shape(outer)
+    one = full is not None and int(np.prod(full)) == 1
+    sides, made = [], []
+    for value in outer.inputs:
+        inner, narrow = _inner(value, _PRODUCTS) if value is not None else (None, None)
+        mean = _mean_as_product(inner, made) if one and narrow is None else None
+        if mean is not None:
+            sides.append(mean)
+            continue
+        if inner is None or narrow is not None or inner.op_type != "Mul" or not _lowered_from(inner, *_PRODUCTS):
+            return 0
+        found = _split(inner)
+        if found is None:
+            return 0
+        sides.append(found)
+    (a, kind_a, c1), (b, kind_b, c2) = sides
+    if not (one or kind_a == kind_b == "full"):
+        return 0
+    product = ir.node("Mul", [a, b], metadata_props=dict(outer.metadata_props))
+    product.outputs[0].type = outer.outputs[0].type
+    unique = list({id(n): n for n in made}.values())
+    return _replace(outer, "Mul", [product.outputs[0], None], _folded(c1, c2, np.multiply, None), (*unique, product))
+
+
+def _mean_as_product(node: ir.Node | None, made: list[ir.Node]) -> tuple[ir.Value, str, np.ndarray] | None:
+    """A float ``ReduceMean`` of a static input as ``(ReduceSum, "scalar", 1 / n)`` (the sum a new node, appended
+    to ``made``; one for both sides of ``m * m``), as XLA's simplifier reads ``sum / n``."""
+    if node is None or node.op_type != "ReduceMean" or node.domain or node.inputs[0] is None:
+        return None
+    x = node.inputs[0]
+    if x.dtype not in _FLOATS or x.shape is None or not x.shape.is_static() or node.attributes.get("axes") is not None:
+        return None
+    axes = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    dims = [int(d) for d in x.shape]
+    reduced = [dims[int(a)] for a in axes.reshape(-1)] if axes is not None and axes.size else dims
+    if node.attributes.get("noop_with_empty_axes") is not None and node.attributes["noop_with_empty_axes"].as_int():
+        return None
+    for earlier in made:
+        if earlier.inputs[0] is x and list(earlier.inputs[1:]) == list(node.inputs[1:]):
+            made.append(earlier)
+            return earlier.outputs[0], "scalar", _reciprocal(int(np.prod(reduced)), x.dtype)
+    total = ir.node("ReduceSum", list(node.inputs), {k: v for k, v in node.attributes.items()})
+    total.outputs[0].type = node.outputs[0].type
+    made.append(total)
+    return total.outputs[0], "scalar", _reciprocal(int(np.prod(reduced)), x.dtype)
+
+
+def _reciprocal(n: int, dtype: ir.DataType) -> np.ndarray:
+    one = np.ones((), dtype.numpy())
+    return np.asarray(one / one.dtype.type(n), dtype=one.dtype)
+
+
 def _fold_addition(outer: ir.Node) -> int:
     """``(a ± c1) ± c2`` as ``a + (±c1 ± c2)``, ``(c1 - a) ± c2`` as ``(c1 ± c2) - a``."""
     if outer.op_type == "Sub" and _constant_kind(outer.inputs[0], outer) is not None:
@@ -223,7 +286,10 @@ def _fold_addition(outer: ir.Node) -> int:
     return _replace(outer, "Add", [a, None], total)
 
 
-def _replace(old: ir.Node, op_type: str, inputs: list[ir.Value | None], constant: np.ndarray) -> int:
+def _replace(old: ir.Node, op_type: str, inputs: list[ir.Value | None], constant: np.ndarray,
+             before: tuple[ir.Node, ...] = ()) -> int:
+    """``old`` replaced by ``op_type`` of ``inputs``, a None among them the folded ``constant``; ``before``:
+    nodes those inputs read, inserted first."""
     owner = old.graph
     if owner is None:
         return 0
@@ -231,7 +297,8 @@ def _replace(old: ir.Node, op_type: str, inputs: list[ir.Value | None], constant
     operands = [made.outputs[0] if v is None else v for v in inputs]
     new = ir.node(op_type, operands, metadata_props=dict(old.metadata_props))
     new.outputs[0].type, new.outputs[0].shape = old.outputs[0].type, old.outputs[0].shape
-    ir.convenience.replace_nodes_and_values(owner, old, [old], [made, new], [old.outputs[0]], [new.outputs[0]])
+    ir.convenience.replace_nodes_and_values(owner, old, [old], [*before, made, new], [old.outputs[0]],
+                                            [new.outputs[0]])
     return 1
 
 
