@@ -65,9 +65,12 @@ def test_a_symbolic_batch_is_kept():
         assert_same_floats(run.run([x])[0], np.asarray(jax.jit(fn)(x)), 1e-5, 1e-6)
 
 
-def test_nchw_model_converts_with_the_check():
-    """A channels-first pointwise head (as Flax and Haiku users write with NCHW data) through the default check."""
-    w = _RNG.standard_normal((3, 8, 1, 1)).astype(np.float32)
+@pytest.mark.parametrize("seed", [0, 2, 3, 7])
+def test_nchw_model_converts_with_the_check(seed):
+    """A channels-first pointwise head (as Flax and Haiku users write with NCHW data) through the default check.
+    Its scale stays a Mul after the MatMul: folded into the weights (conv_affine's fold for a Conv), the
+    products of the edge inputs' ±FLT_MAX overflow where jax.jit's do not (the check failed seeds 2, 3, 7)."""
+    w = np.random.default_rng(seed).standard_normal((3, 8, 1, 1)).astype(np.float32)
 
     def fn(x):
         return jax.lax.conv_general_dilated(x, w, (1, 1), "VALID") * 2.0

@@ -33,20 +33,25 @@ def rewrite(graph: ir.Graph) -> int:
     return count
 
 
+def is_narrow_pointwise(conv: ir.Node, weight: np.ndarray) -> bool:
+    """Whether ``conv`` with the float32 ``weight`` is a 1x1, stride-1, unpadded, ungrouped Conv to at most
+    ``MAX_CHANNELS`` channels, which the rule makes a MatMul (unless its input is NHWC data)."""
+    return weight.ndim == 4 and weight.shape[2:] == (1, 1) and weight.dtype == np.float32 \
+        and 1 <= weight.shape[0] <= MAX_CHANNELS and m.attr(conv, "group", 1) == 1 \
+        and all(int(v) == 1 for v in m.attr(conv, "strides", [1, 1]) or []) \
+        and all(int(v) == 0 for v in m.attr(conv, "pads", [0, 0, 0, 0]) or []) \
+        and m.attr(conv, "auto_pad", "NOTSET") in ("NOTSET", "VALID")
+
+
 def _one(graph: ir.Graph, conv: ir.Node) -> int:
     x, w = conv.inputs[0], conv.inputs[1] if len(conv.inputs) > 1 else None
     b = conv.inputs[2] if len(conv.inputs) > 2 else None
     weight = evaluate(w) if w is not None else None  # a kernel transposed to OIHW: folded later
     bias = evaluate(b) if b is not None else None
     dims = named_dims(x) if x is not None else None
-    if weight is None or weight.ndim != 4 or weight.shape[2:] != (1, 1) or weight.dtype != np.float32 \
-            or x is None or x.dtype != ir.DataType.FLOAT or not 1 <= weight.shape[0] <= MAX_CHANNELS:
+    if weight is None or x is None or x.dtype != ir.DataType.FLOAT or not is_narrow_pointwise(conv, weight):
         return 0
-    if (b is not None and (bias is None or bias.shape != (weight.shape[0],))) or m.attr(conv, "group", 1) != 1:
-        return 0
-    if any(int(v) != 1 for v in m.attr(conv, "strides", [1, 1]) or []) \
-            or any(int(v) != 0 for v in m.attr(conv, "pads", [0, 0, 0, 0]) or []) \
-            or m.attr(conv, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+    if b is not None and (bias is None or bias.shape != (weight.shape[0],)):
         return 0
     if dims is None or len(dims) != 4 or dims[1] != weight.shape[1] or not all(isinstance(d, int) for d in dims[1:]):
         return 0  # a symbolic batch is kept by the Reshapes' 0
