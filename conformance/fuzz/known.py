@@ -110,6 +110,9 @@ LAPACK_NAN = ("LAPACK's symmetric eigendecomposition (syevd: jax.jit's eigh, eig
 LAPACK_NORM = ("an eigendecomposition is accurate to the float rounding of the matrix's norm: beside an entry of 1.8e19, "
                "jax.jit's reconstruction of the entries of 1 is off by up to 2e12 (eps x norm), the artifact's Jacobi "
                "by about 1; the check finds the artifact as close to float64 (ok (float64))")
+LAPACK_LU = ("LAPACK's LU (getrf: jax.jit's det, slogdet and inv) of a matrix holding an infinity pivots and "
+             "eliminates with it and returns numbers of its own making (det 0 for a 4 x 4 matrix with one -inf and two "
+             "equal rows); the artifact's elimination meets inf - inf or inf x 0 and gives NaN")
 LITERT_LOGISTIC = ("LiteRT's LOGISTIC kernel gives NaN for finite inputs of magnitude about 4e27 to 2e37 (jax.jit: 1 "
                    "or 0; at 1e10, 2.5e26 and 3.4e38 it agrees); the xla route's sigmoids (jax2tf's) become LOGISTIC, "
                    "the tf-ops route's do not (README: Known differences)")
@@ -165,6 +168,8 @@ KNOWN: tuple[Known, ...] = (
     Known("convert_bool_*+mul*", XLA_SELECT),
     *(Known(f"{op}/*/*", LAPACK_NAN, frozenset({"nan-input"})) for op in ("eigvalsh", "eigh_product")),
     Known("eigh_product/*/value", LAPACK_NORM, HUGE),
+    *(Known(f"{op}/*/{kind}", LAPACK_LU, frozenset({"inf-input"}))
+      for op in ("det", "slogdet", "inv") for kind in ("nan", "value", "inf")),
     Known("eigvalsh/*/value", LAPACK_NORM, SQUARES),  # an eigenvalue near 0 beside one of 1.8e19: both within eps x norm
     Known("eigvalsh+*/*/value", LAPACK_NORM, SQUARES),  # an op after it that tells that eigenvalue from 0 (jnp.all)
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
