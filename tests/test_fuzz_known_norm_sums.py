@@ -72,3 +72,19 @@ def test_lu_of_a_matrix_with_an_infinity_is_a_known_row():
     assert known.match("det/f32/nan", seen).reason == known.LAPACK_LU
     assert known.match("det/f32/nan", known.facts([np.ones((1, 4, 4), np.float32)])) is None
     assert known.match("qr_r/f32/nan", seen) is None
+
+
+def test_an_fft_over_huge_values_making_nan_is_a_known_row():
+    """Fuzz seed 314159942573: fft2 of [1, 3, 8] with two values of FLT_MAX in a row: their sum overflows in the
+    artifact's DFT product and inf x sin 0 is NaN where jax.jit's butterflies give 0. Known only with the
+    huge input, and only as NaN."""
+    x = np.ones((1, 3, 8), np.float32)
+    x[0, 0, 3] = x[0, 0, 7] = np.finfo(np.float32).max
+    fn = lambda v: jnp.fft.fft2(v).imag  # noqa: E731
+    got = OnnxRunner(jaxconv.to_onnx(fn, "f32[1,3,8]", check=False).SerializeToString()).run([x])[0]
+    want = np.asarray(jax.jit(fn)(x))
+    assert want[0, 0, 0] == 0.0 and np.isnan(got[0, 0, 0])  # the difference the row excuses
+    seen = known.facts([x])
+    assert known.match("fft2_imag/f32/nan", seen).reason == known.DFT_ZEROS
+    assert known.match("fft2_imag/f32/nan", known.facts([np.ones((1, 3, 8), np.float32)])) is None
+    assert known.match("fft2_imag/f32/value", seen).reason == known.FFT_ABSORBED  # a value: the other row

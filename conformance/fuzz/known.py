@@ -201,6 +201,8 @@ KNOWN: tuple[Known, ...] = (
       for kind in ("nan", "inf", "value", "signed-zero")),
     # a filter in the frequency domain makes the infinity itself: a huge input's spectrum times the filter
     *(Known(f"ifft2_filter/*/{kind}", DFT_ZEROS, HUGE) for kind in ("nan", "inf", "value")),
+    # so does a product over huge inputs: two values near FLT_MAX on one axis sum to inf, then inf x sin 0
+    *(Known(f"{op}/*/nan", DFT_ZEROS, HUGE) for op in FFT_STEPS if op != "ifft2_filter"),
     *(Known(f"{op}/*/value", FFT_ABSORBED, HUGE) for op in FFT_STEPS if op != "ifft2_filter"),
     *(Known(f"{op}/*/signed-zero", ZERO_SIGN_DOT) for op in ("conv", "matmul", "dot_general_f32", "conv_affine",
                                                               "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS)),
