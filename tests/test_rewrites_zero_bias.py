@@ -102,3 +102,20 @@ def test_zero_add_as_graph_output(monkeypatch):
         assert_same_floats(got, want, 0, 0)
     plain_ops, _ = _plain(monkeypatch, fn, x)
     assert ops["Add"] == plain_ops["Add"] - 2, (ops, plain_ops)
+
+
+def test_zeros_computed_from_constants_go():
+    """An optimizer's first step: Adam's moment ``b1 * m + (1 - b1) * g`` with the state ``m`` zeros, closed
+    over (a jax array, so the product is traced). XLA folds ``0.9 * m`` and drops the Add (a -0.0 gradient
+    stays -0.0); so does the graph: no Add, jax.jit's bits."""
+    m = jnp.zeros((6, 8), jnp.float32)
+
+    def fn(g):
+        return (0.9 * m + 0.1 * g) * np.float32(3.0)
+
+    g = _rows()
+    ops, (got,) = _convert(fn, g)
+    want = np.asarray(jax.jit(fn)(g))
+    assert np.signbit(want[1]).all()  # the premise: jax.jit keeps -0.0
+    assert ops["Add"] == 0, ops
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -2,7 +2,8 @@
 
 XLA's algebraic simplifier replaces ``x + 0`` and ``x - 0`` by ``x`` when the zeros are a constant,
 so ``jax.jit`` of a Dense or LayerNorm layer with an all-zero bias (Flax's and Hugging Face's initial
-biases, or a bias a model does not train) adds nothing; the StableHLO still adds it. In ONNX Runtime
+biases, or a bias a model does not train) adds nothing, nor does an optimizer's first step add its zero
+state (``b1 * m`` with ``m`` zeros, which XLA folds first); the StableHLO still adds it. In ONNX Runtime
 the Add is a full pass over the activations, and it turns -0.0 into +0.0 where ``jax.jit`` keeps
 -0.0. ORT's own NoopElimination drops only a one-element zero. So the Add goes where its result has
 its operand's type and shape: every other value is unchanged (NaN, infinities, +0.0), and -0.0 stays
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 
@@ -33,6 +35,8 @@ def _drop(node: ir.Node) -> int:
         if x is None or x is zeros:
             continue
         arr = m.folded(zeros)
+        if arr is None and not m.is_const_expr(x):  # zeros computed from constants (an optimizer's state:
+            arr = constants.evaluate(zeros)  # b1 * m, m zeros), folded later; constants alone fold anyway
         if arr is None or arr.size == 0 or arr.dtype.kind not in "fiu" or np.any(arr != 0):
             continue
         if not _same_type(x, out):
