@@ -102,6 +102,16 @@ def test_small_tensors_keep_the_where(monkeypatch):
     assert ops["If"] == 0 and ops["Where"] == 1, ops
 
 
+def test_a_training_steps_relu_gradient_is_taken(monkeypatch):
+    """[64, 256]: a ReLU's gradient in an optax step over a batch of 64 (16,384 elements, 63 us as a Where
+    against 18 guarded): the product, jax.jit's bits."""
+    x, g = (np.resize(a, (64, 256)).astype(np.float32) for a in _data("finite"))
+    ops, (got,) = _convert(_relu_grad, x, g)
+    assert ops["If"] == 1 and ops["Where"] == 0, ops
+    (want,) = jax.jit(_relu_grad)(x, g)
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(want).view(np.uint32))
+
+
 def test_a_negative_zero_fill_keeps_the_where():
     """``x * 0 + z`` cannot give -0.0 for every x: a Where that fills with -0.0 itself stays."""
     import onnx

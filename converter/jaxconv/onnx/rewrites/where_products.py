@@ -19,7 +19,10 @@ A NaN or an infinity in ``x`` makes ``x * 0`` NaN, so the product runs behind
 as in ``mask_min``. ``Where(cond, K, x)`` is the same with ``Cast(Not(cond))``. Only conditions that
 compare data (Greater, Less, GreaterOrEqual, LessOrEqual, or their Not, or an Xor with true) and tensors of at least
 ``MIN_ELEMENTS`` are taken: a uniform condition (a NaN test, a mask) keeps ORT's Where, which is
-faster there, and below that size the If costs more than the Where. A symbolic dimension (a batch)
+faster there, and below that size the If costs more than the Where (a ReLU's gradient ``x > 0`` over
+random data, whole one-thread sessions on an Intel Xeon: 4,096 elements 10.5 us against 8.4 guarded,
+8,192 24 against 10, 16,384 63 against 18, 32,768 131 against 28; an optax step's hidden layer of a
+batch of 64 is 16,384). A symbolic dimension (a batch)
 counts as ``SYMBOLIC_SIZE``.
 """
 
@@ -32,7 +35,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
 
-MIN_ELEMENTS = 32768
+MIN_ELEMENTS = 8192
 SYMBOLIC_SIZE = 16  # a symbolic dimension's size when the tensor is weighed (thread_count's smaller record size)
 _COMPARISONS = frozenset({"Greater", "Less", "GreaterOrEqual", "LessOrEqual"})
 _FLOATS = {ir.DataType.FLOAT: np.float32, ir.DataType.DOUBLE: np.float64}
