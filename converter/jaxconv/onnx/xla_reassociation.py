@@ -228,30 +228,26 @@ def _pair_product(outer: ir.Node) -> int:
         return 0
     product = ir.node("Mul", [a, b], metadata_props=dict(outer.metadata_props))
     product.outputs[0].type = outer.outputs[0].type
-    unique = list({id(n): n for n in made}.values())
-    return _replace(outer, "Mul", [product.outputs[0], None], _folded(c1, c2, np.multiply, None), (*unique, product))
+    return _replace(outer, "Mul", [product.outputs[0], None], _folded(c1, c2, np.multiply, None), (*made, product))
 
 
 def _mean_as_product(node: ir.Node | None, made: list[ir.Node]) -> tuple[ir.Value, str, np.ndarray] | None:
-    """A float ``ReduceMean`` of a static input as ``(ReduceSum, "scalar", 1 / n)`` (the sum a new node, appended
-    to ``made``; one for both sides of ``m * m``), as XLA's simplifier reads ``sum / n``."""
+    """A float ``ReduceMean`` of a static input as ``(ReduceSum, "scalar", 1 / n)``, as XLA's simplifier reads
+    ``sum / n``: the sum a new node appended to ``made``, or the one made there for the same mean (``m * m``)."""
     if node is None or node.op_type != "ReduceMean" or node.domain or node.inputs[0] is None:
         return None
     x = node.inputs[0]
-    if x.dtype not in _FLOATS or x.shape is None or not x.shape.is_static() or node.attributes.get("axes") is not None:
+    if x.dtype not in _FLOATS or x.shape is None or not x.shape.is_static() or node.attributes.get("axes") is not None \
+            or node.attributes.get("noop_with_empty_axes") is not None and node.attributes["noop_with_empty_axes"].as_int():
         return None
     axes = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
     dims = [int(d) for d in x.shape]
     reduced = [dims[int(a)] for a in axes.reshape(-1)] if axes is not None and axes.size else dims
-    if node.attributes.get("noop_with_empty_axes") is not None and node.attributes["noop_with_empty_axes"].as_int():
-        return None
-    for earlier in made:
-        if earlier.inputs[0] is x and list(earlier.inputs[1:]) == list(node.inputs[1:]):
-            made.append(earlier)
-            return earlier.outputs[0], "scalar", _reciprocal(int(np.prod(reduced)), x.dtype)
-    total = ir.node("ReduceSum", list(node.inputs), {k: v for k, v in node.attributes.items()})
-    total.outputs[0].type = node.outputs[0].type
-    made.append(total)
+    total = next((n for n in made if list(n.inputs) == list(node.inputs)), None)
+    if total is None:
+        total = ir.node("ReduceSum", list(node.inputs), dict(node.attributes.items()))
+        total.outputs[0].type = node.outputs[0].type
+        made.append(total)
     return total.outputs[0], "scalar", _reciprocal(int(np.prod(reduced)), x.dtype)
 
 

@@ -89,7 +89,7 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
         node = ir.node("Where", [cond, inf, f] if keep_when_true else [cond, f, inf])
         graph.insert_before(where, node)
         bound = masks[key] = node.outputs[0]
-    if m.const(fill_value) is None or m.const(fill_value).size != 1:  # an Expand of it: the scalar instead
+    if getattr(m.const(fill_value), "size", 0) != 1:  # an Expand of it (or a folded copy): the scalar instead
         where.replace_input_with(2 if keep_when_true else 1, _const(graph, np.array(fill, np.float32), where))
     total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
     bounded = ir.node("Less", [total.outputs[0], _const(graph, _square(fill), where)])
