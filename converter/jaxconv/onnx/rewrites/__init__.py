@@ -112,6 +112,8 @@ faster without changing the numbers:
   the model records one intra-op thread (larger, the Scan is faster);
 - ``pointwise_conv``: a 1x1 Conv to fewer than 16 channels as a MatMul over the pixels (ORT's blocked Conv
   computes 16);
+- ``conv_1d``: a 1-D Conv with constant weights as a 2-D one over a height of 1 (ORT's blocked kernels),
+  its Squeezes moved down through elementwise ops and Pads until they meet the next Conv's Unsqueeze;
 - ``nearest_resize``: nearest-neighbour upsampling by whole factors (``jnp.repeat`` of spatial axes, Keras'
   UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
   it); one that stays NHWC goes back to Gathers;
@@ -147,6 +149,7 @@ from jaxconv.onnx.rewrites import (
     broadcast_spans,
     broadcasts,
     column_sums,
+    conv_1d,
     conv_affine,
     dense_bias,
     einsum_order,
@@ -301,6 +304,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["layout"] += layout.rewrite(model.graph)
         fired["nearest_resize"] -= nearest_resize.spread(model.graph)
     fired["pointwise_conv"] = pointwise_conv.rewrite(model.graph)  # after the layout passes: its Transposes gone
+    fired["conv_1d"] = conv_1d.rewrite(model.graph)  # after pointwise_conv: the MatMuls it makes stay
     fired["repeat_gathers"] = repeat_gathers.rewrite(model.graph)
     fired["gather_fill"] = gather_fill.rewrite(model.graph)
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
