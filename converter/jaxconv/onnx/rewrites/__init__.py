@@ -80,6 +80,8 @@ faster without changing the numbers:
   of that operand's elementwise producers and summed;
 - ``add_chains``: a chain of float additions (the feed-forward blocks' partial sums, the residual, the
   bias) as one Sum of them in the same order;
+- ``weighted_sums``: a sum over rows weighted by one number a row (masked mean pooling, attention pooling)
+  as a MatMul of the weights by the rows;
 - ``column_sums``: a long float sum over middle axes (an NHWC activation's spatial axes) summed in blocks of
   rows where they lie, instead of Transposed last and padded;
 - ``broadcast_spans``: a small operand broadcast along a short run of last axes (a group norm's statistics)
@@ -200,6 +202,7 @@ from jaxconv.onnx.rewrites import (
     unrolled_bodies,
     unrolled_steps,
     weight_first,
+    weighted_sums,
     where_consts,
     where_products,
     zero_bias,
@@ -296,6 +299,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["gather_matmul"] = gather_matmul.rewrite(model.graph)
     fired["k_blocks"] = k_blocks.rewrite(model.graph)  # after row_slices: a few rows need no blocks
     fired["add_chains"] = add_chains.rewrite(model.graph)  # after k_blocks: its Sums
+    fired["weighted_sums"] = weighted_sums.rewrite(model.graph)  # before column_sums, which reads such sums
     fired["column_sums"] = column_sums.rewrite(model.graph)  # after layout: Transposes it keeps
     fired["sort_zeros"] = sort_zeros.rewrite(model.graph)
     fired["kv_broadcast"] = kv_broadcast.rewrite(model.graph)  # before repeat_gathers: the Expands it copies
