@@ -139,7 +139,8 @@ FFT_ABSORBED = ("jax.jit's FFT (XLA's pocketfft butterflies) adds a huge input t
 
 # The products of conformance/fuzz/models.py's layers: sums over a contracted axis, as matmul and conv.
 MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense_k", "dense_v", "dense_out", "dense_qkv",
-              "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "lstm_fused", "lstm_flax",
+              "dense_head", "dense_pooler", "dense_gate_up", "scores", "attend", "conv_nhwc", "conv_nwc", "gated_conv_nwc",
+              "lstm_fused", "lstm_flax",
               "gru_fused", "gru_flax", "gru_haiku", "unrolled_*", "scan_unrolled_*", "stacked_layers", "moe_router",
               "moe_up", "moe_down", "moe_combine")
 
@@ -148,7 +149,8 @@ MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense
 # reaches the softmax or the batch norm after it; the minimiser cannot cut there when only those show it. A rotary
 # embedding's x * cos + rot(x) * sin is such a sum too (XLA contracts it into an FMA, which does not overflow);
 # a projection that reaches it (``dense_q+dense_k+..+softmax``) cannot be cut off where only the rotary shows it.
-MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "dense_*+*", "moe_*+*")
+MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "conv_nwc+*", "gated_conv_nwc+*",
+                    "dense_*+*", "moe_*+*")
 
 # conformance/fuzz/models.py's norms: each sums a row (its mean, its mean square) before anything else
 NORMS = ("norm_two_pass", "norm_one_pass", "norm_var", "norm_keras", "norm_rms", "norm_rms_f32")
@@ -181,7 +183,8 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
-                 "reduce_window_add+convert_*", "spatial_mean", "sum_pool", "mean_pool", "conv_affine",
+                 "reduce_window_add+convert_*", "spatial_mean", "time_mean", "masked_mean", "attention_pool", "sum_pool",
+                 "mean_pool", "conv_affine",
                  "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS)
       for kind in ("value", "nan", "inf")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC

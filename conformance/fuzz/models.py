@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft", "deep_rnn", "train")
+         "fft", "deep_rnn", "train", "conv1d")
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -292,9 +292,21 @@ class ModelBuilder:
         x, shape = self.tokens()
         x = self.block(x, shape, causal=self.rng.random() < 0.3)
         b, t, d = shape
-        row = self.rng.choice(["{0}[:, 0]", "{0}[:, 0, :]", "{0}[:, -1]", "{0}[:, :1]"])
-        r = self.step("row_slice", row.format(self.ref(x)), (b, 1, d) if ":1]" in row else (b, d))
-        rshape = (b, 1, d) if ":1]" in row else (b, d)
+        pooling = self.rng.choice(["row", "row", "masked_mean", "attention_pool"])
+        if pooling == "masked_mean":  # a sentence encoder's mean over the tokens its mask keeps
+            mask = self.ref(self.input((b, t), "bool", batch_axis=0))
+            r = self.step("masked_mean", f"({self.ref(x)} * {mask}[..., None].astype(jnp.{self.dtype})).sum(1) / "
+                          f"jnp.maximum({mask}.sum(1, keepdims=True), 1).astype(jnp.{self.dtype})", (b, d))
+            rshape = (b, d)
+        elif pooling == "attention_pool":
+            scores = self.ref(self.input((b, t), batch_axis=0))
+            r = self.step("attention_pool", f"jnp.sum(jax.nn.softmax({scores}, -1)[..., None] * {self.ref(x)}, axis=1)",
+                          (b, d))
+            rshape = (b, d)
+        else:
+            row = self.rng.choice(["{0}[:, 0]", "{0}[:, 0, :]", "{0}[:, -1]", "{0}[:, :1]"])
+            r = self.step("row_slice", row.format(self.ref(x)), (b, 1, d) if ":1]" in row else (b, d))
+            rshape = (b, 1, d) if ":1]" in row else (b, d)
         if self.rng.random() < 0.5:
             r = self.act(self.dense(r, rshape, d, "dense_pooler"), rshape, "tanh")
         self.head(r, rshape)
@@ -571,6 +583,42 @@ class ModelBuilder:
         pooled = self.step("spatial_mean", f"jnp.mean({self.ref(x)}, axis=(1, 2))", (n, shape[3]))
         self.head(pooled, (n, shape[3]))
 
+    def conv1d(self) -> None:
+        """1-D convolutions over NWC sequences (audio front ends, WaveNet, TCNs): strides, dilations, causal
+        padding, a gated ``tanh * sigmoid`` activation, a residual from the layer's input, a mean over time."""
+        n, t, c = self.rng.choice([1, 2]), self.rng.choice([6, 9, 16]), self.rng.choice([1, 4, 8])
+        x = self.input((n, t, c), batch_axis=0)
+        shape = (n, t, c)
+        for _ in range(self.rng.choice([1, 2, 3])):
+            o = shape[2] if self.rng.random() < 0.5 else self.rng.choice([4, 8, 16])
+            k = self.rng.choice([1, 2, 3])
+            d = self.rng.choice([1, 2]) if k > 1 else 1
+            stride = self.rng.choice([1, 1, 2])
+            form = self.rng.choice(["SAME", "VALID", "causal"])
+            if form == "VALID" and shape[1] - (k - 1) * d < 1:
+                form = "SAME"
+            src = self.ref(x)
+            if form == "causal":
+                src = f"jnp.pad({src}, ((0, 0), ({(k - 1) * d}, 0), (0, 0)))"
+            size = (shape[1] - (k - 1) * d - 1) // stride + 1 if form == "VALID" else -(-shape[1] // stride)
+            new = (n, size, o)
+
+            def conv() -> str:
+                return (f"lax.conv_general_dilated({src}, {self.w((k, shape[2], o))}, ({stride},), "
+                        f"'{'VALID' if form == 'causal' else form}', rhs_dilation=({d},), "
+                        f"dimension_numbers=('NWC', 'WIO', 'NWC'))")
+            if self.rng.random() < 0.4:
+                y = self.step("gated_conv_nwc", f"jnp.tanh({conv()}) * jax.nn.sigmoid({conv()})", new)
+            else:
+                bias = f" + {self.bias(o)}" if self.rng.random() < 0.6 else ""
+                y = self.act(self.step("conv_nwc", conv() + bias, new), new,
+                             self.rng.choice(["relu", "silu", "gelu_tanh", "gelu_exact"]))
+            if new == shape and self.rng.random() < 0.6:
+                y = self.step("residual", f"{self.ref(x)} + {self.ref(y)}", new)
+            x, shape = y, new
+        pooled = self.step("time_mean", f"jnp.mean({self.ref(x)}, axis=1)", (n, shape[2]))
+        self.head(pooled, (n, shape[2]))
+
     def _pool_expr(self, v: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
         """A max or average pool of ``v`` (NHWC) and its shape; ``v`` itself where it is too small."""
         pool = self.rng.choice(["max", "avg", "none"])
@@ -673,6 +721,7 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
             "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn, "train": mb.train,
+            "conv1d": mb.conv1d,
         }
         build[kind]()
         p = mb.program
