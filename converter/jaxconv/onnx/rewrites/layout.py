@@ -367,8 +367,11 @@ def _forced_moves(graph: ir.Graph) -> int:
     count = trials = 0
     while trials < MAX_TRIALS:
         m.sweep(graph, keep=m.CONTROL_OPS)
-        cost = _transpose_cost(graph)
-        for i, k in _forcible(graph):
+        if not _forcible(graph):
+            break
+        graph.sort()  # the copy is made node by node: an If's branch may read a value made after the If
+        cost, made = _transpose_cost(graph), False
+        for i, k in _forcible(graph)[:MAX_TRIALS - trials]:
             trials += 1
             trial = graph.clone()
             _force(trial, trial.node(i), k)
@@ -377,10 +380,9 @@ def _forced_moves(graph: ir.Graph) -> int:
             if _transpose_cost(trial) < cost:
                 _force(graph, graph.node(i), k)
                 count += 1 + _sink_all(graph)
+                made = True
                 break
-            if trials >= MAX_TRIALS:
-                break
-        else:
+        if not made:
             break
     return count
 
