@@ -31,6 +31,8 @@ faster without changing the numbers:
   residual Add before it as Sum (no SkipLayerNormalization);
 - ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
 - ``rms_norm``: an RMS norm over the last axis in the form ORT fuses (``Pow(x, 2)``, a Div, a scale);
+- ``one_hot_rows``: a product of one-hot rows by a constant table (an embedding looked up the accelerators'
+  way) as a Gather of the table's rows;
 - ``split_matmul``: a MatMul by a constant (and a constant bias) whose result is only split by columns, or
   reshaped into heads and split per head (GPT-NeoX's, BLOOM's q/k/v), as one MatMul per part;
 - ``attention``: a scaled dot-product attention block between head Transposes as the Attention op
@@ -177,6 +179,7 @@ from jaxconv.onnx.rewrites import (
     matmul_order,
     nan_reduce,
     nearest_resize,
+    one_hot_rows,
     pointwise_conv,
     pooling,
     range_checks,
@@ -252,6 +255,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
         fired["weight_first"] += weight_first.rewrite(graph)
     fired["layer_norm"] = layer_norm.rewrite(model.graph, opset)
     fired["keras_norm"] = keras_norm.rewrite(model.graph, opset)
+    fired["one_hot_rows"] = one_hot_rows.rewrite(model.graph)  # before the rules that read MatMuls
     fired["split_matmul"] = split_matmul.rewrite(model.graph)
     if opset >= attention.MIN_OPSET:  # the rule follows single readers: the replaced nodes go first
         ir.passes.common.RemoveUnusedNodesPass()(model)
