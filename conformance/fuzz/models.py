@@ -288,8 +288,17 @@ class ModelBuilder:
         if self.rng.random() < 0.5:
             self.head(x, shape)
 
+    def embedded_tokens(self) -> tuple[int, tuple[int, ...]]:
+        """Token ids looked up in a table, by a one-hot product (the accelerators' way) or by a gather."""
+        b, t, d = self.rng.choice([1, 2, 3]), self.rng.choice([1, 3, 8]), self.rng.choice([4, 8, 16])
+        vocab = self.rng.choice([5, 20, 64])
+        ids = self.ref(self.input((b, t), "int32", batch_axis=0))
+        lookup = self.rng.choice(["jax.nn.one_hot({0}, {1}, dtype=jnp.{3}) @ {2}", "jnp.take({2}, {0}, axis=0)"])
+        return self.step("embed", lookup.format(ids, vocab, self.w((vocab, d), 1.0, may_input=False), self.dtype),
+                         (b, t, d)), (b, t, d)
+
     def classifier(self) -> None:
-        x, shape = self.tokens()
+        x, shape = self.embedded_tokens() if self.rng.random() < 0.3 else self.tokens()
         x = self.block(x, shape, causal=self.rng.random() < 0.3)
         b, t, d = shape
         pooling = self.rng.choice(["row", "row", "masked_mean", "attention_pool"])
