@@ -42,6 +42,8 @@ _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "
                      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
 MAX_ROUNDS = 64
+_CONST_EXPRS = "jaxconv.layout.const_exprs"  # graph.meta: value -> whether constants alone compute it
+MAX_CONE = 32  # elementwise nodes between a Transpose's readers and the node where they meet again
 MAX_TRIALS = 8  # forced moves tried on copies of the graph, per pass
 
 
@@ -74,12 +76,20 @@ def _const_for(graph: ir.Graph, value: ir.Value, perm: list[int]) -> ir.Value | 
     return new
 
 
+def _is_const_expr(graph: ir.Graph, value: ir.Value) -> bool:
+    """``m.is_const_expr``, remembered per value for the graph (the moves ask again every round)."""
+    known: dict[ir.Value, bool] = graph.meta.setdefault(_CONST_EXPRS, {})
+    if value not in known:
+        known[value] = m.is_const_expr(value)
+    return known[value]
+
+
 def _const_expr_for(graph: ir.Graph, use: ir.Node, value: ir.Value, perm: list[int]) -> ir.Value | None:
     """``value`` (computed from constants, broadcast against a transposed tensor) laid out for the
     untransposed one by an Unsqueeze and a Transpose the clean-up folds."""
     rank = m.rank(value)
     if rank is None or rank > len(perm) or value.shape is None or not value.shape.is_static() \
-            or int(np.prod(value.shape.numpy())) > FOLD_MAX_ELEMENTS or not m.is_const_expr(value):
+            or int(np.prod(value.shape.numpy())) > FOLD_MAX_ELEMENTS or not _is_const_expr(graph, value):
         return None
     nodes = []
     if rank < len(perm):
@@ -111,7 +121,7 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     x = t.inputs[0]
     out = t.outputs[0]
     op = use.op_type
-    if use.domain != "" or len(use.outputs) != 1:
+    if use.domain != "" or (len(use.outputs) != 1 and op != "Split"):
         return False
     attrs = dict(use.attributes)
     if op == "Transpose":
@@ -148,6 +158,8 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     if op == "Concat" and single:
         return _sink_through_concat(graph, perm, use)
+    if op == "Split" and single and use.inputs[0] is out and all(_reaches_inverse(o, perm) for o in use.outputs):
+        return _sink_through_split(graph, perm, use)  # one Transpose a part: only where each meets its inverse
     if op == "Pad" and single and use.inputs[0] is out:
         return _sink_through_pad(graph, t, use)
     if op == "Resize" and single and use.inputs[0] is out and nearest_resize.is_nearest(use):
@@ -160,13 +172,14 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
         return True
     if op in ("Unsqueeze", "Squeeze", "Reshape") and single and use.inputs[0] is out:
         return _sink_through_unit_axes(graph, t, use)
-    if op in _REDUCE and use.inputs[0] is out and not m.attr(use, "keepdims", 1) == 1:
+    if op in _REDUCE and use.inputs[0] is out:
+        keep = m.attr(use, "keepdims", 1) == 1
         axes = m.reduce_axes(use)
-        if axes is None or not axes:
+        if axes is None or not axes or (keep and not single):
             return False
         axes = tuple(a % len(perm) for a in axes)
         kept = [perm[i] for i in range(len(perm)) if i not in axes]
-        if kept != sorted(kept):
+        if kept != sorted(kept) and not keep:
             return False
         new_axes = sorted(perm[a] for a in axes)
         inputs = [x, *use.inputs[1:]]
@@ -176,7 +189,7 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
             inputs[1] = c.outputs[0]
         else:
             attrs["axes"] = ir.AttrInt64s("axes", new_axes)
-        _emit(graph, use, ir.node(op, inputs, attrs), None)
+        _emit(graph, use, ir.node(op, inputs, attrs), perm if keep else None)  # kept axes: the same rank
         return True
     return False
 
@@ -200,6 +213,25 @@ def _sink_through_concat(graph: ir.Graph, perm: list[int], concat: ir.Node) -> b
     for node in moved:  # gone now: rules after count the readers of the values they transposed
         if node is not None and node.graph is graph and not node.outputs[0].uses():
             graph.remove(node, safe=True)
+    return True
+
+
+def _sink_through_split(graph: ir.Graph, perm: list[int], split: ir.Node) -> bool:
+    """``Split(Transpose(x), axis)`` as ``Transpose`` of each part of ``Split(x, axis=perm[axis])`` (a
+    cross-stage block's halves of the channels, CSPDarknet's)."""
+    x = split.inputs[0].producer().inputs[0]  # type: ignore[union-attr]
+    attrs = dict(split.attributes)
+    axis = int(m.attr(split, "axis", 0)) % len(perm)
+    attrs["axis"] = ir.AttrInt64("axis", perm[axis])
+    new = ir.node("Split", [x, *split.inputs[1:]], attrs, num_outputs=len(split.outputs))
+    graph.insert_before(split, new)
+    for old, part in zip(split.outputs, new.outputs):
+        part.type = old.type
+        back = ir.node("Transpose", [part], {"perm": perm})
+        graph.insert_before(split, back)
+        back.outputs[0].type, back.outputs[0].shape = old.type, old.shape
+        m.take_over(old, back.outputs[0])
+    graph.remove(split, safe=True)
     return True
 
 
@@ -318,7 +350,7 @@ def _transpose_cost(graph: ir.Graph) -> int:
     for node in graph:
         perm = _perm(node)
         x = node.inputs[0] if perm is not None else None
-        if x is None or perm is None or (id(x), tuple(perm)) in seen or m.is_const_expr(x):
+        if x is None or perm is None or (id(x), tuple(perm)) in seen or _is_const_expr(graph, x):
             continue
         seen.add((id(x), tuple(perm)))
         cost += m.elements(x.shape, 1024) if x.shape is not None else 1 << 40
@@ -326,38 +358,78 @@ def _transpose_cost(graph: ir.Graph) -> int:
 
 
 def _forcible(graph: ir.Graph) -> list[tuple[int, int]]:
-    """(node index, operand index) of the binary elementwise ops that read one Transpose's output and a
-    value of the same rank that no Transpose makes and no constant is: the move through them adds a
-    Transpose (of the other operand) that later moves may cancel or share."""
+    """(node index, operand index) of the binary elementwise ops and Concats that read a Transpose's output
+    (that operand) and values of the same rank that no Transpose of it makes and no constant is: the move
+    through them adds Transposes (of the other operands) that later moves may cancel or share."""
     found = []
     for i, node in enumerate(graph):
-        if node.op_type not in _BINARY or node.domain != "" or len(node.inputs) != 2 or len(node.outputs) != 1:
+        binary = node.op_type in _BINARY and len(node.inputs) == 2
+        if not (binary or node.op_type == "Concat") or node.domain != "" or len(node.outputs) != 1:
             continue
         moved = [k for k, v in enumerate(node.inputs) if v is not None and _perm(v.producer()) is not None]
-        if len(moved) != 1:
+        if not moved:
             continue
         k = moved[0]
-        perm, other = _perm(node.inputs[k].producer()), node.inputs[1 - k]
-        if other is not None and perm is not None and m.rank(other) == len(perm) \
-                and m.rank(node.inputs[k]) == len(perm) and not m.is_const_expr(other):
+        perm = _perm(node.inputs[k].producer())
+        rest = [v for v in node.inputs if _transposed(v, perm) is None]  # type: ignore[arg-type]
+        if perm is not None and rest and m.rank(node.inputs[k]) == len(perm) \
+                and all(v is not None and m.rank(v) == len(perm) and not _is_const_expr(graph, v) for v in rest) \
+                and _reaches_inverse(node.outputs[0], perm):
             found.append((i, k))
     return found
 
 
-def _force(graph: ir.Graph, node: ir.Node, k: int) -> None:
-    """``op(Transpose(a, perm), b)`` (operand ``k`` the Transpose) as ``Transpose(op(a, Transpose(b, perm⁻¹)), perm)``."""
-    t = node.inputs[k].producer()
-    perm = _perm(t)
-    assert t is not None and perm is not None
-    other = node.inputs[1 - k]
+def _reaches_inverse(value: ir.Value, perm: list[int]) -> bool:
+    """Whether a Transpose that undoes ``perm`` reads ``value`` or a value computed from it by ops a Transpose
+    moves through (within ``MAX_CONE`` nodes): a move that puts ``Transpose(perm)`` on ``value`` can only pay
+    where that Transpose meets its inverse."""
     inverse = [int(i) for i in np.argsort(perm)]
-    back = ir.node("Transpose", [other], {"perm": inverse})
-    back.outputs[0].type = other.type
-    if other.shape is not None:
-        back.outputs[0].shape = ir.Shape([other.shape[i] for i in inverse])
-    graph.insert_before(node, back)
-    inputs = [t.inputs[0], back.outputs[0]] if k == 0 else [back.outputs[0], t.inputs[0]]
-    _emit(graph, node, ir.node(node.op_type, inputs, dict(node.attributes)), perm)
+    seen: set[int] = set()
+    frontier = [value]
+    while frontier and len(seen) <= MAX_CONE:
+        v = frontier.pop()
+        for use in v.uses():
+            node = use.node
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if _perm(node) == inverse:
+                return True
+            if _blind(node) or node.op_type in ("Pad", "Concat", "Sum") and len(node.outputs) == 1:
+                frontier.append(node.outputs[0])
+    return False
+
+
+def _each_reaches_inverse(uses: list, perm: list[int] | None) -> bool:
+    """Whether each reader of a Transpose's output is an op it moves through whose output reaches the inverse
+    Transpose (a DenseNet's pooled features: read by the next layer's batch norm and by the next Concat):
+    moved into every reader, the Transposes cancel on every path."""
+    nodes = {id(u.node): u.node for u in uses}.values()
+    return perm is not None and all((_blind(n) or n.op_type in ("Concat", "Pad") and len(n.outputs) == 1)
+                                    and _reaches_inverse(n.outputs[0], perm) for n in nodes)
+
+
+def _force(graph: ir.Graph, node: ir.Node, k: int) -> None:
+    """``op(Transpose(a, perm), b, ...)`` (operand ``k`` the Transpose) as
+    ``Transpose(op(a, Transpose(b, perm⁻¹), ...), perm)``, a Concat's axis moved with it."""
+    perm = _perm(node.inputs[k].producer())
+    assert perm is not None
+    inverse = [int(i) for i in np.argsort(perm)]
+    inputs = []
+    for v in node.inputs:
+        source = _transposed(v, perm)
+        if source is None:
+            back = ir.node("Transpose", [v], {"perm": inverse})
+            back.outputs[0].type = v.type  # type: ignore[union-attr]
+            if v is not None and v.shape is not None:
+                back.outputs[0].shape = ir.Shape([v.shape[i] for i in inverse])
+            graph.insert_before(node, back)
+            source = back.outputs[0]
+        inputs.append(source)
+    attrs = dict(node.attributes)
+    if node.op_type == "Concat":
+        attrs["axis"] = ir.AttrInt64("axis", perm[int(m.attr(node, "axis")) % len(perm)])
+    _emit(graph, node, ir.node(node.op_type, inputs, attrs), perm)
 
 
 def _forced_moves(graph: ir.Graph) -> int:
@@ -395,6 +467,40 @@ def rewrite(graph: ir.Graph) -> int:
     return count + _sub_as_add(graph)
 
 
+def _blind(node: ir.Node) -> bool:
+    """An elementwise op a Transpose moves through (the constants of a binary one transposed to match)."""
+    if node.domain != "" or len(node.outputs) != 1:
+        return False
+    n = len(node.inputs)
+    return (node.op_type in UNARY and n == 1) or (node.op_type in _BINARY and n == 2) \
+        or (node.op_type == "Where" and n == 3)
+
+
+def _rejoining(out: ir.Value) -> bool:
+    """Whether the readers of ``out`` (a Transpose's output read by several nodes) are elementwise ops whose
+    results meet again in one node before anything else reads them (a SiLU's ``x * sigmoid(x)``, a GELU's
+    ``x * cdf(x)``): moved past all of them, the Transpose is still one, after that node."""
+    members: dict[int, ir.Node] = {}
+    inside = {id(out)}
+    candidates = [u.node for u in out.uses()]
+    progress = True
+    while progress and len(members) <= MAX_CONE:
+        progress = False
+        for node in candidates:
+            if id(node) in members or not _blind(node):
+                continue
+            if all(v is None or id(v) in inside or m.is_const_expr(v) for v in node.inputs):
+                members[id(node)] = node
+                inside.add(id(node.outputs[0]))
+                candidates = candidates + [u.node for u in node.outputs[0].uses()]
+                progress = True
+    if len(members) > MAX_CONE or any(id(u.node) not in members for u in out.uses()):
+        return False
+    exits = [n for n in members.values()
+             if n.outputs[0].is_graph_output() or any(id(u.node) not in members for u in n.outputs[0].uses())]
+    return len(exits) == 1
+
+
 def _sink_all(graph: ir.Graph) -> int:
     """Rounds of moves until none is left; returns how many moves."""
     count = 0
@@ -406,7 +512,8 @@ def _sink_all(graph: ir.Graph) -> int:
             uses = list(t.outputs[0].uses())
             if t.outputs[0].is_graph_output() or not uses:
                 continue
-            single = len({id(u.node) for u in uses}) == 1
+            single = len({id(u.node) for u in uses}) == 1 or _rejoining(t.outputs[0]) \
+                or _each_reaches_inverse(uses, _perm(t))
             for use in {id(u.node): u.node for u in uses}.values():
                 if use.graph is graph and _sink_one(graph, t, use, single):
                     count += 1

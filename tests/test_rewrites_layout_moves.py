@@ -6,6 +6,7 @@ outputs within tolerance of jax.jit's."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -68,3 +69,46 @@ def test_the_activations_the_rules_make_are_layout_blind(act):
     ops, (got,) = _convert(fn, x)
     assert ops["Transpose"] == 2, ops
     assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)
+
+
+_W16 = [(_RNG.standard_normal((3, 3, 8, 16)) / 9).astype(np.float32), (_RNG.standard_normal((1, 1, 8, 8)) / 3).astype(np.float32),
+        (_RNG.standard_normal((3, 3, 16, 8)) / 9).astype(np.float32), (_RNG.standard_normal((1, 1, 24, 8)) / 5).astype(np.float32)]
+
+
+def silu_and_excite(x):
+    """EfficientNet's block: SiLU (x read twice), a squeeze-excite scale from a kept-dims spatial mean."""
+    h = jax.nn.silu(_conv(x, _WS[0]))
+    s = jax.nn.sigmoid(h.mean((1, 2), keepdims=True))
+    return _conv(h * s, _WS[1])
+
+
+def split_halves(x):
+    """CSPDarknet's cross-stage block: the channels split in halves, one through convs, concatenated back."""
+    a, b = jnp.split(jax.nn.leaky_relu(_conv(x, _W16[0]), 0.1), 2, axis=-1)
+    b = b + jax.nn.leaky_relu(_conv(b, _W16[1]), 0.1)
+    return _conv(jnp.concatenate([a, b], -1), _W16[2])
+
+
+_DENSE = [(_RNG.standard_normal((3, 3, c, 4)) / 9).astype(np.float32) for c in (8, 12)]
+_DENSE_OUT = (_RNG.standard_normal((1, 1, 16, 8)) / 4).astype(np.float32)
+
+
+def dense_block(x):
+    """DenseNet's block: each layer's features concatenated to the running ones, read by the next layer too."""
+    for w in _DENSE:
+        x = jnp.concatenate([x, _conv(jax.nn.relu(x * 0.5 + 0.1), w)], -1)
+    return _conv(x, _DENSE_OUT)
+
+
+@pytest.mark.parametrize("fn", [silu_and_excite, split_halves, dense_block], ids=["silu+excite", "split", "dense"])
+def test_conv_blocks_stay_nchw(fn, monkeypatch):
+    x = _image(5)
+    ops, (got,) = _convert(fn, x)
+    assert ops["Transpose"] <= 3, ops  # at the input (DenseNet's read twice there: one each) and the output
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)
+    monkeypatch.setattr(layout, "_rejoining", lambda out: False)
+    monkeypatch.setattr(layout, "_each_reaches_inverse", lambda uses, perm: False)
+    monkeypatch.setattr(layout, "MAX_TRIALS", 0)
+    monkeypatch.setattr(layout, "_sink_through_split", lambda graph, perm, split: False)
+    before, _ = _convert(fn, x)
+    assert before["Transpose"] >= ops["Transpose"] + 2, before
