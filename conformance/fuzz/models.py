@@ -558,7 +558,8 @@ class ModelBuilder:
         x = self.input((n, hw, hw, c), batch_axis=0)
         shape = (n, hw, hw, c)
         for _ in range(self.rng.choice([1, 2])):
-            o = self.rng.choice([4, 8, 16])
+            block_input, block_shape = x, shape
+            o = self.rng.choice([4, 8, 16, shape[3]])
             k = self.rng.choice([1, 3])
             pad = self.rng.choice(["'SAME'", "'VALID'"]) if k > 1 else "'VALID'"
             conv = (f"lax.conv_general_dilated({self.ref(x)}, {self.w((k, k, shape[3], o))}, (1, 1), {pad}, "
@@ -573,6 +574,7 @@ class ModelBuilder:
                 x = self.step("batch_norm", f"({self.ref(x)} - {mean}) * lax.rsqrt({var} + 1e-5) * {self.w((o,), 1.0)} + "
                               f"{self.bias(o)}", shape)
             x = self.act(x, shape, self.rng.choice(["relu", "relu_max", "silu", "hard_swish"]))
+            x = self._cnn_block_tail(x, shape, block_input, block_shape)
             pool = self.rng.choice(["max", "avg", "none"])
             if pool != "none" and shape[1] >= 2:
                 win, stride = self.rng.choice([2, 3]) if shape[1] >= 3 else 2, self.rng.choice([1, 2])
@@ -627,6 +629,20 @@ class ModelBuilder:
             x, shape = y, new
         pooled = self.step("time_mean", f"jnp.mean({self.ref(x)}, axis=1)", (n, shape[2]))
         self.head(pooled, (n, shape[2]))
+
+    def _cnn_block_tail(self, x: int, shape: tuple[int, ...], block_input: int, block_shape: tuple[int, ...]) -> int:
+        """What follows a conv layer's activation, sometimes: a squeeze-excite scale (a kept-dims spatial mean),
+        the channels split in halves and concatenated back (one half scaled), a residual from the block's input."""
+        r = self.rng.random()
+        if r < 0.2:
+            gate = f"jax.nn.sigmoid(jnp.mean({self.ref(x)}, axis=(1, 2), keepdims=True) * {self.w((shape[3],), 1.0)})"
+            x = self.step("squeeze_excite", f"{self.ref(x)} * {gate}", shape)
+        elif r < 0.35 and shape[3] % 2 == 0:
+            x = self.step("channel_split", f"(lambda a, b: jnp.concatenate([a, jax.nn.relu(b) * 0.5], -1))"
+                          f"(*jnp.split({self.ref(x)}, 2, axis=-1))", shape)
+        if shape == block_shape and self.rng.random() < 0.4:
+            x = self.step("residual", f"{self.ref(block_input)} + {self.ref(x)}", shape)
+        return x
 
     def _pool_expr(self, v: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
         """A max or average pool of ``v`` (NHWC) and its shape; ``v`` itself where it is too small."""
