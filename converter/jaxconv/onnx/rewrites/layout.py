@@ -19,6 +19,14 @@ of the graph and made where the Transposes left after every move that follows mo
 WaveNet of 12 layers over NWC audio: 24 Transposes of [8, 2048, 64] -> 2, ORT/jax.jit 1.46 -> 1.06).
 The activations other rules make before this one (Gelu, LeakyRelu, HardSwish) are layout-blind too.
 
+A Transpose read by several nodes moves into all of them where they are elementwise ops whose results meet
+again in one node (a SiLU's ``x * sigmoid(x)``: still one Transpose, after it), or where every reader's
+output reaches the inverse Transpose (a DenseNet's features, read by the next layer and by the next
+Concat). It moves through a Split where each part meets its inverse (a cross-stage block's halves; not a
+projection's q, k, v, which would take three), through a reduction that keeps its axes (a squeeze-excite
+scale), and, by the forced move above, through a Concat of transposed and plain operands. keras-hub's
+EfficientNet went from 70 Transposes to 2 (ORT 0.94x the time), CSPDarknet 36 to 2, DenseNet 32 to 4.
+
 A ``Sub`` of a constant after a Conv (batch norm's mean) becomes an ``Add`` of its negation, the same
 IEEE operation: ORT then folds the whole batch-norm affine into the Conv and keeps its blocked
 layout between layers (ResNet-18's optimized graph: 41 nodes instead of 151, no layout reorders
