@@ -76,8 +76,7 @@ def _squeezed(value: ir.Value | None) -> ir.Value | None:
     node = m.producer(value, "Squeeze")
     if node is None or len(node.inputs) != 2 or m.rank(node.inputs[0]) != 4:
         return None
-    axes = m.const(node.inputs[1])
-    return node.inputs[0] if axes is not None and [int(a) % 4 for a in np.atleast_1d(axes)] == [AXIS] else None
+    return node.inputs[0] if _squeezed_axes(node.inputs[1]) else None
 
 
 def _sink(graph: ir.Graph, out: ir.Value, use: ir.Node) -> bool:
@@ -112,6 +111,7 @@ def _sink(graph: ir.Graph, out: ir.Value, use: ir.Node) -> bool:
 
 
 def _squeezed_axes(axes: ir.Value | None) -> bool:
+    """Whether ``axes`` (a Squeeze's or Unsqueeze's) is the height axis alone."""
     a = m.const(axes)
     return a is not None and [int(i) % 4 for i in np.atleast_1d(a)] == [AXIS]
 

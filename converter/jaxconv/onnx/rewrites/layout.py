@@ -365,12 +365,12 @@ def _transpose_cost(graph: ir.Graph) -> int:
     return cost
 
 
-def _forcible(graph: ir.Graph) -> list[tuple[int, int]]:
-    """(node index, operand index) of the binary elementwise ops and Concats that read a Transpose's output
+def _forcible(graph: ir.Graph) -> list[tuple[ir.Node, int]]:
+    """(node, operand index) of the binary elementwise ops and Concats that read a Transpose's output
     (that operand) and values of the same rank that no Transpose of it makes and no constant is: the move
     through them adds Transposes (of the other operands) that later moves may cancel or share."""
     found = []
-    for i, node in enumerate(graph):
+    for node in graph:
         binary = node.op_type in _BINARY and len(node.inputs) == 2
         if not (binary or node.op_type == "Concat") or node.domain != "" or len(node.outputs) != 1:
             continue
@@ -383,7 +383,7 @@ def _forcible(graph: ir.Graph) -> list[tuple[int, int]]:
         if perm is not None and rest and m.rank(node.inputs[k]) == len(perm) \
                 and all(v is not None and m.rank(v) == len(perm) and not _is_const_expr(graph, v) for v in rest) \
                 and _reaches_inverse(node.outputs[0], perm):
-            found.append((i, k))
+            found.append((node, k))
     return found
 
 
@@ -447,18 +447,21 @@ def _forced_moves(graph: ir.Graph) -> int:
     count = trials = 0
     while trials < MAX_TRIALS:
         m.sweep(graph, keep=m.CONTROL_OPS)
-        if not _forcible(graph):
+        candidates = _forcible(graph)
+        if not candidates:
             break
         graph.sort()  # the copy is made node by node: an If's branch may read a value made after the If
+        position = {id(n): i for i, n in enumerate(graph)}  # the copy's nodes come in this order
+        candidates.sort(key=lambda c: position[id(c[0])])
         cost, made = _transpose_cost(graph), False
-        for i, k in _forcible(graph)[:MAX_TRIALS - trials]:
+        for node, k in candidates[:MAX_TRIALS - trials]:
             trials += 1
             trial = graph.clone()
-            _force(trial, trial.node(i), k)
+            _force(trial, trial.node(position[id(node)]), k)
             _sink_all(trial)
             m.sweep(trial, keep=m.CONTROL_OPS)
             if _transpose_cost(trial) < cost:
-                _force(graph, graph.node(i), k)
+                _force(graph, node, k)
                 count += 1 + _sink_all(graph)
                 made = True
                 break
@@ -484,7 +487,7 @@ def _blind(node: ir.Node) -> bool:
         or (node.op_type == "Where" and n == 3)
 
 
-def _rejoining(out: ir.Value) -> bool:
+def _rejoining(graph: ir.Graph, out: ir.Value) -> bool:
     """Whether the readers of ``out`` (a Transpose's output read by several nodes) are elementwise ops whose
     results meet again in one node before anything else reads them (a SiLU's ``x * sigmoid(x)``, a GELU's
     ``x * cdf(x)``): moved past all of them, the Transpose is still one, after that node."""
@@ -497,7 +500,7 @@ def _rejoining(out: ir.Value) -> bool:
         for node in candidates:
             if id(node) in members or not _blind(node):
                 continue
-            if all(v is None or id(v) in inside or m.is_const_expr(v) for v in node.inputs):
+            if all(v is None or id(v) in inside or _is_const_expr(graph, v) for v in node.inputs):
                 members[id(node)] = node
                 inside.add(id(node.outputs[0]))
                 candidates = candidates + [u.node for u in node.outputs[0].uses()]
@@ -520,7 +523,7 @@ def _sink_all(graph: ir.Graph) -> int:
             uses = list(t.outputs[0].uses())
             if t.outputs[0].is_graph_output() or not uses:
                 continue
-            single = len({id(u.node) for u in uses}) == 1 or _rejoining(t.outputs[0]) \
+            single = len({id(u.node) for u in uses}) == 1 or _rejoining(graph, t.outputs[0]) \
                 or _each_reaches_inverse(uses, _perm(t))
             for use in {id(u.node): u.node for u in uses}.values():
                 if use.graph is graph and _sink_one(graph, t, use, single):

@@ -56,7 +56,7 @@ def _one_hot_ids(value: ir.Value, classes: int) -> ir.Value | None:
     arange(classes)))``), else None."""
     cast = m.producer(value, "Cast")
     equal = m.producer(cast.inputs[0], "Equal") if cast is not None else None
-    if equal is None or not m.sole_use(value) or len(value.uses()) != 1:
+    if equal is None or not m.sole_use(value):
         return None
     for expanded, iota in (tuple(equal.inputs), tuple(reversed(equal.inputs))):
         arr = m.const(iota)
