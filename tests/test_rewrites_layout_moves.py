@@ -107,7 +107,7 @@ def test_conv_blocks_stay_nchw(fn, monkeypatch):
     assert ops["Transpose"] <= 3, ops  # at the input (DenseNet's read twice there: one each) and the output
     assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)
     monkeypatch.setattr(layout, "_rejoining", lambda graph, out: False)
-    monkeypatch.setattr(layout, "_each_reaches_inverse", lambda uses, perm: False)
+    monkeypatch.setattr(layout, "_each_meets_transpose", lambda uses, perm: False)
     monkeypatch.setattr(layout, "MAX_TRIALS", 0)
     monkeypatch.setattr(layout, "_sink_through_split", lambda graph, perm, split: False)
     before, _ = _convert(fn, x)
