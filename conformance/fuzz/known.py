@@ -155,6 +155,13 @@ MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv
 # conformance/fuzz/models.py's norms: each sums a row (its mean, its mean square) before anything else
 NORMS = ("norm_two_pass", "norm_one_pass", "norm_var", "norm_keras", "norm_rms", "norm_rms_f32")
 
+MEAN_SQUARE = ("XLA's algebraic simplifier squares a mean of one element per batch row as the square of the sum times "
+               "1/n^2 (the optimized HLO of mean(g * g) - mean(g) ** 2 at batch 1: multiply(reduce_sum, reduce_sum) * 1/n^2), "
+               "which the artifact does too where the batch is known (jaxconv.onnx.xla_reassociation), but not for a "
+               "symbolic batch, where the product may have more elements: where the sum's square exceeds the largest "
+               "float, jax.jit at batch 1 has inf - inf = NaN where the artifact has inf (a group norm of values near 1e19 "
+               "then normalizes to its bias)")
+
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
           "knows XLA gives differently")
@@ -189,6 +196,8 @@ KNOWN: tuple[Known, ...] = (
       for kind in ("value", "nan", "inf")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
     *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),
+    *(Known(f"*group_norm*/*/{kind}", MEAN_SQUARE, facts | {"symbolic-batch"})
+      for kind in ("nan", "inf", "value") for facts in (SQUARES, HUGE)),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
     Known("reduce_var+asin/*/nan", VAR_ROUNDING),
@@ -266,8 +275,9 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
     ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``product-in-loop`` (a
     loop body takes a matrix product), ``clz`` (a step counts
     leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0), ``huge-weight`` (a closed-over
-    weight with edge values holds a finite value within a factor 16 of its dtype's largest)."""
-    found = set()
+    weight with edge values holds a finite value within a factor 16 of its dtype's largest), ``symbolic-batch`` (an
+    input's batch is exported symbolic)."""
+    found = {"symbolic-batch"} if any(v.batch_axis is not None for v in program.types.values()) else set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
             found.add("tan-in-loop")

@@ -569,10 +569,13 @@ class ModelBuilder:
             size = shape[1] if pad == "'SAME'" else shape[1] - k + 1
             shape = (n, size, size, o)
             x = self.step("conv_nhwc", conv, shape)
-            if self.rng.random() < 0.6:  # inference batch norm
+            norm = self.rng.random()
+            if norm < 0.45:  # inference batch norm
                 mean, var = self.w((o,), 1.0), f"jnp.abs({self.w((o,), 1.0)}) + 0.5"
                 x = self.step("batch_norm", f"({self.ref(x)} - {mean}) * lax.rsqrt({var} + 1e-5) * {self.w((o,), 1.0)} + "
                               f"{self.bias(o)}", shape)
+            elif norm < 0.7:
+                x = self._group_norm(x, shape)
             x = self.act(x, shape, self.rng.choice(["relu", "relu_max", "silu", "hard_swish"]))
             x = self._cnn_block_tail(x, shape, block_input, block_shape)
             pool = self.rng.choice(["max", "avg", "none"])
@@ -629,6 +632,21 @@ class ModelBuilder:
             x, shape = y, new
         pooled = self.step("time_mean", f"jnp.mean({self.ref(x)}, axis=1)", (n, shape[2]))
         self.head(pooled, (n, shape[2]))
+
+    def _group_norm(self, x: int, shape: tuple[int, ...]) -> int:
+        """A group norm over NHWC (Flax's and Haiku's): the channels split into groups, statistics over the
+        spatial axes and each group's channels, as ``E[x^2] - E[x]^2`` (Flax) or ``jnp.var``."""
+        h, w, c = shape[1:]
+        groups = self.rng.choice([g for g in (1, 2, 4) if c % g == 0])
+        if self.rng.random() < 0.5:
+            stats = ("(lambda g, m: (g - m) * lax.rsqrt(jnp.maximum((g * g).mean(axis=(1, 2, 4), keepdims=True) "
+                     "- m * m, 0.0) + 1e-5))(g, g.mean(axis=(1, 2, 4), keepdims=True))")
+        else:
+            stats = "(g - g.mean(axis=(1, 2, 4), keepdims=True)) * lax.rsqrt(g.var(axis=(1, 2, 4), keepdims=True) + 1e-5)"
+        v = self.ref(x)  # its batch may be symbolic: reshaped by its own size
+        expr = (f"(lambda g: {stats})({v}.reshape({v}.shape[0], {h}, {w}, {groups}, {c // groups})).reshape({v}.shape) "
+                f"* {self.w((c,), 1.0)} + {self.bias(c)}")
+        return self.step("group_norm", expr, shape)
 
     def _cnn_block_tail(self, x: int, shape: tuple[int, ...], block_input: int, block_shape: tuple[int, ...]) -> int:
         """What follows a conv layer's activation, sometimes: a squeeze-excite scale (a kept-dims spatial mean),
