@@ -556,6 +556,8 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
         found = _unit_axes_perm(perm, y_shape, z_shape)
         if found is None and not all(u.node.op_type in ("ReduceSum", "ReduceMean", "Pad") for u in z.uses()):
             found = _regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
+            if found is not None and not _meets_transpose(z, found[1]):
+                return False  # moved on, it would only trade places with another
         shape = None if found is None else _shape_const(found[0], x_dims)
         if found is None or shape is None:
             return False
@@ -622,11 +624,11 @@ def _forcible(graph: ir.Graph) -> list[tuple[ir.Node, int]]:
 
 
 def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) -> bool:
-    """Whether a Transpose reads ``value`` or a value computed from it by ops a Transpose moves through (within
-    ``MAX_CONE`` nodes; through a Reshape it moves through, as the Transpose after it): a move that puts
-    ``Transpose(perm)`` on ``value`` can only pay where that Transpose meets its inverse or joins another one
-    (a group's statistics, transposed to sum its axes last), or (``or_output``, for moves tried on a copy)
-    where it takes the place of several before the graph's output."""
+    """Whether a Transpose that undoes ``perm`` (or one that, joined with it, is then only summed: a group's
+    statistics, transposed to sum its axes last) reads ``value`` or a value computed from it by ops a Transpose
+    moves through (within ``MAX_CONE`` nodes; through a Reshape it moves through, as the Transpose after it):
+    a move that puts ``Transpose(perm)`` on ``value`` can only pay where that Transpose goes, or
+    (``or_output``, for moves tried on a copy) where it takes the place of several before the graph's output."""
     seen: set[int] = set()
     frontier = [(value, perm)]
     while frontier and len(seen) <= MAX_CONE:
@@ -638,7 +640,7 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if _perm(node) is not None:  # the inverse, or a Transpose the moved one joins
+            if _cancels_or_sums(node, p):
                 return True
             if _blind(node) or node.op_type in ("Pad", "Concat", "Sum") and len(node.outputs) == 1:
                 frontier.append((node.outputs[0], p))
@@ -651,11 +653,27 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
     return False
 
 
+def _cancels_or_sums(node: ir.Node, perm: list[int]) -> bool:
+    """Whether ``node`` is a Transpose that undoes ``perm``, or one that, joined with it, a Reshape merges and
+    then only sums (``_summed_perm`` drops it)."""
+    q = _perm(node)
+    if q is None:
+        return False
+    combined = [perm[i] for i in q]
+    if combined == sorted(combined):
+        return True
+    dims = _dims(node.outputs[0])
+    uses = list(node.outputs[0].uses())
+    return dims is not None and bool(uses) and all(
+        u.node.op_type == "Reshape" and u.idx == 0 and _summed_perm(combined, dims, u.node.outputs[0]) == sorted(combined)
+        for u in uses)
+
+
 def _each_meets_transpose(uses: list, perm: list[int] | None) -> bool:
-    """Whether each reader of a Transpose's output is an op it moves through whose output meets a Transpose
-    (a DenseNet's pooled features: read by the next layer's batch norm and by the next Concat; a group
-    norm's differences from the mean, squared for the variance and scaled for the output): moved into every
-    reader, the Transposes cancel or join on every path."""
+    """Whether each reader of a Transpose's output is an op it moves through whose output meets the inverse
+    Transpose (``_meets_transpose``: a DenseNet's pooled features, read by the next layer's batch norm and by
+    the next Concat; a group norm's differences from the mean, squared for the variance and scaled for the
+    output): moved into every reader, the Transposes go on every path."""
     nodes = {id(u.node): u.node for u in uses}.values()
     return perm is not None and all((_blind(n) or n.op_type in ("Concat", "Pad") and len(n.outputs) == 1)
                                     and _meets_transpose(n.outputs[0], perm) for n in nodes)
