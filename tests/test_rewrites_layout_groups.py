@@ -64,14 +64,14 @@ def _image(seed: int, batch: int = 2) -> np.ndarray:
     return x
 
 
-def flax_group_norm_cnn(x):
+def flax_group_norm_cnn(x, groups: int = 4):
     import flax.linen as nn
 
     class Net(nn.Module):
         @nn.compact
         def __call__(self, x):
             for _ in range(3):
-                x = nn.swish(nn.GroupNorm(num_groups=4)(nn.Conv(16, (3, 3))(x)))
+                x = nn.swish(nn.GroupNorm(num_groups=groups)(nn.Conv(16, (3, 3))(x)))
             return x
 
     net = Net()
@@ -96,7 +96,9 @@ def transposed_elements(fn, x, symbolic: bool = False) -> int:
     return sum(int(np.prod(dims[n.input[0]])) for n in model.graph.node if n.op_type == "Transpose")
 
 
-_CASES = {"by hand": lambda x: group_norm_cnn, "two pass": lambda x: group_norm_two_pass_cnn, "flax": flax_group_norm_cnn}
+_CASES = {"by hand": lambda x: group_norm_cnn, "two pass": lambda x: group_norm_two_pass_cnn, "flax": flax_group_norm_cnn,
+          # one group: the channels gain a size-1 axis, a Transpose that moves it is a Reshape (transposes)
+          "flax, one group": lambda x: flax_group_norm_cnn(x, 1)}
 
 
 @pytest.mark.parametrize("batch,symbolic", [(2, False), (1, False), (3, True)], ids=["b2", "b1", "symbolic"])

@@ -228,3 +228,20 @@ def named_dims(value: ir.Value, start: int = 0) -> list[int | str] | None:
 def _declared(value: ir.Value) -> list[Size] | None:
     dims = named_dims(value)
     return None if dims is None else [Size(d) if isinstance(d, int) else Size(1, (d,)) for d in dims]
+
+
+def reshape_target(shape: list[int | str], input_dims: list[int | str]) -> np.ndarray | None:
+    """The constant shape input of a Reshape of a tensor of ``input_dims`` to ``shape``: a symbolic size as 0
+    (copied) where it stays on its axis, else as -1 where it is the only one; None where neither works."""
+    names = [d for d in shape if isinstance(d, str)]
+    out = []
+    for k, d in enumerate(shape):
+        if isinstance(d, int):
+            out.append(d)
+        elif k < len(input_dims) and input_dims[k] == d and input_dims.count(d) == 1:
+            out.append(0)
+        elif len(names) == 1:
+            out.append(-1)
+        else:
+            return None
+    return np.asarray(out, np.int64)

@@ -51,6 +51,7 @@ import onnx_ir as ir
 from jaxconv.onnx.passes import FOLD_MAX_ELEMENTS
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites import nearest_resize
+from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_target
 
 UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Reciprocal", "Erf", "Sigmoid",
                    "IsNaN", "IsInf", "Not", "Sign", "Floor", "Ceil", "Round", "Identity",
@@ -60,7 +61,7 @@ _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "
                      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
 MAX_ROUNDS = 64
-Dims = list  # a shape's sizes: ints, and names for symbolic ones
+Dims = list  # a shape's sizes: ints, and symbolic ones by name (_dim_products.named_dims)
 _CONST_EXPRS = "jaxconv.layout.const_exprs"  # graph.meta: value -> whether constants alone compute it
 MAX_CONE = 32  # elementwise nodes between a Transpose's readers and the node where they meet again
 MAX_TRIALS = 8  # forced moves tried on copies of the graph that do not pay, per pass
@@ -321,23 +322,10 @@ def _unit_axes_perm(perm: list[int], y_shape: Dims, z_shape: Dims) -> tuple[Dims
     return x_shape, perm2
 
 
-def _dims(value: ir.Value | None) -> Dims | None:
-    """The value's sizes, a symbolic one by its name; None where one is unknown."""
-    if value is None or value.shape is None:
-        return None
-    dims: Dims = []
-    for d in value.shape:
-        name = d if isinstance(d, int) else getattr(d, "value", None)
-        if name is None:
-            return None
-        dims.append(name)
-    return dims
-
-
 def _dims_through_elementwise(value: ir.Value, depth: int = 0) -> Dims | None:
-    """``_dims(value)``, or where a rule left its shape unset, the broadcast of its elementwise producer's
+    """``named_dims(value)``, or where a rule left its shape unset, the broadcast of its elementwise producer's
     operands' (a mean's division by its count)."""
-    dims = _dims(value)
+    dims = named_dims(value)
     node = value.producer()
     if dims is not None or node is None or not _blind(node) or depth > 4:
         return dims
@@ -352,23 +340,6 @@ def _dims_through_elementwise(value: ir.Value, depth: int = 0) -> Dims | None:
             return None
         out.append(sizes.pop() if sizes else 1)
     return out
-
-
-def _shape_const(x_shape: Dims, x_dims: Dims) -> np.ndarray | None:
-    """The constant shape input of a Reshape of a tensor of ``x_dims`` to ``x_shape``: a symbolic size as 0
-    (copied) where it stays on its axis, else as -1 where it is the only one; None where neither works."""
-    names = [d for d in x_shape if isinstance(d, str)]
-    out = []
-    for k, d in enumerate(x_shape):
-        if isinstance(d, int):
-            out.append(d)
-        elif k < len(x_dims) and x_dims[k] == d and x_dims.count(d) == 1:
-            out.append(0)
-        elif len(names) == 1:
-            out.append(-1)
-        else:
-            return None
-    return np.asarray(out, np.int64)
 
 
 def _groups(y_shape: Dims, z_shape: Dims) -> list[tuple[list[int], list[int]]] | None:
@@ -481,7 +452,7 @@ def _summed_axes_after(node: ir.Node, axes: set[int]) -> set[int] | None:
             return None
         padded = {a for a in range(rank) if pads[a] != 0 or pads[rank + a] != 0}
         return axes if padded <= axes else None
-    in_shape, out_shape = _dims(node.inputs[0]), _dims(node.outputs[0])
+    in_shape, out_shape = named_dims(node.inputs[0]), named_dims(node.outputs[0])
     groups = _groups(in_shape, out_shape) if in_shape is not None and out_shape is not None else None
     if groups is None or any(0 < len(axes & set(gy)) < len(gy) for gy, _ in groups):
         return None
@@ -492,7 +463,7 @@ def _summed_perm(perm: list[int], y_shape: Dims, z: ir.Value) -> list[int] | Non
     """For ``z = Reshape(Transpose(x, perm))``: ``perm`` with the axes of each group the Reshape merges put
     back in ``x``'s order where ``z`` is only summed over that group (a reduction over axes that are not
     adjacent, which the lowering transposes to the end and sums in blocks); None where nothing changes."""
-    z_shape = _dims(z)
+    z_shape = named_dims(z)
     groups = _groups(y_shape, z_shape) if z_shape is not None else None
     if groups is None:
         return None
@@ -510,7 +481,7 @@ def _drop_summed_perm(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -
     (group norm's statistics over the spatial axes and a group's channels, summed in blocks) with the
     group's axes in ``x``'s order: the Reshape of ``x`` itself where nothing else is permuted."""
     perm = _perm(t)
-    y_shape = _dims(t.outputs[0])
+    y_shape = named_dims(t.outputs[0])
     shape = m.const(use.inputs[1]) if len(use.inputs) > 1 else None
     if perm is None or y_shape is None or shape is None or m.attr(use, "allowzero", 0):
         return False
@@ -550,7 +521,7 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
             perm2[places[i]] = places[perm[i]]
         new = ir.node("Unsqueeze", [x, *use.inputs[1:]], dict(use.attributes))
     else:
-        y_shape, z_shape, x_dims = _dims(t.outputs[0]), _dims(z), _dims(x)
+        y_shape, z_shape, x_dims = named_dims(t.outputs[0]), named_dims(z), named_dims(x)
         if y_shape is None or z_shape is None or x_dims is None or len(y_shape) != len(perm):
             return False
         found = _unit_axes_perm(perm, y_shape, z_shape)
@@ -558,7 +529,7 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
             found = _regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
             if found is not None and not _meets_transpose(z, found[1]):
                 return False  # moved on, it would only trade places with another
-        shape = None if found is None else _shape_const(found[0], x_dims)
+        shape = None if found is None else reshape_target(found[0], x_dims)
         if found is None or shape is None:
             return False
         perm2 = found[1]
@@ -645,7 +616,7 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
             if _blind(node) or node.op_type in ("Pad", "Concat", "Sum") and len(node.outputs) == 1:
                 frontier.append((node.outputs[0], p))
             elif node.op_type == "Reshape" and use.idx == 0:  # moved through, the Transpose after it is another
-                y_shape, z_shape = _dims(v), _dims(node.outputs[0])
+                y_shape, z_shape = named_dims(v), named_dims(node.outputs[0])
                 found = None if y_shape is None or z_shape is None \
                     else _unit_axes_perm(p, y_shape, z_shape) or _regrouped(p, y_shape, z_shape)
                 if found is not None:
@@ -662,7 +633,7 @@ def _cancels_or_sums(node: ir.Node, perm: list[int]) -> bool:
     combined = [perm[i] for i in q]
     if combined == sorted(combined):
         return True
-    dims = _dims(node.outputs[0])
+    dims = named_dims(node.outputs[0])
     uses = list(node.outputs[0].uses())
     return dims is not None and bool(uses) and all(
         u.node.op_type == "Reshape" and u.idx == 0 and _summed_perm(combined, dims, u.node.outputs[0]) == sorted(combined)

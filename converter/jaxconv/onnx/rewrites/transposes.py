@@ -8,7 +8,10 @@ slow path (113 µs against 11 µs on [2, 4, 64, 1, 64], one thread). Such a Tran
 ``Reshape`` (size-1 axes dropped) -> ``Transpose`` (one axis moved) -> ``Reshape``, or one ``Reshape``
 when only size-1 axes move, also where that is a one-axis move: the fast path still copies every element
 (jax.nn.dot_product_attention's grouped scores, ``[b, k, t, 1, s]`` by ``[3, 0, 1, 2, 4]``: 180 µs a call
-on [8, 4, 128, 1, 128], one thread), a Reshape none. Values only move: the numbers cannot change.
+on [8, 4, 128, 1, 128], one thread), a Reshape none. Values only move: the numbers cannot change. The
+Reshape of a symbolic shape copies a symbolic size that stays on its axis (a batch exported symbolic: a
+Flax GroupNorm of one group moves its size-1 group axis past the batch, ``[b, c, h, 1, w]`` by
+``[0, 3, 1, 2, 4]``); a symbolic size is never taken for 1.
 
 A permutation that stays general once the size-1 axes are gone is left alone: splitting it into two
 one-axis moves is faster with ORT's optimizer off, but ORT merges consecutive Transposes again
@@ -21,6 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_target
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -45,9 +49,9 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     x = node.inputs[0] if node.inputs else None
     if not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
         return 0  # dead (a rule before moved its readers away)
-    if x is None or x.shape is None or not x.shape.is_static():
+    shape = named_dims(x) if x is not None else None  # symbolic sizes by name: never taken for 1
+    if x is None or shape is None:
         return 0
-    shape = [int(d) for d in x.shape]
     perm = m.attr(node, "perm")
     perm = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]
     if len(perm) != len(shape) or 1 not in shape or 0 in shape or perm == list(range(len(shape))):
@@ -55,12 +59,16 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     kept = [a for a in range(len(shape)) if shape[a] != 1]
     inner = [kept.index(p) for p in perm if shape[p] != 1]  # the permutation of the kept axes
     only_unit_axes_move = inner == list(range(len(inner)))
-    if not only_unit_axes_move and (is_one_axis_move(perm) or not is_one_axis_move(inner)):
+    static = all(isinstance(d, int) for d in shape)
+    if not only_unit_axes_move and (is_one_axis_move(perm) or not is_one_axis_move(inner) or not static):
         return 0
     out_shape = [shape[p] for p in perm]
     nodes: list[ir.Node] = []
     if only_unit_axes_move:
-        nodes.append(ir.node("Reshape", [x, _i64(out_shape)]))
+        target = reshape_target(out_shape, shape)  # a symbolic batch: copied (0) where it stays
+        if target is None:
+            return 0
+        nodes.append(ir.node("Reshape", [x, _i64(target.tolist())]))
     else:
         squeezed = ir.node("Reshape", [x, _i64([shape[a] for a in kept])])
         moved = ir.node("Transpose", [squeezed.outputs[0]], attributes={"perm": inner})
@@ -70,5 +78,5 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     return 1
 
 
-def _i64(values: list[int]) -> ir.Value:
+def _i64(values: list) -> ir.Value:
     return ir.node("Constant", [], {"value": ir.tensor(np.array(values, np.int64))}).outputs[0]
