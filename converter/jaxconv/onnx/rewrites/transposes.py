@@ -60,6 +60,8 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     inner = [kept.index(p) for p in perm if shape[p] != 1]  # the permutation of the kept axes
     only_unit_axes_move = inner == list(range(len(inner)))
     static = all(isinstance(d, int) for d in shape)
+    if not static and not _reads_input_values(x):
+        return 0  # a mask computed from shapes: later rules fold through the Transpose, not a Reshape of copied sizes
     if not only_unit_axes_move and (is_one_axis_move(perm) or not is_one_axis_move(inner) or not static):
         return 0
     out_shape = [shape[p] for p in perm]
@@ -76,6 +78,25 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     consts = [n for v in (nodes[0].inputs[1], nodes[-1].inputs[1]) for n in [v.producer()] if n is not None]
     m.replace(graph, node.outputs[0], list(dict.fromkeys(consts)) + nodes, node)
     return 1
+
+
+def _reads_input_values(value: ir.Value, limit: int = 64) -> bool:
+    """Whether ``value`` is computed from the values of a graph input (not only from constants and input
+    shapes, as a causal mask broadcast to a symbolic batch is); True past ``limit`` nodes."""
+    seen: set[int] = set()
+    frontier = [value]
+    while frontier:
+        v = frontier.pop()
+        if v.is_graph_input():
+            return True
+        node = v.producer()
+        if node is None or id(node) in seen or node.op_type in ("Shape", "Size"):
+            continue
+        seen.add(id(node))
+        if len(seen) > limit or node.op_type in m.CONTROL_OPS:
+            return True
+        frontier += [i for i in node.inputs if i is not None]
+    return False
 
 
 def _i64(values: list) -> ir.Value:
