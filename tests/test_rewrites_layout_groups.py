@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxconv.onnx.rewrites import layout
+from jaxconv.onnx.rewrites import _regroup
 from lowering_check import assert_same_floats
 from lowering_check import convert_and_run as _convert
 
@@ -114,7 +114,7 @@ def test_a_group_norm_cnn_keeps_nchw(case, batch, symbolic):
 
 
 def test_without_the_moves_each_layer_transposes_its_activations(monkeypatch):
-    monkeypatch.setattr(layout, "_regrouped", lambda *a: None)
+    monkeypatch.setattr(_regroup, "regrouped", lambda *a: None)
     x = _image(0)
     assert transposed_elements(group_norm_cnn, x) > 4 * x.size
 
@@ -133,3 +133,31 @@ def test_a_long_column_sum_is_left_to_column_sums():
     ops, (got,) = _convert(column_sum, x)
     assert ops["Transpose"] == 0, ops
     assert_same_floats(got, np.asarray(jax.jit(column_sum)(x)), 1e-4, 1e-4)
+
+
+def test_regrouped_matches_numpy():
+    """The Reshape-first form of ``Reshape(Transpose(x, perm), z_shape)`` for Reshapes that split an axis or
+    merge adjacent ones gives the same array wherever it is found, and is found where the merged axes keep
+    their order (every permutation of a [2, 3, 4, 5] array, each split and merge of adjacent axes)."""
+    import itertools
+
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    found_count = refused = 0
+    for perm in itertools.permutations(range(4)):
+        y = x.transpose(perm)
+        shapes = [[*y.shape[:k], y.shape[k] * y.shape[k + 1], *y.shape[k + 2:]] for k in range(3)]  # merges
+        shapes += [[*y.shape[:k], a, y.shape[k] // a, *y.shape[k + 1:]]
+                   for k in range(4) for a in (2,) if y.shape[k] % 2 == 0 and y.shape[k] > 2]  # splits
+        for z_shape in shapes:
+            found = _regroup.regrouped(list(perm), list(y.shape), z_shape)
+            merged = [k for k in range(3) if len(z_shape) == 3 and z_shape[k] == y.shape[k] * y.shape[k + 1]
+                      and list(y.shape[:k]) == z_shape[:k]]
+            if merged and perm[merged[0] + 1] != perm[merged[0]] + 1:
+                assert found is None, (perm, z_shape)
+                refused += 1
+                continue
+            assert found is not None, (perm, z_shape)
+            x_shape, perm2 = found
+            np.testing.assert_array_equal(x.reshape(x_shape).transpose(perm2), y.reshape(z_shape))
+            found_count += 1
+    assert found_count >= 24 and refused >= 24, (found_count, refused)  # both cases, for many permutations

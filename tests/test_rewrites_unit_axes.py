@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxconv.onnx.rewrites import layout, squeezes
+from jaxconv.onnx.rewrites import _regroup, layout, squeezes
 from lowering_check import assert_same_floats
 from lowering_check import convert_and_run as _convert
 
@@ -77,10 +77,10 @@ def test_unit_axes_perm_matches_numpy():
         y = x.transpose(perm)
         core = [d for d in y.shape if d != 1]
         for z_shape in ([*core], [1, *core], [*core[:1], 1, *core[1:]], [*core, 1, 1], list(y.shape)):
-            found = layout._unit_axes_perm(list(perm), list(y.shape), z_shape)
+            found = _regroup.unit_axes_perm(list(perm), list(y.shape), z_shape)
             assert found is not None
             x_shape, perm2 = found
             np.testing.assert_array_equal(x.reshape(x_shape).transpose(perm2), y.reshape(z_shape))
             count += 1
     assert count == 24 * 5
-    assert layout._unit_axes_perm([0, 2, 1], [2, 4, 3], [8, 3]) is None  # regroups: not moved
+    assert _regroup.unit_axes_perm([0, 2, 1], [2, 4, 3], [8, 3]) is None  # regroups: not moved

@@ -50,6 +50,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.passes import FOLD_MAX_ELEMENTS
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import _regroup as rg
 from jaxconv.onnx.rewrites import nearest_resize
 from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_target
 
@@ -303,25 +304,6 @@ def _output_as(graph: ir.Graph, back: ir.Node, x: ir.Value) -> bool:
     return True
 
 
-def _unit_axes_perm(perm: list[int], y_shape: Dims, z_shape: Dims) -> tuple[Dims, list[int]] | None:
-    """For ``z = Reshape(Transpose(x, perm))`` that only inserts or drops size-1 axes (``y_shape`` the
-    Transpose's output, ``z_shape`` the Reshape's): the shape ``x`` is reshaped to and the permutation
-    after it, ``z = Transpose(Reshape(x, shape), perm2)``; None when the Reshape regroups axes."""
-    kept = [k for k, d in enumerate(y_shape) if d != 1]
-    places = [j for j, d in enumerate(z_shape) if d != 1]
-    if [y_shape[k] for k in kept] != [z_shape[j] for j in places]:
-        return None
-    order = sorted(perm[k] for k in kept)  # x's axes of size > 1, in x's order
-    rank_of = {a: r for r, a in enumerate(order)}
-    x_shape = [1] * len(z_shape)
-    perm2 = list(range(len(z_shape)))
-    for r, a in enumerate(order):
-        x_shape[places[r]] = y_shape[perm.index(a)]
-    for i, k in enumerate(kept):
-        perm2[places[i]] = places[rank_of[perm[k]]]
-    return x_shape, perm2
-
-
 def _dims_through_elementwise(value: ir.Value, depth: int = 0) -> Dims | None:
     """``named_dims(value)``, or where a rule left its shape unset, the broadcast of its elementwise producer's
     operands' (a mean's division by its count)."""
@@ -342,140 +324,6 @@ def _dims_through_elementwise(value: ir.Value, depth: int = 0) -> Dims | None:
     return out
 
 
-def _groups(y_shape: Dims, z_shape: Dims) -> list[tuple[list[int], list[int]]] | None:
-    """The smallest runs of consecutive axes of ``y_shape`` and of ``z_shape`` with equal sizes, paired in
-    order: the axes a Reshape from the one to the other splits or merges (size-1 axes left at the end join
-    the last run; a symbolic size is a run of its own on both sides); None where a size is 0 or the sizes
-    differ."""
-    fixed_y = [d for d in y_shape if isinstance(d, int)]
-    fixed_z = [d for d in z_shape if isinstance(d, int)]
-    if 0 in fixed_y or 0 in fixed_z or int(np.prod(fixed_y)) != int(np.prod(fixed_z)) \
-            or [d for d in y_shape if isinstance(d, str)] != [d for d in z_shape if isinstance(d, str)]:
-        return None
-    groups: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(y_shape) and j < len(z_shape):
-        if isinstance(y_shape[i], str) or isinstance(z_shape[j], str):
-            if y_shape[i] != z_shape[j]:
-                return None
-            groups.append(([i], [j]))
-            i, j = i + 1, j + 1
-            continue
-        gy, gz, py, pz = [i], [j], y_shape[i], z_shape[j]
-        i, j = i + 1, j + 1
-        while py != pz:
-            if py < pz:
-                if isinstance(y_shape[i], str):
-                    return None
-                gy.append(i)
-                py *= y_shape[i]
-                i += 1
-            else:
-                if isinstance(z_shape[j], str):
-                    return None
-                gz.append(j)
-                pz *= z_shape[j]
-                j += 1
-        groups.append((gy, gz))
-    if not groups:
-        return None
-    groups[-1][0].extend(range(i, len(y_shape)))
-    groups[-1][1].extend(range(j, len(z_shape)))
-    return groups
-
-
-def _regrouped(perm: list[int], y_shape: Dims, z_shape: Dims) -> tuple[Dims, list[int]] | None:
-    """For ``z = Reshape(Transpose(x, perm))`` that splits axes or merges axes that lie in ``x`` in the same
-    order (group norm's channels split into groups, and merged back): the shape ``x`` is reshaped to and the
-    permutation after it, ``z = Transpose(Reshape(x, shape), perm2)``; None otherwise."""
-    groups = _groups(y_shape, z_shape)
-    if groups is None:
-        return None
-    for gy, _ in groups:
-        if [perm[k] for k in gy] != list(range(perm[gy[0]], perm[gy[0]] + len(gy))):
-            return None
-    x_shape: Dims = []
-    start = {}
-    for g in sorted(range(len(groups)), key=lambda g: perm[groups[g][0][0]]):
-        start[g] = len(x_shape)
-        x_shape += [z_shape[j] for j in groups[g][1]]
-    perm2 = [0] * len(z_shape)
-    for g, (_, gz) in enumerate(groups):
-        for offset, j in enumerate(gz):
-            perm2[j] = start[g] + offset
-    return x_shape, perm2
-
-
-def _summed(value: ir.Value, axes: set[int], depth: int = 0) -> bool:
-    """Whether every reader of ``value`` sums it over all of ``axes`` (ReduceSum or ReduceMean, in one node
-    or a chain: a long sum taken in blocks), so that the order of the elements along them does not matter
-    but for rounding."""
-    rank = m.rank(value)
-    uses = list(value.uses())
-    if rank is None or not uses or value.is_graph_output() or depth > 8:
-        return False
-    for use in uses:
-        node = use.node
-        if node.domain != "" or use.idx != 0:
-            return False
-        if node.op_type in ("Pad", "Reshape"):
-            moved = _summed_axes_after(node, axes)
-            if moved is None or not _summed(node.outputs[0], moved, depth + 1):
-                return False
-            continue
-        if node.op_type not in ("ReduceSum", "ReduceMean"):
-            return False
-        reduced = m.reduce_axes(node)
-        if reduced is None or (not reduced and m.attr(node, "noop_with_empty_axes", 0)):
-            return False
-        reduced_set = {a % rank for a in reduced} if reduced else set(range(rank))
-        left = axes - reduced_set
-        if not left:
-            continue
-        if m.attr(node, "keepdims", 1) != 1:
-            left = {a - sum(1 for r in reduced_set if r < a) for a in left}
-        if not _summed(node.outputs[0], left, depth + 1):
-            return False
-    return True
-
-
-def _summed_axes_after(node: ir.Node, axes: set[int]) -> set[int] | None:
-    """Where the ``axes`` of a Pad's or Reshape's input lie in its output, when the op keeps their sum: a Pad
-    of zeros along them only (a sum padded to whole blocks), a Reshape that splits or merges them among
-    themselves; None otherwise."""
-    if node.op_type == "Pad":
-        pads = m.const(node.inputs[1]) if len(node.inputs) > 1 else None
-        fill = m.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else np.zeros(())
-        rank = m.rank(node.inputs[0])
-        if pads is None or rank is None or pads.size != 2 * rank or (len(node.inputs) > 3 and node.inputs[3] is not None) \
-                or m.attr(node, "mode", "constant") != "constant" or fill is None or fill.size != 1 or fill.item() != 0:
-            return None
-        padded = {a for a in range(rank) if pads[a] != 0 or pads[rank + a] != 0}
-        return axes if padded <= axes else None
-    in_shape, out_shape = named_dims(node.inputs[0]), named_dims(node.outputs[0])
-    groups = _groups(in_shape, out_shape) if in_shape is not None and out_shape is not None else None
-    if groups is None or any(0 < len(axes & set(gy)) < len(gy) for gy, _ in groups):
-        return None
-    return {j for gy, gz in groups if axes & set(gy) for j in gz}
-
-
-def _summed_perm(perm: list[int], y_shape: Dims, z: ir.Value) -> list[int] | None:
-    """For ``z = Reshape(Transpose(x, perm))``: ``perm`` with the axes of each group the Reshape merges put
-    back in ``x``'s order where ``z`` is only summed over that group (a reduction over axes that are not
-    adjacent, which the lowering transposes to the end and sums in blocks); None where nothing changes."""
-    z_shape = named_dims(z)
-    groups = _groups(y_shape, z_shape) if z_shape is not None else None
-    if groups is None:
-        return None
-    new = list(perm)
-    for gy, gz in groups:
-        axes = sorted(perm[k] for k in gy)
-        if len(gy) > 1 and axes != [perm[k] for k in gy] and _summed(z, set(gz)):
-            for k, a in zip(gy, axes):
-                new[k] = a
-    return None if new == perm else new
-
-
 def _drop_summed_perm(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     """``Reshape(Transpose(x, perm))`` whose output is only summed over a group of axes the Reshape merges
     (group norm's statistics over the spatial axes and a group's channels, summed in blocks) with the
@@ -485,7 +333,7 @@ def _drop_summed_perm(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -
     shape = m.const(use.inputs[1]) if len(use.inputs) > 1 else None
     if perm is None or y_shape is None or shape is None or m.attr(use, "allowzero", 0):
         return False
-    new = _summed_perm(perm, y_shape, use.outputs[0])
+    new = rg.summed_perm(perm, y_shape, use.outputs[0])
     if new is None or (new != sorted(new) and not single) \
             or any(d == 0 and (j >= len(perm) or new[j] != perm[j]) for j, d in enumerate(shape.tolist())):
         return False  # a 0 in the shape copies the input's size there: only of an axis left in place
@@ -524,9 +372,9 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
         y_shape, z_shape, x_dims = named_dims(t.outputs[0]), named_dims(z), named_dims(x)
         if y_shape is None or z_shape is None or x_dims is None or len(y_shape) != len(perm):
             return False
-        found = _unit_axes_perm(perm, y_shape, z_shape)
+        found = rg.unit_axes_perm(perm, y_shape, z_shape)
         if found is None and not all(u.node.op_type in ("ReduceSum", "ReduceMean", "Pad") for u in z.uses()):
-            found = _regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
+            found = rg.regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
             if found is not None and not _meets_transpose(z, found[1]):
                 return False  # moved on, it would only trade places with another
         shape = None if found is None else reshape_target(found[0], x_dims)
@@ -618,7 +466,7 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
             elif node.op_type == "Reshape" and use.idx == 0:  # moved through, the Transpose after it is another
                 y_shape, z_shape = named_dims(v), named_dims(node.outputs[0])
                 found = None if y_shape is None or z_shape is None \
-                    else _unit_axes_perm(p, y_shape, z_shape) or _regrouped(p, y_shape, z_shape)
+                    else rg.unit_axes_perm(p, y_shape, z_shape) or rg.regrouped(p, y_shape, z_shape)
                 if found is not None:
                     frontier.append((node.outputs[0], found[1]))
     return False
@@ -626,7 +474,7 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
 
 def _cancels_or_sums(node: ir.Node, perm: list[int]) -> bool:
     """Whether ``node`` is a Transpose that undoes ``perm``, or one that, joined with it, a Reshape merges and
-    then only sums (``_summed_perm`` drops it)."""
+    then only sums (``regroup.summed_perm`` drops it)."""
     q = _perm(node)
     if q is None:
         return False
@@ -636,7 +484,7 @@ def _cancels_or_sums(node: ir.Node, perm: list[int]) -> bool:
     dims = named_dims(node.outputs[0])
     uses = list(node.outputs[0].uses())
     return dims is not None and bool(uses) and all(
-        u.node.op_type == "Reshape" and u.idx == 0 and _summed_perm(combined, dims, u.node.outputs[0]) == sorted(combined)
+        u.node.op_type == "Reshape" and u.idx == 0 and rg.summed_perm(combined, dims, u.node.outputs[0]) == sorted(combined)
         for u in uses)
 
 
