@@ -161,3 +161,49 @@ def test_regrouped_matches_numpy():
             np.testing.assert_array_equal(x.reshape(x_shape).transpose(perm2), y.reshape(z_shape))
             found_count += 1
     assert found_count >= 24 and refused >= 24, (found_count, refused)  # both cases, for many permutations
+
+
+_PW = [(_RNG.standard_normal((1, 1, 8 if i == 0 else 16, 16)) / 4).astype(np.float32) for i in range(3)]
+_DW = [(_RNG.standard_normal((3, 3, 1, 16)) / 3).astype(np.float32) for _ in range(3)]
+
+
+def channel_shuffle(x, groups=4):
+    """ShuffleNet's: the channels as [groups, c / groups], transposed, merged back."""
+    n, h, w, c = x.shape
+    return x.reshape(n, h, w, groups, c // groups).transpose(0, 1, 2, 4, 3).reshape(n, h, w, c)
+
+
+def shuffle_net(x):
+    for pw, dw in zip(_PW, _DW):
+        y = jax.nn.relu(_conv(x, pw))
+        x = jax.nn.relu(jax.lax.conv_general_dilated(channel_shuffle(y), dw, (1, 1), "SAME", feature_group_count=16,
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    return x
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_a_channel_shuffle_between_convs_takes_one_transpose(symbolic):
+    """The conv's NCHW -> NHWC Transpose, the shuffle's and the next conv's NHWC -> NCHW become one."""
+    x = _image(0)
+    moved = transposed_elements(shuffle_net, x, symbolic)
+    assert moved <= x.size + 2 * x.size + 3 * 2 * x.size, moved  # input, output, one [2, 16, 12, 10] a shuffle
+    _, (got,) = _convert(shuffle_net, x, specs=_specs(x, symbolic))
+    assert_same_floats(got, np.asarray(jax.jit(shuffle_net)(x)), 1e-5, 1e-5)
+
+
+def test_lifted_matches_numpy():
+    """``Transpose(Reshape(y), perm)`` as ``Reshape(Transpose(y, lifted))`` for every permutation of a merged
+    [2, 3, 4, 5] array's three axes and of a split one's five, where ``lifted`` finds one."""
+    import itertools
+
+    y = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    found_count = 0
+    for z_shape in ([2, 12, 5], [2, 3, 2, 2, 5]):
+        z = y.reshape(z_shape)
+        for perm in itertools.permutations(range(len(z_shape))):
+            lifted = _regroup.lifted(list(perm), list(y.shape), z_shape)
+            if lifted is not None:
+                want = z.transpose(perm)
+                np.testing.assert_array_equal(y.transpose(lifted).reshape(want.shape), want)
+                found_count += 1
+    assert found_count == 6 + 24  # every permutation of the merge; the split's that keep [2, 2] in order

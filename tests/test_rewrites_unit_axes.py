@@ -47,6 +47,7 @@ def test_vmapped_conv_pool_keeps_nchw_without_transposes(monkeypatch):
     assert np.isnan(want[1]).any() and np.isposinf(want[1]).any()  # the edge values reach the output
     assert_same_floats(got, want, 1e-5, 1e-5)
     monkeypatch.setattr(layout, "_sink_through_reshape", lambda *a: False)
+    monkeypatch.setattr(layout, "_lift_through_reshape", lambda *a: False)
     monkeypatch.setattr(squeezes, "reshape_chains", lambda graph: 0)
     plain_ops, (plain,) = _convert(fn, x)
     # (one Unsqueeze: the symbolic rule drops the Reshape back to the conv's input and the Unsqueeze before it)

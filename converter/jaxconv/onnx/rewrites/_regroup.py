@@ -170,3 +170,19 @@ def summed_perm(perm: list[int], y_shape: Dims, z: ir.Value) -> list[int] | None
             for k, a in zip(gy, axes):
                 new[k] = a
     return None if new == perm else new
+
+
+def lifted(perm: list[int], y_shape: Dims, z_shape: Dims) -> list[int] | None:
+    """For ``w = Transpose(Reshape(y, z_shape), perm)`` whose permutation keeps each run of axes the Reshape
+    splits together and in order: the permutation of ``y`` with ``w = Reshape(Transpose(y, lifted))``; None
+    otherwise (a channel shuffle's merge of groups and channels, lifted above the merge to join the shuffle)."""
+    runs = axis_runs(y_shape, z_shape)
+    if runs is None:
+        return None
+    placed = []
+    for gy, gz in runs:
+        at = [perm.index(j) for j in gz]
+        if at != list(range(at[0], at[0] + len(at))):
+            return None
+        placed.append((at[0], gy))
+    return [k for _, gy in sorted(placed) for k in gy]

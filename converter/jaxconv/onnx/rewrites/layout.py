@@ -35,7 +35,10 @@ summed in blocks over the spatial axes and the group's channels) gives way to th
 transposed one (the group's [n, 1, 1, c] mean and scale) is transposed to match where the result can meet
 the inverse. A Flax U-Net of GroupNorm + swish blocks went from 45 Transposes to 10 (those left: the
 bilinear resize's products, its skip Concat), ORT 0.82x its old time. A Reshape into a long sum's blocks
-is left to ``column_sums``, which sums them in place.
+is left to ``column_sums``, which sums them in place. A Transpose after a Reshape that moves whole runs of
+the axes the Reshape makes joins the one before it (``Reshape(Transpose(x))``, one Transpose); with the
+move through the split tried on a copy, a ShuffleNet channel shuffle between NCHW convolutions (the
+conv's Transpose, the shuffle's and the next conv's) takes one Transpose instead of three.
 
 A ``Sub`` of a constant after a Conv (batch norm's mean) becomes an ``Add`` of its negation, the same
 IEEE operation: ORT then folds the whole batch-norm affine into the Conv and keeps its blocked
@@ -204,7 +207,7 @@ def _sink_one(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
     if op == "Reshape" and use.inputs[0] is out and _drop_summed_perm(graph, t, use, single):
         return True
     if op in ("Unsqueeze", "Squeeze", "Reshape") and single and use.inputs[0] is out:
-        return _sink_through_reshape(graph, t, use)
+        return _sink_through_reshape(graph, t, use) or op == "Reshape" and _lift_through_reshape(graph, t, use)
     if op in _REDUCE and use.inputs[0] is out:
         keep = m.attr(use, "keepdims", 1) == 1
         axes = m.reduce_axes(use)
@@ -347,7 +350,39 @@ def _drop_summed_perm(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -
     return True
 
 
-def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
+def _lift_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
+    """``Transpose(Reshape(Transpose(x, p)), q)`` where ``q`` moves whole runs of the axes the Reshape makes
+    (``_regroup.lifted``): one Transpose of ``x`` and the Reshape after it (a channel shuffle between NCHW
+    convolutions: the conv's Transpose, the shuffle's and the next conv's become one)."""
+    z = use.outputs[0]
+    readers = list(z.uses())
+    if len(readers) != 1 or z.is_graph_output() or _perm(readers[0].node) is None:
+        return False
+    back = readers[0].node
+    perm, q = _perm(t), _perm(back)
+    x = t.inputs[0]
+    y_dims, z_dims, x_dims = named_dims(t.outputs[0]), named_dims(z), named_dims(x)
+    if perm is None or q is None or y_dims is None or z_dims is None or x_dims is None:
+        return False
+    lifted = rg.lifted(q, y_dims, z_dims)
+    if lifted is None:
+        return False
+    combined = [perm[i] for i in lifted]
+    target = reshape_target([z_dims[i] for i in q], [x_dims[i] for i in combined])
+    if target is None:
+        return False
+    nodes, source = [], x
+    if combined != sorted(combined):
+        nodes.append(ir.node("Transpose", [x], {"perm": combined}))
+        source = nodes[0].outputs[0]
+    c = ir.node("Constant", [], {"value": ir.tensor(target)})
+    nodes += [c, ir.node("Reshape", [source, c.outputs[0]])]
+    m.replace(graph, back.outputs[0], nodes, back)
+    graph.remove(back, safe=True)
+    return True
+
+
+def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node, force: bool = False) -> bool:
     """``Unsqueeze``/``Squeeze``/``Reshape`` of a Transpose's output that only inserts or drops size-1
     axes (a vmapped pooling's added axis, say), or that splits axes or merges axes lying in the same order
     before the Transpose (group norm's channels split into groups), done first: ``Transpose(Reshape(x))``,
@@ -375,7 +410,7 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
         found = rg.unit_axes_perm(perm, y_shape, z_shape)
         if found is None and not all(u.node.op_type in ("ReduceSum", "ReduceMean", "Pad") for u in z.uses()):
             found = rg.regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
-            if found is not None and not _meets_transpose(z, found[1]):
+            if found is not None and not force and not _meets_transpose(z, found[1]):
                 return False  # moved on, it would only trade places with another
         shape = None if found is None else reshape_target(found[0], x_dims)
         if found is None or shape is None:
@@ -439,6 +474,11 @@ def _forcible(graph: ir.Graph) -> list[tuple[ir.Node, int]]:
                 and all(v is not None and m.rank(v) == len(perm) and not _is_const_expr(graph, v) for v in rest) \
                 and _meets_transpose(node.outputs[0], perm, or_output=True):
             found.append((node, k))
+    for node in graph:  # a Reshape that regroups a Transpose's output read by another Transpose (a shuffle)
+        t = node.inputs[0].producer() if node.op_type == "Reshape" and node.inputs and node.inputs[0] is not None else None
+        if _perm(t) is not None and len(node.inputs[0].uses()) == 1 \
+                and any(_perm(u.node) is not None for u in node.outputs[0].uses()):
+            found.append((node, -1))
     return found
 
 
@@ -500,7 +540,11 @@ def _each_meets_transpose(uses: list, perm: list[int] | None) -> bool:
 
 def _force(graph: ir.Graph, node: ir.Node, k: int) -> None:
     """``op(Transpose(a, perm), b, ...)`` (operand ``k`` the Transpose) as
-    ``Transpose(op(a, Transpose(b, perm⁻¹), ...), perm)``, a Concat's axis moved with it."""
+    ``Transpose(op(a, Transpose(b, perm⁻¹), ...), perm)``, a Concat's axis moved with it; for ``k`` -1,
+    ``Reshape(Transpose(a))`` as ``Transpose(Reshape(a))`` where the Transpose after it meets no inverse."""
+    if k < 0:
+        _sink_through_reshape(graph, node.inputs[0].producer(), node, force=True)  # type: ignore[arg-type]
+        return
     perm = _perm(node.inputs[k].producer())
     assert perm is not None
     inverse = [int(i) for i in np.argsort(perm)]
