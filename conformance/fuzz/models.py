@@ -650,7 +650,8 @@ class ModelBuilder:
 
     def _cnn_block_tail(self, x: int, shape: tuple[int, ...], block_input: int, block_shape: tuple[int, ...]) -> int:
         """What follows a conv layer's activation, sometimes: a squeeze-excite scale (a kept-dims spatial mean),
-        the channels split in halves and concatenated back (one half scaled), a residual from the block's input."""
+        the channels split in halves and concatenated back (one half scaled), a channel shuffle, a residual from
+        the block's input."""
         r = self.rng.random()
         if r < 0.2:
             gate = f"jax.nn.sigmoid(jnp.mean({self.ref(x)}, axis=(1, 2), keepdims=True) * {self.w((shape[3],), 1.0)})"
@@ -658,6 +659,11 @@ class ModelBuilder:
         elif r < 0.35 and shape[3] % 2 == 0:
             x = self.step("channel_split", f"(lambda a, b: jnp.concatenate([a, jax.nn.relu(b) * 0.5], -1))"
                           f"(*jnp.split({self.ref(x)}, 2, axis=-1))", shape)
+        elif r < 0.5 and shape[3] % 2 == 0:  # ShuffleNet's, its batch read from the value (symbolic programs)
+            g = self.rng.choice([k for k in (2, 4) if shape[3] % k == 0])
+            v = self.ref(x)
+            x = self.step("channel_shuffle", f"{v}.reshape({v}.shape[0], {shape[1]}, {shape[2]}, {g}, {shape[3] // g})"
+                          f".transpose(0, 1, 2, 4, 3).reshape({v}.shape)", shape)
         if shape == block_shape and self.rng.random() < 0.4:
             x = self.step("residual", f"{self.ref(block_input)} + {self.ref(x)}", shape)
         return x
