@@ -230,18 +230,17 @@ def _declared(value: ir.Value) -> list[Size] | None:
     return None if dims is None else [Size(d) if isinstance(d, int) else Size(1, (d,)) for d in dims]
 
 
-def reshape_target(shape: list[int | str], input_dims: list[int | str]) -> np.ndarray | None:
-    """The constant shape input of a Reshape of a tensor of ``input_dims`` to ``shape``: a symbolic size as 0
-    (copied) where it stays on its axis, else as -1 where it is the only one; None where neither works."""
-    names = [d for d in shape if isinstance(d, str)]
-    out = []
-    for k, d in enumerate(shape):
-        if isinstance(d, int):
-            out.append(d)
-        elif k < len(input_dims) and input_dims[k] == d and input_dims.count(d) == 1:
-            out.append(0)
-        elif len(names) == 1:
-            out.append(-1)
-        else:
-            return None
-    return np.asarray(out, np.int64)
+def reshape_entries(x: list[int | str], target: list[int | str]) -> list[int] | None:
+    """A constant Reshape target giving ``target`` from an input of dims ``x`` (ints, symbolic sizes by name): a
+    symbolic size on its own axis as 0 (copied), one other as -1; None where that cannot say it."""
+    if any(isinstance(d, int) and d <= 0 for d in target):
+        return None  # a size 0 (copy or not, by allowzero) or an inferred axis: the computed form keeps it
+    entries: list[int | None] = [0 if k < len(x) and d == x[k] and not isinstance(d, int) else
+                                 (d if isinstance(d, int) else None) for k, d in enumerate(target)]
+    unknown = [k for k, e in enumerate(entries) if e is None]
+    if not unknown:
+        return entries
+    if len(unknown) > 1 or any(e == 0 for e in entries):  # -1 beside a copy: a 0-sized copy leaves 0 / 0
+        return None
+    entries[unknown[0]] = -1
+    return entries

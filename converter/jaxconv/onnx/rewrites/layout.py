@@ -55,7 +55,8 @@ from jaxconv.onnx.passes import FOLD_MAX_ELEMENTS
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites import _regroup as rg
 from jaxconv.onnx.rewrites import nearest_resize
-from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_target
+from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_entries
+from jaxconv.onnx.rewrites.symbolic import broadcast
 
 UNARY = frozenset({"Relu", "Neg", "Exp", "Log", "Tanh", "Sqrt", "Abs", "Reciprocal", "Erf", "Sigmoid",
                    "IsNaN", "IsInf", "Not", "Sign", "Floor", "Ceil", "Round", "Identity",
@@ -65,7 +66,7 @@ _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Equal", "
                      "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
 _REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
 MAX_ROUNDS = 64
-Dims = list  # a shape's sizes: ints, and symbolic ones by name (_dim_products.named_dims)
+Dims = rg.Dims
 _CONST_EXPRS = "jaxconv.layout.const_exprs"  # graph.meta: value -> whether constants alone compute it
 MAX_CONE = 32  # elementwise nodes between a Transpose's readers and the node where they meet again
 MAX_TRIALS = 8  # forced moves tried on copies of the graph that do not pay, per pass
@@ -314,17 +315,8 @@ def _dims_through_elementwise(value: ir.Value, depth: int = 0) -> Dims | None:
     node = value.producer()
     if dims is not None or node is None or not _blind(node) or depth > 4:
         return dims
-    operands = [_dims_through_elementwise(v, depth + 1) if v is not None else None for v in node.inputs]
-    if any(d is None for d in operands):
-        return None
-    rank = max(len(d) for d in operands)  # type: ignore[arg-type]
-    out: Dims = []
-    for k in range(rank):
-        sizes = {d[k - rank + len(d)] for d in operands if k - rank + len(d) >= 0} - {1}  # type: ignore[arg-type]
-        if len(sizes) > 1:
-            return None
-        out.append(sizes.pop() if sizes else 1)
-    return out
+    shape = broadcast(*[_dims_through_elementwise(v, depth + 1) if v is not None else None for v in node.inputs])
+    return None if shape is None else list(shape)
 
 
 def _drop_summed_perm(graph: ir.Graph, t: ir.Node, use: ir.Node, single: bool) -> bool:
@@ -368,14 +360,14 @@ def _lift_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
     if lifted is None:
         return False
     combined = [perm[i] for i in lifted]
-    target = reshape_target([z_dims[i] for i in q], [x_dims[i] for i in combined])
+    target = reshape_entries([x_dims[i] for i in combined], [z_dims[i] for i in q])
     if target is None:
         return False
     nodes, source = [], x
     if combined != sorted(combined):
         nodes.append(ir.node("Transpose", [x], {"perm": combined}))
         source = nodes[0].outputs[0]
-    c = ir.node("Constant", [], {"value": ir.tensor(target)})
+    c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(target, np.int64))})
     nodes += [c, ir.node("Reshape", [source, c.outputs[0]])]
     m.replace(graph, back.outputs[0], nodes, back)
     graph.remove(back, safe=True)
@@ -412,11 +404,11 @@ def _sink_through_reshape(graph: ir.Graph, t: ir.Node, use: ir.Node, force: bool
             found = rg.regrouped(perm, y_shape, z_shape)  # not a long sum's blocks: column_sums sums them in place
             if found is not None and not force and not _meets_transpose(z, found[1]):
                 return False  # moved on, it would only trade places with another
-        shape = None if found is None else reshape_target(found[0], x_dims)
+        shape = None if found is None else reshape_entries(x_dims, found[0])
         if found is None or shape is None:
             return False
         perm2 = found[1]
-        c = ir.node("Constant", [], {"value": ir.tensor(shape)})
+        c = ir.node("Constant", [], {"value": ir.tensor(np.asarray(shape, np.int64))})
         graph.insert_before(use, c)
         new = ir.node("Reshape", [x, c.outputs[0]])
     _emit(graph, use, new, None if perm2 == sorted(perm2) else perm2)

@@ -61,6 +61,7 @@ import onnx_ir as ir
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites._dim_products import reshape_entries
 
 Dim = Union[int, str]
 Dims = tuple  # tuple[Dim, ...]
@@ -1327,7 +1328,7 @@ def constant_targets(graph: ir.Graph) -> int:
                 x = shapes.shape(node.inputs[0])
                 entries = None
                 if target is not None and x is not None:
-                    entries = (_expand_entries if node.op_type == "Expand" else _reshape_entries)(x, target)
+                    entries = (_expand_entries if node.op_type == "Expand" else reshape_entries)(x, target)
                 if entries is not None:
                     node.replace_input_with(1, _int64s(g, entries, "target"))
                     if node.op_type == "Reshape":  # 0 copies the input's dim (no entry is a size 0)
@@ -1335,21 +1336,6 @@ def constant_targets(graph: ir.Graph) -> int:
                     count += 1
             shapes.infer(node)
     return count
-
-
-def _reshape_entries(x: Dims, target: Dims) -> list[int] | None:
-    """A constant Reshape target giving ``target`` from an input of dims ``x``, or None."""
-    if any(isinstance(d, int) and d <= 0 for d in target):
-        return None  # a size 0 (copy or not, by allowzero) or an inferred axis: the computed form keeps it
-    entries: list[int | None] = [0 if k < len(x) and d == x[k] and not isinstance(d, int) else
-                                 (d if isinstance(d, int) else None) for k, d in enumerate(target)]
-    unknown = [k for k, e in enumerate(entries) if e is None]
-    if not unknown:
-        return entries
-    if len(unknown) > 1 or any(e == 0 for e in entries):  # -1 beside a copy: a 0-sized copy leaves 0 / 0
-        return None
-    entries[unknown[0]] = -1
-    return entries
 
 
 def _expand_entries(x: Dims, target: Dims) -> list[int] | None:

@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_target
+from jaxconv.onnx.rewrites._dim_products import named_dims, reshape_entries
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -67,10 +67,10 @@ def _one(graph: ir.Graph, node: ir.Node) -> int:
     out_shape = [shape[p] for p in perm]
     nodes: list[ir.Node] = []
     if only_unit_axes_move:
-        target = reshape_target(out_shape, shape)  # a symbolic batch: copied (0) where it stays
+        target = reshape_entries(shape, out_shape)  # a symbolic batch: copied (0) where it stays
         if target is None:
             return 0
-        nodes.append(ir.node("Reshape", [x, _i64(target.tolist())]))
+        nodes.append(ir.node("Reshape", [x, _i64(target)]))
     else:
         squeezed = ir.node("Reshape", [x, _i64([shape[a] for a in kept])])
         moved = ir.node("Transpose", [squeezed.outputs[0]], attributes={"perm": inner})
