@@ -10,6 +10,7 @@ import pytest
 
 import jaxconv
 from jaxconv.onnx.rewrites import symbolic
+from jaxconv.onnx.rewrites._dim_products import reshape_entries
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_onnx_matches_jax, assert_same_bits
 
@@ -69,12 +70,12 @@ def test_targets_become_constants_and_match_jax(fn, spec, monkeypatch):
 
 
 def test_entries_copy_infer_or_refuse():
-    assert symbolic._reshape_entries(("b", "t", 4, 16), ("b", "t", 64)) == [0, 0, 64]
-    assert symbolic._reshape_entries(("b", "t", 64), ("?n0", 64)) == [-1, 64]
-    assert symbolic._reshape_entries(("b", "t", 64), ("b", "?n0")) is None  # -1 beside a copy that may be 0
-    assert symbolic._reshape_entries(("b", "t", 64), ("?n0", "?n1")) is None  # two unknowns
-    assert symbolic._reshape_entries(("b", 0, 64), ("b", 0, 64)) is None  # a size 0 stays computed
-    assert symbolic._reshape_entries(("b", "t"), ("t", "b")) is None  # not at the same place: no copy
+    assert reshape_entries(("b", "t", 4, 16), ("b", "t", 64)) == [0, 0, 64]
+    assert reshape_entries(("b", "t", 64), ("?n0", 64)) == [-1, 64]
+    assert reshape_entries(("b", "t", 64), ("b", "?n0")) is None  # -1 beside a copy that may be 0
+    assert reshape_entries(("b", "t", 64), ("?n0", "?n1")) is None  # two unknowns
+    assert reshape_entries(("b", 0, 64), ("b", 0, 64)) is None  # a size 0 stays computed
+    assert reshape_entries(("b", "t"), ("t", "b")) is None  # not at the same place: no copy
     assert symbolic._expand_entries(("b", 1, 64), ("b", 4, 64)) == [1, 4, 64]
     assert symbolic._expand_entries((1, 64), ("b", 1, 64)) is None  # b not in the input
     assert symbolic._expand_entries(("b", 64), ("b", 0, 64)) is None
