@@ -118,6 +118,8 @@ faster without changing the numbers:
   computes 16);
 - ``conv_1d``: a 1-D Conv with constant weights as a 2-D one over a height of 1 (ORT's blocked kernels),
   its Squeezes moved down through elementwise ops and Pads until they meet the next Conv's Unsqueeze;
+- ``axis_products``: a MatMul by a constant matrix that maps one axis of a tensor (a bilinear resize's
+  weights) computed on that axis without the Transposes around it; ``layout`` moves Transposes through it;
 - ``nearest_resize``: nearest-neighbour upsampling by whole factors (``jnp.repeat`` of spatial axes, Keras'
   UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
   it); one that stays NHWC goes back to Gathers;
@@ -149,6 +151,7 @@ from jaxconv.onnx.rewrites import (
     add_chains,
     attention,
     attention_heads,
+    axis_products,
     broadcast_matmul_order,
     broadcast_spans,
     broadcasts,
@@ -282,6 +285,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["rms_norm"] = rms_norm.rewrite(model.graph)  # after unit_scale: its scale of ones stays
     fired["scan"] = loops.to_scan(model.graph)
     fired["scan_rows"] = scan_rows.rewrite(model.graph)
+    fired["axis_products"] = axis_products.rewrite(model.graph)  # before layout, which moves Transposes through them
     fired["layout"] = layout.rewrite(model.graph)
     fired["strided_slices"] = strided_slices.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)

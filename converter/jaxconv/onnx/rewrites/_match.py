@@ -150,6 +150,24 @@ def is_const_expr(value: ir.Value | None, depth: int = 0) -> bool:
     return all(i is None or is_const_expr(i, depth + 1) for i in node.inputs)
 
 
+def from_constants(value: ir.Value | None, limit: int = 256) -> bool:
+    """``is_const_expr`` over a cone of up to ``limit`` nodes however deep (a resize's weights: a few dozen
+    ops from the scale to the matrix)."""
+    seen: set[int] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v is None or const(v) is not None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        node = v.producer()
+        if node is None or len(seen) > limit or node.domain != "" or not node.inputs or node.op_type in CONTROL_OPS \
+                or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            return False
+        todo.extend(node.inputs)
+    return value is not None
+
+
 def rank(value: ir.Value | None) -> int | None:
     return None if value is None or value.shape is None else len(value.shape)
 
