@@ -594,6 +594,12 @@ class ModelBuilder:
                             f"(1, {stride}, {stride}, 1), {ppad}) / {win * win}")
                 shape = (n, size, size, o)
                 x = self.step(f"{pool}_pool", expr, shape)
+            if self.rng.random() < 0.25:  # a U-Net's upsampling, a downsampling (antialiased): weight matrices
+                size = self.rng.choice([max(1, shape[1] // 2), 2 * shape[1], shape[1] + 3])
+                method = self.rng.choice(["bilinear", "linear", "cubic", "lanczos3"])
+                v = self.ref(x)
+                shape = (n, size, size, o)
+                x = self.step("resize", f"jax.image.resize({v}, ({v}.shape[0], {size}, {size}, {o}), '{method}')", shape)
         pooled = self.step("spatial_mean", f"jnp.mean({self.ref(x)}, axis=(1, 2))", (n, shape[3]))
         self.head(pooled, (n, shape[3]))
 
