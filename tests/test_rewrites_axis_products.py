@@ -146,3 +146,51 @@ def test_merged_and_split_labels_match_numpy():
     assert axis_products._merged(_sizes([6, 4]), [0, 1], _sizes([2, 12])) is None  # splits the 6
     assert axis_products._split([0, 1], _sizes([6, 4]), _sizes([4, 6])) is None
     assert axis_products._merged(_sizes(["b", 4, 5]), [0, 1, 2], [dp.Size(4, ("b",)), dp.Size(5)]) == [[0, 1], [2]]
+
+
+_W1, _B1 = (_RNG.standard_normal((12, 24)) / 4).astype(np.float32), (_RNG.standard_normal(24) / 4).astype(np.float32)
+_W2, _B2 = (_RNG.standard_normal((24, 12)) / 4).astype(np.float32), (_RNG.standard_normal(12) / 4).astype(np.float32)
+
+
+def token_mixing(x):
+    """An MLP-Mixer block's token mixing: the tokens made the last axis, a Dense - GELU - Dense over them,
+    swapped back, added to the input."""
+    y = jnp.swapaxes(x, 1, 2)
+    y = jax.nn.gelu(y @ _W1 + _B1) @ _W2 + _B2
+    return x + jnp.swapaxes(y, 1, 2)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_token_mixing_takes_no_transpose(symbolic):
+    """The products run over the tokens where they lie (the matrices on the left, their biases as columns)."""
+    x = np.random.default_rng(4).standard_normal((3, 12, 16)).astype(np.float32)
+    x[0, 1, :2] = [np.nan, np.inf]
+    ops, (got,) = _convert(token_mixing, x, specs=_specs(x, symbolic))
+    assert ops["Transpose"] == 0 and ops["MatMul"] == 2, ops
+    assert_same_floats(got, np.asarray(jax.jit(token_mixing)(x)), 1e-5, 1e-5)
+
+
+def test_a_trial_move_does_not_pay_by_reaching_the_output_past_a_product():
+    """A symbolic-batch bidirectional LSTM over padded rows (its Loops' outputs of unknown sizes) ends in
+    ``Dense(Concat(forward, backward))``: a move through the Concat, tried on a copy, reached the output through
+    the Dense and was kept for a misjudged cost (one Transpose more than without the product's path)."""
+    import flax.linen as nn
+
+    class Tagger(nn.Module):
+        @nn.compact
+        def __call__(self, x, n):
+            y = nn.Bidirectional(nn.RNN(nn.LSTMCell(16)), nn.RNN(nn.LSTMCell(16)))(x, seq_lengths=n)
+            return nn.Dense(10)(y)
+
+    x = np.random.default_rng(0).standard_normal((2, 12, 8)).astype(np.float32)
+    n = np.array([12, 7], np.int32)
+    params = Tagger().init(jax.random.PRNGKey(0), x, n)
+    fn = lambda x, n: Tagger().apply(params, x, n)  # noqa: E731
+    b = jax.export.symbolic_shape("b")[0]
+    specs = [jax.ShapeDtypeStruct((b, 12, 8), np.float32), jax.ShapeDtypeStruct((b,), np.int32)]
+    ops, (got,) = _convert(fn, x, n, specs=specs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(layout, "_axis_product_at", lambda node, value: None)
+        plain, _ = _convert(fn, x, n, specs=specs)
+    assert ops["Transpose"] <= plain["Transpose"], (ops, plain)
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x, n)), 1e-5, 1e-5)

@@ -508,12 +508,13 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
     statistics, transposed to sum its axes last) reads ``value`` or a value computed from it by ops a Transpose
     moves through (within ``MAX_CONE`` nodes; through a Reshape it moves through, as the Transpose after it):
     a move that puts ``Transpose(perm)`` on ``value`` can only pay where that Transpose goes, or
-    (``or_output``, for moves tried on a copy) where it takes the place of several before the graph's output."""
+    (``or_output``, for moves tried on a copy) where it takes the place of several before the graph's output
+    (not past a product by a matrix, where it would only trade places)."""
     seen: set[int] = set()
-    frontier = [(value, perm)]
+    frontier = [(value, perm, False)]  # past a product by a matrix: the output alone does not pay for the move
     while frontier and len(seen) <= MAX_CONE:
-        v, p = frontier.pop()
-        if or_output and v.is_graph_output():
+        v, p, past_product = frontier.pop()
+        if or_output and v.is_graph_output() and not past_product:
             return True
         for use in v.uses():
             node = use.node
@@ -523,18 +524,18 @@ def _meets_transpose(value: ir.Value, perm: list[int], or_output: bool = False) 
             if _cancels_or_sums(node, p):
                 return True
             if _blind(node) or node.op_type in ("Pad", "Concat", "Sum") and len(node.outputs) == 1:
-                frontier.append((node.outputs[0], p))
+                frontier.append((node.outputs[0], p, past_product))
             elif node.op_type in ("Reshape", "MatMul") and (found := _axis_product_at(node, v)) is not None:
                 after = [p[o] for o in found.order]  # the product's own Transposes may undo it
                 if after == sorted(after):
                     return True
-                frontier.append((found.last, after))
+                frontier.append((found.last, after, True))
             elif node.op_type == "Reshape" and use.idx == 0:  # moved through, the Transpose after it is another
                 y_shape, z_shape = named_dims(v), named_dims(node.outputs[0])
                 found = None if y_shape is None or z_shape is None \
                     else rg.unit_axes_perm(p, y_shape, z_shape) or rg.regrouped(p, y_shape, z_shape)
                 if found is not None:
-                    frontier.append((node.outputs[0], found[1]))
+                    frontier.append((node.outputs[0], found[1], past_product))
     return False
 
 
