@@ -82,6 +82,17 @@ def _rms_norm(b: int, t: int, d: int) -> Case:
     return (lambda x: x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w), [_rand(b, t, d)]
 
 
+def _layer_norm(b: int, t: int, d: int) -> Case:
+    """Flax's LayerNorm: E[x^2] - E[x]^2 for the variance, scale and bias."""
+    g, beta = _rand(d, seed=3), _rand(d, seed=4)
+
+    def fn(x):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.maximum(jnp.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0.0)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-6) * g + beta
+    return fn, [_rand(b, t, d)]
+
+
 def _gather(b: int, t: int, vocab: int, d: int) -> Case:
     table = _rand(vocab, d, seed=1)
     ids = np.random.default_rng(2).integers(0, vocab, (b, t)).astype(np.int32)
@@ -127,6 +138,8 @@ def cases() -> dict[str, Callable[[], Case]]:
     c["norm group32 b8 32x32 128"] = lambda: _group_norm(8, 32, 128, 32)
     c["norm rms b8 128x512"] = lambda: _rms_norm(8, 128, 512)
     c["norm rms b16 64x4096"] = lambda: _rms_norm(16, 64, 4096)
+    c["norm layer b8 128x512"] = lambda: _layer_norm(8, 128, 512)
+    c["norm layer b16 64x4096"] = lambda: _layer_norm(16, 64, 4096)
     c["gather b8 t128 vocab32000 d512"] = lambda: _gather(8, 128, 32000, 512)
     c["gather b16 t512 vocab1000 d64"] = lambda: _gather(16, 512, 1000, 64)
     c["onehot b8 t128 depth1000"] = lambda: _one_hot(8, 128, 1000)

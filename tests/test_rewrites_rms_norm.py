@@ -141,3 +141,40 @@ def test_rms_norm_without_a_weight_is_fused_on_a_symbolic_batch(form):
         fused, (got,) = _ort(model.SerializeToString(), [x])
         assert fused["SimplifiedLayerNormalization"] == 1 and fused["Sqrt"] == 0, (spec, fused)
         assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)
+
+
+def _wide_rows(d: int) -> np.ndarray:
+    x = np.random.default_rng(25).standard_normal((2, 4, d)).astype(np.float32)
+    x[0, 0] = 0.1  # a constant row: the worst case of a sum taken in one pass
+    x[0, 1, 7] = np.nan
+    x[0, 2, 9] = np.inf
+    x[1, 0] *= 1e-30
+    x[1, 1] = -0.0
+    return x
+
+
+@pytest.mark.parametrize("form", [_rsqrt, _hf])
+def test_a_wide_norm_summed_in_blocks_is_fused(form):
+    """At 4096 columns the lowering sums each row in blocks of 256 (XLA's order): ORT fuses one mean only, so
+    the blocks become one ReduceMean (2.1x jax.jit -> 0.9x on [16, 64, 4096], one thread); the fused kernel's
+    one-pass sum within 1e-5 of float64 on a constant row (the blocks: 1.3e-7)."""
+    w = (1 + 0.1 * np.random.default_rng(26).standard_normal(4096)).astype(np.float32)
+    fn = lambda x: form(x, w)  # noqa: E731
+    x = _wide_rows(4096)
+    ops, fused, (got,) = _convert(fn, x)
+    assert ops["ReduceSum"] == 0 and ops["ReduceMean"] == 1 and ops["Pow"] == 1, ops
+    assert fused["SimplifiedLayerNormalization"] == 1, fused
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 2e-5, 1e-6)
+    x64 = x[0, 0].astype(np.float64)
+    exact = x64 / np.sqrt(np.mean(x64 * x64) + 1e-6) * w
+    assert np.max(np.abs(got[0, 0] - exact) / np.abs(exact)) < 1e-5
+
+
+def test_a_norm_wider_than_the_fused_limit_keeps_its_blocks():
+    from jaxconv.onnx.rewrites import _norm_match
+
+    d = 2 * _norm_match.MAX_FUSED_ROW
+    x = np.random.default_rng(27).standard_normal((1, 2, d)).astype(np.float32)
+    ops, fused, (got,) = _convert(lambda x: _rsqrt(x, None), x)
+    assert ops["ReduceSum"] >= 2 and fused["SimplifiedLayerNormalization"] == 0, (ops, fused)
+    assert_same_floats(got, np.asarray(jax.jit(lambda x: _rsqrt(x, None))(x)), 1e-5, 1e-6)

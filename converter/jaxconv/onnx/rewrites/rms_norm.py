@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._norm_match import eps_add, only_uses, row_const
+from jaxconv.onnx.rewrites._norm_match import MAX_FUSED_ROW, blocked_row_mean, eps_add, only_uses, row_const
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -45,10 +45,13 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     add, var, _ = found
     mean = m.producer(var, "ReduceMean")
     rank = m.rank(var)
-    if mean is None or not rank or not m.attr(mean, "keepdims", 1) or m.attr(mean, "noop_with_empty_axes", 0):
+    blocked = blocked_row_mean(var, rank) if mean is None and rank else None
+    if blocked is not None and blocked[0].shape is not None and blocked[0].shape[-1] <= MAX_FUSED_ROW:
+        axes, square, first = (rank - 1,), m.producer(blocked[0], "Mul", "Pow"), blocked[1][-1]
+    elif mean is None or not rank or not m.attr(mean, "keepdims", 1) or m.attr(mean, "noop_with_empty_axes", 0):
         return 0
-    axes = m.reduce_axes(mean)
-    square = m.producer(mean.inputs[0], "Mul", "Pow")
+    else:
+        axes, square, first = m.reduce_axes(mean), m.producer(mean.inputs[0], "Mul", "Pow"), mean
     if axes is None or m.normalize_axes(axes, rank) != (rank - 1,) or square is None or len(square.inputs) != 2:
         return 0
     powered = square.op_type == "Pow"
@@ -78,11 +81,15 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
         product = r_uses[0].node
         norm = product
     out = norm.outputs[0]
-    if out.shape != x.shape or not (only_uses(square.outputs[0], mean) and only_uses(var, add)
+    if out.shape != x.shape or not (only_uses(square.outputs[0], first) and only_uses(var, add)
                                     and only_uses(add.outputs[0], sqrt)):
         return 0
-    if any(n.graph is not graph for n in (square, mean, add, sqrt, reader, norm)):
+    if any(n.graph is not graph for n in (square, first, add, sqrt, reader, norm)):
         return 0
+    if mean is None:  # the row summed in blocks: one mean, which the fused kernel takes
+        mean = ir.node("ReduceMean", [square.outputs[0], m.new_initializer(graph, np.array([-1], np.int64), "rms_norm_axes")],
+                       {"keepdims": 1})
+        m.replace(graph, var, mean, add)
     scale = _scale(out, dim)
     if product is None and scale is not None and powered and m.const(square.inputs[1]) is not None \
             and m.const(square.inputs[1]).shape == ():
