@@ -21,6 +21,9 @@ the bare op (ORT alone, one and two threads; a ReduceSumSquare and an If per nor
 ``Add`` read by an unguarded norm alone becomes a ``Sum`` (see ``residual_as_sum``). The scale ``g`` and
 offset ``b`` are taken in when they are constants of the normalized axis' length; otherwise the Mul or
 Add stays after the op. float32 only (the op's statistics are float32 by its default ``stash_type``).
+Means the lowering sums in blocks (rows over 1024 columns) are taken up to ``MAX_FUSED_ROW`` columns:
+Flax's LayerNorm over [16, 64, 4096], one thread, 3.11x -> 1.16x jax.jit (the guard's ReduceSumSquare is a
+pass of its own); ORT's kernel stays closer to float64 than jax.jit's one-pass variance there.
 """
 
 from __future__ import annotations
