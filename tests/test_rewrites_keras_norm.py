@@ -271,3 +271,18 @@ def test_norms_of_unbounded_values_keep_their_guard(case):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     else:
         assert_same_floats(got[keep], want[keep], 1e-4, 1e-4)
+
+
+def test_a_wide_keras_layer_norm_summed_in_blocks_becomes_one_op():
+    """4100 columns: the lowering sums the mean and jnp.var's mean in blocks (the last padded); both are the
+    norm's means, so the norm becomes the op, no farther from the float64 result than jax.jit."""
+    rng = np.random.default_rng(31)
+    g, b = (1 + 0.1 * rng.standard_normal(4100)).astype(np.float32), (0.1 * rng.standard_normal(4100)).astype(np.float32)
+    fn = lambda x: _keras_ln(x, g, b)  # noqa: E731
+    x = rng.standard_normal((2, 3, 4100)).astype(np.float32)
+    x[0, 1] += 100.0
+    ops, (got,) = _convert(fn, x)
+    assert ops["LayerNormalization"] == 1 and ops["If"] == 1, ops
+    want, truth = np.asarray(jax.jit(fn)(x)), _truth(x, g, b)
+    assert np.abs(got - truth).max() <= max(np.abs(want - truth).max(), 2e-5)
+    assert_same_floats(got[1], want[1], 1e-4, 2e-5)

@@ -184,7 +184,7 @@ def _written(form: str, d: int):
     return fn, g, b
 
 
-@pytest.mark.parametrize("d", [16, 24])
+@pytest.mark.parametrize("d", [16, 24, 4100])  # 4100: summed in blocks, the last padded
 @pytest.mark.parametrize("form", ["rsqrt", "haiku", "equinox", "var_div"])
 def test_written_forms_become_one_op(monkeypatch, form, d):
     fn, g, b = _written(form, d)

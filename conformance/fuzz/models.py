@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft", "deep_rnn", "train", "conv1d")
+         "fft", "deep_rnn", "train", "conv1d", "wide_norm")
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -279,6 +279,16 @@ class ModelBuilder:
             x = self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape) if self.rng.random() < 0.5 else f
             if self.rng.random() < 0.5:
                 x = self.norm(x, shape)
+        self.head(x, shape)
+
+    def wide_norm(self) -> None:
+        """Norms over rows longer than 1024 (a 7B model's 4096; 4100 pads the last block): the lowering sums such
+        rows in blocks, which the norm rules read as their means; residuals between, a head after."""
+        shape = (self.rng.choice([1, 2]), self.rng.choice([1, 3]), self.rng.choice([1025, 2048, 4096, 4100]))
+        x = self.input(shape, batch_axis=0)
+        for _ in range(self.rng.choice([1, 2])):
+            y = self.norm(x, shape)
+            x = self.step("residual", f"{self.ref(x)} + {self.ref(y)}", shape) if self.rng.random() < 0.5 else y
         self.head(x, shape)
 
     def encoder(self, causal: bool) -> None:
@@ -776,7 +786,7 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
             "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn, "train": mb.train,
-            "conv1d": mb.conv1d,
+            "conv1d": mb.conv1d, "wide_norm": mb.wide_norm,
         }
         build[kind]()
         p = mb.program

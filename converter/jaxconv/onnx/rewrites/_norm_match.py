@@ -65,25 +65,28 @@ MAX_FUSED_ROW = 16384
 
 def blocked_row_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
     """``(x, nodes)`` when ``value`` is the lowering's mean of ``x`` over its last axis of ``rank`` summed in
-    blocks (``ops.reduce.pairwise_sum``: ``ReduceSum`` of ``Reshape(x, [..., blocks, SUM_BLOCK])``, then of
-    the block sums, kept; times ``1 / n`` or over ``n``); ``nodes`` from the one making ``value`` back to the
-    Reshape."""
+    blocks (``ops.reduce.pairwise_sum``: ``ReduceSum`` of ``Reshape(x, [..., blocks, SUM_BLOCK])``, the last
+    block padded with zeros, then of the block sums, kept; times ``1 / n`` or over ``n``); ``nodes`` from the
+    one making ``value`` back to the Reshape (or the Pad)."""
     scaled = m.producer(value, "Mul", "Div")
     if scaled is None or len(scaled.inputs) != 2:
         return None
     total, factor = scaled.inputs
-    if scaled.op_type == "Mul" and m.const(total) is not None:
+    if scaled.op_type == "Mul" and constants.evaluate(total) is not None:
         factor, total = total, factor
     outer = m.producer(total, "ReduceSum")
     inner = m.producer(outer.inputs[0], "ReduceSum") if outer is not None else None
     reshape = m.producer(inner.inputs[0], "Reshape") if inner is not None else None
-    c = m.const(factor)
+    c = constants.evaluate(factor)  # jnp.var's count is an expression of constants, folded after the rules
     if reshape is None or c is None or c.size != 1 or not m.attr(outer, "keepdims", 1) or m.attr(inner, "keepdims", 1):
         return None
-    x = reshape.inputs[0]
+    x, pad = reshape.inputs[0], _zeros_after(reshape.inputs[0], rank)  # the last block padded with zeros
+    padded = m.static_dims(x)
+    if pad is not None:
+        x = pad.inputs[0]
     dims, blocked = m.static_dims(x), m.static_dims(reshape.outputs[0])
-    if x is None or dims is None or blocked is None or len(dims) != rank or blocked != [*dims[:-1], blocked[-2], blocked[-1]] \
-            or blocked[-2] * blocked[-1] != dims[-1]:
+    if x is None or dims is None or padded is None or blocked is None or len(dims) != rank \
+            or blocked != [*dims[:-1], blocked[-2], blocked[-1]] or blocked[-2] * blocked[-1] != padded[-1]:
         return None
     n, k = dims[-1], float(c.reshape(()))
     if not (abs(k * n - 1) < 1e-6 if scaled.op_type == "Mul" else k == n):
@@ -92,10 +95,23 @@ def blocked_row_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[
         axes = m.reduce_axes(node)
         if axes is None or m.normalize_axes(axes, ndim) != (ndim - 1,) or m.attr(node, "noop_with_empty_axes", 0):
             return None
-    nodes = [scaled, outer, inner, reshape]
+    nodes = [scaled, outer, inner, reshape] + ([pad] if pad is not None else [])
     if any(not only_uses(a.outputs[0], b) for a, b in steps(nodes)):
         return None
     return x, nodes
+
+
+def _zeros_after(value: ir.Value | None, rank: int) -> ir.Node | None:
+    """The Pad making ``value`` where it appends zeros to the last of ``rank`` axes only."""
+    pad = m.producer(value, "Pad")
+    if pad is None or len(pad.inputs) < 2 or (len(pad.inputs) > 3 and pad.inputs[3] is not None) \
+            or m.attr(pad, "mode", "constant") != "constant":
+        return None
+    pads = m.const(pad.inputs[1])
+    fill = m.const(pad.inputs[2]) if len(pad.inputs) > 2 and pad.inputs[2] is not None else np.zeros(())
+    if pads is None or pads.size != 2 * rank or fill is None or fill.size != 1 or fill.item() != 0:
+        return None
+    return pad if not pads[:-1].any() and pads[-1] > 0 else None
 
 
 def steps(nodes: list[ir.Node]) -> list[tuple[ir.Node, ir.Node]]:
