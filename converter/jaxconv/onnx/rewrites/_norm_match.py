@@ -8,6 +8,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import _regroup as rg
 
 MIN_OPSET = 17  # LayerNormalization
 
@@ -27,7 +28,7 @@ def last_axis_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir
     ``value`` back to the reduction."""
     blocked = blocked_row_mean(value, rank)
     if blocked is not None:
-        return blocked if blocked[0].shape is not None and blocked[0].shape[-1] <= MAX_FUSED_ROW else None
+        return blocked
     node = m.producer(value, "ReduceMean")
     nodes = [node]
     if node is None:
@@ -66,8 +67,8 @@ MAX_FUSED_ROW = 16384
 def blocked_row_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[ir.Node]] | None:
     """``(x, nodes)`` when ``value`` is the lowering's mean of ``x`` over its last axis of ``rank`` summed in
     blocks (``ops.reduce.pairwise_sum``: ``ReduceSum`` of ``Reshape(x, [..., blocks, SUM_BLOCK])``, the last
-    block padded with zeros, then of the block sums, kept; times ``1 / n`` or over ``n``); ``nodes`` from the
-    one making ``value`` back to the Reshape (or the Pad)."""
+    block padded with zeros, then of the block sums, kept; times ``1 / n`` or over ``n``), rows of up to
+    ``MAX_FUSED_ROW``; ``nodes`` from the one making ``value`` back to the Reshape (or the Pad)."""
     scaled = m.producer(value, "Mul", "Div")
     if scaled is None or len(scaled.inputs) != 2:
         return None
@@ -80,12 +81,14 @@ def blocked_row_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[
     c = constants.evaluate(factor)  # jnp.var's count is an expression of constants, folded after the rules
     if reshape is None or c is None or c.size != 1 or not m.attr(outer, "keepdims", 1) or m.attr(inner, "keepdims", 1):
         return None
-    x, pad = reshape.inputs[0], _zeros_after(reshape.inputs[0], rank)  # the last block padded with zeros
+    x, pad = reshape.inputs[0], m.producer(reshape.inputs[0], "Pad")  # the last block padded with zeros
+    if pad is not None and rg.summed_axes_after(pad, {rank - 1}) is None:
+        return None
     padded = m.static_dims(x)
     if pad is not None:
         x = pad.inputs[0]
     dims, blocked = m.static_dims(x), m.static_dims(reshape.outputs[0])
-    if x is None or dims is None or padded is None or blocked is None or len(dims) != rank \
+    if x is None or dims is None or padded is None or blocked is None or len(dims) != rank or dims[-1] > MAX_FUSED_ROW \
             or blocked != [*dims[:-1], blocked[-2], blocked[-1]] or blocked[-2] * blocked[-1] != padded[-1]:
         return None
     n, k = dims[-1], float(c.reshape(()))
@@ -99,19 +102,6 @@ def blocked_row_mean(value: ir.Value | None, rank: int) -> tuple[ir.Value, list[
     if any(not only_uses(a.outputs[0], b) for a, b in steps(nodes)):
         return None
     return x, nodes
-
-
-def _zeros_after(value: ir.Value | None, rank: int) -> ir.Node | None:
-    """The Pad making ``value`` where it appends zeros to the last of ``rank`` axes only."""
-    pad = m.producer(value, "Pad")
-    if pad is None or len(pad.inputs) < 2 or (len(pad.inputs) > 3 and pad.inputs[3] is not None) \
-            or m.attr(pad, "mode", "constant") != "constant":
-        return None
-    pads = m.const(pad.inputs[1])
-    fill = m.const(pad.inputs[2]) if len(pad.inputs) > 2 and pad.inputs[2] is not None else np.zeros(())
-    if pads is None or pads.size != 2 * rank or fill is None or fill.size != 1 or fill.item() != 0:
-        return None
-    return pad if not pads[:-1].any() and pads[-1] > 0 else None
 
 
 def steps(nodes: list[ir.Node]) -> list[tuple[ir.Node, ir.Node]]:

@@ -35,7 +35,7 @@ import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites._norm_match import MAX_FUSED_ROW, blocked_row_mean, eps_add, only_uses, row_const
+from jaxconv.onnx.rewrites._norm_match import blocked_row_mean, eps_add, only_uses, row_const
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -51,7 +51,7 @@ def _replace(graph: ir.Graph, sqrt: ir.Node) -> int:
     mean = m.producer(var, "ReduceMean")
     rank = m.rank(var)
     blocked = blocked_row_mean(var, rank) if mean is None and rank else None
-    if blocked is not None and blocked[0].shape is not None and blocked[0].shape[-1] <= MAX_FUSED_ROW:
+    if blocked is not None:
         axes, square, first = (rank - 1,), m.producer(blocked[0], "Mul", "Pow"), blocked[1][-1]
     elif mean is None or not rank or not m.attr(mean, "keepdims", 1) or m.attr(mean, "noop_with_empty_axes", 0):
         return 0
