@@ -60,6 +60,11 @@ def _ops(model) -> collections.Counter:
     return ops
 
 
+def _by_mask_ifs(model) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == "If" and any(
+        a.g.name == "masked_softmax_by_mask" for a in n.attribute if a.name in ("then_branch", "else_branch")))
+
+
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_causal_mask_over_a_symbolic_length_is_raised(monkeypatch, form):
     fn = _attention(form)
@@ -70,6 +75,8 @@ def test_a_causal_mask_over_a_symbolic_length_is_raised(monkeypatch, form):
     ops, plain_ops = _ops(model), _ops(plain)
     assert {"Range", "Shape"} <= set(plain_ops)  # the mask is built at run time
     assert ops["ReduceMax"] == 1 and ops["Softmax"] == 1 and plain_ops["ReduceMax"] == 0, (ops, plain_ops)
+    # a Where's fill: the zeros multiplied by the mask built at run time (cast once), where a test holds
+    assert _by_mask_ifs(model) == (0 if form == "additive_bias" else 1)
     runner, plain_runner = OnnxRunner(model.SerializeToString()), OnnxRunner(plain.SerializeToString())
     for t in (1, 2, 7, 40, 130):
         for edges in (False, True):

@@ -208,3 +208,136 @@ def test_a_local_mask_beside_a_looked_up_bias_is_raised(monkeypatch):
     buckets = np.random.default_rng(12).integers(0, 9, (_T, _T - 4)).astype(np.int32)
     kept = np.pad(near, ((0, 0), (0, 4)))
     _raised_like_jit(monkeypatch, fn, _scores(13), buckets, kept=kept)
+
+
+# The zeros read from the mask: where a test shows every masked place is raised and compared as zero, an If
+# multiplies by the mask's kept places instead of comparing the input with max - 64 again.
+
+_BY_MASK = "masked_softmax_by_mask"
+_RAISED = float(np.exp(np.float64(masked_softmax.FLOOR))) * (1 + 1e-6)  # exp(-64) over a sum of at least 1
+
+
+def _by_mask_ifs(fn, *inputs):
+    """(how many Ifs multiply by the mask, the ONNX Runtime outputs) of ``fn`` converted unchecked."""
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    model = jaxconv.to_onnx(fn, *inputs, check=False)
+    ifs = sum(1 for n in model.graph.node if n.op_type == "If"
+              and any(a.g.name == _BY_MASK for a in n.attribute if a.name in ("then_branch", "else_branch")))
+    return ifs, OnnxRunner(model.SerializeToString()).run(list(inputs))
+
+
+def _compared(monkeypatch, fn, *inputs):
+    """The outputs with the zeros compared (the rule without the mask's If)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(masked_softmax, "_known_mask", lambda *args: None)
+        return _by_mask_ifs(fn, *inputs)
+
+
+def _far_scores(seed: int) -> np.ndarray:
+    """Finite scores with kept places far below their row's max: 64 to 87 below, and beyond exp's range."""
+    s = _scores(seed)
+    s[0, 0, 12, :4] = [20.0, -50.0, -60.0, -100.0]  # the max 20: -70, -80 and -120 below it
+    s[1, 2, 15, :3] = [0.0, 30.0, -40.0]
+    return s
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_zeros_by_mask_keep_the_compared_bits_but_far_below_the_max(monkeypatch, form):
+    """Every masked place is 0 and every kept place has the compared form's bits, except the kept places
+    more than 64 below their row's max: exp(-64) / sum there (at most 1.6e-28), jax.jit's between 0 and
+    that. So the mask's If ran its product (the compared form gives 0 there)."""
+    fn, s = FORMS[form], _far_scores(20)
+    ifs, (got,) = _by_mask_ifs(fn, s)
+    plain_ifs, (compared,) = _compared(monkeypatch, fn, s)
+    assert ifs == 1 and plain_ifs == 0
+    want = np.asarray(jax.jit(fn)(s))
+    row_max = np.max(np.where(_CAUSAL, s, -np.inf), -1, keepdims=True)
+    far = np.broadcast_to(_CAUSAL, s.shape) & (s - row_max < masked_softmax.FLOOR)
+    assert far.sum() == 4
+    np.testing.assert_array_equal(got[~far].view(np.uint32), compared[~far].view(np.uint32))
+    assert (got[~np.broadcast_to(_CAUSAL, s.shape)] == 0).all()
+    assert (compared[far] == 0).all() and (got[far] > 0).all() and (got[far] <= _RAISED).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=_RAISED)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_edge_rows_take_the_compared_zeros(monkeypatch, form):
+    """NaN, infinite and all-filled rows fail the test (a row's ``lo`` at -inf, or the scores' sum of
+    squares NaN or inf): the outputs are the compared form's, bit for bit."""
+    fn, s = FORMS[form], _edge_rows(_far_scores(21))
+    ifs, (got,) = _by_mask_ifs(fn, s)
+    _, (compared,) = _compared(monkeypatch, fn, s)
+    assert ifs == 1
+    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
+
+
+def test_additive_mask_beyond_its_bound_takes_the_compared_zeros(monkeypatch):
+    """An additive -1e4 mask bounds the scores at 1250 (an eighth of the fill): scores of 2000 run the
+    comparison, whose masked places (2000 - 1e4 against a row max near 0) jax.jit also gives."""
+    fill = np.float32(-1e4)
+
+    def fn(s):
+        return jax.nn.softmax(s + jnp.where(_CAUSAL, 0.0, fill), axis=-1)
+
+    s = _far_scores(22)
+    s[0, 1, 2, 9] = 2000.0  # masked (column 9 after row 2): 2000 - 1e4 = -8000, far below the row's max
+    ifs, (got,) = _by_mask_ifs(fn, s)
+    _, (compared,) = _compared(monkeypatch, fn, s)
+    assert ifs == 1
+    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s)), rtol=1e-6, atol=_RAISED)
+
+
+def test_additive_mask_with_a_row_masked_everywhere_keeps_the_comparison():
+    """Such a row is spread over its places by jax.jit; no product by the mask could give that."""
+    mask = _CAUSAL.copy()
+    mask[3] = False
+
+    def fn(s):
+        return jax.nn.softmax(s + jnp.where(mask, 0.0, _LOWEST), axis=-1)
+
+    s = _scores(23)
+    ifs, (got,) = _by_mask_ifs(fn, s)
+    assert ifs == 0
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s)), rtol=1e-6, atol=0)
+
+
+def test_dot_product_attention_zeros_by_mask_behind_the_min(monkeypatch):
+    """jax.nn.dot_product_attention's causal fill behind mask_min's If (its exact branch a Trilu): the
+    mask is read from the Min's bound; a NaN query gives its rows NaN, the others jax.jit's numbers."""
+    rng = np.random.default_rng(24)
+    q, k, v = (rng.standard_normal((2, 64, 4, 8)).astype(np.float32) for _ in range(3))
+    fn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    ifs, (got,) = _by_mask_ifs(fn, q, k, v)
+    _, (compared,) = _compared(monkeypatch, fn, q, k, v)
+    assert ifs == 1
+    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(q, k, v)), rtol=1e-5, atol=1e-6)
+    q[1, 2, 3, 5] = np.nan
+    _, (got,) = _by_mask_ifs(fn, q, k, v)
+    assert np.isnan(got[1, 2, 3]).all() and np.isfinite(got[0]).all()
+    np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(q, k, v))[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_padding_mask_given_as_an_input_multiplies_by_it(monkeypatch):
+    """``causal & padding`` from an input: the kept places are a value of the graph, cast once; a query that
+    attends to nothing (every key padded) fails the test and is spread as jax.jit spreads it."""
+    def fn(s, padding):
+        return jax.nn.softmax(jnp.where(_CAUSAL & padding[:, None, None, :], s, -1e9), axis=-1)
+
+    s = np.concatenate([_far_scores(25), _scores(26), _scores(27)], axis=1)  # 9 heads: the mask a ninth
+    padding = np.ones((2, _T), bool)
+    padding[0, -3:] = False
+    ifs, (got,) = _by_mask_ifs(fn, s, padding)
+    _, (compared,) = _compared(monkeypatch, fn, s, padding)
+    assert ifs == 1
+    kept = np.broadcast_to(_CAUSAL & padding[:, None, None, :], s.shape)
+    assert (got[~kept] == 0).all()
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=_RAISED)
+    padding[1, 0] = False  # the first query of the second example: no key
+    _, (got,) = _by_mask_ifs(fn, s, padding)
+    _, (compared,) = _compared(monkeypatch, fn, s, padding)
+    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
+    np.testing.assert_allclose(got[1, :, 0], 1 / _T, rtol=1e-6)

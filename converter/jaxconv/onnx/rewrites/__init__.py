@@ -127,7 +127,8 @@ faster without changing the numbers:
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
   or an infinity (ORT's Where branches on every element);
 - ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
-  and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs);
+  and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs); where the mask
+  is read whole, zeroed by a product with its kept places behind a test instead of a second comparison;
 - ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
   as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``dense_bias``: a big product's bias Add kept out of ORT's Gemm (a Gemm without C, or the bias at the

@@ -31,6 +31,7 @@ from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 MAX_FILL = -1e4  # fills at or below read as a mask's (BERT-style code's -10000 is the highest in use)
+BRANCHES = ("mask_where", "mask_min")  # the If's branches: the exact Where, the Min
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -95,5 +96,5 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
     bounded = ir.node("Less", [total.outputs[0], _const(graph, _square(fill), where)])
     graph.insert_before(where, [total, bounded])
     fast = ir.node("Min", [x, bound])
-    m.branch_on(graph, bounded.outputs[0], result, [where], fast, bounded, ("mask_where", "mask_min"), exact_if=False)
+    m.branch_on(graph, bounded.outputs[0], result, [where], fast, bounded, BRANCHES, exact_if=False)
     return 1
