@@ -341,3 +341,27 @@ def test_a_padding_mask_given_as_an_input_multiplies_by_it(monkeypatch):
     _, (compared,) = _compared(monkeypatch, fn, s, padding)
     np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
     np.testing.assert_allclose(got[1, :, 0], 1 / _T, rtol=1e-6)
+
+
+def test_an_additive_mask_from_an_input_multiplies_by_it(monkeypatch):
+    """``s + where(causal & padding, 0, finfo.min)`` with the padding an input (Hugging Face's bias): the
+    mask's rows are not known, so the test also asks every row to keep a place; a query with every key
+    padded fails it and is spread as jax.jit spreads it."""
+    def fn(s, padding):
+        return jax.nn.softmax(s + jnp.where(_CAUSAL & padding[:, None, None, :], 0.0, _LOWEST), axis=-1)
+
+    s = np.concatenate([_far_scores(28), _scores(29), _scores(30)], axis=1)
+    padding = np.ones((2, _T), bool)
+    padding[0, -3:] = False
+    ifs, (got,) = _by_mask_ifs(fn, s, padding)
+    _, (compared,) = _compared(monkeypatch, fn, s, padding)
+    assert ifs == 1
+    kept = np.broadcast_to(_CAUSAL & padding[:, None, None, :], s.shape)
+    assert (got[~kept] == 0).all() and (compared[0, 0, 12, 1:4] == 0).all() and (got[0, 0, 12, 1:4] > 0).all()
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=_RAISED)
+    padding[1, 0] = False  # the first query of the second example: no key
+    _, (got,) = _by_mask_ifs(fn, s, padding)
+    _, (compared,) = _compared(monkeypatch, fn, s, padding)
+    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=1e-30)
+    np.testing.assert_allclose(got[1, :, 0], 1 / _T, rtol=1e-6)

@@ -172,6 +172,7 @@ class _KnownMask(NamedTuple):
     fill: float | None
     scores: ir.Value | None
     bound: float | None
+    row_floor: float | None = None  # also every row's ``lo`` above it (an additive mask built at run time)
 
 
 def _known_mask(graph: ir.Graph, x: ir.Value, axis: int) -> _KnownMask | None:
@@ -188,29 +189,45 @@ def _known_mask(graph: ir.Graph, x: ir.Value, axis: int) -> _KnownMask | None:
     if node.op_type == "Where":
         found = _where_mask(node)
         return None if found is None else _kept(found[0], found[2], x)
-    if node.op_type == "Add" and len(node.inputs) == 2:
+    if node.op_type == "Add" and len(node.inputs) == 2 and all(v is not None for v in node.inputs):
         for k in (0, 1):
-            bias = m.folded(node.inputs[k]) if node.inputs[k] is not None else None
+            if m.const(node.inputs[1 - k]) is not None:
+                continue
+            bias = m.folded(node.inputs[k])
             if bias is None:
                 bias = constants.evaluate(node.inputs[k])
-            if bias is None or bias.dtype != np.float32 or m.const(node.inputs[1 - k]) is not None:
-                continue
-            return _additive(bias, node.inputs[1 - k], x, axis)
+            if bias is not None:
+                return _additive(bias, node.inputs[1 - k], x, axis) if bias.dtype == np.float32 else None
+            found = _where_mask(m.producer(node.inputs[k], "Where"), zero_data=True)
+            if found is not None:  # built at run time: zeros where kept, the fill where masked
+                kept = _kept(found[0], found[2], x)
+                if kept is not None:
+                    return kept._replace(fill=None, scores=node.inputs[1 - k], bound=_bound(found[2]),
+                                         row_floor=found[2] / 2)
     return None
 
 
-def _where_mask(where: ir.Node) -> tuple[ir.Value, ir.Value, float] | None:
+def _bound(fill: float) -> float:
+    """The scores' bound under an additive mask of fill ``fill`` (see ``_zero_by_mask``)."""
+    return min(2.0 ** 30, -fill / 8)
+
+
+def _where_mask(where: ir.Node | None, zero_data: bool = False) -> tuple[ir.Value, ir.Value, float] | None:
     """(the keep mask, the data, the fill) of ``Where(keep, data, fill)``, or of ``Where(drop, fill, data)``
-    with the mask ``_Negated(drop)``, for a float32 fill at or below -87 that is the same everywhere."""
-    if len(where.inputs) != 3 or any(v is None for v in where.inputs):
+    with the mask ``_Negated(drop)``, for a float32 fill at or below -87 that is the same everywhere; with
+    ``zero_data``, the data a constant of zeros (an additive mask's), at or below ``mask_min.MAX_FILL``."""
+    if where is None or len(where.inputs) != 3 or any(v is None for v in where.inputs):
         return None
     cond, a, b = where.inputs
     for data, fill_value, keep in ((a, b, True), (b, a, False)):
         arr = m.repeated_const(fill_value)
-        if arr is None or arr.size == 0 or arr.dtype != np.float32 or m.const(data) is not None:
+        zeros = m.repeated_const(data)
+        if arr is None or arr.size == 0 or arr.dtype != np.float32:
+            continue
+        if zero_data != (zeros is not None) or (zero_data and not (zeros.size and np.all(zeros == 0))):
             continue
         fill = float(arr.flat[0])
-        if fill <= -_FILL and bool(np.all(arr == fill)):
+        if fill <= (mask_min.MAX_FILL if zero_data else -_FILL) and bool(np.all(arr == fill)):
             return (cond if keep else _Negated(cond), data, fill)  # type: ignore[return-value]
     return None
 
@@ -309,7 +326,7 @@ def _additive(bias: np.ndarray, scores: ir.Value, x: ir.Value, axis: int) -> _Kn
     rows = open_.reshape((1,) * (rank - bias.ndim) + open_.shape)
     if not rows.any(axis=axis).all():
         return None  # a row masked everywhere: jax.jit's softmax spreads it, not zeros
-    return _KnownMask(open_, False, None, scores, min(2.0 ** 30, -fill / 8))
+    return _KnownMask(open_, False, None, scores, _bound(fill))
 
 
 def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.Node, compared: list[ir.Node],
@@ -324,7 +341,10 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     bound**2`` for ``bound = min(2**30, -f / 8)``: every ``|s|`` is then at most the bound (a float32 sum of
     squares is at least each square), every row keeps a place at or above ``-bound``, and its masked places
     lie at most ``f + bound``, more than 88 below the row's max (``3 f / 4``): the compared form's zeros and
-    jax.jit's (its exp flushed) there; a NaN or an infinity makes the test false.
+    jax.jit's (its exp flushed) there; a NaN or an infinity makes the test false. An additive mask built at
+    run time (``Where(keep, 0, f)``) is not known to keep a place in every row: the test also asks every
+    row's ``lo`` above ``f / 2``, which a row that keeps a place passes (its max at least ``-bound``, ``lo`` at
+    least ``f / 8 - 65``) and one that keeps none fails (every place at most ``f + bound = 7 f / 8``).
 
     Where the test holds, the kept places are the mask's and the outputs there are the compared form's bits,
     except at a kept place more than 64 below its row's max: raised to ``max - 64`` as before, it gives
@@ -351,15 +371,24 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
         low = ir.node("ReduceMin", [lo.outputs[0]], {"keepdims": 0})
         test = ir.node("Greater", [low.outputs[0], m.new_initializer(
             graph, np.array(known.fill, np.float32), "masked_softmax_fill")])
+        tests = [low, test]
     else:
         low = ir.node("ReduceSumSquare", [known.scores], {"keepdims": 0})
         test = ir.node("Less", [low.outputs[0], m.new_initializer(
             graph, np.array(known.bound * known.bound, np.float32), "masked_softmax_bound")])
+        tests = [low, test]
+        if known.row_floor is not None:
+            row_low = ir.node("ReduceMin", [lo.outputs[0]], {"keepdims": 0})
+            kept = ir.node("Greater", [row_low.outputs[0], m.new_initializer(
+                graph, np.array(known.row_floor, np.float32), "masked_softmax_row_floor")])
+            test = ir.node("And", [test.outputs[0], kept.outputs[0]])
+            tests += [row_low, kept, test]
     f32, boolean = ir.TensorType(ir.DataType.FLOAT), ir.TensorType(ir.DataType.BOOL)
-    for node, kind, suffix in ((low, f32, "test_value"), (test, boolean, "test")):
-        node.outputs[0].type, node.outputs[0].shape = kind, ir.Shape([])
-        node.outputs[0].name = f"{base}_masked_{suffix}"
-    graph.insert_after(softmax, [low, test])
+    for k, node in enumerate(tests):
+        node.outputs[0].type = f32 if node.op_type.startswith("Reduce") else boolean
+        node.outputs[0].shape = ir.Shape([])
+        node.outputs[0].name = f"{base}_masked_test_{k}"
+    graph.insert_after(softmax, tests)
     fast = ir.node("Mul", [softmax.outputs[0], ones])
     fast.outputs[0].name = f"{base}_masked_by_mask"
     m.branch_on(graph, test.outputs[0], compared[-1].outputs[0], compared, fast, test,
