@@ -184,6 +184,9 @@ KNOWN: tuple[Known, ...] = (
     *(Known(f"{op}/*/{kind}", NAN_ORDER, frozenset({"negative-nan-input"}))
       for op in ("top_k", "top_k_indices", "sort", "argsort", "moe_gates") for kind in ("nan", "inf", "value")),
     *(Known(f"{chain}/*/{kind}", SUM_ORDER, HUGE) for chain in MODEL_DOT_CHAINS for kind in ("value", "nan", "inf")),
+    # such a product after a log-softmax of a huge input (-FLT_MAX in its row, then @ v; a softmax's output is
+    # bounded): ORT's fused multiply-adds carry a product past FLT_MAX into the sum unrounded, XLA rounds it to inf
+    *(Known(f"*log_softmax+{dot}/*/{kind}", SUM_ORDER, HUGE) for dot in MODEL_DOTS for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
       for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp") for kind in ("nan", "inf")),
