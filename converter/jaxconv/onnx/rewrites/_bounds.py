@@ -42,6 +42,48 @@ _LARGEST = frozenset({"Concat", "Max", "Min"})
 # value once a rewrite drops it
 Memo = dict[int, tuple[ir.Value, float]]
 
+# an If's node.meta: a node of one of its branches that computes the If's output from the outer graph's values
+# (a guard's fast op: both branches give the same values), so that bounds and NaN read through the If
+SAME_AS = "jaxconv.same_as"
+
+
+def assuming(bounds: dict[int, tuple[ir.Value, float]]) -> Memo:
+    """A memo in which the given values (an input, by id) are bounded as given: ``magnitude`` with it bounds what
+    follows from them, under that assumption."""
+    return dict(bounds)
+
+
+def nan_free(value: ir.Value | None, memo: Memo) -> bool:
+    """Whether ``value`` cannot be NaN where it is bounded (``magnitude(value, memo)`` finite, its assumed values
+    finite): no constant it is computed from holds a NaN (jnp.take's fill row), and no layer norm divides by
+    a deviation of 0 (an epsilon of 0). A value bounded here is computed by ops that give a finite result of
+    finite operands otherwise (sums, products, products by constants, divisions by nonzero constants, softmax,
+    tanh, a layer norm with an epsilon)."""
+    if value is None or magnitude(value, memo) == math.inf:
+        return False
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        top = stack.pop()
+        if id(top) in seen:
+            continue
+        seen.add(id(top))
+        arr = m.const(top)
+        if arr is not None:
+            if arr.dtype.kind in "fc" and np.isnan(arr).any():
+                return False
+            continue
+        if id(top) in memo and top.producer() is None:
+            continue  # an assumed value (an input) or an outer one bounded by the caller
+        node = top.producer()
+        if node is None:
+            continue  # an integer input (a float one is unbounded: magnitude said so)
+        node = node.meta.get(SAME_AS, node) if node.op_type == "If" else node
+        if node.op_type == "LayerNormalization" and float(m.attr(node, "epsilon", 1e-5)) <= 0:
+            return False
+        stack.extend(v for v in node.inputs if v is not None)
+    return True
+
 
 def magnitude(value: ir.Value | None, memo: Memo | None = None) -> float:
     """A bound on ``|x|`` over the elements of ``value`` that are not NaN (none is infinite), or
@@ -56,7 +98,9 @@ def magnitude(value: ir.Value | None, memo: Memo | None = None) -> float:
             stack.pop()
             continue
         node = top.producer()  # (a constant is an initializer or a Constant's output: no inputs to visit)
-        pending = [] if node is None else [v for v in node.inputs if v is not None and id(v) not in memo]
+        reads = node.meta.get(SAME_AS, node) if node is not None and node.op_type == "If" else node
+        # (a guard's If: its fast op reads the outer values its branches read)
+        pending = [] if reads is None else [v for v in reads.inputs if v is not None and id(v) not in memo]
         if pending:
             stack.extend(pending)
             continue
@@ -77,6 +121,9 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
     op, ins = node.op_type, list(node.inputs)
     if op != "Split" and value is not node.outputs[0]:
         return math.inf  # a second output: a layer norm's inverse deviation, ...
+    if op == "If":  # a guard: its fast op's bound, of the same outer values
+        same = node.meta.get(SAME_AS)
+        return _bound(same.outputs[0], same, of) if same is not None and len(node.outputs) == 1 else math.inf
     first = of(ins[0]) if ins else math.inf
     if op == "Cast":
         source = ins[0].dtype if ins[0] is not None else None

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx.rewrites import _bounds
+from jaxconv.onnx.rewrites import _bounds, _input_guard
 from jaxconv.onnx.rewrites import _match as m
 
 # a total of squares below this bounds every row's sum of (x - mean)**2, in any order, below FLT_MAX
@@ -34,28 +34,37 @@ def unguarded(x: ir.Value, dim: int, memo: _bounds.Memo) -> bool:
     return bound < math.inf and dim * (2 * bound) ** 2 < SQUARES_LIMIT
 
 
-def guard(graph: ir.Graph, x: ir.Value, chain: list[ir.Node], last: ir.Node, op: ir.Node,
+def guard(graph: ir.Graph, x: ir.Value, dim: int, chain: list[ir.Node], last: ir.Node, op: ir.Node,
           names: tuple[str, str]) -> None:
-    """Compute ``last``'s output (the written-out norm of ``x``: ``chain`` and ``last``, nodes of ``graph``) as
-    ``If(ReduceSumSquare(x) < SQUARES_LIMIT, op, chain and last)``."""
+    """Compute ``last``'s output (the written-out norm of ``x`` over rows of ``dim``: ``chain`` and ``last``,
+    nodes of ``graph``) as ``If(ReduceSumSquare(x) < SQUARES_LIMIT, op, chain and last)``, or with the graph's
+    input test (``_input_guard``) where bounded inputs bound ``x`` below the limit."""
     ordered = _in_order([*chain, last])
-    limit = m.new_initializer(graph, np.array(SQUARES_LIMIT, np.float32), "norm_square_limit")
-    total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
-    small = ir.node("Less", [total.outputs[0], limit])  # false for NaN too
-    graph.insert_before(ordered[0], [total, small])
-    branch = m.branch_on(graph, small.outputs[0], last.outputs[0], ordered, op, small, names, exact_if=False).producer()
+    shared = _input_guard.shared_test(graph, x, lambda bound: dim * (2 * bound) ** 2 < SQUARES_LIMIT)
+    if shared is not None:  # the If where the first node of the norm was
+        (test, after), total = _input_guard.anchored(graph, shared, ordered), None
+    else:
+        limit = m.new_initializer(graph, np.array(SQUARES_LIMIT, np.float32), "norm_square_limit")
+        total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
+        small = ir.node("Less", [total.outputs[0], limit])  # false for NaN too
+        graph.insert_before(ordered[0], [total, small])
+        test, after = small.outputs[0], small
+    branch = m.branch_on(graph, test, last.outputs[0], ordered, op, after, names, exact_if=False).producer()
     assert branch is not None
+    branch.meta[_bounds.SAME_AS] = op
     branch.meta[_GUARD] = (x, total)
 
 
-def guarded(node: ir.Node) -> tuple[ir.Value, ir.Node] | None:
+def guarded(node: ir.Node) -> tuple[ir.Value, ir.Node | None] | None:
     """``(x, test)`` for an If that ``guard`` made, still as made: its branches compute a norm of ``x`` row by
-    row, and ``test`` (``ReduceSumSquare(x)``, read by the If's condition alone) decides which runs."""
+    row, and ``test`` (``ReduceSumSquare(x)``, read by the If's condition alone) decides which runs; ``test``
+    None where the graph's input test decides (``_input_guard``)."""
     found = node.meta.get(_GUARD) if node.op_type == "If" else None
     if found is None:
         return None
     x, test = found
-    if test.graph is not node.graph or test.inputs[0] is not x or len(m.live_uses(test.outputs[0])) != 1:
+    if test is not None and (test.graph is not node.graph or test.inputs[0] is not x
+                             or len(m.live_uses(test.outputs[0])) != 1):
         return None
     return x, test
 

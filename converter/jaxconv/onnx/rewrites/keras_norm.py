@@ -165,5 +165,5 @@ def _replace(graph: ir.Graph, sqrt: ir.Node, memo: _bounds.Memo) -> int:
     if unguarded:
         m.replace(graph, last.outputs[0], op, last)
         return 1
-    _norm_guard.guard(graph, x, chain, last, op, ("keras_norm_exact", "keras_norm_op"))
+    _norm_guard.guard(graph, x, dim, chain, last, op, ("keras_norm_exact", "keras_norm_op"))
     return 1

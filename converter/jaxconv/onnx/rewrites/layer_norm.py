@@ -253,7 +253,7 @@ def _emit(graph: ir.Graph, x: ir.Value, dim: int, eps: float, norm: ir.Node, cha
     if unguarded:
         m.replace(graph, out, op, last)
     else:
-        _norm_guard.guard(graph, x, chain + tail[:-1], last, op, ("layer_norm_exact", "layer_norm_op"))
+        _norm_guard.guard(graph, x, dim, chain + tail[:-1], last, op, ("layer_norm_exact", "layer_norm_op"))
     return 1
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _bounds, _input_guard
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
@@ -92,9 +93,16 @@ def _rewrite(graph: ir.Graph, where: ir.Node, masks: dict[tuple[int, bool, float
         bound = masks[key] = node.outputs[0]
     if getattr(m.const(fill_value), "size", 0) != 1:  # an Expand of it (or a folded copy): the scalar instead
         where.replace_input_with(2 if keep_when_true else 1, _const(graph, np.array(fill, np.float32), where))
-    total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
-    bounded = ir.node("Less", [total.outputs[0], _const(graph, _square(fill), where)])
-    graph.insert_before(where, [total, bounded])
+    shared = _input_guard.shared_test(graph, x, lambda magnitude: magnitude < abs(fill), nan=True)
+    if shared is not None:  # bounded inputs keep x NaN-free and above the fill
+        test, after = _input_guard.anchored(graph, shared, [where])
+    else:
+        total = ir.node("ReduceSumSquare", [x], {"keepdims": 0})
+        bounded = ir.node("Less", [total.outputs[0], _const(graph, _square(fill), where)])
+        graph.insert_before(where, [total, bounded])
+        test, after = bounded.outputs[0], bounded
     fast = ir.node("Min", [x, bound])
-    m.branch_on(graph, bounded.outputs[0], result, [where], fast, bounded, BRANCHES, exact_if=False)
+    branch = m.branch_on(graph, test, result, [where], fast, after, BRANCHES, exact_if=False).producer()
+    assert branch is not None
+    branch.meta[_bounds.SAME_AS] = where
     return 1

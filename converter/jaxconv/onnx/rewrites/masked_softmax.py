@@ -51,9 +51,9 @@ import onnx_ir as ir
 from jaxconv.onnx import thread_count
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _dim_products as dp
+from jaxconv.onnx.rewrites import _input_guard, mask_min
 from jaxconv.onnx.rewrites import _intervals as intervals
 from jaxconv.onnx.rewrites import _match as m
-from jaxconv.onnx.rewrites import mask_min
 
 FLOOR = -64.0  # below the row's max: exp(FLOOR) over a row's sum is a normal float32 up to 10**10 places
 MIN_SHARE = 0.01  # of the places masked whatever the inputs: a causal mask's 0.5, Swin's 0.23 (the first stage)
@@ -367,31 +367,38 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
             node.outputs[0].name = f"{base}_masked_open_{node.op_type}"
         graph.insert_before(compared[0], made)
         ones = made[-1].outputs[0]
+    tests: list[ir.Node] = []  # scalars before the If, its test the last one's (or the inputs' test)
     if known.fill is not None:
         low = ir.node("ReduceMin", [lo.outputs[0]], {"keepdims": 0})
-        test = ir.node("Greater", [low.outputs[0], m.new_initializer(
-            graph, np.array(known.fill, np.float32), "masked_softmax_fill")])
-        tests = [low, test]
+        tests += [low, ir.node("Greater", [low.outputs[0], m.new_initializer(
+            graph, np.array(known.fill, np.float32), "masked_softmax_fill")])]
+        test = tests[-1].outputs[0]
     else:
-        low = ir.node("ReduceSumSquare", [known.scores], {"keepdims": 0})
-        test = ir.node("Less", [low.outputs[0], m.new_initializer(
-            graph, np.array(known.bound * known.bound, np.float32), "masked_softmax_bound")])
-        tests = [low, test]
+        assert known.scores is not None and known.bound is not None
+        bound = known.bound
+        shared = _input_guard.shared_test(graph, known.scores, lambda magnitude: magnitude <= bound)
+        if shared is not None:  # bounded inputs bound the scores
+            test = shared
+        else:
+            total = ir.node("ReduceSumSquare", [known.scores], {"keepdims": 0})
+            tests += [total, ir.node("Less", [total.outputs[0], m.new_initializer(
+                graph, np.array(bound * bound, np.float32), "masked_softmax_bound")])]
+            test = tests[-1].outputs[0]
         if known.row_floor is not None:
             row_low = ir.node("ReduceMin", [lo.outputs[0]], {"keepdims": 0})
             kept = ir.node("Greater", [row_low.outputs[0], m.new_initializer(
                 graph, np.array(known.row_floor, np.float32), "masked_softmax_row_floor")])
-            test = ir.node("And", [test.outputs[0], kept.outputs[0]])
-            tests += [row_low, kept, test]
-    f32, boolean = ir.TensorType(ir.DataType.FLOAT), ir.TensorType(ir.DataType.BOOL)
+            tests += [row_low, kept, ir.node("And", [test, kept.outputs[0]])]
+            test = tests[-1].outputs[0]
     for k, node in enumerate(tests):
-        node.outputs[0].type = f32 if node.op_type.startswith("Reduce") else boolean
+        f32 = node.op_type.startswith("Reduce")
+        node.outputs[0].type = ir.TensorType(ir.DataType.FLOAT if f32 else ir.DataType.BOOL)
         node.outputs[0].shape = ir.Shape([])
         node.outputs[0].name = f"{base}_masked_test_{k}"
     graph.insert_after(softmax, tests)
     fast = ir.node("Mul", [softmax.outputs[0], ones])
     fast.outputs[0].name = f"{base}_masked_by_mask"
-    m.branch_on(graph, test.outputs[0], compared[-1].outputs[0], compared, fast, test,
+    m.branch_on(graph, test, compared[-1].outputs[0], compared, fast, tests[-1] if tests else softmax,
                 ("masked_softmax_compared", "masked_softmax_by_mask"), exact_if=False)
 
 

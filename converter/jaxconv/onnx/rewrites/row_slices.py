@@ -303,7 +303,8 @@ def _move(graph: ir.Graph, node: ir.Node, opset: int) -> list[ir.Node] | None:
 
 def _into_guard(graph: ir.Graph, node: ir.Node, branch: ir.Node, cut: Cut) -> list[ir.Node] | None:
     """Move the Slice ``node`` of a guarded layer norm's If (``_norm_guard``) into it: both branches and the
-    test read the cut rows of the norm's input instead (the test then decides for the rows computed).
+    test read the cut rows of the norm's input instead (the test then decides for the rows computed; a test of
+    the graph's inputs stays).
     Returns the Slice made, or None when the cut reaches the normalized axis."""
     x, test = _norm_guard.guarded(branch)  # type: ignore[misc]
     r = m.rank(x)
@@ -311,9 +312,10 @@ def _into_guard(graph: ir.Graph, node: ir.Node, branch: ir.Node, cut: Cut) -> li
     if r is None or x.shape is None or any(a >= r - 1 for a in cut) or y.is_graph_output():
         return None
     sliced = _slice(graph, x, cut)
-    graph.insert_before(test, sliced)
+    graph.insert_before(test if test is not None else branch, sliced)
     new = sliced.outputs[0]
-    test.replace_input_with(0, new)
+    if test is not None:  # (the graph's input test reads the inputs, not x)
+        test.replace_input_with(0, new)
     for sub in (branch.attributes["then_branch"].as_graph(), branch.attributes["else_branch"].as_graph()):
         for inner in sub:
             for k, v in enumerate(inner.inputs):
