@@ -110,3 +110,21 @@ def test_a_table_with_a_nan_row_keeps_the_masks_own_test():
     want = np.asarray(jax.jit(fn)(ids, x))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_an_input_of_another_float_type_is_tested_as_float32(dtype):
+    """Its squares are summed in float32 (a Cast first: float16's would overflow at 256); the model passes the
+    checker and gives jax.jit's numbers, a value past the bound (float64) taking the exact branch."""
+    def fn(x):
+        return _norm(x.astype(np.float32) * 2.0, _P[0]["g"])
+
+    x = _RNG.standard_normal((2, _T, _D)).astype(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        model = jaxconv.to_onnx(fn, x)  # checked
+        tests = [n.input[0] for n in model.graph.node if n.op_type == "If"]
+        assert tests == ["inputs_bounded"] and "Cast" in [n.op_type for n in model.graph.node][:2], tests
+        edges = [x] if dtype == np.float16 else [x, np.where(np.arange(_D) == 3, 1e300, x)]
+        for e in edges:
+            (got,) = OnnxRunner(model.SerializeToString()).run([e])
+            np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(e)), rtol=1e-5, atol=1e-5)

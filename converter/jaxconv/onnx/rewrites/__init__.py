@@ -28,7 +28,9 @@ faster without changing the numbers:
 - ``range_checks``: an integer ``lo <= x & x <= hi`` as ``Clip(x, lo, hi) == x``;
 - ``layer_norm``: a layer norm over the last axis (two-pass or ``jnp.var``'s, or Flax's one-pass variance;
   divided by the square root or times its reciprocal) as the LayerNormalization op (opset 17); a post-norm
-  residual Add before it as Sum (no SkipLayerNormalization);
+  residual Add before it as Sum (no SkipLayerNormalization); behind an overflow guard unless bounded, the guard
+  reading one test of the graph's float inputs where their bound proves it (``_input_guard``, as ``mask_min``'s
+  and ``masked_softmax``'s tests do);
 - ``keras_norm``: Keras' layer norm (``x * inv - mean * inv``: the mean folded into an offset) as that op too;
 - ``rms_norm``: an RMS norm over the last axis in the form ORT fuses (``Pow(x, 2)``, a Div, a scale);
 - ``one_hot_rows``: a product of one-hot rows by a constant table (an embedding looked up the accelerators'

@@ -79,7 +79,8 @@ def _test(graph: ir.Graph, floats: list[ir.Value]) -> ir.Value:
             nodes.append(both)
         test = nodes[-1].outputs[0]
     for node in nodes:
-        node.outputs[0].shape = ir.Shape([])
+        if node.op_type != "Cast":  # (the scalars: a Cast keeps its input's shape)
+            node.outputs[0].shape = ir.Shape([])
     first = next(iter(graph), None)
     if first is None:
         graph.extend(nodes)
