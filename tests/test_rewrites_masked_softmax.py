@@ -365,3 +365,29 @@ def test_an_additive_mask_from_an_input_multiplies_by_it(monkeypatch):
     np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=1e-30)
     np.testing.assert_allclose(got[1, :, 0], 1 / _T, rtol=1e-6)
+
+
+def test_scores_of_token_ids_multiply_by_the_mask_without_a_test():
+    """Scores from looked-up rows are bounded whatever the ids (an id out of range gives jnp.take's NaN row,
+    a NaN row in both forms): an additive mask's product needs no test and no If."""
+    rng = np.random.default_rng(31)
+    table, wq, wk = (rng.standard_normal(s).astype(np.float32) for s in ((20, 8), (8, 8), (8, 8)))
+
+    def fn(ids):
+        h = jnp.take(table, ids, axis=0)
+        s = (h @ wq) @ jnp.swapaxes(h @ wk, -1, -2)
+        return jax.nn.softmax(s + jnp.where(_CAUSAL, 0.0, _LOWEST), axis=-1)
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    ids = rng.integers(0, 22, (2, _T)).astype(np.int32)  # 20 and 21 out of range
+    model = jaxconv.to_onnx(fn, ids, check=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert "If" not in ops and "GreaterOrEqual" not in ops and ops.count("Softmax") == 1, ops
+    (got,) = OnnxRunner(model.SerializeToString()).run([ids])
+    want = np.asarray(jax.jit(fn)(ids))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=_RAISED)
+    assert (got[~np.broadcast_to(_CAUSAL, got.shape) & ok] == 0).all() and np.isnan(want).any()

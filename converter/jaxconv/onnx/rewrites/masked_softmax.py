@@ -49,9 +49,9 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx import thread_count
+from jaxconv.onnx.rewrites import _bounds, _input_guard, mask_min
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _dim_products as dp
-from jaxconv.onnx.rewrites import _input_guard, mask_min
 from jaxconv.onnx.rewrites import _intervals as intervals
 from jaxconv.onnx.rewrites import _match as m
 
@@ -341,7 +341,9 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     bound**2`` for ``bound = min(2**30, -f / 8)``: every ``|s|`` is then at most the bound (a float32 sum of
     squares is at least each square), every row keeps a place at or above ``-bound``, and its masked places
     lie at most ``f + bound``, more than 88 below the row's max (``3 f / 4``): the compared form's zeros and
-    jax.jit's (its exp flushed) there; a NaN or an infinity makes the test false. An additive mask built at
+    jax.jit's (its exp flushed) there; a NaN or an infinity makes the test false. Scores bounded below the
+    bound whatever the inputs (``_bounds``: a model of token ids) need no test: the product by the mask runs
+    alone. An additive mask built at
     run time (``Where(keep, 0, f)``) is not known to keep a place in every row: the test also asks every
     row's ``lo`` above ``f / 2``, which a row that keeps a place passes (its max at least ``-bound``, ``lo`` at
     least ``f / 8 - 65``) and one that keeps none fails (every place at most ``f + bound = 7 f / 8``).
@@ -376,6 +378,12 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     else:
         assert known.scores is not None and known.bound is not None
         bound = known.bound
+        if known.row_floor is None and _bounds.magnitude(known.scores) <= bound:  # whatever the inputs (token ids)
+            fast = ir.node("Mul", [softmax.outputs[0], ones])
+            m.replace(graph, compared[-1].outputs[0], fast, compared[0])
+            for node in reversed(compared):
+                graph.remove(node, safe=True)
+            return
         shared = _input_guard.shared_test(graph, known.scores, lambda magnitude: magnitude <= bound)
         if shared is not None:  # bounded inputs bound the scores
             test = shared
