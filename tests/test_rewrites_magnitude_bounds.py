@@ -175,3 +175,37 @@ def test_attention_probabilities_over_any_length_keep_the_bound_of_v(masked):
     nodes[4] = helper.make_node("Softmax", ["scores"], ["p"], axis=1)  # over the rows: not a convex combination
     model = _model(nodes, [ids], "out", {"table": _TABLE, "w": _W, "zero": np.array(0.0, np.float32)})
     assert _bounds.magnitude(ir.from_proto(model).graph.outputs[0]) == math.inf
+
+
+def _rms(eps: float, divisor_from_x: bool = True):
+    """x / sqrt(mean(x**2) + eps) over the last axis, then / sqrt(4) computed from a constant (a head's
+    scale before the folding)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq" if divisor_from_x else "y", "last"], ["ms"], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["me"]),
+             helper.make_node("Sqrt", ["me"], ["rms"]),
+             helper.make_node("Div", ["x", "rms"], ["n"]),
+             helper.make_node("Sqrt", ["four"], ["two_c"]),
+             helper.make_node("Div", ["n", "two_c"], ["out"])]
+    inits = {"two": np.array(2.0, np.float32), "last": np.array([-1], np.int64), "eps": np.array(eps, np.float32),
+             "four": np.array(4.0, np.float32)}
+    inputs = [_X] + ([] if divisor_from_x else [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 4])])
+    return _model(nodes, inputs, "out", inits)
+
+
+def test_an_rms_norm_is_bounded_by_the_root_of_its_row_and_the_bound_holds():
+    x = np.random.default_rng(2).standard_normal((2, 5, 4)).astype(np.float32)
+    x[0, 0] = [1e30, 0.0, 0.0, 0.0]  # the squares overflow: 0 and NaN
+    x[0, 1] = [5.0, 0.0, 0.0, 0.0]  # one element carries the row: sqrt(4) / 2
+    x[0, 2] = [np.nan, 1.0, 2.0, 3.0]
+    x[1, 0] = 0.0
+    bound, out = _bound_and_run(_rms(1e-6), {"x": x})
+    assert bound == pytest.approx(math.sqrt(4) / 2 * _bounds.ROUNDING ** 2)
+    assert np.nanmax(np.abs(out)) <= bound and np.isclose(np.nanmax(np.abs(out)), 1.0, rtol=1e-5)
+    assert not np.isinf(out).any()
+
+
+@pytest.mark.parametrize("case", ["no epsilon", "another row's mean"])
+def test_a_division_by_another_computed_value_bounds_nothing(case):
+    model = _rms(0.0) if case == "no epsilon" else _rms(1e-6, divisor_from_x=False)
+    assert _bounds.magnitude(ir.from_proto(model).graph.outputs[0]) == math.inf

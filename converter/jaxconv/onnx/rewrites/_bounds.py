@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 ROUNDING = 1.01  # a step's bound over its exact value: float32 sums of up to ~10**5 terms round within it
@@ -147,8 +148,12 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
     if op == "Mul":
         return _finite(first * of(ins[1]) * ROUNDING)
     if op == "Div":
-        divisor = m.const(ins[1])
-        smallest = float(np.min(np.abs(divisor))) if divisor is not None and divisor.size else 0.0
+        divisor = m.const(ins[1]) if len(ins) > 1 else None
+        if divisor is None and len(ins) > 1:  # computed from constants (a head's sqrt(d), not yet folded)
+            divisor = constants.evaluate(ins[1])
+        if divisor is None:
+            return _rms_bound(ins)
+        smallest = float(np.min(np.abs(divisor))) if divisor.size else 0.0
         return _finite(first / smallest * ROUNDING) if smallest > 0 else math.inf
     if op == "Pow":
         exponent = m.const(ins[1])
@@ -168,6 +173,35 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
         return _finite(_product_bound(ins, of) * ROUNDING)
     if op == "LayerNormalization":
         return _layer_norm_bound(node, ins, first)
+    return math.inf
+
+
+def _rms_bound(ins: list[ir.Value | None]) -> float:
+    """``x / sqrt(mean(x ** 2) + eps)`` over rows of ``n`` (``rms_norm``'s form, ``eps`` a positive constant):
+    each element at most ``sqrt(n)`` (its square is at most the row's sum, ``n`` times the mean); a row
+    whose squares overflow is 0 or NaN there. Else unbounded: a division by a computed value."""
+    x = ins[0] if ins else None
+    sqrt = m.producer(ins[1] if len(ins) > 1 else None, "Sqrt")
+    add = m.producer(sqrt.inputs[0] if sqrt is not None else None, "Add")
+    if x is None or add is None or len(add.inputs) != 2:
+        return math.inf
+    for k in (0, 1):
+        eps, mean = m.const(add.inputs[k]), m.producer(add.inputs[1 - k], "ReduceMean")
+        if eps is None or eps.size != 1 or not float(eps.reshape(-1)[0]) > 0 or mean is None:
+            continue
+        square = m.producer(mean.inputs[0], "Pow", "Mul")
+        if square is None or len(square.inputs) != 2 or square.inputs[0] is not x:
+            continue
+        two = m.const(square.inputs[1]) if square.op_type == "Pow" else None
+        if square.op_type == "Pow" and (two is None or two.size != 1 or float(two.reshape(-1)[0]) != 2.0):
+            continue
+        if square.op_type == "Mul" and square.inputs[1] is not x:
+            continue
+        rank = len(x.shape) if x.shape is not None else None
+        axes = m.normalize_axes(m.reduce_axes(mean) or (), rank) if rank else None
+        n = x.shape[-1] if rank else None  # (the mean's input has x's shape)
+        if axes == (rank - 1,) and int(m.attr(mean, "keepdims", 1)) == 1 and isinstance(n, int) and n > 0:
+            return _finite(math.sqrt(n) * ROUNDING)
     return math.inf
 
 
