@@ -391,3 +391,30 @@ def test_scores_of_token_ids_multiply_by_the_mask_without_a_test():
     ok = ~np.isnan(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=_RAISED)
     assert (got[~np.broadcast_to(_CAUSAL, got.shape) & ok] == 0).all() and np.isnan(want).any()
+
+
+def test_scores_of_token_ids_over_any_length_test_only_their_rows():
+    """The same over a symbolic length: the mask is built at run time, so the rows are tested (every row keeps
+    a place), the scores not (no ReduceSumSquare)."""
+    rng = np.random.default_rng(32)
+    table, wq, wk = (rng.standard_normal(s).astype(np.float32) for s in ((20, 8), (8, 8), (8, 8)))
+
+    def fn(ids):
+        h = jnp.take(table, ids, axis=0)
+        s = (h @ wq) @ jnp.swapaxes(h @ wk, -1, -2)
+        t = ids.shape[1]
+        return jax.nn.softmax(s + jnp.where(jnp.tril(jnp.ones((t, t), bool)), 0.0, _LOWEST), axis=-1)
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    model = jaxconv.to_onnx(fn, "i32[2,s]", check=False)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("If") == 1 and "ReduceSumSquare" not in ops, ops
+    runner = OnnxRunner(model.SerializeToString())
+    for t in (1, 5, 16):
+        ids = rng.integers(0, 20, (2, t)).astype(np.int32)
+        (got,) = runner.run([ids])
+        # (the scores' products summed in another order: exp turns their last bits into 1e-5 of the value)
+        np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(ids)), rtol=1e-4, atol=1e-7)
+        assert (got[..., ~np.tril(np.ones((t, t), bool))] == 0).all()

@@ -179,8 +179,9 @@ def _known_mask(graph: ir.Graph, x: ir.Value, axis: int) -> _KnownMask | None:
     """How ``x`` masks its places, where its masked places are bounded by a constant whatever the inputs:
     ``Where(keep, s, f)`` (or ``Where(drop, f, s)``), ``mask_min``'s ``If`` between that Where and
     ``Min(s, Where(keep, +inf, f))``, or ``s + b`` with ``b`` a constant of zeros and fills at or below
-    ``mask_min.MAX_FILL`` with a zero in every row; None otherwise, and where the keep mask is a value of the
-    graph at least a quarter of ``x``'s size (its Cast would cost what it saves)."""
+    ``mask_min.MAX_FILL`` with a zero in every row; None otherwise. A keep mask computed at run time is cast
+    once: a pass over the mask (at most ``x``'s size, often a batch's or a head's share) for the two over ``x``
+    the comparison takes."""
     node = m.producer(x)
     if node is None or node.domain not in ("", "ai.onnx"):
         return None
@@ -273,7 +274,7 @@ def _min_branch_mask(node: ir.Node, x: ir.Value) -> _KnownMask | None:
 
 def _kept(keep: ir.Value | _Negated | np.ndarray, fill: float, x: ir.Value) -> _KnownMask | None:
     """The keep mask ``keep`` (a drop mask where ``_Negated``), as an array where it is computed from
-    constants, else as the graph's value where it is small beside ``x``."""
+    constants, else as the graph's value (no larger than ``x``, into which it broadcasts)."""
     if isinstance(keep, np.ndarray):
         return _KnownMask(keep, False, fill, None, None)
     cond = keep.cond if isinstance(keep, _Negated) else keep
@@ -283,7 +284,7 @@ def _kept(keep: ir.Value | _Negated | np.ndarray, fill: float, x: ir.Value) -> _
             return None
         return _KnownMask(~arr if isinstance(keep, _Negated) else arr, False, fill, None, None)
     dims, out = _sample_shape(cond), _sample_shape(x)
-    if cond.dtype != ir.DataType.BOOL or dims is None or out is None or math.prod(dims) * 4 > math.prod(out):
+    if cond.dtype != ir.DataType.BOOL or dims is None or out is None or math.prod(dims) > math.prod(out):
         return None
     return _KnownMask(cond, isinstance(keep, _Negated), fill, None, None)
 
@@ -378,26 +379,28 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     else:
         assert known.scores is not None and known.bound is not None
         bound = known.bound
-        if known.row_floor is None and _bounds.magnitude(known.scores) <= bound:  # whatever the inputs (token ids)
+        bounded = _bounds.magnitude(known.scores) <= bound  # whatever the inputs (a model of token ids)
+        if bounded and known.row_floor is None:  # no test: the product by the mask alone
             fast = ir.node("Mul", [softmax.outputs[0], ones])
             m.replace(graph, compared[-1].outputs[0], fast, compared[0])
             for node in reversed(compared):
                 graph.remove(node, safe=True)
             return
-        shared = _input_guard.shared_test(graph, known.scores, lambda magnitude: magnitude <= bound)
-        if shared is not None:  # bounded inputs bound the scores
-            test = shared
-        else:
+        shared = None if bounded else _input_guard.shared_test(graph, known.scores, lambda size: size <= bound)
+        found: ir.Value | None = shared  # the scores' test, None where they are bounded whatever the inputs
+        if not bounded and shared is None:
             total = ir.node("ReduceSumSquare", [known.scores], {"keepdims": 0})
             tests += [total, ir.node("Less", [total.outputs[0], m.new_initializer(
                 graph, np.array(bound * bound, np.float32), "masked_softmax_bound")])]
-            test = tests[-1].outputs[0]
+            found = tests[-1].outputs[0]
         if known.row_floor is not None:
             row_low = ir.node("ReduceMin", [lo.outputs[0]], {"keepdims": 0})
             kept = ir.node("Greater", [row_low.outputs[0], m.new_initializer(
                 graph, np.array(known.row_floor, np.float32), "masked_softmax_row_floor")])
-            tests += [row_low, kept, ir.node("And", [test, kept.outputs[0]])]
-            test = tests[-1].outputs[0]
+            tests += [row_low, kept] + ([ir.node("And", [found, kept.outputs[0]])] if found is not None else [])
+            found = tests[-1].outputs[0]
+        assert found is not None
+        test = found
     for k, node in enumerate(tests):
         f32 = node.op_type.startswith("Reduce")
         node.outputs[0].type = ir.TensorType(ir.DataType.FLOAT if f32 else ir.DataType.BOOL)
