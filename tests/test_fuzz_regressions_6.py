@@ -57,3 +57,33 @@ def test_a_group_variance_of_values_whose_sum_squared_overflows_at_a_symbolic_ba
     assert known.match(name, known.facts([near], program=program(0))) is not None
     assert known.match(name, known.facts([near], program=program(None))) is None  # a static batch: as XLA
     assert known.match(name, known.facts([ordinary], program=program(0))) is None
+
+
+def _one_pass_norm(x, y):
+    h = x + y
+    m, m2 = h.mean(-1, keepdims=True), jax.lax.square(h).mean(-1, keepdims=True)
+    return (h - m) * jax.lax.rsqrt(jax.numpy.maximum(m2 - m * m, 0.0) + 1e-12) * 1.8 + 0.25
+
+
+def test_a_one_pass_norm_of_a_row_whose_sum_squared_overflows_at_a_symbolic_batch():
+    """Found as residual+norm_one_pass/f32/nan (silent, before this round's rules too; fuzz seed 2025006127,
+    the batch symbolic, run at batch 1): a row [1, 2.83e19] whose sum squared exceeds the largest float. jax.jit
+    at batch 1 squares the sum (inf - inf: NaN); the artifact for any batch squares the mean (the variance inf,
+    the row its bias 0.25), for a known batch of 1 as XLA does. The MEAN_SQUARE class, as the group norm's."""
+    y = np.array([[[1.0, 2.8294617e19]]], np.float32)
+    x = np.ones((1, 1, 2), np.float32)
+    assert np.isnan(np.asarray(jax.jit(_one_pass_norm)(x, y))).all()
+    for batch in (1, jax.export.symbolic_shape("b")[0]):
+        spec = jax.ShapeDtypeStruct((batch, 1, 2), np.float32)
+        model = jaxconv.to_onnx(_one_pass_norm, spec, jax.ShapeDtypeStruct((1, 1, 2), np.float32), check=False)
+        got = OnnxRunner(model.SerializeToString()).run([x, y])[0]
+        assert (np.isnan(got).all() if batch == 1 else (got == np.float32(0.25)).all()), (batch, got)
+
+    def program(batch_axis):
+        return FuzzProgram(inputs=[0, 1], types={0: Value((1, 1, 2), "float32", batch_axis=batch_axis),
+                                                 1: Value((1, 1, 2), "float32")})
+
+    name = "residual+norm_one_pass/f32/nan"
+    assert known.match(name, known.facts([x, y], program=program(0))) is not None
+    assert known.match(name, known.facts([x, y], program=program(None))) is None  # a static batch: as XLA
+    assert known.match(name, known.facts([x, x], program=program(0))) is None

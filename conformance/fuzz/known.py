@@ -159,8 +159,8 @@ MEAN_SQUARE = ("XLA's algebraic simplifier squares a mean of one element per bat
                "1/n^2 (the optimized HLO of mean(g * g) - mean(g) ** 2 at batch 1: multiply(reduce_sum, reduce_sum) * 1/n^2), "
                "which the artifact does too where the batch is known (jaxconv.onnx.xla_reassociation), but not for a "
                "symbolic batch, where the product may have more elements: where the sum's square exceeds the largest "
-               "float, jax.jit at batch 1 has inf - inf = NaN where the artifact has inf (a group norm of values near 1e19 "
-               "then normalizes to its bias)")
+               "float, jax.jit at batch 1 has inf - inf = NaN where the artifact has inf (a group norm or a one-pass layer "
+               "norm of values near 1e19 then normalizes to its bias)")
 
 JUDGED = ("jaxconv's check, judging these very inputs, passes the artifact's outputs: they are as close to the "
           "float64 result as its tolerance asks (the sums run in another order than XLA's), or they are a result it "
@@ -199,8 +199,8 @@ KNOWN: tuple[Known, ...] = (
       for kind in ("value", "nan", "inf")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
     *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),
-    *(Known(f"*group_norm*/*/{kind}", MEAN_SQUARE, facts | {"symbolic-batch"})
-      for kind in ("nan", "inf", "value") for facts in (SQUARES, HUGE)),
+    *(Known(f"*{norm}*/*/{kind}", MEAN_SQUARE, facts | {"symbolic-batch"})
+      for norm in ("group_norm", "norm_one_pass") for kind in ("nan", "inf", "value") for facts in (SQUARES, HUGE)),
     Known("pow+*/*/*", POW_FTZ, HUGE),
     Known("reduce_var+acos/*/nan", VAR_ROUNDING),
     Known("reduce_var+asin/*/nan", VAR_ROUNDING),
