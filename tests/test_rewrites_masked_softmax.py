@@ -321,36 +321,21 @@ def test_dot_product_attention_zeros_by_mask_behind_the_min(monkeypatch):
     np.testing.assert_allclose(got[0], np.asarray(jax.jit(fn)(q, k, v))[0], rtol=1e-5, atol=1e-6)
 
 
-def test_a_padding_mask_given_as_an_input_multiplies_by_it(monkeypatch):
-    """``causal & padding`` from an input: the kept places are a value of the graph, cast once; a query that
-    attends to nothing (every key padded) fails the test and is spread as jax.jit spreads it."""
+_PADDED = {  # causal & padding from an input: a Where's fill, or Hugging Face's additive bias of it
+    "where": lambda s, keep: jax.nn.softmax(jnp.where(keep, s, -1e9), axis=-1),
+    "additive": lambda s, keep: jax.nn.softmax(s + jnp.where(keep, 0.0, _LOWEST), axis=-1),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_PADDED))
+def test_a_padding_mask_given_as_an_input_multiplies_by_it(monkeypatch, form):
+    """``causal & padding`` with the padding an input: the kept places are a value of the graph, cast once (an
+    additive mask's rows are not known, so its test also asks every row to keep a place); a query that attends
+    to nothing (every key padded) fails the test and is spread as jax.jit spreads it."""
     def fn(s, padding):
-        return jax.nn.softmax(jnp.where(_CAUSAL & padding[:, None, None, :], s, -1e9), axis=-1)
+        return _PADDED[form](s, _CAUSAL & padding[:, None, None, :])
 
-    s = np.concatenate([_far_scores(25), _scores(26), _scores(27)], axis=1)  # 9 heads: the mask a ninth
-    padding = np.ones((2, _T), bool)
-    padding[0, -3:] = False
-    ifs, (got,) = _by_mask_ifs(fn, s, padding)
-    _, (compared,) = _compared(monkeypatch, fn, s, padding)
-    assert ifs == 1
-    kept = np.broadcast_to(_CAUSAL & padding[:, None, None, :], s.shape)
-    assert (got[~kept] == 0).all()
-    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=_RAISED)
-    padding[1, 0] = False  # the first query of the second example: no key
-    _, (got,) = _by_mask_ifs(fn, s, padding)
-    _, (compared,) = _compared(monkeypatch, fn, s, padding)
-    np.testing.assert_array_equal(got.view(np.uint32), compared.view(np.uint32))
-    np.testing.assert_allclose(got[1, :, 0], 1 / _T, rtol=1e-6)
-
-
-def test_an_additive_mask_from_an_input_multiplies_by_it(monkeypatch):
-    """``s + where(causal & padding, 0, finfo.min)`` with the padding an input (Hugging Face's bias): the
-    mask's rows are not known, so the test also asks every row to keep a place; a query with every key
-    padded fails it and is spread as jax.jit spreads it."""
-    def fn(s, padding):
-        return jax.nn.softmax(s + jnp.where(_CAUSAL & padding[:, None, None, :], 0.0, _LOWEST), axis=-1)
-
-    s = np.concatenate([_far_scores(28), _scores(29), _scores(30)], axis=1)
+    s = np.concatenate([_far_scores(25), _scores(26), _scores(27)], axis=1)
     padding = np.ones((2, _T), bool)
     padding[0, -3:] = False
     ifs, (got,) = _by_mask_ifs(fn, s, padding)
