@@ -114,9 +114,8 @@ def magnitude(value: ir.Value | None, memo: Memo | None = None) -> float:
 def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None], float]) -> float:
     if value.dtype in _INT_BOUNDS:
         return _INT_BOUNDS[value.dtype]
-    arr = m.const(value)
-    if arr is not None:
-        return _largest(arr)
+    if value.const_value is not None or (node is not None and node.op_type == "Constant"):
+        return _of_constant(value, "largest", _largest)
     if node is None or node.domain not in ("", "ai.onnx") or value.dtype not in (*_FLOATS, None):
         return math.inf  # (a rule's new value may have no type yet)
     op, ins = node.op_type, list(node.inputs)
@@ -205,6 +204,24 @@ def _rms_bound(ins: list[ir.Value | None]) -> float:
     return math.inf
 
 
+def _of_constant(value: ir.Value, key: str, measure: Callable[[np.ndarray], float]) -> float:
+    """``measure`` of the constant ``value``'s content (``math.inf`` where it is not a constant), kept in the
+    value's metadata: every guard a rule writes bounds the same weights again."""
+    found = value.meta.get(f"jaxconv.bounds.{key}")
+    if found is None:
+        arr = m.const(value)
+        found = measure(arr) if arr is not None else math.inf
+        value.meta[f"jaxconv.bounds.{key}"] = found
+    return found
+
+
+def _largest_sum(w: np.ndarray, axis: int) -> float:
+    """The largest sum of magnitudes along ``axis`` of a finite float matrix (a product's growth), else inf."""
+    if w.ndim < 2 or w.dtype.kind != "f" or not np.all(np.isfinite(w)):
+        return math.inf
+    return float(np.max(np.sum(np.abs(w.astype(np.float64)), axis=axis)))
+
+
 def _largest(arr: np.ndarray) -> float:
     """The largest magnitude of a constant's elements other than NaN; an infinity bounds nothing."""
     if arr.dtype.kind in "iub":
@@ -244,9 +261,9 @@ def _product_bound(ins: list[ir.Value | None], of: Callable[[ir.Value | None], f
     if _convex_rows(a):  # attention's probabilities @ v: each result a convex combination of v's rows
         return of(b)
     for value, other, axis in ((b, a, -2), (a, b, -1)):
-        w = m.const(value)
-        if w is not None and w.ndim >= 2 and w.dtype.kind == "f" and np.all(np.isfinite(w)):
-            return of(other) * float(np.max(np.sum(np.abs(w.astype(np.float64)), axis=axis)))
+        grows = _of_constant(value, f"column_sums{axis}", lambda w: _largest_sum(w, axis))
+        if grows < math.inf:
+            return of(other) * grows
     sizes = [a.shape[-1] if a.shape is not None and len(a.shape) else None,
              b.shape[-2] if b.shape is not None and len(b.shape) >= 2 else None]
     k = next((d for d in sizes if isinstance(d, int)), None)
