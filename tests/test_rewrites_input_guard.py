@@ -128,3 +128,21 @@ def test_an_input_of_another_float_type_is_tested_as_float32(dtype):
         for e in edges:
             (got,) = OnnxRunner(model.SerializeToString()).run([e])
             np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(e)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_test_reads_only_the_inputs_a_guarded_value_comes_from():
+    """Two norms, of x and of y: each reads a test of its own input (a loop body's carries, not the weights its
+    other inputs slice, are tested so), not a sum of squares over both."""
+    def fn(x, y):
+        return _norm(x * 2.0, _P[0]["g"]), _norm(y * 3.0, _P[1]["g"])
+
+    x, y = (_RNG.standard_normal((2, _T, _D)).astype(np.float32) for _ in range(2))
+    model = jaxconv.to_onnx(fn, x, y)  # checked
+    squares = [n.input[0] for n in model.graph.node if n.op_type == "ReduceSumSquare"]
+    assert sorted(squares) == ["x", "y"], squares
+    tests = [n.input[0] for n in model.graph.node if n.op_type == "If"]
+    assert len(set(tests)) == 2, tests
+    y[0, 0, 0] = 1e30  # past the bound: y's norm takes its exact branch, x's keeps the op
+    got = OnnxRunner(model.SerializeToString()).run([x, y])
+    for g, w in zip(got, jax.jit(fn)(x, y)):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)

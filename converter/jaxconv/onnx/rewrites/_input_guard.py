@@ -4,8 +4,8 @@ A guard runs a fast op behind ``If(ReduceSumSquare(v) < limit)``, a pass over ``
 attention scores) each: the benchmark transformer runs twelve of them. Where ``v`` follows from the graph's
 float inputs by bounded steps (``_bounds``: a layer norm is bounded whatever its input, attention's
 probabilities mix rows of v, products by constant weights grow by their column sums), a bound on the inputs
-bounds ``v``: ``test`` is ``ReduceSumSquare(x) < INPUT_BOUND ** 2`` for each float input ``x`` (every element
-then finite and below the bound: a float32 sum of squares is at least each square), made once per graph,
+bounds ``v``: ``test`` is ``ReduceSumSquare(x) < INPUT_BOUND ** 2`` for each float input ``x`` ``v`` is computed
+from (every element then finite and below the bound: a float32 sum of squares is at least each square), made once,
 and ``shared_test`` gives it to a guard whose condition holds for every ``v`` that bound allows. Inputs
 beyond the bound (or NaN, or infinite) take every such guard's exact branch.
 
@@ -24,7 +24,7 @@ from jaxconv.onnx.rewrites import _bounds
 from jaxconv.onnx.rewrites import _match as m
 
 INPUT_BOUND = 2.0 ** 24  # every float input element below this in magnitude (its squares' sum below 2 ** 48)
-_TEST = "jaxconv.input_guard"  # graph.meta: the shared test's value
+_TEST = "jaxconv.input_guard"  # graph.meta: the shared tests' values, by the inputs they test
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 
 
@@ -32,7 +32,7 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
     """The graph's input test where it proves a guard's condition on ``value``: ``holds(bound)`` for the bound
     ``value`` has when every float input is within ``INPUT_BOUND`` (and, with ``nan``, ``value`` cannot be
     NaN then); None where it does not, or the graph has no float input."""
-    floats = [v for v in graph.inputs if v.dtype in _FLOATS]
+    floats = _read_inputs(graph, value)
     if not floats:
         return None
     memo = _bounds.assuming({id(v): (v, INPUT_BOUND) for v in floats})
@@ -40,6 +40,23 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
     if not bound < float("inf") or not holds(bound) or (nan and not _bounds.nan_free(value, memo)):
         return None
     return _test(graph, floats)
+
+
+def _read_inputs(graph: ir.Graph, value: ir.Value) -> list[ir.Value]:
+    """The float inputs of ``graph`` that ``value`` is computed from (through guards' Ifs as their fast op), in
+    the graph's order: a loop body's test reads its carries, not the weights its other inputs slice."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        top = stack.pop()
+        if id(top) in seen:
+            continue
+        seen.add(id(top))
+        node = top.producer()
+        if node is not None:
+            node = node.meta.get(_bounds.SAME_AS, node) if node.op_type == "If" else node
+            stack.extend(v for v in node.inputs if v is not None)
+    return [v for v in graph.inputs if v.dtype in _FLOATS and id(v) in seen]
 
 
 def anchored(graph: ir.Graph, test: ir.Value, exact: list[ir.Node]) -> tuple[ir.Value, ir.Node]:
@@ -62,7 +79,10 @@ def anchored(graph: ir.Graph, test: ir.Value, exact: list[ir.Node]) -> tuple[ir.
 
 
 def _test(graph: ir.Graph, floats: list[ir.Value]) -> ir.Value:
-    made = graph.meta.get(_TEST)
+    """The test of ``floats`` (inputs of ``graph``), made once for each set of inputs."""
+    made_tests = graph.meta.setdefault(_TEST, {})
+    key = tuple(id(v) for v in floats)
+    made = made_tests.get(key)
     if made is not None and made.producer() is not None and made.producer().graph is graph:
         return made
     nodes: list[ir.Node] = []
@@ -87,8 +107,8 @@ def _test(graph: ir.Graph, floats: list[ir.Value]) -> ir.Value:
     else:
         graph.insert_before(first, nodes)
     assert test is not None
-    test.name = "inputs_bounded"
-    graph.meta[_TEST] = test
+    test.name = "inputs_bounded" if not made_tests else None  # (onnx_ir names a later one)
+    made_tests[key] = test
     return test
 
 
