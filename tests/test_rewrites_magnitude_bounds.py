@@ -209,3 +209,21 @@ def test_an_rms_norm_is_bounded_by_the_root_of_its_row_and_the_bound_holds():
 def test_a_division_by_another_computed_value_bounds_nothing(case):
     model = _rms(0.0) if case == "no epsilon" else _rms(1e-6, divisor_from_x=False)
     assert _bounds.magnitude(ir.from_proto(model).graph.outputs[0]) == math.inf
+
+
+def test_a_conv_grows_by_its_largest_kernel_sum_and_the_bound_holds():
+    """A patch embedding (stride = kernel, a bias): each output a kernel's products plus the bias, at most the
+    input's bound times the largest sum of one output channel's kernel magnitudes, plus the bias."""
+    w = np.random.default_rng(3).standard_normal((6, 3, 2, 2)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal(6).astype(np.float32)
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("Transpose", ["w_hwio"], ["w"], perm=[3, 2, 0, 1]),  # laid out from jax's HWIO
+             helper.make_node("Conv", ["t", "w", "b"], ["out"], kernel_shape=[2, 2], strides=[2, 2])]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    model = _model(nodes, [x_info], "out", {"w_hwio": np.ascontiguousarray(w.transpose(2, 3, 1, 0)), "b": b})
+    worst = np.sign(w[np.argmax(np.abs(w).reshape(6, -1).sum(1))])[None] * 50.0  # tanh -> +-1 on that kernel
+    x = np.tile(worst, (1, 1, 2, 2)).astype(np.float32)
+    bound, out = _bound_and_run(model, {"x": x})
+    expected = float(np.max(np.abs(w.astype(np.float64)).reshape(6, -1).sum(1))) + float(np.max(np.abs(b)))
+    assert bound == pytest.approx(expected * _bounds.ROUNDING)  # (tanh at most 1, the Conv one rounding step)
+    assert np.abs(out).max() <= bound and np.abs(out).max() > 0.5 * expected

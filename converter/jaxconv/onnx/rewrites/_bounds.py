@@ -9,8 +9,9 @@ because it stays NaN (jnp.take's fill for an id out of range, and every row atte
 of NaN-or-bounded operands gives NaN or a bounded value, and no infinity unless a bound overflows, which
 gives no bound. Each op's bound follows from its operands': integers are finite (a cast of int32 is at most
 2**31), constants their largest magnitude, sums add, products multiply, a product by a constant matrix grows
-by its largest column sum of magnitudes; tanh, erf, sin, cos, sigmoid and softmax are at most 1 and a layer
-norm at most ``sqrt(n) * |gamma| + |beta|`` whatever their operands; GELU and ReLU at most their operand. Each
+by its largest column sum of magnitudes, a Conv by its largest kernel sum (plus its bias); tanh, erf, sin,
+cos, sigmoid and softmax are at most 1 and a layer norm at most ``sqrt(n) * |gamma| + |beta|`` whatever their
+operands; GELU and ReLU at most their operand. Each
 arithmetic step multiplies its bound by ``ROUNDING`` so that float32 rounding (relative 2**-24 a term) stays
 inside it.
 """
@@ -170,6 +171,10 @@ def _bound(value: ir.Value, node: ir.Node | None, of: Callable[[ir.Value | None]
         return _finite(base * n * ROUNDING) if n is not None else math.inf
     if op == "MatMul":
         return _finite(_product_bound(ins, of) * ROUNDING)
+    if op == "Conv" and len(ins) >= 2 and ins[1] is not None:  # by constant kernels: a patch embedding
+        grows = _of_constant(ins[1], "kernel_sums", _largest_kernel_sum)
+        bias = _of_constant(ins[2], "largest", _largest) if len(ins) > 2 and ins[2] is not None else 0.0
+        return _finite((first * grows + bias) * ROUNDING)
     if op == "LayerNormalization":
         return _layer_norm_bound(node, ins, first)
     return math.inf
@@ -210,6 +215,8 @@ def _of_constant(value: ir.Value, key: str, measure: Callable[[np.ndarray], floa
     found = value.meta.get(f"jaxconv.bounds.{key}")
     if found is None:
         arr = m.const(value)
+        if arr is None and key != "largest":  # a weight laid out by ops on a constant (a kernel's Transpose)
+            arr = constants.evaluate(value)
         found = measure(arr) if arr is not None else math.inf
         value.meta[f"jaxconv.bounds.{key}"] = found
     return found
@@ -220,6 +227,14 @@ def _largest_sum(w: np.ndarray, axis: int) -> float:
     if w.ndim < 2 or w.dtype.kind != "f" or not np.all(np.isfinite(w)):
         return math.inf
     return float(np.max(np.sum(np.abs(w.astype(np.float64)), axis=axis)))
+
+
+def _largest_kernel_sum(w: np.ndarray) -> float:
+    """The largest sum of magnitudes of one output channel's kernel (``[out, in / groups, *window]``): what a
+    Conv multiplies its input's bound by (padding adds zeros), else inf."""
+    if w.ndim < 3 or w.dtype.kind != "f" or not np.all(np.isfinite(w)):
+        return math.inf
+    return float(np.max(np.sum(np.abs(w.astype(np.float64)).reshape(w.shape[0], -1), axis=1)))
 
 
 def _largest(arr: np.ndarray) -> float:
