@@ -19,7 +19,7 @@ inside it.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -49,10 +49,25 @@ Memo = dict[int, tuple[ir.Value, float]]
 SAME_AS = "jaxconv.same_as"
 
 
-def assuming(bounds: dict[int, tuple[ir.Value, float]]) -> Memo:
-    """A memo in which the given values (an input, by id) are bounded as given: ``magnitude`` with it bounds what
-    follows from them, under that assumption."""
-    return dict(bounds)
+def reads(node: ir.Node) -> ir.Node:
+    """The node whose inputs ``node`` computes its output from: a guard's If (``SAME_AS``) its fast op, which
+    reads the outer values its branches read; any other node itself."""
+    return node.meta.get(SAME_AS, node) if node.op_type == "If" else node
+
+
+def computed_from(value: ir.Value) -> Iterator[ir.Value]:
+    """``value`` and every value it is computed from, each once (through guards' Ifs as their fast op)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        top = stack.pop()
+        if id(top) in seen:
+            continue
+        seen.add(id(top))
+        yield top
+        node = top.producer()
+        if node is not None and m.const(top) is None:
+            stack.extend(v for v in reads(node).inputs if v is not None)
 
 
 def nan_free(value: ir.Value | None, memo: Memo) -> bool:
@@ -63,27 +78,16 @@ def nan_free(value: ir.Value | None, memo: Memo) -> bool:
     tanh, a layer norm with an epsilon)."""
     if value is None or magnitude(value, memo) == math.inf:
         return False
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        top = stack.pop()
-        if id(top) in seen:
-            continue
-        seen.add(id(top))
+    for top in computed_from(value):
         arr = m.const(top)
         if arr is not None:
             if arr.dtype.kind in "fc" and np.isnan(arr).any():
                 return False
             continue
-        if id(top) in memo and top.producer() is None:
-            continue  # an assumed value (an input) or an outer one bounded by the caller
         node = top.producer()
-        if node is None:
-            continue  # an integer input (a float one is unbounded: magnitude said so)
-        node = node.meta.get(SAME_AS, node) if node.op_type == "If" else node
-        if node.op_type == "LayerNormalization" and float(m.attr(node, "epsilon", 1e-5)) <= 0:
+        if node is not None and reads(node).op_type == "LayerNormalization" \
+                and float(m.attr(reads(node), "epsilon", 1e-5)) <= 0:
             return False
-        stack.extend(v for v in node.inputs if v is not None)
     return True
 
 
@@ -100,9 +104,8 @@ def magnitude(value: ir.Value | None, memo: Memo | None = None) -> float:
             stack.pop()
             continue
         node = top.producer()  # (a constant is an initializer or a Constant's output: no inputs to visit)
-        reads = node.meta.get(SAME_AS, node) if node is not None and node.op_type == "If" else node
-        # (a guard's If: its fast op reads the outer values its branches read)
-        pending = [] if reads is None else [v for v in reads.inputs if v is not None and id(v) not in memo]
+        read = [] if node is None else reads(node).inputs
+        pending = [v for v in read if v is not None and id(v) not in memo]
         if pending:
             stack.extend(pending)
             continue

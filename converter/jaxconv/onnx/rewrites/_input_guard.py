@@ -35,7 +35,7 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
     floats = _read_inputs(graph, value)
     if not floats:
         return None
-    memo = _bounds.assuming({id(v): (v, INPUT_BOUND) for v in floats})
+    memo: _bounds.Memo = {id(v): (v, INPUT_BOUND) for v in floats}
     bound = _bounds.magnitude(value, memo)
     if not bound < float("inf") or not holds(bound) or (nan and not _bounds.nan_free(value, memo)):
         return None
@@ -43,19 +43,9 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
 
 
 def _read_inputs(graph: ir.Graph, value: ir.Value) -> list[ir.Value]:
-    """The float inputs of ``graph`` that ``value`` is computed from (through guards' Ifs as their fast op), in
-    the graph's order: a loop body's test reads its carries, not the weights its other inputs slice."""
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        top = stack.pop()
-        if id(top) in seen:
-            continue
-        seen.add(id(top))
-        node = top.producer()
-        if node is not None:
-            node = node.meta.get(_bounds.SAME_AS, node) if node.op_type == "If" else node
-            stack.extend(v for v in node.inputs if v is not None)
+    """The float inputs of ``graph`` that ``value`` is computed from, in the graph's order: a loop body's test
+    reads its carries, not the weights its other inputs slice."""
+    seen = {id(v) for v in _bounds.computed_from(value)}
     return [v for v in graph.inputs if v.dtype in _FLOATS and id(v) in seen]
 
 
