@@ -187,6 +187,10 @@ KNOWN: tuple[Known, ...] = (
     # such a product after a log-softmax of a huge input (-FLT_MAX in its row, then @ v; a softmax's output is
     # bounded): ORT's fused multiply-adds carry a product past FLT_MAX into the sum unrounded, XLA rounds it to inf
     *(Known(f"*log_softmax+{dot}/*/{kind}", SUM_ORDER, HUGE) for dot in MODEL_DOTS for kind in ("value", "nan", "inf")),
+    # the same without a huge input: a mask's fill near the largest float (finfo.min) is about -FLT_MAX at the
+    # log-softmax's masked places, and a value past 1 in v overflows its product in XLA only
+    *(Known(f"*log_softmax+{dot}/*/{kind}", SUM_ORDER, frozenset({"huge-fill"}))
+      for dot in MODEL_DOTS for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
       for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp") for kind in ("nan", "inf")),
@@ -278,8 +282,9 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
     ``nan-sign-in-body`` (a loop or cond body reads a sign with copysign or signbit), ``product-in-loop`` (a
     loop body takes a matrix product), ``clz`` (a step counts
     leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0), ``huge-weight`` (a closed-over
-    weight with edge values holds a finite value within a factor 16 of its dtype's largest), ``symbolic-batch`` (an
-    input's batch is exported symbolic)."""
+    weight with edge values holds a finite value within a factor 16 of its dtype's largest), ``huge-fill`` (a step
+    writes ``finfo.min`` or ``finfo.max``, or a literal within a factor 16 of its dtype's largest: a mask's fill),
+    ``symbolic-batch`` (an input's batch is exported symbolic)."""
     found = {"symbolic-batch"} if any(v.batch_axis is not None for v in program.types.values()) else set()
     for step in program.steps:
         if step.op in ("while_loop", "fori_loop") and "jnp.tan(" in step.expr:
@@ -295,6 +300,8 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
             found.add("int-square-sign")
         if "_w(" in step.expr and any(_huge(w) for w in _weights(step.expr)):
             found.add("huge-weight")
+        if _writes_a_huge_constant(program, step):
+            found.add("huge-fill")
         if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
                                                                          or "signbit(" in step.expr):
             found.add("nan-sign-in-body")
@@ -325,6 +332,26 @@ def _huge(a: np.ndarray) -> bool:
     wide = np.asarray(a).astype(np.float64)
     finite = wide[np.isfinite(wide)]
     return bool(finite.size) and float(np.abs(finite).max()) >= float(ml_dtypes.finfo(a.dtype).max) / 16
+
+
+_FINFO_LIMIT = re.compile(r"finfo\([\w.]+\)\.(min|max)")
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d*)?e[+]?\d+")
+
+
+def _writes_a_huge_constant(program: FuzzProgram, step) -> bool:
+    """``step`` writes ``finfo(...).min``/``.max``, or a literal within a factor 16 of the largest value of its
+    output's float dtype (float32 where the program does not say)."""
+    import ml_dtypes
+
+    if _FINFO_LIMIT.search(step.expr):
+        return True
+    value = program.types.get(step.out)
+    name = "float32" if value is None else value.dtype
+    try:
+        largest = float(ml_dtypes.finfo(name).max)
+    except ValueError:  # an integer or boolean step
+        return False
+    return any(float(x) >= largest / 16 for x in _FLOAT_LITERAL.findall(step.expr))
 
 
 _SIGN_TESTS = ("{0} < 0", "{0} >= 0", "0 > {0}", "0 <= {0}")
