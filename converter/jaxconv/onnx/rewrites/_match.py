@@ -285,6 +285,29 @@ def folded(value: ir.Value | None, limit: int = 1 << 16) -> np.ndarray | None:
         return None
 
 
+def same_value(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
+    """Whether ``a`` and ``b`` are the same value, equal constants, or computed by nodes of one op type,
+    attributes and output index from inputs that are the same in this sense (``depth`` nodes deep): two copies
+    of one expression that the clean-up has not merged yet (a mask built twice)."""
+    if a is b:
+        return True
+    if a is None or b is None or depth == 0:
+        return False
+    ca, cb = const(a), const(b)
+    if ca is not None or cb is not None:
+        return ca is not None and cb is not None and ca.dtype == cb.dtype and ca.shape == cb.shape \
+            and ca.tobytes() == cb.tobytes()
+    pa, pb = a.producer(), b.producer()
+    if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain \
+            or len(pa.inputs) != len(pb.inputs) or a.index() != b.index():
+        return False
+    if pa.attributes.keys() != pb.attributes.keys() or pa.attributes.keys() & {"body", "then_branch", "else_branch"}:
+        return False
+    if any(pa.attributes[k].value != pb.attributes[k].value for k in pa.attributes):
+        return False
+    return all(same_value(x, y, depth - 1) for x, y in zip(pa.inputs, pb.inputs))
+
+
 def non_finite_test(x: ir.Value) -> list[ir.Node]:
     """Nodes whose last output is true when ``x`` holds a NaN or an infinity: ``IsNaN(s - s)``,
     ``s = ReduceSum(x)`` (also true when a finite sum overflows, where the caller's exact branch runs)."""

@@ -295,27 +295,9 @@ def _zeroing(p: ir.Value, cond: ir.Value | None, keep: bool) -> ir.Node | None:
     z = m.const(zero)
     if kept is not p or z is None or z.size != 1 or z.reshape(-1)[0] != 0 or np.signbit(z.reshape(-1)[0]):
         return None
-    if not _same_value(mask, cond) or _only_use(node.outputs[0], "MatMul") is None:
+    if not m.same_value(mask, cond, depth=2) or _only_use(node.outputs[0], "MatMul") is None:
         return None
     return node
-
-
-def _same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
-    """``a`` is ``b``, or both come from nodes of one op type, attributes and inputs (one level)."""
-    if a is None or b is None or a is b:
-        return a is b
-    pa, pb = a.producer(), b.producer()
-    if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain \
-            or len(pa.inputs) != len(pb.inputs) or pa.outputs.index(a) != pb.outputs.index(b):
-        return False
-    attrs = [{k: v.value for k, v in n.attributes.items()} for n in (pa, pb)]
-    return attrs[0] == attrs[1] and all(x is y or _same_const(x, y) for x, y in zip(pa.inputs, pb.inputs))
-
-
-def _same_const(a: ir.Value | None, b: ir.Value | None) -> bool:
-    x, y = m.const(a), m.const(b)
-    return x is not None and y is not None and x.dtype == y.dtype and x.shape == y.shape \
-        and x.tobytes() == y.tobytes()
 
 
 def _heads_merged(merge: ir.Node, want: tuple) -> bool:

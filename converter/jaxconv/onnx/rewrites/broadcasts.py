@@ -66,26 +66,6 @@ _POINTWISE = _ELEMENTWISE | frozenset({"Where", "Sqrt", "Neg", "Exp", "Log", "Ta
                                        "Erf", "Sin", "Cos", "Floor", "Ceil", "IsNaN", "IsInf", "Sign", "Round"})
 
 
-def _same_value(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
-    """True when ``a`` and ``b`` are the same value or computed the same way from the same values."""
-    if a is b:
-        return True
-    if a is None or b is None or depth == 0:
-        return False
-    ca, cb = m.const(a), m.const(b)
-    if ca is not None or cb is not None:
-        return ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb)
-    pa, pb = a.producer(), b.producer()
-    if pa is None or pb is None or pa.op_type != pb.op_type or pa.domain != pb.domain or len(pa.inputs) != len(pb.inputs):
-        return False
-    if a.index() != b.index() or pa.attributes.keys() != pb.attributes.keys() \
-            or pa.attributes.keys() & {"body", "then_branch", "else_branch"}:
-        return False
-    if any(pa.attributes[k].value != pb.attributes[k].value for k in pa.attributes):
-        return False
-    return all(_same_value(x, y, depth - 1) for x, y in zip(pa.inputs, pb.inputs))
-
-
 def _sink_shared_expand(graph: ir.Graph, node: ir.Node) -> bool:
     """``op(Expand(a, s), Expand(b, s))`` -> ``Expand(op(a, b), s)``: the op runs on the small operands.
 
@@ -100,7 +80,7 @@ def _sink_shared_expand(graph: ir.Graph, node: ir.Node) -> bool:
     if not expands or any(e is None for e in expands):
         return False
     shape = expands[0].inputs[1]
-    if any(not _same_value(e.inputs[1], shape) for e in expands) or any(e.inputs[0] is None for e in expands):
+    if any(not m.same_value(e.inputs[1], shape) for e in expands) or any(e.inputs[0] is None for e in expands):
         return False
     small = ir.node(node.op_type, [e.inputs[0] for e in expands], {k: a for k, a in node.attributes.items()})
     grow = ir.node("Expand", [small.outputs[0], shape])
