@@ -42,6 +42,13 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
     return _test(graph, floats)
 
 
+def nan_free_when_tested(graph: ir.Graph, value: ir.Value) -> bool:
+    """Whether ``value`` cannot be NaN where the graph's input test passes (every float input it is computed
+    from within ``INPUT_BOUND``), or whatever the inputs where it reads none."""
+    memo: _bounds.Memo = {id(v): (v, INPUT_BOUND) for v in _read_inputs(graph, value)}
+    return _bounds.nan_free(value, memo)
+
+
 def _read_inputs(graph: ir.Graph, value: ir.Value) -> list[ir.Value]:
     """The float inputs of ``graph`` that ``value`` is computed from, in the graph's order: a loop body's test
     reads its carries, not the weights its other inputs slice."""
