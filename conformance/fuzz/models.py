@@ -208,14 +208,17 @@ class ModelBuilder:
         fill = self.fill()
         mask_kind = self.rng.choice(["causal", "causal", "padding", "both", "additive", "none"]) if causal else \
             self.rng.choice(["padding", "additive_padding", "none", "none"])
+        keeps = []  # the mask's parts: keras zeroes their dropped places again after its softmax
         if mask_kind in ("causal", "both"):
             tri = f"jnp.tril(jnp.ones(({t}, {t}), bool))"
             if self.rng.random() < 0.3:
                 tri = f"(jnp.arange({t})[:, None] >= jnp.arange({t})[None, :])"
             s = self.step("causal_mask", f"jnp.where({tri}, {self.ref(s)}, {fill})", (b, heads, t, t))
+            keeps.append(tri)
         if mask_kind == "additive":
             s = self.step("causal_bias", f"{self.ref(s)} + jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool)), 0.0, {fill})"
                           f".astype(jnp.{self.dtype})", (b, heads, t, t))
+            keeps.append(f"jnp.tril(jnp.ones(({t}, {t}), bool))")
         if mask_kind in ("padding", "both", "additive_padding"):
             if self.rng.random() < 0.6 or self.symbolic:
                 m = self.ref(self.input((b, t), "bool", batch_axis=0))
@@ -228,11 +231,17 @@ class ModelBuilder:
             else:
                 s = self.step("padding_mask", f"jnp.where({m}[:, None, None, :], {self.ref(s)}, {fill})",
                               (b, heads, t, t))
+            keeps.append(f"{m}[:, None, None, :]")
         if self.dtype != "float32" and self.rng.random() < 0.5:
             p = self.step("softmax_f32", f"jax.nn.softmax({self.ref(s)}.astype(jnp.float32), axis=-1).astype(jnp.{self.dtype})",
                           (b, heads, t, t))
         else:
             p = self.step("softmax", f"jax.nn.softmax({self.ref(s)}, axis=-1)", (b, heads, t, t))
+        if keeps and self.rng.random() < 0.35:  # keras: where(mask, p, 0), or the drop mask's where(~mask, 0, p)
+            keep = " & ".join(f"({k})" for k in keeps)
+            expr = f"jnp.where({keep}, {self.ref(p)}, 0.0)" if self.rng.random() < 0.5 else \
+                f"jnp.where(~({keep}), 0.0, {self.ref(p)})"
+            p = self.step("rezero", f"{expr}.astype(jnp.{self.dtype})", (b, heads, t, t))
         o = self.step("attend", f"({self.ref(p)} @ {self.ref(v)}).transpose(0, 2, 1, 3).reshape({self.lead(b)}, {t}, {d})", shape)
         return self.dense(o, shape, d, "dense_out")
 
