@@ -452,9 +452,11 @@ def _fold_rezeroing(graph: ir.Graph, fast: ir.Node, known: _KnownMask, exact: ir
     covers = [_rezeroes(use.node, use.idx, known, static) for use in uses]
     if not all(c is not None and c[0] for c in covers):
         return
-    if nan_safe and len(uses) == 1 and covers[0] is not None and covers[0][1]:
-        reader = uses[0].node
+    reader = uses[0].node
+    if nan_safe and len(uses) == 1 and covers[0] is not None and covers[0][1] \
+            and not reader.outputs[0].is_graph_output():
         if exact is not None:  # the same zeroing on the compared branch's result, inside its branch
+            ready = out is None or _made_before(graph, [v for v in reader.inputs if v is not result], out)
             branch = exact.graph
             inputs = [exact.outputs[0] if v is result else v for v in reader.inputs]
             moved = ir.node(reader.op_type, inputs, dict(reader.attributes.items()))
@@ -462,10 +464,10 @@ def _fold_rezeroing(graph: ir.Graph, fast: ir.Node, known: _KnownMask, exact: ir
             moved.outputs[0].name = f"{result.name or 'masked_softmax'}_rezeroed"
             branch.append(moved)
             branch.outputs[0] = moved.outputs[0]
-        if reader.outputs[0].is_graph_output():
-            return
         reader.outputs[0].replace_all_uses_with(result)
         graph.remove(reader, safe=True)
+        if exact is not None and not ready:  # the branch reads a mask made after the If: the If moves down
+            graph.sort()
         return
     softmax = fast.inputs[0]
     assert softmax is not None
@@ -486,6 +488,17 @@ def _fold_rezeroing(graph: ir.Graph, fast: ir.Node, known: _KnownMask, exact: ir
         use.node.replace_input_with(use.idx, mine)
     if not softmax.uses():
         graph.remove(node, safe=True)
+
+
+def _made_before(graph: ir.Graph, values: list[ir.Value | None], out: ir.Value) -> bool:
+    """Whether each of ``values`` is ready where ``out``'s node runs (a branch may read it): an input, an
+    initializer or a constant, or made by a node of ``graph`` before that one."""
+    pending = {id(v) for v in values if v is not None and v.producer() is not None}
+    for node in graph:
+        if any(o is out for o in node.outputs):
+            return not pending
+        pending.difference_update(id(o) for o in node.outputs)
+    return False
 
 
 def _copy_into(branch: ir.Graph, node: ir.Node, before: ir.Node) -> ir.Value:
