@@ -130,7 +130,8 @@ faster without changing the numbers:
   or an infinity (ORT's Where branches on every element);
 - ``masked_softmax``: a Softmax behind an attention mask with its input raised to ``max - 64`` where lower
   and those outputs zeroed, so that ORT's exp makes no subnormals (each an assist on Intel CPUs); where the mask
-  is read whole, zeroed by a product with its kept places behind a test instead of a second comparison;
+  is read whole, zeroed by a product with its kept places behind a test instead of a second comparison, and
+  that product left to a reader that zeroes the same places again (keras' ``where(mask, p, 0)``: ``_rezeroing``);
 - ``constant_targets`` (in ``symbolic``): on symbolic inputs, Reshape and Expand targets computed from ``Shape``
   as constants (0 or 1 where an entry repeats the input's dim, one -1), after every rule that reads them;
 - ``dense_bias``: a big product's bias Add kept out of ORT's Gemm (a Gemm without C, or the bias at the
