@@ -35,7 +35,7 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
     floats = _read_inputs(graph, value)
     if not floats:
         return None
-    memo: _bounds.Memo = {id(v): (v, INPUT_BOUND) for v in floats}
+    memo = _within_bound(floats)
     bound = _bounds.magnitude(value, memo)
     if not bound < float("inf") or not holds(bound) or (nan and not _bounds.nan_free(value, memo)):
         return None
@@ -45,8 +45,12 @@ def shared_test(graph: ir.Graph, value: ir.Value, holds: Callable[[float], bool]
 def nan_free_when_tested(graph: ir.Graph, value: ir.Value) -> bool:
     """Whether ``value`` cannot be NaN where the graph's input test passes (every float input it is computed
     from within ``INPUT_BOUND``), or whatever the inputs where it reads none."""
-    memo: _bounds.Memo = {id(v): (v, INPUT_BOUND) for v in _read_inputs(graph, value)}
-    return _bounds.nan_free(value, memo)
+    return _bounds.nan_free(value, _within_bound(_read_inputs(graph, value)))
+
+
+def _within_bound(floats: list[ir.Value]) -> _bounds.Memo:
+    """The bounds the inputs' test proves: every element of each of ``floats`` below ``INPUT_BOUND``."""
+    return {id(v): (v, INPUT_BOUND) for v in floats}
 
 
 def _read_inputs(graph: ir.Graph, value: ir.Value) -> list[ir.Value]:

@@ -308,6 +308,34 @@ def same_value(a: ir.Value | None, b: ir.Value | None, depth: int = 6) -> bool:
     return all(same_value(x, y, depth - 1) for x, y in zip(pa.inputs, pb.inputs))
 
 
+def negation(node: ir.Node) -> ir.Value | None:
+    """The value ``node`` negates: Not's input, or Xor's other input where one is a constant true."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Not":
+        return node.inputs[0]
+    if node.op_type == "Xor" and len(node.inputs) == 2:
+        for mine, other in (node.inputs, node.inputs[::-1]):
+            arr = const(mine)
+            if arr is not None and arr.size == 1 and arr.dtype == bool and bool(arr.reshape(())):
+                return other
+    return None
+
+
+def clone(nodes: list[ir.Node], mapping: dict[int, ir.Value]) -> list[ir.Node]:
+    """Copies of ``nodes`` (a topological order) reading ``mapping``'s values for the originals'."""
+    copies = []
+    for node in nodes:
+        inputs = [None if v is None else mapping.get(id(v), v) for v in node.inputs]
+        copy = ir.node(node.op_type, inputs, {a.name: a for a in node.attributes.values()}, domain=node.domain,
+                       num_outputs=len(node.outputs))
+        for old, new in zip(node.outputs, copy.outputs):
+            new.type, new.shape = old.type, old.shape
+            mapping[id(old)] = new
+        copies.append(copy)
+    return copies
+
+
 def non_finite_test(x: ir.Value) -> list[ir.Node]:
     """Nodes whose last output is true when ``x`` holds a NaN or an infinity: ``IsNaN(s - s)``,
     ``s = ReduceSum(x)`` (also true when a finite sum overflows, where the caller's exact branch runs)."""

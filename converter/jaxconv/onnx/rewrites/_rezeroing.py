@@ -51,17 +51,13 @@ def fold(graph: ir.Graph, fast: ir.Node, known: KnownMask, exact: ir.Node | None
     if nan_safe and len(uses) == 1 and covers[0] is not None and covers[0][1] \
             and not reader.outputs[0].is_graph_output():
         if exact is not None:  # the same zeroing on the compared branch's result, inside its branch
-            ready = out is None or _made_before(graph, [v for v in reader.inputs if v is not result], out)
-            branch = exact.graph
-            inputs = [exact.outputs[0] if v is result else v for v in reader.inputs]
-            moved = ir.node(reader.op_type, inputs, dict(reader.attributes.items()))
-            moved.outputs[0].type, moved.outputs[0].shape = result.type, result.shape
+            (moved,) = m.clone([reader], {id(result): exact.outputs[0]})
             moved.outputs[0].name = f"{result.name or 'masked_softmax'}_rezeroed"
-            branch.append(moved)
-            branch.outputs[0] = moved.outputs[0]
+            exact.graph.append(moved)
+            exact.graph.outputs[0] = moved.outputs[0]
         reader.outputs[0].replace_all_uses_with(result)
         graph.remove(reader, safe=True)
-        if exact is not None and not ready:  # the branch reads a mask made after the If: the If moves down
+        if exact is not None:  # the branch may read a mask made after the If: the If moves down to it
             graph.sort()
         return
     softmax = fast.inputs[0]
@@ -85,23 +81,10 @@ def fold(graph: ir.Graph, fast: ir.Node, known: KnownMask, exact: ir.Node | None
         graph.remove(node, safe=True)
 
 
-def _made_before(graph: ir.Graph, values: list[ir.Value | None], out: ir.Value) -> bool:
-    """Whether each of ``values`` is ready where ``out``'s node runs (a branch may read it): an input, an
-    initializer or a constant, or made by a node of ``graph`` before that one."""
-    pending = {id(v) for v in values if v is not None and v.producer() is not None}
-    for node in graph:
-        if any(o is out for o in node.outputs):
-            return not pending
-        pending.difference_update(id(o) for o in node.outputs)
-    return False
-
-
 def _copy_into(branch: ir.Graph, node: ir.Node, before: ir.Node) -> ir.Value:
     """A copy of the one-output ``node`` (of the graph around ``branch``) in ``branch``, before ``before``."""
-    copy = ir.node(node.op_type, list(node.inputs), dict(node.attributes.items()))
-    out = node.outputs[0]
-    copy.outputs[0].type, copy.outputs[0].shape = out.type, out.shape
-    copy.outputs[0].name = f"{out.name or 'masked_softmax'}_{branch.name or 'branch'}"
+    (copy,) = m.clone([node], {})
+    copy.outputs[0].name = f"{node.outputs[0].name or 'masked_softmax'}_{branch.name or 'branch'}"
     branch.insert_before(before, copy)
     return copy.outputs[0]
 
@@ -138,22 +121,15 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
 
 
 def _unnegated(value: ir.Value) -> tuple[ir.Value, int]:
-    """``value`` with its negations taken off (Not, Xor with true): the mask under them, and how many
-    there were, modulo 2."""
+    """``value`` with its negations taken off (``_match.negation``): the mask under them, and how many there
+    were, modulo 2."""
     flips = 0
     for _ in range(_NEGATIONS):
-        node = m.producer(value, "Not", "Xor")
-        if node is None or any(v is None for v in node.inputs):
+        node = value.producer()
+        under = None if node is None else m.negation(node)
+        if under is None:
             break
-        if node.op_type == "Not":
-            value, flips = node.inputs[0], flips ^ 1
-            continue
-        truths = [m.repeated_const(v) for v in node.inputs]
-        k = next((k for k, t in enumerate(truths) if t is not None and t.size and t.dtype == np.bool_ and t.all()),
-                 None)
-        if k is None:
-            break
-        value, flips = node.inputs[1 - k], flips ^ 1
+        value, flips = under, flips ^ 1
     return value, flips
 
 

@@ -310,20 +310,6 @@ def _branch_on(graph: ir.Graph, test: ir.Value, result: ir.Value, exact: list[ir
     branch.attributes["else_branch"] = ir.AttrGraph("else_branch", guard)
 
 
-def _clone(nodes: list[ir.Node], mapping: dict[int, ir.Value]) -> list[ir.Node]:
-    """Copies of ``nodes`` (a topological order) reading ``mapping``'s values for the originals'."""
-    copies = []
-    for node in nodes:
-        inputs = [None if v is None else mapping.get(id(v), v) for v in node.inputs]
-        copy = ir.node(node.op_type, inputs, {a.name: a for a in node.attributes.values()}, domain=node.domain,
-                       num_outputs=len(node.outputs))
-        for old, new in zip(node.outputs, copy.outputs):
-            new.type, new.shape = old.type, old.shape
-            mapping[id(old)] = new
-        copies.append(copy)
-    return copies
-
-
 def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_Guard] | None:
     """Put the layers that end in, or run on after, ``last``'s pool behind one finiteness test.
 
@@ -354,7 +340,7 @@ def _guard_chain(graph: ir.Graph, guards: list[_Guard], last: _Guard) -> list[_G
     if last not in taken or not any(g.x.producer() is not None and id(g.x.producer()) in ids for g in taken):
         return None  # no layer before a pool: the guard alone
     mapping: dict[int, ir.Value] = {}
-    fast = _clone(nodes, mapping)
+    fast = m.clone(nodes, mapping)
     for g in taken:  # the fast copy reads each plain pool where the original reads its guard
         for use in list(mapping[id(g.result)].uses()):
             use.node.replace_input_with(use.idx, mapping[id(g.plain.outputs[0])])

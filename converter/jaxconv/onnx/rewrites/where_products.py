@@ -49,26 +49,12 @@ def rewrite(graph: ir.Graph) -> int:
 def _data_comparison(cond: ir.Value | None) -> bool:
     """True when ``cond`` is a comparison of non-constant values (through Not), which follows the data."""
     node = cond.producer() if cond is not None else None
-    while node is not None and _negation(node) is not None:
-        negated = _negation(node)
+    while node is not None and m.negation(node) is not None:
+        negated = m.negation(node)
         node = negated.producer() if negated is not None else None
     if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx"):
         return False
     return any(m.const(v) is None for v in node.inputs)
-
-
-def _negation(node: ir.Node) -> ir.Value | None:
-    """The value ``node`` negates: Not's input, or Xor's other input where one is a constant true."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if node.op_type == "Not":
-        return node.inputs[0]
-    if node.op_type == "Xor" and len(node.inputs) == 2:
-        for mine, other in (node.inputs, node.inputs[::-1]):
-            arr = m.const(mine)
-            if arr is not None and arr.size == 1 and arr.dtype == bool and bool(arr.reshape(())):
-                return other
-    return None
 
 
 def _fill(value: ir.Value | None) -> float | None:
