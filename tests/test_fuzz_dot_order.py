@@ -14,6 +14,7 @@ import pytest
 from conformance.fuzz import known
 from conformance.fuzz import run as fuzz_run
 from conformance.fuzz.compare import compare_all
+from conformance.fuzz import driver
 from conformance.fuzz.driver import _relabel_dot_order, class_of
 from conformance.fuzz.minimise import Failure
 from conformance.fuzz.program import PRELUDE, FuzzProgram, Step, Value, infer_types
@@ -124,3 +125,25 @@ def test_a_cancelling_dense_output_in_another_sum_order_is_named_dot_order():
     wrong[0, 0] += np.float32(1000 * np.finfo(np.float32).eps * largest)
     failure = Failure(p, inputs, "mismatch", compare_all(expected, [wrong]), "", expected, [wrong])
     assert _relabel_dot_order(failure, "onnx").diff.kind == "value"
+
+
+def test_a_half_precision_dot_promoted_to_float32_is_not_named():
+    """A float16 dot times a numpy float64 scale is float32 (the fuzzer's ``scores`` step: seed 5050 program 144,
+    norm_rms_f32+residual+..+scores/f16/dot-order), but its sums ran in float16: the step's float32 result does not
+    make it a float32 dot, and a float16 rounding away from jax.jit's stays a value difference."""
+    r = np.random.default_rng(3)
+    x, w = (r.standard_normal(s).astype(np.float16) for s in ((1, 8), (8, 4)))
+    p = infer_types(FuzzProgram(inputs=[0, 1], steps=[Step("scores", (0, 1), "({0} @ {1}) * (1 / np.sqrt(1))", 2)],
+                                outputs=[2], types={0: Value((1, 8), "float16"), 1: Value((8, 4), "float16")}))
+    expected = fuzz_run.reference(p, [x, w])
+    e = np.asarray(expected[0])
+    assert e.dtype == np.float32  # promoted by the float64 scale
+    wide = x.astype(np.float64) @ w.astype(np.float64)
+    other = wide.astype(np.float16).astype(np.float32)  # the float64 dot rounded once to float16: a fair result
+    other[0, 0] = np.nextafter(other[0, 0].astype(np.float16), np.float16(np.inf)).astype(np.float32)
+    failure = Failure(p, [x, w], "mismatch", compare_all(expected, [other]), "", expected, [other])
+    assert failure.diff is not None and failure.diff.kind == "value"  # one float16 ulp, past float32's tolerance
+    assert _relabel_dot_order(failure, "onnx").diff.kind == "value"
+    widened = p.copy()
+    widened.types = {**p.types, 0: Value((1, 8), "float32"), 1: Value((8, 4), "float32")}
+    assert not driver._wide_dot(p, p.steps[0]) and driver._wide_dot(infer_types(widened), p.steps[0])

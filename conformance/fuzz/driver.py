@@ -234,8 +234,7 @@ def _relabel_dot_order(failure: Failure, target: str) -> Failure:
     d = failure.diff
     if failure.status != "mismatch" or d is None or d.kind not in ("value", "inf", "nan") or not failure.actual:
         return failure
-    steps = [s for s in failure.program.steps if s.op in DOT_STEPS
-             and failure.program.types[s.out].dtype in ("float32", "float64")]
+    steps = [s for s in failure.program.steps if s.op in DOT_STEPS and _wide_dot(failure.program, s)]
     if not steps:
         return failure
     try:
@@ -266,6 +265,17 @@ def _relabel_dot_order(failure: Failure, target: str) -> Failure:
             d.kind = "dot-order"
             return failure
     return failure
+
+
+def _wide_dot(program: Any, step: Any) -> bool:
+    """A dot ``step`` that sums in float32/float64: its result and its float operands (a float16 product that a
+    float64 scale then promotes to float32 keeps its half-precision sums)."""
+    wide = ("float32", "float64")
+    floats = [program.types[a].dtype for a in step.args if program.types[a].dtype in _FLOAT_NAMES]
+    return program.types[step.out].dtype in wide and all(dtype in wide for dtype in floats)
+
+
+_FLOAT_NAMES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def _as_rounded_as_jit(step: Any, mine: Any, given: dict[int, Any], prelude: str) -> bool:
