@@ -56,6 +56,9 @@ XLA_SELECT = ("XLA rewrites x * convert(pred) as select(pred, x, 0), so 0 x nega
 NAN_ORDER = "without ONNX BitCast (opset < 26) -NaN is ordered like +NaN (README: Known differences)"
 SUM_ORDER = ("a sum or product that overflows or cancels near the largest float depends on the order of its terms; "
              "XLA and ONNX Runtime use different orders, and neither result is more accurate")
+SCALE_FOLD = ("ONNX Runtime's graph optimizer (MatMulScaleFusion) folds a constant scale of a product's operand into "
+              "the product, (q * c) @ k as c * (q @ k): where the unscaled product passes the largest float it "
+              "overflows, where XLA's product of the scaled operand does not (README: Known differences)")
 HUGE = frozenset({"huge-input"})
 SQUARES = frozenset({"square-overflow-input"})  # an input whose square (or a row's sum of squares) can overflow
 HUGE_WEIGHT = frozenset({"huge-weight"})  # a closed-over weight (a model layer's) within a factor 16 of the largest float
@@ -191,6 +194,11 @@ KNOWN: tuple[Known, ...] = (
     # log-softmax's masked places, and a value past 1 in v overflows its product in XLA only
     *(Known(f"*log_softmax+{dot}/*/{kind}", SUM_ORDER, frozenset({"huge-fill"}))
       for dot in MODEL_DOTS for kind in ("value", "nan", "inf")),
+    # a product of two values near the square root of the largest float (q @ k of inputs near 1.8e19), one of
+    # them scaled by a constant (q * c): ORT's MatMulScaleFusion folds c into the product, which then overflows
+    # before the scale where XLA's scaled product does not
+    *(Known(f"{chain}/*/{kind}", SCALE_FOLD, SQUARES | {"scaled-operand"})
+      for chain in (*MODEL_DOT_CHAINS, "scores") for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
       for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp") for kind in ("nan", "inf")),
@@ -275,6 +283,8 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 
 
 _PRODUCTS = (" @ ", "jnp.dot(", "jnp.matmul(", "einsum(", "dot_general(")
+# a product's operand times a literal: jnp.einsum('...', {0} * 0.707107, {1}), ({0} * 0.5) @ {1}
+_SCALED_OPERAND = re.compile(r"einsum\('[^']*', \{\d+\} \* [-+0-9.e]+, |\(\{\d+\} \* [-+0-9.e]+\) @ ")
 
 
 def program_facts(program: FuzzProgram) -> frozenset[str]:
@@ -284,6 +294,7 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
     leading zeros), ``int-square-sign`` (a signed integer's x * x compared with 0), ``huge-weight`` (a closed-over
     weight with edge values holds a finite value within a factor 16 of its dtype's largest), ``huge-fill`` (a step
     writes ``finfo.min`` or ``finfo.max``, or a literal within a factor 16 of its dtype's largest: a mask's fill),
+    ``scaled-operand`` (a product's operand is multiplied by a literal inside it: attention's ``q * scale``),
     ``symbolic-batch`` (an input's batch is exported symbolic)."""
     found = {"symbolic-batch"} if any(v.batch_axis is not None for v in program.types.values()) else set()
     for step in program.steps:
@@ -302,6 +313,8 @@ def program_facts(program: FuzzProgram) -> frozenset[str]:
             found.add("huge-weight")
         if _writes_a_huge_constant(program, step):
             found.add("huge-fill")
+        if _SCALED_OPERAND.search(step.expr):
+            found.add("scaled-operand")
         if step.op in ("while_loop", "fori_loop", "scan", "cond") and ("copysign(" in step.expr
                                                                          or "signbit(" in step.expr):
             found.add("nan-sign-in-body")
