@@ -620,13 +620,20 @@ from zoo_more_transformers import MODELS as _MORE_TRANSFORMERS  # noqa: E402
 _MORE = {**_MORE_TRANSFORMERS, **_MORE_CNN_RNN}
 MORE = tuple(_MORE)
 
+# The third: models called as they are served (zoo_served.py: masks as inputs, more keras-hub backbones).
+from zoo_served import MODELS as _SERVED  # noqa: E402
+
+SERVED = tuple(_SERVED)
+
 
 def build(name: str) -> Model:
-    """The model called ``name`` (one of NAMES, MORE or EXTRA)."""
+    """The model called ``name`` (one of NAMES, MORE, SERVED or EXTRA)."""
     if name in HF:
         return hf(name)
     if name == "tiny":
         return tiny()
     if name in _MORE:
         return _MORE[name]()
+    if name in _SERVED:
+        return _SERVED[name]()
     return OTHERS[name]()

@@ -87,6 +87,25 @@ def test_more_selects_the_second_battery_and_its_names_are_new():
     assert bench_zoo.parse_args([]).models == list(bench_zoo.zoo_models.NAMES)
 
 
+def test_served_selects_the_third_battery_of_new_names_with_masks_as_inputs():
+    served = bench_zoo.zoo_models.SERVED
+    assert len(set(served)) == len(served) == 26
+    assert not set(served) & (set(bench_zoo.zoo_models.NAMES) | set(bench_zoo.zoo_models.MORE))
+    assert bench_zoo.parse_args(["--served"]).models == list(served)
+    assert bench_zoo.parse_args(["--served", "--models", "khp_gpt2"]).models == ["khp_gpt2"]
+    import zoo_served
+
+    ids = bench_zoo.zoo_models._ids()
+    mask = zoo_served._mask(ids)
+    assert mask.dtype == ids.dtype and mask[0].all() and mask[1].sum() == ids.shape[1] - zoo_served.PADDED
+
+
+def test_more_and_served_together_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_zoo.parse_args(["--more", "--served"])
+    assert e.value.code == 2 and "run them one at a time" in capsys.readouterr().err
+
+
 def test_symbolic_specs_name_the_leading_batch_and_the_length_of_integer_inputs():
     """--symbolic-batch names the leading batch dim only; --symbolic-length the sequence axis of integer
     ``[batch, SEQ]`` inputs (token ids, masks), not a float input's axis of that size."""
