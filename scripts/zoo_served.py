@@ -66,11 +66,17 @@ def _kh_padded(name: str, backbone: str, **config: Any) -> Model:
     return _keras_hub(name, make, call, (ids, _mask(ids)))
 
 
-def _kh_text(name: str, backbone: str, **config: Any) -> Model:
+def _kh_text(name: str, backbone: str, vocab: str = "vocabulary_size", segments: bool = False,
+             **config: Any) -> Model:
+    """A keras-hub text backbone called with token ids (and segment ids of zeros where it takes them)."""
     def make(kh: Any) -> Any:
-        return getattr(kh.models, backbone)(vocabulary_size=VOCAB, num_layers=2, **config)
+        return getattr(kh.models, backbone)(**{vocab: VOCAB}, num_layers=2, **config)
 
-    return _keras_hub(name, make, lambda b, ids: b(_text(ids)), (_ids(),))
+    def call(b: Any, ids: Any) -> Any:
+        inputs = _text(ids)
+        return b({**inputs, "segment_ids": ids * 0} if segments else inputs)
+
+    return _keras_hub(name, make, call, (_ids(),))
 
 
 def _kh_image(name: str, backbone: str, **config: Any) -> Model:
@@ -90,9 +96,9 @@ MODELS: dict[str, Callable[[], Model]] = {
                                     hidden_dim=D, intermediate_dim=FF, head_dim=32),
     "khs_distilbert": lambda: _kh_text("khs_distilbert", "DistilBertBackbone", **_MHA, max_sequence_length=128),
     "khs_roberta": lambda: _kh_text("khs_roberta", "RobertaBackbone", **_MHA, max_sequence_length=128),
-    "khs_electra": lambda: _kh_text("khs_electra", "ElectraBackbone", **_MHA, embedding_dim=D,
+    "khs_electra": lambda: _kh_text("khs_electra", "ElectraBackbone", "vocab_size", True, **_MHA, embedding_dim=D,
                                     max_sequence_length=128),
-    "khs_albert": lambda: _kh_text("khs_albert", "AlbertBackbone", **_MHA, embedding_dim=64,
+    "khs_albert": lambda: _kh_text("khs_albert", "AlbertBackbone", segments=True, **_MHA, embedding_dim=64,
                                    max_sequence_length=128),
     "khs_opt": lambda: _kh_text("khs_opt", "OPTBackbone", **_MHA, max_sequence_length=128),
     "khs_bloom": lambda: _kh_text("khs_bloom", "BloomBackbone", **_MHA),

@@ -158,3 +158,24 @@ def test_a_reader_that_keeps_a_masked_place_keeps_the_product(monkeypatch):
     assert "Mul" in _ops(_branch(model, "masked_softmax_by_mask"))
     np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s, padding)), rtol=1e-6, atol=_RAISED)
     assert (got[0, :, :, -3:] == 0).all()
+
+
+@pytest.mark.parametrize("diagonal", [0, 1])
+def test_a_triangle_zeroed_again_as_trilu_drops_the_product(monkeypatch, diagonal):
+    """keras' causal decoders (OPT, GPT-2 with a mask of ones): the mask and the zeroing after the softmax are
+    one constant triangle, which ``tri_masks`` writes as a Trilu with its diagonal an input. The Trilu reads
+    the Softmax's output; the fast branch multiplies by nothing (found on keras-hub OPT, whose Trilu carried
+    ``k`` and was not read before)."""
+    tri = np.tril(np.ones((_T, _T), bool), diagonal)
+
+    def fn(s):
+        return jnp.where(tri, jax.nn.softmax(jnp.where(tri, s, -1e9), axis=-1), 0.0)
+
+    for s in (_scores(8), _edge_rows(_scores(9))):
+        model, (got,) = _same_bits(monkeypatch, fn, s)
+        assert _ops(_branch(model, "masked_softmax_by_mask")) == ["Softmax"]
+        assert _top_readers(model, "Trilu") == ["Trilu"]
+        want = np.asarray(jax.jit(fn)(s))
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=_RAISED)

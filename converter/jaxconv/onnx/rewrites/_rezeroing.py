@@ -97,11 +97,11 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
     if reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
         return None
     if reader.op_type == "Trilu" and idx == 0:
-        if len(reader.inputs) > 1 and reader.inputs[1] is not None or static is None or len(static) < 2 \
-                or not isinstance(known.open, np.ndarray):
+        k = _diagonal(reader)
+        if k is None or static is None or len(static) < 2 or not isinstance(known.open, np.ndarray):
             return None
         keep = np.ones(static[-2:], bool)
-        keep = np.triu(keep) if int(m.attr(reader, "upper", 1)) else np.tril(keep)
+        keep = np.triu(keep, k) if int(m.attr(reader, "upper", 1)) else np.tril(keep, k)
         return _compare(known.open, keep, static)
     if reader.op_type != "Where" or len(reader.inputs) != 3 or idx == 0:
         return None
@@ -118,6 +118,14 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
     # the reader keeps where ``reader_mask`` is true when this is 0, the known mask where ``mask`` is
     same = m.same_value(reader_mask, mask) and reader_flips ^ (not keeps) == flips ^ known.negated
     return (True, True) if same else None
+
+
+def _diagonal(trilu: ir.Node) -> int | None:
+    """A Trilu's diagonal ``k``: 0 without its input, the constant's value, or None where it is not known."""
+    if len(trilu.inputs) < 2 or trilu.inputs[1] is None:
+        return 0
+    k = constants.evaluate(trilu.inputs[1])
+    return int(k.reshape(())) if k is not None and k.size == 1 and k.dtype == np.int64 else None
 
 
 def _unnegated(value: ir.Value) -> tuple[ir.Value, int]:
