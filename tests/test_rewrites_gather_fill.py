@@ -45,7 +45,10 @@ def test_fill_row_replaces_the_where(monkeypatch, dtype):
     want = np.asarray(jax.jit(fn)(ids))
     ops, (got,) = _convert(fn, ids)
     plain_ops, (plain,) = _plain(monkeypatch, fn, ids)
-    assert plain_ops["Where"] == ops["Where"] and ops["Gather"] == 1, (ops, plain_ops)
+    # the index test and both Wheres of the fill go: one Clip(w, -1, n) reads the fill row for every index out
+    # of range (the wrap of negative ids keeps its Where)
+    assert ops["Where"] == plain_ops["Where"] - 1 and ops["Gather"] == 1, (ops, plain_ops)
+    assert ops["Clip"] == 1 and not ops["Equal"] and not ops["Xor"] and not ops["Not"], ops
     np.testing.assert_array_equal(_bits(got), _bits(plain))
     np.testing.assert_array_equal(_bits(got), _bits(want))
     assert np.isnan(got[0, 4]).all() and np.isnan(got[0, 5]).all()

@@ -97,12 +97,16 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
     if reader.domain not in ("", "ai.onnx") or len(reader.outputs) != 1:
         return None
     if reader.op_type == "Trilu" and idx == 0:
-        k = _diagonal(reader)
-        if k is None or static is None or len(static) < 2 or not isinstance(known.open, np.ndarray):
+        k, last = _diagonal(reader), _last_two(reader.inputs[0])
+        if k is None or last is None or not isinstance(known.open, np.ndarray):
             return None
-        keep = np.ones(static[-2:], bool)
+        keep = np.ones(last, bool)
         keep = np.triu(keep, k) if int(m.attr(reader, "upper", 1)) else np.tril(keep, k)
-        return _compare(known.open, keep, static)
+        try:  # the triangle is the same in every leading place, whatever their sizes (a symbolic batch)
+            shape = np.broadcast_shapes(known.open.shape, last)
+        except ValueError:
+            return None
+        return _compare(known.open, keep, shape)
     if reader.op_type != "Where" or len(reader.inputs) != 3 or idx == 0:
         return None
     zero = m.repeated_const(reader.inputs[3 - idx])
@@ -118,6 +122,14 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
     # the reader keeps where ``reader_mask`` is true when this is 0, the known mask where ``mask`` is
     same = m.same_value(reader_mask, mask) and reader_flips ^ (not keeps) == flips ^ known.negated
     return (True, True) if same else None
+
+
+def _last_two(value: ir.Value | None) -> tuple[int, int] | None:
+    """The sizes of ``value``'s last two axes, where both are known."""
+    shape = None if value is None else value.shape
+    if shape is None or len(shape) < 2 or not all(isinstance(d, int) for d in shape[-2:]):
+        return None
+    return int(shape[-2]), int(shape[-1])
 
 
 def _diagonal(trilu: ir.Node) -> int | None:
