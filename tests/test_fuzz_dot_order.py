@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.fuzz import known
+from conformance.fuzz import driver, known
 from conformance.fuzz import run as fuzz_run
 from conformance.fuzz.compare import compare_all
-from conformance.fuzz import driver
 from conformance.fuzz.driver import _relabel_dot_order, class_of
 from conformance.fuzz.minimise import Failure
 from conformance.fuzz.program import PRELUDE, FuzzProgram, Step, Value, infer_types
