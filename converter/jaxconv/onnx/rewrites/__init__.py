@@ -77,6 +77,8 @@ faster without changing the numbers:
   so the last layer computes only the rows read;
 - ``gather_matmul``: a product of gathered rows by a constant matrix (a graph network's ``nodes[senders] @ w``)
   as the gather of the table's product, where the indices outnumber the table's rows;
+- ``product_scale``: a Mul by a one-element constant after a Reshape of a MatMul's product (q's scale once
+  split into heads) moved next to the product, where ORT folds it into the MatMul's alpha;
 - ``scan_last_row``: a Scan's stacked output read only at its last row (``ys[-1]``, ``nn.RNN(...)[:, -1]``)
   where each row is the step's new carry, as the final carry (the Scan stops stacking it);
 - ``k_blocks``: a MatMul by a constant whose left operand's rows are a multiple of 4 KiB (a feed-forward
@@ -189,6 +191,7 @@ from jaxconv.onnx.rewrites import (
     one_hot_rows,
     pointwise_conv,
     pooling,
+    product_scale,
     range_checks,
     repeat_gathers,
     reshape_scale,
@@ -331,6 +334,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     if symbolic_inputs:  # after every rule that reads the run-time shape arithmetic
         fired["constant_targets"] = symbolic.constant_targets(model.graph)
     fired["dense_bias"] = 0 if one_thread else dense_bias.rewrite(model.graph)  # after the rules reading MatMuls
+    fired["product_scale"] = product_scale.rewrite(model.graph)  # after the rules that read a scale where it is
     fired["scalar_ranks"] = scalar_ranks.rewrite(model.graph)  # last: the rules above read scalars as scalars
     if any(fired.values()):
         ir.passes.common.RemoveUnusedNodesPass()(model)
