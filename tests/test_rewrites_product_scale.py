@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import onnx
 import onnxruntime as ort
