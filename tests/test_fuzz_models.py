@@ -407,3 +407,22 @@ def test_a_difference_the_checks_own_judging_passes_is_classified_judged():
         assert _relabel_judged(failure, "onnx").diff.kind == kind
     row = known.match("vjp/f32/judged")
     assert row is not None and row.reason == known.JUDGED
+
+
+def test_text_models_look_their_ids_up_with_ids_past_both_ends():
+    """A decoder's or encoder's first layer is a table lookup a fifth of the time (gather_fill's rule), and the
+    ids run past both ends of the table (negative ids wrap, others read jnp.take's fill)."""
+    from conformance.fuzz.run import input_values
+
+    looked_up = [p for p in (generate(seed, family="model", kinds=["decoder", "encoder"]) for seed in range(150))
+                 if any(s.op == "embed" and "jnp.take(" in s.expr for s in p.steps)]
+    assert len(looked_up) >= 8
+    past_end = wrapped = below = 0
+    for seed, p in enumerate(looked_up):
+        vocab = int(p.source().split("jnp.take(_w(")[1].split("(")[1].split(",")[0])
+        for kind in ("normal", "edge", "mixed"):
+            ids = [v for v in input_values(p, kind, seed) if v.dtype.kind == "i"][0]
+            past_end += int((ids >= vocab).any())
+            wrapped += int(((ids < 0) & (ids >= -vocab)).any())
+            below += int((ids < -vocab).any())
+    assert past_end and wrapped and below, (past_end, wrapped, below)

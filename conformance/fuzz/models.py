@@ -275,6 +275,8 @@ class ModelBuilder:
         b, t = self.rng.choice([1, 2, 3]), self.rng.choice([1, 2, 3, 5, 8])
         if self.rng.random() < 0.2:  # 64 rows or more: the k_blocks rule's least (MIN_ROWS)
             b, t, d = 2, self.rng.choice([32, 64]), self.rng.choice([4, 8, 16])
+        if self.rng.random() < 0.2:  # a text model's first layer: ids looked up in a table
+            return self.embedded_tokens((b, t, d))
         return self.input((b, t, d), batch_axis=0), (b, t, d)
 
     def mlp(self) -> None:
@@ -307,9 +309,10 @@ class ModelBuilder:
         if self.rng.random() < 0.5:
             self.head(x, shape)
 
-    def embedded_tokens(self) -> tuple[int, tuple[int, ...]]:
-        """Token ids looked up in a table, by a one-hot product (the accelerators' way) or by a gather."""
-        b, t, d = self.rng.choice([1, 2, 3]), self.rng.choice([1, 3, 8]), self.rng.choice([4, 8, 16])
+    def embedded_tokens(self, shape: tuple[int, int, int] | None = None) -> tuple[int, tuple[int, ...]]:
+        """Token ids looked up in a table, by a one-hot product (the accelerators' way) or by a gather; ``shape``
+        (batch, length, width), else a small one."""
+        b, t, d = shape or (self.rng.choice([1, 2, 3]), self.rng.choice([1, 3, 8]), self.rng.choice([4, 8, 16]))
         vocab = self.rng.choice([5, 20, 64])
         ids = self.ref(self.input((b, t), "int32", batch_axis=0))
         lookup = self.rng.choice(["jax.nn.one_hot({0}, {1}, dtype=jnp.{3}) @ {2}", "jnp.take({2}, {0}, axis=0)"])
