@@ -83,9 +83,11 @@ _KERAS = {  # keras' attention: the mask's fill before the softmax, the masked p
 
 @pytest.mark.parametrize("form", sorted(_KERAS))
 def test_a_padding_mask_zeroed_again_drops_the_product_by_the_mask(monkeypatch, form):
-    """``causal & padding`` with the padding an input, zeroed again after the Softmax: the fast branch gives the
-    Softmax's output (no Mul), the reader after the If zeroes the masked places. A NaN in the middle of a row
-    (which the row test lets through) is zeroed at the masked places by the reader, as in jax.jit."""
+    """``causal & padding`` with the padding an input, zeroed again after the Softmax. The mask's fill puts the
+    scores behind mask_min's If, whose test (their sum of squares) joins the row test: the fast branch never
+    sees a NaN, its product by the mask gives the reader's zeros, and the reader (a Where, ORT's slow kernel)
+    moves into the compared branch. A NaN in the middle of a row (which the row test alone lets through) takes
+    that branch, which zeroes its masked places, as jax.jit does."""
     def fn(s, padding):
         return _KERAS[form](s, _CAUSAL & padding[:, None, None, :])
 
@@ -95,9 +97,11 @@ def test_a_padding_mask_zeroed_again_drops_the_product_by_the_mask(monkeypatch, 
         for first_padded in (False, True):
             padding[1, 0] = not first_padded  # then the first query of the second example keeps no key
             model, (got,) = _same_bits(monkeypatch, fn, s, padding)
-            fast = _branch(model, "masked_softmax_by_mask")
-            assert fast is not None and _ops(fast) == ["Softmax"], _ops(fast) if fast else None
-            assert _top_readers(model, "Where") == ["Where"]
+            fast, compared = _branch(model, "masked_softmax_by_mask"), _branch(model, "masked_softmax_compared")
+            assert fast is not None and _ops(fast) == ["Mul"], _ops(fast) if fast else None
+            assert _ops(compared)[-1] == "Where" and _top_readers(model, "Where") == []
+            tests = [n for n in model.graph.node if n.op_type == "And" and n.output[0].endswith("_finite_test")]
+            assert len(tests) == 1  # the row test and mask_min's
             want = np.asarray(jax.jit(fn)(s, padding))
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
             ok = ~np.isnan(want)
@@ -129,7 +133,8 @@ def test_an_additive_mask_under_its_own_test_moves_the_reader_into_the_compared_
 
 
 def test_a_constant_window_zeroed_again_drops_the_product(monkeypatch):
-    """A sliding window (Gemma 2's local layers, keras-hub Mixtral's) as constants: compared place by place."""
+    """A sliding window (Gemma 2's local layers, keras-hub Mixtral's) as constants: compared place by place; the
+    zeroing Where, a constant window's, moves into the compared branch behind mask_min's test as well."""
     window = _CAUSAL & ~np.tril(np.ones((_T, _T), bool), -4)
 
     def fn(s):
@@ -137,7 +142,8 @@ def test_a_constant_window_zeroed_again_drops_the_product(monkeypatch):
 
     for s in (_scores(5), _edge_rows(_scores(6))):
         model, (got,) = _same_bits(monkeypatch, fn, s)
-        assert _ops(_branch(model, "masked_softmax_by_mask")) == ["Softmax"]
+        assert _ops(_branch(model, "masked_softmax_by_mask")) == ["Mul"]
+        assert _ops(_branch(model, "masked_softmax_compared"))[-1] == "Where"
         want = np.asarray(jax.jit(fn)(s))
         ok = ~np.isnan(want)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))

@@ -41,6 +41,16 @@ def rewrite(graph: ir.Graph) -> int:
     return sum(_rewrite(graph, node, masks) for node in m.each_node(graph, "Where"))
 
 
+def tested(value: ir.Value | None) -> ir.Value | None:
+    """The test of the If this rule made ``value`` with: true only where the masked scores are NaN-free and
+    above the fill (its Min branch runs then); None for a value made otherwise."""
+    node = None if value is None else value.producer()
+    then = None if node is None or node.op_type != "If" else node.attributes.get("then_branch")
+    if then is None or then.type != ir.AttributeType.GRAPH or then.value.name != BRANCHES[1]:
+        return None
+    return node.inputs[0]
+
+
 def _fill(value: ir.Value | None) -> float | None:
     """The one value the float32 constant ``value`` repeats (through Expand and the like), if a mask's fill."""
     arr = m.repeated_const(value)

@@ -425,7 +425,10 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     nan_safe = known.fill is None and (own_test or _input_guard.nan_free_when_tested(graph, known.scores))
     out = m.branch_on(graph, test, compared[-1].outputs[0], compared, fast, tests[-1] if tests else softmax,
                       ("masked_softmax_compared", "masked_softmax_by_mask"), exact_if=False)
-    _rezeroing.fold(graph, fast, known, compared[-1], nan_safe, out)
+    # behind mask_min's If, its test shows the scores NaN-free (the row test alone lets a NaN through)
+    raised = softmax.inputs[0].producer() if softmax.inputs[0] is not None else None
+    finite = mask_min.tested(raised.inputs[0]) if raised is not None and raised.op_type == "Max" else None
+    _rezeroing.fold(graph, fast, known, compared[-1], nan_safe, out, finite)
 
 
 def _branches(node: ir.Node) -> list[ir.Graph]:
