@@ -55,6 +55,7 @@ def test_the_known_row_needs_a_square_overflow_and_a_scaled_operand():
 
 def test_the_scaled_operand_fact_reads_both_score_forms():
     for expr, fact in (("jnp.einsum('bhqd,bhkd->bhqk', {0} * 0.707107, {1})", True),
+                       ("jnp.einsum('bhqd,bhkd->bhqk', {0} * (1 / np.sqrt(4)), {1})", True),  # seed 9090 program 116
                        ("({0} * 0.5) @ jnp.swapaxes({1}, -1, -2)", True),
                        ("({0} @ jnp.swapaxes({1}, -1, -2)) * 0.5", False),  # a scale after the product: not folded
                        ("jnp.einsum('bhqd,bhkd->bhqk', {0}, {1})", False)):

@@ -283,8 +283,10 @@ def facts(inputs: Sequence[np.ndarray], sizes: Sequence[int] = (), program: Fuzz
 
 
 _PRODUCTS = (" @ ", "jnp.dot(", "jnp.matmul(", "einsum(", "dot_general(")
-# a product's operand times a literal: jnp.einsum('...', {0} * 0.707107, {1}), ({0} * 0.5) @ {1}
-_SCALED_OPERAND = re.compile(r"einsum\('[^']*', \{\d+\} \* [-+0-9.e]+, |\(\{\d+\} \* [-+0-9.e]+\) @ ")
+# a product's operand times a constant: jnp.einsum('...', {0} * 0.707107, {1}), ({0} * 0.5) @ {1}, and the
+# scale written as (1 / np.sqrt(d))
+_SCALE = r"(?:[-+0-9.e]+|\(1 / np\.sqrt\(\d+\)\))"
+_SCALED_OPERAND = re.compile(rf"einsum\('[^']*', \{{\d+\}} \* {_SCALE}, |\(\{{\d+\}} \* {_SCALE}\) @ ")
 
 
 def program_facts(program: FuzzProgram) -> frozenset[str]:
