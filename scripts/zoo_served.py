@@ -49,34 +49,22 @@ def _hf_masked(name: str) -> Model:
 HF_MASKED = ("bert", "gpt2", "llama", "mistral", "bart", "distilbert", "opt", "xglm", "roberta", "gemma")
 
 
-# ---------------------------------------------------------------- keras-hub with padding_mask an input
-
-
-def _kh_padded(name: str, backbone: str, **config: Any) -> Model:
-    segments = backbone == "BertBackbone"
-
-    def make(kh: Any) -> Any:
-        return getattr(kh.models, backbone)(vocabulary_size=VOCAB, num_layers=2, **config)
-
-    def call(b: Any, ids: Any, mask: Any) -> Any:
-        inputs = {"token_ids": ids, "padding_mask": mask}
-        return b({**inputs, "segment_ids": ids * 0} if segments else inputs)
-
-    ids = _ids()
-    return _keras_hub(name, make, call, (ids, _mask(ids)))
+# ---------------------------------------------------------------- keras-hub: padding_mask an input, more backbones
 
 
 def _kh_text(name: str, backbone: str, vocab: str = "vocabulary_size", segments: bool = False,
-             **config: Any) -> Model:
-    """A keras-hub text backbone called with token ids (and segment ids of zeros where it takes them)."""
+             padded: bool = False, **config: Any) -> Model:
+    """A keras-hub text backbone called with token ids and, ``padded``, its padding mask as a second input (else
+    a mask of ones made inside); segment ids of zeros where it takes them."""
     def make(kh: Any) -> Any:
         return getattr(kh.models, backbone)(**{vocab: VOCAB}, num_layers=2, **config)
 
-    def call(b: Any, ids: Any) -> Any:
-        inputs = _text(ids)
+    def call(b: Any, ids: Any, *mask: Any) -> Any:
+        inputs = {"token_ids": ids, "padding_mask": mask[0]} if mask else _text(ids)
         return b({**inputs, "segment_ids": ids * 0} if segments else inputs)
 
-    return _keras_hub(name, make, call, (_ids(),))
+    ids = _ids()
+    return _keras_hub(name, make, call, (ids, _mask(ids)) if padded else (ids,))
 
 
 def _kh_image(name: str, backbone: str, **config: Any) -> Model:
@@ -89,11 +77,12 @@ _GQA = dict(num_query_heads=HEADS, num_key_value_heads=2, hidden_dim=D, intermed
 
 MODELS: dict[str, Callable[[], Model]] = {
     **{f"{n}_mask": (lambda n=n: _hf_masked(n)) for n in HF_MASKED},
-    "khp_bert": lambda: _kh_padded("khp_bert", "BertBackbone", **_MHA, max_sequence_length=128),
-    "khp_gpt2": lambda: _kh_padded("khp_gpt2", "GPT2Backbone", **_MHA, max_sequence_length=128),
-    "khp_llama": lambda: _kh_padded("khp_llama", "LlamaBackbone", **_GQA),
-    "khp_gemma": lambda: _kh_padded("khp_gemma", "GemmaBackbone", num_query_heads=HEADS, num_key_value_heads=1,
-                                    hidden_dim=D, intermediate_dim=FF, head_dim=32),
+    "khp_bert": lambda: _kh_text("khp_bert", "BertBackbone", segments=True, padded=True, **_MHA,
+                                 max_sequence_length=128),
+    "khp_gpt2": lambda: _kh_text("khp_gpt2", "GPT2Backbone", padded=True, **_MHA, max_sequence_length=128),
+    "khp_llama": lambda: _kh_text("khp_llama", "LlamaBackbone", padded=True, **_GQA),
+    "khp_gemma": lambda: _kh_text("khp_gemma", "GemmaBackbone", padded=True, num_query_heads=HEADS,
+                                  num_key_value_heads=1, hidden_dim=D, intermediate_dim=FF, head_dim=32),
     "khs_distilbert": lambda: _kh_text("khs_distilbert", "DistilBertBackbone", **_MHA, max_sequence_length=128),
     "khs_roberta": lambda: _kh_text("khs_roberta", "RobertaBackbone", **_MHA, max_sequence_length=128),
     "khs_electra": lambda: _kh_text("khs_electra", "ElectraBackbone", "vocab_size", True, **_MHA, embedding_dim=D,

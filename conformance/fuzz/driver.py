@@ -17,7 +17,7 @@ from conformance.fuzz import convzeros, known, reproducer
 from conformance.fuzz.compare import compare_all
 from conformance.fuzz.generate import generate
 from conformance.fuzz.minimise import Failure, flush_subnormals, minimise
-from conformance.fuzz.program import SHORT, FuzzProgram
+from conformance.fuzz.program import FLOATS, SHORT, FuzzProgram
 from conformance.fuzz.run import attempt, evaluate, judged_ok
 
 REPRODUCERS_PER_CLASS = 3
@@ -271,11 +271,9 @@ def _wide_dot(program: Any, step: Any) -> bool:
     """A dot ``step`` that sums in float32/float64: its result and its float operands (a float16 product that a
     float64 scale then promotes to float32 keeps its half-precision sums)."""
     wide = ("float32", "float64")
-    floats = [program.types[a].dtype for a in step.args if program.types[a].dtype in _FLOAT_NAMES]
+    floats = [program.types[a].dtype for a in step.args if program.types[a].dtype in FLOATS]
     return program.types[step.out].dtype in wide and all(dtype in wide for dtype in floats)
 
-
-_FLOAT_NAMES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def _as_rounded_as_jit(step: Any, mine: Any, given: dict[int, Any], prelude: str) -> bool:

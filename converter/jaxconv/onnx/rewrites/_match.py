@@ -322,6 +322,19 @@ def negation(node: ir.Node) -> ir.Value | None:
     return None
 
 
+def unnegated(value: ir.Value, limit: int | None = None) -> tuple[ir.Value, int]:
+    """``value`` with its negations (``negation``: Not, Xor with true) taken off, at most ``limit`` of them:
+    the value under them, and how many there were, modulo 2."""
+    flips, taken = 0, 0
+    while limit is None or taken < limit:
+        node = value.producer()
+        under = None if node is None else negation(node)
+        if under is None:
+            break
+        value, flips, taken = under, flips ^ 1, taken + 1
+    return value, flips
+
+
 def clone(nodes: list[ir.Node], mapping: dict[int, ir.Value]) -> list[ir.Node]:
     """Copies of ``nodes`` (a topological order) reading ``mapping``'s values for the originals'."""
     copies = []

@@ -138,7 +138,7 @@ def _rezeroes(reader: ir.Node, idx: int, known: KnownMask,
         if arr is None or arr.dtype != np.bool_ or static is None:
             return None
         return _compare(known.open, arr if keeps else ~arr, static)
-    (reader_mask, reader_flips), (mask, flips) = _unnegated(cond), _unnegated(known.open)
+    (reader_mask, reader_flips), (mask, flips) = (m.unnegated(v, _NEGATIONS) for v in (cond, known.open))
     # the reader keeps where ``reader_mask`` is true when this is 0, the known mask where ``mask`` is
     same = m.same_value(reader_mask, mask) and reader_flips ^ (not keeps) == flips ^ known.negated
     return (True, True) if same else None
@@ -158,19 +158,6 @@ def _diagonal(trilu: ir.Node) -> int | None:
         return 0
     k = constants.evaluate(trilu.inputs[1])
     return int(k.reshape(())) if k is not None and k.size == 1 and k.dtype == np.int64 else None
-
-
-def _unnegated(value: ir.Value) -> tuple[ir.Value, int]:
-    """``value`` with its negations taken off (``_match.negation``): the mask under them, and how many there
-    were, modulo 2."""
-    flips = 0
-    for _ in range(_NEGATIONS):
-        node = value.producer()
-        under = None if node is None else m.negation(node)
-        if under is None:
-            break
-        value, flips = under, flips ^ 1
-    return value, flips
 
 
 def _compare(open_: np.ndarray, keep: np.ndarray, shape: tuple[int, ...]) -> tuple[bool, bool] | None:

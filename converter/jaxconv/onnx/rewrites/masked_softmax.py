@@ -164,7 +164,7 @@ def _one(graph: ir.Graph, softmax: ir.Node) -> int:
     graph.remove(softmax, safe=True)
     known = _known_mask(graph, x, axis)
     if known is not None:
-        _zero_by_mask(graph, known, lo, new_softmax, [kept, ones, zeroed], base)
+        _zero_by_mask(graph, known, lo, new_softmax, [kept, ones, zeroed], base, mask_min.tested(x))
     return 1
 
 
@@ -339,7 +339,7 @@ def _additive(bias: np.ndarray, scores: ir.Value, x: ir.Value, axis: int) -> _Kn
 
 
 def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.Node, compared: list[ir.Node],
-                  base: str) -> None:
+                  base: str, finite: ir.Value | None) -> None:
     """The masked Softmax's zeros taken from the mask itself where a test shows they are the places
     the comparison zeroes, and the comparison's nodes (``compared``) run only where it does not.
 
@@ -425,9 +425,7 @@ def _zero_by_mask(graph: ir.Graph, known: _KnownMask, lo: ir.Node, softmax: ir.N
     nan_safe = known.fill is None and (own_test or _input_guard.nan_free_when_tested(graph, known.scores))
     out = m.branch_on(graph, test, compared[-1].outputs[0], compared, fast, tests[-1] if tests else softmax,
                       ("masked_softmax_compared", "masked_softmax_by_mask"), exact_if=False)
-    # behind mask_min's If, its test shows the scores NaN-free (the row test alone lets a NaN through)
-    raised = softmax.inputs[0].producer() if softmax.inputs[0] is not None else None
-    finite = mask_min.tested(raised.inputs[0]) if raised is not None and raised.op_type == "Max" else None
+    # ``finite``: behind mask_min's If, its test shows the scores NaN-free (the row test alone lets a NaN through)
     _rezeroing.fold(graph, fast, known, compared[-1], nan_safe, out, finite)
 
 

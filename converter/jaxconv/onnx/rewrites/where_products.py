@@ -48,10 +48,7 @@ def rewrite(graph: ir.Graph) -> int:
 
 def _data_comparison(cond: ir.Value | None) -> bool:
     """True when ``cond`` is a comparison of non-constant values (through Not), which follows the data."""
-    node = cond.producer() if cond is not None else None
-    while node is not None and m.negation(node) is not None:
-        negated = m.negation(node)
-        node = negated.producer() if negated is not None else None
+    node = m.unnegated(cond)[0].producer() if cond is not None else None
     if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx"):
         return False
     return any(m.const(v) is None for v in node.inputs)
