@@ -147,6 +147,7 @@ def result(ctx: LoweringContext, op: hir.Op, name: str, work: str) -> str:
 
 
 _VALUE_PRESERVING = {"Expand", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose", "Flatten"}
+_FLOAT_CASTS = {dt.onnx_type(t): dt.numpy_dtype(t) for t in ("float32", "float64")}
 
 
 def known_values(ctx: LoweringContext, name: str, lookback: int = 64, depth: int = 4) -> np.ndarray | None:
@@ -156,8 +157,15 @@ def known_values(ctx: LoweringContext, name: str, lookback: int = 64, depth: int
     if value is not None or depth == 0:
         return value
     node = ctx.producer(name)
-    if node is not None and node.op_type in _VALUE_PRESERVING and node.inputs and node.inputs[0] is not None:
+    if node is None or not node.inputs or node.inputs[0] is None:
+        return None
+    if node.op_type in _VALUE_PRESERVING:
         return known_values(ctx, node.inputs[0].name, lookback, depth - 1)
+    if node.op_type == "Cast":  # to a float type: jnp.clip(x, 0, 1) converts its integer bounds in the callee
+        to = node.attributes["to"].as_int() if "to" in node.attributes else None
+        source = known_values(ctx, node.inputs[0].name, lookback, depth - 1)
+        if source is not None and to in _FLOAT_CASTS and source.dtype.kind in "biuf":
+            return source.astype(_FLOAT_CASTS[to])  # round to nearest even, as ONNX Runtime's Cast
     return None
 
 

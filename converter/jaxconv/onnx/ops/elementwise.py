@@ -107,6 +107,11 @@ def extremum(ctx: LoweringContext, a: str, b: str, work: str, is_max: bool) -> s
             # NoopElimination would drop an Add(+0)).
             relu = ctx.op("Relu", [x]) if work in ("float32", "float64") else out
             return without_negative_zero(ctx, relu, work)
+        if not is_max and v is not None and work in ("float32", "float64") and np.all((v == 0) & ~np.signbit(v)):
+            # min(x, +0) is x where x is a zero (either sign) and Min's result elsewhere, which is then
+            # never -0: x goes third, the input ONNX Runtime's Where copies exactly (see float_select).
+            nonzero = ctx.op("Xor", [ctx.op("Equal", [x, ctx.scalar(0.0, work)]), ctx.const(np.array(True))])
+            return ctx.op("Where", [nonzero, ctx.op("Min", [x, ctx.scalar(0.0, work)]), x])
     # A zero result takes its sign from 1/a and 1/b (+inf for +0, -inf for -0).
     zero = ctx.scalar(0.0, work)
     is_zero = ctx.op("Equal", [out, zero])
