@@ -21,6 +21,7 @@ import onnx_ir as ir
 from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx import xla_bfloat16
 from jaxconv.onnx.context import RECIPROCAL_KEY, LoweringContext
+from jaxconv.onnx.ops import nan_selects
 from jaxconv.onnx.ops._common import (
     compute_in,
     direct,
@@ -493,8 +494,12 @@ def lower_is_finite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 # ---- select, compare ---------------------------------------------------------------------------
 @lowering("stablehlo.select", onnx_ops=("Where",))
 def lower_select(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Where (scalar or full-shape predicate), any dtype."""
+    """Where (scalar or full-shape predicate), any dtype; a select on a NaN test that changes nothing but a
+    NaN's payload (``nan_selects``) is its other side."""
     cond, a, b = inputs
+    shapes = {tuple(v.type.shape) for v in (*op.operands, *op.results)}
+    if op.results[0].type.dtype in dt.FLOATS and len(shapes) == 1 and nan_selects.redundant(ctx, cond, a, b):
+        return b
     return where(ctx, cond, a, b, op.results[0].type.dtype, exact_zeros=True)
 
 
