@@ -127,6 +127,7 @@ faster without changing the numbers:
 - ``nearest_resize``: nearest-neighbour upsampling by whole factors (``jnp.repeat`` of spatial axes, Keras'
   UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
   it); one that stays NHWC goes back to Gathers;
+- ``clamps``: a select that clamps at a constant (jax.nn.hard_tanh, ``where(x > c, c, x)``) as Min or Max;
 - ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
   or an infinity (ORT's Where branches on every element);
@@ -161,6 +162,7 @@ from jaxconv.onnx.rewrites import (
     broadcast_matmul_order,
     broadcast_spans,
     broadcasts,
+    clamps,
     column_sums,
     conv_1d,
     conv_affine,
@@ -329,6 +331,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["broadcast_spans"] = broadcast_spans.rewrite(model.graph)
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
+    fired["clamps"] = clamps.rewrite(model.graph)  # before where_products, which would guard them
     fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
     fired["masked_softmax"] = masked_softmax.rewrite(model.graph)  # after the rules that make its masks
     if symbolic_inputs:  # after every rule that reads the run-time shape arithmetic
