@@ -3,7 +3,8 @@
     .venv/bin/python scripts/bench_kernels.py [--only conv,pool] [--rounds 7] [--target-ms 15] [--ops]
 
 Each case is one small jax function at a shape typical of deployed models (convolutions as jax writes
-them, NHWC; pooling; reductions; norms; gathers; transposes; elementwise chains; cumsum; top_k; resize;
+them, NHWC; pooling; reductions; norms; gathers; transposes; elementwise chains; activations and the
+functions under them (expm1, log1p, clamps); cumsum; top_k; resize;
 batched products). It is converted with ``jaxconv.to_onnx`` (no check) and run in ORT with one intra-op
 thread and no spinning, beside ``jax.jit`` with XLA on one thread (the flags are set here, before jax is
 imported). Both are timed in one process, alternating, as process CPU time over enough calls to take
@@ -162,6 +163,12 @@ def cases() -> dict[str, Callable[[], Case]]:
         [_rand(8, 128, 1024)])
     c["elementwise x+y[bcast batch] b16 64x512"] = lambda: ((lambda x, y: x + y), \
         [_rand(16, 64, 512), _rand(1, 64, 512, seed=1)])
+    activations = {"softplus": jax.nn.softplus, "log_sigmoid": jax.nn.log_sigmoid, "mish": jax.nn.mish,
+                   "elu": jax.nn.elu, "selu": jax.nn.selu, "hard_tanh": jax.nn.hard_tanh, "sigmoid": jax.nn.sigmoid,
+                   "sparse_plus": jax.nn.sparse_plus, "expm1": jnp.expm1, "log1p": lambda x: jnp.log1p(jnp.abs(x)),
+                   "clip(x,0,1)": lambda x: jnp.clip(x, 0, 1), "minimum(x,0)": lambda x: jnp.minimum(x, 0.0)}
+    for a, f in activations.items():  # x ~ N(0, 9): selects on x > 0 or |x| < 1 follow the data
+        c[f"activation {a} b8 128x1024"] = lambda f=f: (f, [_rand(8, 128, 1024) * 3])
     c["cumsum b8 512x64 axis1"] = lambda: ((lambda x: jnp.cumsum(x, axis=1)), [_rand(8, 512, 64)])
     c["cumsum b16 4096 last"] = lambda: ((lambda x: jnp.cumsum(x, axis=-1)), [_rand(16, 4096)])
     c["topk k5 b16 1000"] = lambda: ((lambda x: jax.lax.top_k(x, 5)), [_rand(16, 1000)])

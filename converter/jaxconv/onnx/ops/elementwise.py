@@ -416,8 +416,9 @@ _EXPM1_RANGE = {"float32": 80.0, "float64": 700.0}
 
 @lowering("stablehlo.exponential_minus_one", onnx_ops=("Exp", "Log"))
 def lower_expm1(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """exp(x) - 1 accurate near 0, with no select (ONNX Runtime's Where costs up to 40 Muls where its
-    condition follows the data): Kahan's ``(u - 1) * x / log(u)`` with u = exp(x), taken as
+    """exp(x) - 1 accurate near 0 and with no select: Kahan's (u - 1) * x / log(u), u = exp(x), on a clamped x.
+
+    ONNX Runtime's Where costs up to 40 Muls where its condition follows the data. The ratio is taken as
     ``(u - 1) * t`` with ``t = x' / log(exp(x'))`` on x clamped to a range where both are finite (t is 1 to
     within an ulp outside it). Where exp(x') rounds to 1, ``δ = 1`` makes t 1 and ``u - 1`` x: ±0, ±inf and
     NaN come out as jax's."""
@@ -435,8 +436,9 @@ def lower_expm1(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 
 @lowering("stablehlo.log_plus_one", onnx_ops=("Log",))
 def lower_log1p(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """log(1 + x) accurate near 0, with no select: Kahan's ``x * log(v) / (v - 1)`` with v = 1 + x, where
-    ``δ = 1`` (v rounds to 1) makes the ratio 1, and v taken from x clamped to the type's largest finite
+    """log(1 + x) accurate near 0 and with no select: Kahan's x * log(v) / (v - 1), v = 1 + x.
+
+    Where v rounds to 1, ``δ = 1`` makes the ratio 1, and v taken from x clamped to the type's largest finite
     value so that +inf gives +inf (x times a finite ratio). ±0, -1, below -1 and NaN come out as jax's."""
     x, work = unary_in(ctx, op, inputs, dt.F32_F64)
     one = ctx.scalar(1.0, work)
@@ -494,8 +496,9 @@ def lower_is_finite(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
 # ---- select, compare ---------------------------------------------------------------------------
 @lowering("stablehlo.select", onnx_ops=("Where",))
 def lower_select(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
-    """Where (scalar or full-shape predicate), any dtype; a select on a NaN test that changes nothing but a
-    NaN's payload (``nan_selects``) is its other side."""
+    """Where (scalar or full-shape predicate), any dtype; none where a NaN test changes only NaN payloads.
+
+    A select on a NaN test that changes nothing but a NaN's payload (``nan_selects``) is its other side."""
     cond, a, b = inputs
     shapes = {tuple(v.type.shape) for v in (*op.operands, *op.results)}
     if op.results[0].type.dtype in dt.FLOATS and len(shapes) == 1 and nan_selects.redundant(ctx, cond, a, b):
