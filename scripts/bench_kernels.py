@@ -166,7 +166,9 @@ def cases() -> dict[str, Callable[[], Case]]:
     activations = {"softplus": jax.nn.softplus, "log_sigmoid": jax.nn.log_sigmoid, "mish": jax.nn.mish,
                    "elu": jax.nn.elu, "selu": jax.nn.selu, "hard_tanh": jax.nn.hard_tanh, "sigmoid": jax.nn.sigmoid,
                    "sparse_plus": jax.nn.sparse_plus, "expm1": jnp.expm1, "log1p": lambda x: jnp.log1p(jnp.abs(x)),
-                   "clip(x,0,1)": lambda x: jnp.clip(x, 0, 1), "minimum(x,0)": lambda x: jnp.minimum(x, 0.0)}
+                   "clip(x,0,1)": lambda x: jnp.clip(x, 0, 1), "minimum(x,0)": lambda x: jnp.minimum(x, 0.0),
+                   "huber": lambda x: jnp.where(jnp.abs(x) < 1, 0.5 * x * x, jnp.abs(x) - 0.5),
+                   "piecewise": lambda x: jnp.where(x > 0, jnp.sqrt(jnp.abs(x)), x * x)}
     for a, f in activations.items():  # x ~ N(0, 9): selects on x > 0 or |x| < 1 follow the data
         c[f"activation {a} b8 128x1024"] = lambda f=f: (f, [_rand(8, 128, 1024) * 3])
     c["cumsum b8 512x64 axis1"] = lambda: ((lambda x: jnp.cumsum(x, axis=1)), [_rand(8, 512, 64)])

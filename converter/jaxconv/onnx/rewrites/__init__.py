@@ -128,6 +128,8 @@ faster without changing the numbers:
   UpSampling2D) as one Resize, run in NCHW between convolutions (``layout`` moves the Transposes through
   it); one that stays NHWC goes back to Gathers;
 - ``clamps``: a select that clamps at a constant (jax.nn.hard_tanh, ``where(x > c, c, x)``) as Min or Max;
+- ``select_gathers``: a select between two computed values on a comparison of data (a piecewise function, a
+  Huber loss) as a GatherElements from the two stacked (ORT's Where branches on every element);
 - ``where_products``: a Where of a constant and data on a comparison of data (a ReLU's gradient) as a
   product by the condition's 0/1 mask, behind an If that runs the Where only where the data holds a NaN
   or an infinity (ORT's Where branches on every element);
@@ -203,6 +205,7 @@ from jaxconv.onnx.rewrites import (
     scalar_ranks,
     scan_last_row,
     scan_rows,
+    select_gathers,
     shapes,
     softmax,
     sort_zeros,
@@ -332,6 +335,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["nan_reduce"] = nan_reduce.rewrite(model.graph)
     fired["pool_chains"] = pooling.chains(model.graph)  # last: after the layout rules
     fired["clamps"] = clamps.rewrite(model.graph)  # before where_products, which would guard them
+    fired["select_gathers"] = select_gathers.rewrite(model.graph)  # after activations read the float selects
     fired["where_products"] = where_products.rewrite(model.graph)  # after every rule that reads a Where
     fired["masked_softmax"] = masked_softmax.rewrite(model.graph)  # after the rules that make its masks
     if symbolic_inputs:  # after every rule that reads the run-time shape arithmetic

@@ -522,7 +522,7 @@ def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:
     pair = m.binary(product, "Mul")
     if pair is None:
         return False
-    found = _select_operands(*pair)
+    found = select_operands(*pair)
     if found is None:
         return False
     cond, x, other = found
@@ -541,7 +541,7 @@ def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:
     return True
 
 
-def _select_operands(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+def select_operands(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """``(c, x, y)`` when ``a * b`` is the lowering's float select ``Where(not c, 1, x) * Where(c, 1, y)``."""
     for first, second in ((a, b), (b, a)):
         negated, chosen = m.producer(first, "Where"), m.producer(second, "Where")

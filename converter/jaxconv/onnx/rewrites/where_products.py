@@ -46,7 +46,7 @@ def rewrite(graph: ir.Graph) -> int:
     return sum(_one(graph, node) for node in m.each_node(graph, "Where"))
 
 
-def _data_comparison(cond: ir.Value | None) -> bool:
+def data_comparison(cond: ir.Value | None) -> bool:
     """True when ``cond`` is a comparison of non-constant values (through Not), which follows the data."""
     node = m.unnegated(cond)[0].producer() if cond is not None else None
     if node is None or node.op_type not in _COMPARISONS or node.domain not in ("", "ai.onnx"):
@@ -86,7 +86,7 @@ def _one(graph: ir.Graph, where: ir.Node) -> int:
     if x is None or x.dtype not in _FLOATS or m.const(x) is not None or result.shape is None \
             or m.elements(result.shape, SYMBOLIC_SIZE) < MIN_ELEMENTS or not _same_extent(x.shape, result.shape) or cond is None \
             or not _same_extent(cond.shape, result.shape) or fill is None or fill.shape is None \
-            or len(fill.shape) > len(result.shape) or not _data_comparison(cond):
+            or len(fill.shape) > len(result.shape) or not data_comparison(cond):
         return 0
     assert k is not None
     kind = _FLOATS[x.dtype]
