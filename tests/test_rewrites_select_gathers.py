@@ -81,3 +81,17 @@ def test_kept(monkeypatch, name):
     _, plain = _plain(monkeypatch, fn, x)
     assert "GatherElements" not in ops, ops
     assert_same_bits(got, plain)
+
+
+def test_through_the_tf_ops_route():
+    """The ONNX -> TF route (TFLite's tf-ops route) reads the gather: jax.jit's numbers, NaN, zeros' signs."""
+    pytest.importorskip("tensorflow")
+    from jaxconv.onnx import convert
+    from jaxconv.program import trace
+    from jaxconv.tf.onnx_to_tf import OPSET, for_program
+
+    fn, x = SELECTS["piecewise"], _x()
+    program = trace(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+    assert "GatherElements" in [n.op_type for n in convert.program_to_onnx(program, OPSET).graph.node]
+    got = for_program(program)[1](x)["output_0"].numpy()
+    assert_same_floats(got, np.asarray(jax.jit(fn)(x)), rtol=4 * np.finfo(np.float32).eps, atol=0)
