@@ -210,3 +210,21 @@ def test_nextafter_and_bitcast_of_a_scan_carry_convert():
 
     assert_exact(f, np.array([1.3428841], np.float32), np.array(0.48197535, np.float32),
                  np.array([-0.45311594], np.float32))
+
+
+def test_layout_trial_copy_of_a_graph_whose_loop_reads_an_outer_constant():
+    """Fuzz seed 5454016398 (inv+div/f32/crash): jnp.linalg.inv's loop body reads a shape constant of the
+    graph around it, which onnx_ir's graph copy (the layout rule's trial of a forced move) refused; the
+    conversion failed with an internal error. The rule now skips the trial, and the numbers are jax.jit's."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lowering_check import convert_and_run
+
+    def f(v2):
+        return jnp.linalg.inv(v2) / v2
+
+    x = np.array([[[2.0]], [[-0.5]]], np.float32)
+    _, (got,) = convert_and_run(f, x)
+    np.testing.assert_allclose(got, np.asarray(jax.jit(f)(x)), rtol=1e-6)
