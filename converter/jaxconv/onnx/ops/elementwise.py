@@ -353,11 +353,6 @@ def float_sign(ctx: LoweringContext, x: str, work: str) -> str:
     return ctx.op("Div", [c, denominator])
 
 
-def _with_sign_of(ctx: LoweringContext, magnitude: str, x: str, work: str) -> str:
-    """|magnitude| carrying x's sign (also for ±0), for results known to share x's sign."""
-    return ctx.op("Mul", [ctx.op("Abs", [magnitude]), float_sign(ctx, x, work)])
-
-
 @lowering("stablehlo.round_nearest_afz", onnx_ops=("Floor", "Where"))
 def lower_round_afz(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     """Round half away from zero, exact for every float (signed zeros, halves, ±inf, NaN)."""
@@ -409,8 +404,8 @@ def lower_tan(ctx: LoweringContext, op: hir.Op, inputs: list[str]) -> str:
     return result(ctx, op, ctx.op("Tan", [x]), work)
 
 
-# Where x**2 no longer matters next to x (exp(x) - 1 is exp(x) or -1 to the type's precision) and exp(x)
-# stays a normal number: the range the ratios below are taken on.
+# |x| below which exp(x) is a finite normal number of the type: expm1's ratio x / log(exp(x)) is taken on x
+# clamped to it (beyond, the ratio is 1 to within an ulp).
 _EXPM1_RANGE = {"float32": 80.0, "float64": 700.0}
 
 
