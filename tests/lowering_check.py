@@ -118,6 +118,19 @@ def without_rule(rule: Any) -> Callable[..., tuple[Any, list[np.ndarray]]]:
     return plain
 
 
+def with_without_and_jax(plain: Callable[..., tuple[Any, list[np.ndarray]]], monkeypatch: Any,
+                         fn: Callable[..., Any], x: np.ndarray) -> tuple[Any, list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """(op histogram with bodies, outputs with a rule, outputs without it (``plain`` from ``without_rule``),
+    jax.jit's outputs) for ``fn`` on ``x``, with 64-bit dtypes kept where ``x`` is float64."""
+    import jax
+
+    with jax.enable_x64(x.dtype == np.float64):
+        ops, got = convert_and_run(fn, x, bodies=True)
+        _, without = plain(monkeypatch, fn, x)
+        want = [np.asarray(jax.jit(fn)(x))]
+    return ops, got, without, want
+
+
 def assert_same_bits(got: Sequence[Any], want: Sequence[Any], nan_signs: bool = True) -> None:
     """Every output bit for bit the same (NaN payloads and zero signs included; with ``nan_signs=False``,
     NaNs in the same places, of either sign: ``(-b) * s`` and ``b * (-s)`` differ only there)."""

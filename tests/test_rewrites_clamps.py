@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import clamps
-from lowering_check import assert_same_bits, convert_and_run, without_rule
+from lowering_check import assert_same_bits, convert_and_run, with_without_and_jax, without_rule
 
 _plain = without_rule(clamps)
 
@@ -36,11 +36,7 @@ CLAMPED = {
 @pytest.mark.parametrize("name", sorted(CLAMPED))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_clamp_without_where_same_bits(monkeypatch, name, dtype):
-    fn, x = CLAMPED[name], _x(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        ops, got = convert_and_run(fn, x, bodies=True)
-        _, plain = _plain(monkeypatch, fn, x)
-        want = [np.asarray(jax.jit(fn)(x))]
+    ops, got, plain, want = with_without_and_jax(_plain, monkeypatch, CLAMPED[name], _x(dtype))
     assert "Where" not in ops and "If" not in ops, ops
     assert_same_bits(got, plain, nan_signs=False)
     assert_same_bits(got, want, nan_signs=False)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxconv.onnx.rewrites import select_gathers
-from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, without_rule
+from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, with_without_and_jax, without_rule
 
 _plain = without_rule(select_gathers)
 SHAPE = (16, 1024)
@@ -35,11 +35,7 @@ SELECTS = {
 @pytest.mark.parametrize("name", sorted(SELECTS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gather_same_bits(monkeypatch, name, dtype):
-    fn, x = SELECTS[name], _x(dtype)
-    with jax.enable_x64(dtype == np.float64):
-        ops, got = convert_and_run(fn, x, bodies=True)
-        _, plain = _plain(monkeypatch, fn, x)
-        want = [np.asarray(jax.jit(fn)(x))]
+    ops, got, plain, want = with_without_and_jax(_plain, monkeypatch, SELECTS[name], _x(dtype))
     assert ops["GatherElements"] == 1 and "Where" not in ops and "If" not in ops, ops
     assert_same_bits(got, plain)
     # ORT's log and sqrt are not XLA's to the last bit; the select's picks are

@@ -158,13 +158,13 @@ def _scaled(value: ir.Value, rounding: ir.DataType | None = None) -> list[tuple[
             return None
         return _SCALING_OPS[node.op_type], [_unrounded(i, rounding) for i in node.inputs]
 
-    return scaled_chain(_unrounded(value, rounding), operation, _scalar)
+    return scaled_chain(_unrounded(value, rounding), operation, repeated_scalar)
 
 
 _SCALING_OPS: dict[str, Kind] = {"Neg": "neg", "Mul": "mul", "Div": "div"}
 
 
-def _scalar(value: ir.Value | None) -> float | None:
+def repeated_scalar(value: ir.Value | None) -> float | None:
     """The one float a constant repeats (see ``_repeated``), else None."""
     arr = _repeated(value)
     if arr is None or arr.size == 0 or arr.dtype.kind != "f":
@@ -175,7 +175,7 @@ def _scalar(value: ir.Value | None) -> float | None:
 
 def _is_scalar(value: ir.Value | None, expected: float, rtol: float) -> bool:
     """True when ``value`` is a constant whose elements all equal ``expected`` (within ``rtol``)."""
-    found = _scalar(value)
+    found = repeated_scalar(value)
     return found is not None and abs(found - expected) <= rtol * abs(expected)
 
 
@@ -288,7 +288,7 @@ def _same_shape(out: ir.Value, x: ir.Value) -> bool:
         seen += 1
         if seen > 16:
             return False
-        if _scalar(value) is not None or m.repeated_const(value) is not None:
+        if repeated_scalar(value) is not None or m.repeated_const(value) is not None:
             if value.shape is None or any(d != 1 for d in value.shape):
                 return False
             continue
@@ -534,7 +534,7 @@ def _rewrite_leaky_relu(graph: ir.Graph, product: ir.Node) -> bool:
     scaled = m.binary(m.producer(other, "Mul"), "Mul")
     if scaled is None or x not in scaled:
         return False
-    alpha = _scalar(scaled[1] if scaled[0] is x else scaled[0])
+    alpha = repeated_scalar(scaled[1] if scaled[0] is x else scaled[0])
     if alpha is None or (compare.op_type == "Greater" and alpha < 0):
         return False
     m.replace(graph, product.outputs[0], ir.node("LeakyRelu", [x], {"alpha": float(alpha)}), product)

@@ -19,12 +19,12 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import activations
 
 # ``x op c`` -> the op that clamps at c
 _CLAMPING = {"Greater": "Min", "GreaterOrEqual": "Min", "Less": "Max", "LessOrEqual": "Max"}
 _MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual", "Less": "Greater", "LessOrEqual": "GreaterOrEqual"}
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
-_FLOAT_CODES = tuple(int(t) for t in _FLOATS)
 
 
 def rewrite(graph: ir.Graph) -> int:
@@ -33,16 +33,10 @@ def rewrite(graph: ir.Graph) -> int:
 
 
 def _bound(value: ir.Value | None) -> float | None:
-    """The one nonzero value of a one-element constant (or of a Cast of one to a float: the rules run before
-    constant folding, and ``jnp.where(x > 1, 1, x)`` casts its integer 1), else None."""
-    cast = m.producer(value, "Cast")
-    source = cast.inputs[0] if cast is not None and m.attr(cast, "to") in _FLOAT_CODES else value
-    arr = m.repeated_const(source)
-    if arr is None or arr.size != 1 or arr.dtype.kind not in "fiu" or value is None or value.shape is None \
-            or any(d != 1 for d in value.shape):
-        return None
-    c = float(arr.reshape(()))
-    return None if c == 0 or np.isnan(c) else c
+    """The one nonzero number a constant repeats (through Casts: the rules run before constant folding, and
+    ``jnp.where(x > 1, 1, x)`` casts its integer 1; ``activations.repeated_scalar``), else None."""
+    c = activations.repeated_scalar(value)
+    return None if c is None or c == 0 or np.isnan(c) else c
 
 
 def _comparison(cond: ir.Value | None) -> tuple[str, ir.Value, float] | None:
@@ -51,10 +45,11 @@ def _comparison(cond: ir.Value | None) -> tuple[str, ir.Value, float] | None:
     if node is None or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
     a, b = node.inputs
-    if _bound(b) is not None and _bound(a) is None:
-        return node.op_type, a, _bound(b)
-    if _bound(a) is not None and _bound(b) is None:
-        return _MIRRORED[node.op_type], b, _bound(a)
+    bound_a, bound_b = _bound(a), _bound(b)
+    if bound_b is not None and bound_a is None:
+        return node.op_type, a, bound_b
+    if bound_a is not None and bound_b is None:
+        return _MIRRORED[node.op_type], b, bound_a
     return None
 
 
