@@ -60,7 +60,7 @@ def test_products_on_made_up_names_are_weighed():
     conv = 2.0 * 3 * 32 * 16 * 16 * 8 * 3 * 3
     product = 2.0 * 3 * 16 * 16 * 16 * 64
     kernel, weight = 4.0 * 32 * 8 * 3 * 3, 4.0 * 16 * 64  # the right operands' float32 bytes
-    assert thread_count.kernels_of(graph, sizes={"b": 3})[0] == [(conv, 1, kernel), (product, 1, weight)]
+    assert thread_count.kernels_of(graph, sizes={"b": 3}).products == [(conv, 1, kernel), (product, 1, weight)]
     assert thread_count.weigh(graph) is None  # no size for b: unknown
 
 
@@ -141,4 +141,4 @@ def test_a_reshape_targets_zeros_and_minus_one(allowzero):
         return
     assert found["unk__1"] == 3 and found["unk__2"] == 5
     b, s = dim_sizes.Poly.name("b"), dim_sizes.Poly.name("s")
-    assert thread_count.kernels_of(graph, sizes={"b": b, "s": s})[0] == [(2 * b * 4 * s * 32 * 8, 1, 4.0 * 32 * 8)]
+    assert thread_count.kernels_of(graph, sizes={"b": b, "s": s}).products == [(2 * b * 4 * s * 32 * 8, 1, 4.0 * 32 * 8)]

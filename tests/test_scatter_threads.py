@@ -44,11 +44,14 @@ def test_a_segment_reduction_records_one_thread(reduce):
     assert _recorded(model) == "1"
 
 
-def test_constant_indices_without_repeats_record_nothing():
+def test_constant_indices_without_repeats_do_not_collide():
+    """(Such a small model records one thread anyway, as one with no products and no big elementwise
+    kernels: test_thread_count_elementwise.py.)"""
     model = jaxconv.to_onnx(lambda x: x.at[np.array([0, 2, 4])].add(1.0), "f32[6]", check=False)
     assert [n.op_type for n in model.graph.node] == ["ScatterND"]
-    assert _recorded(model) is None
+    assert thread_count.colliding_scatter(ir.from_proto(model).graph) is None
     repeated = jaxconv.to_onnx(lambda x: x.at[np.array([0, 2, 0])].add(1.0), "f32[6]", check=False)
+    assert thread_count.colliding_scatter(ir.from_proto(repeated).graph) is not None
     assert _recorded(repeated) == "1"
 
 

@@ -261,13 +261,16 @@ def test_jaxconvs_runner_picks_the_session_by_the_call_sizes_and_matches_jax():
                                    '{"inputs":[["b",null,null]],"products":[[[[1,{"b":-1}]],[[1,{}]]]]}',
                                    '{"inputs":[["b",null,null]],"products":[[[["1",{"b":1}]],[[1,{}]]]]}',
                                    '{"inputs":[["b",null,null]],"products":7}', "four", "",
-                                   '{"inputs":[["b",null,null]],"products":[]}'])
+                                   '{"inputs":[["b",null,null]],"products":[]}',
+                                   '{"inputs":[["b",null,null]],"products":[],"elementwise":7}',
+                                   '{"inputs":[["b",null,null]],"products":[],"elementwise":[[[[1,{"b":1}]],[[1,{}]]]]}',
+                                   '{"inputs":[["b",null,null]],"products":[],"elementwise":[[[[1,{"b":1}]],[[1,{}]],"x"]]}'])
 def test_a_malformed_size_record_reads_as_none(value):
     model = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False)
     for p in model.metadata_props:
         if p.key == thread_count.BY_SIZE_KEY:
             p.value = value
-    assert not thread_count.read_record(model.SerializeToString()).products
+    assert not thread_count.read_record(model.SerializeToString()).by_size
     assert thread_count.recorded(model.SerializeToString(), [(2, 64, 128)]) is None
 
 

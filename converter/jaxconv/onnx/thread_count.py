@@ -30,6 +30,19 @@ to 268: such a chain of 8.4 MFLOP products weighs as two threads, as products in
 per product on two threads than these chains, and the fit follows the models. Convolutions are weighed
 as products.
 
+A model with no products (an optimizer's update, an elementwise function, a preprocessing step) is
+weighed by its elementwise kernels instead: ORT splits one over its threads from about 64K elements
+(``SPLIT_ELEMENTS``), where waking the second thread costs ``WAKE_SECONDS`` and the split saves about
+``ELEMENTWISE_SAVES`` of the kernel's one-thread time (AMD EPYC, two cores, ORT 1.32, spinning off: Add
+0.16 ns an element on one thread, Sqrt 0.36, Log 1.7; two threads took 1.0x one's time at 64K elements
+for Add, 1.2-1.45x at 128-256K, 0.7x at 1M; Exp, Sqrt, Tanh, Erf 0.6-0.9x from 256K; Min, Round, Sin,
+Cos, Sign and Where 1.0x at every size: not split). Every other kernel costs ``OTHER_SECONDS`` as
+beside products. Such a model used to get ORT's count: an Adam update of the Flax MLP's 268K parameters
+(784x256 and 256x256 weights, 102 kernels) took 0.67 ms on one thread, 1.6 ms on two; Adam's update of
+one parameter of n elements 1.19-1.36x the time on two threads at n = 128K, 0.91-0.94x at 256K, 0.69x at
+1M, which the weighing follows. With symbolic sizes such a model records its elementwise kernels by size
+(``BY_SIZE_KEY``), as they gain from a second thread above the sizes weighed.
+
 ORT's LSTM and RNN ops thread their steps themselves (the benchmark LSTM op: 0.46x on two threads,
 0.80x on one), so a model with one gets no record, nor does one
 whose product sizes are not all known (a dimension shape inference made up: a Concat's along a
@@ -101,6 +114,18 @@ STREAM_BYTES = 1.5e10  # bytes a second a product on few rows reads its right op
 SECOND_THREAD_SAVES = 0.47  # of a product's one-thread time (8-268 MFLOP alone: 0.53-0.60x the time on two)
 WAKE_SECONDS = 15e-6  # what a product ORT splits over two threads pays for waking the second
 OTHER_SECONDS = 2e-6  # what every other kernel a call runs (elementwise, shapes, reductions) costs on two
+# A model with no products weighs its elementwise kernels instead (``two_thread_weights``): ORT splits
+# one over its threads from about ``SPLIT_ELEMENTS`` elements on, where the second thread saves
+# ``ELEMENTWISE_SAVES`` of its one-thread time (``seconds_per_element`` elements) and costs ``WAKE_SECONDS``.
+SPLIT_ELEMENTS = 1 << 16
+ELEMENTWISE_SAVES = 0.4
+_ELEMENT_SECONDS = 0.2e-9  # one float32 element of a cheap op (Add, Mul, Neg, Exp) on one thread
+_COSTLY_ELEMENT_SECONDS = {"Sqrt": 0.36e-9, "Erf": 0.55e-9, "Gelu": 0.66e-9, "Log": 1.7e-9, "Elu": 1.9e-9,
+                           "Pow": 4.5e-9, "Softplus": 11.3e-9}
+# The ops ORT splits (Min, Round, Sin, Cos, Sign, Where took the same time on two threads as on one)
+_SPLIT_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Pow", "Neg", "Abs", "Relu", "Exp", "Log", "Sqrt",
+                        "Reciprocal", "Tanh", "Sigmoid", "Erf", "Floor", "Ceil", "Softplus", "LeakyRelu", "Elu",
+                        "Gelu", "Clip"})
 _SELF_THREADED = ("LSTM", "RNN")  # ORT's RNN ops that gain from a second thread
 _RNN_OPS = (*_SELF_THREADED, "GRU")
 _SHAPE_TYPES = (ir.DataType.INT64, ir.DataType.INT32)
@@ -117,26 +142,32 @@ SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # where one thread wins at the first of 
 def record(model: Any) -> dict[str, str]:
     """The metadata entries of a converted model's thread count: ``THREADS_KEY`` where ``recommend``
     gives one thread at every size weighed, else ``BY_SIZE_KEY`` where its symbolic sizes give one
-    thread at small sizes (``one_thread_up_to``): its products' flops as polynomials of the inputs'
-    symbolic dimensions, for the runner to weigh at each call's sizes; else none."""
-    threads = recommend(model, symbolic_sizes=RECORD_SIZES)
+    thread at small sizes (``one_thread_up_to``): its products' flops (a model without products: its
+    elementwise kernels' sizes) as polynomials of the inputs' symbolic dimensions, for the runner to weigh
+    at each call's sizes; else none. A model with symbolic sizes and no products always records its
+    elementwise kernels, as they gain from a second thread at sizes above those weighed."""
+    graph = model.graph
+    names = symbolic_names(graph)
+    kernels = kernels_of(graph, sizes={n: dim_sizes.Poly.name(n) for n in names}) if names else None
+    by_size = kernels is not None and not kernels.products and bool(kernels.elementwise) \
+        and colliding_scatter(graph) is None
+    threads = None if by_size else recommend(model, symbolic_sizes=RECORD_SIZES)
     if threads is not None:
         return {THREADS_KEY: str(threads)}
-    graph = model.graph
     up_to = one_thread_up_to(graph)
-    kernels = None if up_to is None else kernels_of(
-        graph, sizes={n: dim_sizes.Poly.name(n) for n in symbolic_names(graph)})
-    if kernels is None or not kernels[0]:
+    if up_to is None or kernels is None or not (kernels.products or kernels.elementwise):
         return {}
-    products, others = kernels
     runs: dict[tuple[dim_sizes.Poly, dim_sizes.Poly], dim_sizes.Poly] = {}  # one run's (flops, bytes read): runs
-    for flops, count, streamed in products:
+    for flops, count, streamed in kernels.products:
         one = (dim_sizes.Poly.of(flops), dim_sizes.Poly.of(streamed))
         runs[one] = runs.get(one, dim_sizes.Poly({})) + count
     inputs = [[d.value if isinstance(d, ir.SymbolicDim) else None for d in v.shape or ()] for v in graph.inputs]
-    data = {"one_thread_up_to": up_to, "inputs": inputs, "others": others,
+    data = {"one_thread_up_to": up_to, "inputs": inputs, "others": kernels.others,
             "products": [[flops.to_json(), count.to_json(), streamed.to_json()]
                          for (flops, streamed), count in runs.items()]}
+    if not kernels.products:  # weighed only where there are none
+        data["elementwise"] = [[dim_sizes.Poly.of(n).to_json(), dim_sizes.Poly.of(count).to_json(), per]
+                               for n, count, per in kernels.elementwise]
     return {BY_SIZE_KEY: json.dumps(data, separators=(",", ":"))}
 
 
@@ -243,24 +274,44 @@ def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any],
     """
     kernels = kernels_of(graph, skip_unknown=skip_unknown, loop_steps=loop_steps, leave_out=leave_out,
                          sizes=sizes or {})
-    return None if kernels is None else two_thread_weights(*kernels)
+    return None if kernels is None else kernels.weights()
 
 
 Product = tuple[Size, Size, Size]  # (flops of one run, runs a call makes, bytes one run reads of its right operand)
+Elementwise = tuple[Size, Size, float]  # (elements of one run, runs a call makes, seconds an element on one thread)
+
+
+@dataclasses.dataclass
+class Kernels:
+    """What a call runs, as ``two_thread_weights`` weighs it."""
+
+    products: list[Product]
+    others: float  # kernels that are no product (elementwise ones included)
+    elementwise: list[Elementwise]  # those of the others ORT splits over its threads, where their sizes are known
+
+    def weights(self, sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
+        return two_thread_weights(self.products, self.others, sizes, self.elementwise)
 
 
 def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
                loop_steps: Callable[[Any], int | None] | None = None,
-               leave_out: Collection[Any] = ()) -> tuple[list[Product], float] | None:
+               leave_out: Collection[Any] = ()) -> Kernels | None:
     """The products a call runs (``Product``; with ``dim_sizes.Poly`` sizes, polynomials of the symbolic
-    dimensions) and how many other kernels it runs (a Loop's or Scan's body's once per step, once where its
-    steps are not known), as ``weigh`` takes them; None where it gives None."""
+    dimensions), how many other kernels it runs (a Loop's or Scan's body's once per step, once where its
+    steps are not known) and which of those ORT splits, as ``weigh`` takes them; None where it gives None."""
     products: list[Product] = []
+    elementwise: list[Elementwise] = []
     others = 0.0
     shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes))
     for node, repeats, seen in _kernels(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
         if node.op_type not in _PRODUCT_OPS:
-            others += _other_kernel(node) * (1 if repeats is None else repeats)
+            if _other_kernel(node):
+                runs = 1 if repeats is None else repeats
+                others += runs
+                dims = _dims(node.outputs[0], seen) if node.op_type in _SPLIT_OPS else None
+                if dims is not None:
+                    per = _COSTLY_ELEMENT_SECONDS.get(node.op_type, _ELEMENT_SECONDS)
+                    elementwise.append((math.prod(dims, start=1), runs, per))
             continue
         if node.op_type in _SELF_THREADED and not _small_lstm(node, seen):
             return None
@@ -272,7 +323,7 @@ def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_un
                     continue
                 return None
             products.append((flops, repeats * times, streamed))
-    return products, others
+    return Kernels(products, others, elementwise)
 
 
 def _other_kernel(node: Any) -> bool:
@@ -284,25 +335,38 @@ def _other_kernel(node: Any) -> bool:
 
 
 def two_thread_weights(products: Sequence[Product], others: float = 0.0,
-                       sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
+                       sizes: Mapping[str, int] | None = None,
+                       elementwise: Sequence[Elementwise] = ()) -> tuple[float, float] | None:
     """(seconds a second intra-op thread costs a call, seconds it saves) for ``products`` and ``others``
     other kernels, polynomials taken at ``sizes``; None where one names a dimension without a size.
 
     Each product takes ``max(flops / CORE_FLOPS, bytes read / STREAM_BYTES)`` on one thread; a second
     thread saves ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS``; every other kernel costs
     ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements). A call without
-    products weighs nothing (0, 0): its elementwise kernels may be big enough to gain, and ORT runs the
-    small ones on one thread whatever the count."""
-    if not products:
-        return 0.0, 0.0
+    products is weighed by its ``elementwise`` kernels: one of at least ``SPLIT_ELEMENTS`` elements costs
+    ``WAKE_SECONDS`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
     cost, saving = others * OTHER_SECONDS, 0.0
     for product in products:
-        one, count, streamed = (x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x for x in product)
+        one, count, streamed = (_at(x, sizes) for x in product)
         if one is None or count is None or streamed is None:
             return None
         cost += count * WAKE_SECONDS
         saving += count * SECOND_THREAD_SAVES * max(one / CORE_FLOPS, streamed / STREAM_BYTES)
+    if products:
+        return cost, saving
+    for elements, runs, per_element in elementwise:
+        n, count = _at(elements, sizes), _at(runs, sizes)
+        if n is None or count is None:
+            return None
+        if n >= SPLIT_ELEMENTS:
+            cost += count * (WAKE_SECONDS - OTHER_SECONDS)
+            saving += count * ELEMENTWISE_SAVES * n * per_element
     return cost, saving
+
+
+def _at(x: Size, sizes: Mapping[str, int] | None) -> float | None:
+    """``x`` with its symbolic sizes (a polynomial's) taken at ``sizes``; None where one has none."""
+    return x.value(sizes or {}) if isinstance(x, dim_sizes.Poly) else x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,14 +576,20 @@ class Record:
     inputs: tuple[tuple[str | None, ...], ...] = ()  # each input's dimension names (None: a fixed size)
     products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # ``Product``s
     others: float = 0.0  # the other kernels a call runs
+    elementwise: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, float], ...] = ()  # ``Elementwise``s
+
+    @property
+    def by_size(self) -> bool:
+        """Whether the count depends on each call's sizes."""
+        return self.threads_always is None and bool(self.products or self.elementwise)
 
     def threads(self, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
         """The thread count for a call on inputs of ``shapes`` (in the model's input order): the count
         for every size, else 1 where the products weigh one thread at these sizes; None: ORT's default."""
-        if self.threads_always is not None or shapes is None or not self.products:
+        if not self.by_size or shapes is None:
             return self.threads_always
         sizes = self.sizes(shapes)
-        weights = None if sizes is None else two_thread_weights(self.products, self.others, sizes)
+        weights = None if sizes is None else two_thread_weights(self.products, self.others, sizes, self.elementwise)
         return None if weights is None else one_thread_for(*weights)
 
     def sizes(self, shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
@@ -572,7 +642,9 @@ def _by_size(value: str) -> Record:
             return Record()
         products = tuple(_product_from_json(*entry) for entry in data["products"])
         others = float(data.get("others", 0.0))
-        return Record(inputs=inputs, products=products, others=others)
+        elementwise = tuple((dim_sizes.Poly.from_json(n), dim_sizes.Poly.from_json(count), float(per))
+                            for n, count, per in data.get("elementwise", ()))
+        return Record(inputs=inputs, products=products, others=others, elementwise=elementwise)
     except (ValueError, TypeError, KeyError, AttributeError):
         return Record()
 

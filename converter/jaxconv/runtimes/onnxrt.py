@@ -99,7 +99,7 @@ class OnnxRunner:
         self.opset = default_opset(path_or_bytes)  # what the lowering could express (the check asks)
         self._threads, self._spinning = threads, spinning
         self._record = read_record(path_or_bytes) if threads is None else Record()
-        self._by_size = bool(self._record.products)  # a session per thread count, picked per call
+        self._by_size = self._record.by_size  # a session per thread count, picked per call
         self._sessions: dict[int | None, Any] = {}
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
