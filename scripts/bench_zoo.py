@@ -1,6 +1,7 @@
 """Real third-party models: jaxconv's ONNX and jax2onnx's in ONNX Runtime, against jax.jit.
 
-    .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2 | --more | --served] [--quick] [--profile DIR]
+    .venv/bin/python scripts/bench_zoo.py [--models bert,gpt2 | --more | --served | --training] [--quick]
+                                          [--profile DIR]
                                           [--symbolic-batch] [--symbolic-length]
 
 The models (scripts/zoo_models.py) are Hugging Face Flax, Haiku, keras-hub, Flax linen and NNX and
@@ -248,7 +249,7 @@ def summary(rows: list[ZooRow]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    known = zoo_models.NAMES + zoo_models.MORE + zoo_models.SERVED + zoo_models.EXTRA
+    known = zoo_models.NAMES + zoo_models.MORE + zoo_models.SERVED + zoo_models.TRAINING + zoo_models.EXTRA
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -263,6 +264,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--served", action="store_true",
         help=f"the third battery instead (zoo_models.SERVED: {len(zoo_models.SERVED)} models called as served: "
              "masks as inputs, more keras-hub backbones)",
+    )
+    parser.add_argument(
+        "--training", action="store_true",
+        help=f"the fourth battery instead (zoo_models.TRAINING: {len(zoo_models.TRAINING)} Optax updates and "
+             "training steps of Flax models)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="few iterations (15 rotations, about 0.5 s each)"
@@ -283,10 +289,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="convert with the sequence axis of integer inputs symbolic (i32[2,s]; timed at the model's length)",
     )
     args = parser.parse_args(argv)
-    if args.more and args.served:
-        parser.error("--more and --served name two batteries; run them one at a time")
-    if (args.more or args.served) and "--models" not in (argv if argv is not None else sys.argv):
-        args.models = ",".join(zoo_models.MORE if args.more else zoo_models.SERVED)
+    batteries = {"--more": zoo_models.MORE, "--served": zoo_models.SERVED, "--training": zoo_models.TRAINING}
+    chosen = [flag for flag in batteries if getattr(args, flag[2:])]
+    if len(chosen) > 1:
+        parser.error(f"{' and '.join(chosen)} name {len(chosen)} batteries; run them one at a time")
+    if chosen and "--models" not in (argv if argv is not None else sys.argv):
+        args.models = ",".join(batteries[chosen[0]])
     args.models = [m for m in args.models.split(",") if m]
     unknown = [m for m in args.models if m not in known]
     if unknown:

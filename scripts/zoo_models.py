@@ -625,9 +625,14 @@ from zoo_served import MODELS as _SERVED  # noqa: E402
 
 SERVED = tuple(_SERVED)
 
+# The fourth: optimizer updates and training steps (zoo_training.py: Optax on Flax models).
+from zoo_training import MODELS as _TRAINING  # noqa: E402
+
+TRAINING = tuple(_TRAINING)
+
 
 def build(name: str) -> Model:
-    """The model called ``name`` (one of NAMES, MORE, SERVED or EXTRA)."""
+    """The model called ``name`` (one of NAMES, MORE, SERVED, TRAINING or EXTRA)."""
     if name in HF:
         return hf(name)
     if name == "tiny":
@@ -636,4 +641,6 @@ def build(name: str) -> Model:
         return _MORE[name]()
     if name in _SERVED:
         return _SERVED[name]()
+    if name in _TRAINING:
+        return _TRAINING[name]()
     return OTHERS[name]()

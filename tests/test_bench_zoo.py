@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,10 +101,31 @@ def test_served_selects_the_third_battery_of_new_names_with_masks_as_inputs():
     assert mask.dtype == ids.dtype and mask[0].all() and mask[1].sum() == ids.shape[1] - zoo_served.PADDED
 
 
-def test_more_and_served_together_is_a_usage_error(capsys):
+@pytest.mark.parametrize("flags", [["--more", "--served"], ["--served", "--training"], ["--more", "--training"]])
+def test_two_batteries_together_is_a_usage_error(capsys, flags):
     with pytest.raises(SystemExit) as e:
-        bench_zoo.parse_args(["--more", "--served"])
+        bench_zoo.parse_args(flags)
     assert e.value.code == 2 and "run them one at a time" in capsys.readouterr().err
+
+
+def test_training_selects_the_fourth_battery_whose_updates_convert_to_jax_numbers():
+    """An Optax update's leaves in, its new parameters and state out: jaxconv's ONNX gives jax.jit's numbers."""
+    import jax
+
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    training = bench_zoo.zoo_models.TRAINING
+    others = set(bench_zoo.zoo_models.NAMES) | set(bench_zoo.zoo_models.MORE) | set(bench_zoo.zoo_models.SERVED)
+    assert len(set(training)) == len(training) and not set(training) & others
+    assert bench_zoo.parse_args(["--training"]).models == list(training)
+    m = bench_zoo.zoo_models.build("opt_adam_small")
+    assert m.name == "opt_adam_small" and len(m.inputs) == 4 * 6 + 1  # gradients, two moments, parameters; count
+    got = OnnxRunner(jaxconv.to_onnx(m.fn, *m.specs).SerializeToString()).run(list(m.inputs))
+    want = jax.tree_util.tree_leaves(jax.jit(m.fn)(*m.inputs))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-6, atol=1e-9)
 
 
 def test_symbolic_specs_name_the_leading_batch_and_the_length_of_integer_inputs():
