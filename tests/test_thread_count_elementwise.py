@@ -99,3 +99,16 @@ def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_
         (got,) = runner.run([x, y])
         assert runner.session.get_session_options().intra_op_num_threads == threads
         np.testing.assert_allclose(got, np.asarray(fn(x, y)), rtol=2e-6)
+
+
+def test_a_complex_model_of_symbolic_size_runs_each_call_on_its_sizes_count():
+    """Complex inputs go in as (re, im) pairs: the record is weighed at the pairs' shapes."""
+    fn = jax.jit(lambda x, y: x * y + x)
+    model = jaxconv.to_onnx(fn, "c64[b,1024]", "c64[b,1024]", check=False)
+    runner = OnnxRunner(model.SerializeToString())
+    for b, threads in ((2, 1), (1024, default_threads() or 0)):
+        x, y = ((_RNG.standard_normal((b, 1024)) + 1j * _RNG.standard_normal((b, 1024))).astype(np.complex64)
+                for _ in range(2))
+        (got,) = runner.run([x, y])
+        assert runner.session.get_session_options().intra_op_num_threads == threads
+        np.testing.assert_allclose(got, np.asarray(fn(x, y)), rtol=1e-5, atol=1e-6)

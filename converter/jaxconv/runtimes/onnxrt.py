@@ -157,14 +157,19 @@ class OnnxRunner:
         return borrowed.model
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        import onnxruntime as ort
 
-        if not self._sessions or self._by_size:
-            self._select([np.shape(a) for a in inputs])
+        if not self._sessions or self._by_size:  # a complex input goes in as (re, im) pairs on a last axis
+            self._select([(*np.shape(a), 2) if np.asarray(a).dtype.kind == "c" else np.shape(a) for a in inputs])
         if len(inputs) != len(self.input_names):
             raise ArtifactError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
         if self._complex_in or self._complex_out:
             return self._run_complex(inputs)
+        return self._run_session(inputs)
+
+    def _run_session(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run the selected session on inputs of its own types (complex ones as their pairs)."""
+        import onnxruntime as ort
+
         self._check_inputs(inputs)
         try:
             if any(np.asarray(a).dtype.name == "bfloat16" for a in inputs) or any(self._bf16_out):
@@ -190,12 +195,7 @@ class OnnxRunner:
                     raise ArtifactError(f"input {name!r} of the model is {self._complex_in[name]}, given {a.dtype.name}")
                 a = to_pairs(a.astype(self._complex_in[name]))
             feeds.append(a)
-        self._complex_in, saved = {}, (self._complex_in, self._complex_out)
-        self._complex_out = {}
-        try:
-            outs = self.run(feeds)
-        finally:
-            self._complex_in, self._complex_out = saved
+        outs = self._run_session(feeds)
         return [from_pairs(o, self._complex_out[n]) if n in self._complex_out else o
                 for n, o in zip(self.output_names, outs)]
 
