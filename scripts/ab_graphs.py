@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         import zoo_models
 
         names = [n for n in args.models.split(",") if n]
-        known = set(zoo_models.NAMES + zoo_models.MORE + zoo_models.SERVED + zoo_models.EXTRA)
+        known = set(zoo_models.ALL)
         unknown = [n for n in names if n not in known]
         if unknown:
             parser.error(f"unknown model(s) {', '.join(unknown)}")

@@ -249,7 +249,7 @@ def summary(rows: list[ZooRow]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    known = zoo_models.NAMES + zoo_models.MORE + zoo_models.SERVED + zoo_models.TRAINING + zoo_models.EXTRA
+    known = zoo_models.ALL
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -629,6 +629,7 @@ SERVED = tuple(_SERVED)
 from zoo_training import MODELS as _TRAINING  # noqa: E402
 
 TRAINING = tuple(_TRAINING)
+ALL = NAMES + MORE + SERVED + TRAINING + EXTRA  # every name ``build`` takes
 
 
 def build(name: str) -> Model:
