@@ -64,6 +64,8 @@ faster without changing the numbers:
   the value before them, or that value where the shape comes back to it;
 - ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
   the leading axes need, the weight's rows reordered instead;
+- ``early_transposes``: a Transpose after Concats, Slices and Pads (local attention's neighbouring blocks)
+  moved before them, onto the smaller tensors they are made from;
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
 - ``rotary``: a rotary embedding's ``rotate_half`` Neg folded into the sine table, the tables laid out whole;
 - ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
@@ -169,6 +171,7 @@ from jaxconv.onnx.rewrites import (
     conv_1d,
     conv_affine,
     dense_bias,
+    early_transposes,
     einsum_order,
     expert_columns,
     expert_split,
@@ -302,6 +305,8 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["strided_slices"] = strided_slices.rewrite(model.graph)
     fired["reshape_chains"] = squeezes.reshape_chains(model.graph)
     fired["head_merge"] = head_merge.rewrite(model.graph)
+    fired["early_transposes"] = early_transposes.rewrite(model.graph)  # after layout; before transposes, which
+    # takes the size-1 axes out of the permutations it leaves
     fired["transposes"] = transposes.rewrite(model.graph)
     if symbolic_inputs:  # again: the rules above leave Expands to run-time shapes (a mask's fill, a padding
         # mask of ones, positions broadcast over the batch); before rotary, which reads the tables those

@@ -1,0 +1,182 @@
+"""A Transpose after Concat, Slice and Pad moved before them, onto the smaller tensors they are made from.
+
+Local attention gathers each block's keys and values from its neighbours: LongT5's transient-global
+attention pads the keys ``[b, t, h, d]`` to whole blocks of ``len``, splits them into ``[b, n, len, h, d]``,
+pads a block of zeros at each end, slices the block before, the block itself and the one after, and
+concatenates them with the global keys into ``[b, n, 3 * len + g, h, d]``; a Transpose then puts the heads
+before the keys for the product. That Transpose moves every key three times over. The same permutation,
+applied to the blocks before they are padded, sliced and tripled (and to the global keys before they are
+joined), moves each once: LongT5's four (keys and values, two layers) went from ``[2, 8, 35, 4, 32]`` each
+to ``[2, 8, 9, 4, 32]`` and ``[2, 8, 8, 4, 32]``. ONNX Runtime's transpose optimizer leaves them there.
+
+A Transpose moves through a Concat (along the permuted axis), a Slice of constant axes (the axes
+permuted), and a Pad of constant pads (the pads permuted), into each data input; an input read by several
+of the nodes it moves through (the three Slices of one padded tensor) takes one Transpose. The move is
+made where every node it passes is read only by the nodes that move (or by the Transpose itself), the
+shapes are static, and the Transposes left move fewer elements than the one they replace. Values only
+move: the numbers cannot change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from jaxconv.onnx.rewrites import _match as m
+
+_MOVABLE = frozenset({"Concat", "Slice", "Pad", "Identity"})  # (Identities the clean-up removes later)
+
+
+def rewrite(graph: ir.Graph) -> int:
+    """Move the Transposes of ``graph`` (and its subgraphs) before the Concats, Slices and Pads that feed them
+    where fewer elements are transposed; returns how many moved."""
+    count = 0
+    for g in list(m.all_graphs(graph)):
+        for node in list(g):
+            if node.graph is g and node.op_type == "Transpose" and node.domain in ("", "ai.onnx"):
+                count += _move(g, node)
+    return count
+
+
+def _elements(value: ir.Value) -> int | None:
+    dims = m.static_dims(value)
+    return None if dims is None else int(np.prod(dims, dtype=np.int64))
+
+
+def _axes(node: ir.Node, rank: int) -> list[int] | None:
+    """The axes a Concat, Slice or Pad works on (normalized); None where they are not constants."""
+    if node.op_type == "Identity":
+        return []
+    if node.op_type == "Concat":
+        axis = m.attr(node, "axis")
+        return None if axis is None else [int(axis) % rank]
+    if node.op_type == "Slice":
+        if len(node.inputs) < 3:
+            return None
+        if len(node.inputs) < 4 or node.inputs[3] is None:
+            starts = m.const(node.inputs[1])
+            return None if starts is None else list(range(len(starts)))
+        axes = m.const(node.inputs[3])
+        return None if axes is None else [int(a) % rank for a in axes]
+    if node.op_type == "Pad":
+        if len(node.inputs) < 2 or m.const(node.inputs[1]) is None or m.attr(node, "pads") is not None:
+            return None
+        if len(node.inputs) > 3 and node.inputs[3] is not None:
+            axes = m.const(node.inputs[3])
+            return None if axes is None else [int(a) % rank for a in axes]
+        return list(range(rank))
+    return None
+
+
+def _data_inputs(node: ir.Node) -> list[ir.Value]:
+    return list(node.inputs) if node.op_type == "Concat" else [node.inputs[0]]
+
+
+def _plan(top: ir.Node, perm: list[int]) -> tuple[list[ir.Node], list[ir.Value]] | None:
+    """The nodes a Transpose of ``perm`` moves through (producers first) and the values it lands on."""
+    rank = len(perm)
+    moved: dict[int, ir.Node] = {}
+    todo = [top.inputs[0]]
+    while todo:
+        value = todo.pop()
+        node = value.producer()
+        if node is None or id(node) in moved or node.op_type not in _MOVABLE or node.domain not in ("", "ai.onnx") \
+                or value.is_graph_output() or _axes(node, rank) is None or len(node.outputs) != 1:
+            continue
+        if any(i is None or m.static_dims(i) is None or len(m.static_dims(i) or []) != rank for i in _data_inputs(node)):
+            continue
+        moved[id(node)] = node
+        todo.extend(_data_inputs(node))
+    # keep only the nodes whose output every reader is the Transpose or a node that moves, repeatedly
+    changed = True
+    while changed:
+        changed = False
+        for key, node in list(moved.items()):
+            readers = [u.node for u in node.outputs[0].uses()]
+            if not all(r is top or id(r) in moved for r in readers):
+                del moved[key]
+                changed = True
+    # only the nodes the Transpose reaches through moved ones
+    reached: dict[int, ir.Node] = {}
+    todo = [top.inputs[0]]
+    while todo:
+        node = todo.pop().producer()
+        if node is not None and id(node) in moved and id(node) not in reached:
+            reached[id(node)] = node
+            todo.extend(_data_inputs(node))
+    if not reached:
+        return None
+    order = [n for n in top.graph if id(n) in reached]  # the graph's order: producers first
+    landing: dict[int, ir.Value] = {}
+    for node in order:
+        for value in _data_inputs(node):
+            if value.producer() is None or id(value.producer()) not in reached:
+                landing[id(value)] = value
+    return order, list(landing.values())
+
+
+def _move(graph: ir.Graph, top: ir.Node) -> int:
+    x = top.inputs[0]
+    rank = m.rank(x)
+    perm = m.transpose_perm(top, rank) if rank is not None else None
+    before = _elements(x)
+    if perm is None or m.is_identity(perm) or before is None:
+        return 0
+    plan = _plan(top, perm)
+    if plan is None:
+        return 0
+    order, landing = plan
+    after = [_elements(v) for v in landing]
+    if any(e is None for e in after) or sum(e for e in after if e is not None) >= before:
+        return 0
+    made: list[ir.Node] = []
+    new: dict[int, ir.Value] = {}
+
+    def permuted(value: ir.Value) -> ir.Value:
+        return new[id(value)]
+
+    for value in landing:
+        t = ir.node("Transpose", [value], attributes={"perm": perm})
+        _typed(t.outputs[0], value, perm)
+        made.append(t)
+        new[id(value)] = t.outputs[0]
+    for node in order:
+        copy = _permuted_copy(graph, node, perm, [permuted(v) for v in _data_inputs(node)])
+        _typed(copy.outputs[0], node.outputs[0], perm)
+        made.append(copy)
+        new[id(node.outputs[0])] = copy.outputs[0]
+    m.replace(graph, top.outputs[0], made, top)
+    return 1
+
+
+def _typed(value: ir.Value, like: ir.Value, perm: list[int]) -> None:
+    """``value`` takes ``like``'s type and its dimensions permuted by ``perm``."""
+    value.type = like.type
+    dims = m.static_dims(like)
+    if dims is not None:
+        value.shape = ir.Shape([dims[p] for p in perm])
+
+
+def _permuted_copy(graph: ir.Graph, node: ir.Node, perm: list[int], data: list[ir.Value]) -> ir.Node:
+    """``node`` on data transposed by ``perm``: its axes (or pads) taken to where ``perm`` puts them."""
+    rank = len(perm)
+    where = [perm.index(a) for a in range(rank)]  # where each source axis goes
+    axes = _axes(node, rank)
+    assert axes is not None
+    if node.op_type == "Identity":
+        return ir.node("Identity", data)
+    if node.op_type == "Concat":
+        return ir.node("Concat", data, attributes={"axis": where[axes[0]]})
+    if node.op_type == "Slice":
+        new_axes = m.new_initializer(graph, np.array([where[a] for a in axes], np.int64), "slice_axes")
+        rest = list(node.inputs[4:5])
+        return ir.node("Slice", [data[0], node.inputs[1], node.inputs[2], new_axes, *rest])
+    pads = m.const(node.inputs[1])
+    assert pads is not None
+    n = len(axes)
+    moved = np.zeros(2 * rank, np.int64)
+    for k, a in enumerate(axes):
+        moved[where[a]], moved[rank + where[a]] = pads[k], pads[n + k]
+    value = node.inputs[2] if len(node.inputs) > 2 else None
+    inputs = [data[0], m.new_initializer(graph, moved, "pads")] + ([value] if value is not None else [])
+    return ir.node("Pad", inputs, attributes={"mode": m.attr(node, "mode", "constant")})
