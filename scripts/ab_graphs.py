@@ -54,9 +54,11 @@ def _largest_difference(a: list, b: list) -> float:
         x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         if x.shape != y.shape:
             return float("inf")
+        if (np.isnan(x) != np.isnan(y)).any():
+            return float("inf")
         same = (x == y) | (np.isnan(x) & np.isnan(y))
         if not same.all():
-            worst = max(worst, float(np.nanmax(np.where(same, 0.0, np.abs(x - y)), initial=np.inf)))
+            worst = max(worst, float(np.nanmax(np.where(same, 0.0, np.abs(x - y)))))
     return worst
 
 

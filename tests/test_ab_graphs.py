@@ -36,7 +36,15 @@ def test_saved_graphs_compare_with_their_nodes_ratios_and_difference(tmp_path):
     biggest.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(biggest) * 2, biggest.name))
     onnx.save(model, os.path.join(b, "tiny.onnx"))
     (moved,) = ab_graphs.compare(a, b, ["tiny"], sessions=1, iters=3)[2:]
-    assert float(_cells(moved)[6]) > 0
+    assert 0 < float(_cells(moved)[6]) < float("inf")  # a finite difference: the outputs' largest
+
+
+def test_the_largest_difference_is_finite_unless_shapes_or_nan_places_differ():
+    a = [np.array([1.0, np.nan, -0.0], np.float32)]
+    assert ab_graphs._largest_difference(a, [np.array([1.5, np.nan, 0.0], np.float32)]) == 0.5
+    assert ab_graphs._largest_difference(a, [np.array([1.0, 2.0, -0.0], np.float32)]) == float("inf")
+    assert ab_graphs._largest_difference(a, [np.zeros(2, np.float32)]) == float("inf")
+    assert ab_graphs._largest_difference(a, a) == 0.0
 
 
 @pytest.mark.parametrize("argv, message", [

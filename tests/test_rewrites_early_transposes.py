@@ -1,5 +1,6 @@
-"""early_transposes: a Transpose after the Pads, Slices and Concats that gather local attention's
-neighbouring blocks moves before them, onto the blocks; the same bits as without the rule, jax.jit's numbers."""
+"""early_transposes: a Transpose after Pads, Slices and Concats of one tensor (a padded image, local
+attention's blocks with their neighbours) moves before them, onto that tensor; the same bits as without the
+rule, jax.jit's numbers. Not where the chain starts from two tensors (LongT5's blocks and global keys)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,22 @@ _plain = without_rule(early_transposes)
 BLOCK = 9
 
 
-def _windows(k, g):
-    """LongT5's local keys: ``k`` [b, t, h, d] in blocks of BLOCK, each with its neighbours, then the global
-    keys ``g`` [b, G, h, d]; heads before keys, as the product takes them."""
+def _windows(k, g=None):
+    """LongT5's local keys: ``k`` [b, t, h, d] in blocks of BLOCK, each with its neighbours (and the global
+    keys ``g`` [b, G, h, d]); heads before keys, as the product takes them."""
     b, t, h, d = k.shape
     n = -(-t // BLOCK)
     k = jnp.pad(k, ((0, 0), (0, n * BLOCK - t), (0, 0), (0, 0))).reshape(b, n, BLOCK, h, d)
     k = jnp.pad(k, ((0, 0), (1, 1), (0, 0), (0, 0), (0, 0)))
-    blocks = jnp.concatenate([k[:, 0:n], k[:, 1:n + 1], k[:, 2:n + 2]], axis=2)
-    glob = jnp.broadcast_to(g[:, None], (b, n, *g.shape[1:]))
-    return jnp.transpose(jnp.concatenate([blocks, glob], axis=2), (0, 1, 3, 2, 4))
+    window = jnp.concatenate([k[:, 0:n], k[:, 1:n + 1], k[:, 2:n + 2]], axis=2)
+    if g is not None:
+        window = jnp.concatenate([window, jnp.broadcast_to(g[:, None], (b, n, *g.shape[1:]))], axis=2)
+    return jnp.transpose(window, (0, 1, 3, 2, 4))
 
 
-def _attention(q, k, g):
+def _attention(q, k):
     """Each block's queries against its window (q [b, n, BLOCK, h, d])."""
-    return jnp.einsum("bnqhd,bnhkd->bnhqk", q, _windows(k, g))
+    return jnp.einsum("bnqhd,bnhkd->bnhqk", q, _windows(k))
 
 
 def _inputs(t=64, heads=4, width=32, n_global=8):
@@ -52,26 +54,34 @@ def _transposed_elements(fn, *inputs) -> int:
 
 
 def test_local_windows_transpose_the_blocks_not_the_windows(monkeypatch):
-    k, g = _inputs()
-    ops, got = convert_and_run(_windows, k, g)
-    _, plain = _plain(monkeypatch, _windows, k, g)
+    k, _ = _inputs()
+    _, got = convert_and_run(_windows, k)
+    _, plain = _plain(monkeypatch, _windows, k)
     assert_same_bits(got, plain)
-    assert_same_bits(got, [np.asarray(jax.jit(_windows)(k, g))])  # values only move
-    moved = _transposed_elements(_windows, k, g)
+    assert_same_bits(got, [np.asarray(jax.jit(_windows)(k))])  # values only move
     with monkeypatch.context() as patch:
         patch.setattr(early_transposes, "rewrite", lambda graph: 0)
-        before = _transposed_elements(_windows, k, g)
-    window = 2 * 8 * (3 * BLOCK + 8) * 4 * 32  # [b, n, 3 * BLOCK + G, h, d]
-    assert before == window and moved == 2 * 8 * (BLOCK + 8) * 4 * 32, (before, moved)
+        assert _transposed_elements(_windows, k) == 2 * 8 * 3 * BLOCK * 4 * 32  # [b, n, 3 * BLOCK, h, d]
+    assert _transposed_elements(_windows, k) == 2 * 8 * BLOCK * 4 * 32  # the blocks, before their padding
+
+
+def test_windows_joined_with_the_global_keys_keep_their_transpose():
+    """Two sources: ORT's Concat along the inner axis costs what the smaller Transposes save (LongT5: 1.02x)."""
+    k, g = _inputs()
+    assert _transposed_elements(_windows, k, g) == 2 * 8 * (3 * BLOCK + 8) * 4 * 32
 
 
 def test_local_attention_keeps_the_numbers(monkeypatch):
-    k, g = _inputs()
+    k, _ = _inputs()
     q = np.random.default_rng(1).standard_normal((2, 8, BLOCK, 4, 32)).astype(np.float32)
-    _, got = convert_and_run(_attention, q, k, g)
-    _, plain = _plain(monkeypatch, _attention, q, k, g)
+    _, got = convert_and_run(_attention, q, k)
+    _, plain = _plain(monkeypatch, _attention, q, k)
     assert_same_bits(got, plain)
-    assert_same_floats(got[0], jax.jit(_attention)(q, k, g), 1e-5, 1e-5)
+    assert_same_floats(got[0], jax.jit(_attention)(q, k), 1e-5, 1e-5)
+    moved = _transposed_elements(_attention, q, k)
+    with monkeypatch.context() as patch:
+        patch.setattr(early_transposes, "rewrite", lambda graph: 0)
+        assert moved < _transposed_elements(_attention, q, k)
 
 
 def test_a_transpose_of_a_padded_image_moves_before_the_pad(monkeypatch):

@@ -64,8 +64,8 @@ faster without changing the numbers:
   the value before them, or that value where the shape comes back to it;
 - ``head_merge``: a Transpose of the axes a Reshape merges into a MatMul's contracted axis done as far as
   the leading axes need, the weight's rows reordered instead;
-- ``early_transposes``: a Transpose after Concats, Slices and Pads (local attention's neighbouring blocks)
-  moved before them, onto the smaller tensors they are made from;
+- ``early_transposes``: a Transpose after Pads, Slices and Concats of one tensor (a padded NHWC image)
+  moved before them, onto that smaller tensor (where the Conv then takes the Pad as its own padding);
 - ``transposes``: a Transpose that ORT runs on its slow path only because of size-1 axes as a one-axis move;
 - ``rotary``: a rotary embedding's ``rotate_half`` Neg folded into the sine table, the tables laid out whole;
 - ``tri_masks``: a Where that fills a triangle (a causal mask) as Trilu, and a Sub for a fill other than +0;
