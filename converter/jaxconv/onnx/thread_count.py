@@ -37,9 +37,9 @@ weighed by its elementwise kernels instead: ORT splits one over its threads from
 0.16 ns an element on one thread, Sqrt 0.36, Log 1.7; two threads took 1.0x one's time at 64K elements
 for Add, 1.2-1.45x at 128-256K, 0.7x at 1M; Exp, Sqrt, Tanh, Erf 0.6-0.9x from 256K; Min, Round, Sin,
 Cos, Sign and Where 1.0x at every size: not split). Every other kernel costs ``OTHER_SECONDS`` as
-beside products. Such a model used to get ORT's count: an Adam update of the Flax MLP's 268K parameters
-(784x256 and 256x256 weights, 102 kernels) took 0.67 ms on one thread, 1.6 ms on two; Adam's update of
-one parameter of n elements 1.19-1.36x the time on two threads at n = 128K, 0.91-0.94x at 256K, 0.69x at
+beside products. Such a model used to get ORT's count: Optax updates of an MLP's 268K parameters
+(784x256 and 256x256 weights; ``scripts/bench_zoo.py --training``) now record one thread and took
+0.85-0.97x the time (ORT alone, alternating, 3 sessions a side); Adam's update of one parameter of n elements 1.19-1.36x the time on two threads at n = 128K, 0.91-0.94x at 256K, 0.69x at
 1M, which the weighing follows. With symbolic sizes such a model records its elementwise kernels by size
 (``BY_SIZE_KEY``), as they gain from a second thread above the sizes weighed.
 
@@ -116,7 +116,8 @@ WAKE_SECONDS = 15e-6  # what a product ORT splits over two threads pays for waki
 OTHER_SECONDS = 2e-6  # what every other kernel a call runs (elementwise, shapes, reductions) costs on two
 # A model with no products weighs its elementwise kernels instead (``two_thread_weights``): ORT splits
 # one over its threads from about ``SPLIT_ELEMENTS`` elements on, where the second thread saves
-# ``ELEMENTWISE_SAVES`` of its one-thread time (``seconds_per_element`` elements) and costs ``WAKE_SECONDS``.
+# ``ELEMENTWISE_SAVES`` of its one-thread time (its elements times an element's seconds, measured below)
+# and costs ``WAKE_SECONDS``.
 SPLIT_ELEMENTS = 1 << 16
 ELEMENTWISE_SAVES = 0.4
 _ELEMENT_SECONDS = 0.2e-9  # one float32 element of a cheap op (Add, Mul, Neg, Exp) on one thread

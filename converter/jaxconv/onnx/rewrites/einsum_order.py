@@ -200,7 +200,7 @@ def _plan(mm: ir.Node) -> _Plan | None:
         return None
     if any(d.static == 0 for d in (*a.pre_dims, *b.pre_dims)):
         return None
-    mm_dims = a_dims[:-1] + b_dims[-1:]  # the product as the graph has it
+    product_dims = a_dims[:-1] + b_dims[-1:]  # the product as the graph has it
     if len(a_dims) > 2 and len(b_dims) == 2:  # a matrix on the right, broadcast: the left's leading axes are rows
         a_dims = [dp.product(a_dims[:-1]), a_dims[-1]]
     if len(b_dims) == 2 and (m.from_constants(a.src) or m.from_constants(b.src)):
@@ -238,13 +238,13 @@ def _plan(mm: ir.Node) -> _Plan | None:
     # The result: an optional Reshape that splits rows and columns into those axes, an optional Transpose.
     out = mm.outputs[0]
     out_dims = batch + [rows, cols]
-    split = _split(mm_dims, batch, rows, cols)
+    split = _split(product_dims, batch, rows, cols)
     if split is None:
         return None
-    last, post_dims, (post_m, post_n) = out, mm_dims, split
+    last, post_dims, (post_m, post_n) = out, product_dims, split
     post = next((u.node for u in out.uses() if _is(u.node, "Reshape") and u.idx == 0), None)
     if post is not None and _feeds_only(out, post):
-        got = dp.reshaped(post, mm_dims)
+        got = dp.reshaped(post, product_dims)
         groups = None if got is None else _split(got, batch, rows, cols)
         if groups is not None:
             last, post_dims, (post_m, post_n) = post.outputs[0], got, groups
