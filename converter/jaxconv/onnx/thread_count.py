@@ -39,7 +39,8 @@ for Add, 1.2-1.45x at 128-256K, 0.7x at 1M; Exp, Sqrt, Tanh, Erf 0.6-0.9x from 2
 Cos, Sign and Where 1.0x at every size: not split). Every other kernel costs ``OTHER_SECONDS`` as
 beside products. Such a model used to get ORT's count: Optax updates of an MLP's 268K parameters
 (784x256 and 256x256 weights; ``scripts/bench_zoo.py --training``) now record one thread and took
-0.85-0.97x the time (ORT alone, alternating, 3 sessions a side); Adam's update of one parameter of n elements 1.19-1.36x the time on two threads at n = 128K, 0.91-0.94x at 256K, 0.69x at
+0.85-0.97x the time (ORT alone, alternating, 3 sessions a side); Adam's update of one parameter of n
+elements took 1.19-1.36x the time on two threads at n = 128K, 0.91-0.94x at 256K, 0.69x at
 1M, which the weighing follows. With symbolic sizes such a model records its elementwise kernels by size
 (``BY_SIZE_KEY``), as they gain from a second thread above the sizes weighed.
 
