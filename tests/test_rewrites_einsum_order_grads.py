@@ -72,3 +72,23 @@ def test_without_the_rule_the_gradients_transpose_whole_tensors(monkeypatch):
     import jaxconv
 
     assert _whole_transposes(jaxconv.to_onnx(_heads_grad, w, x, check=False)) >= 1
+
+
+@pytest.mark.parametrize("fn, weight, spec, rest", [
+    (_dense_grad, (64, 128), "f32[b,s,64]", (64,)),
+    (_heads_grad, (64, 4, 16), "f32[b,s,64]", (64,)),
+    (_out_grad, (4, 16, 64), "f32[b,s,4,16]", (4, 16)),
+])
+def test_weight_gradients_of_a_symbolic_batch_and_length(fn, weight, spec, rest):
+    """The merged groups take their sizes from the sources' shapes at run time: one model, any batch and length."""
+    import jaxconv
+    from jaxconv.runtimes.onnxrt import OnnxRunner
+
+    w = _RNG.standard_normal(weight).astype(np.float32) * 0.2
+    model = jaxconv.to_onnx(fn, f"f32[{','.join(map(str, weight))}]", spec)
+    assert _whole_transposes(model) == 0
+    runner = OnnxRunner(model.SerializeToString())
+    for b, s in ((1, 5), (3, 32), (8, 1)):
+        x = _RNG.standard_normal((b, s, *rest)).astype(np.float32)
+        (got,) = runner.run([w, x])
+        assert_same_floats(got, jax.jit(fn)(w, x), 2e-5, 2e-5)
