@@ -53,7 +53,6 @@ def _update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], M
     """One optax update of an MLP's parameters (layer widths ``sizes``), a step's count past the first."""
 
     def build() -> Model:
-        import jax
         import optax
 
         opt = _optimizer(optimizer)
@@ -65,7 +64,6 @@ def _update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], M
             updates, state = opt.update(grads, state, params)
             return optax.apply_updates(params, updates), state
 
-        jax.block_until_ready(state)
         return _flat(name, "Optax", step, (grads, state, params))
 
     return build

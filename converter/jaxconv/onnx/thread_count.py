@@ -291,8 +291,8 @@ class Kernels:
     others: float  # kernels that are no product (elementwise ones included)
     elementwise: list[Elementwise]  # those of the others ORT splits over its threads, where their sizes are known
 
-    def weights(self, sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
-        return two_thread_weights(self.products, self.others, sizes, self.elementwise)
+    def weights(self) -> tuple[float, float] | None:
+        return two_thread_weights(self.products, self.others, elementwise=self.elementwise)
 
 
 def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,

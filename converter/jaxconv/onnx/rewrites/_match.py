@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -423,6 +423,16 @@ def new_initializer(graph: ir.Graph, arr: np.ndarray, name: str) -> ir.Value:
     graph.register_initializer(value)
     made[key] = value
     return value
+
+
+def moved_pads(pads: np.ndarray, to: Sequence[int], rank: int) -> np.ndarray:
+    """A Pad's ``pads`` (begins then ends, one per padded axis) with padded axis ``k`` taken to axis ``to[k]``
+    of a tensor of ``rank`` axes (a Transpose moved across the Pad); axes not in ``to`` take no padding."""
+    moved = np.zeros(2 * rank, np.int64)
+    n = len(to)
+    for k, j in enumerate(to):
+        moved[j], moved[rank + j] = pads[k], pads[n + k]
+    return moved
 
 
 def live_uses(value: ir.Value) -> list[Any]:

@@ -135,19 +135,12 @@ def _move(graph: ir.Graph, top: ir.Node) -> int:
     after = _elements(landing[0])
     if after is None or after >= before:
         return 0
-    made: list[ir.Node] = []
-    new: dict[int, ir.Value] = {}
-
-    def permuted(value: ir.Value) -> ir.Value:
-        return new[id(value)]
-
-    for value in landing:
-        t = ir.node("Transpose", [value], attributes={"perm": perm})
-        _typed(t.outputs[0], value, perm)
-        made.append(t)
-        new[id(value)] = t.outputs[0]
+    first = ir.node("Transpose", [landing[0]], attributes={"perm": perm})
+    _typed(first.outputs[0], landing[0], perm)
+    made = [first]
+    new = {id(landing[0]): first.outputs[0]}  # each value the moved nodes read -> its transposed copy
     for node in order:
-        copy = _permuted_copy(graph, node, perm, [permuted(v) for v in _data_inputs(node)])
+        copy = _permuted_copy(graph, node, perm, [new[id(v)] for v in _data_inputs(node)])
         _typed(copy.outputs[0], node.outputs[0], perm)
         made.append(copy)
         new[id(node.outputs[0])] = copy.outputs[0]
@@ -179,10 +172,7 @@ def _permuted_copy(graph: ir.Graph, node: ir.Node, perm: list[int], data: list[i
         return ir.node("Slice", [data[0], node.inputs[1], node.inputs[2], new_axes, *rest])
     pads = m.const(node.inputs[1])
     assert pads is not None
-    n = len(axes)
-    moved = np.zeros(2 * rank, np.int64)
-    for k, a in enumerate(axes):
-        moved[where[a]], moved[rank + where[a]] = pads[k], pads[n + k]
+    moved = m.moved_pads(pads, [where[a] for a in axes], rank)
     value = node.inputs[2] if len(node.inputs) > 2 else None
     inputs = [data[0], m.new_initializer(graph, moved, "pads")] + ([value] if value is not None else [])
-    return ir.node("Pad", inputs, attributes={"mode": m.attr(node, "mode", "constant")})
+    return ir.node("Pad", inputs, attributes=dict(node.attributes))

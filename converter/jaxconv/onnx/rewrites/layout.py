@@ -286,11 +286,7 @@ def _sink_through_pad(graph: ir.Graph, t: ir.Node, use: ir.Node) -> bool:
     pads = m.const(use.inputs[1]) if len(use.inputs) > 1 else None
     if pads is None or pads.ndim != 1 or pads.size != 2 * len(perm) or (len(use.inputs) > 3 and use.inputs[3] is not None):
         return False  # pads of some axes only (opset 18's axes input): left alone
-    r = len(perm)
-    moved = np.zeros_like(pads)
-    for i, j in enumerate(perm):
-        moved[j], moved[r + j] = pads[i], pads[r + i]
-    c = ir.node("Constant", [], {"value": ir.tensor(moved.astype(np.int64))})
+    c = ir.node("Constant", [], {"value": ir.tensor(m.moved_pads(pads, perm, len(perm)))})
     graph.insert_before(use, c)
     new = ir.node("Pad", [t.inputs[0], c.outputs[0], *use.inputs[2:]], dict(use.attributes))
     _emit(graph, use, new, perm)
