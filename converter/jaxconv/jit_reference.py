@@ -13,6 +13,7 @@ which XLA evaluates at compile time with other kernels than at run time (``folde
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from jaxconv.scan_params import scan_counts
@@ -201,6 +202,22 @@ def clear() -> None:
 # whose sub-program this does not rebuild (``shard_map``, ``custom_transpose``) runs at the program's
 # dtypes, its inputs rounded back and its outputs widened: ``wide_call`` names those ops.
 
+AfterEqn = Callable[[Any, list[Any], list[Any], Any], list[Any]]  # (equation, inputs, outputs, salt) -> outputs
+
+
+@dataclass
+class _Widening:
+    """The state of one widened evaluation: the ops it ran at the program's dtypes, and the caller's
+    hook on every equation's outputs, with the call's salt."""
+    at_program_dtypes: set[str]
+    after_eqn: AfterEqn | None = None
+    salt: Any = None
+
+    def in_combiner(self) -> _Widening:
+        """For a reduction's or a scatter's combiner, traced on its own: no hook (its salt would leak in)."""
+        return _Widening(self.at_program_dtypes)
+
+
 _WIDE = {"float16": "float64", "bfloat16": "float64", "float32": "float64", "complex64": "complex128"}
 # Ops that stay at the program's dtypes: their result depends on the precision itself.
 _AT_PROGRAM_DTYPES = frozenset({"bitcast_convert_type", "nextafter", "pure_callback", "io_callback",
@@ -223,17 +240,23 @@ def _widen_to(x: Any, dtype: Any) -> Any:
     return x if x.dtype == dtype else lax.convert_element_type(x, dtype)
 
 
-def wide_call(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, frozenset[str]]:
+def wide_call(fn: Callable[..., Any], args: Sequence[Any], after_eqn: AfterEqn | None = None,
+              salt: int = 0) -> tuple[Any, frozenset[str]]:
     """``fn(*args)`` computed in float64 (complex128), constants and literals included, by jax.jit;
     returns (outputs, the ops computed at the program's dtypes). ``args`` keep their own dtypes.
 
     The jaxpr is traced under the caller's x64 setting, as ``jit_call`` traces it, and runs under
     ``jax.enable_x64``; every constant travels as an argument (widened inside the compiled program).
+    ``after_eqn`` (equation, its widened inputs, its widened outputs, ``salt`` as a traced uint64) ->
+    outputs, when given, replaces each equation's outputs, loop bodies' and calls' equations included
+    (``rounding_noise``); the program is compiled once per hook, ``salt`` varying between calls.
     """
     import jax
 
     flat, treedef = jax.tree_util.tree_flatten(list(args))
-    key = ("wide", id(fn), treedef,
+    import numpy as np
+
+    key = ("wide", id(fn), after_eqn, treedef,
            tuple((tuple(x.shape), str(x.dtype)) for x in flat), bool(jax.config.jax_enable_x64))  # type: ignore[attr-defined]
 
     def build() -> tuple[Any, ...]:
@@ -241,25 +264,26 @@ def wide_call(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, frozens
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat]
         traced = jitted.trace(*jax.tree_util.tree_unflatten(treedef, specs))
         closed = traced.jaxpr
-        narrow: set[str] = set()
+        w = _Widening(set(), after_eqn)
 
-        def run(consts: tuple[Any, ...], *xs: Any) -> list[Any]:
-            narrow.clear()
+        def run(consts: tuple[Any, ...], salt: Any, *xs: Any) -> list[Any]:
+            w.at_program_dtypes.clear()
+            w.salt = salt
             wide = [_widen_to(x, _wide_dtype(v.aval.dtype)) for x, v in zip(consts, closed.jaxpr.constvars)]
             ins = [_widen_to(x, _wide_dtype(v.aval.dtype)) for x, v in zip(xs, closed.jaxpr.invars)]
-            return _eval_wide(closed.jaxpr, wide, ins, narrow)
+            return _eval_wide(closed.jaxpr, wide, ins, w)
 
         with jax.enable_x64(True):
             consts = tuple(jax.device_put(_host_widened(c) if _has_subnormals(c) else c) for c in closed.consts)
-        return (jax.jit(run), narrow), consts, traced.out_tree
+        return (jax.jit(run), w.at_program_dtypes), consts, traced.out_tree
 
     _, (run_jit, narrow_ops), consts, out_tree = _cached(key, fn, build)
     with jax.enable_x64(True):  # widened here: XLA on the CPU would flush subnormal inputs as it widens them
-        out = run_jit(consts, *[_host_widened(x) for x in flat])
+        out = run_jit(consts, np.uint64(salt), *[_host_widened(x) for x in flat])
     return jax.tree_util.tree_unflatten(out_tree, out), frozenset(narrow_ops)
 
 
-def _eval_wide(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], narrow: set[str]) -> list[Any]:
+def _eval_wide(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], w: _Widening) -> list[Any]:
     """Evaluate ``jaxpr`` (open) on widened values, every narrow float value widened."""
     import numpy as np
     from jax.extend.core import DropVar, Literal
@@ -275,21 +299,24 @@ def _eval_wide(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], narrow: s
     env.update(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
-        outs = _eqn_wide(eqn, [read(v) for v in eqn.invars], narrow)
+        ins = [read(v) for v in eqn.invars]
+        outs = _eqn_wide(eqn, ins, w)
+        if w.after_eqn is not None:
+            outs = w.after_eqn(eqn, ins, outs, w.salt)
         for v, o in zip(eqn.outvars, outs):
             if not isinstance(v, DropVar):
                 env[v] = o
     return [read(v) for v in jaxpr.outvars]
 
 
-def _eval_closed(closed: Any, args: Sequence[Any], narrow: set[str]) -> list[Any]:
+def _eval_closed(closed: Any, args: Sequence[Any], w: _Widening) -> list[Any]:
     """A ClosedJaxpr (or an open one) on widened values, its own constants widened."""
     import jax.numpy as jnp
 
     jaxpr = getattr(closed, "jaxpr", closed)
     consts = [_widen_to(jnp.asarray(c), _wide_dtype(v.aval.dtype))
               for c, v in zip(getattr(closed, "consts", ()), jaxpr.constvars)]
-    return _eval_wide(jaxpr, consts, args, narrow)
+    return _eval_wide(jaxpr, consts, args, w)
 
 
 def _host_widened(x: Any) -> Any:
@@ -326,13 +353,13 @@ def _narrows(src: Any, dst: Any) -> bool:
     return bool(d.nmant < s.nmant or d.maxexp < s.maxexp)
 
 
-def _wide_scalar_jaxpr(jaxpr: Any, narrow: set[str]) -> Any:
+def _wide_scalar_jaxpr(jaxpr: Any, w: _Widening) -> Any:
     """A scatter's open combiner jaxpr (scalars in, scalars out) traced again on widened scalars."""
     import jax
 
     specs = [jax.ShapeDtypeStruct(v.aval.shape, _wide_dtype(v.aval.dtype)) for v in jaxpr.invars]
     with jax.enable_x64(True):
-        return jax.make_jaxpr(lambda *a: _eval_wide(jaxpr, [], a, narrow))(*specs).jaxpr
+        return jax.make_jaxpr(lambda *a: _eval_wide(jaxpr, [], a, w.in_combiner()))(*specs).jaxpr
 
 
 def _has_subprogram(params: dict[str, Any]) -> bool:
@@ -340,14 +367,14 @@ def _has_subprogram(params: dict[str, Any]) -> bool:
                for value in params.values() for p in (value if isinstance(value, (list, tuple)) else [value]))
 
 
-def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
+def _eqn_wide(eqn: Any, ins: list[Any], w: _Widening) -> list[Any]:
     """One equation on widened values; its outputs widened."""
     import jax.numpy as jnp
     from jax import lax
 
     name, params = eqn.primitive.name, eqn.params
     if name in _INLINED and _INLINED[name] in params:
-        return _eval_closed(params[_INLINED[name]], ins, narrow)
+        return _eval_closed(params[_INLINED[name]], ins, w)
     if name == "convert_element_type" and _narrows(eqn.invars[0].aval.dtype, params["new_dtype"]):
         # the program rounds here on purpose (``x.astype(jnp.bfloat16)``): so does the reference
         rounded = lax.convert_element_type(ins[0], params["new_dtype"])
@@ -357,7 +384,7 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
         start = n.matvec + n.vecmat
         consts = ins[start:start + n.solve]
         rhs = ins[n.matvec + n.vecmat + n.solve + n.transpose_solve:]
-        return _eval_closed(jaxprs.solve, [*consts, *rhs], narrow)
+        return _eval_closed(jaxprs.solve, [*consts, *rhs], w)
     if name in ("reduce", "reduce_window") and "jaxpr" in params:  # a reduction with its own computation
         half = len(ins) // 2
         body, consts = params["jaxpr"], [_widen_to(jnp.asarray(c), _wide_dtype(jnp.asarray(c).dtype))
@@ -365,8 +392,8 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
 
         def combine(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
             if hasattr(body, "eqns"):
-                return tuple(_eval_wide(body, consts, [*a, *b], narrow))
-            return tuple(_eval_closed(body, [*a, *b], narrow))
+                return tuple(_eval_wide(body, consts, [*a, *b], w.in_combiner()))
+            return tuple(_eval_closed(body, [*a, *b], w.in_combiner()))
 
         if name == "reduce":
             got = lax.reduce(tuple(ins[:half]), tuple(ins[half:]), combine, params["dimensions"])
@@ -380,7 +407,7 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
         consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
 
         def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], list[Any]]:
-            outs = _eval_closed(body, [*consts, *carry, *x], narrow)
+            outs = _eval_closed(body, [*consts, *carry, *x], w)
             return outs[:n_carry], outs[n_carry:]
 
         carry, ys = lax.scan(step, list(init), list(xs), length=params["length"], reverse=params["reverse"],
@@ -389,13 +416,13 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
     if name == "while":
         nc, nb = params["cond_nconsts"], params["body_nconsts"]
         cc, bc, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
-        return list(lax.while_loop(lambda c: _eval_closed(params["cond_jaxpr"], [*cc, *c], narrow)[0],
-                                   lambda c: _eval_closed(params["body_jaxpr"], [*bc, *c], narrow), list(init)))
+        return list(lax.while_loop(lambda c: _eval_closed(params["cond_jaxpr"], [*cc, *c], w)[0],
+                                   lambda c: _eval_closed(params["body_jaxpr"], [*bc, *c], w), list(init)))
     if name == "cond":
-        branches = [lambda *a, b=b: _eval_closed(b, a, narrow) for b in params["branches"]]
+        branches = [lambda *a, b=b: _eval_closed(b, a, w) for b in params["branches"]]
         return list(lax.switch(ins[0], branches, *ins[1:]))
     if params.get("update_jaxpr") is not None and not params.get("update_consts"):  # a scatter's combiner
-        params = {**params, "update_jaxpr": _wide_scalar_jaxpr(params["update_jaxpr"], narrow)}
+        params = {**params, "update_jaxpr": _wide_scalar_jaxpr(params["update_jaxpr"], w)}
     if name not in _AT_PROGRAM_DTYPES and not _has_subprogram({k: v for k, v in params.items() if k != "update_jaxpr"}):
         wide_params = {k: _wide_dtype(v) if getattr(v, "name", None) in _WIDE else v for k, v in params.items()}
         try:
@@ -407,7 +434,7 @@ def _eqn_wide(eqn: Any, ins: list[Any], narrow: set[str]) -> list[Any]:
             if all(tuple(o.shape) == tuple(v.aval.shape) and o.dtype == _wide_dtype(v.aval.dtype)
                    for o, v in zip(outs, eqn.outvars)):
                 return outs
-    narrow.add(name)
+    w.at_program_dtypes.add(name)
     at_dtypes = [lax.convert_element_type(x, v.aval.dtype) if getattr(getattr(v.aval, "dtype", None), "name", "") in _WIDE
                  and getattr(x, "dtype", v.aval.dtype) != v.aval.dtype else x for x, v in zip(ins, eqn.invars)]
     got = eqn.primitive.bind(*at_dtypes, **eqn.primitive.get_bind_params(params))
