@@ -308,9 +308,11 @@ def test_bfloat16_and_complex_models_are_timed(user_file, capsys, spec):
 
 def test_an_output_the_check_passes_against_float64_is_not_a_mismatch(user_file, tmp_path, capsys):
     """jax.jit's own rounding is off (the sum of x + 1e8 cancels): an artifact nearer the float64 result is
-    right, as ``check`` says, so bench gives no warning; an artifact off the float64 result still gets one."""
+    right, as ``check`` says, so bench gives no warning; an artifact off the float64 result by more than
+    any float32 evaluation can be still gets one. (Sixteen terms near 1e8 summed in float32 round by up to
+    64 at each add: an artifact 100 off is within that, and the check's rounding reference says so.)"""
     src = user_file("import jax.numpy as jnp\n\n\ndef shifted(x):\n    return jnp.sum(x + 1e8, axis=-1) - 16e8\n\n\n"
-                    "def plain(x):\n    return jnp.sum(x, axis=-1)\n\n\ndef off(x):\n    return jnp.sum(x, axis=-1) + 100.0\n",
+                    "def plain(x):\n    return jnp.sum(x, axis=-1)\n\n\ndef off(x):\n    return jnp.sum(x, axis=-1) + 1e4\n",
                     "shifted.py")
     for name, wrong in (("plain", False), ("off", True)):
         path = tmp_path / f"{name}.onnx"

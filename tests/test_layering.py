@@ -94,6 +94,7 @@ LAYERS = {
     # The check's parts below verify.py (which runs them): jax.jit's references, and what is known of
     # XLA's results on edge values; neither reaches back into verify.
     "references.py": {"allowed": ("jaxconv.compare", "jaxconv.jit_reference")},
+    "rounding_noise.py": {"allowed": ("jaxconv.compare", "jaxconv.jit_reference")},
     "known_differences.py": {"allowed": ("jaxconv.compare", "jaxconv.references")},
     "excess_precision.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
     "nan_choices.py": {"allowed": ("jaxconv.compare", "jaxconv.known_differences")},
@@ -104,7 +105,7 @@ LAYERS = {
     "lapack_hangs.py": {"allowed": ("jaxconv.known_differences", "jaxconv.jaxpr_rebind")},
     "judging.py": {"allowed": ("jaxconv.compare", "jaxconv.references", "jaxconv.known_differences",
                                "jaxconv.excess_precision", "jaxconv.nan_choices", "jaxconv.vector_signs",
-                               "jaxconv.check_context", "jaxconv.check_inputs")},
+                               "jaxconv.check_context", "jaxconv.check_inputs", "jaxconv.rounding_noise")},
     "check_context.py": {"allowed": ("jaxconv.jit_reference",)},
     # proto_wire.py: protobuf's wire format for the readers and writers of model files; nothing of
     # jaxconv, and no protobuf library (it reads what they would load whole).

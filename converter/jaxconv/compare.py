@@ -10,10 +10,11 @@ Every element gets a class:
                 rounding step (``spread``: the program's sensitivity to rounding), raised to the 90th
                 percentile of that among elements of similar magnitude, and how far the float64 result
                 itself moves when the float inputs move by up to one rounding step (``moved``: what any
-                float32 evaluation may be off by, where a sum of huge terms cancels). Also an element
-                where jax.jit
-                is inf or NaN (its float32 arithmetic overflowed), the float64 result is finite and
-                within the dtype's range, and the artifact is within the dtype's tolerance of it
+                float32 evaluation may be off by, where a sum of huge terms cancels), or when every value
+                the program computes takes a random error of one rounding step (``rounding``: a long sum's
+                rounding, magnified by what follows). Also an element where jax.jit is inf or NaN (its
+                float32 arithmetic overflowed), the float64 result is finite and within the dtype's
+                range, and the artifact is within the dtype's tolerance of it
 ``subnormal``   both values are zero or subnormal: XLA on the CPU flushes subnormals to zero
 ``undecided``   that noise (without float64: the spread and the difference between jax.jit and JAX run
                 op by op) exceeds the tolerance here, and the artifact is within a few times it:
@@ -29,7 +30,7 @@ Integers and booleans are compared exactly, in their own dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -90,6 +91,10 @@ class References:
             sees past inputs at the dtype's largest value: a step of FLT_MAX outwards overflows in
             float32, so jax.jit's ``spread`` is blind to the sum of -FLT_MAX / 6 and FLT_MAX / 6, whose
             products' rounding (half an ulp, 1.7e30) one float32 order keeps and another cancels.
+        rounding: per element, how far the float64 result moves when every value the program computes
+            takes a random rounding error (``rounding_noise``), or None: the rounding inside long sums,
+            magnified by what follows (Adam's ``mu / sqrt(nu)`` after a gradient), which neither
+            jax.jit's own error nor ``moved`` need show. Not pooled either.
     """
 
     float64: np.ndarray | None = None
@@ -97,6 +102,7 @@ class References:
     spread: np.ndarray | None = None
     why_not: str = ""
     moved: np.ndarray | None = None
+    rounding: np.ndarray | None = None
 
 
 def is_float(a: np.ndarray) -> bool:
@@ -150,6 +156,21 @@ def _pooled_noise(err: np.ndarray, magnitude: np.ndarray, known: np.ndarray) -> 
     return noise
 
 
+def farthest(so_far: list[np.ndarray | None], got: Sequence[Any], wide: Sequence[np.ndarray]) -> list[np.ndarray | None]:
+    """Per output: the elementwise largest finite distance between ``got`` (one more run of a float64
+    reference) and ``wide`` (the float64 outputs), over this run and ``so_far`` (None before the first);
+    an output of another shape keeps what it had."""
+    out = list(so_far)
+    for i, g in enumerate(got):
+        g = as_float64(np.asarray(g))
+        if i < len(wide) and g.shape == wide[i].shape:
+            with np.errstate(all="ignore"):
+                step = np.abs(g - wide[i])
+            step = np.where(np.isfinite(step), step, 0.0)
+            out[i] = step if out[i] is None else np.maximum(out[i], step)
+    return out
+
+
 def _finite_or_zero(a: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | float:
     if a is None or a.shape != shape:
         return 0.0
@@ -175,7 +196,8 @@ def float_classes(e: np.ndarray, a: np.ndarray, rtol: float, atol: float, tiny: 
                 if refs.eager is not None and refs.eager.shape == e.shape:  # JAX's other float32 execution
                     err_jax = np.maximum(err_jax, np.where(known & np.isfinite(refs.eager), np.abs(refs.eager - t), 0.0))
                 err_jax = np.maximum(err_jax, _finite_or_zero(refs.spread, e.shape))
-                noise = np.maximum(_pooled_noise(err_jax, t, known), _finite_or_zero(refs.moved, e.shape))
+                noise = np.maximum(np.maximum(_pooled_noise(err_jax, t, known), _finite_or_zero(refs.moved, e.shape)),
+                                   _finite_or_zero(refs.rounding, e.shape))
                 cand = open_ & known
                 licensed = cand & (np.abs(a - t) <= LICENSE_FACTOR * noise + atol)
                 cls[licensed] = FLOAT64

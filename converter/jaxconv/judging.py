@@ -1,5 +1,6 @@
 """Judging one input set: each output against jax.jit (``compare.judge``), then, for the outputs beyond
-tolerance, again against the float64, op-by-op and spread references (``references``), subnormal
+tolerance, again against the float64, op-by-op and spread references (``references``), the float64
+result's moves under input and intermediate rounding (``float64_moved``, ``rounding_noise``), subnormal
 flushing, zero signs, and what is known of XLA's results on edge values (``known_differences``).
 """
 
@@ -20,6 +21,7 @@ from jaxconv.compare import (
     OutputCheck,
     References,
     as_float64,
+    farthest,
     is_float,
     is_narrow_float,
     judge,
@@ -40,6 +42,7 @@ from jaxconv.known_differences import (
     one_trace,
 )
 from jaxconv.nan_choices import as_nan_choice
+from jaxconv.rounding_noise import rounding_outputs
 from jaxconv.vector_signs import CanonicalSigns, as_vector_signs
 
 
@@ -219,17 +222,19 @@ def _judge_open(runner: Any, fn: Callable[..., Any], arg_specs: Sequence[Any], f
         eager = op_by_op() if op_by_op is not None else references.eager_outputs(fn, arg_specs, flat)
         if eager is None or len(eager) != len(expected):
             break
-    finite_mismatch = [i for i in floats if refs.get(i) is not None and refs[i].float64 is not None
-                       and _finite_mismatch(expected[i], actual[i], judged[i][1])]
-    moved = None
-    if finite_mismatch and truth is not None:
+    still = [i for i in floats if refs.get(i) is not None and refs[i].float64 is not None]
+    for field, moves in (("moved", float64_moved), ("rounding", rounding_outputs)):
+        still = [i for i in still if _finite_mismatch(expected[i], actual[i], judged[i][1])]
+        if not still or truth is None:
+            break
         release_compiled()  # as around the float64 run: its program's constants, before this one widens them
-        moved = float64_moved(fn, arg_specs, flat, truth)
+        found = moves(fn, arg_specs, flat, truth)
         release_compiled()
-    for i in finite_mismatch if moved is not None else []:
-        if moved[i] is not None:
-            judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, inputs=label,
-                              explained=explained.get(i), refs=dataclasses.replace(refs[i], moved=moved[i]))
+        for i in still if found is not None else []:
+            if found[i] is not None:
+                refs[i] = dataclasses.replace(refs[i], **{field: found[i]})
+                judged[i] = judge(names[i], expected[i], actual[i], rtol, atol, inputs=label,
+                                  explained=explained.get(i), refs=refs[i])
     return judged
 
 
@@ -289,13 +294,7 @@ def float64_moved(fn: Callable[..., Any], arg_specs: Sequence[Any], flat: Sequen
         got, _ = references.float64_outputs(moved_program, [list(flat), ds], [*flat, *ds])
         if got is None:  # no such reference then; the verdicts stand
             return None
-        for i, g in enumerate(got):
-            g = as_float64(np.asarray(g))
-            if i < len(wide) and g.shape == wide[i].shape:
-                with np.errstate(all="ignore"):
-                    step = np.abs(g - wide[i])
-                step = np.where(np.isfinite(step), step, 0.0)
-                out[i] = step if out[i] is None else np.maximum(out[i], step)
+        out = farthest(out, got, wide)
     return out
 
 
