@@ -1,4 +1,6 @@
-"""Shared pytest set-up: import path, the x64 fixture, and the check that no test leaves jax_enable_x64 changed."""
+"""Shared pytest set-up: import path, the x64 fixture, the check that no test leaves jax_enable_x64 changed,
+and the product rate the thread-count weighing was fitted with (``JAXCONV_CORE_FLOPS``), so the records
+the tests read do not depend on the machine (tests/test_product_rate.py measures it)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ for p in (os.path.join(ROOT, "converter"), HERE):
         sys.path.insert(0, p)
 
 from cli_support import user_file  # noqa: E402,F401  (a fixture for every test module)
+
+os.environ.setdefault("JAXCONV_CORE_FLOPS", "1.9e11")  # product_rate.FITTED; child processes inherit it
 
 
 @pytest.fixture

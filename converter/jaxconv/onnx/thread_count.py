@@ -105,12 +105,13 @@ from typing import Any, BinaryIO, Callable, Collection, Iterator, Mapping, Seque
 import numpy as np
 import onnx_ir as ir
 
-from jaxconv.onnx import dim_sizes, proto_wire
+from jaxconv.onnx import dim_sizes, product_rate, proto_wire
 
 Size = int | float | dim_sizes.Poly  # a dimension's size, a product's flops: a polynomial of symbolic sizes
 THREADS_KEY = "jaxconv.intra_op_threads"
 # The weighing's measures (``two_thread_weights``; Intel Xeon with AVX-512, ORT 1.32, spinning off):
-CORE_FLOPS = 1.9e11  # one core's float32 product rate: 8-268 MFLOP products ran at 166-190 GFLOP/s
+CORE_FLOPS = product_rate.FITTED  # one core's product rate there: 8-268 MFLOP products ran at 166-190 GFLOP/s;
+# the weighing takes this machine's own (``product_rate.core_flops``: measured once, or JAXCONV_CORE_FLOPS)
 STREAM_BYTES = 1.5e10  # bytes a second a product on few rows reads its right operand at ([2, 1728] x [1728, 512])
 SECOND_THREAD_SAVES = 0.47  # of a product's one-thread time (8-268 MFLOP alone: 0.53-0.60x the time on two)
 WAKE_SECONDS = 15e-6  # what a product ORT splits over two threads pays for waking the second
@@ -342,18 +343,20 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
     """(seconds a second intra-op thread costs a call, seconds it saves) for ``products`` and ``others``
     other kernels, polynomials taken at ``sizes``; None where one names a dimension without a size.
 
-    Each product takes ``max(flops / CORE_FLOPS, bytes read / STREAM_BYTES)`` on one thread; a second
+    Each product takes ``max(flops / rate, bytes read / STREAM_BYTES)`` on one thread, ``rate`` this
+    machine's (``product_rate.core_flops``; ``CORE_FLOPS`` on the machine the weighing was fitted on); a second
     thread saves ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS``; every other kernel costs
     ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements). A call without
     products is weighed by its ``elementwise`` kernels: one of at least ``SPLIT_ELEMENTS`` elements costs
     ``WAKE_SECONDS`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
     cost, saving = others * OTHER_SECONDS, 0.0
+    rate = product_rate.core_flops() if products else CORE_FLOPS
     for product in products:
         one, count, streamed = (_at(x, sizes) for x in product)
         if one is None or count is None or streamed is None:
             return None
         cost += count * WAKE_SECONDS
-        saving += count * SECOND_THREAD_SAVES * max(one / CORE_FLOPS, streamed / STREAM_BYTES)
+        saving += count * SECOND_THREAD_SAVES * max(one / rate, streamed / STREAM_BYTES)
     if products:
         return cost, saving
     for elements, runs, per_element in elementwise:
