@@ -12,8 +12,10 @@ one thread: the benchmark GRU (t64 b16 h256, two products of 2-4 MFLOP per step)
 with big products (the benchmark MLP's 67 MFLOP, the transformer's, the convolutions) gain from
 every core: MLP 1.23x on one thread against 0.87x on two.
 
-How it weighs (``two_thread_weights``): each product takes ``max(flops / CORE_FLOPS, bytes of its
-right operand / STREAM_BYTES)`` on one thread (a product on a few rows streams its weight: a
+How it weighs (``two_thread_weights``): each product takes ``max(flops / rate, bytes of its
+right operand / STREAM_BYTES)`` on one thread, ``rate`` this machine's product rate on one core
+(``product_rate.core_flops``, measured once a process; ``CORE_FLOPS`` on the Xeon the weighing was fitted
+on, an AMD EPYC's about 100-115 GFLOP/s) (a product on a few rows streams its weight: a
 ``[2, 1728] x [1728, 512]`` of 3.5 MFLOP took 121 us on one thread, 52 us on two); a second thread saves
 ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS`` for waking it; every other kernel of the
 call (an elementwise op, a reshape, a reduction: ORT parallelises some, and each pays) costs
