@@ -46,7 +46,7 @@ def test_one_seed_in_four_is_a_model_and_models_are_deterministic():
 def test_models_cover_the_rewritten_layers_with_edge_weights():
     ops: collections.Counter[str] = collections.Counter()
     edge_weights = weight_inputs = opset23 = 0
-    for seed in range(3, 600, 4):
+    for seed in range(3, 900, 4):  # 225 models: the wide kind takes two draws in eighteen (test_fuzz_layers.py)
         p = generate_model(seed)
         ops.update(p.ops())
         src = p.source()
@@ -58,7 +58,7 @@ def test_models_cover_the_rewritten_layers_with_edge_weights():
                "conv_nhwc", "max_pool", "avg_pool", "row_slice", "fori_loop", "gelu_tanh", "gelu_exact", "silu",
                "conv_nwc", "gated_conv_nwc", "masked_mean", "attention_pool", "embed", "squeeze_excite", "channel_split"):
         assert ops[op] > 0, (op, ops)
-    assert edge_weights > 10 and weight_inputs > 10 and 30 < opset23 < 120
+    assert edge_weights > 10 and weight_inputs > 10 and 45 < opset23 < 180
 
 
 def test_model_inputs_hold_a_few_edge_values():

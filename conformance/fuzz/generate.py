@@ -11,7 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from conformance.fuzz.ops import MAKERS, kind_of
+from conformance.fuzz.layers import layers
+from conformance.fuzz.ops import MAKERS as OP_MAKERS
+from conformance.fuzz.ops import kind_of
 from conformance.fuzz.program import FLOATS, SIGNED, UNSIGNED, WIDE, FuzzProgram, Step, Value, infer_types
 
 MAX_ELEMENTS = 2048
@@ -22,6 +24,8 @@ MODEL_EVERY = 4
 # every output: its sets hold fewer, or every output would be NaN.
 EDGE_SHARE = {"edge": 0.85, "mixed": 0.25}
 MODEL_EDGE_SHARE = {"edge": 0.1, "mixed": 0.01}
+# ops.py's makers, and layers.py's forms of the rewrites ops.forms does not reach (a step in five or so)
+MAKERS = OP_MAKERS + ((layers, 12.0),)
 
 
 class Builder:

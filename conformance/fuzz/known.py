@@ -123,6 +123,11 @@ LITERT_ZERO_SIZE_NOTE = "LiteRT rejects zero-size tensors"
 LITERT_ZERO_SIZE = ("LiteRT fails to run a model with a zero-size tensor (\"Invalid tensor size\"); the converter's "
                     "check names the zero-size inputs and ops and raises (jaxconv.tf.tflite.run_error), a limit of "
                     "the runtime (README: Known differences)")
+XLA_FMA = ("XLA on CPU contracts a multiply and an add or subtract of one fusion into an FMA, which rounds once, so a "
+           "value it computes in two fusions can differ from itself: softmax(s * c) takes the max of s * c rounded "
+           "and exp(s * c - max) as one FMA, which for a huge score is the product's rounding error (1.7e22 at "
+           "s = 6.4e29) instead of 0, and exp overflows to NaN; jax.jit without FMA instructions "
+           "(--xla_cpu_max_isa=AVX) and jax without jit give the artifact's result")
 EXCESS = ("XLA on CPU keeps float16/bfloat16 intermediates of fused ops in float32 (XLA's excess precision, on by "
           "default); the artifact rounds every op to its dtype, as jax.jit does with "
           "XLA_FLAGS=--xla_allow_excess_precision=false")
@@ -155,6 +160,13 @@ MODEL_DOTS = ("dense", "dense_up", "dense_down", "dense_gate", "dense_q", "dense
 MODEL_DOT_CHAINS = ("scores+*", "heads_*+scores*", "rotary_*", "attend+*", "conv_nhwc+*", "conv_nwc+*", "gated_conv_nwc+*",
                     "dense_*+*", "moe_*+*")
 
+# conformance/fuzz/layers.py's forms that sum: products (matmuls, einsums, 1x1 convs, resizes by weight
+# matrices, the cells' and attention's products) and reductions (a spatial sum, a group's mean, rows weighted)
+LAYER_SUMS = ("weight_grad", "heads_grad", "heads_vjp", "gqa_scores", "gqa_values", "one_hot_rows",
+              "gathered_product", "kv_scores", "kv_values", "kv_index", "pointwise_conv", "resize", "spatial_sum",
+              "group_stats", "vmap_linear", "einsum_values", "weighted_rows", "scaled_heads", "heads_out",
+              "attention", "cell_scan_*", "cell_unrolled_*", "eqx_scan_*")
+
 # conformance/fuzz/models.py's norms: each sums a row (its mean, its mean square) before anything else
 NORMS = ("norm_two_pass", "norm_one_pass", "norm_var", "norm_keras", "norm_rms", "norm_rms_f32")
 
@@ -173,6 +185,7 @@ KNOWN: tuple[Known, ...] = (
     Known("*/*/subnormal", FTZ),
     Known("*/*/judged", JUDGED),
     Known("*/*/excess-precision", EXCESS),
+    Known("*/*/xla-fma", XLA_FMA),
     Known("tflite:*/*/crash", LITERT_ZERO_SIZE, frozenset({"zero-size", "litert-zero-size"})),
     Known("*bitcast_*/*/nan-bits", NAN_BITS),
     Known("*+*/*/last-bit", ULP_BITS),
@@ -201,13 +214,14 @@ KNOWN: tuple[Known, ...] = (
       for chain in (*MODEL_DOT_CHAINS, "scores") for kind in ("value", "nan", "inf")),
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
-      for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp") for kind in ("nan", "inf")),
+      for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp", *LAYER_SUMS) for kind in ("nan", "inf")),
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
                  "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
                  "reduce_window_add+convert_*", "spatial_mean", "time_mean", "masked_mean", "attention_pool", "sum_pool",
                  "mean_pool", "conv_affine",
-                 "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS)
+                 "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS,
+                 *LAYER_SUMS)
       for kind in ("value", "nan", "inf")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
     *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),

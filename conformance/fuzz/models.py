@@ -11,7 +11,10 @@ layer weights, NHWC conv and pool chains, a classifier reading one row of its la
 with loop invariants, a mixture of experts (top-k routing, the experts' einsums) and the real halves of
 small FFTs (FNet's token mixing), and the gradients a training step takes (``jax.vjp`` of small CNNs and
 MLPs: ReLU's select, the pools' gradients, a convolution's weight gradient), some above the size where
-the select rule fires.
+the select rule fires; and a transformer layer at the sizes the size-bound rules need (``wide``: 64-128
+tokens of width 256, head-major projections, a wide feed-forward with selects over its units, top-1 routed
+experts), drawn twice as often as another kind. ``layers.py`` draws the small forms of the other rules
+into the random programs.
 
 Weights are mostly closed-over constants (the rules match constant weights), written as
 ``_w(seed, shape, dtype, scale, edge)``: seeded normal values, a share ``edge`` of them replaced by
@@ -28,7 +31,10 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft", "deep_rnn", "train", "conv1d", "wide_norm")
+         "fft", "deep_rnn", "train", "conv1d", "wide_norm", "wide")
+# The kinds a model program draws from when none are named: ``wide`` twice, the one kind of the rules that
+# need its sizes (attention_heads, dense_bias, select_gathers, where_products, expert_split)
+DRAWN = KINDS + ("wide",)
 HIDDEN_1024 = (1024, 2048)
 MAX_INPUT_WEIGHT = 4096  # a weight made a function input holds at most this many elements
 
@@ -46,6 +52,7 @@ class ModelBuilder:
         self.edge = rng.choice([0.0, 0.0, 0.0, 0.001, 0.01, 0.05])
         self.weight_inputs = rng.random() < 0.3
         self.exact_sigmoid = False
+        self.opsets: tuple[int | None, ...] = (None, 23)  # the opsets the program is converted at, one drawn
 
     def input(self, shape: tuple[int, ...], dtype: str | None = None, role: str = "", batch_axis: int | None = None) -> int:
         """A function input; ``batch_axis``: the axis that holds the batch (symbolic in a symbolic program)."""
@@ -525,6 +532,96 @@ class ModelBuilder:
         expr = f"(lambda x: [x := {f}(x @ {w}[i]) + x for i in range({n})][-1])({self.ref(x)})"
         self.step("stacked_layers", expr, shape)
 
+    def wide(self) -> None:
+        """A transformer layer at the sizes where the size-bound rules fire, on a model ``thread_count``
+        weighs for two threads (64-128 tokens of width 256): attention whose projections go head-major
+        (``attention_heads``; grouped key/value heads sometimes, ``kv_broadcast``), a feed-forward of 512 or
+        1024 units with its bias before a ReLU or tanh (``dense_bias``), a piecewise function of those units
+        and a select of a constant on a comparison of them (``select_gathers``, ``where_products``), and top-1
+        routed experts whose second product is a batched one by wide constant weights (``expert_split``).
+        float32, its weights constants (the rules rewrite those); each layer is one step."""
+        b, t = self.rng.choice([(1, 64), (2, 32), (4, 16), (2, 64), (4, 32)])
+        d = 256
+        self.opsets = (None, None, None, 23)  # at opset 23 the Attention op takes the block first
+        shape = (b, t, d)
+        x = self.input(shape, batch_axis=0)
+        a = self._wide_attention(x, shape)
+        x = self.step("residual", f"{self.ref(x)} + {self.ref(a)}", shape)
+        f = self._wide_feed_forward(x, shape)
+        x = self.step("residual", f"{self.ref(x)} + {self.ref(f)}", shape)
+        self._top1_experts(x, shape)
+
+    def _wide_attention(self, x: int, shape: tuple[int, ...]) -> int:
+        b, t, d = shape
+        heads = self.rng.choice([4, 8])
+        dh = d // heads
+        kv = self.rng.choice([heads, heads, heads // 2, 1])  # grouped-query attention: kv heads repeated
+        lead = self.lead(b)
+
+        def project(n: str, h: int) -> int:
+            bias = f" + {self.bias(h * dh)}" if self.rng.random() < 0.5 else ""
+            w = self.w((d, h * dh), may_input=False)
+            return self.step(f"dense_{n}", f"({self.ref(x)} @ {w}{bias}).reshape({lead}, {t}, {h}, {dh})"
+                             f".transpose(0, 2, 1, 3)", (b, h, t, dh))
+        q, k, v = project("q", heads), project("k", kv), project("v", kv)
+        if kv != heads:
+            k, v = (self.step(f"repeat_{n}", f"jnp.repeat({self.ref(u)}, {heads // kv}, axis=1)",
+                              (b, heads, t, dh)) for n, u in (("k", k), ("v", v)))
+        scores = f"({self.ref(q)} @ jnp.swapaxes({self.ref(k)}, -1, -2)) * {dh ** -0.5:.6g}"
+        if self.rng.random() < 0.5:
+            scores = f"jnp.where(jnp.tril(jnp.ones(({t}, {t}), bool)), {scores}, {self.fill()})"
+        s = self.step("scores", scores, (b, heads, t, t))
+        p = self.step("softmax", f"jax.nn.softmax({self.ref(s)}, axis=-1)", (b, heads, t, t))
+        p_, v_ = self.ref(p), self.ref(v)
+        o = self.step("attend", f"({p_} @ {v_}).transpose(0, 2, 1, 3).reshape({lead}, {t}, {d})", shape)
+        w = self.w((d, d), may_input=False)
+        return self.step("dense_out", f"{self.ref(o)} @ {w} + {self.bias(d)}", shape)
+
+    def _wide_feed_forward(self, x: int, shape: tuple[int, ...]) -> int:
+        """Dense, its bias before a ReLU or tanh; a piecewise function (Huber's, an ELU, a square root above a
+        knee) and a ReLU-gradient-like select of a constant by that data; Dense back."""
+        d = shape[-1]
+        hidden = self.rng.choice([512, 1024])
+        hshape = shape[:-1] + (hidden,)
+        act = self.rng.choice(["jax.nn.relu({})", "jnp.maximum({}, 0.0)", "jnp.tanh({})"])
+        bias = self.w((hidden,), 0.1, may_input=False)
+        x_ = self.ref(x)
+        w = self.w((d, hidden), may_input=False)
+        h = self.step("dense_up", act.format(f"{x_} @ {w} + {bias}"), hshape)
+        u = self.ref(h)
+        piece = self.rng.choice([f"jnp.where(jnp.abs({u}) < 1.0, 0.5 * {u} * {u}, jnp.abs({u}) - 0.5)",
+                                 f"jnp.where({u} > 0, {u}, 0.5 * jnp.expm1({u}))",
+                                 f"jnp.where({u} > 0.25, jnp.sqrt({u}), {u} * 2.0)"])
+        g = self.step("piecewise", piece, hshape)
+        cmp = self.rng.choice([">", "<", ">=", "<="])
+        h_, g_ = self.ref(h), self.ref(g)
+        fill = self.rng.choice(["0.0", "-1.0", "2.0"])
+        m = self.step("masked", f"jnp.where({h_} {cmp} 0.5, {g_}, {fill})", hshape)
+        w = self.w((hidden, d), may_input=False)
+        return self.step("dense_down", f"{self.ref(m)} @ {w} + {self.bias(d)}", shape)
+
+    def _top1_experts(self, x: int, shape: tuple[int, ...]) -> int:
+        """Switch's top-1 routing: every expert's ``act(x @ up[e]) @ down[e]`` (``[e, m, h]`` constant
+        weights, m 1024, at least eight times the tokens), the routed expert's output picked per token and
+        scaled by its probability."""
+        d = shape[-1]
+        e, m = self.rng.choice([2, 4]), 1024
+        n = shape[0] * shape[1]
+        tokens = self.step("tokens", f"{self.ref(x)}.reshape(-1, {d})", (n, d))
+        t_ = self.ref(tokens)
+        w_gate = self.w((d, e), may_input=False)
+        gates = self.step("moe_router", f"jax.nn.softmax({t_} @ {w_gate}, -1)", (n, e))
+        t_ = self.ref(tokens)
+        w_up = self.w((e, d, m), d ** -0.5, may_input=False)
+        up = self.step("moe_up", f"jnp.einsum('th,ehm->etm', {t_}, {w_up})", (e, n, m))
+        a = self.act(up, (e, n, m), self.rng.choice(["relu", "silu", "gelu_tanh"]))
+        a_ = self.ref(a)
+        w_down = self.w((e, m, d), m ** -0.5, may_input=False)
+        down = self.step("moe_down", f"jnp.einsum('etm,emh->eth', {a_}, {w_down})", (e, n, d))
+        y, g = self.ref(down), self.ref(gates)
+        return self.step("moe_pick", f"jnp.take_along_axis({y}, jnp.argmax({g}, -1)[None, :, None], axis=0)"
+                         f"[0] * jnp.max({g}, -1, keepdims=True)", (n, d))
+
     def moe(self) -> None:
         """A mixture of experts: a router's top-k weights, the experts' ``einsum('th,ehm->etm')`` and
         ``einsum('etm,emh->eth')``, the outputs combined by the routing weights."""
@@ -778,7 +875,7 @@ class ModelBuilder:
 
 
 def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool = False) -> FuzzProgram:
-    """A model-shaped program for ``seed`` (deterministic) of one of ``kinds`` (default: ``KINDS``).
+    """A model-shaped program for ``seed`` (deterministic) of one of ``kinds`` (default: ``DRAWN``).
 
     ``symbolic``: the inputs' batch axes are exported as one symbolic size (``f32[b, ...]``), and the
     steps read the batch from their inputs' shapes (a reshape's ``-1``, ``x.shape[1]``).
@@ -790,15 +887,17 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool
     for _ in range(5):
         dtype = rng.choices(["float32", "float16", "bfloat16"], weights=[0.8, 0.1, 0.1])[0]
         mb = ModelBuilder(rng, dtype, symbolic)
-        kind = rng.choice(tuple(kinds or KINDS))
+        kind = rng.choice(tuple(kinds) if kinds else DRAWN)
         if kind == "fft":
             mb.dtype = "float32"  # jnp.fft computes in complex64 at least: a half float would be widened
+        if kind == "wide":
+            mb.dtype = "float32"  # the size-bound rules rewrite float32 only
         build: dict[str, Callable[[], None]] = {
             "mlp": mb.mlp, "encoder": lambda: mb.encoder(False), "decoder": lambda: mb.encoder(True),
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
             "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn, "train": mb.train,
-            "conv1d": mb.conv1d, "wide_norm": mb.wide_norm,
+            "conv1d": mb.conv1d, "wide_norm": mb.wide_norm, "wide": mb.wide,
         }
         build[kind]()
         p = mb.program
@@ -806,6 +905,6 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool
         typed = infer_types(p)
         if typed is not None:
             typed.family = "model"
-            typed.opset = rng.choice([None, 23])  # the attention rule needs opset 23
+            typed.opset = rng.choice(mb.opsets)  # the attention rule needs opset 23
             return typed
     raise RuntimeError(f"no model program traced for seed {seed}")
