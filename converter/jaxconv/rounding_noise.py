@@ -16,8 +16,8 @@ with its terms, not its result: a dot, a convolution or a ``reduce_sum`` of ``K`
 of up to ``u * sqrt(K * sum(term**2))``, about what a one-by-one sum of terms of random signs loses,
 however much they cancel (Monte Carlo arithmetic). The error of an element is hashed from its value,
 its position, its equation's place in the program and the draw, so draws differ and a rerun gives
-the same numbers. On the Flax transformer's AdamW step, jax.jit's error was at most 0.8 of this
-estimate for 99% of the elements (median 0.13).
+the same numbers. On the Flax transformer's AdamW step, jax.jit's error was at most 1.1 times this
+estimate for 99% of the elements (median 0.21).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ RUNS = 3
 EXACT = frozenset({
     "reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims", "slice", "dynamic_slice",
     "dynamic_update_slice", "concatenate", "pad", "select_n", "gather", "scatter", "rev", "sort", "split",
-    "copy", "copy_p", "neg", "abs", "sign", "floor", "ceil", "round", "max", "min", "clamp", "reduce_max",
+    "copy", "neg", "abs", "sign", "floor", "ceil", "round", "max", "min", "clamp", "reduce_max",
     "reduce_min", "argmax", "argmin", "cummax", "cummin", "top_k", "stop_gradient", "real", "imag", "conj",
     "complex", "convert_element_type", "iota", "rem", "reduce_precision", "select_and_gather_add",
 })
