@@ -362,7 +362,8 @@ def _wide_scalar_jaxpr(jaxpr: Any, w: _Widening) -> Any:
         return jax.make_jaxpr(lambda *a: _eval_wide(jaxpr, [], a, w.in_combiner()))(*specs).jaxpr
 
 
-def _has_subprogram(params: dict[str, Any]) -> bool:
+def has_subprogram(params: dict[str, Any]) -> bool:
+    """Whether an equation's params hold a jaxpr (a call's, a loop's, a branch's, a combiner's)."""
     return any(hasattr(p, "eqns") or hasattr(getattr(p, "jaxpr", None), "eqns")
                for value in params.values() for p in (value if isinstance(value, (list, tuple)) else [value]))
 
@@ -423,7 +424,7 @@ def _eqn_wide(eqn: Any, ins: list[Any], w: _Widening) -> list[Any]:
         return list(lax.switch(ins[0], branches, *ins[1:]))
     if params.get("update_jaxpr") is not None and not params.get("update_consts"):  # a scatter's combiner
         params = {**params, "update_jaxpr": _wide_scalar_jaxpr(params["update_jaxpr"], w)}
-    if name not in _AT_PROGRAM_DTYPES and not _has_subprogram({k: v for k, v in params.items() if k != "update_jaxpr"}):
+    if name not in _AT_PROGRAM_DTYPES and not has_subprogram({k: v for k, v in params.items() if k != "update_jaxpr"}):
         wide_params = {k: _wide_dtype(v) if getattr(v, "name", None) in _WIDE else v for k, v in params.items()}
         try:
             got = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(wide_params))

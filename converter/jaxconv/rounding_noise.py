@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from jaxconv.compare import as_float64, farthest
+from jaxconv.jit_reference import has_subprogram
 
 RUNS = 3
 # Ops whose result is exact: data movement, selection, comparison, max/min, sign and rounding to integers.
@@ -75,7 +76,7 @@ class _Rounding:
         self.equations = 0  # in tracing order, so an equation's salt is the same on every run
 
     def __call__(self, eqn: Any, ins: list[Any], outs: list[Any], salt: Any) -> list[Any]:
-        if eqn.primitive.name in EXACT or _holds_a_program(eqn.params) or len(outs) != 1:
+        if eqn.primitive.name in EXACT or has_subprogram(eqn.params) or len(outs) != 1:  # a call, loop or branch: its body rounds
             return outs
         dtype = getattr(getattr(eqn.outvars[0], "aval", None), "dtype", None)
         unit = _UNIT_ROUNDOFF.get(getattr(dtype, "name", ""))
@@ -86,12 +87,6 @@ class _Rounding:
         size = _terms_size(eqn, ins)
         scale = abs(out) if size is None else size
         return [out + unit * scale * _uniform(out, salt ^ np.uint64(self.equations))]
-
-
-def _holds_a_program(params: dict[str, Any]) -> bool:
-    """Calls, loops and branches: their bodies' equations round, not the call itself."""
-    return any(hasattr(p, "eqns") or hasattr(getattr(p, "jaxpr", None), "eqns")
-               for value in params.values() for p in (value if isinstance(value, (list, tuple)) else [value]))
 
 
 def _terms_size(eqn: Any, ins: list[Any]) -> Any | None:

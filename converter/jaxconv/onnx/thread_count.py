@@ -352,14 +352,14 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
     products is weighed by its ``elementwise`` kernels: one of at least ``SPLIT_ELEMENTS`` elements costs
     ``WAKE_SECONDS`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
     cost, saving = others * OTHER_SECONDS, 0.0
-    rate = product_rate.core_flops() if products else CORE_FLOPS
-    for product in products:
-        one, count, streamed = (_at(x, sizes) for x in product)
-        if one is None or count is None or streamed is None:
-            return None
-        cost += count * WAKE_SECONDS
-        saving += count * SECOND_THREAD_SAVES * max(one / rate, streamed / STREAM_BYTES)
     if products:
+        rate = product_rate.core_flops()
+        for product in products:
+            one, count, streamed = (_at(x, sizes) for x in product)
+            if one is None or count is None or streamed is None:
+                return None
+            cost += count * WAKE_SECONDS
+            saving += count * SECOND_THREAD_SAVES * max(one / rate, streamed / STREAM_BYTES)
         return cost, saving
     for elements, runs, per_element in elementwise:
         n, count = _at(elements, sizes), _at(runs, sizes)
