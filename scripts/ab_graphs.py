@@ -78,7 +78,7 @@ def compare(folder_a: str, folder_b: str, names: list[str], sessions: int, iters
         calls, outputs = {}, {}
         for k in range(sessions):
             for side in ("A", "B"):
-                call = benchmark.ort_call(benchmark.ort_session(raw[side], None, False, inputs=inputs), inputs)
+                call = benchmark.ort_call(benchmark.ort_session(raw[side], None, None, inputs=inputs), inputs)
                 outputs[side] = call()
                 calls[f"{side}{k}"] = call
         cpu: dict[str, float] = {}

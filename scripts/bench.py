@@ -40,6 +40,7 @@ import count_nodes  # noqa: E402
 
 from jaxconv import benchmark  # noqa: E402
 from jaxconv.benchmark import alternate, machine, ort_call, ort_session  # noqa: E402,F401  (bench_sessions, bench_zoo)
+from jaxconv.onnx.thread_count import read_record  # noqa: E402
 
 CONTENDERS = ("ort", "ort 1t", "ort spin", "ort plain", "jax2onnx", "tflite")
 
@@ -147,21 +148,23 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     onnx.save(model, path, save_as_external_data=large)
     row.size_mb = sum(os.path.getsize(os.path.join(workdir, f)) for f in os.listdir(workdir) if f.startswith(f"{m.name}.inproc")) / 2**20
     source = path if large else model.SerializeToString()
+    spins = read_record(source).spin  # jax2onnx's graph runs with the spinning ours records
     del model
 
     jitted = jax.jit(m.fn)
     jin = [jax.device_put(a) for a in m.inputs]
     fns: dict[str, Callable[[], Any]] = {"jax": lambda: jax.block_until_ready(jitted(*jin))}
-    fns["ort"] = ort_call(ort_session(source, None, False, inputs=m.inputs), m.inputs)
-    fns["ort 1t"] = ort_call(ort_session(source, 1, False), m.inputs)
+    fns["ort"] = ort_call(ort_session(source, None, None, inputs=m.inputs), m.inputs)
+    fns["ort 1t"] = ort_call(ort_session(source, 1, None), m.inputs)
     if args.compare_rewrites:
-        fns["ort plain"] = ort_call(ort_session(_without_rewrites(m).SerializeToString(), None, False), m.inputs)
+        fns["ort plain"] = ort_call(ort_session(_without_rewrites(m).SerializeToString(), None, None), m.inputs)
     if not args.no_jax2onnx:
         try:
             peer = jax2onnx_model(m)
             if peer is not None:
                 row.peer_nodes, row.peer_nodes_all = len(peer.graph.node), count_nodes.count(peer.graph)
-                fns["jax2onnx"] = ort_call(ort_session(peer.SerializeToString(), None, False), m.inputs)
+                fns["jax2onnx"] = ort_call(ort_session(peer.SerializeToString(), None, None, spin_during_run=spins),
+                                          m.inputs)
         except Exception as e:  # the peer failing is a result, not an error
             row.notes.append(f"jax2onnx: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
     if args.tflite:

@@ -40,6 +40,8 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import bench  # noqa: E402  (puts converter/ on sys.path)
 import zoo_models  # noqa: E402
 
+from jaxconv.onnx.thread_count import read_record  # noqa: E402
+
 
 @dataclass
 class ZooRow:
@@ -142,10 +144,14 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
             protos["jax2onnx"] = peer
     except Exception as e:
         row.notes.append(f"jax2onnx: {_short(e)}")
+    # jax2onnx's graph runs with the spinning ours records (the same session settings for both)
+    spins = "ours" in protos and read_record(protos["ours"].SerializeToString()).spin
     for k, proto in protos.items():
         row.nodes[k] = len(proto.graph.node)
         try:
-            call = bench.ort_call(bench.ort_session(proto.SerializeToString(), None, False, inputs=m.inputs), m.inputs)
+            session = bench.ort_session(proto.SerializeToString(), None, None, inputs=m.inputs,
+                                        spin_during_run=None if k == "ours" else spins)
+            call = bench.ort_call(session, m.inputs)
             outs = call()
             if k == "ours":
                 row.err = _max_err(outs, ref)

@@ -3,7 +3,8 @@
 The contenders run alternately, one call each in turn with the order rotating, on the same inputs;
 medians of wall time and of process CPU time per call (every thread of the process) are compared
 with jax.jit's. ORT runs with jaxconv's session options (``runtimes.onnxrt.session_options``:
-spinning off) at the default thread count and with one thread; ORT's own default (spinning on) is
+as the model records: spinning during each run for a model of short calls, else off) at the default
+thread count and with one thread; ORT's own default (spinning on) is
 timed in a rotation of its own beside jax.jit, because spinning slows whatever runs next.
 """
 
@@ -66,23 +67,27 @@ def alternate(fns: dict[str, Callable[[], Any]], iters: int, budget_s: float,
     return {n: statistics.median(v) for n, v in times.items()}
 
 
-def ort_session(model: Any, threads: int | None, spinning: bool, profile: str | None = None,
-                inputs: Sequence[np.ndarray] | None = None) -> Any:
+def ort_session(model: Any, threads: int | None, spinning: bool | None, profile: str | None = None,
+                inputs: Sequence[np.ndarray] | None = None, spin_during_run: bool | None = None) -> Any:
     """An ORT CPU session on ``model`` (path or bytes) with jaxconv's options.
 
     Args:
         threads: intra-op threads (None: jaxconv's default: the count the model records, else one
             per physical core).
-        spinning: ORT's own default (on) instead of jaxconv's (off).
+        spinning: True: ORT's own default (spinning during and between runs); None: jaxconv's (as the model
+            records: spinning during each run for a model of short calls, else off); False: off.
+        spin_during_run: instead of what ``model`` records (a peer's graph timed with the settings ours records).
         profile: path prefix: ORT writes its profile there, and the optimized graph to PREFIX.optimized.onnx.
         inputs: the inputs it will run on (the count a model records may depend on their sizes).
     """
     import onnxruntime as ort
 
+    from jaxconv.onnx.thread_count import Record
     from jaxconv.runtimes.onnxrt import session_options
 
+    record = None if spin_during_run is None else Record(spin=spin_during_run)
     opts = session_options(threads, spinning, model=model if isinstance(model, (str, bytes)) else None,
-                           shapes=None if inputs is None else [np.shape(a) for a in inputs])
+                           shapes=None if inputs is None else [np.shape(a) for a in inputs], record=record)
     if profile:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile
@@ -172,7 +177,7 @@ def kernel_profile(source: Any, inputs: Sequence[np.ndarray], prefix: str, runs:
     The optimized graph is written beside the trace, to PREFIX.optimized.onnx.
     """
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    session = ort_session(source, 1, False, profile=prefix)
+    session = ort_session(source, 1, None, profile=prefix)
     run = ort_call(session, inputs)
     for _ in range(runs):
         run()
@@ -278,8 +283,8 @@ def measure(name: str, jax_fn: Callable[[], Any], source: Any, inputs: Sequence[
     load0 = os.getloadavg()[0]
     notes: list[str] = []
     fns: dict[str, Callable[[], Any]] = {"jax": jax_fn,
-                                         "ort": ort_call(ort_session(source, threads, False), inputs),
-                                         "ort 1t": ort_call(ort_session(source, 1, False), inputs)}
+                                         "ort": ort_call(ort_session(source, threads, None), inputs),
+                                         "ort 1t": ort_call(ort_session(source, 1, None), inputs)}
     warm_up(fns, notes)
     if "jax" not in fns:
         raise RuntimeError(notes[0])

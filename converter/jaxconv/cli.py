@@ -438,7 +438,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from jaxconv import benchmark, check_inputs
     from jaxconv.judging import judge_set
-    from jaxconv.onnx.thread_count import recorded
+    from jaxconv.onnx.thread_count import read_record, recorded
     from jaxconv.references import reference_outputs
     from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
 
@@ -496,8 +496,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads or recorded(model, [getattr(a, "shape", ()) for a in inputs]) or default_threads(),
             iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
+        spins = read_record(model).spin and result.threads != 1
+    spin_text = "during each run, stopped after it" if spins else "off"
     print(f"Machine: {benchmark.machine()}")
-    print(f"Inputs: {what}; ORT: jaxconv's session options (spinning off), "
+    print(f"Inputs: {what}; ORT: jaxconv's session options (spinning {spin_text}), "
           f"{result.threads or 'ORT-chosen'} thread(s); 1t: one thread\n")
     print(result.table())
     for note in result.notes:

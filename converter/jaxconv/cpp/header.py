@@ -87,6 +87,7 @@ def render(model: CppModel) -> str:
         "RUN_PARAMS": run_params(model),
         "DEFAULT_THREADS": str(model.threads),
         "THREADS_DOC": _threads_doc(model.threads),
+        "SPIN_DURING_RUN": "true" if model.spin_during_run else "false",
     })
 
 

@@ -72,6 +72,8 @@ class CppModel:
         c_api: whether an ``extern "C"`` API (``NAME_c.h``) is generated too.
         threads: the intra-op thread count the generated ``Options`` default to: the one the ONNX model
             records (``onnx.thread_count``), 0 (ONNX Runtime's default, one per core) where it records none.
+        spin_during_run: the generated ``Options``' default: whether the model records that its pool should
+            spin during each run and stop after it (``thread_count.SPIN_KEY``).
     """
 
     namespaces: tuple[str, ...]
@@ -84,6 +86,7 @@ class CppModel:
     embed: bool
     c_api: bool = False
     threads: int = 1
+    spin_during_run: bool = False
 
     def dim_expr(self, dim: int | str) -> str:
         return cdims.cpp_expr(dim, self.symbol_idents)

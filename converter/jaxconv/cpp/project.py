@@ -74,7 +74,10 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
 
     onnx_path = os.path.join(tmp, ONNX_FILE)
     _check_complex(model, onnx_path, out_dir)
-    model = dataclasses.replace(model, threads=recorded_threads(onnx_path))
+    from jaxconv.onnx import thread_count
+
+    model = dataclasses.replace(model, threads=recorded_threads(onnx_path),
+                                spin_during_run=thread_count.read_record(onnx_path).spin)
     names = [ONNX_FILE]
     if os.path.exists(onnx_path + ".data"):
         if model.embed:

@@ -86,6 +86,24 @@ thread count and weighs the products at each
 call's sizes (``Record.threads``), so a call at ``b = 2, s = 64`` gets the count a static export at those
 sizes records; ``session_options`` takes the shapes a session of one's own will run.
 
+Spinning during a run (``SPIN_KEY``). With spinning off, every kernel ORT splits wakes the pool's worker; with
+the pool spinning during a run and stopped after it (``session.force_spinning_stop``), the worker waits for
+the next kernel awake and the next caller in the process pays nothing (one ``jax.jit`` call after each run:
+0.98-1.02x its time after a run with spinning off, 24 models). A short call of many kernels gains most: two
+spinning threads took 0.61-0.94x the time of jaxconv's spinning-off sessions on 23 of 23 zoo models the rule
+below picked with a line at 2 ms (Hugging Face BERT-likes, GPT-Neo, OPT, BLOOM, Mistral, Gemma, BART, BEiT, DINOv2, CLIP, keras-hub
+BERT, Haiku MLP and transformer, NNX and Equinox CNNs, Optax SGD, RMSProp, Lion and AdamW updates; AMD EPYC,
+two cores, load 0.8-1.8, alternating with ``jax.jit``), 16 of them recorded one thread before. A long call
+gains less (the benchmark transformer 0.97x, BERT 0.95x) and loses when another process keeps a core busy:
+while one busy loop ran beside it, the benchmark MLP took 1.9x its time, BERT 1.4x, the CNN 1.2x, while 19 of
+the 20 short models picked held or gained (0.63-1.00x; BART, at 1.8 ms the longest, 1.16x: hence the line at 1.5 ms). So a model whose
+sizes are all fixed records ``SPIN_KEY`` where its kernels, weighed on one thread, take at most
+``SPIN_CALL_SECONDS`` (1.5 ms) and a second thread saves more than it costs with waking at
+``SPIN_WAKE_SECONDS`` a kernel (4 us, against 15 with spinning off) and ``WAKE_SECONDS`` once a run (the first
+kernel wakes the sleeping pool). T5, HF ResNet and a small LSTM, whose many short kernels lost on two spinning
+threads, stay as they were. jaxconv's sessions (``runtimes.onnxrt.session_options``) then run it on one thread
+per core, spinning during each run; ``spinning=False`` asks for the spinning-off session on a busy machine.
+
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
 included (``group`` divides each output's window). Under the earlier line (products under 10 MFLOP
 outweighing the rest): chains of one kind of convolution at 0.6-57
@@ -142,10 +160,16 @@ _METADATA_FIELD = 14  # ModelProto.metadata_props
 RECORD_SIZES = (16, 128)  # each symbolic dimension's sizes when a model's record is weighed
 BY_SIZE_KEY = "jaxconv.intra_op_threads_by_size"  # the products, to weigh at a call's sizes
 SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # where one thread wins at the first of these, BY_SIZE_KEY is recorded
+# Spinning during a run (the module docstring, "Spinning during a run"): a model whose call is short records it
+SPIN_KEY = "jaxconv.spin_during_run"
+SPIN_WAKE_SECONDS = 4e-6  # what a kernel split over two threads pays for the second when the pool spins
+SPIN_CALL_SECONDS = 1.5e-3  # the longest call (its kernels on one thread, as weighed) that records spinning
 
 
 def record(model: Any) -> dict[str, str]:
-    """The metadata entries of a converted model's thread count: ``THREADS_KEY`` where ``recommend``
+    """The metadata entries of a converted model's thread count: ``SPIN_KEY`` where a call of the
+    model's (all its sizes fixed) is short and gains from a second thread that spins during the run
+    (``spins_during_run``: ORT's count, the pool spinning during each run); else ``THREADS_KEY`` where ``recommend``
     gives one thread at every size weighed, else ``BY_SIZE_KEY`` where its symbolic sizes give one
     thread at small sizes (``one_thread_up_to``): its products' flops (a model without products: its
     elementwise kernels' sizes) as polynomials of the inputs' symbolic dimensions, for the runner to weigh
@@ -153,6 +177,8 @@ def record(model: Any) -> dict[str, str]:
     elementwise kernels, as they gain from a second thread at sizes above those weighed."""
     graph = model.graph
     names = symbolic_names(graph)
+    if not names and spins_during_run(graph):
+        return {SPIN_KEY: "1"}
     kernels = kernels_of(graph, sizes={n: dim_sizes.Poly.name(n) for n in names}) if names else None
     by_size = kernels is not None and not kernels.products and bool(kernels.elementwise) \
         and colliding_scatter(graph) is None
@@ -264,6 +290,26 @@ def one_thread_for(cost: float, saving: float) -> int | None:
     return 1 if cost > saving else None
 
 
+def spins_during_run(graph: Any) -> bool:
+    """Whether a call of ``graph`` (its sizes all fixed) runs faster on two threads whose pool spins during the run
+    (and stops after it) than as ``recommend`` would have it: its kernels weighed on one thread take at most
+    ``SPIN_CALL_SECONDS``, and a second thread saves them more than it costs when waking it costs
+    ``SPIN_WAKE_SECONDS`` a kernel and ``WAKE_SECONDS`` once a run (the pool sleeps between runs). Not for a
+    graph with an RNN op (the rules choose ORT's GRU op for one thread) or a combining scatter (which needs
+    one thread)."""
+    if colliding_scatter(graph) is not None:
+        return False
+    if any(node.op_type in _RNN_OPS for node in ir.traversal.RecursiveGraphIterator(graph)):
+        return False
+    kernels = kernels_of(graph, sizes={})
+    if kernels is None or kernels.one_thread_seconds() > SPIN_CALL_SECONDS:
+        return False
+    weights = two_thread_weights(kernels.products, kernels.others, elementwise=kernels.elementwise,
+                                 wake=SPIN_WAKE_SECONDS)
+    # the pool sleeps between runs: each run wakes it once
+    return weights is not None and one_thread_for(weights[0] + WAKE_SECONDS, weights[1]) is None
+
+
 def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any], int | None] | None = None,
           leave_out: Collection[Any] = (), sizes: Mapping[str, int] | None = None) -> tuple[float, float] | None:
     """(seconds a second intra-op thread costs a call, seconds it saves: ``two_thread_weights``), or None
@@ -296,6 +342,14 @@ class Kernels:
 
     def weights(self) -> tuple[float, float] | None:
         return two_thread_weights(self.products, self.others, elementwise=self.elementwise)
+
+    def one_thread_seconds(self) -> float:
+        """The seconds the products and the split elementwise kernels take on one thread, as weighed
+        (sizes known: ``kernels_of`` with ``sizes`` of ints)."""
+        rate = product_rate.core_flops() if self.products else product_rate.FITTED
+        products = sum(float(count) * max(float(flops) / rate, float(streamed) / STREAM_BYTES)
+                       for flops, count, streamed in self.products)
+        return products + sum(float(n) * float(count) * per for n, count, per in self.elementwise)
 
 
 def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
@@ -341,16 +395,17 @@ def _other_kernel(node: Any) -> bool:
 
 def two_thread_weights(products: Sequence[Product], others: float = 0.0,
                        sizes: Mapping[str, int] | None = None,
-                       elementwise: Sequence[Elementwise] = ()) -> tuple[float, float] | None:
+                       elementwise: Sequence[Elementwise] = (),
+                       wake: float = WAKE_SECONDS) -> tuple[float, float] | None:
     """(seconds a second intra-op thread costs a call, seconds it saves) for ``products`` and ``others``
     other kernels, polynomials taken at ``sizes``; None where one names a dimension without a size.
 
     Each product takes ``max(flops / rate, bytes read / STREAM_BYTES)`` on one thread, ``rate`` this
     machine's (``product_rate.core_flops``; ``CORE_FLOPS`` on the machine the weighing was fitted on); a second
-    thread saves ``SECOND_THREAD_SAVES`` of that and costs ``WAKE_SECONDS``; every other kernel costs
-    ``OTHER_SECONDS`` more on two threads (the module docstring has the measurements). A call without
-    products is weighed by its ``elementwise`` kernels: one of at least ``SPLIT_ELEMENTS`` elements costs
-    ``WAKE_SECONDS`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
+    thread saves ``SECOND_THREAD_SAVES`` of that and costs ``wake`` (``WAKE_SECONDS`` with spinning off);
+    every other kernel costs ``OTHER_SECONDS`` more on two threads (the module docstring has the
+    measurements). A call without products is weighed by its ``elementwise`` kernels: one of at least
+    ``SPLIT_ELEMENTS`` elements costs ``wake`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
     cost, saving = others * OTHER_SECONDS, 0.0
     if products:
         rate = product_rate.core_flops()
@@ -358,7 +413,7 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
             one, count, streamed = (_at(x, sizes) for x in product)
             if one is None or count is None or streamed is None:
                 return None
-            cost += count * WAKE_SECONDS
+            cost += count * wake
             saving += count * SECOND_THREAD_SAVES * max(one / rate, streamed / STREAM_BYTES)
         return cost, saving
     for elements, runs, per_element in elementwise:
@@ -366,7 +421,7 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
         if n is None or count is None:
             return None
         if n >= SPLIT_ELEMENTS:
-            cost += count * (WAKE_SECONDS - OTHER_SECONDS)
+            cost += count * (wake - OTHER_SECONDS)
             saving += count * ELEMENTWISE_SAVES * n * per_element
     return cost, saving
 
@@ -577,9 +632,11 @@ def _flops(node: Any, shapes: _Shapes) -> Size | None:
 @dataclasses.dataclass(frozen=True)
 class Record:
     """What a model file records: a thread count for every size (``THREADS_KEY``), or its products as
-    polynomials of its inputs' symbolic dimensions, to weigh at a call's sizes (``BY_SIZE_KEY``)."""
+    polynomials of its inputs' symbolic dimensions, to weigh at a call's sizes (``BY_SIZE_KEY``), or
+    that its pool spins during each run (``SPIN_KEY``, with ORT's count)."""
 
     threads_always: int | None = None
+    spin: bool = False  # ``SPIN_KEY``: the pool spins during each run where it has more than one thread
     inputs: tuple[tuple[str | None, ...], ...] = ()  # each input's dimension names (None: a fixed size)
     products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # ``Product``s
     others: float = 0.0  # the other kernels a call runs
@@ -632,8 +689,10 @@ def _read_record(f: BinaryIO, size: int) -> Record:
         if field.number != _METADATA_FIELD or field.wire != proto_wire.LEN:
             continue
         entry = proto_wire.strings(proto_wire.read(f, field.value, field.stop))
-        if entry.get(1, "") in (THREADS_KEY, BY_SIZE_KEY):
+        if entry.get(1, "") in (THREADS_KEY, BY_SIZE_KEY, SPIN_KEY):
             values[entry[1]] = entry.get(2, "")
+    if values.get(SPIN_KEY) == "1":
+        return Record(spin=True)
     count = values.get(THREADS_KEY, "")
     if count.isdigit() and int(count) > 0:
         return Record(threads_always=int(count))

@@ -37,45 +37,55 @@ def default_threads() -> int | None:
     return len(cores) or None
 
 
-def session_options(threads: int | None = None, spinning: bool = False, model: str | bytes | None = None,
-                    shapes: Sequence[Sequence[int]] | None = None):
+def session_options(threads: int | None = None, spinning: bool | None = None, model: str | bytes | None = None,
+                    shapes: Sequence[Sequence[int]] | None = None, record: Any = None):
     """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
 
     ORT's intra-op thread pool spins after each run by default; on a machine with few cores
     the spinning threads take CPU from whatever runs next in the process (another session,
-    jax.jit, the application), so spinning is off unless asked for. Bounded spinning
-    (``session.intra_op.spin_duration_us``) and ``session.force_spinning_stop`` spare the next
-    caller but made the model itself slower on a busy machine (docs/performance.md, "Session settings").
+    jax.jit, the application), so jaxconv's sessions never spin between runs. A model whose calls are
+    short records that its pool should spin during each run and stop after it
+    (``session.force_spinning_stop``; ``thread_count.SPIN_KEY``): its kernels then find the second thread
+    awake, and the next caller pays nothing (docs/performance.md, "Session settings").
 
     Args:
         threads: intra-op threads; None: the count ``model`` records (``onnx.thread_count``: one for
             a model made of small products), else one per physical core (``default_threads``), not pinned.
-        spinning: keep pool threads spinning between runs (ORT's own default).
-        model: the model's path or bytes, for its recorded thread count.
+        spinning: None: as ``model`` records (spinning during each run where it records so and runs on more
+            than one thread, else off); False: off (a busy machine, whose other work the spinning would
+            slow); True: ORT's own default (spinning during and between runs).
+        model: the model's path or bytes, for its recorded thread count and spinning.
         shapes: the shapes of the inputs the session will run on, in the model's input order: a model
             with symbolic sizes may record its products, to weigh at these sizes (``thread_count.Record``).
+        record: the model's ``thread_count.Record``, read already (instead of ``model``).
     """
     import onnxruntime as ort
 
+    from jaxconv.onnx.thread_count import Record, read_record
+
+    if record is None:
+        record = read_record(model) if model is not None else Record()
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if threads is None and model is not None:
-        from jaxconv.onnx.thread_count import recorded
-
-        threads = recorded(model, shapes)
+    if threads is None:
+        threads = record.threads(shapes)
     if threads is None:
         threads = default_threads()
     if threads is not None:
         opts.intra_op_num_threads = threads
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    during_run = spinning is None and record.spin and threads != 1
+    spin = bool(spinning) or during_run
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    if during_run:
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
     return opts
 
 
 class OnnxRunner:
     kind = "onnx"
 
-    def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool = False,
+    def __init__(self, path_or_bytes: str | bytes, threads: int | None = None, spinning: bool | None = None,
                  defer: bool = False, weights: Mapping[str, np.ndarray] | None = None, quiet: bool = False) -> None:
         """Load the model into an ONNX Runtime session.
 
@@ -92,14 +102,14 @@ class OnnxRunner:
             ArtifactError: ONNX Runtime cannot load the model (on the first ``run`` with ``defer``),
                 or the file's data differs from ``weights``.
         """
-        from jaxconv.onnx.thread_count import Record, read_record
+        from jaxconv.onnx.thread_count import read_record
 
         self._source: str | bytes | None = path_or_bytes
         self.path = path_or_bytes if isinstance(path_or_bytes, str) else None  # the check's capped copy reads it
         self.opset = default_opset(path_or_bytes)  # what the lowering could express (the check asks)
         self._threads, self._spinning = threads, spinning
-        self._record = read_record(path_or_bytes) if threads is None else Record()
-        self._by_size = self._record.by_size  # a session per thread count, picked per call
+        self._record = read_record(path_or_bytes)
+        self._by_size = threads is None and self._record.by_size  # a session per thread count, picked per call
         self._sessions: dict[int | None, Any] = {}
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
@@ -120,7 +130,7 @@ class OnnxRunner:
 
         path_or_bytes = self._source
         assert path_or_bytes is not None
-        opts = session_options(threads, self._spinning)
+        opts = session_options(threads, self._spinning, record=self._record)
         if self._quiet:
             opts.log_severity_level = 4  # fatal only
         model = self._borrow(path_or_bytes, opts) if self._weights else None

@@ -171,17 +171,21 @@ inline void check_model(const Ort::Session& session, const std::string& what, co
   }
 }
 
-/// Session options: thread pools, spinning, and execution providers in order of preference
+/// Session options: thread pools, spinning (between runs too, or during each run only, stopped when it
+/// returns), and execution providers in order of preference
 /// ("cuda", "tensorrt"; "cpu" always comes last). Throws std::runtime_error naming a provider that
 /// this ONNX Runtime build does not have.
 inline Ort::SessionOptions session_options(const std::string& who, int intra_op_threads, int inter_op_threads,
-                                           bool allow_spinning, const std::vector<std::string>& providers,
+                                           bool allow_spinning, bool spin_during_run,
+                                           const std::vector<std::string>& providers,
                                            int device_id) {
   Ort::SessionOptions options;
   if (intra_op_threads > 0) options.SetIntraOpNumThreads(intra_op_threads);
   if (inter_op_threads > 0) options.SetInterOpNumThreads(inter_op_threads);
   options.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
-  options.AddConfigEntry("session.intra_op.allow_spinning", allow_spinning ? "1" : "0");
+  const bool during_run = spin_during_run && !allow_spinning && intra_op_threads != 1;
+  options.AddConfigEntry("session.intra_op.allow_spinning", allow_spinning || during_run ? "1" : "0");
+  if (during_run) options.AddConfigEntry("session.force_spinning_stop", "1");
   options.AddConfigEntry("session.inter_op.allow_spinning", allow_spinning ? "1" : "0");
   const std::unordered_map<std::string, std::string> ort_names = {
       {"cpu", "CPUExecutionProvider"}, {"cuda", "CUDAExecutionProvider"}, {"tensorrt", "TensorrtExecutionProvider"}};
