@@ -148,7 +148,7 @@ def measure(m: bench_models.Model, args: argparse.Namespace, workdir: str) -> Ro
     onnx.save(model, path, save_as_external_data=large)
     row.size_mb = sum(os.path.getsize(os.path.join(workdir, f)) for f in os.listdir(workdir) if f.startswith(f"{m.name}.inproc")) / 2**20
     source = path if large else model.SerializeToString()
-    spins = read_record(source).spin  # jax2onnx's graph runs with the spinning ours records
+    spins = read_record(source).spins([getattr(a, "shape", ()) for a in m.inputs])  # jax2onnx's graph: the spinning ours records
     del model
 
     jitted = jax.jit(m.fn)

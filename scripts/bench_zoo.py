@@ -145,7 +145,7 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     except Exception as e:
         row.notes.append(f"jax2onnx: {_short(e)}")
     # jax2onnx's graph runs with the spinning ours records (the same session settings for both)
-    spins = "ours" in protos and read_record(protos["ours"].SerializeToString()).spin
+    spins = "ours" in protos and read_record(protos["ours"].SerializeToString()).spins([np.shape(a) for a in m.inputs])
     for k, proto in protos.items():
         row.nodes[k] = len(proto.graph.node)
         try:

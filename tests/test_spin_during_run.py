@@ -1,7 +1,8 @@
 """A model of short calls records that its ORT pool should spin during each run and stop after it
 (``thread_count.SPIN_KEY``): jaxconv's sessions, the benchmark's and the generated C++ class's options
 then spin during runs, never between them; long calls, symbolic sizes and RNN ops keep spinning off
-(thread_count's docstring, "Spinning during a run", has the measurements)."""
+(thread_count's docstring, "Spinning during a run", has the measurements). With symbolic sizes the
+record holds the kernels, weighed at each call's sizes."""
 
 from __future__ import annotations
 
@@ -72,16 +73,14 @@ def test_a_short_call_records_spinning_and_the_sessions_spin_during_runs_only():
     np.testing.assert_allclose(got, np.asarray(jax.jit(_short)(x)), rtol=1e-5, atol=1e-6)
 
 
-def test_long_calls_symbolic_sizes_and_tiny_calls_keep_spinning_off():
+def test_long_calls_and_tiny_calls_keep_spinning_off():
     x = _RNG.standard_normal((512, 1024)).astype(np.float32)
     long_model = jaxconv.to_onnx(_long, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
     assert thread_count.SPIN_KEY not in _metadata(long_model)
     kernels = thread_count.kernels_of(ir.serde.deserialize_model(long_model).graph, sizes={})
-    assert kernels.one_thread_seconds() > thread_count.SPIN_CALL_SECONDS
+    assert thread_count.one_thread_seconds(kernels.products, kernels.elementwise) > thread_count.SPIN_CALL_SECONDS
     opts = session_options(model=long_model.SerializeToString())
     assert _entry(opts, "session.intra_op.allow_spinning") == "0"
-    symbolic = jaxconv.to_onnx(_short, "f32[b,256]", check=False)
-    assert thread_count.SPIN_KEY not in _metadata(symbolic)
     tiny = jaxconv.to_onnx(lambda a: a + 2.0, jax.ShapeDtypeStruct((64, 1024), np.float32), check=False)
     meta = _metadata(tiny)  # one Add: waking the pool once costs more than the second thread saves
     assert thread_count.SPIN_KEY not in meta and meta.get(thread_count.THREADS_KEY) == "1"
@@ -120,3 +119,35 @@ def test_the_cpp_options_default_to_what_the_model_records(tmp_path, fn, shape, 
     assert re.search(r"bool spin_during_run = (\w+);", header).group(1) == default
     helpers = (tmp_path / "p" / "jaxconv_ort.h").read_text()
     assert 'AddConfigEntry("session.force_spinning_stop", "1")' in helpers
+
+
+def test_a_symbolic_batch_spins_at_the_sizes_where_its_call_is_short():
+    """``f32[b, 256]`` through the eight products: a call at b = 128 (134 MFLOP) spins during the run, one at
+    b = 2048 (2.1 GFLOP, milliseconds) does not; jaxconv's runner keeps a session for each and matches jax.jit."""
+    model = jaxconv.to_onnx(_short, "f32[b,256]")  # checked against jax.jit
+    meta = _metadata(model)
+    assert meta[thread_count.SPIN_KEY].startswith("{")  # the kernels, as polynomials of b
+    data = model.SerializeToString()
+    record = thread_count.read_record(data)
+    assert record.by_size and not record.spin
+    assert record.spins([(128, 256)]) and not record.spins([(2048, 256)]) and not record.spins(None)
+    assert record.threads([(128, 256)]) is None
+    assert _entry(session_options(model=data, shapes=[(128, 256)]), "session.force_spinning_stop") == "1"
+    assert _entry(session_options(model=data, shapes=[(2048, 256)]), "session.intra_op.allow_spinning") == "0"
+    runner = OnnxRunner(data)
+    for b, spinning in ((128, "1"), (2048, "0"), (64, "1")):
+        x = _RNG.standard_normal((b, 256)).astype(np.float32)
+        (got,) = runner.run([x])
+        assert _entry(runner.session.get_session_options(), "session.intra_op.allow_spinning") == spinning
+        np.testing.assert_allclose(got, np.asarray(jax.jit(_short)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_malformed_spin_entry_records_nothing():
+    """A spin entry that is neither "1" nor the kernels' JSON is read as no spinning."""
+    x = _RNG.standard_normal((128, 256)).astype(np.float32)
+    model = jaxconv.to_onnx(_short, jax.ShapeDtypeStruct(x.shape, x.dtype), check=False)
+    for prop in model.metadata_props:
+        if prop.key == thread_count.SPIN_KEY:
+            prop.value = "yes"
+    record = thread_count.read_record(model.SerializeToString())
+    assert not record.spin and record.spin_by_size is None and not record.spins([x.shape])

@@ -3,6 +3,7 @@ intra-op thread in its metadata, and jaxconv's ONNX Runtime sessions use it when
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -216,7 +217,11 @@ def test_a_symbolic_batch_records_one_thread_up_to_the_size_its_products_stay_sm
     assert json.loads(entries[thread_count.BY_SIZE_KEY]) == {
         "one_thread_up_to": 2, "inputs": [["b", None, None]], "others": 3,
         "products": [[[[per_row, {"b": 1}]], [[3, {}]], [[4 * 128 * 128, {}]]]]}
-    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (1, 3, 4, 8)] == [1, 1, None, None]
+    assert [thread_count.recorded(data, [(b, 64, 128)]) for b in (1, 3, 4, 8)] == [1, None, None, None]
+    # b = 3 (99 us of products) spins during the run on two threads; with spinning off it would take one
+    record = thread_count.read_record(data)
+    assert [record.spins([(b, 64, 128)]) for b in (1, 3, 4, 8)] == [False, True, True, True]
+    assert dataclasses.replace(record, spin_by_size=None).threads([(3, 64, 128)]) == 1
     assert thread_count.recorded(data) is None  # sizes unknown: ORT's count
     assert thread_count.recorded(data, [(2, 64)]) is None  # not the model's inputs
 
@@ -247,7 +252,7 @@ def test_no_size_record_where_the_smallest_size_weighs_two_threads():
 def test_jaxconvs_runner_picks_the_session_by_the_call_sizes_and_matches_jax():
     fn = _layers()
     runner = OnnxRunner(jaxconv.to_onnx(fn, "f32[b,64,128]", check=False).SerializeToString())
-    for batch, threads in ((2, 1), (16, default_threads() or 0), (3, 1)):
+    for batch, threads in ((2, 1), (16, default_threads() or 0), (1, 1)):
         x = _RNG.standard_normal((batch, 64, 128)).astype(np.float32)
         (got,) = runner.run([x])
         assert runner.session.get_session_options().intra_op_num_threads == threads
@@ -268,7 +273,7 @@ def test_jaxconvs_runner_picks_the_session_by_the_call_sizes_and_matches_jax():
 def test_a_malformed_size_record_reads_as_none(value):
     model = jaxconv.to_onnx(_layers(), "f32[b,64,128]", check=False)
     for p in model.metadata_props:
-        if p.key == thread_count.BY_SIZE_KEY:
+        if p.key in (thread_count.BY_SIZE_KEY, thread_count.SPIN_KEY):
             p.value = value
     assert not thread_count.read_record(model.SerializeToString()).by_size
     assert thread_count.recorded(model.SerializeToString(), [(2, 64, 128)]) is None

@@ -88,18 +88,21 @@ def test_a_model_of_data_movement_alone_records_one_thread():
 
 
 def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_call():
-    """``f32[b, 1024]``: one thread for small batches, ORT's count for big ones, as a static export of each."""
+    """``f32[b, 1024]``: one thread for small batches, ORT's count for big ones (spinning during the run
+    from b = 128, where a call is short; not at 2048), as a static export of each."""
     fn = jax.jit(lambda x, y: jnp.sqrt(x * x + 1.0) * y)
     model = jaxconv.to_onnx(fn, "f32[b,1024]", "f32[b,1024]")
     entries = {p.key for p in model.metadata_props}
     assert thread_count.BY_SIZE_KEY in entries and thread_count.THREADS_KEY not in entries
     data = model.SerializeToString()
-    for b in (1, 16, 128):
-        assert thread_count.recorded(data, [(b, 1024)] * 2) == 1
-    for b in (512, 2048):
+    record = thread_count.read_record(data)
+    for b in (1, 16):
+        assert thread_count.recorded(data, [(b, 1024)] * 2) == 1 and not record.spins([(b, 1024)] * 2)
+    for b, spins in ((128, True), (512, True), (2048, False)):
         assert thread_count.recorded(data, [(b, 1024)] * 2) is None
+        assert record.spins([(b, 1024)] * 2) is spins
         static = jaxconv.to_onnx(fn, f"f32[{b},1024]", f"f32[{b},1024]", check=False)
-        assert _recorded(static) is None
+        assert _recorded(static) is None and _spins(static) is spins
     runner = OnnxRunner(data)
     for b, threads in ((4, 1), (512, default_threads() or 0), (8, 1)):
         x, y = (_RNG.standard_normal((b, 1024)).astype(np.float32) for _ in range(2))

@@ -496,7 +496,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads or recorded(model, [getattr(a, "shape", ()) for a in inputs]) or default_threads(),
             iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
-        spins = read_record(model).spin and result.threads != 1
+        spins = read_record(model).spins([getattr(a, "shape", ()) for a in inputs]) and result.threads != 1
     spin_text = "during each run, stopped after it" if spins else "off"
     print(f"Machine: {benchmark.machine()}")
     print(f"Inputs: {what}; ORT: jaxconv's session options (spinning {spin_text}), "

@@ -103,6 +103,8 @@ sizes are all fixed records ``SPIN_KEY`` where its kernels, weighed on one threa
 kernel wakes the sleeping pool). T5, HF ResNet and a small LSTM, whose many short kernels lost on two spinning
 threads, stay as they were. jaxconv's sessions (``runtimes.onnxrt.session_options``) then run it on one thread
 per core, spinning during each run; ``spinning=False`` asks for the spinning-off session on a busy machine.
+A model with symbolic sizes records its kernels instead (polynomials of the sizes), and each call is weighed at
+its own sizes: ``f32[b, 256]`` through eight 256-wide products spins at b = 128 and not at b = 2048.
 
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
 included (``group`` divides each output's window). Under the earlier line (products under 10 MFLOP
@@ -167,19 +169,30 @@ SPIN_CALL_SECONDS = 1.5e-3  # the longest call (its kernels on one thread, as we
 
 
 def record(model: Any) -> dict[str, str]:
-    """The metadata entries of a converted model's thread count: ``SPIN_KEY`` where a call of the
+    """The metadata entries of a converted model's thread count: ``SPIN_KEY`` "1" where a call of the
     model's (all its sizes fixed) is short and gains from a second thread that spins during the run
     (``spins_during_run``: ORT's count, the pool spinning during each run); else ``THREADS_KEY`` where ``recommend``
     gives one thread at every size weighed, else ``BY_SIZE_KEY`` where its symbolic sizes give one
     thread at small sizes (``one_thread_up_to``): its products' flops (a model without products: its
     elementwise kernels' sizes) as polynomials of the inputs' symbolic dimensions, for the runner to weigh
     at each call's sizes; else none. A model with symbolic sizes and no products always records its
-    elementwise kernels, as they gain from a second thread at sizes above those weighed."""
+    elementwise kernels, as they gain from a second thread at sizes above those weighed. A model with symbolic
+    sizes also records its kernels under ``SPIN_KEY`` (JSON, as ``BY_SIZE_KEY``'s, elementwise kernels
+    included), for the runner to weigh at each call's sizes whether the call spins (``Record.spins``)."""
     graph = model.graph
     names = symbolic_names(graph)
     if not names and spins_during_run(graph):
         return {SPIN_KEY: "1"}
     kernels = kernels_of(graph, sizes={n: dim_sizes.Poly.name(n) for n in names}) if names else None
+    entries = _thread_entries(model, kernels)
+    if kernels is not None and (kernels.products or kernels.elementwise) and _may_spin(graph):
+        entries[SPIN_KEY] = json.dumps(_kernels_json(graph, kernels, elementwise=True), separators=(",", ":"))
+    return entries
+
+
+def _thread_entries(model: Any, kernels: Kernels | None) -> dict[str, str]:
+    """``record``'s ``THREADS_KEY`` or ``BY_SIZE_KEY`` entry (``kernels``: the graph's, of polynomial sizes)."""
+    graph = model.graph
     by_size = kernels is not None and not kernels.products and bool(kernels.elementwise) \
         and colliding_scatter(graph) is None
     threads = None if by_size else recommend(model, symbolic_sizes=RECORD_SIZES)
@@ -188,18 +201,26 @@ def record(model: Any) -> dict[str, str]:
     up_to = one_thread_up_to(graph)
     if up_to is None or kernels is None or not (kernels.products or kernels.elementwise):
         return {}
+    data = {"one_thread_up_to": up_to, **_kernels_json(graph, kernels, elementwise=not kernels.products)}
+    return {BY_SIZE_KEY: json.dumps(data, separators=(",", ":"))}
+
+
+def _kernels_json(graph: Any, kernels: Kernels, elementwise: bool) -> dict[str, Any]:
+    """The kernels of polynomial sizes as a record's JSON: each input's dimension names, the products
+    (flops, runs and bytes read of each kind), the other kernels' count, and with ``elementwise`` the split
+    elementwise kernels (elements, runs, seconds an element)."""
     runs: dict[tuple[dim_sizes.Poly, dim_sizes.Poly], dim_sizes.Poly] = {}  # one run's (flops, bytes read): runs
     for flops, count, streamed in kernels.products:
         one = (dim_sizes.Poly.of(flops), dim_sizes.Poly.of(streamed))
         runs[one] = runs.get(one, dim_sizes.Poly({})) + count
     inputs = [[d.value if isinstance(d, ir.SymbolicDim) else None for d in v.shape or ()] for v in graph.inputs]
-    data = {"one_thread_up_to": up_to, "inputs": inputs, "others": kernels.others,
-            "products": [[flops.to_json(), count.to_json(), streamed.to_json()]
-                         for (flops, streamed), count in runs.items()]}
-    if not kernels.products:  # weighed only where there are none
+    data: dict[str, Any] = {"inputs": inputs, "others": kernels.others,
+                            "products": [[flops.to_json(), count.to_json(), streamed.to_json()]
+                                         for (flops, streamed), count in runs.items()]}
+    if elementwise:
         data["elementwise"] = [[dim_sizes.Poly.of(n).to_json(), dim_sizes.Poly.of(count).to_json(), per]
                                for n, count, per in kernels.elementwise]
-    return {BY_SIZE_KEY: json.dumps(data, separators=(",", ":"))}
+    return data
 
 
 def one_thread_up_to(graph: Any) -> int | None:
@@ -297,17 +318,48 @@ def spins_during_run(graph: Any) -> bool:
     ``SPIN_WAKE_SECONDS`` a kernel and ``WAKE_SECONDS`` once a run (the pool sleeps between runs). Not for a
     graph with an RNN op (the rules choose ORT's GRU op for one thread) or a combining scatter (which needs
     one thread)."""
-    if colliding_scatter(graph) is not None:
-        return False
-    if any(node.op_type in _RNN_OPS for node in ir.traversal.RecursiveGraphIterator(graph)):
+    if not _may_spin(graph):
         return False
     kernels = kernels_of(graph, sizes={})
-    if kernels is None or kernels.one_thread_seconds() > SPIN_CALL_SECONDS:
+    return kernels is not None and spins(kernels.products, kernels.others, kernels.elementwise)
+
+
+def _may_spin(graph: Any) -> bool:
+    """No RNN op (the rules choose ORT's GRU op for one thread) and no combining scatter (one thread)."""
+    if colliding_scatter(graph) is not None:
         return False
-    weights = two_thread_weights(kernels.products, kernels.others, elementwise=kernels.elementwise,
-                                 wake=SPIN_WAKE_SECONDS)
-    # the pool sleeps between runs: each run wakes it once
+    return not any(node.op_type in _RNN_OPS for node in ir.traversal.RecursiveGraphIterator(graph))
+
+
+def spins(products: Sequence[Product], others: float, elementwise: Sequence[Elementwise],
+          sizes: Mapping[str, int] | None = None) -> bool:
+    """``spins_during_run``'s weighing of a call's kernels (polynomials taken at ``sizes``): at most
+    ``SPIN_CALL_SECONDS`` on one thread, and a second thread worth ``SPIN_WAKE_SECONDS`` a split kernel
+    plus ``WAKE_SECONDS`` once a run (the pool sleeps between runs)."""
+    seconds = one_thread_seconds(products, elementwise, sizes)
+    if seconds is None or seconds > SPIN_CALL_SECONDS:
+        return False
+    weights = two_thread_weights(products, others, sizes, elementwise, wake=SPIN_WAKE_SECONDS)
     return weights is not None and one_thread_for(weights[0] + WAKE_SECONDS, weights[1]) is None
+
+
+def one_thread_seconds(products: Sequence[Product], elementwise: Sequence[Elementwise],
+                       sizes: Mapping[str, int] | None = None) -> float | None:
+    """The seconds a call's products and split elementwise kernels take on one thread, as weighed
+    (polynomials taken at ``sizes``); None where one names a dimension without a size."""
+    total = 0.0
+    rate = product_rate.core_flops() if products else product_rate.FITTED
+    for product in products:
+        one, count, streamed = (_at(x, sizes) for x in product)
+        if one is None or count is None or streamed is None:
+            return None
+        total += count * max(one / rate, streamed / STREAM_BYTES)
+    for elements, runs, per_element in elementwise:
+        n, count = _at(elements, sizes), _at(runs, sizes)
+        if n is None or count is None:
+            return None
+        total += n * count * per_element
+    return total
 
 
 def weigh(graph: Any, *, skip_unknown: bool = False, loop_steps: Callable[[Any], int | None] | None = None,
@@ -342,14 +394,6 @@ class Kernels:
 
     def weights(self) -> tuple[float, float] | None:
         return two_thread_weights(self.products, self.others, elementwise=self.elementwise)
-
-    def one_thread_seconds(self) -> float:
-        """The seconds the products and the split elementwise kernels take on one thread, as weighed
-        (sizes known: ``kernels_of`` with ``sizes`` of ints)."""
-        rate = product_rate.core_flops() if self.products else product_rate.FITTED
-        products = sum(float(count) * max(float(flops) / rate, float(streamed) / STREAM_BYTES)
-                       for flops, count, streamed in self.products)
-        return products + sum(float(n) * float(count) * per for n, count, per in self.elementwise)
 
 
 def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_unknown: bool = False,
@@ -636,7 +680,8 @@ class Record:
     that its pool spins during each run (``SPIN_KEY``, with ORT's count)."""
 
     threads_always: int | None = None
-    spin: bool = False  # ``SPIN_KEY``: the pool spins during each run where it has more than one thread
+    spin: bool = False  # ``SPIN_KEY`` "1": the pool spins during each run where it has more than one thread
+    spin_by_size: Record | None = None  # ``SPIN_KEY``'s kernels (symbolic sizes), to weigh at a call's sizes
     inputs: tuple[tuple[str | None, ...], ...] = ()  # each input's dimension names (None: a fixed size)
     products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # ``Product``s
     others: float = 0.0  # the other kernels a call runs
@@ -644,13 +689,25 @@ class Record:
 
     @property
     def by_size(self) -> bool:
-        """Whether the count depends on each call's sizes."""
-        return self.threads_always is None and bool(self.products or self.elementwise)
+        """Whether the count or the spinning depends on each call's sizes."""
+        return self.spin_by_size is not None or (self.threads_always is None and bool(self.products or self.elementwise))
+
+    def spins(self, shapes: Sequence[Sequence[int]] | None = None) -> bool:
+        """Whether a call on inputs of ``shapes`` runs with the pool spinning during the run (``SPIN_KEY``;
+        with symbolic sizes, its kernels weighed at these sizes: ``spins``)."""
+        if self.spin:
+            return True
+        kernels = self.spin_by_size
+        sizes = None if kernels is None or shapes is None else kernels.sizes(shapes)
+        return sizes is not None and spins(kernels.products, kernels.others, kernels.elementwise, sizes)
 
     def threads(self, shapes: Sequence[Sequence[int]] | None = None) -> int | None:
-        """The thread count for a call on inputs of ``shapes`` (in the model's input order): the count
-        for every size, else 1 where the products weigh one thread at these sizes; None: ORT's default."""
-        if not self.by_size or shapes is None:
+        """The thread count for a call on inputs of ``shapes`` (in the model's input order): None (ORT's
+        default) where the call spins during the run, else the count for every size, else 1 where the products
+        weigh one thread at these sizes; None: ORT's default."""
+        if self.spins(shapes):
+            return None
+        if self.threads_always is not None or not (self.products or self.elementwise) or shapes is None:
             return self.threads_always
         sizes = self.sizes(shapes)
         weights = None if sizes is None else two_thread_weights(self.products, self.others, sizes, self.elementwise)
@@ -691,12 +748,16 @@ def _read_record(f: BinaryIO, size: int) -> Record:
         entry = proto_wire.strings(proto_wire.read(f, field.value, field.stop))
         if entry.get(1, "") in (THREADS_KEY, BY_SIZE_KEY, SPIN_KEY):
             values[entry[1]] = entry.get(2, "")
-    if values.get(SPIN_KEY) == "1":
+    spin = values.get(SPIN_KEY, "")
+    if spin == "1":
         return Record(spin=True)
     count = values.get(THREADS_KEY, "")
-    if count.isdigit() and int(count) > 0:
-        return Record(threads_always=int(count))
-    return _by_size(values.get(BY_SIZE_KEY, ""))
+    record = Record(threads_always=int(count)) if count.isdigit() and int(count) > 0 \
+        else _by_size(values.get(BY_SIZE_KEY, ""))
+    kernels = _by_size(spin) if spin else Record()
+    if kernels.products or kernels.elementwise:
+        record = dataclasses.replace(record, spin_by_size=kernels)
+    return record
 
 
 def _by_size(value: str) -> Record:

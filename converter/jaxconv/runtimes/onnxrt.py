@@ -51,8 +51,8 @@ def session_options(threads: int | None = None, spinning: bool | None = None, mo
     Args:
         threads: intra-op threads; None: the count ``model`` records (``onnx.thread_count``: one for
             a model made of small products), else one per physical core (``default_threads``), not pinned.
-        spinning: None: as ``model`` records (spinning during each run where it records so and runs on more
-            than one thread, else off); False: off (a busy machine, whose other work the spinning would
+        spinning: None: as ``model`` records (spinning during each run where it records so for ``shapes``
+            and runs on more than one thread, else off); False: off (a busy machine, whose other work the spinning would
             slow); True: ORT's own default (spinning during and between runs).
         model: the model's path or bytes, for its recorded thread count and spinning.
         shapes: the shapes of the inputs the session will run on, in the model's input order: a model
@@ -73,7 +73,7 @@ def session_options(threads: int | None = None, spinning: bool | None = None, mo
         threads = default_threads()
     if threads is not None:
         opts.intra_op_num_threads = threads
-    during_run = spinning is None and record.spin and threads != 1
+    during_run = spinning is None and threads != 1 and record.spins(shapes)
     spin = bool(spinning) or during_run
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
@@ -110,7 +110,7 @@ class OnnxRunner:
         self._threads, self._spinning = threads, spinning
         self._record = read_record(path_or_bytes)
         self._by_size = threads is None and self._record.by_size  # a session per thread count, picked per call
-        self._sessions: dict[int | None, Any] = {}
+        self._sessions: dict[tuple[int | None, bool], Any] = {}  # by (thread count, spinning during runs)
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
         self.borrowed: list[np.ndarray] = []  # the buffers a session uses in place: alive as long as it
@@ -121,16 +121,19 @@ class OnnxRunner:
         """Make ``self.session`` the session for a call on inputs of ``shapes``: the thread count asked for,
         else the one the model records for those sizes (``thread_count.Record``), loaded on first use."""
         threads = self._threads if self._threads is not None else self._record.threads(shapes)
-        if threads not in self._sessions:
-            self._load(threads)
-        self.session = self._sessions[threads]
+        spins = self._spinning is None and threads != 1 and self._record.spins(shapes)
+        if (threads, spins) not in self._sessions:
+            self._load(threads, spins)
+        self.session = self._sessions[threads, spins]
 
-    def _load(self, threads: int | None) -> None:
+    def _load(self, threads: int | None, spins: bool) -> None:
         import onnxruntime as ort
+
+        from jaxconv.onnx.thread_count import Record
 
         path_or_bytes = self._source
         assert path_or_bytes is not None
-        opts = session_options(threads, self._spinning, record=self._record)
+        opts = session_options(threads, self._spinning, record=Record(spin=spins))
         if self._quiet:
             opts.log_severity_level = 4  # fatal only
         model = self._borrow(path_or_bytes, opts) if self._weights else None
@@ -140,7 +143,7 @@ class OnnxRunner:
         except Exception as e:
             what = path_or_bytes if isinstance(path_or_bytes, str) else "the model"
             raise ArtifactError(f"ONNX Runtime cannot load {what}: {str(e).strip().splitlines()[0][:300]}") from e
-        self._sessions[threads] = self.session
+        self._sessions[threads, spins] = self.session
         if not self._by_size:  # no other session will load: the bytes and buffers can go
             self._source = self._weights = None
         self.input_names = [i.name for i in self.session.get_inputs()]
