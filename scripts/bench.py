@@ -5,7 +5,8 @@
 
 For each model (scripts/bench_models.py) the contenders run alternately, one call each in turn, on
 the same inputs: jax.jit; jaxconv's ONNX in ORT with jaxconv's session options (the thread count
-the model records, else one per core; spinning off), with one thread, and with ORT's own defaults (spinning on, measured in a second
+the model records, else one per core; spinning during each run where the model records it, else off;
+jax2onnx's ONNX gets the same spinning), with one thread, and with ORT's own defaults (spinning on, measured in a second
 rotation beside jax.jit because spinning slows whatever runs next); jax2onnx's ONNX when jax2onnx
 is installed; the TFLite interpreter with --tflite. Ratios are medians over jax.jit's median (below
 1 means faster than jax.jit); compare ratios, not absolute times, across machines. The load average

@@ -11,7 +11,7 @@ For each setting (below) and model (scripts/bench_models.py) it prints:
   each ran once (the case where ORT's pool keeps spinning after its run and takes the CPU from the
   caller), beside ``jit before``, the same call before those runs.
 
-Settings, joined with ``+``: ``off`` (jaxconv's: no spinning, ``session_options()``), ``spin``
+Settings, joined with ``+``: ``off`` (no spinning: jaxconv's for long calls, ``session_options(spinning=False)``), ``spin``
 (ORT's default), ``stop`` (``session.force_spinning_stop``: spin during a run, stop after it),
 ``usN`` (``session.intra_op.spin_duration_us``: spin N microseconds before sleeping), ``Nt``
 (N intra-op threads; without it, one per physical core, set explicitly; ``0t`` lets ORT pick the

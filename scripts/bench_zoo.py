@@ -9,7 +9,8 @@ Equinox models in small configurations, built as their users build them; the lib
 ``zoo`` extra (``pip install -e .[zoo]``; keras-hub runs on Keras 3's JAX backend). A model whose
 library is missing, or that fails to build, is listed with a note. For each model, one process:
 jax.jit, jaxconv's ONNX and jax2onnx's ONNX (when jax2onnx is installed) run alternately on the same
-inputs, ORT with jaxconv's session options (default threads, spinning off). Ratios are medians over
+inputs, ORT with jaxconv's session options (the recorded threads and spinning, which jax2onnx's
+graph gets too). Ratios are medians over
 jax.jit's median; "CPU" ratios are process CPU time per call, steadier on a busy machine. "max err"
 is the largest |jaxconv's ONNX - jax.jit| over the outputs. Models marked "erf" use the exact GELU
 (erf/erfc). --profile DIR writes ORT's profiles, optimized graphs and node-type counts of both ONNX

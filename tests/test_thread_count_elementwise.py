@@ -39,12 +39,13 @@ def _spins(model):
     return {p.key: p.value for p in model.metadata_props}.get(thread_count.SPIN_KEY) == "1"
 
 
-@pytest.mark.parametrize("n, expected, spins", [(1 << 12, "1", False), (1 << 17, None, True), (1 << 20, None, False)])
+@pytest.mark.parametrize("n, expected, spins", [(1 << 12, "1", False), (1 << 17, "1", False), (1 << 20, None, False)])
 def test_an_update_records_one_thread_below_the_size_where_its_kernels_gain_and_matches_jax(n, expected, spins):
     """Measured (ORT 1.32, two cores, spinning off; the update above): two threads took 1.0x the time of
     one at 16K elements, 1.19-1.36x at 128K, 0.91-0.94x at 256K and 0.69x at 1M. With the pool spinning
-    during the run (AMD EPYC): 1.02x at 4K, 0.80x at 128K (a short call: it records that), 0.64x at 1M
-    (a call of 3 ms: two threads, spinning off)."""
+    during the run (AMD EPYC, calls back to back): 1.02x at 4K, 0.80x at 128K, 0.64x at 1M; neither records
+    it (a call under 0.7 ms of kernels, where a run after an idle gap pays more for waking a core than it gains;
+    one of 3 ms)."""
     inputs = _inputs(n)
     model = jaxconv.to_onnx(_adam_update, *inputs)
     assert _recorded(model) == expected
@@ -88,8 +89,8 @@ def test_a_model_of_data_movement_alone_records_one_thread():
 
 
 def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_call():
-    """``f32[b, 1024]``: one thread for small batches, ORT's count for big ones (spinning during the run
-    from b = 128, where a call is short; not at 2048), as a static export of each."""
+    """``f32[b, 1024]``: one thread for small batches, ORT's count for big ones (spinning during the run at
+    b = 1024, a call of about 1 ms; not at 512 or 2048), as a static export of each."""
     fn = jax.jit(lambda x, y: jnp.sqrt(x * x + 1.0) * y)
     model = jaxconv.to_onnx(fn, "f32[b,1024]", "f32[b,1024]")
     entries = {p.key for p in model.metadata_props}
@@ -98,7 +99,8 @@ def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_
     record = thread_count.read_record(data)
     for b in (1, 16):
         assert thread_count.recorded(data, [(b, 1024)] * 2) == 1 and not record.spins([(b, 1024)] * 2)
-    for b, spins in ((128, True), (512, True), (2048, False)):
+    assert thread_count.recorded(data, [(128, 1024)] * 2) == 1
+    for b, spins in ((512, False), (1024, True), (2048, False)):
         assert thread_count.recorded(data, [(b, 1024)] * 2) is None
         assert record.spins([(b, 1024)] * 2) is spins
         static = jaxconv.to_onnx(fn, f"f32[{b},1024]", f"f32[{b},1024]", check=False)

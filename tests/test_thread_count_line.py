@@ -7,7 +7,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import onnx_ir as ir
 
 import jaxconv
 from jaxconv.onnx import thread_count
@@ -36,10 +35,8 @@ def test_a_swiglu_decoder_layer_records_one_thread():
 
     x = _RNG.standard_normal((2, 64, 128)).astype(np.float32)
     model = jaxconv.to_onnx(layer, x)  # checked against jax.jit
-    # a short call: it records spinning during the run (two threads); spinning off, one thread
-    assert {p.key: p.value for p in model.metadata_props}.get(thread_count.SPIN_KEY) == "1"
-    assert _recorded_in(model) is None
-    assert thread_count.recommend(ir.serde.deserialize_model(model)) == 1
+    assert _recorded_in(model) == "1"
+    assert thread_count.SPIN_KEY not in {p.key for p in model.metadata_props}  # 0.24 ms of products
 
 
 def test_a_12_mflop_convolution_records_nothing():

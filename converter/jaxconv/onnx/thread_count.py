@@ -86,25 +86,26 @@ thread count and weighs the products at each
 call's sizes (``Record.threads``), so a call at ``b = 2, s = 64`` gets the count a static export at those
 sizes records; ``session_options`` takes the shapes a session of one's own will run.
 
-Spinning during a run (``SPIN_KEY``). With spinning off, every kernel ORT splits wakes the pool's worker; with
-the pool spinning during a run and stopped after it (``session.force_spinning_stop``), the worker waits for
-the next kernel awake and the next caller in the process pays nothing (one ``jax.jit`` call after each run:
-0.98-1.02x its time after a run with spinning off, 24 models). A short call of many kernels gains most: two
-spinning threads took 0.61-0.94x the time of jaxconv's spinning-off sessions on 23 of 23 zoo models the rule
-below picked with a line at 2 ms (Hugging Face BERT-likes, GPT-Neo, OPT, BLOOM, Mistral, Gemma, BART, BEiT, DINOv2, CLIP, keras-hub
-BERT, Haiku MLP and transformer, NNX and Equinox CNNs, Optax SGD, RMSProp, Lion and AdamW updates; AMD EPYC,
-two cores, load 0.8-1.8, alternating with ``jax.jit``), 16 of them recorded one thread before. A long call
-gains less (the benchmark transformer 0.97x, BERT 0.95x) and loses when another process keeps a core busy:
-while one busy loop ran beside it, the benchmark MLP took 1.9x its time, BERT 1.4x, the CNN 1.2x, while 19 of
-the 20 short models picked held or gained (0.63-1.00x; BART, at 1.8 ms the longest, 1.16x: hence the line at 1.5 ms). So a model whose
-sizes are all fixed records ``SPIN_KEY`` where its kernels, weighed on one thread, take at most
-``SPIN_CALL_SECONDS`` (1.5 ms) and a second thread saves more than it costs with waking at
-``SPIN_WAKE_SECONDS`` a kernel (4 us, against 15 with spinning off) and ``WAKE_SECONDS`` once a run (the first
-kernel wakes the sleeping pool). T5, HF ResNet and a small LSTM, whose many short kernels lost on two spinning
-threads, stay as they were. jaxconv's sessions (``runtimes.onnxrt.session_options``) then run it on one thread
-per core, spinning during each run; ``spinning=False`` asks for the spinning-off session on a busy machine.
-A model with symbolic sizes records its kernels instead (polynomials of the sizes), and each call is weighed at
-its own sizes: ``f32[b, 256]`` through eight 256-wide products spins at b = 128 and not at b = 2048.
+Spinning during a run (``SPIN_KEY``). With spinning off, every kernel ORT splits wakes the pool's worker; with the
+pool spinning during a run and stopped after it (``session.force_spinning_stop``), the worker waits for the next
+kernel awake and the next caller in the process pays nothing (one ``jax.jit`` call after each run: 0.98-1.02x its
+time after a run with spinning off, 24 models). Measured on zoo models (AMD EPYC, two cores, ORT 1.32, load
+0.8-1.8), two spinning threads against jaxconv's spinning-off session (the count ``recommend`` gives), calls back to
+back: 27 of 27 short models (0.2-1.4 ms of kernels on one thread) took 0.67-0.95x the time. With 1 ms of idle time
+before each call (``benchmark.alternate``'s settling), the run first wakes a sleeping core: about 100 us more a
+call, so the calls under about 0.7 ms of kernels lost (Haiku and Equinox MLPs, NNX and Equinox CNNs, Optax SGD and
+RMSProp: 1.04-1.27x) while the longer ones held or gained (0.71-0.99x; Optax Lion and the HF T5 encoder 1.05 and
+1.07x). A long call gains less (the benchmark transformer 0.97x, BERT 0.95x) and loses when another process keeps a
+core busy: while one busy loop ran beside it, the benchmark MLP took 1.9x its time, BERT 1.4x, the CNN 1.2x, while
+19 of 20 short models held or gained (0.63-1.00x; BART, at 1.8 ms the longest, 1.16x). So a model whose sizes are
+all fixed records ``SPIN_KEY`` where its kernels, weighed on one thread, take from ``SPIN_SHORTEST_CALL_SECONDS``
+(0.7 ms) to ``SPIN_CALL_SECONDS`` (1.5 ms) and a second thread saves more than it costs with waking at
+``SPIN_WAKE_SECONDS`` a kernel (4 us, against 15 with spinning off) and ``WAKE_SECONDS`` once a run. T5 and a small
+LSTM, whose many short kernels lost on two spinning threads, stay as they were. jaxconv's sessions
+(``runtimes.onnxrt.session_options``) then run it on one thread per core, spinning during each run;
+``spinning=False`` asks for the spinning-off session on a busy machine. A model with symbolic sizes records its
+kernels instead (polynomials of the sizes), and each call is weighed at its own sizes: ``f32[b, 256]`` through six
+256-wide products spins at b = 256 and not at b = 64 or 2048.
 
 Convolutions are weighed by their flops like the other products, grouped and depthwise ones
 included (``group`` divides each output's window). Under the earlier line (products under 10 MFLOP
@@ -166,6 +167,7 @@ SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # where one thread wins at the first of 
 SPIN_KEY = "jaxconv.spin_during_run"
 SPIN_WAKE_SECONDS = 4e-6  # what a kernel split over two threads pays for the second when the pool spins
 SPIN_CALL_SECONDS = 1.5e-3  # the longest call (its kernels on one thread, as weighed) that records spinning
+SPIN_SHORTEST_CALL_SECONDS = 0.7e-3  # and the shortest: a run after an idle gap wakes a sleeping core first
 
 
 def record(model: Any) -> dict[str, str]:
@@ -313,11 +315,8 @@ def one_thread_for(cost: float, saving: float) -> int | None:
 
 def spins_during_run(graph: Any) -> bool:
     """Whether a call of ``graph`` (its sizes all fixed) runs faster on two threads whose pool spins during the run
-    (and stops after it) than as ``recommend`` would have it: its kernels weighed on one thread take at most
-    ``SPIN_CALL_SECONDS``, and a second thread saves them more than it costs when waking it costs
-    ``SPIN_WAKE_SECONDS`` a kernel and ``WAKE_SECONDS`` once a run (the pool sleeps between runs). Not for a
-    graph with an RNN op (the rules choose ORT's GRU op for one thread) or a combining scatter (which needs
-    one thread)."""
+    (and stops after it) than as ``recommend`` would have it (``spins``, with no sizes). Not for a graph with an
+    RNN op (the rules choose ORT's GRU op for one thread) or a combining scatter (which needs one thread)."""
     if not _may_spin(graph):
         return False
     kernels = kernels_of(graph, sizes={})
@@ -333,11 +332,11 @@ def _may_spin(graph: Any) -> bool:
 
 def spins(products: Sequence[Product], others: float, elementwise: Sequence[Elementwise],
           sizes: Mapping[str, int] | None = None) -> bool:
-    """``spins_during_run``'s weighing of a call's kernels (polynomials taken at ``sizes``): at most
-    ``SPIN_CALL_SECONDS`` on one thread, and a second thread worth ``SPIN_WAKE_SECONDS`` a split kernel
+    """``spins_during_run``'s weighing of a call's kernels (polynomials taken at ``sizes``): from
+    ``SPIN_SHORTEST_CALL_SECONDS`` to ``SPIN_CALL_SECONDS`` on one thread, and a second thread worth ``SPIN_WAKE_SECONDS`` a split kernel
     plus ``WAKE_SECONDS`` once a run (the pool sleeps between runs)."""
     seconds = one_thread_seconds(products, elementwise, sizes)
-    if seconds is None or seconds > SPIN_CALL_SECONDS:
+    if seconds is None or not SPIN_SHORTEST_CALL_SECONDS <= seconds <= SPIN_CALL_SECONDS:
         return False
     weights = two_thread_weights(products, others, sizes, elementwise, wake=SPIN_WAKE_SECONDS)
     return weights is not None and one_thread_for(weights[0] + WAKE_SECONDS, weights[1]) is None
