@@ -155,3 +155,17 @@ def test_a_malformed_spin_entry_records_nothing():
             prop.value = "yes"
     record = thread_count.read_record(model.SerializeToString())
     assert not record.spin and record.spin_by_size is None and not record.spins([x.shape])
+
+
+def test_the_benchmarks_sessions_spin_at_the_sizes_they_time():
+    """``jaxconv bench`` and scripts/bench.py time ``benchmark.ort_session``s made for their inputs' sizes."""
+    from jaxconv.benchmark import ort_session
+
+    data = jaxconv.to_onnx(_short, "f32[b,256]", check=False).SerializeToString()
+    for b, spinning in ((256, "1"), (2048, "0")):
+        x = np.ones((b, 256), np.float32)
+        opts = ort_session(data, 2, None, inputs=[x]).get_session_options()
+        assert _entry(opts, "session.intra_op.allow_spinning") == spinning
+    peer = jaxconv.to_onnx(_long, jax.ShapeDtypeStruct((512, 1024), np.float32), check=False).SerializeToString()
+    opts = ort_session(peer, None, None, spin_during_run=True).get_session_options()  # the peer, as ours records
+    assert _entry(opts, "session.force_spinning_stop") == "1"

@@ -283,8 +283,8 @@ def measure(name: str, jax_fn: Callable[[], Any], source: Any, inputs: Sequence[
     load0 = os.getloadavg()[0]
     notes: list[str] = []
     fns: dict[str, Callable[[], Any]] = {"jax": jax_fn,
-                                         "ort": ort_call(ort_session(source, threads, None), inputs),
-                                         "ort 1t": ort_call(ort_session(source, 1, None), inputs)}
+                                         "ort": ort_call(ort_session(source, threads, None, inputs=inputs), inputs),
+                                         "ort 1t": ort_call(ort_session(source, 1, None, inputs=inputs), inputs)}
     warm_up(fns, notes)
     if "jax" not in fns:
         raise RuntimeError(notes[0])
