@@ -41,8 +41,8 @@ def borrow_all(monkeypatch):
     runners = []
     load = onnxrt.OnnxRunner._load
 
-    def recording(self, threads):
-        load(self, threads)
+    def recording(self, threads, spins):
+        load(self, threads, spins)
         runners.append(self)
 
     monkeypatch.setattr(onnxrt.OnnxRunner, "_load", recording)
@@ -123,7 +123,7 @@ def test_a_loop_body_and_its_weights_are_borrowed_as_written(tmp_path, borrow_al
 def test_small_models_keep_the_plain_load(tmp_path, monkeypatch):
     runners = []
     load = onnxrt.OnnxRunner._load
-    monkeypatch.setattr(onnxrt.OnnxRunner, "_load", lambda self, threads: (load(self, threads), runners.append(self)))
+    monkeypatch.setattr(onnxrt.OnnxRunner, "_load", lambda self, threads, spins: (load(self, threads, spins), runners.append(self)))
     jaxconv.to_onnx(_fn, "f32[2,512]", path=str(tmp_path / "m.onnx"))
     assert runners and runners[0].borrowed == []
 
