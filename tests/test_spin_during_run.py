@@ -169,3 +169,16 @@ def test_the_benchmarks_sessions_spin_at_the_sizes_they_time():
     peer = jaxconv.to_onnx(_long, jax.ShapeDtypeStruct((512, 1024), np.float32), check=False).SerializeToString()
     opts = ort_session(peer, None, None, spin_during_run=True).get_session_options()  # the peer, as ours records
     assert _entry(opts, "session.force_spinning_stop") == "1"
+
+
+def test_a_runner_given_a_thread_count_still_weighs_the_spinning_at_each_calls_sizes():
+    """``OnnxRunner(threads=2)`` on ``f32[b, 256]``: the count is fixed, the spinning follows each call's sizes."""
+    data = jaxconv.to_onnx(_short, "f32[b,256]", check=False).SerializeToString()
+    runner = OnnxRunner(data, threads=2)
+    for b, spinning in ((2048, "0"), (256, "1"), (2048, "0")):
+        x = _RNG.standard_normal((b, 256)).astype(np.float32)
+        (got,) = runner.run([x])
+        opts = runner.session.get_session_options()
+        assert opts.intra_op_num_threads == 2
+        assert _entry(opts, "session.intra_op.allow_spinning") == spinning
+        np.testing.assert_allclose(got, np.asarray(jax.jit(_short)(x)), rtol=1e-5, atol=1e-6)

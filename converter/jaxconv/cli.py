@@ -440,7 +440,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from jaxconv.judging import judge_set
     from jaxconv.onnx.thread_count import read_record, recorded
     from jaxconv.references import reference_outputs
-    from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads
+    from jaxconv.runtimes.onnxrt import OnnxRunner, default_threads, spins_during_run
 
     for flag, value in (("--iters", args.iters), ("--threads", args.threads)):
         if value is not None and value < 1:
@@ -496,7 +496,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             threads=args.threads or recorded(model, [getattr(a, "shape", ()) for a in inputs]) or default_threads(),
             iters=args.iters, budget_s=args.budget,
             spin=args.spin, profile=os.path.join(args.profile, program.name) if args.profile else None)
-        spins = read_record(model).spins([getattr(a, "shape", ()) for a in inputs]) and result.threads != 1
+        spins = spins_during_run(read_record(model), result.threads, [getattr(a, "shape", ()) for a in inputs])
     spin_text = "during each run, stopped after it" if spins else "off"
     print(f"Machine: {benchmark.machine()}")
     print(f"Inputs: {what}; ORT: jaxconv's session options (spinning {spin_text}), "

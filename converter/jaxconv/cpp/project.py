@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from typing import Any
 
 from jaxconv.cpp.model import CppModel
 from jaxconv.errors import JaxconvError, MismatchError, UnsupportedError
@@ -76,8 +77,8 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
     _check_complex(model, onnx_path, out_dir)
     from jaxconv.onnx import thread_count
 
-    model = dataclasses.replace(model, threads=recorded_threads(onnx_path),
-                                spin_during_run=thread_count.read_record(onnx_path).spin)
+    record = thread_count.read_record(onnx_path)
+    model = dataclasses.replace(model, threads=recorded_threads(record), spin_during_run=record.spin)
     names = [ONNX_FILE]
     if os.path.exists(onnx_path + ".data"):
         if model.embed:
@@ -98,13 +99,11 @@ def _finish(model: CppModel, tmp: str, out_dir: str) -> list[str]:
     return names
 
 
-def recorded_threads(onnx_path: str) -> int:
-    """The intra-op thread count for the generated class's ``Options``: the count the model records; 1
-    where it records one by size (one thread serves its small sizes, and the class does not weigh each
-    call); else 0, ONNX Runtime's default (one per core), as jaxconv's own sessions do."""
-    from jaxconv.onnx import thread_count
-
-    record = thread_count.read_record(onnx_path)
+def recorded_threads(record: Any) -> int:
+    """The intra-op thread count for the generated class's ``Options`` from the model's
+    ``thread_count.Record``: the count it records; 1 where it records one by size (one thread serves its
+    small sizes, and the class does not weigh each call); else 0, ONNX Runtime's default (one per core),
+    as jaxconv's own sessions do."""
     if record.threads_always is not None:
         return record.threads_always
     return 1 if record.products else 0

@@ -37,6 +37,13 @@ def default_threads() -> int | None:
     return len(cores) or None
 
 
+def spins_during_run(record: Any, threads: int | None, shapes: Sequence[Sequence[int]] | None,
+                     spinning: bool | None = None) -> bool:
+    """Whether jaxconv's session spins during each run (and stops after it): no spinning asked for or
+    against, more than one thread, and the model's ``thread_count.Record`` says so at ``shapes``."""
+    return spinning is None and threads != 1 and record.spins(shapes)
+
+
 def session_options(threads: int | None = None, spinning: bool | None = None, model: str | bytes | None = None,
                     shapes: Sequence[Sequence[int]] | None = None, record: Any = None):
     """ONNX Runtime session options jaxconv uses everywhere (check, the benchmark, the C++ defaults).
@@ -73,7 +80,7 @@ def session_options(threads: int | None = None, spinning: bool | None = None, mo
         threads = default_threads()
     if threads is not None:
         opts.intra_op_num_threads = threads
-    during_run = spinning is None and threads != 1 and record.spins(shapes)
+    during_run = spins_during_run(record, threads, shapes, spinning)
     spin = bool(spinning) or during_run
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     opts.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
@@ -109,7 +116,9 @@ class OnnxRunner:
         self.opset = default_opset(path_or_bytes)  # what the lowering could express (the check asks)
         self._threads, self._spinning = threads, spinning
         self._record = read_record(path_or_bytes)
-        self._by_size = threads is None and self._record.by_size  # a session per thread count, picked per call
+        # a session per (thread count, spinning), picked per call where either depends on the call's sizes
+        self._by_size = (threads is None and self._record.by_size) or \
+            (spinning is None and self._record.spin_by_size is not None)
         self._sessions: dict[tuple[int | None, bool], Any] = {}  # by (thread count, spinning during runs)
         self._quiet = quiet
         self._weights = weights if isinstance(path_or_bytes, str) else None
@@ -121,7 +130,7 @@ class OnnxRunner:
         """Make ``self.session`` the session for a call on inputs of ``shapes``: the thread count asked for,
         else the one the model records for those sizes (``thread_count.Record``), loaded on first use."""
         threads = self._threads if self._threads is not None else self._record.threads(shapes)
-        spins = self._spinning is None and threads != 1 and self._record.spins(shapes)
+        spins = spins_during_run(self._record, threads, shapes, self._spinning)
         if (threads, spins) not in self._sessions:
             self._load(threads, spins)
         self.session = self._sessions[threads, spins]
