@@ -90,7 +90,7 @@ def test_a_model_of_data_movement_alone_records_one_thread():
 
 def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_call():
     """``f32[b, 1024]``: one thread for small batches, ORT's count for big ones (spinning during the run at
-    b = 1024, a call of about 1 ms; not at 512 or 2048), as a static export of each."""
+    b = 1024 and 2048, calls of about 1 and 2 ms; not at 512 or 4096), as a static export of each."""
     fn = jax.jit(lambda x, y: jnp.sqrt(x * x + 1.0) * y)
     model = jaxconv.to_onnx(fn, "f32[b,1024]", "f32[b,1024]")
     entries = {p.key for p in model.metadata_props}
@@ -100,7 +100,7 @@ def test_a_symbolic_size_records_the_kernels_and_the_runner_weighs_them_at_each_
     for b in (1, 16):
         assert thread_count.recorded(data, [(b, 1024)] * 2) == 1 and not record.spins([(b, 1024)] * 2)
     assert thread_count.recorded(data, [(128, 1024)] * 2) == 1
-    for b, spins in ((512, False), (1024, True), (2048, False)):
+    for b, spins in ((512, False), (1024, True), (2048, True), (4096, False)):
         assert thread_count.recorded(data, [(b, 1024)] * 2) is None
         assert record.spins([(b, 1024)] * 2) is spins
         static = jaxconv.to_onnx(fn, f"f32[{b},1024]", f"f32[{b},1024]", check=False)

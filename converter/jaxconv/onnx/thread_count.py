@@ -97,11 +97,20 @@ call, so the calls under about 0.7 ms of kernels lost (Haiku and Equinox MLPs, N
 RMSProp: 1.04-1.27x) while the longer ones held or gained (0.71-0.99x; Optax Lion and the HF T5 encoder 1.05 and
 1.07x). A long call gains less (the benchmark transformer 0.97x, BERT 0.95x) and loses when another process keeps a
 core busy: while one busy loop ran beside it, the benchmark MLP took 1.9x its time, BERT 1.4x, the CNN 1.2x, while
-19 of 20 short models held or gained (0.63-1.00x; BART, at 1.8 ms the longest, 1.16x). So a model whose sizes are
+19 of 20 short models held or gained (0.63-1.00x; BART, at 1.8 ms the longest, 1.16x). A spinning worker competes with
+the busy loop for its core, where a sleeping one woken per kernel is let in at once: with the loop beside them, two
+spinning threads took either about the time of one thread or 2-2.5x it, run by run, for calls of 1-3 ms too (the same
+model and setting in two sessions gave both), where one thread held its time. So a model whose sizes are
 all fixed records ``SPIN_KEY`` where its kernels, weighed on one thread, take from ``SPIN_SHORTEST_CALL_SECONDS``
-(0.7 ms) to ``SPIN_CALL_SECONDS`` (1.5 ms) and a second thread saves more than it costs with waking at
-``SPIN_WAKE_SECONDS`` a kernel (4 us, against 15 with spinning off) and ``WAKE_SECONDS`` once a run. T5 and a small
-LSTM, whose many short kernels lost on two spinning threads, stay as they were. jaxconv's sessions
+(0.7 ms) to ``SPIN_CALL_SECONDS`` (3 ms) and a second thread saves more than it costs with waking at
+``SPIN_WAKE_SECONDS`` a kernel (4 us, against 15 with spinning off), ``SPIN_OTHER_SECONDS`` every other kernel (0.5 us,
+against 2) and ``WAKE_SECONDS`` once a run. The 0.5 us is what the kernels that are no product took more, summed, on
+two spinning threads than on one in ORT's profile (HF LongT5 143 us over 225 kernels, Whisper 80 over 171); with 2 us
+and a line at 1.5 ms, 32 of the 134 zoo models were weighed to the setting without spinning that they now leave:
+alternating the two (ORT alone, two sessions a side, load 0.4-1.1), after 1 ms of idle time each new session took
+0.59-1.04x the old one's time (BART, mBART, Pegasus, T5, mT5, keras-hub T5, CLIP 0.68-0.73, keras-hub Mixtral 0.83,
+the CNNs 0.59-0.98, the Gemma, Llama and Qwen decoders of about 1 ms 0.79-1.04), called back to back 0.66-0.92x with a
+run of 1.1-1.3x now on one model, now on another (Whisper 1.30 then 0.76, Gemma 2 0.81 then 1.29). jaxconv's sessions
 (``runtimes.onnxrt.session_options``) then run it on one thread per core, spinning during each run;
 ``spinning=False`` asks for the spinning-off session on a busy machine. A model with symbolic sizes records its
 kernels instead (polynomials of the sizes), and each call is weighed at its own sizes: ``f32[b, 256]`` through six
@@ -166,7 +175,8 @@ SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)  # where one thread wins at the first of 
 # Spinning during a run (the module docstring, "Spinning during a run"): a model whose call is short records it
 SPIN_KEY = "jaxconv.spin_during_run"
 SPIN_WAKE_SECONDS = 4e-6  # what a kernel split over two threads pays for the second when the pool spins
-SPIN_CALL_SECONDS = 1.5e-3  # the longest call (its kernels on one thread, as weighed) that records spinning
+SPIN_OTHER_SECONDS = 0.5e-6  # what every other kernel costs on two threads when the pool spins during the run
+SPIN_CALL_SECONDS = 3e-3  # the longest call (its kernels on one thread, as weighed) that records spinning
 SPIN_SHORTEST_CALL_SECONDS = 0.7e-3  # and the shortest: a run after an idle gap wakes a sleeping core first
 
 
@@ -338,7 +348,7 @@ def spins(products: Sequence[Product], others: float, elementwise: Sequence[Elem
     seconds = one_thread_seconds(products, elementwise, sizes)
     if seconds is None or not SPIN_SHORTEST_CALL_SECONDS <= seconds <= SPIN_CALL_SECONDS:
         return False
-    weights = two_thread_weights(products, others, sizes, elementwise, wake=SPIN_WAKE_SECONDS)
+    weights = two_thread_weights(products, others, sizes, elementwise, wake=SPIN_WAKE_SECONDS, other=SPIN_OTHER_SECONDS)
     return weights is not None and one_thread_for(weights[0] + WAKE_SECONDS, weights[1]) is None
 
 
@@ -439,17 +449,17 @@ def _other_kernel(node: Any) -> bool:
 def two_thread_weights(products: Sequence[Product], others: float = 0.0,
                        sizes: Mapping[str, int] | None = None,
                        elementwise: Sequence[Elementwise] = (),
-                       wake: float = WAKE_SECONDS) -> tuple[float, float] | None:
+                       wake: float = WAKE_SECONDS, other: float = OTHER_SECONDS) -> tuple[float, float] | None:
     """(seconds a second intra-op thread costs a call, seconds it saves) for ``products`` and ``others``
     other kernels, polynomials taken at ``sizes``; None where one names a dimension without a size.
 
     Each product takes ``max(flops / rate, bytes read / STREAM_BYTES)`` on one thread, ``rate`` this
     machine's (``product_rate.core_flops``; ``CORE_FLOPS`` on the machine the weighing was fitted on); a second
     thread saves ``SECOND_THREAD_SAVES`` of that and costs ``wake`` (``WAKE_SECONDS`` with spinning off);
-    every other kernel costs ``OTHER_SECONDS`` more on two threads (the module docstring has the
+    every other kernel costs ``other`` more on two threads (``OTHER_SECONDS`` with spinning off; the module docstring has the
     measurements). A call without products is weighed by its ``elementwise`` kernels: one of at least
     ``SPLIT_ELEMENTS`` elements costs ``wake`` instead and saves ``ELEMENTWISE_SAVES`` of its one-thread time."""
-    cost, saving = others * OTHER_SECONDS, 0.0
+    cost, saving = others * other, 0.0
     if products:
         rate = product_rate.core_flops()
         for product in products:
@@ -464,7 +474,7 @@ def two_thread_weights(products: Sequence[Product], others: float = 0.0,
         if n is None or count is None:
             return None
         if n >= SPLIT_ELEMENTS:
-            cost += count * (wake - OTHER_SECONDS)
+            cost += count * (wake - other)
             saving += count * ELEMENTWISE_SAVES * n * per_element
     return cost, saving
 
