@@ -96,3 +96,46 @@ def test_a_product_read_another_way_or_by_a_variable_weight_keeps_its_neg():
         ops, got = convert_and_run(fn, *args)
         assert ops["Neg"] == 1, (fn.__name__, ops)
         assert_same_floats(got[0], np.asarray(jax.jit(fn)(*args)), 1e-4, 1e-5)
+
+
+def _conv_input() -> np.ndarray:
+    x = np.random.default_rng(6).standard_normal((2, 8, 8, 4)).astype(np.float32) * 3
+    x[0, 0, 0, :] = [np.nan, np.inf, -np.inf, -0.0]
+    x[0, 3, 3, :] = 0.0
+    x[1, 5, :, 2] = BIG
+    x[1, 6, :, :] = -0.0
+    return x
+
+
+def _cnn(silu):
+    """A 3x3 convolution with its bias, a 1x1 convolution (a MatMul between Reshapes once lowered) and a
+    squeeze-excite gate ``sigmoid(conv(mean))`` written as ``1 / (1 + exp(-z))``, NHWC, spatial mean out."""
+    rng = np.random.default_rng(7)
+    w1, b1 = rng.standard_normal((3, 3, 4, 8)).astype(np.float32) * 0.3, rng.standard_normal(8).astype(np.float32)
+    w2 = rng.standard_normal((1, 1, 8, 8)).astype(np.float32) * 0.3
+    w3 = rng.standard_normal((1, 1, 8, 8)).astype(np.float32) * 0.3
+    w1[0, 1, 2, 3] = -0.0
+    dims = ("NHWC", "HWIO", "NHWC")
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dims)
+
+    def fn(x):
+        h = silu(conv(x, w1) + b1)
+        h = silu(conv(h, w2))
+        gate = 1.0 / (1.0 + jnp.exp(-conv(jnp.mean(h, axis=(1, 2), keepdims=True), w3)))
+        return jnp.mean(h * gate, axis=(1, 2))
+    return fn
+
+
+def test_a_convolutions_silu_and_gate_drop_their_negs(monkeypatch):
+    """keras-hub EfficientNet's form: each Neg of a Conv's output (bias folded in, weights transposed at run time
+    until the clean-up) or of a pointwise convolution's MatMul read through a Reshape goes into the weights."""
+    for silu in (jax.nn.silu, lambda y: y * (1.0 / (1.0 + jnp.exp(-y)))):
+        fn = _cnn(silu)
+        x = _conv_input()
+        ops, got = convert_and_run(fn, x)
+        plain_ops, plain = _plain(monkeypatch, fn, x)
+        assert plain_ops["Neg"] == 3 and ops["Neg"] == 0, (plain_ops, ops)
+        assert_same_bits(got, plain, nan_signs=False)
+        assert_same_floats(got[0], np.asarray(jax.jit(fn)(x)), 1e-4, 1e-5)

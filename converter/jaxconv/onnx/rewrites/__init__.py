@@ -15,7 +15,8 @@ faster without changing the numbers:
 - ``softmax``: jax.nn.softmax / log_softmax as the Softmax / LogSoftmax ops;
 - ``activations``: jax.nn.gelu's tanh form as Gelu (opset 20), ``max(x, 0)`` as Relu (+0.0 kept) and
   jax.nn.leaky_relu's select as LeakyRelu, so ORT fuses them into the Conv or Gemm before; later,
-  ``negated_products``: a SiLU's Neg of a product by a constant weight folded into the weight;
+  ``negated_products``: a SiLU's or a sigmoid's Neg of a product by a constant weight (a MatMul's, a Conv's with
+  its bias, after ``conv_affine`` too) folded into the weight;
 - ``activations`` also: jax.nn.hard_swish (Keras' ``* (1 / 6)`` too) as HardSwish (opset 14) for the Conv;
 - ``broadcasts``: constants broadcast to full size cut back to the shape that carries their values;
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only where the input's sum is NaN
@@ -319,6 +320,7 @@ def apply(model: ir.Model, opset: int) -> dict[str, int]:
     fired["where_consts"] = where_consts.rewrite(model.graph)
     fired["sum_pool"] = sum_pool.rewrite(model.graph)
     fired["conv_affine"] = conv_affine.rewrite(model.graph)
+    fired["negated_products"] += activations.negated_products(model.graph)  # a Conv's, with the affine folded in
     fired["row_slices"] = row_slices.rewrite(model.graph, opset)
     fired["scan_last_row"] = scan_last_row.rewrite(model.graph)  # after row_slices moved the row's Slice up
     fired["gather_matmul"] = gather_matmul.rewrite(model.graph)

@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv._scale_chain import Kind, scaled_chain
+from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -560,7 +561,8 @@ def select_operands(a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value, ir.Va
 
 
 def negated_products(graph: ir.Graph) -> int:
-    """A SiLU's ``Neg`` of a product by a constant weight folded into the weight's sign; returns how many.
+    """A SiLU's ``Neg`` of a product by a constant weight (a MatMul's, a Conv's with its bias) folded into the
+    weight's sign; returns how many.
 
     jax.nn.silu lowers to ``y / (1 + exp(-y))`` (keras: ``y * (1 / (1 + exp(-y)))``), four or five
     kernels on the feed-forward's widest activation. Where ``y = x @ W`` with ``W`` constant,
@@ -571,17 +573,23 @@ def negated_products(graph: ir.Graph) -> int:
     zero). A sum of zeros is +0.0 either way, so ``ny`` is +0.0 where ``-y`` is -0.0: the rule fires
     where the readers' results reach no output but through ops blind to a zero's sign (the
     down-projection's MatMul). Figures with ``rotary`` in that module's docstring.
+
+    A Conv's ``conv(x, -W) - B`` is ``-conv(x, W, B)`` as exactly, and ops that only move elements (the
+    Reshapes around a pointwise convolution's MatMul) keep the negation: keras-hub EfficientNet's 64 SiLUs
+    and squeeze-excite gates (``1 / (1 + exp(-z))``, the Neg alone reading ``z``) lose their Negs, 0.95x its
+    ORT time (two threads spinning, same bits). A Conv's weights are often a Transpose of a constant until the
+    clean-up folds it, so they are evaluated here (``_constants.evaluate``).
     """
     return m.count_everywhere(graph, "Neg", _negated_product)
 
 
 def _negated_product(graph: ir.Graph, neg: ir.Node) -> int:
     y = neg.inputs[0] if neg.inputs else None
-    product = m.producer(y, "MatMul")
-    if y is None or product is None or y.is_graph_output() or len(product.inputs) != 2:
+    product = _product_behind(y)
+    if y is None or product is None or y.is_graph_output():
         return 0
-    weight = m.const(product.inputs[1])
-    if weight is None or weight.dtype.kind != "f":
+    negated_inputs = _negated_product_inputs(product)
+    if negated_inputs is None:
         return 0
     plans = []
     for use in y.uses():
@@ -597,7 +605,8 @@ def _negated_product(graph: ir.Graph, neg: ir.Node) -> int:
         if plan is None or not _zero_sign_unseen(reader.outputs[0]):
             return 0  # x @ (-W) is +0.0 where -(x @ W) is -0.0 (a sum of zeros): the sign must not show
         plans.append(plan)
-    product.replace_input_with(1, m.new_initializer(graph, np.negative(weight), "negated_weight"))
+    for k, c in negated_inputs:
+        product.replace_input_with(k, m.new_initializer(graph, np.negative(c), "negated_weight"))
     for node, k, c, op in plans:
         negated = m.new_initializer(graph, np.negative(c), "negated_const")
         if op == node.op_type:
@@ -612,6 +621,44 @@ def _negated_product(graph: ir.Graph, neg: ir.Node) -> int:
             use.node.outputs[0].replace_all_uses_with(y)
             graph.remove(use.node, safe=True)
     return 1
+
+
+_MOVES_ELEMENTS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _product_behind(y: ir.Value | None) -> ir.Node | None:
+    """The MatMul or Conv that computes ``y``, directly or through ops that only move its elements (a pointwise
+    convolution's MatMul between Reshapes), each step read by nothing else; else None."""
+    value = y
+    for _ in range(4):
+        node = None if value is None else value.producer()
+        if node is None or node.domain != "":
+            return None
+        if node.op_type in ("MatMul", "Conv"):
+            return node
+        if node.op_type not in _MOVES_ELEMENTS:
+            return None
+        value = node.inputs[0] if node.inputs else None
+        if value is None or len(value.uses()) != 1 or value.is_graph_output():
+            return None
+    return None
+
+
+def _negated_product_inputs(product: ir.Node) -> list[tuple[int, np.ndarray]] | None:
+    """The constant inputs of a MatMul ``x @ W`` or a Conv ``conv(x, W) + B`` whose negation negates its output
+    bit for bit (``W``, and ``B`` where given), with their values; None where one is not a float constant."""
+    count = len(product.inputs)
+    if product.domain != "" or not (count == 2 if product.op_type == "MatMul" else 2 <= count <= 3):
+        return None
+    consts = []
+    for k in range(1, len(product.inputs)):
+        if k == 2 and product.inputs[k] is None:
+            continue  # a Conv without bias
+        c = constants.evaluate(product.inputs[k])  # a weight transposed at run time until the clean-up folds it
+        if c is None or c.dtype.kind != "f":
+            return None
+        consts.append((k, c))
+    return consts
 
 
 def _negated(value: ir.Value) -> tuple[ir.Node, int, np.ndarray, str] | None:
