@@ -45,18 +45,22 @@ def optimize(model: ir.Model, opset: int) -> None:
     unique_value_names(model.graph)  # the rewrites' new values are named val_0, val_1, ... each time
     _strip_markers(model.graph)
     clean_up(model)
+    _apply_rewrites(model, opset, after_clean_up=True)
     model.graph.sort()  # a rule that merges nodes (onnxscript's Slices -> Split) may place one after a reader
     _name_outputs_directly(model.graph)
 
 
-def _apply_rewrites(model: ir.Model, opset: int) -> None:
+def _apply_rewrites(model: ir.Model, opset: int, after_clean_up: bool = False) -> None:
     try:
         from jaxconv.onnx import rewrites
     except ModuleNotFoundError as e:
         if e.name != "jaxconv.onnx.rewrites":
             raise
         return
-    rewrites.apply(model, opset)
+    if after_clean_up:
+        rewrites.after_clean_up(model, opset)
+    else:
+        rewrites.apply(model, opset)
 
 
 def _nodes(graph: ir.Graph) -> list[ir.Node]:

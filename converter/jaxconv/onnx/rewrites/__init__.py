@@ -22,6 +22,9 @@ faster without changing the numbers:
 - ``pooling``: max pooling's NaN/-inf guard behind an ``If`` that runs it only where the input's sum is NaN
   or -inf (a ``Greater`` than -inf); last,
   ``pool_chains``: the pools on ``[N, C, H, W]`` itself, one such If for a chain of conv and pool layers;
+- ``conv_pads`` (``after_clean_up``: onnxscript's rules would fold its Pad back): a Conv's padding as an
+  explicit Pad where its constant weights hold an infinity or a NaN (ORT's blocked-layout Conv skips padded
+  places, so a padded zero times an infinite weight gave no NaN);
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
@@ -171,6 +174,7 @@ from jaxconv.onnx.rewrites import (
     column_sums,
     conv_1d,
     conv_affine,
+    conv_pads,
     dense_bias,
     early_transposes,
     einsum_order,
@@ -232,6 +236,12 @@ from jaxconv.onnx.rewrites import (
 )
 
 HEADS_ON_ONE_THREAD = False  # attention_heads also for models that will record one intra-op thread
+
+
+def after_clean_up(model: ir.Model, opset: int) -> dict[str, int]:
+    """The rules that run on the cleaned-up graph, whose rules would undo them (onnxscript folds a Pad into
+    the Conv it feeds); returns how many times each fired."""
+    return {"conv_pads": conv_pads.rewrite(model.graph, opset)}
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:
