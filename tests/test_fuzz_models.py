@@ -74,7 +74,9 @@ def test_the_fuzzer_records_which_rewrites_fired():
     outcome = fuzz_run.evaluate(p, "onnx", 48)
     assert outcome.status == "ok"
     assert outcome.rules["gru"] == 1 and outcome.rules["scan"] == 1 and outcome.rules["attention"] == 0
-    assert jaxconv.onnx.rewrites.apply.__name__ == "apply"  # the counter put the converter's function back
+    assert outcome.rules["conv_pads"] == 0  # the rules run after the clean-up are counted too
+    assert jaxconv.onnx.rewrites.apply.__name__ == "apply"  # the counter put the converter's functions back
+    assert jaxconv.onnx.rewrites.after_clean_up.__name__ == "after_clean_up"
 
 
 @pytest.mark.parametrize("kind, seed, first, rule, fired", [

@@ -60,11 +60,14 @@ class Outcome:
 
 
 class RuleCounter:
-    """Counts the ONNX rewrites that fire while active: ``rewrites.apply``'s counts, summed per rule.
+    """Counts the ONNX rewrites that fire while active: ``rewrites.apply``'s and ``rewrites.after_clean_up``'s
+    counts, summed per rule.
 
-    The converter is unchanged: ``apply`` is wrapped (looked up on its module at each conversion) and
-    restored on exit.
+    The converter is unchanged: both are wrapped (looked up on their module at each conversion) and restored
+    on exit.
     """
+
+    STAGES = ("apply", "after_clean_up")
 
     def __init__(self) -> None:
         self.fired: dict[str, int] = {}
@@ -72,19 +75,24 @@ class RuleCounter:
     def __enter__(self) -> "RuleCounter":
         from jaxconv.onnx import rewrites
 
-        self._module, self._apply = rewrites, rewrites.apply
+        self._module = rewrites
+        self._saved = {stage: getattr(rewrites, stage) for stage in self.STAGES}
+        for stage, run in self._saved.items():
+            setattr(rewrites, stage, self._counting(run))
+        return self
 
+    def _counting(self, run: Callable[[Any, int], dict[str, int]]) -> Callable[[Any, int], dict[str, int]]:
         def counted(model: Any, opset: int) -> dict[str, int]:
-            fired = self._apply(model, opset)
+            fired = run(model, opset)
             for rule, n in fired.items():
                 self.fired[rule] = self.fired.get(rule, 0) + n
             return fired
 
-        rewrites.apply = counted  # type: ignore[assignment]
-        return self
+        return counted
 
     def __exit__(self, *exc: object) -> None:
-        self._module.apply = self._apply  # type: ignore[assignment]
+        for stage, run in self._saved.items():
+            setattr(self._module, stage, run)
 
 
 def reference(program: FuzzProgram, inputs: Sequence[np.ndarray], fn: Callable[..., Any] | None = None) -> list[np.ndarray]:
