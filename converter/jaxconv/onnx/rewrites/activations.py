@@ -623,7 +623,7 @@ def _negated_product(graph: ir.Graph, neg: ir.Node) -> int:
     return 1
 
 
-_MOVES_ELEMENTS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+_MOVES_ELEMENTS = _PASS_THROUGH - {"Pad"}  # a Pad adds +0.0 where a negated value would hold -0.0
 
 
 def _product_behind(y: ir.Value | None) -> ir.Node | None:
