@@ -25,6 +25,8 @@ faster without changing the numbers:
 - ``conv_pads`` (``after_clean_up``: onnxscript's rules would fold its Pad back): a Conv's padding as an
   explicit Pad where its constant weights hold an infinity or a NaN (ORT's blocked-layout Conv skips padded
   places, so a padded zero times an infinite weight gave no NaN);
+- ``batched_chains`` (``after_clean_up`` too): identical elementwise chains over small tensors (an optimizer's
+  update of each parameter) run once over their concatenation, a Split giving each its part;
 - ``shapes``: integer shape arithmetic and mask broadcasts in fewer nodes;
 - ``zeros``: signed-zero fixes that provably change nothing dropped; ``ReduceSum / n`` as ReduceMean;
 - ``squeezes``: Squeeze/Unsqueeze pairs of the same axes cancelled (jnp.take's index checks);
@@ -167,6 +169,7 @@ from jaxconv.onnx.rewrites import (
     attention,
     attention_heads,
     axis_products,
+    batched_chains,
     broadcast_matmul_order,
     broadcast_spans,
     broadcasts,
@@ -240,8 +243,10 @@ HEADS_ON_ONE_THREAD = False  # attention_heads also for models that will record 
 
 def after_clean_up(model: ir.Model, opset: int) -> dict[str, int]:
     """The rules that run on the cleaned-up graph, whose rules would undo them (onnxscript folds a Pad into
-    the Conv it feeds); returns how many times each fired."""
-    return {"conv_pads": conv_pads.rewrite(model.graph, opset)}
+    the Conv it feeds) or that need its folded constants and shared scalars (``batched_chains``); returns
+    how many times each fired."""
+    return {"conv_pads": conv_pads.rewrite(model.graph, opset),
+            "batched_chains": batched_chains.rewrite(model.graph)}
 
 
 def apply(model: ir.Model, opset: int) -> dict[str, int]:

@@ -1,0 +1,195 @@
+"""Identical elementwise chains over small tensors run once over their concatenation (rewrites.batched_chains).
+
+An optimizer's update applies the same ops to every parameter; ONNX Runtime runs each op of each parameter
+as a kernel of its own. The rule concatenates the small parameters' operands, runs the chain once and splits
+the results. Every element must keep its bits: the graph without the rule is the reference, and jax.jit
+the judge.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import optax
+import pytest
+
+import jaxconv
+from jaxconv.onnx.rewrites import batched_chains
+from jaxconv.runtimes.onnxrt import OnnxRunner
+
+_SHAPES = {"b1": (16,), "w1": (16, 8), "b2": (8,), "w2": (8, 4), "scale": (4, 2), "big": (96, 128)}
+
+
+def _tree(seed: int, edges: bool = False) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tree = {k: rng.standard_normal(s).astype(np.float32) for k, s in _SHAPES.items()}
+    if edges:
+        tree["w1"][0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+        tree["b2"][:3] = [np.finfo(np.float32).max, np.finfo(np.float32).tiny / 4, 0.0]
+    return tree
+
+
+def _adam_update(edges: bool = False):
+    """An Optax Adam step (state past its zeros) as a function of the flattened leaves, and those leaves."""
+    opt = optax.adam(1e-3)
+    params = _tree(0)
+    grads = _tree(1, edges)
+    state = opt.update(_tree(2), opt.init(params), params)[1]
+    leaves, tree = jax.tree_util.tree_flatten((grads, state, params))
+
+    def step(*xs):
+        g, s, p = jax.tree_util.tree_unflatten(tree, xs)
+        updates, s = opt.update(g, s, p)
+        return optax.apply_updates(p, updates), s
+
+    return step, [np.asarray(x) for x in leaves]
+
+
+def _without_rule(monkeypatch, fn, args) -> onnx.ModelProto:
+    with monkeypatch.context() as patch:
+        patch.setattr(batched_chains, "rewrite", lambda graph: 0)
+        return jaxconv.to_onnx(fn, *args, check=False)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def _run(model: onnx.ModelProto, args) -> list[np.ndarray]:
+    return OnnxRunner(model.SerializeToString()).run(args)
+
+
+def _assert_same_bits(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (k, a.shape, b.shape)
+        assert a.tobytes() == b.tobytes(), k
+
+
+def _assert_like_jax(got: list[np.ndarray], fn, args) -> None:
+    want = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("edges", [False, True], ids=["normal", "edge_values"])
+def test_an_adam_update_of_small_parameters_runs_as_one_chain(monkeypatch, edges):
+    fn, args = _adam_update(edges)
+    model = jaxconv.to_onnx(fn, *args)  # checked against jax.jit
+    plain = _without_rule(monkeypatch, fn, args)
+    ops, plain_ops = _ops(model), _ops(plain)
+    # Five small parameters share one chain; the big one (12,288 elements) keeps its own.
+    assert ops.count("Split") == 3, ops.count("Split")  # the two moments and the new parameters
+    assert ops.count("Sqrt") == 2 and plain_ops.count("Sqrt") == len(_SHAPES)
+    assert len(ops) <= len(plain_ops) - 25, (len(ops), len(plain_ops))  # 70 nodes of five chains -> 42
+    got = _run(model, args)
+    _assert_same_bits(got, _run(plain, args))
+    _assert_like_jax(got, fn, args)
+    if edges:
+        assert any(np.isnan(x).any() for x in got) and any(np.isinf(x).any() for x in got)
+
+
+def test_graph_outputs_keep_their_names_and_shapes(monkeypatch):
+    fn, args = _adam_update()
+    model, plain = jaxconv.to_onnx(fn, *args), _without_rule(monkeypatch, fn, args)
+
+    def outputs(m):
+        return [(o.name, [d.dim_value for d in o.type.tensor_type.shape.dim]) for o in m.graph.output]
+
+    assert outputs(model) == outputs(plain)
+    onnx.checker.check_model(model, full_check=True)
+
+
+def _long(x, s=0.5):
+    """Eight exact elementwise ops: enough for three copies to save more calls than a Concat and a Split."""
+    y = jnp.maximum(x * s - 1.0, x / 3.0)
+    return jnp.sqrt(jnp.abs(y + 2.0)) * (x - 0.25)
+
+
+def _vectors(*sizes: int) -> list[np.ndarray]:
+    return [np.random.default_rng(k).standard_normal(n).astype(np.float32) for k, n in enumerate(sizes)]
+
+
+def test_chains_that_feed_one_another_stay_apart():
+    """Each chain reads what the one before computes (reversed): one Concat would read its own Split."""
+
+    def fn(x):
+        a = _long(x)
+        b = _long(a[::-1])
+        return a, b, _long(b[::-1])
+
+    args = _vectors(64)
+    model = jaxconv.to_onnx(fn, *args)
+    assert "Split" not in _ops(model) and "Concat" not in _ops(model), _ops(model)
+    _assert_like_jax(_run(model, args), fn, args)
+
+
+def test_independent_chains_merge_and_dependent_reads_are_respected(monkeypatch):
+    """Four copies of one chain on tensors of different shapes, the fourth reading the first's result
+    through a reduction: the first three merge, the fourth stays."""
+
+    def fn(a, b, c, d):
+        first = _long(a)
+        return first, _long(b), _long(c), _long(d + jnp.sum(first))
+
+    args = [np.random.default_rng(k).standard_normal(s).astype(np.float32)
+            for k, s in enumerate([(32,), (4, 16), (10, 3), (7,)])]
+    model = jaxconv.to_onnx(fn, *args)
+    plain = _without_rule(monkeypatch, fn, args)
+    assert _ops(model).count("Split") == 1 and _ops(model).count("Sqrt") == 2, _ops(model)
+    got = _run(model, args)
+    _assert_same_bits(got, _run(plain, args))
+    _assert_like_jax(got, fn, args)
+
+
+def _no_merge(fn, args) -> None:
+    model = jaxconv.to_onnx(fn, *args)
+    assert "Split" not in _ops(model) and "Concat" not in _ops(model), _ops(model)
+    _assert_like_jax(_run(model, args), fn, args)
+
+
+def test_transcendental_ops_stay_out():
+    """Exp's vectorised and scalar code paths may round apart: only the two-op pieces around it could
+    merge, and they save too few calls."""
+
+    def fn(a, b, c):
+        return [jnp.exp(x * 0.5 + 1.0) * 2.0 - 1.0 for x in (a, b, c)]
+
+    _no_merge(fn, _vectors(64, 64, 64))
+
+
+def test_chains_on_other_scalars_stay_apart():
+    def fn(a, b, c):
+        return [_long(x, s) for x, s in ((a, 0.5), (b, 0.25), (c, 0.125))]
+
+    _no_merge(fn, _vectors(64, 64, 64))
+
+
+def test_big_tensors_keep_their_own_chains():
+    def fn(a, b, c):
+        return [_long(x) for x in (a, b, c)]  # 16,384 elements each: the copies would cost more
+
+    _no_merge(fn, _vectors(*[128 * 128] * 3))
+
+
+def test_a_products_single_use_result_is_left_to_ort_s_fusion():
+    """Parallel products each read once by a scale (ORT folds it into the product's alpha): no Concat."""
+    rng = np.random.default_rng(3)
+    ws = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(3)]
+
+    def fn(x):
+        return [jnp.sqrt(jnp.abs((x @ w) * 0.5 - 1.0)) * 2.0 + 1.0 for w in ws]
+
+    _no_merge(fn, [rng.standard_normal((4, 16)).astype(np.float32)])
+
+
+def test_a_group_saving_too_few_calls_is_left_alone():
+    def fn(a, b):
+        return a + 1.0, b + 1.0  # one Add each: a Concat per input and a Split cost more
+
+    args = [np.ones(8, np.float32), np.ones((2, 4), np.float32)]
+    model = jaxconv.to_onnx(fn, *args)
+    assert _ops(model).count("Add") == 2 and "Split" not in _ops(model)
+
