@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from conformance.fuzz.program import FuzzProgram, Step, Value, infer_types
 
 KINDS = ("mlp", "encoder", "decoder", "classifier", "lstm", "gru", "cnn", "loop", "heads", "unrolled", "moe",
-         "fft", "deep_rnn", "train", "conv1d", "wide_norm", "wide")
+         "fft", "deep_rnn", "train", "conv1d", "wide_norm", "wide", "optimizer")
 # The kinds a model program draws from when none are named: ``wide`` twice, the one kind of the rules that
 # need its sizes (attention_heads, dense_bias, select_gathers, where_products, expert_split)
 DRAWN = KINDS + ("wide",)
@@ -852,6 +852,50 @@ class ModelBuilder:
             out = self.program.types[x].shape
         self.step("vjp", expr, out)
 
+    def optimizer(self) -> None:
+        """An optimizer's update of 2-6 parameters of mixed shapes (some one-dimensional, now and then one of
+        more than 8192 elements), written as Optax computes it: Adam, AdamW, RMSProp, SGD with momentum or
+        Lion on the gradients, the moments and the parameters (inputs, edge values included) and a step count;
+        the new parameters and moments concatenated. The first parameter's leading axis is the batch."""
+        rule = self.rng.choice(["adam", "adamw", "rmsprop", "momentum", "lion"])
+        shapes = [(self.rng.choice([2, 4]), self.rng.choice([3, 8, 16]))]
+        for _ in range(self.rng.randint(1, 5)):
+            r = self.rng.random()
+            shapes.append((self.rng.choice([96, 128]), 96) if r < 0.1 else
+                          (self.rng.choice([4, 10, 16, 64]),) if r < 0.55 else
+                          (self.rng.choice([3, 8, 16]), self.rng.choice([4, 8, 32])))
+        lr, b1, b2 = self.rng.choice([1e-3, 1e-2, 0.1]), self.rng.choice([0.9, 0.8]), self.rng.choice([0.999, 0.99])
+        count = self.ref(self.input(()))
+        parts = []
+        for k, shape in enumerate(shapes):
+            axis = 0 if k == 0 else None
+            g, mom, v, p = (self.ref(self.input(shape, batch_axis=axis)) for _ in range(4))
+            if rule in ("adam", "adamw"):
+                m1, v1 = f"({b1} * {mom} + {1 - b1:g} * {g})", f"({b2} * {v} + {1 - b2:g} * ({g} * {g}))"
+                step = f"({m1} / (1 - {b1} ** {count})) / (jnp.sqrt({v1} / (1 - {b2} ** {count})) + 1e-8)"
+                if rule == "adamw":
+                    step = f"({step} + 1e-4 * {p})"
+            elif rule == "rmsprop":
+                m1, v1 = mom, f"({b2} * {v} + {1 - b2:g} * ({g} * {g}))"
+                step = f"({g} / (jnp.sqrt({v1}) + 1e-8))"
+            elif rule == "momentum":
+                m1, v1 = f"({b1} * {mom} + {g})", v
+                step = m1
+            else:
+                m1, v1 = f"({b2} * {mom} + {1 - b2:g} * {g})", v
+                step = f"(jnp.sign({b1} * {mom} + {1 - b1:g} * {g}) + 1e-4 * {p})"
+            parts += [f"({p} - {lr} * {step})", m1, v1]
+        expr = "jnp.concatenate([jnp.ravel(x) for x in (" + ", ".join(parts) + ",)])"
+        size = sum(3 * self._elements(s) for s in shapes)
+        self.step(f"{rule}_update", expr, (size,))
+
+    @staticmethod
+    def _elements(shape: tuple[int, ...]) -> int:
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
     def args_value(self, ref: str) -> int:
         """The value a ``{k}`` reference of the step being written names."""
         return self.args[int(ref.strip("{}"))]
@@ -897,7 +941,7 @@ def generate_model(seed: int, kinds: Sequence[str] | None = None, symbolic: bool
             "classifier": mb.classifier, "lstm": lambda: mb.rnn("lstm"), "gru": lambda: mb.rnn("gru"),
             "cnn": mb.cnn, "loop": mb.loop, "heads": mb.heads,
             "unrolled": mb.unrolled, "moe": mb.moe, "fft": mb.fft, "deep_rnn": mb.deep_rnn, "train": mb.train,
-            "conv1d": mb.conv1d, "wide_norm": mb.wide_norm, "wide": mb.wide,
+            "conv1d": mb.conv1d, "wide_norm": mb.wide_norm, "wide": mb.wide, "optimizer": mb.optimizer,
         }
         build[kind]()
         p = mb.program
