@@ -2,7 +2,7 @@
 
 A deployed training loop (on-device fine-tuning, a server that adapts a model) exports the step itself:
 ``optax`` updates of a model's parameters (``opt_*``: the gradients, the optimizer state and the
-parameters in, the new parameters and state out) and whole steps (``train_*``: ``jax.value_and_grad`` of
+parameters in, the new parameters and state out; an MLP's, or a small BERT's 39 leaves: ``opt_*_bert``) and whole steps (``train_*``: ``jax.value_and_grad`` of
 a Flax model's loss plus the update). The parameters, state and batch are inputs, flattened leaf by
 leaf. ``MODELS`` maps name -> builder; ``zoo_models.TRAINING`` lists them for ``bench_zoo.py --training``.
 """
@@ -59,6 +59,35 @@ def _update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], M
         params = _mlp_params(sizes)
         grads = _grads_like(params)
         state = opt.update(grads, opt.init(params), params)[1]  # counts and moments past their zeros
+
+        def step(grads, state, params):
+            updates, state = opt.update(grads, state, params)
+            return optax.apply_updates(params, updates), state
+
+        return _flat(name, "Optax", step, (grads, state, params))
+
+    return build
+
+
+def _bert_params() -> Any:
+    """A small Hugging Face Flax BERT's parameters: 39 leaves, most of them biases and norm scales."""
+    from transformers import BertConfig, FlaxBertModel
+
+    config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                        vocab_size=1000)
+    return FlaxBertModel(config, seed=_RNG_SEED).params
+
+
+def _tree_update(name: str, optimizer: str) -> Callable[[], Model]:
+    """One optax update of a small BERT's parameters (a model's tree of many leaves), past the first step."""
+
+    def build() -> Model:
+        import optax
+
+        opt = _optimizer(optimizer)
+        params = _bert_params()
+        grads = _grads_like(params)
+        state = opt.update(grads, opt.init(params), params)[1]
 
         def step(grads, state, params):
             updates, state = opt.update(grads, state, params)
@@ -149,6 +178,8 @@ MODELS: dict[str, Callable[[], Model]] = {
     "opt_adafactor": _update("opt_adafactor", "adafactor", (784, 256, 256, 10)),
     "opt_clip_adam": _update("opt_clip_adam", "clip_adam", (784, 256, 256, 10)),
     "opt_adam_big": _update("opt_adam_big", "adam", (1024, 1024, 1024, 10)),
+    "opt_adam_bert": _tree_update("opt_adam_bert", "adam"),
+    "opt_lion_bert": _tree_update("opt_lion_bert", "lion"),
     "train_mlp_adam": train_mlp,
     "train_cnn_sgd": train_cnn,
     "train_transformer_adamw": train_transformer,
