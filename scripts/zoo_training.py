@@ -2,9 +2,10 @@
 
 A deployed training loop (on-device fine-tuning, a server that adapts a model) exports the step itself:
 ``optax`` updates of a model's parameters (``opt_*``: the gradients, the optimizer state and the
-parameters in, the new parameters and state out; an MLP's, or a small BERT's 39 leaves: ``opt_*_bert``) and whole steps (``train_*``: ``jax.value_and_grad`` of
-a Flax model's loss plus the update). The parameters, state and batch are inputs, flattened leaf by
-leaf. ``MODELS`` maps name -> builder; ``zoo_models.TRAINING`` lists them for ``bench_zoo.py --training``.
+parameters in, the new parameters and state out; an MLP's, or a small BERT's 39 leaves: ``opt_*_bert``)
+and whole steps (``train_*``: ``jax.value_and_grad`` of a Flax model's loss plus the update). The
+parameters, state and batch are inputs, flattened leaf by leaf. ``MODELS`` maps name -> builder;
+``zoo_models.TRAINING`` lists them for ``bench_zoo.py --training``.
 """
 
 from __future__ import annotations

@@ -219,3 +219,53 @@ def test_the_fuzzers_optimizer_programs_keep_their_bits_on_edge_inputs(monkeypat
             args = input_values(program, kind, seed)
             _assert_same_bits(_run(model, args), _run(plain, args))
     assert merged >= 5 and len(rules) >= 4, (merged, rules)
+
+
+def _chain_nodes(x: str, tag: str) -> list[onnx.NodeProto]:
+    """Six exact elementwise ops on ``x`` (the same scalars each time)."""
+    h = onnx.helper
+    return [h.make_node("Mul", [x, "half"], [f"{tag}1"]), h.make_node("Sub", [f"{tag}1", "one"], [f"{tag}2"]),
+            h.make_node("Abs", [f"{tag}2"], [f"{tag}3"]), h.make_node("Sqrt", [f"{tag}3"], [f"{tag}4"]),
+            h.make_node("Mul", [f"{tag}4", x], [f"{tag}5"]), h.make_node("Add", [f"{tag}5", "one"], [f"{tag}6"])]
+
+
+def _model_with_if(second_reads_first: bool) -> onnx.ModelProto:
+    """Chains on ``a`` and ``b``, and a third on what an If's branches compute from a captured value: the
+    exponential of the first chain's result when ``second_reads_first``, else the input ``c``."""
+    h, tp = onnx.helper, onnx.TensorProto
+    captured = "t" if second_reads_first else "c"
+    branch = [h.make_graph([h.make_node("Neg", [captured], [f"r_{k}"])], f"branch_{k}", [],
+                           [h.make_tensor_value_info(f"r_{k}", tp.FLOAT, [64])]) for k in range(2)]
+    nodes = _chain_nodes("a", "x") + _chain_nodes("b", "y") + [
+        h.make_node("Exp", ["x6"], ["t"]),
+        h.make_node("If", ["flag"], ["r"], then_branch=branch[0], else_branch=branch[1])] + _chain_nodes("r", "z")
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info(n, tp.FLOAT, [64]) for n in "abc"]
+        + [h.make_tensor_value_info("flag", tp.BOOL, [])],
+        [h.make_tensor_value_info(n, tp.FLOAT, [64]) for n in ("x6", "y6", "z6", "t")],
+        [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("half", 0.5), ("one", 1.0))])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("second_reads_first", [True, False], ids=["through_if", "independent"])
+def test_a_dependency_through_a_branchs_captured_value_is_seen(second_reads_first):
+    """The If reads what the first chain's result leads to only inside its branches (an implicit capture):
+    merging the third chain with the first would make the If read its own output."""
+    import onnx_ir as ir
+
+    model = _model_with_if(second_reads_first)
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal(64).astype(np.float32) for n in "abc"} | {"flag": np.array(True)}
+    import onnxruntime as ort
+
+    def run(m: onnx.ModelProto) -> list[np.ndarray]:
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    want = run(model)
+    graph_ir = ir.from_proto(model)
+    merged = batched_chains.rewrite(graph_ir.graph)
+    assert merged == (1 if second_reads_first else 2)
+    rewritten = ir.to_proto(graph_ir)
+    onnx.checker.check_model(rewritten, full_check=True)
+    _assert_same_bits(run(rewritten), want)

@@ -55,19 +55,29 @@ class _Chain:
 def rewrite(graph: ir.Graph) -> int:
     """Run each group of identical small elementwise chains of ``graph`` (the main graph) once; returns how
     many chains were merged away."""
-    chains = _chains(graph)
-    groups: dict[tuple, list[_Chain]] = {}
-    for chain in chains:
-        groups.setdefault(chain.key, []).append(chain)
     merged = 0
-    for group in groups.values():
-        members = _independent(group)
-        if len(members) >= 2 and _saves(members):
-            _merge(graph, members)
-            merged += len(members) - 1
-    if merged:
-        graph.sort()
-    return merged
+    settled: set[tuple] = set()  # the keys of the groups that merge nothing
+    while True:  # the chains found again after each merge: a merged group's exports are new values
+        for group in _groups(graph):
+            if group[0].key in settled:
+                continue
+            members = _independent(group, _reaching(graph, group)) if _saves(group) else []
+            if len(members) >= 2 and _saves(members):
+                _merge(graph, members)
+                graph.sort()
+                merged += len(members) - 1
+                break
+            settled.add(group[0].key)
+        else:
+            return merged
+
+
+def _groups(graph: ir.Graph) -> list[list[_Chain]]:
+    """The chains of ``graph`` that have a twin, grouped by what must match."""
+    groups: dict[tuple, list[_Chain]] = {}
+    for chain in _chains(graph):
+        groups.setdefault(chain.key, []).append(chain)
+    return [group for group in groups.values() if len(group) >= 2]
 
 
 def _shape(value: ir.Value | None) -> tuple[int, ...] | None:
@@ -84,8 +94,6 @@ def _is_scalar(value: ir.Value) -> bool:
 def _body_shape(node: ir.Node) -> tuple[int, ...] | None:
     """The shape every non-scalar input and every output of ``node`` has, where ``node`` can take part."""
     if node.domain not in ("", "ai.onnx") or node.op_type not in _EXACT or not node.outputs:
-        return None
-    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
         return None
     shape = _shape(node.outputs[0])
     if shape is None or not 2 <= int(np.prod(shape)) <= MAX_ELEMENTS:
@@ -137,7 +145,7 @@ def _describe(chain: _Chain) -> bool:
                 inputs.append(("scalar", _scalar_key(value)))
             else:
                 if id(value) not in reads:
-                    if _fused_product(value, chain):
+                    if _fused_product(value):
                         return False
                     reads[id(value)] = len(chain.reads)
                     chain.reads.append(value)
@@ -163,48 +171,51 @@ def _scalar_key(value: ir.Value) -> tuple:
     return ("value", id(value))
 
 
-def _fused_product(value: ir.Value, chain: _Chain) -> bool:
+def _fused_product(value: ir.Value) -> bool:
     """True where ``value`` is a product's only result ORT may fuse the chain's first op into."""
     source = value.producer()
     return source is not None and source.op_type in _PRODUCTS and len(list(value.uses())) == 1
 
 
-def _independent(group: list[_Chain]) -> list[_Chain]:
+def _independent(group: list[_Chain], reaching: dict[int, int]) -> list[_Chain]:
     """The chains of ``group``, in graph order, that can run at one point: none reads what its own or
-    another's exports lead to."""
+    another's exports lead to (``reaching``: a value's id -> the bits of the chains whose exports lead to it)."""
     chosen: list[_Chain] = []
-    downstream: set[int] = set()
-    upstream: set[int] = set()
-    for chain in group:
-        below = _reach(chain.exports, forward=True)
-        above = _reach(chain.reads, forward=False)
-        if below & above or below & upstream or above & downstream:
+    chosen_bits = after_chosen = 0
+    for k, chain in enumerate(group):
+        after = 0  # the chains this one's reads come after
+        for read in chain.reads:
+            after |= reaching.get(id(read), 0)
+        if after >> k & 1 or after & chosen_bits or after_chosen >> k & 1:
             continue
         chosen.append(chain)
-        downstream |= below
-        upstream |= above
+        chosen_bits |= 1 << k
+        after_chosen |= after
     return chosen
 
 
-def _reach(values: list[ir.Value], forward: bool) -> set[int]:
-    """The ids of the nodes of the values' graph that read them (forward) or that they come from, transitively."""
-    seen: set[int] = set()
-    stack: list[ir.Node] = []
-    for value in values:
-        if forward:
-            stack.extend(use.node for use in value.uses())
-        elif value.producer() is not None:
-            stack.append(value.producer())
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if forward:
-            stack.extend(use.node for out in node.outputs for use in out.uses())
-        else:
-            stack.extend(v.producer() for v in node.inputs if v is not None and v.producer() is not None)
-    return seen
+def _reaching(graph: ir.Graph, group: list[_Chain]) -> dict[int, int]:
+    """For every value of ``graph`` (in topological order), the bits ``1 << k`` of the chains ``group[k]``
+    whose exports it is computed from; a node with subgraphs reads the outer values they capture too."""
+    bits: dict[int, int] = {}
+    for k, chain in enumerate(group):
+        for value in chain.exports:
+            bits[id(value)] = bits.get(id(value), 0) | 1 << k
+    for node in graph:
+        reads = list(node.inputs)
+        for attr in node.attributes.values():
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                subgraphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else list(attr.value)
+                reads += [v for sub in subgraphs for inner in ir.traversal.RecursiveGraphIterator(sub)
+                          for v in inner.inputs]
+        mask = 0
+        for value in reads:
+            if value is not None:
+                mask |= bits.get(id(value), 0)
+        if mask:
+            for out in node.outputs:
+                bits[id(out)] = bits.get(id(out), 0) | mask
+    return bits
 
 
 def _saves(members: list[_Chain]) -> bool:
