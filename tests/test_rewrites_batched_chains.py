@@ -269,3 +269,65 @@ def test_a_dependency_through_a_branchs_captured_value_is_seen(second_reads_firs
     rewritten = ir.to_proto(graph_ir)
     onnx.checker.check_model(rewritten, full_check=True)
     _assert_same_bits(run(rewritten), want)
+
+
+def _edge_values(n: int, dtype: type, seed: int) -> np.ndarray:
+    """Normal, huge, tiny (subnormal), signed zeros, infinities and NaNs at scattered places."""
+    rng = np.random.default_rng(seed)
+    info = np.finfo(dtype)
+    exponents = rng.uniform(np.log10(float(info.smallest_subnormal)) + 1, np.log10(float(info.max)) - 1, n)
+    x = (rng.standard_normal(n) * 10.0 ** exponents).astype(dtype)
+    x[::97], x[5::89], x[7::83], x[11::79], x[13::71] = np.nan, np.inf, -np.inf, -0.0, 0.0
+    x[17::61] = np.round(x[17::61] % 8) + 0.5  # halves, for Round's ties
+    return x
+
+
+def _exact_op_inputs(op: str, x: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], dict]:
+    """The inputs (and attributes) each op of the rule's list is tried with."""
+    boolean = (x > y, np.isnan(x) | (y < 0))
+    scalar = np.array(0.5, x.dtype)
+    table = {
+        "Add": [x, y], "Sub": [x, y], "Mul": [x, y], "Div": [x, y], "Max": [x, y], "Min": [x, y],
+        "Sqrt": [x], "Neg": [x], "Abs": [x], "Reciprocal": [x], "Relu": [x], "Sign": [x], "Floor": [x],
+        "Ceil": [x], "Round": [x], "Identity": [x], "IsNaN": [x], "IsInf": [x], "Cast": [x],
+        "Equal": [x, y], "Less": [x, y], "LessOrEqual": [x, y], "Greater": [x, y], "GreaterOrEqual": [x, y],
+        "Not": [boolean[0]], "And": list(boolean), "Or": list(boolean), "Xor": list(boolean),
+        "Where": [boolean[0], x, y], "Clip": [x, np.negative(scalar, out=np.empty((), x.dtype)), scalar],
+    }
+    attrs = {"Cast": {"to": onnx.TensorProto.FLOAT16 if x.dtype != np.float16 else onnx.TensorProto.FLOAT}}
+    assert set(table) == set(batched_chains._EXACT), set(table) ^ set(batched_chains._EXACT)
+    return table[op], attrs.get(op, {})
+
+
+def _out_type(op: str, attrs: dict, inputs: list[np.ndarray]) -> int:
+    if op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf"):
+        return onnx.TensorProto.BOOL
+    return attrs.get("to", onnx.helper.np_dtype_to_tensor_dtype(inputs[-1].dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=["f32", "f16", "f64"])
+def test_every_op_the_rule_merges_gives_an_element_the_same_bits_wherever_it_lies(dtype):
+    """What the rule rests on: ORT computes an element of these ops alike in a vector body and in a scalar
+    tail, so moving it within a tensor (the concatenation) keeps its bits; edge values included."""
+    import onnxruntime as ort
+
+    helper = onnx.helper
+    x, y = _edge_values(1003, dtype, 1), _edge_values(1003, dtype, 2)
+    for op in sorted(batched_chains._EXACT):
+        inputs, attrs = _exact_op_inputs(op, x, y)
+        names = [f"i{k}" for k in range(len(inputs))]
+        graph = helper.make_graph(
+            [helper.make_node(op, names, ["out"], **attrs)], "g",
+            [helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape) and [None])
+             for n, a in zip(names, inputs)],
+            [helper.make_tensor_value_info("out", _out_type(op, attrs, inputs), [None])])
+        session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+                                       .SerializeToString(), providers=["CPUExecutionProvider"])
+
+        def run(start: int) -> np.ndarray:
+            return session.run(None, {n: a[start:] if a.ndim else a for n, a in zip(names, inputs)})[0]
+
+        whole = run(0)
+        for start in (1, 3, 7, 13):
+            part = run(start)
+            assert part.tobytes() == whole[start:].tobytes(), (op, start)
