@@ -331,3 +331,20 @@ def test_every_op_the_rule_merges_gives_an_element_the_same_bits_wherever_it_lie
         for start in (1, 3, 7, 13):
             part = run(start)
             assert part.tobytes() == whole[start:].tobytes(), (op, start)
+
+
+def test_chains_of_masks_stay_apart():
+    """A chain that reads or exports booleans keeps its own nodes: TFLite has no SPLIT_V of booleans, and the
+    tf-ops route of an unrolled complex factorization (its NaN tests) failed on one."""
+
+    def fn(a, b, c):
+        return [(_long(x) > 1.0) & ~jnp.isnan(x * 2.0 + 1.0) for x in (a, b, c)]
+
+    _no_merge(fn, _vectors(64, 64, 64))
+
+
+def test_the_tf_ops_tflite_route_converts_merged_chains():
+    fn, args = _adam_update()
+    assert "Split" in _ops(jaxconv.to_onnx(fn, *args, check=False))
+    data = jaxconv.to_tflite(fn, *args, route="tf-ops")  # checked against jax.jit
+    assert data[4:8] == b"TFL3"

@@ -39,6 +39,9 @@ _EXACT = frozenset({
     "Sign", "Floor", "Ceil", "Round", "Cast", "Identity",
 })  # elementwise, and exact in IEEE arithmetic wherever an element lies
 _PRODUCTS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul"})  # ORT fuses what follows
+# the types a chain reads and exports (its Concats and Splits): TFLite has no SPLIT_V of booleans, so a
+# chain of masks (an unrolled factorization's NaN tests) stays as it is; inside a chain any type
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE})
 
 
 @dataclass
@@ -146,7 +149,7 @@ def _describe(chain: _Chain) -> bool:
                 inputs.append(("scalar", _scalar_key(value)))
             else:
                 if id(value) not in reads:
-                    if _fused_product(value):
+                    if _fused_product(value) or value.dtype not in _FLOATS:
                         return False
                     reads[id(value)] = len(chain.reads)
                     chain.reads.append(value)
@@ -158,6 +161,8 @@ def _describe(chain: _Chain) -> bool:
             return False  # read in a subgraph: the order check below does not see through it
         exported = tuple(o.is_graph_output() or any(id(use.node) not in members for use in o.uses())
                          for o in node.outputs)
+        if any(e and o.dtype not in _FLOATS for o, e in zip(node.outputs, exported)):
+            return False
         chain.exports.extend(o for o, e in zip(node.outputs, exported) if e)
         code.append((node.op_type, attrs, tuple(inputs), tuple(o.dtype for o in node.outputs), exported))
     chain.key = tuple(code)
