@@ -599,6 +599,17 @@ def test_a_dot_converted_after_it_is_known_only_with_huge_inputs():
     assert known.match("matmul+top_k/f32/value", huge) is None
 
 
+def test_any_summing_layer_cast_to_an_integer_after_it_is_known_only_with_huge_inputs():
+    """Found as group_stats+convert_f32_i32/f32/value (fuzz seed 2024, caught by the check): a group's mean over
+    -FLT_MAX and FLT_MAX overflows to inf or NaN by the order of its terms, and the cast to int32 gives INT_MIN
+    in jax.jit and INT_MAX in ORT."""
+    huge = known.facts([np.float32([-3.4e38, 3.4e38, 1.0])])
+    for klass in ("group_stats+convert_f32_i32/f32/value", "spatial_sum+convert_f32_i16/f32/value",
+                  "norm_rms+convert_f32_i32/f32/value"):
+        assert known.match(klass, huge) is not None and known.match(klass) is None, klass
+    assert known.match("group_stats+top_k/f32/value", huge) is None
+
+
 def test_cumlogsumexp_is_generated_for_floats_only():
     """jax rejects an integer cumlogsumexp (its -inf init): such programs were counted invalid, not run."""
     from conformance.fuzz.generate import generate

@@ -215,14 +215,15 @@ KNOWN: tuple[Known, ...] = (
     # a weight near the largest float: only where one side overflows (ORT folds a scale into a Conv's weights)
     *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE_WEIGHT)
       for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "vjp", *LAYER_SUMS) for kind in ("nan", "inf")),
-    *(Known(f"{op}/*/{kind}", SUM_ORDER, HUGE)
+    # each also with a cast to an integer after it, which turns the sum's inf or NaN into an integer of its own
+    # (a group's mean over -FLT_MAX and FLT_MAX: group_stats+convert_f32_i32)
+    *(Known(f"{op}{cast}/*/{kind}", SUM_ORDER, HUGE)
       for op in ("reduce_sum", "reduce_mean", "reduce_var", "reduce_prod", "reduce_window_add", "cumsum", "cumprod",
-                 "matmul", "dot_general_f32", "matmul+convert_*", "dot_general_f32+convert_*",
-                 "reduce_window_add+convert_*", "spatial_mean", "time_mean", "masked_mean", "attention_pool", "sum_pool",
+                 "matmul", "dot_general_f32", "spatial_mean", "time_mean", "masked_mean", "attention_pool", "sum_pool",
                  "mean_pool", "conv_affine",
                  "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS,
                  *LAYER_SUMS)
-      for kind in ("value", "nan", "inf")),
+      for cast in ("", "+convert_*") for kind in ("value", "nan", "inf")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
     *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),
     *(Known(f"*{norm}*/*/{kind}", MEAN_SQUARE, facts | {"symbolic-batch"})
