@@ -50,14 +50,14 @@ def _optimizer(name: str) -> Any:
             "clip_adam": optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))}[name]
 
 
-def _update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], Model]:
-    """One optax update of an MLP's parameters (layer widths ``sizes``), a step's count past the first."""
+def _update(name: str, optimizer: str, make_params: Callable[[], Any]) -> Callable[[], Model]:
+    """One optax update of the parameters ``make_params`` builds, a step's count past the first."""
 
     def build() -> Model:
         import optax
 
         opt = _optimizer(optimizer)
-        params = _mlp_params(sizes)
+        params = make_params()
         grads = _grads_like(params)
         state = opt.update(grads, opt.init(params), params)[1]  # counts and moments past their zeros
 
@@ -70,6 +70,11 @@ def _update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], M
     return build
 
 
+def _mlp_update(name: str, optimizer: str, sizes: tuple[int, ...]) -> Callable[[], Model]:
+    """An MLP's parameters (layer widths ``sizes``)."""
+    return _update(name, optimizer, lambda: _mlp_params(sizes))
+
+
 def _bert_params() -> Any:
     """A small Hugging Face Flax BERT's parameters: 39 leaves, most of them biases and norm scales."""
     from transformers import BertConfig, FlaxBertModel
@@ -77,26 +82,6 @@ def _bert_params() -> Any:
     config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                         vocab_size=1000)
     return FlaxBertModel(config, seed=_RNG_SEED).params
-
-
-def _tree_update(name: str, optimizer: str) -> Callable[[], Model]:
-    """One optax update of a small BERT's parameters (a model's tree of many leaves), past the first step."""
-
-    def build() -> Model:
-        import optax
-
-        opt = _optimizer(optimizer)
-        params = _bert_params()
-        grads = _grads_like(params)
-        state = opt.update(grads, opt.init(params), params)[1]
-
-        def step(grads, state, params):
-            updates, state = opt.update(grads, state, params)
-            return optax.apply_updates(params, updates), state
-
-        return _flat(name, "Optax", step, (grads, state, params))
-
-    return build
 
 
 def _train_step(name: str, module: Any, batch: tuple[np.ndarray, np.ndarray], optimizer: str) -> Model:
@@ -170,17 +155,17 @@ def train_transformer() -> Model:
 
 
 MODELS: dict[str, Callable[[], Model]] = {
-    "opt_adam": _update("opt_adam", "adam", (784, 256, 256, 10)),
-    "opt_adam_small": _update("opt_adam_small", "adam", (64, 128, 128, 10)),
-    "opt_adamw": _update("opt_adamw", "adamw", (784, 256, 256, 10)),
-    "opt_sgd": _update("opt_sgd", "sgd", (784, 256, 256, 10)),
-    "opt_rmsprop": _update("opt_rmsprop", "rmsprop", (784, 256, 256, 10)),
-    "opt_lion": _update("opt_lion", "lion", (784, 256, 256, 10)),
-    "opt_adafactor": _update("opt_adafactor", "adafactor", (784, 256, 256, 10)),
-    "opt_clip_adam": _update("opt_clip_adam", "clip_adam", (784, 256, 256, 10)),
-    "opt_adam_big": _update("opt_adam_big", "adam", (1024, 1024, 1024, 10)),
-    "opt_adam_bert": _tree_update("opt_adam_bert", "adam"),
-    "opt_lion_bert": _tree_update("opt_lion_bert", "lion"),
+    "opt_adam": _mlp_update("opt_adam", "adam", (784, 256, 256, 10)),
+    "opt_adam_small": _mlp_update("opt_adam_small", "adam", (64, 128, 128, 10)),
+    "opt_adamw": _mlp_update("opt_adamw", "adamw", (784, 256, 256, 10)),
+    "opt_sgd": _mlp_update("opt_sgd", "sgd", (784, 256, 256, 10)),
+    "opt_rmsprop": _mlp_update("opt_rmsprop", "rmsprop", (784, 256, 256, 10)),
+    "opt_lion": _mlp_update("opt_lion", "lion", (784, 256, 256, 10)),
+    "opt_adafactor": _mlp_update("opt_adafactor", "adafactor", (784, 256, 256, 10)),
+    "opt_clip_adam": _mlp_update("opt_clip_adam", "clip_adam", (784, 256, 256, 10)),
+    "opt_adam_big": _mlp_update("opt_adam_big", "adam", (1024, 1024, 1024, 10)),
+    "opt_adam_bert": _update("opt_adam_bert", "adam", _bert_params),
+    "opt_lion_bert": _update("opt_lion_bert", "lion", _bert_params),
     "train_mlp_adam": train_mlp,
     "train_cnn_sgd": train_cnn,
     "train_transformer_adamw": train_transformer,

@@ -25,6 +25,7 @@ the minimiser can cut a failing model down layer by layer.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Callable, Sequence
 
@@ -886,15 +887,7 @@ class ModelBuilder:
                 step = f"(jnp.sign({b1} * {mom} + {1 - b1:g} * {g}) + 1e-4 * {p})"
             parts += [f"({p} - {lr} * {step})", m1, v1]
         expr = "jnp.concatenate([jnp.ravel(x) for x in (" + ", ".join(parts) + ",)])"
-        size = sum(3 * self._elements(s) for s in shapes)
-        self.step(f"{rule}_update", expr, (size,))
-
-    @staticmethod
-    def _elements(shape: tuple[int, ...]) -> int:
-        n = 1
-        for d in shape:
-            n *= d
-        return n
+        self.step(f"{rule}_update", expr, (sum(3 * math.prod(s) for s in shapes),))
 
     def args_value(self, ref: str) -> int:
         """The value a ``{k}`` reference of the step being written names."""

@@ -233,13 +233,12 @@ def _saves(members: list[_Chain]) -> bool:
 
 def _merge(graph: ir.Graph, members: list[_Chain]) -> None:
     first = members[0]
-    flat = m.new_initializer(graph, np.array([-1], np.int64), "flat_shape")
     sizes = [int(np.prod(c.shape)) for c in members]
     total = sum(sizes)
     new_nodes: list[ir.Node] = []
     mapping: dict[int, ir.Value] = {}
     for j, read in enumerate(first.reads):
-        parts = [_reshaped(c.reads[j], (c.shape,), flat, new_nodes) for c in members]
+        parts = [_reshaped(graph, c.reads[j], c.shape, (size,), new_nodes) for c, size in zip(members, sizes)]
         concat = ir.node("Concat", parts, {"axis": 0})
         concat.outputs[0].type, concat.outputs[0].shape = read.type, ir.Shape([total])
         new_nodes.append(concat)
@@ -256,25 +255,20 @@ def _merge(graph: ir.Graph, members: list[_Chain]) -> None:
         for chain, piece, size in zip(members, split.outputs, sizes):
             old = chain.exports[j]
             piece.type, piece.shape = old.type, ir.Shape([size])
-            new = piece
-            if len(chain.shape) != 1:
-                shape = m.new_initializer(graph, np.array(chain.shape, np.int64), "chain_shape")
-                reshape = ir.node("Reshape", [piece, shape])
-                reshape.outputs[0].type, reshape.outputs[0].shape = old.type, ir.Shape(list(chain.shape))
-                new_nodes.append(reshape)
-                new = reshape.outputs[0]
-            m.take_over(old, new)
+            m.take_over(old, _reshaped(graph, piece, (size,), chain.shape, new_nodes))
     graph.extend(new_nodes)
     for chain in members:
         for node in reversed(chain.nodes):
             graph.remove(node, safe=True)
 
 
-def _reshaped(value: ir.Value, shape: tuple[tuple[int, ...]], flat: ir.Value, out: list[ir.Node]) -> ir.Value:
-    """``value`` as a 1-D tensor (a Reshape appended to ``out`` unless it is one already)."""
-    if len(shape[0]) == 1:
+def _reshaped(graph: ir.Graph, value: ir.Value, shape: tuple[int, ...], to: tuple[int, ...],
+              out: list[ir.Node]) -> ir.Value:
+    """``value`` (of ``shape``) as ``to``: itself where they are the same, else a Reshape appended to ``out``."""
+    if shape == to:
         return value
-    node = ir.node("Reshape", [value, flat])
-    node.outputs[0].type, node.outputs[0].shape = value.type, ir.Shape([int(np.prod(shape[0]))])
+    target = m.new_initializer(graph, np.array(to, np.int64), "chain_shape")
+    node = ir.node("Reshape", [value, target])
+    node.outputs[0].type, node.outputs[0].shape = value.type, ir.Shape(list(to))
     out.append(node)
     return node.outputs[0]
