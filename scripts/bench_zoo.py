@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import bench  # noqa: E402  (puts converter/ on sys.path)
+import count_nodes  # noqa: E402
 import zoo_models  # noqa: E402
 
 from jaxconv.onnx.thread_count import read_record  # noqa: E402
@@ -53,7 +54,8 @@ class ZooRow:
     jax_ms: float | None = None
     ratio: dict[str, float] = field(default_factory=dict)  # "ours"/"jax2onnx" -> median / jax.jit median
     cpu: dict[str, float] = field(default_factory=dict)  # same, process CPU time
-    nodes: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)  # top-level nodes
+    nodes_all: dict[str, int] = field(default_factory=dict)  # Loop/Scan/If bodies included
     err: float | None = None
     convert_s: float | None = None
     erf: bool = False
@@ -148,7 +150,7 @@ def measure(name: str, args: argparse.Namespace) -> ZooRow:
     # jax2onnx's graph runs with the spinning ours records (the same session settings for both)
     spins = "ours" in protos and read_record(protos["ours"].SerializeToString()).spins([np.shape(a) for a in m.inputs])
     for k, proto in protos.items():
-        row.nodes[k] = len(proto.graph.node)
+        row.nodes[k], row.nodes_all[k] = len(proto.graph.node), count_nodes.count(proto.graph)
         try:
             session = bench.ort_session(proto.SerializeToString(), None, None, inputs=m.inputs,
                                         spin_during_run=None if k == "ours" else spins)
@@ -197,11 +199,17 @@ def _f(x: float | None, spec: str = ".2f") -> str:
     return "–" if x is None or x != x else format(x, spec)
 
 
+def _nodes(row: ZooRow, key: str) -> str:
+    if key not in row.nodes:
+        return "–"
+    return f"{row.nodes[key]} ({row.nodes_all.get(key, row.nodes[key])})"
+
+
 def table(rows: list[ZooRow]) -> str:
     """The Markdown table of ``rows``."""
     head = (
         "| model | library | jax.jit ms | ours/jit | jax2onnx/jit | ours/jax2onnx | CPU: ours/jit "
-        "| CPU: jax2onnx/jit | nodes ours | nodes jax2onnx | max err | convert s | notes |"
+        "| CPU: jax2onnx/jit | nodes ours (with bodies) | nodes jax2onnx (with bodies) | max err | convert s | notes |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
@@ -218,8 +226,8 @@ def table(rows: list[ZooRow]) -> str:
                     _f(r.vs_peer()),
                     _f(r.cpu.get("ours")),
                     _f(r.cpu.get("jax2onnx")),
-                    _f(r.nodes.get("ours"), "d"),
-                    _f(r.nodes.get("jax2onnx"), "d"),
+                    _nodes(r, "ours"),
+                    _nodes(r, "jax2onnx"),
                     _f(r.err, ".1e"),
                     _f(r.convert_s, ".1f"),
                     notes,

@@ -37,7 +37,8 @@ def test_quick_run_of_a_plain_jax_model_prints_table_and_summary():
     row = _cells(lines, "tiny")
     assert row["library"] == "JAX"
     assert float(row["jax.jit ms"]) > 0 and float(row["ours/jit"]) > 0 and float(row["CPU: ours/jit"]) > 0
-    assert int(row["nodes ours"]) > 0
+    top, with_bodies = row["nodes ours (with bodies)"].rstrip(")").split(" (")
+    assert 0 < int(top) <= int(with_bodies)
     assert float(row["max err"]) < 1e-4  # our ONNX in ORT against jax.jit on the same inputs
     assert any(
         line.startswith("- models built: 1 of 1; converted and ran in ORT: jaxconv 1") for line in lines
@@ -67,6 +68,15 @@ def test_summary_counts_and_medians():
     assert "median ours/jax.jit 1.20, jax2onnx/jax.jit 1.00" in text
     assert "ours faster on 1 of 2" in text
     assert "without the exact-GELU (erf) models: median ours/jax.jit 1.00 over 2" in text
+
+
+def test_node_columns_give_top_level_and_with_bodies():
+    row = bench_zoo.ZooRow("scan", "X", 1.0, {"ours": 0.5}, nodes={"ours": 13, "jax2onnx": 4},
+                           nodes_all={"ours": 13, "jax2onnx": 31})
+    cells = _cells(bench_zoo.table([row]).splitlines(), "scan")
+    assert cells["nodes ours (with bodies)"] == "13 (13)"
+    assert cells["nodes jax2onnx (with bodies)"] == "4 (31)"
+    assert _cells(bench_zoo.table([bench_zoo.ZooRow("none")]).splitlines(), "none")["nodes ours (with bodies)"] == "–"
 
 
 def test_unknown_model_is_a_usage_error():
