@@ -4,10 +4,16 @@ jax computes ``e = exp(x - max(x))`` then ``e / sum(e)`` (or ``(x - m) - log(sum
 turns that into a dozen nodes (the max carries a NaN guard and an ``initial=-inf``). ORT's kernels
 subtract the max too, and give the same NaN rows for NaN, +inf and all -inf inputs, except float64
 LogSoftmax, which stays as jax wrote it (see ``_LOG_SOFTMAX_DTYPES``).
+
+The scores may be reshaped or transposed between the max and the sum, where that only adds, drops or
+moves axes of size 1 (keras' attention takes its max over ``[b, h, q, 1, k]`` scores and subtracts it from,
+and sums, ``[1, b, h, q, k]`` ones): the Softmax then runs in the max's layout, over the axis the sum's
+maps to, and one Reshape gives the division's layout.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
@@ -38,14 +44,14 @@ def _is_max_of(value: ir.Value, x: ir.Value, axes: tuple[int, ...]) -> bool:
         if m.const(v) is not None:
             continue
         node = m.producer(v)
-        if node is None or node.op_type not in _MAX_CHAIN:
+        if node is None or (node.op_type not in _MAX_CHAIN and not _moves_unit_axes(node)):
             return False
         if node.op_type == "ReduceMax":
             if node.inputs[0] is x and m.normalize_axes(m.reduce_axes(node) or (), m.rank(x)) == axes:
                 seen_max = True
             stack.append(node.inputs[0])
             continue
-        if node.op_type in m.SHAPE_OPS:
+        if node.op_type in m.SHAPE_OPS or node.op_type == "Transpose":
             stack.append(node.inputs[0])  # the shape operand is not data
             continue
         stack.extend(i for i in node.inputs if i is not None)
@@ -77,16 +83,76 @@ def _sum_axes(value: ir.Value, e: ir.Value, x: ir.Value) -> tuple[int, ...] | No
     return None if axes is None else m.normalize_axes(axes, m.rank(x))
 
 
+def _moves_unit_axes(node: ir.Node) -> bool:
+    """True for a shape op, or a Transpose that moves only axes of size 1 (a reshape in effect)."""
+    if node.op_type in m.SHAPE_OPS:
+        return True
+    if node.op_type != "Transpose":
+        return False
+    dims = m.static_dims(node.inputs[0])
+    perm = m.transpose_perm(node, len(dims)) if dims is not None else None
+    if perm is None:
+        return False
+    wide = [a for a in perm if dims[a] != 1]
+    return wide == sorted(wide)
+
+
+def _unit_source(value: ir.Value) -> ir.Value | None:
+    """What ``value`` is made from by ops that only add, drop or move axes of size 1 (``value`` when no such op
+    makes it); None where a shape op on the way changes more than that or a shape is not static."""
+    source = value
+    while (node := m.producer(source, "Reshape", "Unsqueeze", "Squeeze", "Identity", "Transpose")) is not None \
+            and _moves_unit_axes(node):
+        source = node.inputs[0]
+    if source is value:
+        return source
+    return source if _same_wide_dims(m.static_dims(value), m.static_dims(source)) else None
+
+
+def _same_wide_dims(a: list[int] | None, b: list[int] | None) -> bool:
+    return a is not None and b is not None and [d for d in a if d != 1] == [d for d in b if d != 1]
+
+
+def _moved_axis(axis: int, dims: list[int], to: list[int]) -> int | None:
+    """The axis of ``to`` that axis ``axis`` of ``dims`` is, the two differing only in axes of size 1."""
+    if dims[axis] == 1:
+        return None
+    k = sum(1 for d in dims[:axis] if d != 1)
+    return [i for i, d in enumerate(to) if d != 1][k]
+
+
 def _rewrite_softmax(graph: ir.Graph, div: ir.Node) -> bool:
     e, d = div.inputs[0], div.inputs[1]
     got = _shifted(e, want_exp=True)
-    if got is None:
+    if got is not None:  # the layout jax writes
+        x, mx, _, _ = got
+        axes = _sum_axes(d, e, x)
+        if axes is not None and len(axes) == 1 and _is_max_of(mx, x, axes):
+            m.replace(graph, div.outputs[0], ir.node("Softmax", [x], {"axis": axes[0]}), div)
+            return True
+    return _rewrite_moved_softmax(graph, div)
+
+
+def _rewrite_moved_softmax(graph: ir.Graph, div: ir.Node) -> bool:
+    """The softmax whose scores move axes of size 1 between the max and the sum (the module docstring)."""
+    e, d = div.inputs[0], div.inputs[1]
+    e_made = _unit_source(e)
+    got = None if e_made is None else _shifted(e_made, want_exp=True)
+    x0 = None if got is None else _unit_source(got[0])
+    if x0 is None or (e is e_made and x0 is got[0]):
         return False
-    x, mx, _, _ = got
-    axes = _sum_axes(d, e, x)
-    if axes is None or len(axes) != 1 or not _is_max_of(mx, x, axes):
+    dims, dims0 = m.static_dims(e), m.static_dims(x0)
+    axes = _sum_axes(d, e, e)
+    if axes is None or len(axes) != 1 or not _same_wide_dims(dims, dims0):
         return False
-    m.replace(graph, div.outputs[0], ir.node("Softmax", [x], {"axis": axes[0]}), div)
+    axis = _moved_axis(axes[0], dims, dims0)
+    out_dims = m.static_dims(div.outputs[0])
+    if axis is None or not _is_max_of(got[1], x0, (axis,)) or (out_dims is not None and out_dims != dims):
+        return False  # (a sum that broadcasts the quotient wider than the exponentials)
+    softmax = ir.node("Softmax", [x0], {"axis": axis})
+    target = ir.node("Constant", [], {"value": ir.tensor(np.array(dims, np.int64))})
+    m.replace(graph, div.outputs[0], [softmax, target, ir.node("Reshape", [softmax.outputs[0], target.outputs[0]])],
+              div)
     return True
 
 
