@@ -1,5 +1,8 @@
 """Graph clean-up: onnxscript's optimizer with jaxconv's rules, and the passes only the lowering can do."""
 
+import collections
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,6 +182,26 @@ def test_loop_body_reading_an_outer_value_survives_the_clean_up():
 
     model = assert_onnx_matches_jax(f, np.ones(3, np.float32), np.full(3, 0.5, np.float32))
     assert "Loop" in onnx_op_types(model)
+
+
+def test_a_loop_body_computes_its_index_once():
+    """A fori_loop reading three sequences and writing one at its counter: the index (normalised for a
+    negative start, clamped) was computed four times a step; common subexpressions merge inside bodies too."""
+    def f(a, b, c):
+        def body(i, carry):
+            h, out = carry
+            row = functools.partial(jax.lax.dynamic_index_in_dim, index=i, axis=1, keepdims=False)
+            h = h * row(a) + row(b) * row(c)
+            return h, jax.lax.dynamic_update_index_in_dim(out, h, i, 1)
+
+        return jax.lax.fori_loop(0, 8, body, (jnp.zeros((2, 3)), jnp.zeros((2, 8, 3))))[1]
+
+    xs = [np.random.default_rng(k).standard_normal((2, 8, 3)).astype(np.float32) for k in range(3)]
+    model = assert_onnx_matches_jax(f, *xs)
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = collections.Counter(n.op_type for n in loop.attribute[0].g.node)
+    assert body["Slice"] == 3 and body["ScatterND"] == 1, body
+    assert body["Where"] == 1 and body["Clip"] == 1 and body["Cast"] == 1, body
 
 
 def test_lowering_is_deterministic():

@@ -234,6 +234,7 @@ def _clean_up(model: ir.Model) -> None:
         common_passes.LiftSubgraphInitializersToMainGraphPass(),
         common_passes.DeduplicateInitializersPass(size_limit=MERGE_MAX_ELEMENTS),  # then CSE merges their readers
         common_passes.CommonSubexpressionEliminationPass(),
+        _SubgraphCsePass(),
         common_passes.RemoveUnusedNodesPass(),
         common_passes.NameFixPass(),
     )(model)
@@ -277,6 +278,35 @@ def _keep_output_types(graph: ir.Graph, declared: list[tuple[ir.TypeProtocol | N
             value.type = type_
         if value.shape is None and shape is not None:
             value.shape = shape
+
+
+class _SubgraphCsePass(ir.passes.InPlacePass):
+    """onnx_ir's common-subexpression elimination, which stops at If and Loop nodes, in every branch and body
+    too, outer graphs first (so a body's captures of merged values are one value when its turn comes). A
+    ``fori_loop`` body that reads six sequences at its counter computed the index six times a step."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in _subgraphs(model.graph):
+            done = common_passes.CommonSubexpressionEliminationPass()(ir.Model(graph, ir_version=model.ir_version))
+            modified = modified or done.modified
+        return ir.passes.PassResult(model, modified)
+
+
+def _subgraphs(graph: ir.Graph) -> list[ir.Graph]:
+    """Every If branch and loop body under ``graph``, each before the ones nested in it."""
+    found: list[ir.Graph] = []
+    pending = [graph]
+    while pending:
+        for node in pending.pop(0):
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    found.append(attr.value)
+                    pending.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    found.extend(attr.value)
+                    pending.extend(attr.value)
+    return found
 
 
 class _FoldPass(ir.passes.InPlacePass):
