@@ -55,6 +55,20 @@ def test_unit_axes_moved_between_max_and_sum_is_one_softmax(fn, rows):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("fn", [_keras_like, _unit_axis_last])
+def test_with_a_symbolic_batch_too(fn):
+    s = _scores()
+    if fn is _unit_axis_last:
+        s = np.moveaxis(s, 3, 4)
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(f"b, {', '.join(map(str, s.shape[1:]))}"), np.float32)
+    ops, (got,) = convert_and_run(fn, s, specs=[spec])
+    assert ops["Softmax"] == 1 and ops["Exp"] == 0 and ops["Reshape"] == 0, ops
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(s)), rtol=1e-6, atol=1e-7)
+    bigger = np.concatenate([s, s[:1] * 2])
+    _, (got,) = convert_and_run(fn, bigger, specs=[spec])
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(bigger)), rtol=1e-6, atol=1e-7)
+
+
 def test_a_max_from_wider_axes_moved_is_no_softmax():
     """The max of each (h, q) row subtracted from the (q, h) row: a shift by another row's max, which
     underflows to 0 / 0 where a Softmax would not."""

@@ -8,7 +8,8 @@ LogSoftmax, which stays as jax wrote it (see ``_LOG_SOFTMAX_DTYPES``).
 The scores may be reshaped or transposed between the max and the sum, where that only adds, drops or
 moves axes of size 1 (keras' attention takes its max over ``[b, h, q, 1, k]`` scores and subtracts it from,
 and sums, ``[1, b, h, q, k]`` ones): the Softmax then runs in the max's layout, over the axis the sum's
-maps to, and one Reshape gives the division's layout.
+maps to, and a Reshape gives the division's layout (a Squeeze and an Unsqueeze where a size is symbolic: a
+batch ``b``).
 """
 
 from __future__ import annotations
@@ -83,13 +84,21 @@ def _sum_axes(value: ir.Value, e: ir.Value, x: ir.Value) -> tuple[int, ...] | No
     return None if axes is None else m.normalize_axes(axes, m.rank(x))
 
 
+def _dims(value: ir.Value | None) -> list[int | str] | None:
+    """The value's dimensions, sizes or symbolic names, when every one is one of the two; else None."""
+    if value is None or value.shape is None:
+        return None
+    dims = [d if isinstance(d, int) else getattr(d, "value", None) for d in value.shape]
+    return None if any(d is None for d in dims) else dims
+
+
 def _moves_unit_axes(node: ir.Node) -> bool:
     """True for a shape op, or a Transpose that moves only axes of size 1 (a reshape in effect)."""
     if node.op_type in m.SHAPE_OPS:
         return True
     if node.op_type != "Transpose":
         return False
-    dims = m.static_dims(node.inputs[0])
+    dims = _dims(node.inputs[0])
     perm = m.transpose_perm(node, len(dims)) if dims is not None else None
     if perm is None:
         return False
@@ -106,14 +115,14 @@ def _unit_source(value: ir.Value) -> ir.Value | None:
         source = node.inputs[0]
     if source is value:
         return source
-    return source if _same_wide_dims(m.static_dims(value), m.static_dims(source)) else None
+    return source if _same_wide_dims(_dims(value), _dims(source)) else None
 
 
-def _same_wide_dims(a: list[int] | None, b: list[int] | None) -> bool:
+def _same_wide_dims(a: list[int | str] | None, b: list[int | str] | None) -> bool:
     return a is not None and b is not None and [d for d in a if d != 1] == [d for d in b if d != 1]
 
 
-def _moved_axis(axis: int, dims: list[int], to: list[int]) -> int | None:
+def _moved_axis(axis: int, dims: list[int | str], to: list[int | str]) -> int | None:
     """The axis of ``to`` that axis ``axis`` of ``dims`` is, the two differing only in axes of size 1."""
     if dims[axis] == 1:
         return None
@@ -141,18 +150,24 @@ def _rewrite_moved_softmax(graph: ir.Graph, div: ir.Node) -> bool:
     x0 = None if got is None else _unit_source(got[0])
     if x0 is None or (e is e_made and x0 is got[0]):
         return False
-    dims, dims0 = m.static_dims(e), m.static_dims(x0)
+    dims, dims0 = _dims(e), _dims(x0)
     axes = _sum_axes(d, e, e)
     if axes is None or len(axes) != 1 or not _same_wide_dims(dims, dims0):
         return False
     axis = _moved_axis(axes[0], dims, dims0)
-    out_dims = m.static_dims(div.outputs[0])
-    if axis is None or not _is_max_of(got[1], x0, (axis,)) or (out_dims is not None and out_dims != dims):
+    if axis is None or not _is_max_of(got[1], x0, (axis,)) or _dims(div.outputs[0]) not in (None, dims):
         return False  # (a sum that broadcasts the quotient wider than the exponentials)
-    softmax = ir.node("Softmax", [x0], {"axis": axis})
-    target = ir.node("Constant", [], {"value": ir.tensor(np.array(dims, np.int64))})
-    m.replace(graph, div.outputs[0], [softmax, target, ir.node("Reshape", [softmax.outputs[0], target.outputs[0]])],
-              div)
+    nodes = [ir.node("Softmax", [x0], {"axis": axis})]
+    if all(isinstance(n, int) for n in dims):
+        moves = [("Reshape", dims)]
+    else:  # the axes of size 1 out of one layout, into the other
+        moves = [(op, [k for k, n in enumerate(layout) if n == 1]) for op, layout in (("Squeeze", dims0),
+                                                                                      ("Unsqueeze", dims))]
+    for op, arg in moves:
+        if arg or op == "Reshape":
+            arg_value = ir.node("Constant", [], {"value": ir.tensor(np.array(arg, np.int64))})
+            nodes += [arg_value, ir.node(op, [nodes[-1].outputs[0], arg_value.outputs[0]])]
+    m.replace(graph, div.outputs[0], nodes, div)
     return True
 
 
