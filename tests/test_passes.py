@@ -186,7 +186,8 @@ def test_loop_body_reading_an_outer_value_survives_the_clean_up():
 
 def test_a_loop_body_computes_its_index_once():
     """A fori_loop reading three sequences and writing one at its counter: the index (normalised for a
-    negative start, clamped) was computed four times a step; common subexpressions merge inside bodies too."""
+    negative start, clamped) was computed four times a step; common subexpressions merge inside bodies too.
+    (7 steps over 8 rows: a loop over every row becomes a Scan, tests/test_rewrites_fori_rows.py.)"""
     def f(a, b, c):
         def body(i, carry):
             h, out = carry
@@ -194,7 +195,7 @@ def test_a_loop_body_computes_its_index_once():
             h = h * row(a) + row(b) * row(c)
             return h, jax.lax.dynamic_update_index_in_dim(out, h, i, 1)
 
-        return jax.lax.fori_loop(0, 8, body, (jnp.zeros((2, 3)), jnp.zeros((2, 8, 3))))[1]
+        return jax.lax.fori_loop(0, 7, body, (jnp.zeros((2, 3)), jnp.zeros((2, 8, 3))))[1]
 
     xs = [np.random.default_rng(k).standard_normal((2, 8, 3)).astype(np.float32) for k in range(3)]
     model = assert_onnx_matches_jax(f, *xs)

@@ -31,6 +31,11 @@ def evaluate(value: ir.Value | None) -> np.ndarray | None:
     return _evaluate(value, 0, {})
 
 
+def evaluate_with(value: ir.Value | None, known: dict[ir.Value, np.ndarray]) -> np.ndarray | None:
+    """``evaluate`` with the values of ``known`` given (a loop's counter at one step)."""
+    return _evaluate(value, 0, {id(v): arr for v, arr in known.items()})
+
+
 def _evaluate(value: ir.Value | None, depth: int, seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
     """``evaluate``, each value worked out once (``seen``, by id): a mask's expression reads one value twice."""
     if value is not None and id(value) in seen:
