@@ -100,4 +100,10 @@ MODELS: dict[str, Callable[[], Model]] = {
                                  stackwise_num_filters=[16, 32, 64]),
     "khs_deit": lambda: _kh_image("khs_deit", "DeiTBackbone", patch_size=8, num_layers=2, num_heads=HEADS,
                                   hidden_dim=D, intermediate_dim=FF),
+    # keras' attention with its max and sum in layouts that differ by an axis of size 1 (the softmax rule's
+    # moved-axes form)
+    "khs_siglip": lambda: _kh_image("khs_siglip", "SigLIPVisionEncoder", patch_size=8, num_layers=2, num_heads=HEADS,
+                                    hidden_dim=D, intermediate_dim=FF),
+    # a recurrence written as a fori_loop over the sequence axis (reads and writes one step's row by index)
+    "khs_rwkv7": lambda: _kh_text("khs_rwkv7", "RWKV7Backbone", hidden_size=D, head_size=32, intermediate_dim=FF),
 }

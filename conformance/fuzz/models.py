@@ -5,16 +5,16 @@ weight, an attention block between head Transposes, a layer norm over the last a
 a scan). ``generate_model`` draws a small model instead: feed-forward blocks (GELU, ReLU, SiLU,
 SwiGLU; hidden widths that are multiples of 1024 and not), attention with causal and padding masks
 (-inf, ``finfo.min`` and other fills), softmax / log_softmax heads, layer and RMS norms, LSTM and GRU
-cells in ``lax.scan`` (fused hand-written, per-gate Flax-style, Haiku's; ``unroll=k``), the same cells
-unrolled at trace time (a Python loop over time steps, ``unroll=True``) and a Python loop over stacked
-layer weights, NHWC conv and pool chains, a classifier reading one row of its last layer, ``fori_loop``
-with loop invariants, a mixture of experts (top-k routing, the experts' einsums) and the real halves of
-small FFTs (FNet's token mixing), and the gradients a training step takes (``jax.vjp`` of small CNNs and
-MLPs: ReLU's select, the pools' gradients, a convolution's weight gradient), some above the size where
-the select rule fires; and a transformer layer at the sizes the size-bound rules need (``wide``: 64-128
+cells in ``lax.scan`` (fused hand-written, per-gate Flax-style, Haiku's; ``unroll=k``), the same cells unrolled
+at trace time (a Python loop over time steps, ``unroll=True``) and a Python loop over stacked layer weights,
+NHWC conv and pool chains, a classifier reading one row of its last layer, ``fori_loop`` with loop invariants or
+reading and writing one row of a sequence a step, a mixture of experts (top-k routing, the experts' einsums) and
+the real halves of small FFTs (FNet's token mixing), and the gradients a training step takes (``jax.vjp`` of
+small CNNs and MLPs: ReLU's select, the pools' gradients, a convolution's weight gradient), some above the size
+where the select rule fires; and a transformer layer at the sizes the size-bound rules need (``wide``: 64-128
 tokens of width 256, head-major projections, a wide feed-forward with selects over its units, top-1 routed
-experts), drawn twice as often as another kind. ``layers.py`` draws the small forms of the other rules
-into the random programs.
+experts), drawn twice as often as another kind. ``layers.py`` draws the small forms of the other rules into the
+random programs.
 
 Weights are mostly closed-over constants (the rules match constant weights), written as
 ``_w(seed, shape, dtype, scale, edge)``: seeded normal values, a share ``edge`` of them replaced by
@@ -899,7 +899,18 @@ class ModelBuilder:
         n = self.rng.choice([0, 1, 2, 3, 5])
         inv = self.input((d,)) if self.rng.random() < 0.5 else None
         extra = f" * jnp.exp({self.ref(inv)})" if inv is not None else ""
-        form = self.rng.choice(["dense", "residual", "scan"])
+        form = self.rng.choice(["dense", "residual", "scan", "rows"])
+        if form == "rows":  # one row of a sequence read and one of the output written a step, along axis 1
+            steps = self.rng.choice([1, 3, 8])
+            seq = self.input((self.program.types[x].shape[0], steps, d), batch_axis=0)
+            h = f"jnp.tanh(c[0] @ {self.w((d, d))} + lax.dynamic_index_in_dim({self.ref(seq)}, i, 1, False)){extra}"
+            body = f"lambda i, c: (lambda h: (h, lax.dynamic_update_index_in_dim(c[1], h, i, 1)))({h})"
+            init = f"({self.ref(x)}, jnp.zeros_like({self.ref(seq)}))"
+            y = self.step("fori_loop", f"lax.fori_loop(0, {steps}, {body}, {init})[1]",
+                          self.program.types[seq].shape)
+            if self.rng.random() < 0.5:
+                self.head(y, self.program.types[y].shape)
+            return
         if form == "dense":
             body = f"lambda i, c: jnp.tanh(c @ {self.w((d, d))} + {self.bias(d)}){extra}"
         elif form == "residual":
