@@ -109,22 +109,8 @@ def _hoist_invariants(loop: ir.Node, body: ir.Graph) -> int:
 def _step_slice(value: ir.Value, inside: set[int]) -> ir.Node | None:
     """The ``Slice(xs, i, i + 1, axes=[0])`` producing ``value``, with ``xs`` from outside the body."""
     sl = m.producer(value, "Slice")
-    if sl is None or len(sl.inputs) < 4 or sl.inputs[0] is None or id(sl.inputs[0]) in inside:
-        return None
-    axes = m.const(sl.inputs[3])
-    if axes is None or list(np.atleast_1d(axes)) != [0]:
-        return None
-    if len(sl.inputs) > 4 and sl.inputs[4] is not None:
-        steps = m.const(sl.inputs[4])
-        if steps is None or list(np.atleast_1d(steps)) != [1]:
-            return None
-    ends = m.binary(m.producer(sl.inputs[2]), "Add")
-    if ends is None:
-        return None
-    start, one = (ends if ends[0] is sl.inputs[1] else ends[::-1])
-    if start is not sl.inputs[1] or not m.is_scalar_const(one, 1.0):
-        return None
-    return sl
+    got = None if sl is None else _any_axis_step(sl, inside)
+    return sl if got is not None and got[1] == 0 else None
 
 
 def _hoist_projection(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
@@ -639,8 +625,7 @@ def _any_axis_step(sl: ir.Node, inside: set[int]) -> tuple[ir.Value, int] | None
         return None
     xs = sl.inputs[0]
     axes = m.const(sl.inputs[3])
-    rank = _rank(xs)
-    if id(xs) in inside or axes is None or np.size(axes) != 1 or rank is None:
+    if id(xs) in inside or axes is None or np.size(axes) != 1:
         return None
     if len(sl.inputs) > 4 and sl.inputs[4] is not None:
         stride = m.const(sl.inputs[4])
@@ -653,7 +638,10 @@ def _any_axis_step(sl: ir.Node, inside: set[int]) -> tuple[ir.Value, int] | None
     if start is not sl.inputs[1] or not m.is_scalar_const(one, 1.0):
         return None
     axis = int(np.atleast_1d(axes)[0])
-    return xs, axis + rank if axis < 0 else axis
+    if axis >= 0:
+        return xs, axis
+    rank = _rank(xs)
+    return None if rank is None else (xs, axis + rank)
 
 
 def _reversed_steps(loop: ir.Node, body: ir.Graph, main: ir.Graph) -> int:
