@@ -610,6 +610,16 @@ def test_any_summing_layer_cast_to_an_integer_after_it_is_known_only_with_huge_i
     assert known.match("group_stats+top_k/f32/value", huge) is None
 
 
+def test_a_normalised_zero_whose_sign_the_sum_order_decides_is_known_only_with_huge_inputs():
+    """Found as group_stats/f32/signed-zero (fuzz seed 2312, silent): a group over -FLT_MAX and FLT_MAX has an
+    infinite variance, so each output is (x - mean) * 0, a zero with the sign of x - mean, and the mean is
+    whatever its terms' order makes of the overflow: +0.0 in jax.jit, -0.0 in ORT."""
+    huge = known.facts([np.float32([-3.4e38, 3.4e38, 1.0])])
+    for klass in ("group_stats/f32/signed-zero", "norm_two_pass/f32/signed-zero", "norm_keras/f32/signed-zero"):
+        assert known.match(klass, huge) is not None and known.match(klass) is None, klass
+    assert known.match("spatial_sum/f32/signed-zero", huge) is None  # a sum of zeros: +0 in any order
+
+
 def test_cumlogsumexp_is_generated_for_floats_only():
     """jax rejects an integer cumlogsumexp (its -inf init): such programs were counted invalid, not run."""
     from conformance.fuzz.generate import generate

@@ -224,6 +224,10 @@ KNOWN: tuple[Known, ...] = (
                  "vmap_matvec", "lstm_scan", "gru_scan", *MODEL_DOTS, "spatial_mean", "avg_pool", "vjp", *NORMS,
                  *LAYER_SUMS)
       for cast in ("", "+convert_*") for kind in ("value", "nan", "inf")),
+    # a normalisation over -FLT_MAX and FLT_MAX: its variance is inf, each output (x - mean) * 0, a zero with the
+    # sign of x - mean, and the mean is what its terms' order makes of the overflow (group_stats: +0.0 in jax.jit,
+    # -0.0 in ORT)
+    *(Known(f"{op}/*/signed-zero", SUM_ORDER, HUGE) for op in (*NORMS, "group_stats", "group_norm")),
     # a sigmoid after a product over a huge input (recurrent cells' gates): LiteRT's LOGISTIC
     *(Known(f"tflite:{op}/*/nan", LITERT_LOGISTIC, HUGE) for op in (*MODEL_DOT_CHAINS, *MODEL_DOTS, "deep_*")),
     *(Known(f"*{norm}*/*/{kind}", MEAN_SQUARE, facts | {"symbolic-batch"})
