@@ -100,7 +100,7 @@ def test_more_selects_the_second_battery_and_its_names_are_new():
 
 def test_served_selects_the_third_battery_of_new_names_with_masks_as_inputs():
     served = bench_zoo.zoo_models.SERVED
-    assert len(set(served)) == len(served) == 26
+    assert len(set(served)) == len(served) == 28
     assert not set(served) & (set(bench_zoo.zoo_models.NAMES) | set(bench_zoo.zoo_models.MORE))
     assert bench_zoo.parse_args(["--served"]).models == list(served)
     assert bench_zoo.parse_args(["--served", "--models", "khp_gpt2"]).models == ["khp_gpt2"]
