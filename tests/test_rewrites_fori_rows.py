@@ -51,6 +51,12 @@ def _matches(fn, xs, ops):
     return ops[0]
 
 
+def _stays_a_scatter(fn):
+    a = _inputs()[0]
+    ops = _matches(fn, [a], convert_and_run(fn, a, bodies=True))
+    assert ops["ScatterND"] == 1, ops
+
+
 @pytest.mark.parametrize("edge", [False, True], ids=["random", "edge"])
 def test_rows_read_and_written_along_axis_1_make_a_scan(edge):
     xs = _inputs(edge)
@@ -83,9 +89,7 @@ def test_a_buffer_with_a_row_left_unwritten_keeps_its_initial_row():
 
         return lax.fori_loop(0, T - 1, body, jnp.full((B, T, H), 5.0))
 
-    a = _inputs()[0]
-    ops = _matches(fn, [a], convert_and_run(fn, a, bodies=True))
-    assert ops["ScatterND"] == 1, ops
+    _stays_a_scatter(fn)
 
 
 def test_a_buffer_the_body_reads_stays_carried():
@@ -96,9 +100,7 @@ def test_a_buffer_the_body_reads_stays_carried():
 
         return lax.fori_loop(0, T, body, jnp.zeros((B, T, H)))
 
-    a = _inputs()[0]
-    ops = _matches(fn, [a], convert_and_run(fn, a, bodies=True))
-    assert ops["ScatterND"] == 1, ops
+    _stays_a_scatter(fn)
 
 
 def test_rows_written_in_reverse_stay_a_scatter():
@@ -108,9 +110,7 @@ def test_rows_written_in_reverse_stay_a_scatter():
 
         return lax.fori_loop(0, T, body, jnp.zeros((B, T, H)))
 
-    a = _inputs()[0]
-    ops = _matches(fn, [a], convert_and_run(fn, a, bodies=True))
-    assert ops["ScatterND"] == 1, ops
+    _stays_a_scatter(fn)
 
 
 @pytest.mark.parametrize("start", [0, 2])

@@ -122,6 +122,22 @@ def static_dims(value: ir.Value | None) -> list[int] | None:
     return [int(d) for d in value.shape]
 
 
+def named_dims(value: ir.Value | None) -> list[int | str] | None:
+    """The value's dimensions: numbers, or the names of symbolic sizes (``64*b``: the same name, the same
+    size); None where one is unknown."""
+    if value is None or value.shape is None:
+        return None
+    out: list[int | str] = []
+    for d in value.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, ir.SymbolicDim) and d.value is not None:
+            out.append(d.value)
+        else:
+            return None
+    return out
+
+
 CONTROL_OPS = frozenset({"If", "Loop", "Scan"})
 
 

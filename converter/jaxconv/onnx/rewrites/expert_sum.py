@@ -63,11 +63,11 @@ def _reduced(graph: ir.Graph, reduce: ir.Node) -> int:
                 break
     if down_mm is None or not m.sole_live_use(down_mm.outputs[0]):
         return 0
-    dims = _dims(down_mm.inputs[0])
+    dims = m.named_dims(down_mm.inputs[0])
     swap = False
     if routing is not None:
         back = m.producer(routing, "Transpose")  # the weights were [t, e, 1]: read them so
-        if dims is None or _dims(routing) != [dims[0], dims[1], 1]:
+        if dims is None or m.named_dims(routing) != [dims[0], dims[1], 1]:
             return 0
         if back is not None and m.transpose_perm(back, 3) == [1, 0, 2] and back.inputs[0] is not None:
             routing = back.inputs[0]
@@ -88,8 +88,8 @@ def _contracted(graph: ir.Graph, reshape: ir.Node) -> int:
     if down_mm is None or m.transpose_perm(back, 3) != [1, 2, 0] or not m.sole_live_use(moved) \
             or not m.sole_live_use(down_mm.outputs[0]):
         return 0
-    dims, out = _dims(down_mm.outputs[0]), _dims(reshape.outputs[0])
-    if dims is None or out != [dims[1], dims[2]] or _dims(routing) != [dims[1], dims[0], 1]:
+    dims, out = m.named_dims(down_mm.outputs[0]), m.named_dims(reshape.outputs[0])
+    if dims is None or out != [dims[1], dims[2]] or m.named_dims(routing) != [dims[1], dims[0], 1]:
         return 0
     return _build(graph, down_mm, routing, reshape)
 
@@ -101,7 +101,7 @@ def _build(graph: ir.Graph, down_mm: ir.Node, per_token: ir.Value | None, last: 
     products through side-by-side weights."""
     hidden, down = down_mm.inputs
     down_w = m.const(down)
-    dims = _dims(hidden)
+    dims = m.named_dims(hidden)
     if down_w is None or down_w.ndim != 3 or down_w.dtype not in _WIDE or dims is None or len(dims) != 3:
         return 0
     e, t, units = dims
@@ -178,14 +178,14 @@ def _chain(hidden: ir.Value, dims: list[int | str]) -> tuple[list[ir.Node], list
     while todo:
         value = todo.pop()
         node = value.producer()
-        if node is None or node.domain not in ("", "ai.onnx") or _dims(value) != dims:
+        if node is None or node.domain not in ("", "ai.onnx") or m.named_dims(value) != dims:
             return None
         if id(node) in nodes or id(node) in products:
             continue
         values.append(value)
         if node.op_type == "MatMul":
             a, w = node.inputs
-            weight, rows = m.const(w), _dims(a)
+            weight, rows = m.const(w), m.named_dims(a)
             if weight is None or weight.ndim != 3 or weight.dtype not in _WIDE or rows is None \
                     or rows != [dims[1], weight.shape[1]] \
                     or list(weight.shape) != [dims[0], rows[1], dims[2]] or (x is not None and a is not x):
@@ -209,22 +209,6 @@ def _chain(hidden: ir.Value, dims: list[int | str]) -> tuple[list[ir.Node], list
     if any(id(n) not in order for n in [*nodes.values(), *products.values()]):
         return None
     return sorted(nodes.values(), key=lambda n: order[id(n)]), list(products.values()), x
-
-
-def _dims(value: ir.Value | None) -> list[int | str] | None:
-    """The value's dimensions: numbers, or the names of symbolic sizes (``64*b``: the same name, the same
-    size); None where one is unknown."""
-    if value is None or value.shape is None:
-        return None
-    out: list[int | str] = []
-    for d in value.shape:
-        if isinstance(d, int):
-            out.append(d)
-        elif isinstance(d, ir.SymbolicDim) and d.value is not None:
-            out.append(d.value)
-        else:
-            return None
-    return out
 
 
 def _read_in(value: ir.Value, nodes: dict[int, ir.Node]) -> bool:

@@ -84,21 +84,13 @@ def _sum_axes(value: ir.Value, e: ir.Value, x: ir.Value) -> tuple[int, ...] | No
     return None if axes is None else m.normalize_axes(axes, m.rank(x))
 
 
-def _dims(value: ir.Value | None) -> list[int | str] | None:
-    """The value's dimensions, sizes or symbolic names, when every one is one of the two; else None."""
-    if value is None or value.shape is None:
-        return None
-    dims = [d if isinstance(d, int) else getattr(d, "value", None) for d in value.shape]
-    return None if any(d is None for d in dims) else dims
-
-
 def _moves_unit_axes(node: ir.Node) -> bool:
     """True for a shape op, or a Transpose that moves only axes of size 1 (a reshape in effect)."""
     if node.op_type in m.SHAPE_OPS:
         return True
     if node.op_type != "Transpose":
         return False
-    dims = _dims(node.inputs[0])
+    dims = m.named_dims(node.inputs[0])
     perm = m.transpose_perm(node, len(dims)) if dims is not None else None
     if perm is None:
         return False
@@ -115,7 +107,7 @@ def _unit_source(value: ir.Value) -> ir.Value | None:
         source = node.inputs[0]
     if source is value:
         return source
-    return source if _same_wide_dims(_dims(value), _dims(source)) else None
+    return source if _same_wide_dims(m.named_dims(value), m.named_dims(source)) else None
 
 
 def _same_wide_dims(a: list[int | str] | None, b: list[int | str] | None) -> bool:
@@ -150,12 +142,12 @@ def _rewrite_moved_softmax(graph: ir.Graph, div: ir.Node) -> bool:
     x0 = None if got is None else _unit_source(got[0])
     if x0 is None or (e is e_made and x0 is got[0]):
         return False
-    dims, dims0 = _dims(e), _dims(x0)
+    dims, dims0 = m.named_dims(e), m.named_dims(x0)
     axes = _sum_axes(d, e, e)
     if axes is None or len(axes) != 1 or not _same_wide_dims(dims, dims0):
         return False
     axis = _moved_axis(axes[0], dims, dims0)
-    if axis is None or not _is_max_of(got[1], x0, (axis,)) or _dims(div.outputs[0]) not in (None, dims):
+    if axis is None or not _is_max_of(got[1], x0, (axis,)) or m.named_dims(div.outputs[0]) not in (None, dims):
         return False  # (a sum that broadcasts the quotient wider than the exponentials)
     nodes = [ir.node("Softmax", [x0], {"axis": axis})]
     if all(isinstance(n, int) for n in dims):
