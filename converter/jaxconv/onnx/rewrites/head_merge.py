@@ -7,7 +7,8 @@ element-by-element path (62 µs on [2, 4, 32, 64], one thread; 10% of the model)
 come in any order if the weight's rows come in the same order: ``Transpose(x, [0, 3, 1, 2])`` (one axis
 moved, ORT's fast copy) to ``[b, q, h, d]`` and the rows ``W[d*h + ...]`` taken in ``(h, d)`` order give
 the same products. The MatMul then sums them in another order (within the converter's tolerance, as any
-GEMM's blocking; NaN and infinities stay where they were).
+GEMM's blocking; NaN and infinities stay where they were). The leading axes may have symbolic sizes (a
+batch exported as ``f32[b, ...]``: a CNN's NHWC flatten before its classifier), the merged ones not.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ def _one(graph: ir.Graph, mm: ir.Node) -> int:
     if t is None or len(reshape.outputs[0].uses()) != 1 or len(t.outputs[0].uses()) != 1:
         return 0
     x = t.inputs[0]
-    xs, ts, rs = m.static_dims(x), m.static_dims(t.outputs[0]), m.static_dims(reshape.outputs[0])
+    xs, ts, rs = m.named_dims(x), m.named_dims(t.outputs[0]), m.named_dims(reshape.outputs[0])
     perm = m.attr(t, "perm")
     if xs is None or ts is None or rs is None or perm is None or len(rs) < 2:
         return 0
     perm = [int(p) for p in perm]
     j = len(rs) - 1  # the Reshape keeps the leading axes and merges the rest into the last
-    if ts[:j] != rs[:j] or int(np.prod(ts[j:])) != rs[-1] or rs[-1] != w.shape[0] or len(ts) <= j + 1:
+    merged = ts[j:]
+    if ts[:j] != rs[:j] or len(ts) <= j + 1 or not all(isinstance(d, int) for d in merged) \
+            or int(np.prod(merged)) != rs[-1] or rs[-1] != w.shape[0]:
         return 0
     group = perm[j:]
     ordered = sorted(group)
@@ -61,7 +64,8 @@ def _one(graph: ir.Graph, mm: ir.Node) -> int:
     else:
         nodes.append(ir.node("Transpose", [x], {"perm": new_perm}))
         moved = nodes[-1].outputs[0]
-    shape = ir.node("Constant", [], {"value": ir.tensor(np.asarray(rs, np.int64))})
+    target = [d if isinstance(d, int) else 0 for d in rs]  # 0: a symbolic leading size, copied
+    shape = ir.node("Constant", [], {"value": ir.tensor(np.asarray(target, np.int64))})
     nodes += [shape, ir.node("Reshape", [moved, shape.outputs[0]])]
     nodes.append(ir.node("MatMul", [nodes[-1].outputs[0], weight.outputs[0]]))
     m.replace(graph, mm.outputs[0], nodes, mm)

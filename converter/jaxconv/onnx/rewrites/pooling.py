@@ -198,9 +198,10 @@ def _unplane(graph: ir.Graph, g: _Guard) -> bool:
     src = before.inputs[0] if before is not None else None
     if src is None or src.shape is None or g.x.shape is None or len(src.shape) != len(g.x.shape) or len(src.shape) < 3:
         return False
+    # A Reshape keeps the element count: [N, C, *s] to [P, 1, *s] with the same static s has P = N * C
+    # for any N (a symbolic batch too).
     dims, planes = list(src.shape), list(g.x.shape)
-    if not all(isinstance(d, int) for d in dims + planes) or planes[1] != 1 or dims[0] * dims[1] != planes[0] \
-            or dims[2:] != planes[2:]:
+    if not all(isinstance(d, int) for d in dims[1:] + planes[1:]) or planes[1] != 1 or dims[2:] != planes[2:]:
         return False
     inside = {id(n) for n in nodes}
     if not all(n.op_type == "MaxPool" or _scalar_operands(n, inside, g.x) for n in nodes):
@@ -214,12 +215,13 @@ def _unplane(graph: ir.Graph, g: _Guard) -> bool:
         planes_out = use.node.outputs[0]
     uses = planes_out.uses()
     out = g.result.shape
-    if not uses or planes_out.is_graph_output() or out is None or not all(isinstance(d, int) for d in out):
+    if not uses or planes_out.is_graph_output() or out is None or not all(isinstance(d, int) for d in out[1:]):
         return False
     back = [dims[0], dims[1], *list(out)[2:]]
-    for u in uses:
+    for u in uses:  # back to [N, C, *pooled]: the count P = N * C makes the first size N
         r = u.node
-        if r.op_type != "Reshape" or u.idx != 0 or r.outputs[0].shape is None or list(r.outputs[0].shape) != back:
+        if r.op_type != "Reshape" or u.idx != 0 or r.outputs[0].shape is None or len(r.outputs[0].shape) != len(back) \
+                or list(r.outputs[0].shape)[1:] != back[1:]:
             return False
     for u in list(planes_in.uses()):
         u.node.replace_input_with(u.idx, src)
