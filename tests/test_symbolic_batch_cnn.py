@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 import jaxconv
 from jaxconv.onnx import passes
+from jaxconv.onnx.rewrites import symbolic as symbolic_dims
 from jaxconv.runtimes.onnxrt import OnnxRunner
 from lowering_check import assert_same_floats
 
@@ -42,6 +43,39 @@ def cnn(x):
     return y.reshape(y.shape[0], -1) @ _DENSE
 
 
+_WIDE = (_RNG.standard_normal((3, 3, 8, 16)) / 8).astype(np.float32)
+_HALF = (_RNG.standard_normal((3, 3, 8, 8)) / 8).astype(np.float32)
+_SQUEEZE = _RNG.standard_normal((1, 1, 16, 4)).astype(np.float32)
+_EXCITE = _RNG.standard_normal((1, 1, 4, 16)).astype(np.float32)
+
+
+def padded(x):
+    """Keras' ZeroPadding2D before a VALID conv: the padding becomes the Conv's own (rewrites.early_transposes)."""
+    y = jax.numpy.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    return jax.nn.relu(lax.conv_general_dilated(y, _STEM, (2, 2), "VALID", dimension_numbers=_NHWC))
+
+
+def cross_stage(x):
+    """CSPDarknet's block: the channels split in halves, one through a conv, joined again; the halves' Slices
+    one Split, which the layout rule moves the NCHW convs' Transposes through (the conv after the Slice knows
+    its spatial sizes: rewrites.symbolic)."""
+    y = jax.nn.relu(_conv(x, _STEM))
+    y = jax.nn.relu(_conv(y, _WIDE))
+    a, b = y[..., :8], y[..., 8:]
+    a = jax.nn.relu(_conv(a, _HALF)) + a
+    return jax.nn.relu(_conv(jax.numpy.concatenate([a, b], axis=-1), _WIDE[:, :, :8].repeat(2, 2)))
+
+
+def squeeze_excite(x):
+    """EfficientNet's squeeze-excite: a channel mean through two pointwise convs scales the channels (the mean's
+    Unsqueeze and the Reshape to pixels before the first conv's MatMul one Reshape: reshape_rules)."""
+    y = jax.nn.relu(_conv(jax.nn.relu(_conv(x, _STEM)), _WIDE))
+    s = y.mean(axis=(1, 2))[:, None, None, :]
+    s = jax.nn.relu(lax.conv_general_dilated(s, _SQUEEZE, (1, 1), "VALID", dimension_numbers=_NHWC))
+    s = jax.nn.sigmoid(lax.conv_general_dilated(s, _EXCITE, (1, 1), "VALID", dimension_numbers=_NHWC))
+    return y * s
+
+
 def _spec(batch: str | int) -> jax.ShapeDtypeStruct:
     shape = jax.export.symbolic_shape(f"{batch}, 16, 16, 3") if isinstance(batch, str) else (batch, 16, 16, 3)
     return jax.ShapeDtypeStruct(shape, np.float32)
@@ -49,6 +83,19 @@ def _spec(batch: str | int) -> jax.ShapeDtypeStruct:
 
 def _ops(model: onnx.ModelProto) -> collections.Counter:
     return collections.Counter(n.op_type for n in model.graph.node)
+
+
+@pytest.mark.parametrize("fn", [padded, cross_stage, squeeze_excite])
+def test_the_layers_symbolic_batch_graph_is_the_static_one(fn):
+    static = jaxconv.to_onnx(fn, _spec(2), check=False)
+    symbolic = jaxconv.to_onnx(fn, _spec("b"), check=False)
+    assert _ops(symbolic) == _ops(static), (_ops(symbolic), _ops(static))
+    assert _ops(symbolic)["Transpose"] == 2, _ops(symbolic)  # NHWC to NCHW at the input, back at the output
+    assert _ops(symbolic)["Pad"] == 0 and _ops(symbolic)["Unsqueeze"] == 0, _ops(symbolic)
+    runner = OnnxRunner(symbolic.SerializeToString())
+    for x in _inputs(3):
+        (got,) = runner.run([x])
+        assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 2e-4, 2e-4)
 
 
 def test_the_symbolic_batch_graph_is_the_static_one():
@@ -121,3 +168,53 @@ def test_a_reshape_to_its_own_shape_goes(dims, target, allowzero, stays):
         x = np.arange(-5, np.prod(sizes) - 5, dtype=np.float32).reshape(sizes)
         (got,) = OnnxRunner(proto.SerializeToString()).run([x])
         np.testing.assert_array_equal(got, np.maximum(x, 0))
+
+
+def test_conv_and_pool_sizes_follow_from_the_input_where_none_are_declared():
+    """The symbolic-dims analysis works out a Conv's and a pool's spatial sizes from the input's (ONNX's
+    inference loses them after a Slice whose bounds come from ``Shape``: keras-hub CSPDarknet's halves)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 0, 1]),
+        helper.make_node("AveragePool", ["p"], ["a"], kernel_shape=[2, 2], strides=[1, 1], dilations=[1, 1]),
+        helper.make_node("Conv", ["a", "w2"], ["d"], dilations=[2, 1]),
+        helper.make_node("GlobalAveragePool", ["d"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 17, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], np.ones(216)),
+         helper.make_tensor("w2", TensorProto.FLOAT, [4, 8, 2, 2], np.ones(128))])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    shapes = symbolic_dims._Shapes(model.graph)
+    found = {}
+    for node in model.graph:
+        shapes.infer(node)
+        found[node.outputs[0].name] = shapes.shape(node.outputs[0])
+    x = np.zeros((3, 3, 17, 16), np.float32)
+    want = OnnxRunner(ir.serde.serialize_model(_all_outputs(model)).SerializeToString()).run([x])
+    assert [found[k] for k in "cpady"] == [("b", *w.shape[1:]) for w in want]
+
+
+def _all_outputs(model: ir.Model) -> ir.Model:
+    """``model`` with every node's output a graph output (ORT reports their shapes)."""
+    model.graph.outputs.clear()
+    for node in model.graph:
+        model.graph.outputs.append(node.outputs[0])
+    return model
+
+
+@pytest.mark.parametrize("target, stays", [([-1, 2], False), ([0, -1], True)])  # 0 copies the Unsqueeze's 1
+def test_a_reshape_of_an_unsqueeze_reads_its_input(target, stays):
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Reshape", ["u", "t"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [0]), helper.make_tensor("t", TensorProto.INT64, [2], target)])
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    passes.clean_up(model)
+    proto = ir.serde.serialize_model(model)
+    assert ("Unsqueeze" in [n.op_type for n in proto.graph.node]) == stays
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (got,) = OnnxRunner(proto.SerializeToString()).run([x])
+    np.testing.assert_array_equal(got, x[None].reshape([1 if t == 0 else t for t in target]))  # 0: the 1 copied

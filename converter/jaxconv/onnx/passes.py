@@ -166,14 +166,14 @@ def _rules() -> list:
     ``x * 1``, ``x - 0`` and ``x / 1`` are exact for every float, -0 and NaN included. jaxconv's own:
     a lossless Cast round trip is ``x``; a Cast after a Transpose that a MatMul reads goes before it
     (``cast_rules.py``: a graph ONNX Runtime 1.32 crashes on); a Reshape to its input's shape written with a
-    -1 for a symbolic size is ``x`` (``reshape_rules.py``).
+    -1 for a symbolic size is ``x``, and a Reshape of an Unsqueeze or Squeeze reads its input (``reshape_rules.py``).
     """
     from onnxscript.rewriter.rules import common as c
 
     from jaxconv.onnx import matmul_rules as mr
     from jaxconv.onnx import minmax_rules as mm
+    from jaxconv.onnx import reshape_rules as rr
     from jaxconv.onnx.cast_rules import cast_before_transpose_rule, lossless_cast_round_trip_rule
-    from jaxconv.onnx.reshape_rules import inferred_same_shape_reshape_rule
     from jaxconv.onnx.scatter_rules import whole_scatter_assignment_rule
 
     return [
@@ -184,7 +184,7 @@ def _rules() -> list:
         mm.min_min_rule, mm.max_max_rule, mm.min_max_rule, mm.max_min_rule,  # bound names unique
         c.successive_clip_relu_rule, c.successive_relu_clip_rule, c.successive_relu_rule, c.successive_clip_rule,
         c.no_op_cast_rule, c.no_op_expand_rule, c.flatten_to_reshape_rule, c.reshape_reshape_rule,
-        inferred_same_shape_reshape_rule,
+        rr.inferred_same_shape_reshape_rule, rr.reshape_of_unsqueeze_rule, rr.reshape_of_squeeze_rule,
         c.no_op_transpose_rule, c.transpose_transpose_rule, c.unsqueeze_unsqueeze_rule,
         c.squeeze_reshape_1d_rule, c.no_op_dynamic_scatter_nd_rule, whole_scatter_assignment_rule,
         c.normalize_pad_format_conv_rule, c.normalize_pad_format_conv_integer_rule,

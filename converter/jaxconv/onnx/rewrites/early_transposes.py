@@ -11,7 +11,8 @@ A Transpose moves through a Concat (along the permuted axis), a Slice of constan
 permuted), and a Pad of constant pads (the pads permuted), into each data input; an input read by several
 of the nodes it moves through (the Slices of one padded tensor) takes one Transpose. The move is made
 where every node it passes is read only by the nodes that move (or by the Transpose itself), the shapes
-are static, and one Transpose, of fewer elements, replaces the one there. Values only move: the numbers
+are known (sizes, or the names of symbolic ones: a batch exported as ``f32[b, ...]``), and one Transpose, of
+fewer elements, replaces the one there. Values only move: the numbers
 cannot change.
 
 Measured and not made: where the chain starts from two tensors. LongT5's local attention pads its keys
@@ -27,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx.rewrites import _match as m
+from jaxconv.onnx.rewrites import symbolic
 
 _MOVABLE = frozenset({"Concat", "Slice", "Pad", "Identity"})  # (Identities the clean-up removes later)
 
@@ -42,9 +44,17 @@ def rewrite(graph: ir.Graph) -> int:
     return count
 
 
-def _elements(value: ir.Value) -> int | None:
-    dims = m.static_dims(value)
-    return None if dims is None else int(np.prod(dims, dtype=np.int64))
+def _elements(value: ir.Value) -> tuple[int, list[str]] | None:
+    """The element count of ``value`` as a number times its symbolic sizes' names (``[b, 66, 66, 3]``: 13068
+    and ``['b']``), comparable where the names are the same."""
+    dims = m.named_dims(value)
+    if dims is None:
+        return None
+    count, names = 1, []
+    for d in dims:
+        c, n = symbolic.factors(d)
+        count, names = count * c, names + n
+    return count, sorted(names)
 
 
 def _axes(node: ir.Node, rank: int) -> list[int] | None:
@@ -87,7 +97,7 @@ def _plan(top: ir.Node, perm: list[int]) -> tuple[list[ir.Node], list[ir.Value]]
         if node is None or id(node) in moved or node.op_type not in _MOVABLE or node.domain not in ("", "ai.onnx") \
                 or value.is_graph_output() or _axes(node, rank) is None or len(node.outputs) != 1:
             continue
-        if any(i is None or m.static_dims(i) is None or len(m.static_dims(i) or []) != rank for i in _data_inputs(node)):
+        if any(i is None or len(m.named_dims(i) or []) != rank for i in _data_inputs(node)):
             continue
         moved[id(node)] = node
         todo.extend(_data_inputs(node))
@@ -133,7 +143,7 @@ def _move(graph: ir.Graph, top: ir.Node) -> int:
     if len(landing) != 1:
         return 0  # one Transpose for another (the module docstring: not where the chain starts from two)
     after = _elements(landing[0])
-    if after is None or after >= before:
+    if after is None or after[1] != before[1] or after[0] >= before[0]:
         return 0
     first = ir.node("Transpose", [landing[0]], attributes={"perm": perm})
     _typed(first.outputs[0], landing[0], perm)
@@ -151,7 +161,7 @@ def _move(graph: ir.Graph, top: ir.Node) -> int:
 def _typed(value: ir.Value, like: ir.Value, perm: list[int]) -> None:
     """``value`` takes ``like``'s type and its dimensions permuted by ``perm``."""
     value.type = like.type
-    dims = m.static_dims(like)
+    dims = m.named_dims(like)
     if dims is not None:
         value.shape = ir.Shape([dims[p] for p in perm])
 

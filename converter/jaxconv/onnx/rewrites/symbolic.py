@@ -352,8 +352,11 @@ class _Shapes:
         return None
 
     def _windowed(self, node: ir.Node) -> Dims | None:
-        """N from the input, C from the input (pools) or the weight (Conv), spatial dims as declared."""
+        """N from the input, C from the input (pools) or the weight (Conv), spatial dims as declared or, where
+        ONNX's inference lost them (a Slice's bounds computed from ``Shape`` before), from the input's."""
         x, out = self.shape(node.inputs[0]), self._declared(node.outputs[0])
+        if x is not None and len(x) >= 3 and (out is None or len(out) != len(x) or not _named(out)):
+            out = _window_output(node, x) or out
         if x is None or out is None or len(out) != len(x) or len(x) < 3:
             return None
         channels: Dim | None = x[1]
@@ -542,6 +545,34 @@ class _Shapes:
             and self.value(sub.inputs[1]) == tuple(sizes)
 
 
+def _window_output(node: ir.Node, x: Dims) -> Dims | None:
+    """The output shape of a Conv or a pool over ``x`` (explicit pads, floor rounding), where its spatial sizes
+    and window are static; the channels are the Conv weight's (``_windowed`` puts them in) or the input's."""
+    op, spatial = node.op_type, list(x[2:])
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+        return (x[0], x[1], *[1] * len(spatial))
+    if op not in ("Conv", "MaxPool", "AveragePool", "LpPool") or not all(isinstance(d, int) for d in spatial) \
+            or m.attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET") or m.attr(node, "ceil_mode", 0):
+        return None
+    kernel = m.attr(node, "kernel_shape")
+    if kernel is None and op == "Conv" and len(node.inputs) > 1 and node.inputs[1] is not None \
+            and node.inputs[1].shape is not None and node.inputs[1].shape.is_static():
+        kernel = list(node.inputs[1].shape)[2:]
+    n = len(spatial)
+    strides, dilations = m.attr(node, "strides") or [1] * n, m.attr(node, "dilations") or [1] * n
+    pads = m.attr(node, "pads") or [0] * (2 * n)
+    if kernel is None or not len(kernel) == len(strides) == len(dilations) == n or len(pads) != 2 * n:
+        return None
+    out = []
+    for k in range(n):
+        extent = int(dilations[k]) * (int(kernel[k]) - 1) + 1
+        size = spatial[k] + int(pads[k]) + int(pads[n + k]) - extent
+        if size < 0:
+            return None
+        out.append(size // int(strides[k]) + 1)
+    return (x[0], x[1], *out)
+
+
 def _entry(op: str, x: Dim, y: Dim) -> Dim | None:
     """One entry of integer shape arithmetic: ints computed, a named size kept where the other operand is the
     identity (``b + 0``, ``b * 1``), ``b - b`` zero, ``min(b, b)`` b; None where the entry is unknown."""
@@ -556,7 +587,7 @@ def _entry(op: str, x: Dim, y: Dim) -> Dim | None:
     return x if x == y else None  # Max, Min
 
 
-def _factors(d: Dim) -> tuple[int, list[str]]:
+def factors(d: Dim) -> tuple[int, list[str]]:
     """A dim as (integer, named sizes): ``64*b`` is (64, ['b'])."""
     if isinstance(d, int):
         return d, []
@@ -575,11 +606,11 @@ def _product(over: list[Dim], under: list[Dim]) -> Dim | None:
     names (its token is private to one graph's analysis)."""
     coef, names = 1, []
     for d in over:
-        c, n = _factors(d)
+        c, n = factors(d)
         coef, names = coef * c, names + n
     div = 1
     for d in under:
-        c, n = _factors(d)
+        c, n = factors(d)
         div *= c
         for name in n:
             if name not in names:
