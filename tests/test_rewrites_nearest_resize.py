@@ -86,7 +86,8 @@ def test_gather_of_other_indices_stays():
 
 
 def test_symbolic_batch_upsampling_keeps_the_numbers():
-    """A symbolic size: the rule leaves the repeat to the others; the graph still runs every batch."""
+    """A symbolic batch: the repeat is a Resize too (tests/test_symbolic_batch_upsample.py); the graph runs
+    every batch with jax.jit's numbers."""
     import jaxconv
     from jaxconv.runtimes.onnxrt import OnnxRunner
 
