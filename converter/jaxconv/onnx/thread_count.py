@@ -426,8 +426,11 @@ def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_un
                     elementwise.append((math.prod(dims, start=1), runs, per))
             continue
         if node.op_type in _SELF_THREADED and not _small_lstm(node, seen):
-            return None
-        weighed = _rnn_steps_weighed(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
+            if not _sized_later(node, seen):
+                return None
+            weighed = _rnn_products(node, seen)  # at a call's sizes: its products gain from a second thread
+        else:
+            weighed = _rnn_steps_weighed(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
         streamed = 0.0 if node.op_type in _RNN_OPS else _streamed(node, seen)
         for flops, times in weighed:
             if flops is None or repeats is None:
@@ -555,6 +558,12 @@ def _small_lstm(node: Any, shapes: _Shapes) -> bool:
     """True for an LSTM op whose steps' products multiply at most ``LSTM_ONE_THREAD_MULTIPLIES``."""
     step = _rnn_products(node, shapes)[-1][0] if node.op_type == "LSTM" else None
     return isinstance(step, (int, float)) and step / 2 <= LSTM_ONE_THREAD_MULTIPLIES  # a Poly: sizes to come
+
+
+def _sized_later(node: Any, shapes: _Shapes) -> bool:
+    """True for an LSTM op whose steps' products are polynomials of symbolic sizes (a by-size record, weighed
+    at each call's sizes: one thread for a small batch, as ``_small_lstm`` gives a static one)."""
+    return isinstance(_rnn_products(node, shapes)[-1][0], dim_sizes.Poly)
 
 
 def _rnn_products(node: Any, shapes: _Shapes) -> list[tuple[float | None, int]]:

@@ -73,6 +73,15 @@ H128, which the update form above reads) 0.51-0.55 / 0.47-0.49 (1.24-1.40 -> 0.6
 that ignores the record and runs the op on two threads loses what the paragraphs above say: a plain
 ``InferenceSession`` ran the benchmark GRU as the op at 1.64x jax.jit against the Scan's 0.98x, so above
 ``ONE_THREAD_LIMIT`` (8x the line; the benchmark GRU is 32x) the Scan stays whatever the record.
+
+A symbolic batch (``f32[b, t, i]``) is known only at run time: the op goes in where some batch keeps each
+step's products under ``ONE_THREAD_LIMIT``, and its If also tests the call's batch (``Shape``) against the
+bound (``_batch_bound``: 16 for H 128), the Scan running at or above it. The zoo's Flax linen GRU tagger (H
+128) exported ``f32[b, 16]``, against the Scan it was before (one process, alternating, load 0.7-1.2): in
+the model's own session 0.36-0.71x the time at batches 1-8, 1.03-1.12x at 16-64, where the Scan runs inside
+the If (ORT's If costs about 0.2 ms a call here, measured with the finiteness test and without); in a plain
+``InferenceSession`` 0.36-0.77x at 1-8, 1.02-1.26x at 16-64. Keras' GRU slices its gate columns with the
+rows' bound computed from the model input's ``Shape`` (``_slice_ends`` reads it as the batch's name).
 """
 
 from __future__ import annotations
@@ -83,7 +92,7 @@ import numpy as np
 import onnx_ir as ir
 
 from jaxconv.onnx import thread_count
-from jaxconv.onnx.rewrites import _constants
+from jaxconv.onnx.rewrites import _constants, symbolic
 from jaxconv.onnx.rewrites import _dim_products as dp
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites.loops import scan_steps
@@ -114,7 +123,12 @@ def _static_shape(value: ir.Value, depth: int = 4) -> list[int | str] | None:
     if dims is not None:
         return list(dims)
     derived = _derived_shape(value, depth - 1) if depth > 0 else None
-    return derived if derived is not None else dp.named_dims(value)
+    if derived is None:
+        derived = dp.named_dims(value)
+    if derived is None and value.producer() is not None:
+        inferred = symbolic.inferred_shape(value)  # after an earlier layer's rule: an RNN op's outputs joined
+        derived = list(inferred) if inferred is not None else None
+    return derived
 
 
 def _derived_shape(value: ir.Value, depth: int) -> list[int | str] | None:
@@ -176,7 +190,7 @@ class _Cell:
         self.loop, self.h_in, self.counter = loop, h_in, counter
         self.xs: ir.Value | None = None
         self.batch_major = False  # the projections read xs as [batch, steps, width] (``_projection``)
-        self.rows: list[int] = []
+        self.rows: list[int | str] = []
 
     def sequence(self, steps: int) -> tuple[ir.Value, int, int] | None:
         """(xs, batch, width): the sequence the terms read, ``[steps, batch, width]`` with static
@@ -190,8 +204,8 @@ class _Cell:
         batch, n_in = dims[1], dims[2]
         if dims[0] != steps or not isinstance(n_in, int):
             return None
-        if self.rows and (not isinstance(batch, int) or min(self.rows) < batch):  # every Slice keeps all rows
-            return None
+        if not all(r == batch or isinstance(r, int) and isinstance(batch, int) and r >= batch for r in self.rows):
+            return None  # every Slice keeps all rows
         return xs, batch, n_in
 
     def linear(self, value: ir.Value | None, cols: tuple[int, int] | None = None,
@@ -333,7 +347,7 @@ def _drops_leading_one(reshape: ir.Node, rows: ir.Value, width: int) -> bool:
     return int(shape[1]) == width and (int(shape[0]) == -1 or int(shape[0]) == dims[1])
 
 
-def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value, int, int] | None:
+def _columns(value: ir.Value | None, rows_at_least: list[int | str]) -> tuple[ir.Value, int, int] | None:
     """(source, start, stop) when ``value`` is columns start:stop of a 2-D value, all rows kept
     (a Slice, or an output of a Split along the last axis).
 
@@ -354,20 +368,30 @@ def _columns(value: ir.Value | None, rows_at_least: list[int]) -> tuple[ir.Value
         return src, start, start + int(sizes[k])
     if node.op_type != "Slice" or len(node.inputs) < 4:
         return None
-    starts, ends, axes = (m.const(v) for v in node.inputs[1:4])
+    starts, axes = m.const(node.inputs[1]), m.const(node.inputs[3])
+    ends = _slice_ends(node.inputs[2])
     steps = m.const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
     src = node.inputs[0]
     if starts is None or ends is None or axes is None or m.rank(src) not in (2, None):
         return None
     if steps is not None and np.any(steps != 1):
         return None
-    spans = {int(a) % 2: (int(s), int(e)) for a, s, e in zip(np.atleast_1d(axes), np.atleast_1d(starts),
-                                                              np.atleast_1d(ends))}
+    spans = {int(a) % 2: (int(s), e) for a, s, e in zip(np.atleast_1d(axes), np.atleast_1d(starts), ends)}
     rows = spans.get(0, (0, 1 << 62))
-    if 1 not in spans or rows[0] != 0 or spans[1][0] < 0 or spans[1][1] < 0:
+    if 1 not in spans or rows[0] != 0 or not isinstance(spans[1][1], int) or spans[1][0] < 0 or spans[1][1] < 0:
         return None
     rows_at_least.append(rows[1])
     return src, spans[1][0], spans[1][1]
+
+
+def _slice_ends(value: ir.Value | None) -> list[int | str] | None:
+    """A Slice's ends: numbers, or a symbolic size's name where one is computed from ``Shape`` (a symbolic
+    batch's rows kept whole: the lowering reads the batch from the model's input, outside the Loop body)."""
+    arr = m.const(value)
+    if arr is not None:
+        return [int(e) for e in np.atleast_1d(arr)]
+    ends = symbolic.shape_values(value)
+    return None if ends is None or any(isinstance(e, str) and e.startswith("?") for e in ends) else list(ends)
 
 
 def _pair(value: ir.Value | None, op: str) -> tuple[ir.Value, ir.Value] | None:
@@ -489,7 +513,7 @@ def _match(loop: ir.Node) -> dict | None:
     if any(b.shape != (hidden,) for b in bias.values()) or not _state_fits(loop, 3, batch, hidden):
         return None
     projs = list(dict.fromkeys(p for part in (z, r, n_x) for p in part.projs))
-    return {"projs": projs, "xs": xs, "batch_major": cell.batch_major, "wx": wx, "wh": wh, "b": bias,
+    return {"projs": projs, "xs": xs, "batch": batch, "batch_major": cell.batch_major, "wx": wx, "wh": wh, "b": bias,
             "hidden": hidden, "steps": steps, "h0": loop.inputs[3], "linear_before_reset": before}
 
 
@@ -520,7 +544,7 @@ def _onnx_weights(got: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _batch_size(got: dict) -> int:
     """The matched sequence's batch, a symbolic one at the largest size a model's thread record weighs."""
-    batch = got["xs"].shape[0 if got["batch_major"] else 1]
+    batch = got["batch"]
     return batch if isinstance(batch, int) else max(thread_count.RECORD_SIZES)
 
 
@@ -544,11 +568,13 @@ def rewrite(graph: ir.Graph) -> int:
     """Replace GRU-cell scans in ``graph`` (the main graph) by the GRU op; returns how many."""
     matched = [(loop, got) for loop in graph if loop.op_type == "Loop" and loop.domain == ""
                if (got := _match(loop)) is not None]
+    by_run = set() if ENABLED else {id(loop) for loop, got in matched
+                                     if _symbolic_batch(got) and _batch_bound(got["hidden"]) > 1}
     if not ENABLED:
-        matched = [(loop, got) for loop, got in matched
-                   if _one_thread(_batch_size(got), got["hidden"], limit=ONE_THREAD_LIMIT)]
+        matched = [(loop, got) for loop, got in matched if id(loop) in by_run
+                   or _one_thread(_batch_size(got), got["hidden"], limit=ONE_THREAD_LIMIT)]
     threaded = [(loop, got) for loop, got in matched
-                if not (ENABLED or _one_thread(_batch_size(got), got["hidden"]))]
+                if not (ENABLED or id(loop) in by_run or _one_thread(_batch_size(got), got["hidden"]))]
     if threaded and not _runs_on_one_thread(graph, matched):
         matched = [pair for pair in matched if pair not in threaded]
     count = 0
@@ -572,7 +598,7 @@ def rewrite(graph: ir.Graph) -> int:
                       num_outputs=2)
         ys = ir.node("Squeeze", [gru.outputs[0], axis1])
         h_last = ir.node("Squeeze", [gru.outputs[1], axis0])
-        batch = xs.shape[1]
+        batch = got["batch"]  # a number, or a symbolic size's name
         for out in (ys.outputs[0], h_last.outputs[0]):
             out.type = xs.type
         ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
@@ -582,6 +608,25 @@ def rewrite(graph: ir.Graph) -> int:
         final = ir.node("Constant", [], {"value": ir.tensor(np.array(got["steps"], dtype))})
         fast = [*pre, *(n for n in (h0, gru, ys, h_last, final) if n)]
         fast_out = [final.outputs[0], h_last.outputs[0], ys.outputs[0]][:len(loop.outputs)]
-        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]])
+        also = _small_batch_test(got) if id(loop) in by_run else None
+        _guarded(graph, loop, fast, fast_out, [got["xs"], got["h0"]], also)
         count += 1
     return count
+
+
+def _symbolic_batch(got: dict) -> bool:
+    return not isinstance(got["batch"], int)
+
+
+def _batch_bound(hidden: int) -> int:
+    """The batch sizes below this one keep each step's products under ``ONE_THREAD_LIMIT``."""
+    return (ONE_THREAD_LIMIT - 1) // (2 * hidden * hidden) + 1
+
+
+def _small_batch_test(got: dict) -> tuple[list[ir.Node], ir.Value]:
+    """Nodes testing at run time that the sequence's symbolic batch is below ``_batch_bound``, and the test."""
+    axis = 0 if got["batch_major"] else 1
+    size = ir.node("Shape", [got["xs"]], {"start": axis, "end": axis + 1})
+    bound = ir.node("Constant", [], {"value": ir.tensor(np.array([_batch_bound(got["hidden"])], np.int64))})
+    small = ir.node("Less", [size.outputs[0], bound.outputs[0]])
+    return [size, bound, small], small.outputs[0]

@@ -143,7 +143,7 @@ def _match(loop: ir.Node) -> dict | None:
     if not all(_state_fits(loop, k, batch, hidden) for k in (3, 4)):
         return None
     projs = list(dict.fromkeys(pr for part in parts.values() for pr in part.projs))
-    return {"projs": projs, "xs": xs, "batch_major": cell.batch_major, "arrays": arrays, "hidden": hidden,
+    return {"projs": projs, "xs": xs, "batch": batch, "batch_major": cell.batch_major, "arrays": arrays, "hidden": hidden,
             "steps": steps, "k_h": k_h,
             "h0": loop.inputs[3 + k_h], "c0": loop.inputs[4 - k_h]}
 
@@ -196,7 +196,7 @@ def rewrite(graph: ir.Graph) -> int:
         ys = ir.node("Squeeze", [lstm.outputs[0], axis1])
         h_last = ir.node("Squeeze", [lstm.outputs[1], axis0])
         c_last = ir.node("Squeeze", [lstm.outputs[2], axis0])
-        batch = xs.shape[1]
+        batch = got["batch"]  # a number, or a symbolic size's name
         for out in (ys.outputs[0], h_last.outputs[0], c_last.outputs[0]):
             out.type = xs.type
         ys.outputs[0].shape = ir.Shape([got["steps"], batch, hdim])
@@ -226,21 +226,22 @@ def _initial_state(value: ir.Value, axis0: ir.Value) -> ir.Node | None:
 
 
 def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list[ir.Value],
-             finite: list[ir.Value]) -> None:
+             finite: list[ir.Value], also: tuple[list[ir.Node], ir.Value] | None = None) -> None:
     """Put ``If(ReduceSumSquare(x) < inf)`` in the Loop's place: ``fast`` for finite inputs, else the Loop.
 
     A sum of squares is never -inf: it is +inf or NaN exactly when an element is non-finite (or,
     for huge finite inputs, when it overflows, which only sends them down the exact Loop). Inputs
     known finite (constants) stay out of it; with none left, ``fast`` replaces the Loop outright.
     The If returns only the Loop outputs something reads; nodes before it that only the exact Loop
-    reads move into its branch.
+    reads move into its branch. ``also``: nodes and the one-element bool they compute, a further test
+    ``fast`` needs (the GRU op's batch size at run time).
     """
     from jaxconv.onnx.rewrites.loops import drop_noop_reshapes
 
     finite = list(dict.fromkeys(v for v in finite if not _known_finite(v)))
     used = [k for k, v in enumerate(loop.outputs) if v.uses() or v.is_graph_output()] or [0]
     old_outputs = [loop.outputs[k] for k in used]
-    if not finite:
+    if not finite and also is None:
         graph.insert_before(loop, [n for n in fast if _reads_out(n, fast, [fast_out[k] for k in used])])
         news = [fast_out[k] for k in used]
         for old, new in zip(old_outputs, news):
@@ -251,16 +252,11 @@ def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list
         for new in news:
             drop_noop_reshapes(graph, new)
         return
-    sums = [ir.node("ReduceSumSquare", [v], {"keepdims": 0}) for v in finite]
-    total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
-    inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, np.float32))})
-    total_value = (total or sums)[-1].outputs[0]
-    if total_value.dtype is None and finite[0].dtype is not None:
-        total_value.dtype = finite[0].dtype
-    if finite[0].dtype is not None and finite[0].dtype != ir.DataType.FLOAT:
-        inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, finite[0].dtype.numpy()))})
-    ok = ir.node("Less", [total_value, inf.outputs[0]])
-    graph.insert_before(loop, [*sums, *total, inf, ok])
+    tests = _finite_test(finite) if finite else []
+    if also is not None:
+        tests = [*tests, *also[0]] if not tests else [*tests, *also[0], ir.node("And", [tests[-1].outputs[0], also[1]])]
+    ok = tests[-1]
+    graph.insert_before(loop, tests)
     graph.remove(loop)
     exact = ir.Graph([], old_outputs, nodes=[loop], name="scan_exact")
     quick = ir.Graph([], [fast_out[k] for k in used], nodes=fast, name="scan_fast")
@@ -277,6 +273,19 @@ def _guarded(graph: ir.Graph, loop: ir.Node, fast: list[ir.Node], fast_out: list
         drop_noop_reshapes(graph, new)
 
 
+def _finite_test(finite: list[ir.Value]) -> list[ir.Node]:
+    """``ReduceSumSquare`` of each of ``finite`` (their sum) ``< inf``: the nodes, the test last."""
+    sums = [ir.node("ReduceSumSquare", [v], {"keepdims": 0}) for v in finite]
+    total = [ir.node("Sum", [n.outputs[0] for n in sums])] if len(sums) > 1 else []
+    inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, np.float32))})
+    total_value = (total or sums)[-1].outputs[0]
+    if total_value.dtype is None and finite[0].dtype is not None:
+        total_value.dtype = finite[0].dtype
+    if finite[0].dtype is not None and finite[0].dtype != ir.DataType.FLOAT:
+        inf = ir.node("Constant", [], {"value": ir.tensor(np.array(np.inf, finite[0].dtype.numpy()))})
+    return [*sums, *total, inf, ir.node("Less", [total_value, inf.outputs[0]])]
+
+
 def _reads_out(node: ir.Node, nodes: list[ir.Node], outs: list[ir.Value]) -> bool:
     """True when ``outs`` depend on ``node`` through ``nodes``."""
     wanted = {id(v) for v in outs}
@@ -289,9 +298,13 @@ def _reads_out(node: ir.Node, nodes: list[ir.Node], outs: list[ir.Value]) -> boo
 def _take_place(graph: ir.Graph, old: ir.Value, new: ir.Value, known: ir.Shape | None,
                 inside: ir.Graph | None = None) -> None:
     """Readers of ``old`` outside ``inside`` (graph outputs too) read ``new``, which takes its name,
-    type and shape (``known`` where it is static: the row count the Loop's shape left unknown)."""
+    type and shape (``known`` where every size is a number or a symbolic size's name: the row count the Loop's
+    shape left unknown, a symbolic batch the thread record weighs; the same for ``old`` inside)."""
     new.type = old.type if old.type is not None else new.type
-    new.shape = known if known is not None and known.is_static() else old.shape
+    named = known is not None and all(isinstance(d, int) or d.value is not None for d in known)
+    new.shape = known if named else old.shape
+    if named and inside is not None:
+        old.shape = known  # the exact branch's result too: ONNX's inference merges the If's branches
     name = old.name
     for use in list(old.uses()):
         if inside is None or use.node.graph is not inside:

@@ -545,6 +545,27 @@ class _Shapes:
             and self.value(sub.inputs[1]) == tuple(sizes)
 
 
+def shape_values(value: ir.Value | None) -> Dims | None:
+    """The entries of a 1-D integer shape tensor: numbers, or symbolic sizes' names where they are computed
+    from ``Shape`` of a value with named dims (``?``-prefixed tokens for sizes only this analysis relates)."""
+    return _Shapes().value(value)
+
+
+def inferred_shape(value: ir.Value) -> Dims | None:
+    """``value``'s dims as this analysis finds them through its graph's nodes (a rule's new values carry no
+    shape until the clean-up infers them again); None where one is not a number or a symbolic size's name."""
+    graph = value.graph if value.graph is not None else (value.producer().graph if value.producer() else None)
+    if graph is None:
+        return None
+    shapes = _Shapes(graph)
+    for node in graph:
+        shapes.infer(node)
+        if value.producer() is node:
+            break
+    dims = shapes.shape(value)
+    return dims if dims is not None and _named(dims) else None
+
+
 def _window_output(node: ir.Node, x: Dims) -> Dims | None:
     """The output shape of a Conv or a pool over ``x`` (explicit pads, floor rounding), where its spatial sizes
     and window are static; the channels are the Conv weight's (``_windowed`` puts them in) or the input's."""
