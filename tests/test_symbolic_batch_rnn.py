@@ -7,6 +7,8 @@
   Scan elsewhere: a symbolic batch may be large at run time (``gru._small_batch_test``);
 - a GRU after an LSTM reads the LSTM op's output through its guard's If, whose shape the rules now give with
   the symbolic batch's name (``lstm._take_place``, ``symbolic.inferred_shape``);
+- a GRU after a layer that stays a Loop (Keras' SimpleRNN) reads that Loop's rows, which the symbolic dims
+  analysis works out through its body (``symbolic._Shapes._loop``);
 - the model records its thread count by size with the LSTM op in it (``thread_count._sized_later``).
 
 The numbers are jax.jit's within the converter's tolerance, at batches on both sides of the GRU's bound and on
@@ -86,6 +88,21 @@ def _stacked(hidden: int):
     return lambda x: gru_layer(jnp.concatenate([x, lstm(x)], axis=-1))
 
 
+def _simple_rnn(hidden: int):
+    """Keras' SimpleRNN: ``tanh(x W + h U + b)``, no RNN op of ORT's for it here (it stays a Scan)."""
+    rng = np.random.default_rng(3)
+    wx, wh, b = _w(rng, _I, hidden), _w(rng, hidden, hidden, scale=0.1), _w(rng, hidden, scale=0.1)
+
+    def layer(x):
+        def cell(h, xt):
+            h = jnp.tanh(xt @ wx + h @ wh + b)
+            return h, h
+
+        _, ys = jax.lax.scan(cell, jnp.zeros((x.shape[0], hidden)), jnp.transpose(x, (1, 0, 2)))
+        return jnp.transpose(ys, (1, 0, 2))
+    return layer
+
+
 def _symbolic(fn) -> onnx.ModelProto:
     spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(f"b, {_T}, {_I}"), np.float32)
     return jaxconv.to_onnx(fn, spec, check=False)
@@ -153,6 +170,16 @@ def test_a_gru_over_an_lstm_with_a_symbolic_batch_is_two_ops():
     _assert_jax_numbers(fn, model, [1, 3])
 
 
+def test_a_gru_over_a_scan_with_a_symbolic_batch_is_the_op():
+    """keras_stacked's SimpleRNN then GRU: the GRU's sequence is the first layer's Loop output, whose rows the
+    symbolic dims analysis now reads through the Loop's body (``symbolic._Shapes._loop``)."""
+    rnn, gru_layer = _simple_rnn(16), _keras_gru(16, seed=4, width=16)
+    fn = lambda x: gru_layer(rnn(x))  # noqa: E731
+    model = _symbolic(fn)
+    assert _ops(model).count("GRU") == 1, _ops(model)
+    _assert_jax_numbers(fn, model, [1, 3])
+
+
 def test_the_lstm_model_records_one_thread_for_a_small_batch():
     """H 32: at the record's batch of 128 the LSTM op's steps gain from a second thread, so the count is
     recorded by size; at 2 it is one thread."""
@@ -176,3 +203,23 @@ def test_keras_lstm_then_gru_with_a_symbolic_batch_are_the_ops():
     ops = _ops(model)
     assert ops.count("LSTM") == 2 and ops.count("GRU") == 1, ops  # Scans in the exact branches only
     _assert_jax_numbers(fn, model, [1, 3])
+
+
+def test_keras_simple_rnn_then_grus_with_a_symbolic_batch_are_gru_ops():
+    """keras.layers (keras_stacked): an Embedding, SimpleRNN, a GRU over its sequence, a GRU keeping its final
+    state. The SimpleRNN's Loop runs a counted number of steps (``loops.trip_count``): its rows are the GRU's."""
+    keras = jax_keras()
+    keras.utils.set_random_seed(1)
+    layers = keras.layers
+    net = keras.Sequential([keras.Input((_T,), dtype="int32"), layers.Embedding(20, _I),
+                            layers.SimpleRNN(16, return_sequences=True), layers.GRU(16, return_sequences=True),
+                            layers.GRU(16), layers.Dense(2)])
+    fn = lambda ids: net(ids, training=False)  # noqa: E731
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(f"b, {_T}"), np.int32)
+    model = jaxconv.to_onnx(fn, spec, check=False)
+    assert _ops(model).count("GRU") == 2, _ops(model)
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 3):
+        ids = np.random.default_rng(batch).integers(0, 20, (batch, _T)).astype(np.int32)
+        (got,) = runner.run([ids])
+        assert_same_floats(got, np.asarray(jax.jit(fn)(ids)), 2e-5, 2e-5)

@@ -62,6 +62,7 @@ from jaxconv.onnx import dtypes as dt
 from jaxconv.onnx.rewrites import _constants as constants
 from jaxconv.onnx.rewrites import _match as m
 from jaxconv.onnx.rewrites._dim_products import reshape_entries
+from jaxconv.onnx.rewrites.loops import trip_count
 
 Dim = Union[int, str]
 Dims = tuple  # tuple[Dim, ...]
@@ -232,6 +233,31 @@ class _Shapes:
                 self.shapes[id(v)] = dims
         if node.op_type == "TopK" and out is not None and len(node.outputs) > 1:  # the indices: the values' shape
             self.shapes[id(node.outputs[1])] = tuple(out)
+        if node.op_type == "Loop":
+            self._loop(node)
+
+    def _loop(self, loop: ir.Node) -> None:
+        """A Loop's outputs: each state the shape it starts with (StableHLO's while carries each at one type),
+        each scan output a row per step of its body's value (an RNN layer's sequence, read by the next)."""
+        body = m.attr(loop, "body")
+        if not isinstance(body, ir.Graph) or len(body.inputs) != len(loop.inputs) \
+                or len(body.outputs) != len(loop.outputs) + 1:
+            return
+        inner = _Shapes(body)
+        states = len(loop.inputs) - 2
+        for k in range(states):
+            dims = self.shape(loop.inputs[2 + k])
+            if dims is not None:
+                inner.shapes[id(body.inputs[2 + k])] = dims
+                self.shapes[id(loop.outputs[k])] = dims
+        for node in body:
+            inner.infer(node)
+        trip = m.const(loop.inputs[0]) if loop.inputs[0] is not None else None
+        steps = int(trip) if trip is not None and trip.size == 1 else trip_count(loop) or self.fresh()
+        for k in range(states, len(loop.outputs)):
+            row = inner.shape(body.outputs[1 + k])
+            if row is not None:
+                self.shapes[id(loop.outputs[k])] = (steps, *row)
 
     def _split_parts(self, node: ir.Node) -> list[Dims] | None:
         """Each Split output's shape: the input's, the axis cut to the part's constant size."""
