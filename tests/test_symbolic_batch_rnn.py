@@ -182,9 +182,12 @@ def test_a_gru_over_a_scan_with_a_symbolic_batch_is_the_op():
 
 def test_the_lstm_model_records_one_thread_for_a_small_batch():
     """H 32: at the record's batch of 128 the LSTM op's steps gain from a second thread, so the count is
-    recorded by size; at 2 it is one thread."""
+    recorded by size: one thread at 2, ORT's default where a step's product is large (as a static batch)."""
     model = _symbolic(_stacked(32)).SerializeToString()
     assert thread_count.recorded(model, [(2, _T, _I)]) == 1
+    large = 1 + thread_count.LSTM_ONE_THREAD_MULTIPLIES // (32 * 4 * 32)  # B H 4H / 2 multiplies a step
+    assert thread_count.recorded(model, [(large, _T, _I)]) is None
+    assert thread_count.recorded(model, [(large - 1, _T, _I)]) == 1
     keys = {p.key for p in onnx.load_from_string(model).metadata_props}
     assert thread_count.BY_SIZE_KEY in keys, keys
 

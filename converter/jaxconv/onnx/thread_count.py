@@ -54,6 +54,10 @@ symbolic one, a Reshape's). Except a small LSTM op (each step's ``[B, H] x [H, 4
 alone (T 64, input 32, Intel Xeon, quiet) took 0.83-0.88x the wall time on one thread of two at 16K-262K
 multiplies a step (0.48-0.71x the CPU time), 1.17-1.22x at 524K-1M and 1.58x at 4M (the benchmark LSTM);
 Equinox's GRU and LSTM cells stacked (B4 H128) then record one thread and the GRU scan becomes the GRU op.
+With a symbolic batch an LSTM op's step size is a polynomial: the by-size record keeps it (``lstm_steps``),
+so that a call at sizes where it is large takes ORT's count and one where it is small is weighed as a
+static one (Keras' Bidirectional(LSTM)+GRU exported ``i32[b, 16]``: 2.63x its static export's time at batch
+2, on two threads, -> 1.01x).
 A Loop's scan outputs take their row count from its trip count where shape inference left it unknown, a
 Transpose a rule made without a shape its input's dims permuted, and a Loop body's inputs of unknown dims
 their initial values' (the rules weigh a model before shape inference runs again). The GRU op is
@@ -232,6 +236,8 @@ def _kernels_json(graph: Any, kernels: Kernels, elementwise: bool) -> dict[str, 
     if elementwise:
         data["elementwise"] = [[dim_sizes.Poly.of(n).to_json(), dim_sizes.Poly.of(count).to_json(), per]
                                for n, count, per in kernels.elementwise]
+    if kernels.lstm_steps:
+        data["lstm_steps"] = [dim_sizes.Poly.of(step).to_json() for step in kernels.lstm_steps]
     return data
 
 
@@ -400,6 +406,7 @@ class Kernels:
     products: list[Product]
     others: float  # kernels that are no product (elementwise ones included)
     elementwise: list[Elementwise]  # those of the others ORT splits over its threads, where their sizes are known
+    lstm_steps: list[Size] = dataclasses.field(default_factory=list)  # ``_sized_later``: each step's flops
 
     def weights(self) -> tuple[float, float] | None:
         return two_thread_weights(self.products, self.others, elementwise=self.elementwise)
@@ -413,6 +420,7 @@ def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_un
     steps are not known) and which of those ORT splits, as ``weigh`` takes them; None where it gives None."""
     products: list[Product] = []
     elementwise: list[Elementwise] = []
+    lstm_steps: list[Size] = []
     others = 0.0
     shapes = _Shapes({}, dim_sizes.with_equated(graph, sizes))
     for node, repeats, seen in _kernels(graph, 1, shapes, loop_steps, {id(n) for n in leave_out}):
@@ -428,9 +436,8 @@ def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_un
         if node.op_type in _SELF_THREADED and not _small_lstm(node, seen):
             if not _sized_later(node, seen):
                 return None
-            weighed = _rnn_products(node, seen)  # at a call's sizes: its products gain from a second thread
-        else:
-            weighed = _rnn_steps_weighed(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
+            lstm_steps.append(_rnn_products(node, seen)[-1][0])  # ORT's default where large at a call's sizes
+        weighed = _rnn_steps_weighed(node, seen) if node.op_type in _RNN_OPS else [(_flops(node, seen), 1)]
         streamed = 0.0 if node.op_type in _RNN_OPS else _streamed(node, seen)
         for flops, times in weighed:
             if flops is None or repeats is None:
@@ -438,7 +445,7 @@ def kernels_of(graph: Any, *, sizes: Mapping[str, int | dim_sizes.Poly], skip_un
                     continue
                 return None
             products.append((flops, repeats * times, streamed))
-    return Kernels(products, others, elementwise)
+    return Kernels(products, others, elementwise, lstm_steps)
 
 
 def _other_kernel(node: Any) -> bool:
@@ -561,8 +568,10 @@ def _small_lstm(node: Any, shapes: _Shapes) -> bool:
 
 
 def _sized_later(node: Any, shapes: _Shapes) -> bool:
-    """True for an LSTM op whose steps' products are polynomials of symbolic sizes (a by-size record, weighed
-    at each call's sizes: one thread for a small batch, as ``_small_lstm`` gives a static one)."""
+    """True for an LSTM op whose steps' products are polynomials of symbolic sizes: a by-size record keeps
+    them (``lstm_steps``), and a call where one is large at its sizes takes ORT's default thread count, as
+    ``_small_lstm`` decides for a static one (a stacked Flax LSTM, H 256 at batch 2: one thread took 1.5x the
+    time of two); the rest of the call is weighed as usual."""
     return isinstance(_rnn_products(node, shapes)[-1][0], dim_sizes.Poly)
 
 
@@ -704,6 +713,7 @@ class Record:
     products: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, dim_sizes.Poly], ...] = ()  # ``Product``s
     others: float = 0.0  # the other kernels a call runs
     elementwise: tuple[tuple[dim_sizes.Poly, dim_sizes.Poly, float], ...] = ()  # ``Elementwise``s
+    lstm_steps: tuple[dim_sizes.Poly, ...] = ()  # each LSTM op's step flops: large at a call's sizes, ORT's count
 
     @property
     def by_size(self) -> bool:
@@ -728,7 +738,10 @@ class Record:
         if self.threads_always is not None or not (self.products or self.elementwise) or shapes is None:
             return self.threads_always
         sizes = self.sizes(shapes)
-        weights = None if sizes is None else two_thread_weights(self.products, self.others, sizes, self.elementwise)
+        steps = [None if sizes is None else step.value(sizes) for step in self.lstm_steps]
+        if sizes is None or any(step is None or step / 2 > LSTM_ONE_THREAD_MULTIPLIES for step in steps):
+            return None  # an LSTM op large at these sizes threads its steps itself (``_small_lstm``)
+        weights = two_thread_weights(self.products, self.others, sizes, self.elementwise)
         return None if weights is None else one_thread_for(*weights)
 
     def sizes(self, shapes: Sequence[Sequence[int]]) -> dict[str, int] | None:
@@ -789,7 +802,9 @@ def _by_size(value: str) -> Record:
         others = float(data.get("others", 0.0))
         elementwise = tuple((dim_sizes.Poly.from_json(n), dim_sizes.Poly.from_json(count), float(per))
                             for n, count, per in data.get("elementwise", ()))
-        return Record(inputs=inputs, products=products, others=others, elementwise=elementwise)
+        lstm_steps = tuple(dim_sizes.Poly.from_json(step) for step in data.get("lstm_steps", ()))
+        return Record(inputs=inputs, products=products, others=others, elementwise=elementwise,
+                      lstm_steps=lstm_steps)
     except (ValueError, TypeError, KeyError, AttributeError):
         return Record()
 
