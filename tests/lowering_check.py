@@ -99,6 +99,14 @@ def convert_and_run(fn: Callable[..., Any], *inputs: np.ndarray, opset: int | No
     return op_counts(model.graph, bodies), OnnxRunner(model.SerializeToString()).run(list(inputs))
 
 
+def with_edge_values(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` (at least 34 elements) with NaN, +inf, -inf and -0.0 at four places."""
+    x = x.copy()
+    flat = x.reshape(-1)
+    flat[[1, 7, 20, 33]] = [np.nan, np.inf, -np.inf, -0.0]
+    return x
+
+
 def op_counts(graph: Any, bodies: bool = True) -> Any:
     """Op types of an ONNX ``GraphProto``'s nodes, counted (with ``bodies``, those of its subgraphs too)."""
     import collections

@@ -12,17 +12,10 @@ import pytest
 
 from jaxconv.onnx.rewrites import nearest_resize
 from keras_support import jax_keras
-from lowering_check import assert_same_bits, assert_same_floats, without_rule
+from lowering_check import assert_same_bits, assert_same_floats, with_edge_values, without_rule
 from lowering_check import convert_and_run as _convert
 
 _plain = without_rule(nearest_resize)
-
-
-def _special(x: np.ndarray) -> np.ndarray:
-    x = x.copy()
-    flat = x.reshape(-1)
-    flat[[1, 7, 20, 33]] = [np.nan, np.inf, -np.inf, -0.0]
-    return x
 
 
 def _conv(x, w):
@@ -41,7 +34,7 @@ def _decoder(x):
 
 
 def test_upsampling_between_convolutions_is_one_resize_in_nchw(monkeypatch):
-    x = _special(np.random.default_rng(2).standard_normal((2, 12, 10, 3)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(2).standard_normal((2, 12, 10, 3)).astype(np.float32))
     ops, (got,) = _convert(_decoder, x)
     plain_ops, (plain,) = _plain(monkeypatch, _decoder, x)
     assert ops["Resize"] == 1 and ops["Expand"] == 0 and ops["Gather"] == 0, ops
@@ -53,7 +46,7 @@ def test_upsampling_between_convolutions_is_one_resize_in_nchw(monkeypatch):
 @pytest.mark.parametrize("factor, shape", [(2, (2, 3, 8, 6)), (3, (2, 4, 33, 17)), (5, (1, 2, 7, 3))])
 def test_repeat_of_trailing_axes_is_a_resize_bit_for_bit(factor, shape):
     fn = lambda x: jnp.repeat(jnp.repeat(x, factor, axis=2), factor, axis=3)  # noqa: E731
-    x = _special(np.random.default_rng(3).standard_normal(shape).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(3).standard_normal(shape).astype(np.float32))
     ops, (got,) = _convert(fn, x)
     assert ops["Resize"] == 1 and ops["Expand"] == 0 and ops["Gather"] == 0, ops
     assert_same_bits([got], [np.asarray(jax.jit(fn)(x))])
@@ -61,7 +54,7 @@ def test_repeat_of_trailing_axes_is_a_resize_bit_for_bit(factor, shape):
 
 def test_image_resize_nearest_by_two_is_a_resize():
     fn = lambda x: jax.image.resize(x, (x.shape[0], x.shape[1], 2 * x.shape[2], 2 * x.shape[3]), "nearest")  # noqa: E731
-    x = _special(np.random.default_rng(4).standard_normal((2, 3, 9, 5)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(4).standard_normal((2, 3, 9, 5)).astype(np.float32))
     ops, (got,) = _convert(fn, x)
     assert ops["Resize"] == 1 and ops["Gather"] == 0, ops
     assert_same_bits([got], [np.asarray(jax.jit(fn)(x))])
@@ -70,7 +63,7 @@ def test_image_resize_nearest_by_two_is_a_resize():
 def test_nhwc_upsampling_without_convolutions_stays_gathers(monkeypatch):
     """Resize is slower than a Gather on an axis followed by a long unscaled one (channels last)."""
     fn = lambda x: jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)  # noqa: E731
-    x = _special(np.random.default_rng(5).standard_normal((2, 6, 5, 32)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(5).standard_normal((2, 6, 5, 32)).astype(np.float32))
     ops, (got,) = _convert(fn, x)
     assert ops["Resize"] == 0 and ops["Gather"] == 2, ops
     assert_same_bits([got], [np.asarray(jax.jit(fn)(x))])
@@ -94,7 +87,7 @@ def test_symbolic_batch_upsampling_keeps_the_numbers():
     model = jaxconv.to_onnx(_decoder, "f32[b,12,10,3]", check=False)
     run = OnnxRunner(model.SerializeToString())
     for batch in (1, 3):
-        x = _special(np.random.default_rng(batch).standard_normal((batch, 12, 10, 3)).astype(np.float32))
+        x = with_edge_values(np.random.default_rng(batch).standard_normal((batch, 12, 10, 3)).astype(np.float32))
         assert_same_floats(run.run([x])[0], np.asarray(jax.jit(_decoder)(x)), 1e-5, 1e-5)
 
 
@@ -105,7 +98,7 @@ def test_keras_upsampling2d_is_one_resize():
     model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
                               keras.layers.UpSampling2D(), keras.layers.Conv2D(2, 3, padding="same")])
     fn = lambda x: model(x, training=False)  # noqa: E731
-    x = _special(np.random.default_rng(7).standard_normal((2, 16, 16, 3)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(7).standard_normal((2, 16, 16, 3)).astype(np.float32))
     ops, (got,) = _convert(fn, x)
     assert ops["Resize"] == 1 and ops["Expand"] == 0 and ops["Gather"] == 0 and ops["Transpose"] == 2, ops
     assert_same_floats(got, np.asarray(jax.jit(fn)(x)), 1e-5, 1e-5)
@@ -119,7 +112,7 @@ def test_the_tf_ops_route_repeats_the_resize():
     from jaxconv.tf.onnx_to_tf import for_program
 
     fn = lambda x: jnp.repeat(jnp.repeat(x, 2, axis=2), 3, axis=3)  # noqa: E731
-    x = _special(np.random.default_rng(8).standard_normal((2, 3, 5, 4)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(8).standard_normal((2, 3, 5, 4)).astype(np.float32))
     model, function, _ = for_program(trace(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype)]))
     assert any(n.op_type == "Resize" for n in model.graph.node)
     with jax.default_device(jax.devices("cpu")[0]):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_support import jax_keras
-from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, op_counts
+from lowering_check import assert_same_bits, assert_same_floats, convert_and_run, op_counts, with_edge_values
 
 _W1 = np.random.default_rng(0).standard_normal((3, 3, 3, 8)).astype(np.float32) / 4
 _W2 = np.random.default_rng(1).standard_normal((3, 3, 8, 4)).astype(np.float32) / 4
@@ -47,13 +47,6 @@ def _image_resize(x):
     return _conv(jax.image.resize(y, (y.shape[0], 2 * y.shape[1], 2 * y.shape[2], y.shape[3]), "nearest"), _W2)
 
 
-def _special(x: np.ndarray) -> np.ndarray:
-    x = x.copy()
-    flat = x.reshape(-1)
-    flat[[1, 7, 20, 33]] = [np.nan, np.inf, -np.inf, -0.0]
-    return x
-
-
 def _exports(fn, shape):
     """(static export's op counts, the symbolic export's, the symbolic ModelProto) of ``fn`` on ``shape``."""
     import jaxconv
@@ -69,7 +62,7 @@ def _each_batch(model, fn, shape, exact: bool) -> None:
 
     run = OnnxRunner(model.SerializeToString())
     for batch in (1, 3):
-        x = _special(np.random.default_rng(batch).standard_normal((batch, *shape[1:])).astype(np.float32))
+        x = with_edge_values(np.random.default_rng(batch).standard_normal((batch, *shape[1:])).astype(np.float32))
         got, want = run.run([x])[0], np.asarray(jax.jit(fn)(x))
         if exact:
             assert_same_bits([got], [want])
@@ -108,7 +101,7 @@ def test_repeat_of_the_symbolic_batch_stays():
     """The symbolic axis itself repeated: no Resize (its scale would not be a number the rule checked)."""
     fn = lambda x: jnp.repeat(x, 2, axis=0)  # noqa: E731
     spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 3, 4"), np.float32)
-    x = _special(np.random.default_rng(4).standard_normal((3, 3, 4)).astype(np.float32))
+    x = with_edge_values(np.random.default_rng(4).standard_normal((3, 3, 4)).astype(np.float32))
     ops, (got,) = convert_and_run(fn, x, specs=[spec])
     assert ops["Resize"] == 0, ops
     assert_same_bits([got], [np.asarray(jax.jit(fn)(x))])
