@@ -157,6 +157,7 @@ def _reshape_model(dims: list, target: list[int], allowzero: int = 0) -> onnx.Mo
     (["b", 4], [-1, 2, 2], 0, True),  # another rank
     ([0, 4], [0, 4], 1, False),  # allowzero: 0 is a size, the input's own
     (["b", 4], [0, 4], 1, True),  # allowzero: a batch of zero, not b
+    (["b", 0, 3], [-1, 0, 3], 1, True),  # no elements: the -1 says nothing
 ])
 def test_a_reshape_to_its_own_shape_goes(dims, target, allowzero, stays):
     model = ir.serde.deserialize_model(_reshape_model(dims, target, allowzero))

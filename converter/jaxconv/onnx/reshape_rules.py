@@ -40,6 +40,8 @@ class InferredSameShapeReshape(RewriteRuleClassBase):
                 continue
             if not isinstance(dim, int) or entry != dim:
                 return result.fail("an entry is not the input's size there")
+        if -1 in entries and any(d == 0 for e, d in zip(entries, x.shape) if e != -1):
+            return result.fail("no elements: the -1 is not determined")
         return result
 
     def rewrite(self, op, x: ir.Value, target: ir.Value):
