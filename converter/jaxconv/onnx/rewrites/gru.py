@@ -192,9 +192,10 @@ class _Cell:
         self.batch_major = False  # the projections read xs as [batch, steps, width] (``_projection``)
         self.rows: list[int | str] = []
 
-    def sequence(self, steps: int) -> tuple[ir.Value, int, int] | None:
-        """(xs, batch, width): the sequence the terms read, ``[steps, batch, width]`` with static
-        batch and width, when every Slice of it keeps all rows; else None."""
+    def sequence(self, steps: int) -> tuple[ir.Value, int | str, int] | None:
+        """(xs, batch, width): the sequence the terms read, ``[steps, batch, width]`` with a static width
+        and a batch that is a number or a symbolic size's name, when every Slice of it keeps all rows;
+        else None."""
         xs = self.xs
         dims = _static_shape(xs) if xs is not None else None
         if dims is None or len(dims) != 3:
